@@ -1,0 +1,20 @@
+/*
+ * Describe the RDMA devices and ports libibverbs reports (shared by the verbs and gdr
+ * components, each of which compiles its own copy).
+ */
+#ifndef XFER_VERBS_DEVICES_H
+#define XFER_VERBS_DEVICES_H
+
+#include <xfer/component.h>
+
+/*
+ * Append one xfer_device_attr_t per port matching 'filter' ("" = all; "dev" or "dev:port") to
+ * attr. Sets *num_found to the number of ports seen (before filtering), *num_active to the
+ * matching ports in state ACTIVE, and *best_mbs to the fastest active port's bandwidth.
+ */
+xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_t *attr,
+                                        unsigned *num_found, unsigned *num_active,
+                                        double *best_mbs)
+    __attribute__((visibility("hidden")));
+
+#endif

@@ -1,0 +1,430 @@
+/*
+ * xfer_info: what transports this host has, what they can do, how they are configured, and
+ * which one xfer would pick - like ucx_info, ompi_info and fi_info.
+ *
+ *   xfer_info            components: version, status (and why not), devices, capabilities
+ *   xfer_info -c         every parameter: type, default, current value, where it came from
+ *   xfer_info -s         the transport selected for host memory and for CUDA memory, and why
+ *                        the others were not
+ *   xfer_info --json     the same data as JSON (combine with -c / -s)
+ *
+ * Exit status: 0; 1 when the environment is invalid (the message says what is wrong);
+ * 2 on a usage error.
+ */
+#include <xfer/info.h>
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct options {
+    int components;
+    int params;
+    int select;
+    int json;
+} options_t;
+
+static const struct {
+    const char        *label;
+    xfer_select_req_t req;
+} select_cases[] = {
+    {"host", {XFER_CAP_MEM_HOST,
+              XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR | XFER_CAP_INTER_HOST}},
+    {"cuda", {XFER_CAP_MEM_CUDA,
+              XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR | XFER_CAP_INTER_HOST}},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: xfer_info [-c] [-s] [--json] [-h]\n"
+            "Show the transport components xfer finds, their devices and capabilities.\n"
+            "\n"
+            "  -c, --config   list every parameter: type, default, current value and source\n"
+            "  -s, --select   show which transport would be selected for host and CUDA memory\n"
+            "                 under the current environment, and why the others were not\n"
+            "  -j, --json     print the same data as JSON\n"
+            "  -h, --help     this text\n"
+            "\n"
+            "Environment: XFER_TRANSPORTS, XFER_COMPONENT_PATH, XFER_LOG_LEVEL and the\n"
+            "per-component XFER_<COMPONENT>_<PARAM> variables listed by -c.\n");
+}
+
+static const char *state_name(xfer_component_state_t state)
+{
+    switch (state) {
+    case XFER_COMPONENT_AVAILABLE:   return "available";
+    case XFER_COMPONENT_UNAVAILABLE: return "unavailable";
+    default:                         return "failed to load";
+    }
+}
+
+/* ---- text ------------------------------------------------------------------------------------ */
+
+static void text_components(const xfer_context_t *ctx)
+{
+    char caps[256];
+
+    printf("# xfer %d.%d, plug-in ABI v%u\n", XFER_VERSION_MAJOR, XFER_VERSION_MINOR,
+           XFER_COMPONENT_ABI_V1);
+    printf("# component search path: %s\n", xfer_component_search_path(ctx));
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        xfer_component_info_t info;
+        const xfer_component_attr_t *attr;
+
+        if (xfer_component_get(ctx, i, &info) != XFER_OK) {
+            continue;
+        }
+        printf("#\n");
+        if (info.state == XFER_COMPONENT_FAILED) {
+            printf("# Component: %s\n", info.name);
+            printf("#   status:   failed to load: %s: %s\n", info.path, info.reason);
+            continue;
+        }
+        attr = info.attr;
+        printf("# Component: %s %s\n", info.name, info.version);
+        printf("#   %s\n", info.description);
+        printf("#   path:     %s (%s)\n", info.path, info.origin);
+        if (info.state == XFER_COMPONENT_AVAILABLE) {
+            printf("#   status:   available\n");
+            printf("#   capabilities: %s\n", xfer_caps_string(attr->caps, " ", caps, sizeof(caps)));
+            printf("#   estimate: latency %.1f us, bandwidth %.0f MB/s\n", attr->latency_us,
+                   attr->bandwidth_mbs);
+        } else {
+            printf("#   status:   unavailable: %s\n", info.reason);
+        }
+        for (uint32_t d = 0; d < attr->num_devices; d++) {
+            const xfer_device_attr_t *dev = &attr->devices[d];
+            printf("#   Device: %s (%s", dev->name, dev->kind);
+            if (dev->numa_node >= 0) {
+                printf(", NUMA node %d", dev->numa_node);
+            }
+            printf(")\n");
+            for (uint32_t a = 0; a < dev->num_attrs; a++) {
+                printf("#     %-14s %s\n", dev->attrs[a].key, dev->attrs[a].value);
+            }
+        }
+    }
+}
+
+static void text_params(const xfer_context_t *ctx)
+{
+    printf("# Parameters: NAME=VALUE  (type, range, default, source)\n");
+    for (size_t i = 0; i < xfer_param_count(ctx); i++) {
+        xfer_param_info_t p;
+
+        if (xfer_param_get(ctx, i, &p) != XFER_OK) {
+            continue;
+        }
+        printf("#\n# %s\n", p.help);
+        printf("# type %s%s%s, default '%s', from %s\n", p.type, *p.range ? ", range " : "",
+               p.range, p.default_value,
+               (p.source == XFER_PARAM_SOURCE_ENV) ? "environment" : "default");
+        printf("%s=%s\n", p.env_name, p.value);
+    }
+}
+
+static void text_select(const xfer_context_t *ctx)
+{
+    char caps[128];
+
+    for (size_t c = 0; c < sizeof(select_cases) / sizeof(select_cases[0]); c++) {
+        xfer_selection_t sel;
+        int any = 0;
+
+        if (xfer_select(ctx, &select_cases[c].req, &sel) != XFER_OK) {
+            printf("# %s memory: selection failed\n", select_cases[c].label);
+            continue;
+        }
+        printf("# %s memory (requires %s):\n", select_cases[c].label,
+               xfer_caps_string(select_cases[c].req.required_caps, "|", caps, sizeof(caps)));
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank == 0) {
+                printf("#   selected: %s (%s)\n", sel.entries[i].name, sel.entries[i].reason);
+                any = 1;
+            }
+        }
+        if (!any) {
+            printf("#   selected: none\n");
+        }
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank > 0) {
+                printf("#   fallback %d: %s (%s)\n", sel.entries[i].rank, sel.entries[i].name,
+                       sel.entries[i].reason);
+            } else if (sel.entries[i].rank < 0) {
+                printf("#   not selected: %s: %s\n", sel.entries[i].name, sel.entries[i].reason);
+            }
+        }
+        xfer_selection_release(&sel);
+    }
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; (s != NULL) && (*s != '\0'); s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '"':  fputs("\\\"", stdout); break;
+        case '\\': fputs("\\\\", stdout); break;
+        case '\n': fputs("\\n", stdout); break;
+        case '\t': fputs("\\t", stdout); break;
+        case '\r': fputs("\\r", stdout); break;
+        default:
+            if (c < 0x20) {
+                printf("\\u%04x", c);
+            } else {
+                putchar(c);
+            }
+        }
+    }
+    putchar('"');
+}
+
+static void json_kv(const char *key, const char *value, int comma)
+{
+    json_str(key);
+    putchar(':');
+    if (value == NULL) {
+        fputs("null", stdout);
+    } else {
+        json_str(value);
+    }
+    if (comma) {
+        putchar(',');
+    }
+}
+
+static void json_caps(uint64_t caps)
+{
+    char buf[256], *save = NULL, *tok;
+    int first = 1;
+
+    putchar('[');
+    if (caps != 0) {
+        xfer_caps_string(caps, " ", buf, sizeof(buf));
+        for (tok = strtok_r(buf, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save)) {
+            printf("%s", first ? "" : ",");
+            json_str(tok);
+            first = 0;
+        }
+    }
+    putchar(']');
+}
+
+static void json_components(const xfer_context_t *ctx)
+{
+    printf("\"components\":[");
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        xfer_component_info_t info;
+        const xfer_component_attr_t *attr;
+
+        if (xfer_component_get(ctx, i, &info) != XFER_OK) {
+            continue;
+        }
+        attr = info.attr;
+        printf("%s{", i ? "," : "");
+        json_kv("name", info.name, 1);
+        json_kv("version", info.version, 1);
+        json_kv("description", info.description, 1);
+        json_kv("path", info.path, 1);
+        json_kv("origin", info.origin, 1);
+        json_kv("status", state_name(info.state), 1);
+        json_kv("reason", (info.state == XFER_COMPONENT_AVAILABLE) ? NULL : info.reason, 1);
+        printf("\"capabilities\":");
+        json_caps(attr ? attr->caps : 0);
+        if (attr == NULL) {
+            printf(",\"devices\":[]}");
+            continue;
+        }
+        printf(",\"latency_us\":%.3f,\"bandwidth_mbs\":%.1f", attr->latency_us,
+               attr->bandwidth_mbs);
+        printf(",\"limits\":{\"max_msg_size\":%llu,\"max_eager_size\":%llu,\"max_key_len\":%u}",
+               (unsigned long long)attr->limits.max_msg_size,
+               (unsigned long long)attr->limits.max_eager_size, attr->limits.max_key_len);
+        printf(",\"devices\":[");
+        for (uint32_t d = 0; d < attr->num_devices; d++) {
+            const xfer_device_attr_t *dev = &attr->devices[d];
+            printf("%s{", d ? "," : "");
+            json_kv("name", dev->name, 1);
+            json_kv("kind", dev->kind, 1);
+            printf("\"numa_node\":%d,\"attributes\":{", dev->numa_node);
+            for (uint32_t a = 0; a < dev->num_attrs; a++) {
+                json_kv(dev->attrs[a].key, dev->attrs[a].value, a + 1 < dev->num_attrs);
+            }
+            printf("}}");
+        }
+        printf("]}");
+    }
+    printf("]");
+}
+
+static void json_params(const xfer_context_t *ctx)
+{
+    printf("\"parameters\":[");
+    for (size_t i = 0; i < xfer_param_count(ctx); i++) {
+        xfer_param_info_t p;
+
+        if (xfer_param_get(ctx, i, &p) != XFER_OK) {
+            continue;
+        }
+        printf("%s{", i ? "," : "");
+        json_kv("name", p.env_name, 1);
+        json_kv("component", p.component, 1);
+        json_kv("type", p.type, 1);
+        json_kv("range", p.range, 1);
+        json_kv("default", p.default_value, 1);
+        json_kv("value", p.value, 1);
+        json_kv("source", (p.source == XFER_PARAM_SOURCE_ENV) ? "environment" : "default", 1);
+        json_kv("help", p.help, 0);
+        printf("}");
+    }
+    printf("]");
+}
+
+static void json_select(const xfer_context_t *ctx)
+{
+    printf("\"selection\":{");
+    for (size_t c = 0; c < sizeof(select_cases) / sizeof(select_cases[0]); c++) {
+        xfer_selection_t sel = {0};
+        const char *chosen   = NULL;
+        int first;
+
+        xfer_select(ctx, &select_cases[c].req, &sel);
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank == 0) {
+                chosen = sel.entries[i].name;
+            }
+        }
+        printf("%s", c ? "," : "");
+        json_str(select_cases[c].label);
+        printf(":{\"required\":");
+        json_caps(select_cases[c].req.required_caps);
+        printf(",");
+        json_kv("selected", chosen, 1);
+        printf("\"ranking\":[");
+        first = 1;
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank >= 0) {
+                printf("%s{", first ? "" : ",");
+                json_kv("name", sel.entries[i].name, 1);
+                json_kv("why", sel.entries[i].reason, 0);
+                printf("}");
+                first = 0;
+            }
+        }
+        printf("],\"rejected\":[");
+        first = 1;
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank < 0) {
+                printf("%s{", first ? "" : ",");
+                json_kv("name", sel.entries[i].name, 1);
+                json_kv("why", sel.entries[i].reason, 0);
+                printf("}");
+                first = 0;
+            }
+        }
+        printf("]}");
+        xfer_selection_release(&sel);
+    }
+    printf("}");
+}
+
+static void json_errors(const char *errors)
+{
+    char *copy, *save = NULL, *line;
+    int first = 1;
+
+    printf("\"errors\":[");
+    copy = errors ? strdup(errors) : NULL;
+    for (line = copy ? strtok_r(copy, "\n", &save) : NULL; line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        printf("%s", first ? "" : ",");
+        json_str(line);
+        first = 0;
+    }
+    free(copy);
+    printf("]");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option long_opts[] = {
+        {"config", no_argument, NULL, 'c'},
+        {"select", no_argument, NULL, 's'},
+        {"json",   no_argument, NULL, 'j'},
+        {"help",   no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}
+    };
+    xfer_context_params_t params = {sizeof(params), XFER_CONTEXT_FLAG_INSPECT};
+    options_t opts = {0};
+    xfer_context_t *ctx;
+    const char *errors;
+    xfer_status_t status;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "csjh", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': opts.params = 1; break;
+        case 's': opts.select = 1; break;
+        case 'j': opts.json = 1; break;
+        case 'h': usage(stdout); return 0;
+        default:  usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "xfer_info: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    opts.components = !opts.params && !opts.select;
+
+    status = xfer_context_create(&params, &ctx);
+    if (status != XFER_OK) {
+        fprintf(stderr, "xfer_info: cannot create a context: %s\n", xfer_status_string(status));
+        return 1;
+    }
+    errors = xfer_context_env_error(ctx);
+
+    if (opts.json) {
+        int sep = 0;
+        printf("{\"version\":\"%d.%d\",\"abi\":%u,", XFER_VERSION_MAJOR, XFER_VERSION_MINOR,
+               XFER_COMPONENT_ABI_V1);
+        json_kv("search_path", xfer_component_search_path(ctx), 1);
+        if (opts.components) {
+            json_components(ctx);
+            sep = 1;
+        }
+        if (opts.params) {
+            printf("%s", sep ? "," : "");
+            json_params(ctx);
+            sep = 1;
+        }
+        if (opts.select) {
+            printf("%s", sep ? "," : "");
+            json_select(ctx);
+        }
+        printf(",");
+        json_errors(errors);
+        printf("}\n");
+    } else {
+        if (opts.components) {
+            text_components(ctx);
+        }
+        if (opts.params) {
+            text_params(ctx);
+        }
+        /* With a bad environment, a selection would be a guess: say what is wrong instead. */
+        if (opts.select && (errors == NULL)) {
+            text_select(ctx);
+        }
+    }
+    if (errors != NULL) {
+        fprintf(stderr, "xfer_info: invalid environment:\n%s\n", errors);
+    }
+    xfer_context_destroy(ctx);
+    return (errors != NULL) ? 1 : 0;
+}

@@ -1,0 +1,275 @@
+/*
+ * The context: loads the components, reads and validates the XFER_* environment, and answers
+ * the introspection calls of xfer/info.h.
+ */
+#include "xfer_int.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONTEXT_SUBSYS "config"
+
+extern char **environ;
+
+static const xfer_param_desc_t fw_params[] = {
+    {"LOG_LEVEL", XFER_PARAM_ENUM, "warn",
+     "What reaches stderr: error, warn, info, debug or trace.",
+     offsetof(xfer_fw_config_t, log_level), 0, 0, xfer_log_level_names},
+    {"TRANSPORTS", XFER_PARAM_STRING, "all",
+     "Transports to use: 'all'; 'a,b' (only these, in this order; an unavailable one is an "
+     "error); '^a,b' (all but these).",
+     offsetof(xfer_fw_config_t, transports), 0, 0, NULL},
+    {"COMPONENT_PATH", XFER_PARAM_STRING, "",
+     "Colon-separated directories (or xfer_<name>.so files) searched for components before "
+     "the install directory.",
+     offsetof(xfer_fw_config_t, component_path), 0, 0, NULL},
+    {NULL}
+};
+
+/* Every XFER_* variable that some table declares; the rest get a warning with a suggestion. */
+static void warn_unknown_env(xfer_context_t *ctx)
+{
+    const char **known;
+    size_t num_known = 0, cap = ctx->fw_params.num;
+    xfer_component_entry_t *e;
+
+    ucs_list_for_each(e, &ctx->components, list) {
+        cap += e->params.num;
+    }
+    known = calloc(cap + 1, sizeof(*known));
+    if (known == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < ctx->fw_params.num; i++) {
+        known[num_known++] = ctx->fw_params.values[i].env_name;
+    }
+    ucs_list_for_each(e, &ctx->components, list) {
+        for (size_t i = 0; i < e->params.num; i++) {
+            known[num_known++] = e->params.values[i].env_name;
+        }
+    }
+
+    for (char **env = environ; (env != NULL) && (*env != NULL); env++) {
+        char name[128], prefix[XFER_NAME_MAX + 8];
+        const char *eq = strchr(*env, '='), *close;
+        size_t len     = eq ? (size_t)(eq - *env) : strlen(*env);
+        int found      = 0, failed_component = 0;
+
+        if ((strncmp(*env, XFER_ENV_PREFIX, strlen(XFER_ENV_PREFIX)) != 0) ||
+            (len >= sizeof(name))) {
+            continue;
+        }
+        memcpy(name, *env, len);
+        name[len] = '\0';
+        for (size_t i = 0; (i < num_known) && !found; i++) {
+            found = (strcmp(name, known[i]) == 0);
+        }
+        if (found) {
+            continue;
+        }
+        /* A component that failed to load has no table to check against: stay quiet. */
+        ucs_list_for_each(e, &ctx->components, list) {
+            char upper[XFER_NAME_MAX];
+            xfer_str_upper(upper, e->name, sizeof(upper));
+            snprintf(prefix, sizeof(prefix), XFER_ENV_PREFIX "%s_", upper);
+            if ((e->comp == NULL) && (strncmp(name, prefix, strlen(prefix)) == 0)) {
+                failed_component = 1;
+            }
+        }
+        if (failed_component) {
+            xfer_log(XFER_LOG_DEBUG, CONTEXT_SUBSYS, "%s belongs to a component that failed to "
+                     "load; not checked", name);
+            continue;
+        }
+        close = xfer_closest_name(name, known, num_known);
+        if (close != NULL) {
+            xfer_log(XFER_LOG_WARN, CONTEXT_SUBSYS, "unknown environment variable %s; did you "
+                     "mean %s? (xfer_info -c lists them all)", name, close);
+        } else {
+            xfer_log(XFER_LOG_WARN, CONTEXT_SUBSYS, "unknown environment variable %s (xfer_info "
+                     "-c lists them all)", name);
+        }
+    }
+    free(known);
+}
+
+static xfer_status_t build_param_index(xfer_context_t *ctx)
+{
+    xfer_component_entry_t *e;
+    size_t n = ctx->fw_params.num;
+    const xfer_param_set_t *set;
+
+    ucs_list_for_each(e, &ctx->components, list) {
+        n += e->params.num;
+    }
+    ctx->param_index = calloc(n + 1, sizeof(*ctx->param_index));
+    if (ctx->param_index == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+
+    set = &ctx->fw_params;
+    e   = ucs_list_head(&ctx->components, xfer_component_entry_t, list);
+    for (;;) {
+        for (size_t i = 0; i < set->num; i++) {
+            const xfer_param_value_t *pv = &set->values[i];
+            xfer_param_info_t *info      = &ctx->param_index[ctx->num_params++];
+            info->component     = set->component;
+            info->env_name      = pv->env_name;
+            info->type          = xfer_param_type_name(pv->desc->type);
+            info->default_value = pv->desc->default_value;
+            info->value         = pv->value;
+            info->source        = pv->source;
+            info->help          = pv->desc->help ? pv->desc->help : "";
+            info->range         = pv->range;
+        }
+        if (&e->list == &ctx->components) {
+            break;
+        }
+        set = &e->params;
+        e   = ucs_list_next(&e->list, xfer_component_entry_t, list);
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_context_t **ctx_p)
+{
+    uint32_t flags = 0;
+    xfer_context_t *ctx;
+    xfer_status_t status;
+    char err[256];
+
+    if (ctx_p == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (params != NULL) {
+        if (params->size < offsetof(xfer_context_params_t, flags) + sizeof(params->flags)) {
+            xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "xfer_context_params_t.size %u is too "
+                     "small", params->size);
+            return XFER_ERR_INVALID_PARAM;
+        }
+        flags = params->flags;
+    }
+
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    ucs_list_head_init(&ctx->components);
+
+    status = xfer_param_set_init(&ctx->fw_params, NULL, fw_params, sizeof(xfer_fw_config_t),
+                                 &ctx->env_error);
+    if (status != XFER_OK) {
+        goto err_free_ctx;
+    }
+    /* The params' config struct is the framework config. */
+    ctx->fw_config = *(xfer_fw_config_t*)ctx->fw_params.config;
+    xfer_log_set_level((xfer_log_level_t)ctx->fw_config.log_level);
+
+    status = xfer_loader_load(ctx);
+    if (status != XFER_OK) {
+        goto err_cleanup_params;
+    }
+
+    if (xfer_transport_spec_parse(ctx->fw_config.transports, &ctx->transports, err,
+                                  sizeof(err)) != XFER_OK) {
+        xfer_errors_append(&ctx->env_error, "XFER_TRANSPORTS='%s': %s",
+                           ctx->fw_config.transports, err);
+    } else {
+        xfer_transport_spec_check(ctx, &ctx->env_error);
+    }
+
+    warn_unknown_env(ctx);
+    status = build_param_index(ctx);
+    if (status != XFER_OK) {
+        goto err_unload;
+    }
+
+    if ((ctx->env_error != NULL) && !(flags & XFER_CONTEXT_FLAG_INSPECT)) {
+        xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "invalid environment:\n%s", ctx->env_error);
+        status = XFER_ERR_INVALID_PARAM;
+        goto err_unload;
+    }
+    *ctx_p = ctx;
+    return XFER_OK;
+
+err_unload:
+    free(ctx->param_index);
+    xfer_transport_spec_cleanup(&ctx->transports);
+    xfer_loader_unload(ctx);
+err_cleanup_params:
+    xfer_param_set_cleanup(&ctx->fw_params);
+err_free_ctx:
+    free(ctx->env_error);
+    free(ctx);
+    return status;
+}
+
+void xfer_context_destroy(xfer_context_t *ctx)
+{
+    if (ctx == NULL) {
+        return;
+    }
+    free(ctx->param_index);
+    xfer_transport_spec_cleanup(&ctx->transports);
+    xfer_loader_unload(ctx);
+    xfer_param_set_cleanup(&ctx->fw_params);
+    free(ctx->env_error);
+    free(ctx);
+}
+
+const char *xfer_context_env_error(const xfer_context_t *ctx)
+{
+    return ctx ? ctx->env_error : NULL;
+}
+
+size_t xfer_component_count(const xfer_context_t *ctx)
+{
+    return ctx ? ctx->num_components : 0;
+}
+
+xfer_status_t xfer_component_get(const xfer_context_t *ctx, size_t index,
+                                 xfer_component_info_t *info_p)
+{
+    const xfer_component_entry_t *e;
+    size_t i = 0;
+
+    if ((ctx == NULL) || (info_p == NULL) || (index >= ctx->num_components)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ucs_list_for_each(e, &ctx->components, list) {
+        if (i++ != index) {
+            continue;
+        }
+        info_p->name        = e->name;
+        info_p->path        = e->path;
+        info_p->origin      = e->origin;
+        info_p->version     = e->comp ? e->comp->version : NULL;
+        info_p->description = e->comp ? e->comp->description : NULL;
+        info_p->state       = e->state;
+        info_p->reason      = e->reason;
+        info_p->attr        = e->comp ? &e->attr : NULL;
+        return XFER_OK;
+    }
+    return XFER_ERR_INVALID_PARAM;
+}
+
+const char *xfer_component_search_path(const xfer_context_t *ctx)
+{
+    return (ctx && ctx->search_path) ? ctx->search_path : "";
+}
+
+size_t xfer_param_count(const xfer_context_t *ctx)
+{
+    return ctx ? ctx->num_params : 0;
+}
+
+xfer_status_t xfer_param_get(const xfer_context_t *ctx, size_t index, xfer_param_info_t *info_p)
+{
+    if ((ctx == NULL) || (info_p == NULL) || (index >= ctx->num_params)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    *info_p = ctx->param_index[index];
+    return XFER_OK;
+}

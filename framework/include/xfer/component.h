@@ -1,0 +1,221 @@
+/*
+ * xfer plug-in ABI: what a transport component exports and what it may call.
+ *
+ * A component is a shared object (xfer_<name>.so) that exports exactly one data symbol,
+ * XFER_COMPONENT_SYMBOL_V1 ("xfer_component_v1"), of type xfer_component_v1_t. The symbol's
+ * name carries the ABI version (NCCL's rule): once a version is released its struct is never
+ * edited; a change makes xfer_component_v2_t and a new symbol, and the loader probes the
+ * newest version it knows first. The struct starts with the ABI version and its own size, so
+ * the loader can reject a mismatched build with a precise reason instead of crashing.
+ *
+ * Only this header (and xfer.h, for status codes) is visible to components. Components link
+ * against libxfer.so for the logging and parameter services declared at the end.
+ *
+ * Status: ABI v1 is frozen from the first release (1.0). Until then it may still change.
+ */
+#ifndef XFER_COMPONENT_H
+#define XFER_COMPONENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <xfer/xfer.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XFER_COMPONENT_ABI_V1     1u
+#define XFER_COMPONENT_SYMBOL_V1  "xfer_component_v1"
+/* The range of ABI versions this library knows, for the loader's too-old/too-new checks. */
+#define XFER_COMPONENT_ABI_OLDEST 1u
+#define XFER_COMPONENT_ABI_NEWEST 1u
+
+/* Mark the single exported symbol; everything else in a component stays hidden. */
+#define XFER_COMPONENT_EXPORT __attribute__((visibility("default")))
+
+#define XFER_NAME_MAX        32   /* component and parameter names */
+#define XFER_REASON_MAX     256   /* one-line human-readable reasons */
+#define XFER_DEVICE_MAX      32   /* devices reported by one query */
+#define XFER_DEVICE_ATTR_MAX 24   /* key/value attributes per device */
+
+/* ---- capabilities --------------------------------------------------------------------------- */
+
+/* What a component really does. A bit is set only when the operation is implemented. */
+enum {
+    XFER_CAP_PUT        = 1u << 0,  /* one-sided write into registered remote memory */
+    XFER_CAP_GET        = 1u << 1,  /* one-sided read from registered remote memory */
+    XFER_CAP_TAG        = 1u << 2,  /* tagged send/receive with tag+mask matching */
+    XFER_CAP_TENSOR     = 1u << 3,  /* receiver-driven tensor fetch by key */
+    XFER_CAP_MEM_HOST   = 1u << 4,  /* moves host (CPU) memory */
+    XFER_CAP_MEM_CUDA   = 1u << 5,  /* moves CUDA device memory */
+    XFER_CAP_INTER_HOST = 1u << 6,  /* reaches peers on other hosts */
+};
+#define XFER_CAP_ALL ((uint64_t)0x7f)
+
+/* ---- parameters ----------------------------------------------------------------------------- */
+
+typedef enum {
+    XFER_PARAM_INT,     /* int64_t; min/max apply */
+    XFER_PARAM_UINT,    /* uint64_t; min/max apply */
+    XFER_PARAM_SIZE,    /* uint64_t bytes; accepts 4096, 64k, 1m, 2g, inf; min/max apply */
+    XFER_PARAM_TIME,    /* double seconds; accepts 10s, 500ms, 20us, 1.5 (seconds) */
+    XFER_PARAM_BOOL,    /* int 0/1; accepts y/yes/on/1 and n/no/off/0 */
+    XFER_PARAM_STRING,  /* const char *, owned by the framework for the config's lifetime */
+    XFER_PARAM_ENUM,    /* int index into enum_values */
+} xfer_param_type_t;
+
+/*
+ * One entry of a component's parameter table. The environment variable is
+ * XFER_<COMPONENT>_<name> (component name upper-cased). The parsed value is stored at
+ * 'offset' in the component's config struct (of config_size bytes), which the framework
+ * allocates, fills, and passes to query() and iface_open(). The table ends with name == NULL.
+ */
+typedef struct xfer_param_desc {
+    const char              *name;          /* upper case, e.g. "EAGER_THRESHOLD" */
+    xfer_param_type_t       type;
+    const char              *default_value; /* parsed like a user value */
+    const char              *help;
+    size_t                  offset;         /* into the component's config struct */
+    double                  min, max;       /* numeric range; ignored when min == max */
+    const char *const       *enum_values;   /* NULL-terminated, for XFER_PARAM_ENUM */
+} xfer_param_desc_t;
+
+/* ---- query ---------------------------------------------------------------------------------- */
+
+typedef struct xfer_device_attr {
+    char     name[XFER_NAME_MAX * 2];       /* "eth0", "rxe0:1" */
+    char     kind[16];                      /* "net", "rdma", "gpu" */
+    int      numa_node;                     /* -1 when unknown */
+    uint32_t num_attrs;
+    struct {
+        char key[32];
+        char value[160];
+    } attrs[XFER_DEVICE_ATTR_MAX];          /* "state"="ACTIVE", "mtu"="1024", "gid[1]"=... */
+} xfer_device_attr_t;
+
+typedef struct xfer_component_limits {
+    uint64_t max_msg_size;      /* largest tag message or put/get; 0 = not applicable */
+    uint64_t max_eager_size;    /* messages up to this go eagerly */
+    uint32_t max_key_len;       /* tensor keys; 0 = not applicable */
+} xfer_component_limits_t;
+
+typedef struct xfer_component_attr {
+    int                     available;              /* 1 = usable on this host now */
+    char                    reason[XFER_REASON_MAX];/* why not, when !available */
+    uint64_t                caps;                   /* XFER_CAP_* actually implemented */
+    xfer_component_limits_t limits;
+    double                  latency_us;             /* estimate for ranking: small message */
+    double                  bandwidth_mbs;          /* estimate for ranking: MB/s (10^6) */
+    uint32_t                num_devices;
+    xfer_device_attr_t      devices[XFER_DEVICE_MAX];
+} xfer_component_attr_t;
+
+/* ---- data path (opaque handles owned by the component) -------------------------------------- */
+
+typedef struct xfer_iface *xfer_iface_h;   /* one opened instance of the transport */
+typedef struct xfer_ep    *xfer_ep_h;      /* a connection to one peer */
+typedef struct xfer_memh  *xfer_memh_h;    /* local registered memory */
+typedef struct xfer_rkey  *xfer_rkey_h;    /* unpacked remote key */
+
+typedef enum {
+    XFER_MEM_HOST = 0,
+    XFER_MEM_CUDA = 1,
+} xfer_mem_type_t;
+
+/* Completion of a non-blocking operation: called from progress() exactly once. */
+typedef struct xfer_comp {
+    void (*cb)(struct xfer_comp *self, xfer_status_t status, size_t length, uint64_t tag);
+} xfer_comp_t;
+
+/* What the framework hands a component when it opens an interface. */
+typedef struct xfer_iface_params {
+    uint32_t size;                  /* sizeof(xfer_iface_params_t) of the caller's build */
+    void     *fw_arg;               /* opaque; passed back to the callbacks below */
+    /* Tensor producer side: look up a published tensor by key (TENSOR components). */
+    xfer_status_t (*tensor_lookup)(void *fw_arg, const char *key, size_t key_len,
+                                   xfer_tensor_t *tensor_p);
+} xfer_iface_params_t;
+
+/* ---- the component struct, ABI v1 ----------------------------------------------------------- */
+
+typedef struct xfer_component_v1 {
+    uint32_t                abi_version;    /* XFER_COMPONENT_ABI_V1 */
+    uint32_t                size;           /* sizeof(xfer_component_v1_t) */
+    const char              *name;          /* lower case, [a-z0-9_], < XFER_NAME_MAX */
+    const char              *version;       /* the component's own version string */
+    const char              *description;   /* one line */
+
+    const xfer_param_desc_t *params;        /* NULL-terminated table, may be NULL */
+    size_t                  config_size;    /* bytes of the config struct params point into */
+
+    /* Fill attr truthfully. Return XFER_OK with attr->available = 0 and a reason when the
+     * transport cannot work here; return an error only when the query itself failed. */
+    xfer_status_t (*query)(const void *config, xfer_component_attr_t *attr);
+
+    /* Open/close one instance; config outlives the iface. */
+    xfer_status_t (*iface_open)(const void *config, const xfer_iface_params_t *params,
+                                xfer_iface_h *iface_p);
+    void          (*iface_close)(xfer_iface_h iface);
+    /* Address the peer needs to connect to this iface; *len_p is in/out. */
+    xfer_status_t (*iface_address)(xfer_iface_h iface, void *buf, size_t *len_p);
+
+    xfer_status_t (*ep_create)(xfer_iface_h iface, const void *peer_addr, size_t addr_len,
+                               xfer_ep_h *ep_p);
+    void          (*ep_destroy)(xfer_ep_h ep);
+
+    xfer_status_t (*mem_reg)(xfer_iface_h iface, void *addr, size_t length,
+                             xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+    void          (*mem_dereg)(xfer_iface_h iface, xfer_memh_h memh);
+    xfer_status_t (*rkey_pack)(xfer_iface_h iface, xfer_memh_h memh, void *buf, size_t *len_p);
+    xfer_status_t (*rkey_unpack)(xfer_iface_h iface, const void *buf, size_t len,
+                                 xfer_rkey_h *rkey_p);
+    void          (*rkey_release)(xfer_iface_h iface, xfer_rkey_h rkey);
+
+    xfer_status_t (*put)(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                         uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+    xfer_status_t (*get)(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                         uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+
+    xfer_status_t (*tag_send)(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
+                              xfer_memh_h memh, xfer_comp_t *comp);
+    /* ep == NULL matches any peer. */
+    xfer_status_t (*tag_recv)(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag, uint64_t tag_mask,
+                              void *buf, size_t length, xfer_memh_h memh, xfer_comp_t *comp);
+    xfer_status_t (*tag_recv_cancel)(xfer_iface_h iface, xfer_comp_t *comp);
+
+    xfer_status_t (*tensor_fetch)(xfer_ep_h ep, const char *key, size_t key_len,
+                                  xfer_tensor_t *dest, xfer_comp_t *comp);
+
+    /* Drive completions; returns how many events it processed. */
+    unsigned      (*progress)(xfer_iface_h iface);
+    xfer_status_t (*flush)(xfer_ep_h ep, xfer_comp_t *comp);
+    /* A file descriptor that becomes readable when progress() has work; -1 if none. */
+    int           (*event_fd)(xfer_iface_h iface);
+    /* Arm event_fd; XFER_ERR_BUSY means "call progress() first, events are pending". */
+    xfer_status_t (*event_arm)(xfer_iface_h iface);
+} xfer_component_v1_t;
+
+/* ---- services libxfer offers components ----------------------------------------------------- */
+
+XFER_API void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+XFER_API int  xfer_log_enabled(xfer_log_level_t level);
+
+#define xfer_log_at(_lvl, _subsys, ...) \
+    do { if (xfer_log_enabled(_lvl)) xfer_log(_lvl, _subsys, __VA_ARGS__); } while (0)
+
+/* Copy a formatted reason into a fixed buffer (truncating safely). */
+XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
+XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* XFER_COMPONENT_H */

@@ -1,0 +1,134 @@
+/*
+ * A test component, compiled once per variant by Makefile.am into real xfer_<name>.so files
+ * that the loader and selection tests dlopen. Each variant is broken in exactly one way (see
+ * the TEST_* macros). Its capabilities and estimates come from its own parameters
+ * (XFER_<NAME>_CAPS, ...) so selection can be exercised before the real transports have data
+ * paths; it is a test double for ranking input only and moves no data. query() echoes every
+ * parsed parameter back as a device attribute so tests can check the typed parsing end to end.
+ */
+#include <xfer/component.h>
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#ifndef TEST_NAME
+#error "TEST_NAME must be defined"
+#endif
+#ifndef TEST_SYMBOL
+#define TEST_SYMBOL xfer_component_v1
+#endif
+#ifndef TEST_ABI_FIELD
+#define TEST_ABI_FIELD XFER_COMPONENT_ABI_V1
+#endif
+#ifndef TEST_SIZE_DELTA
+#define TEST_SIZE_DELTA 0
+#endif
+
+typedef struct test_config {
+    int      available;
+    char     *caps;
+    uint64_t bandwidth;
+    double   latency;
+    int64_t  ratio;
+    uint64_t buf;
+    int      level;
+    char     *reason;
+} test_config_t;
+
+static const char *const levels[] = {"low", "mid", "high", NULL};
+
+static const xfer_param_desc_t test_params[] = {
+    {"AVAILABLE", XFER_PARAM_BOOL, "y", "Report the component as available.",
+     offsetof(test_config_t, available), 0, 0, NULL},
+    {"CAPS", XFER_PARAM_STRING, "PUT,MEM_HOST", "Capability names to report, comma-separated.",
+     offsetof(test_config_t, caps), 0, 0, NULL},
+    {"BANDWIDTH", XFER_PARAM_UINT, "100", "Bandwidth estimate, MB/s.",
+     offsetof(test_config_t, bandwidth), 1, 1e9, NULL},
+#ifdef TEST_BAD_DEFAULT
+    {"LATENCY", XFER_PARAM_TIME, "soon", "A default that does not parse.",
+     offsetof(test_config_t, latency), 0, 0, NULL},
+#else
+    {"LATENCY", XFER_PARAM_TIME, "10us", "Latency estimate.",
+     offsetof(test_config_t, latency), 0, 10, NULL},
+#endif
+    {"RATIO", XFER_PARAM_INT, "0", "A signed integer with a range.",
+     offsetof(test_config_t, ratio), -5, 100, NULL},
+    {"BUF", XFER_PARAM_SIZE, "64k", "A size with a range.",
+     offsetof(test_config_t, buf), 1024, 1 << 30, NULL},
+    {"LEVEL", XFER_PARAM_ENUM, "mid", "An enumeration.",
+     offsetof(test_config_t, level), 0, 0, levels},
+    {"REASON", XFER_PARAM_STRING, "disabled by XFER_" TEST_NAME "_AVAILABLE",
+     "Reason given when not available.", offsetof(test_config_t, reason), 0, 0, NULL},
+    {NULL}
+};
+
+#ifdef TEST_UNDEFINED
+/* Defined nowhere: dlopen(RTLD_NOW) must fail with "undefined symbol". */
+extern int xfer_test_symbol_that_does_not_exist(void);
+#endif
+
+static uint64_t parse_caps(const char *list)
+{
+    static const char *const names[] = {"PUT", "GET", "TAG", "TENSOR", "MEM_HOST", "MEM_CUDA",
+                                        "INTER_HOST"};
+    uint64_t caps = 0;
+
+    for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *p = strstr(list, names[i]);
+        size_t n      = strlen(names[i]);
+        /* whole words only: "PUT" must not match inside "INPUT" */
+        if ((p != NULL) && ((p == list) || (p[-1] == ',')) && ((p[n] == '\0') || (p[n] == ','))) {
+            caps |= 1ull << i;
+        }
+    }
+    return caps;
+}
+
+static xfer_status_t test_query(const void *config, xfer_component_attr_t *attr)
+{
+    const test_config_t *cfg = config;
+    xfer_device_attr_t *dev  = &attr->devices[0];
+
+#ifdef TEST_UNDEFINED
+    if (xfer_test_symbol_that_does_not_exist()) {
+        return XFER_ERR_INTERNAL;
+    }
+#endif
+#ifdef TEST_QUERY_FAILS
+    xfer_reason_set(attr->reason, sizeof(attr->reason), "simulated device probe failure");
+    return XFER_ERR_IO;
+#endif
+    attr->num_devices = 1;
+    snprintf(dev->name, sizeof(dev->name), "cfg");
+    snprintf(dev->kind, sizeof(dev->kind), "test");
+    dev->numa_node = -1;
+    xfer_device_attr_add(dev, "available", "%d", cfg->available);
+    xfer_device_attr_add(dev, "bandwidth", "%llu", (unsigned long long)cfg->bandwidth);
+    xfer_device_attr_add(dev, "latency", "%g", cfg->latency);
+    xfer_device_attr_add(dev, "ratio", "%lld", (long long)cfg->ratio);
+    xfer_device_attr_add(dev, "buf", "%llu", (unsigned long long)cfg->buf);
+    xfer_device_attr_add(dev, "level", "%s", levels[cfg->level]);
+
+    attr->available = cfg->available;
+    if (!cfg->available) {
+        xfer_reason_set(attr->reason, sizeof(attr->reason), "%s", cfg->reason);
+        return XFER_OK;
+    }
+    attr->caps          = parse_caps(cfg->caps);
+    attr->bandwidth_mbs = (double)cfg->bandwidth;
+    attr->latency_us    = cfg->latency * 1e6;
+    return XFER_OK;
+}
+
+XFER_COMPONENT_EXPORT const xfer_component_v1_t TEST_SYMBOL = {
+    .abi_version = TEST_ABI_FIELD,
+    .size        = sizeof(xfer_component_v1_t) + TEST_SIZE_DELTA,
+    .name        = TEST_NAME,
+    .version     = "9.9.9",
+    .description = "test component " TEST_NAME,
+    .params      = test_params,
+    .config_size = sizeof(test_config_t),
+    .query       = test_query,
+};
