@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Quick start on a fresh Debian machine: install what xfer needs, build it in build/ (out of
+# tree), and run the main job. Safe to run again: it skips what is already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential autoconf automake libtool pkg-config libucx-dev libibverbs-dev
+      librdmacm-dev ibverbs-providers libhwloc-dev libcriterion-dev jq"
+# shellcheck disable=SC2086
+if ! dpkg -s $PKGS >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+    $SUDO apt-get update -q
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends $PKGS
+fi
+
+[ -x configure ] || ./autogen.sh
+mkdir -p build
+cd build
+[ -f Makefile ] || ../configure
+make -j"$(nproc)"
+
+echo
+echo "== xfer_info: the transports this host has =="
+./contrib/xfer_info

@@ -159,8 +159,9 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
     ucs_list_head_init(&ctx->components);
 
     status = xfer_param_set_init(&ctx->fw_params, NULL, fw_params, sizeof(xfer_fw_config_t),
-                                 &ctx->env_error);
+                                 &ctx->env_error, err, sizeof(err));
     if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "framework parameters: %s", err);
         goto err_free_ctx;
     }
     /* The params' config struct is the framework config. */

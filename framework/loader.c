@@ -269,10 +269,10 @@ static void load_one(xfer_context_t *ctx, const char *path, const char *origin, 
 
     e->comp = comp;
     status  = xfer_param_set_init(&e->params, comp->name, comp->params, comp->config_size,
-                                  errors_p);
+                                  errors_p, why, sizeof(why));
     if (status != XFER_OK) {
         entry_reject(e, XFER_LOG_WARN, "parameter table rejected: %s",
-                     xfer_status_string(status));
+                     (status == XFER_ERR_NO_MEMORY) ? xfer_status_string(status) : why);
         return;
     }
 

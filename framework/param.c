@@ -64,12 +64,22 @@ static char *range_string(const xfer_param_desc_t *d)
     return strdup("");
 }
 
-/* Parse one value into dest; on failure write why into err and return an error. */
+/* Parse one value into dest; on failure dest is untouched and err says why. */
 static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, void *dest,
                                  char *err, size_t err_size)
 {
+    union {
+        int64_t  i;
+        uint64_t u;
+        double   t;
+        int      b;
+    } tmp;
+    void *final = dest;
     char *end;
     double num = 0;
+
+    /* Numbers are parsed into tmp and stored only once they pass the range check. */
+    dest = &tmp;
 
     if ((d->type != XFER_PARAM_STRING) && (*str == '\0')) {
         xfer_reason_set(err, err_size, "empty value");
@@ -128,7 +138,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not a boolean (y/yes/on/1 or n/no/off/0)");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(int*)dest = v ? 1 : 0;
+        *(int*)final = v ? 1 : 0;
         return XFER_OK;
     }
     case XFER_PARAM_STRING: {
@@ -137,14 +147,14 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "out of memory");
             return XFER_ERR_NO_MEMORY;
         }
-        free(*(char**)dest);
-        *(char**)dest = copy;
+        free(*(char**)final);
+        *(char**)final = copy;
         return XFER_OK;
     }
     case XFER_PARAM_ENUM:
         for (int i = 0; (d->enum_values != NULL) && (d->enum_values[i] != NULL); i++) {
             if (strcasecmp(str, d->enum_values[i]) == 0) {
-                *(int*)dest = i;
+                *(int*)final = i;
                 return XFER_OK;
             }
         }
@@ -159,6 +169,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
         xfer_reason_set(err, err_size, "out of range");
         return XFER_ERR_OUT_OF_RANGE;
     }
+    memcpy(final, &tmp, (d->type == XFER_PARAM_TIME) ? sizeof(double) : sizeof(uint64_t));
     return XFER_OK;
 }
 
@@ -186,13 +197,13 @@ static size_t param_value_size(xfer_param_type_t type)
 
 /*
  * Fill set->config from defaults and the environment. Bad environment values are appended
- * to *errors_p (the default is kept for them, so a tool can still look at the config);
- * problems in the table itself (a default that does not parse, an offset past the config)
- * make the whole set fail.
+ * to *env_errors_p (the default is kept for them, so a tool can still look at the config);
+ * a problem in the table itself (a default that does not parse, an offset past the config)
+ * fails the whole set and is described in why.
  */
 xfer_status_t xfer_param_set_init(xfer_param_set_t *set, const char *component,
                                   const xfer_param_desc_t *descs, size_t config_size,
-                                  char **errors_p)
+                                  char **env_errors_p, char *why, size_t why_size)
 {
     char upper[XFER_NAME_MAX], err[128];
     xfer_status_t status;
@@ -225,16 +236,16 @@ xfer_status_t xfer_param_set_init(xfer_param_set_t *set, const char *component,
         }
         if ((d->offset + param_value_size(d->type) > config_size) ||
             (d->default_value == NULL)) {
-            xfer_errors_append(errors_p, "%s: bad parameter table entry (offset %zu, config %zu "
-                               "bytes, default %s)", pv->env_name, d->offset, config_size,
-                               d->default_value ? "set" : "missing");
+            xfer_reason_set(why, why_size, "%s: bad parameter table entry (offset %zu, config "
+                            "%zu bytes, default %s)", pv->env_name, d->offset, config_size,
+                            d->default_value ? "set" : "missing");
             status = XFER_ERR_INVALID_PARAM;
             goto err_cleanup;
         }
         status = parse_value(d, d->default_value, dest, err, sizeof(err));
         if (status != XFER_OK) {
-            xfer_errors_append(errors_p, "%s: built-in default '%s' is invalid: %s",
-                               pv->env_name, d->default_value, err);
+            xfer_reason_set(why, why_size, "%s: built-in default '%s' is invalid: %s",
+                            pv->env_name, d->default_value, err);
             goto err_cleanup;
         }
         pv->value  = strdup(d->default_value);
@@ -248,7 +259,7 @@ xfer_status_t xfer_param_set_init(xfer_param_set_t *set, const char *component,
         if (status == XFER_ERR_NO_MEMORY) {
             goto err_cleanup;
         } else if (status != XFER_OK) {
-            xfer_errors_append(errors_p, "%s='%s': %s (%s%s%s, default %s)", pv->env_name, env,
+            xfer_errors_append(env_errors_p, "%s='%s': %s (%s%s%s, default %s)", pv->env_name, env,
                                err, xfer_param_type_name(d->type), *pv->range ? " " : "",
                                pv->range, d->default_value);
             xfer_log(XFER_LOG_ERROR, "config", "%s='%s': %s; expected %s%s%s",

@@ -86,7 +86,7 @@ char *xfer_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 
 /* param.c */
 xfer_status_t xfer_param_set_init(xfer_param_set_t *set, const char *component,
                                   const xfer_param_desc_t *descs, size_t config_size,
-                                  char **errors_p);
+                                  char **env_errors_p, char *why, size_t why_size);
 void xfer_param_set_cleanup(xfer_param_set_t *set);
 const char *xfer_param_type_name(xfer_param_type_t type);
 

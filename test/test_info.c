@@ -1,0 +1,197 @@
+/*
+ * xfer_info, run as a user would run it: text and JSON output, exit status, bad environment,
+ * and a junk file in XFER_COMPONENT_PATH. JSON is checked with jq so that it is real JSON.
+ */
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *dir;
+
+static void setup(void)
+{
+    unsetenv("XFER_COMPONENT_PATH");
+    unsetenv("XFER_TRANSPORTS");
+    dir = NULL;
+}
+
+static void teardown(void)
+{
+    if (dir != NULL) {
+        tu_dir_remove(dir);
+    }
+}
+
+/* Run "ENV xfer_info ARGS"; returns the exit status, output in *out_p. */
+static int info(const char *env, const char *args, int merge_stderr, char **out_p)
+{
+    char cmd[4096];
+
+    snprintf(cmd, sizeof(cmd), "env %s '%s' %s", env ? env : "", getenv("XFERTEST_INFO"),
+             args ? args : "");
+    return tu_run(cmd, merge_stderr, out_p);
+}
+
+/* Run xfer_info ARGS --json piped into jq -e FILTER; returns jq's exit status. */
+static int info_jq(const char *env, const char *args, const char *filter)
+{
+    char cmd[4096], *out;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd), "env %s '%s' %s --json | jq -e '%s' >/dev/null", env ? env : "",
+             getenv("XFERTEST_INFO"), args ? args : "", filter);
+    rc = tu_run(cmd, 1, &out);
+    free(out);
+    return rc;
+}
+
+#define expect_contains(_text, _part) \
+    cr_expect(strstr((_text), (_part)) != NULL, "output lacks '%s':\n%s", (_part), (_text))
+
+TestSuite(info, .init = setup, .fini = teardown);
+
+Test(info, lists_components_with_status)
+{
+    char *out;
+
+    cr_assert_eq(info(NULL, NULL, 0, &out), 0);
+    expect_contains(out, "# Component: tcp ");
+    expect_contains(out, "status:   available");
+    expect_contains(out, "Device: lo (net)");
+    if (!tu_host_has_rdma()) {
+        expect_contains(out, "# Component: verbs");
+        expect_contains(out, "status:   unavailable: no RDMA devices found");
+    }
+    if (!tu_host_has_cuda_driver()) {
+        expect_contains(out, "# Component: gdr");
+        expect_contains(out, "unavailable: libcuda.so.1 not found");
+    }
+    free(out);
+}
+
+Test(info, misspelled_transport_fails_with_suggestion)
+{
+    char *out;
+
+    cr_expect_eq(info("XFER_TRANSPORTS=^tpc", "-s", 1, &out), 1);
+    expect_contains(out, "unknown transport 'tpc'; did you mean 'tcp'?");
+    free(out);
+}
+
+Test(info, unavailable_transport_named_fails_with_reason)
+{
+    char *out;
+
+    if (tu_host_has_rdma()) {
+        cr_skip_test("this host has RDMA devices, so verbs may be available");
+    }
+    cr_expect_eq(info("XFER_TRANSPORTS=verbs,tcp", "-s", 1, &out), 1);
+    expect_contains(out, "transport 'verbs' is unavailable: no RDMA devices found");
+    free(out);
+}
+
+Test(info, junk_file_is_reported_and_the_rest_works)
+{
+    char env[1200], *out;
+
+    dir = tu_plugin_dir(NULL);
+    tu_write_file(dir, "xfer_junk.so", "#!/bin/sh\necho junk\n", 20);
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s", dir);
+    cr_assert_eq(info(env, NULL, 0, &out), 0);
+    expect_contains(out, "# Component: junk");
+    expect_contains(out, "failed to load: ");
+    expect_contains(out, "/xfer_junk.so: not a shared object");
+    expect_contains(out, "# Component: tcp ");
+    expect_contains(out, "status:   available");
+    free(out);
+    cr_expect_eq(info_jq(env, NULL, ".components[] | select(.name==\"junk\") | "
+                         ".status == \"failed to load\""), 0);
+    cr_expect_eq(info_jq(env, NULL, ".components[] | select(.name==\"tcp\") | "
+                         ".status == \"available\""), 0);
+}
+
+Test(info, config_lists_parameters_and_sources)
+{
+    char *out;
+
+    cr_assert_eq(info("XFER_TCP_IFACE=lo", "-c", 0, &out), 0);
+    expect_contains(out, "XFER_TCP_IFACE=lo\n");
+    expect_contains(out, "type string, default '', from environment\nXFER_TCP_IFACE=lo");
+    expect_contains(out, "from default\nXFER_LOG_LEVEL=warn");
+    expect_contains(out, "XFER_VERBS_GID_INDEX=-1");
+    expect_contains(out, "range -1..255");
+    free(out);
+    cr_expect_eq(info_jq("XFER_TCP_IFACE=lo", "-c", ".parameters[] | select(.name==\"XFER_TCP_IFACE\")"
+                         " | .value == \"lo\" and .source == \"environment\" and .type == \"string\""),
+                 0);
+    cr_expect_eq(info_jq(NULL, "-c", "[.parameters[] | select(.name==\"XFER_TRANSPORTS\")] | "
+                         "length == 1"), 0);
+}
+
+Test(info, iface_parameter_filters_tcp_devices)
+{
+    cr_expect_eq(info_jq("XFER_TCP_IFACE=lo", NULL, ".components[] | select(.name==\"tcp\") | "
+                         "[.devices[].name] == [\"lo\"]"), 0);
+    cr_expect_eq(info_jq("XFER_TCP_IFACE=nosuchif0", NULL, ".components[] | select(.name==\"tcp\")"
+                         " | .status == \"unavailable\" and (.reason | contains(\"XFER_TCP_IFACE="
+                         "nosuchif0\"))"), 0);
+}
+
+Test(info, select_explains_choice_and_rejections)
+{
+    char env[1200], *out;
+
+    dir = tu_plugin_dir((const char *[]){"talpha", NULL});
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TALPHA_CAPS=PUT,GET,MEM_HOST", dir);
+    cr_assert_eq(info(env, "-s", 0, &out), 0);
+    expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
+    expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
+    expect_contains(out, "not selected: tcp: lacks capabilities: Supported: none / "
+                         "Requested: MEM_HOST");
+    if (!tu_host_has_rdma()) {
+        expect_contains(out, "not selected: verbs: unavailable: no RDMA devices found");
+    }
+    free(out);
+    cr_expect_eq(info_jq(env, "-s", ".selection.host.selected == \"talpha\""), 0);
+    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
+    cr_expect_eq(info_jq(env, "-s", "[.selection.host.rejected[].name] | index(\"tcp\") != null"),
+                 0);
+}
+
+Test(info, json_is_valid_and_complete)
+{
+    cr_expect_eq(info_jq(NULL, NULL, ".abi == 1 and (.components | length) >= 1 and "
+                         ".errors == []"), 0);
+    cr_expect_eq(info_jq(NULL, "-c -s", "has(\"parameters\") and has(\"selection\")"), 0);
+    cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"tcp\") | "
+                         "(.devices | length) > 0 and .capabilities == []"), 0);
+    if (!tu_host_has_rdma()) {
+        cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"verbs\") | "
+                             ".reason == \"no RDMA devices found\""), 0);
+    }
+    /* a bad environment still gives JSON, with the errors in it, and exit status 1 */
+    cr_expect_eq(info_jq("XFER_TRANSPORTS=tpc", NULL, ".errors[0] | contains(\"did you mean "
+                         "'\\''tcp'\\''\")"), 0);
+}
+
+Test(info, exit_status_and_usage)
+{
+    char *out;
+
+    cr_expect_eq(info(NULL, "-h", 0, &out), 0);
+    expect_contains(out, "Usage: xfer_info");
+    free(out);
+    cr_expect_eq(info(NULL, "--bogus", 1, &out), 2);
+    free(out);
+    cr_expect_eq(info(NULL, "extra", 1, &out), 2);
+    free(out);
+    cr_expect_eq(info("XFER_LOG_LEVEL=loud", NULL, 1, &out), 1);
+    expect_contains(out, "XFER_LOG_LEVEL='loud': not one of the allowed values");
+    free(out);
+    cr_expect_eq(info("XFER_TCP_IFAC=lo", NULL, 1, &out), 0);
+    expect_contains(out, "unknown environment variable XFER_TCP_IFAC; did you mean XFER_TCP_IFACE?");
+    free(out);
+}

@@ -1,1 +1,187 @@
 #include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void copy_file(const char *src, const char *dst)
+{
+    char buf[65536];
+    ssize_t n;
+    int in, out;
+
+    in = open(src, O_RDONLY);
+    cr_assert(in >= 0, "cannot open test plug-in %s (did 'make check' build it?)", src);
+    out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0755);
+    cr_assert(out >= 0, "cannot create %s", dst);
+    while ((n = read(in, buf, sizeof(buf))) > 0) {
+        cr_assert(write(out, buf, (size_t)n) == n);
+    }
+    close(in);
+    close(out);
+}
+
+char *tu_plugin_dir(const char *const *plugins)
+{
+    const char *src_dir = getenv("XFERTEST_PLUGIN_DIR");
+    char tmpl[]         = "/tmp/xfer-test-XXXXXX";
+    char src[1024], dst[1024];
+    char *dir;
+
+    cr_assert_not_null(src_dir, "XFERTEST_PLUGIN_DIR is not set: run the tests with 'make check'");
+    dir = mkdtemp(tmpl);
+    cr_assert_not_null(dir);
+    dir = strdup(dir);
+    for (size_t i = 0; (plugins != NULL) && (plugins[i] != NULL); i++) {
+        snprintf(src, sizeof(src), "%s/xfer_%s.so", src_dir, plugins[i]);
+        snprintf(dst, sizeof(dst), "%s/xfer_%s.so", dir, plugins[i]);
+        copy_file(src, dst);
+    }
+    return dir;
+}
+
+void tu_write_file(const char *dir, const char *name, const void *data, size_t len)
+{
+    char path[1024];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
+    fclose(f);
+}
+
+void tu_dir_remove(char *dir)
+{
+    struct dirent *de;
+    char path[1024];
+    DIR *d = opendir(dir);
+
+    while ((d != NULL) && ((de = readdir(d)) != NULL)) {
+        if (de->d_name[0] != '.') {
+            snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
+xfer_status_t tu_context(int inspect, xfer_context_t **ctx_p)
+{
+    xfer_context_params_t params = {sizeof(params), inspect ? XFER_CONTEXT_FLAG_INSPECT : 0};
+
+    return xfer_context_create(&params, ctx_p);
+}
+
+int tu_component(const xfer_context_t *ctx, const char *name, const char *path_part,
+                 xfer_component_info_t *info)
+{
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        cr_assert_eq(xfer_component_get(ctx, i, info), XFER_OK);
+        if ((strcmp(info->name, name) == 0) &&
+            ((path_part == NULL) || (strstr(info->path, path_part) != NULL))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+const char *tu_device_attr(const xfer_component_info_t *info, const char *key)
+{
+    const xfer_device_attr_t *dev;
+
+    if ((info->attr == NULL) || (info->attr->num_devices == 0)) {
+        return NULL;
+    }
+    dev = &info->attr->devices[0];
+    for (uint32_t i = 0; i < dev->num_attrs; i++) {
+        if (strcmp(dev->attrs[i].key, key) == 0) {
+            return dev->attrs[i].value;
+        }
+    }
+    return NULL;
+}
+
+const xfer_select_entry_t *tu_select_entry(const xfer_selection_t *sel, const char *name)
+{
+    for (size_t i = 0; i < sel->num_entries; i++) {
+        if (strcmp(sel->entries[i].name, name) == 0) {
+            return &sel->entries[i];
+        }
+    }
+    return NULL;
+}
+
+const char *tu_selected(const xfer_selection_t *sel)
+{
+    for (size_t i = 0; i < sel->num_entries; i++) {
+        if (sel->entries[i].rank == 0) {
+            return sel->entries[i].name;
+        }
+    }
+    return NULL;
+}
+
+int tu_run(const char *cmd, int merge_stderr, char **output_p)
+{
+    char *full, *out = NULL;
+    size_t len = 0, n;
+    char buf[4096];
+    FILE *p;
+    int status;
+
+    cr_assert(asprintf(&full, "%s%s", cmd, merge_stderr ? " 2>&1" : " 2>/dev/null") > 0);
+    p = popen(full, "r");
+    cr_assert_not_null(p, "popen(%s) failed", full);
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) {
+        out = realloc(out, len + n + 1);
+        memcpy(out + len, buf, n);
+        len += n;
+    }
+    if (out == NULL) {
+        out = calloc(1, 1);
+    }
+    out[len] = '\0';
+    status   = pclose(p);
+    free(full);
+    *output_p = out;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int tu_host_has_rdma(void)
+{
+    struct dirent *de;
+    int found = 0;
+    DIR *d    = opendir("/sys/class/infiniband");
+
+    while ((d != NULL) && ((de = readdir(d)) != NULL)) {
+        found |= (de->d_name[0] != '.');
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return found;
+}
+
+int tu_host_has_cuda_driver(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (h != NULL) {
+        dlclose(h);
+        return 1;
+    }
+    return 0;
+}

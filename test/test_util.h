@@ -1,0 +1,38 @@
+/*
+ * Helpers shared by the Criterion suites: temporary component directories filled with real
+ * plug-ins built by the test suite, context creation, and running the tools as subprocesses.
+ */
+#ifndef XFER_TEST_UTIL_H
+#define XFER_TEST_UTIL_H
+
+#include <xfer/info.h>
+
+#include <stddef.h>
+
+/* A fresh directory under /tmp holding copies of the named test plug-ins (e.g. "tgood"),
+ * NULL-terminated list. Removed by tu_dir_remove(). */
+char *tu_plugin_dir(const char *const *plugins);
+/* Write a file with the given bytes into dir. */
+void tu_write_file(const char *dir, const char *name, const void *data, size_t len);
+void tu_dir_remove(char *dir);
+
+/* Create a context; inspect != 0 keeps going on a bad environment. */
+xfer_status_t tu_context(int inspect, xfer_context_t **ctx_p);
+/* Find a component by name (and, when path_part is not NULL, whose path contains it). */
+int tu_component(const xfer_context_t *ctx, const char *name, const char *path_part,
+                 xfer_component_info_t *info);
+/* Value of a device attribute of a component's first device, or NULL. */
+const char *tu_device_attr(const xfer_component_info_t *info, const char *key);
+/* The selection entry for name, or NULL. */
+const xfer_select_entry_t *tu_select_entry(const xfer_selection_t *sel, const char *name);
+/* Name of the rank-0 entry, or NULL. */
+const char *tu_selected(const xfer_selection_t *sel);
+
+/* Run a shell command; returns its exit status and a malloc'd copy of what it printed
+ * (stdout, and stderr when merge_stderr). */
+int tu_run(const char *cmd, int merge_stderr, char **output_p);
+/* Does the host have RDMA devices / a CUDA driver? Used to pick the expected answer. */
+int tu_host_has_rdma(void);
+int tu_host_has_cuda_driver(void);
+
+#endif
