@@ -399,6 +399,11 @@ static int add_dir(search_dir_t *dirs, size_t *num, size_t max, const char *path
     if ((*num >= max) || (path == NULL) || (*path == '\0')) {
         return 0;
     }
+    for (size_t i = 0; i < *num; i++) {
+        if (strcmp(dirs[i].path, path) == 0) {
+            return 0;   /* the configured install dir is often the one next to libxfer.so */
+        }
+    }
     dirs[*num].path   = strdup(path);
     dirs[*num].origin = origin;
     if (dirs[*num].path == NULL) {
