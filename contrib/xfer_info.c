@@ -285,13 +285,31 @@ static void json_params(const xfer_context_t *ctx)
     printf("]");
 }
 
+/* The ranked entries (ranked != 0) or the rejected ones, as a JSON array. */
+static void json_select_entries(const xfer_selection_t *sel, int ranked)
+{
+    int first = 1;
+
+    printf("[");
+    for (size_t i = 0; i < sel->num_entries; i++) {
+        if ((sel->entries[i].rank >= 0) != ranked) {
+            continue;
+        }
+        printf("%s{", first ? "" : ",");
+        json_kv("name", sel->entries[i].name, 1);
+        json_kv("why", sel->entries[i].reason, 0);
+        printf("}");
+        first = 0;
+    }
+    printf("]");
+}
+
 static void json_select(const xfer_context_t *ctx)
 {
     printf("\"selection\":{");
     for (size_t c = 0; c < sizeof(select_cases) / sizeof(select_cases[0]); c++) {
         xfer_selection_t sel = {0};
         const char *chosen   = NULL;
-        int first;
 
         xfer_select(ctx, &select_cases[c].req, &sel);
         for (size_t i = 0; i < sel.num_entries; i++) {
@@ -305,29 +323,11 @@ static void json_select(const xfer_context_t *ctx)
         json_caps(select_cases[c].req.required_caps);
         printf(",");
         json_kv("selected", chosen, 1);
-        printf("\"ranking\":[");
-        first = 1;
-        for (size_t i = 0; i < sel.num_entries; i++) {
-            if (sel.entries[i].rank >= 0) {
-                printf("%s{", first ? "" : ",");
-                json_kv("name", sel.entries[i].name, 1);
-                json_kv("why", sel.entries[i].reason, 0);
-                printf("}");
-                first = 0;
-            }
-        }
-        printf("],\"rejected\":[");
-        first = 1;
-        for (size_t i = 0; i < sel.num_entries; i++) {
-            if (sel.entries[i].rank < 0) {
-                printf("%s{", first ? "" : ",");
-                json_kv("name", sel.entries[i].name, 1);
-                json_kv("why", sel.entries[i].reason, 0);
-                printf("}");
-                first = 0;
-            }
-        }
-        printf("]}");
+        printf("\"ranking\":");
+        json_select_entries(&sel, 1);
+        printf(",\"rejected\":");
+        json_select_entries(&sel, 0);
+        printf("}");
         xfer_selection_release(&sel);
     }
     printf("}");
