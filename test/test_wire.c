@@ -1,0 +1,268 @@
+/*
+ * Bootstrap wire format: round trips, and every way a peer can lie - truncation at each byte,
+ * wrong magic/version/type, lengths over the limits, bad names, trailing bytes, duplicates,
+ * and random bytes. The parser must answer with an error and a reason, never read past the
+ * buffer (ASan and valgrind runs check that), never crash.
+ */
+#include "../framework/wire/bootstrap_wire.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint8_t frame[XFER_WIRE_HEADER_LEN + XFER_WIRE_MAX_BODY];
+static char why[512];
+
+static void add(xfer_wire_hello_t *h, const char *name, size_t addr_len, uint8_t fill)
+{
+    xfer_wire_transport_t *t = &h->transports[h->num++];
+
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->addr_len = (uint16_t)addr_len;
+    memset(t->addr, fill, addr_len);
+}
+
+static size_t pack_sample(xfer_wire_hello_t *h)
+{
+    size_t len = sizeof(frame);
+
+    memset(h, 0, sizeof(*h));
+    add(h, "verbs", 40, 0xab);
+    add(h, "tcp", 0, 0);
+    add(h, "gdr", XFER_WIRE_MAX_ADDR, 0x5a);
+    cr_assert_eq(xfer_wire_pack_hello(h, frame, &len), XFER_OK);
+    return len;
+}
+
+Test(wire, hello_round_trip)
+{
+    xfer_wire_hello_t in, out;
+    xfer_wire_header_t hdr;
+    size_t len = pack_sample(&in);
+
+    cr_assert_eq(xfer_wire_parse_header(frame, len, &hdr, why, sizeof(why)), XFER_OK, "%s", why);
+    cr_expect_eq(hdr.type, XFER_WIRE_HELLO);
+    cr_expect_eq(hdr.body_len, len - XFER_WIRE_HEADER_LEN);
+    cr_assert_eq(xfer_wire_parse_hello(frame + XFER_WIRE_HEADER_LEN, hdr.body_len, &out, why,
+                                       sizeof(why)), XFER_OK, "%s", why);
+    cr_assert_eq(out.num, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_str_eq(out.transports[i].name, in.transports[i].name);
+        cr_expect_eq(out.transports[i].addr_len, in.transports[i].addr_len);
+        cr_expect_eq(memcmp(out.transports[i].addr, in.transports[i].addr,
+                            in.transports[i].addr_len), 0);
+    }
+    /* network byte order on the wire */
+    cr_expect_eq(frame[0], 'X');
+    cr_expect_eq(frame[3], 'R');
+    cr_expect_eq(frame[5], XFER_WIRE_VERSION);
+}
+
+Test(wire, every_truncation_is_rejected)
+{
+    xfer_wire_hello_t h, out;
+    size_t len = pack_sample(&h), body = len - XFER_WIRE_HEADER_LEN;
+    xfer_wire_header_t hdr;
+
+    for (size_t n = 0; n < XFER_WIRE_HEADER_LEN; n++) {
+        cr_expect_eq(xfer_wire_parse_header(frame, n, &hdr, why, sizeof(why)),
+                     XFER_ERR_TRUNCATED, "header of %zu bytes", n);
+    }
+    for (size_t n = 0; n < body; n++) {
+        /* copy the prefix to an exact-size heap buffer so ASan sees any over-read */
+        uint8_t *copy = malloc(n ? n : 1);
+        memcpy(copy, frame + XFER_WIRE_HEADER_LEN, n);
+        cr_expect_eq(xfer_wire_parse_hello(copy, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL,
+                     "body of %zu of %zu bytes accepted", n, body);
+        free(copy);
+    }
+}
+
+Test(wire, bad_headers)
+{
+    xfer_wire_header_t hdr;
+    xfer_wire_hello_t h;
+    uint32_t be;
+
+    pack_sample(&h);
+    frame[0] = 'Y';
+    cr_expect_eq(xfer_wire_parse_header(frame, 64, &hdr, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "wrong magic") != NULL, "%s", why);
+
+    pack_sample(&h);
+    frame[5] = 2;
+    cr_expect_eq(xfer_wire_parse_header(frame, 64, &hdr, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "protocol version 2, this library speaks 1") != NULL, "%s", why);
+
+    pack_sample(&h);
+    frame[7] = 9;
+    cr_expect_eq(xfer_wire_parse_header(frame, 64, &hdr, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "unknown frame type 9") != NULL, "%s", why);
+
+    pack_sample(&h);
+    be = htonl(XFER_WIRE_MAX_BODY + 1);
+    memcpy(frame + 8, &be, 4);
+    cr_expect_eq(xfer_wire_parse_header(frame, 64, &hdr, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "exceeds the limit") != NULL, "%s", why);
+}
+
+/* Build a HELLO body by hand, to say things the packer refuses to say. */
+static size_t body(uint8_t *b, uint16_t num, const char *name, uint8_t name_len,
+                   uint16_t addr_len, size_t addr_bytes)
+{
+    size_t off = 0;
+    uint16_t be;
+
+    be = htons(num);
+    memcpy(b + off, &be, 2);
+    off += 2;
+    b[off++] = name_len;
+    memcpy(b + off, name, strlen(name));
+    off += strlen(name);
+    be = htons(addr_len);
+    memcpy(b + off, &be, 2);
+    off += 2;
+    memset(b + off, 0, addr_bytes);
+    return off + addr_bytes;
+}
+
+Test(wire, lying_hello_bodies)
+{
+    static uint8_t b[4096];
+    xfer_wire_hello_t out;
+    size_t n;
+
+    n = body(b, 17, "tcp", 3, 0, 0);
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "lists 17 transports, the limit is 16") != NULL, "%s", why);
+
+    n = body(b, 1, "", 0, 0, 0);
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+
+    n = body(b, 1, "abcdefghijklmnopqrstuvwxyzabcdef", 32, 0, 0);
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+
+    n = body(b, 1, "TCP!", 4, 0, 0);
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "outside [a-z0-9_]") != NULL, "%s", why);
+
+    n = body(b, 1, "tcp", 3, XFER_WIRE_MAX_ADDR + 1, XFER_WIRE_MAX_ADDR + 1);
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "over the limit of 1024") != NULL, "%s", why);
+
+    n = body(b, 1, "tcp", 3, 100, 10);   /* claims 100 address bytes, has 10 */
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+
+    n = body(b, 1, "tcp", 3, 4, 4) + 3;  /* trailing garbage */
+    cr_expect_eq(xfer_wire_parse_hello(b, n, &out, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_expect(strstr(why, "3 trailing bytes") != NULL, "%s", why);
+
+    {
+        static const uint8_t dup[] = {0, 2, 3, 't', 'c', 'p', 0, 0, 3, 't', 'c', 'p', 0, 0};
+        cr_expect_eq(xfer_wire_parse_hello(dup, sizeof(dup), &out, why, sizeof(why)),
+                     XFER_ERR_PROTOCOL);
+        cr_expect(strstr(why, "lists transport 'tcp' twice") != NULL, "%s", why);
+    }
+}
+
+Test(wire, accept_and_reject)
+{
+    xfer_wire_header_t hdr;
+    xfer_wire_reject_t rej;
+    char name[XFER_WIRE_MAX_NAME + 1];
+    size_t len = sizeof(frame);
+
+    cr_assert_eq(xfer_wire_pack_accept("verbs", frame, &len), XFER_OK);
+    cr_assert_eq(xfer_wire_parse_header(frame, len, &hdr, why, sizeof(why)), XFER_OK);
+    cr_expect_eq(hdr.type, XFER_WIRE_ACCEPT);
+    cr_assert_eq(xfer_wire_parse_accept(frame + XFER_WIRE_HEADER_LEN, hdr.body_len, name, why,
+                                        sizeof(why)), XFER_OK);
+    cr_expect_str_eq(name, "verbs");
+    cr_expect_eq(xfer_wire_parse_accept(frame + XFER_WIRE_HEADER_LEN, hdr.body_len - 1, name,
+                                        why, sizeof(why)), XFER_ERR_PROTOCOL);
+    len = sizeof(frame);
+    cr_expect_eq(xfer_wire_pack_accept("Bad Name", frame, &len), XFER_ERR_INVALID_PARAM);
+
+    len = sizeof(frame);
+    cr_assert_eq(xfer_wire_pack_reject(XFER_ERR_UNREACHABLE, "no shared\ttransport", frame,
+                                       &len), XFER_OK);
+    cr_assert_eq(xfer_wire_parse_header(frame, len, &hdr, why, sizeof(why)), XFER_OK);
+    cr_assert_eq(xfer_wire_parse_reject(frame + XFER_WIRE_HEADER_LEN, hdr.body_len, &rej, why,
+                                        sizeof(why)), XFER_OK);
+    cr_expect_eq(rej.status, XFER_ERR_UNREACHABLE);
+    cr_expect_str_eq(rej.reason, "no shared?transport", "control characters are neutralised");
+    cr_expect_eq(xfer_wire_parse_reject(frame + XFER_WIRE_HEADER_LEN, 3, &rej, why, sizeof(why)),
+                 XFER_ERR_PROTOCOL);
+}
+
+Test(wire, packing_never_overflows)
+{
+    xfer_wire_hello_t h;
+    uint8_t small[64 + 16];
+    size_t len;
+
+    pack_sample(&h);
+    memset(small, 0xee, sizeof(small));
+    len = 64;
+    cr_expect_eq(xfer_wire_pack_hello(&h, small, &len), XFER_ERR_NO_RESOURCE);
+    for (size_t i = 64; i < sizeof(small); i++) {
+        cr_expect_eq(small[i], 0xee, "byte %zu past the buffer was written", i);
+    }
+    h.num = XFER_WIRE_MAX_TRANSPORTS + 1;
+    len   = sizeof(frame);
+    cr_expect_eq(xfer_wire_pack_hello(&h, frame, &len), XFER_ERR_OUT_OF_RANGE);
+}
+
+Test(wire, negotiation)
+{
+    xfer_wire_hello_t client = {0}, server = {0};
+
+    add(&client, "verbs", 0, 0);
+    add(&client, "tcp", 0, 0);
+    add(&server, "tcp", 0, 0);
+    add(&server, "verbs", 0, 0);
+    cr_expect_eq(xfer_wire_negotiate(&client, &server, why, sizeof(why)), 0,
+                 "the client's preference order decides");
+
+    memset(&server, 0, sizeof(server));
+    add(&server, "gdr", 0, 0);
+    cr_expect_eq(xfer_wire_negotiate(&client, &server, why, sizeof(why)), -1);
+    cr_expect_str_eq(why, "no shared transport: client offered verbs,tcp; server offered gdr");
+
+    memset(&server, 0, sizeof(server));
+    cr_expect_eq(xfer_wire_negotiate(&client, &server, why, sizeof(why)), -1);
+    cr_expect(strstr(why, "server offered nothing") != NULL, "%s", why);
+}
+
+Test(wire, random_bytes_never_crash)
+{
+    xfer_wire_header_t hdr;
+    xfer_wire_hello_t hello;
+    xfer_wire_reject_t rej;
+    char name[XFER_WIRE_MAX_NAME + 1];
+    unsigned seed = 12345, accepted = 0;
+
+    for (int iter = 0; iter < 20000; iter++) {
+        size_t n    = (size_t)(rand_r(&seed) % 300);
+        uint8_t *buf = malloc(n ? n : 1);
+        for (size_t i = 0; i < n; i++) {
+            buf[i] = (uint8_t)rand_r(&seed);
+        }
+        /* half of the time, give it a valid-looking start so the body parsers get exercised */
+        if ((iter & 1) && (n >= 2)) {
+            buf[0] = 0;
+            buf[1] = (uint8_t)(rand_r(&seed) % 4);
+        }
+        xfer_wire_parse_header(buf, n, &hdr, why, sizeof(why));
+        if (xfer_wire_parse_hello(buf, n, &hello, why, sizeof(why)) == XFER_OK) {
+            cr_assert_leq(hello.num, XFER_WIRE_MAX_TRANSPORTS);
+            accepted++;
+        }
+        xfer_wire_parse_accept(buf, n, name, why, sizeof(why));
+        xfer_wire_parse_reject(buf, n, &rej, why, sizeof(why));
+        free(buf);
+    }
+    cr_log_info("%u of 20000 random bodies parsed as HELLO", accepted);
+}
