@@ -25,6 +25,9 @@ static const xfer_param_desc_t fw_params[] = {
      "Colon-separated directories (or xfer_<name>.so files) searched for components before "
      "the install directory.",
      offsetof(xfer_fw_config_t, component_path), 0, 0, NULL},
+    {"BOOTSTRAP_TIMEOUT", XFER_PARAM_TIME, "10s",
+     "Longest a connect or accept handshake may take before it fails with a timeout.",
+     offsetof(xfer_fw_config_t, bootstrap_timeout), 0.001, 3600, NULL},
     {NULL}
 };
 

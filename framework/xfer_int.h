@@ -49,6 +49,7 @@ typedef struct xfer_fw_config {
     int         log_level;          /* xfer_log_level_t */
     const char  *transports;        /* XFER_TRANSPORTS, "" = all */
     const char  *component_path;    /* XFER_COMPONENT_PATH */
+    double      bootstrap_timeout;  /* XFER_BOOTSTRAP_TIMEOUT, seconds */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */

@@ -112,6 +112,41 @@ XFER_API void xfer_context_destroy(xfer_context_t *ctx);
 /* The environment problems found at create (one per line), or NULL when there were none. */
 XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
 
+/* ---- connections ---------------------------------------------------------------------------- */
+
+/*
+ * Two processes meet over a TCP bootstrap connection: the server listens, the client
+ * connects, and each sends the transports it allows (XFER_TRANSPORTS), best first. The server
+ * picks the first of the client's transports that it also offers; if they share none, both
+ * sides fail with XFER_ERR_UNREACHABLE and a log line naming what each side offered. Every
+ * handshake step is bounded by XFER_BOOTSTRAP_TIMEOUT. A peer that is not an xfer peer of the
+ * same protocol version is refused with XFER_ERR_PROTOCOL; the listener keeps working.
+ *
+ * Status: the bootstrap and negotiation are implemented; the data operations on an endpoint
+ * arrive with the TCP data path.
+ */
+typedef struct xfer_listener xfer_listener_t;
+typedef struct xfer_endpoint xfer_endpoint_t;
+
+/* address: "host:port", "[v6]:port" or ":port"; port 0 picks a free port. */
+XFER_API xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address,
+                                   xfer_listener_t **listener_p);
+XFER_API uint16_t xfer_listener_port(const xfer_listener_t *listener);
+/* Readable when a connection is waiting; for poll/epoll loops. */
+XFER_API int xfer_listener_fd(const xfer_listener_t *listener);
+XFER_API void xfer_listener_close(xfer_listener_t *listener);
+
+/* Wait up to timeout_ms (-1: forever) for a connection, then run the handshake. */
+XFER_API xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms,
+                                   xfer_endpoint_t **ep_p);
+XFER_API xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address,
+                                    xfer_endpoint_t **ep_p);
+/* The transport the two sides agreed on, e.g. "tcp". */
+XFER_API const char *xfer_endpoint_transport(const xfer_endpoint_t *ep);
+/* The peer's address as text. */
+XFER_API const char *xfer_endpoint_peer(const xfer_endpoint_t *ep);
+XFER_API void xfer_endpoint_close(xfer_endpoint_t *ep);
+
 #ifdef __cplusplus
 }
 #endif

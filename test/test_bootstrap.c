@@ -1,0 +1,315 @@
+/*
+ * Bootstrap over real loopback sockets between two processes: negotiation (shared transport,
+ * none shared, order), and peers that lie or stall - wrong magic, wrong version, truncated and
+ * oversized frames, random bytes, silence, a refused port. The listener must keep working after
+ * each bad peer, and nothing may wait longer than XFER_BOOTSTRAP_TIMEOUT.
+ */
+#include "test_util.h"
+#include "../framework/wire/bootstrap_wire.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char *dir;
+
+static void setup(void)
+{
+    dir = tu_plugin_dir((const char *[]){"talpha", "tbeta", NULL});
+    setenv("XFER_COMPONENT_PATH", dir, 1);
+    unsetenv("XFER_TRANSPORTS");
+    setenv("XFER_BOOTSTRAP_TIMEOUT", "2s", 1);
+}
+
+static void teardown(void)
+{
+    tu_dir_remove(dir);
+}
+
+TestSuite(bootstrap, .init = setup, .fini = teardown, .timeout = 60);
+
+typedef struct listener_ctx {
+    xfer_context_t  *ctx;
+    xfer_listener_t *listener;
+    char            address[64];
+} listener_ctx_t;
+
+static void server_start(listener_ctx_t *s)
+{
+    cr_assert_eq(tu_context(0, &s->ctx), XFER_OK);
+    cr_assert_eq(xfer_listen(s->ctx, "127.0.0.1:0", &s->listener), XFER_OK);
+    cr_assert_gt(xfer_listener_port(s->listener), 0);
+    snprintf(s->address, sizeof(s->address), "127.0.0.1:%u", xfer_listener_port(s->listener));
+}
+
+static void server_stop(listener_ctx_t *s)
+{
+    xfer_listener_close(s->listener);
+    xfer_context_destroy(s->ctx);
+}
+
+/* A child process that connects with xfer under its own XFER_TRANSPORTS and reports the
+ * status and chosen transport through its exit code (0 = ok + transport matched). */
+static pid_t client_spawn(const char *address, const char *transports, const char *expect,
+                          xfer_status_t expect_status)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        xfer_context_t *ctx;
+        xfer_endpoint_t *ep = NULL;
+        xfer_status_t status;
+        int ok;
+
+        if (transports != NULL) {
+            setenv("XFER_TRANSPORTS", transports, 1);
+        }
+        if (tu_context(0, &ctx) != XFER_OK) {
+            _exit(10);
+        }
+        status = xfer_connect(ctx, address, &ep);
+        ok     = (status == expect_status) &&
+             ((ep == NULL) || (strcmp(xfer_endpoint_transport(ep), expect) == 0));
+        xfer_endpoint_close(ep);
+        xfer_context_destroy(ctx);
+        _exit(ok ? 0 : 20 - status);
+    }
+    return pid;
+}
+
+static int child_exit(pid_t pid)
+{
+    int st;
+
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A raw TCP client that sends the given bytes, optionally stays silent, then closes. */
+static pid_t raw_client_spawn(const char *address, const void *bytes, size_t len, int linger_s)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct sockaddr_in sa = {0};
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+        sa.sin_family      = AF_INET;
+        sa.sin_port        = htons((uint16_t)atoi(strchr(address, ':') + 1));
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (struct sockaddr*)&sa, sizeof(sa)) != 0) {
+            _exit(1);
+        }
+        if ((len > 0) && (write(fd, bytes, len) != (ssize_t)len)) {
+            _exit(2);
+        }
+        sleep((unsigned)linger_s);
+        close(fd);
+        _exit(0);
+    }
+    return pid;
+}
+
+Test(bootstrap, shared_transport_is_chosen_on_both_sides)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep;
+    pid_t child;
+
+    setenv("XFER_TBETA_BANDWIDTH", "50000", 1);  /* tbeta outranks tcp and talpha */
+    server_start(&s);
+    child = client_spawn(s.address, NULL, "tbeta", XFER_OK);
+    cr_assert_eq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_str_eq(xfer_endpoint_transport(ep), "tbeta");
+    cr_expect(strncmp(xfer_endpoint_peer(ep), "127.0.0.1:", 10) == 0, "%s",
+              xfer_endpoint_peer(ep));
+    cr_expect_eq(child_exit(child), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+Test(bootstrap, client_preference_order_decides)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep;
+    pid_t child;
+
+    setenv("XFER_TBETA_BANDWIDTH", "50000", 1);
+    server_start(&s);
+    /* the client restricts and orders; the server offers everything */
+    child = client_spawn(s.address, "talpha,tbeta", "talpha", XFER_OK);
+    cr_assert_eq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_str_eq(xfer_endpoint_transport(ep), "talpha");
+    cr_expect_eq(child_exit(child), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+Test(bootstrap, no_shared_transport_fails_on_both_sides, .init = cr_redirect_stderr)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+    char buf[8192] = "";
+    pid_t child;
+    size_t n;
+
+    setenv("XFER_TRANSPORTS", "talpha", 1);
+    server_start(&s);
+    child = client_spawn(s.address, "tbeta", "", XFER_ERR_UNREACHABLE);
+    cr_expect_eq(xfer_accept(s.listener, 10000, &ep), XFER_ERR_UNREACHABLE);
+    cr_expect_null(ep);
+    cr_expect_eq(child_exit(child), 0, "the client must fail with XFER_ERR_UNREACHABLE");
+    server_stop(&s);
+    fflush(stderr);
+    n      = fread(buf, 1, sizeof(buf) - 1, cr_get_redirected_stderr());
+    buf[n] = '\0';
+    cr_expect(strstr(buf, "no shared transport: client offered tbeta; server offered talpha") !=
+              NULL, "%s", buf);
+}
+
+static void expect_bad_peer(const void *bytes, size_t len, int linger_s, xfer_status_t want)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+    pid_t raw, good;
+
+    server_start(&s);
+    raw = raw_client_spawn(s.address, bytes, len, linger_s);
+    cr_expect_eq(xfer_accept(s.listener, 10000, &ep), want);
+    cr_expect_null(ep);
+    child_exit(raw);
+    /* the listener still serves a good client afterwards */
+    good = client_spawn(s.address, "talpha", "talpha", XFER_OK);
+    cr_expect_eq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_eq(child_exit(good), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+Test(bootstrap, http_request_is_refused)
+{
+    static const char http[] = "GET / HTTP/1.0\r\n\r\n";
+    expect_bad_peer(http, sizeof(http) - 1, 0, XFER_ERR_PROTOCOL);
+}
+
+Test(bootstrap, wrong_version_is_refused)
+{
+    uint8_t frame[64];
+    size_t len = sizeof(frame);
+    xfer_wire_hello_t hello = {0};
+
+    cr_assert_eq(xfer_wire_pack_hello(&hello, frame, &len), XFER_OK);
+    frame[5] = 9;   /* version 9 */
+    expect_bad_peer(frame, len, 0, XFER_ERR_PROTOCOL);
+}
+
+Test(bootstrap, oversized_frame_is_refused_without_reading_it)
+{
+    uint8_t frame[12] = {'X', 'F', 'E', 'R', 0, 1, 0, 1, 0x7f, 0xff, 0xff, 0xff};
+    expect_bad_peer(frame, sizeof(frame), 0, XFER_ERR_PROTOCOL);
+}
+
+Test(bootstrap, truncated_frame_fails_fast)
+{
+    uint8_t frame[64];
+    size_t len = sizeof(frame);
+    xfer_wire_hello_t hello = {0};
+    time_t t0 = time(NULL);
+
+    cr_assert_eq(xfer_wire_pack_hello(&hello, frame, &len), XFER_OK);
+    expect_bad_peer(frame, len - 1, 0, XFER_ERR_CONNECTION);
+    cr_expect_lt(time(NULL) - t0, 5, "a peer that closes must not cost the full timeout");
+}
+
+Test(bootstrap, malformed_hello_body_is_refused)
+{
+    /* a valid header announcing 4 bytes of body that claim 200 transports */
+    uint8_t frame[16] = {'X', 'F', 'E', 'R', 0, 1, 0, 1, 0, 0, 0, 4, 0, 200, 0, 0};
+    expect_bad_peer(frame, sizeof(frame), 0, XFER_ERR_PROTOCOL);
+}
+
+Test(bootstrap, random_bytes_are_refused)
+{
+    uint8_t junk[300];
+    unsigned seed = 7;
+
+    for (size_t i = 0; i < sizeof(junk); i++) {
+        junk[i] = (uint8_t)rand_r(&seed);
+    }
+    expect_bad_peer(junk, sizeof(junk), 0, XFER_ERR_PROTOCOL);
+}
+
+Test(bootstrap, silent_peer_times_out_within_bound)
+{
+    time_t t0 = time(NULL);
+
+    setenv("XFER_BOOTSTRAP_TIMEOUT", "1s", 1);
+    expect_bad_peer(NULL, 0, 4, XFER_ERR_TIMEOUT);
+    cr_expect_lt(time(NULL) - t0, 4 + 3, "the handshake must give up after about 1 s");
+}
+
+Test(bootstrap, accept_times_out_when_nobody_comes)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+
+    server_start(&s);
+    cr_expect_eq(xfer_accept(s.listener, 100, &ep), XFER_ERR_TIMEOUT);
+    cr_expect_null(ep);
+    server_stop(&s);
+}
+
+Test(bootstrap, refused_port_and_bad_addresses)
+{
+    static const char *const bad[] = {"", "nohostport", "127.0.0.1:", "127.0.0.1:99999",
+                                      "127.0.0.1:12ab", "127.0.0.1:0", "[::1:80",
+                                      "no.such.host.invalid:80"};
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+    char addr[64];
+
+    server_start(&s);
+    snprintf(addr, sizeof(addr), "%s", s.address);
+    xfer_listener_close(s.listener);    /* now nobody listens on that port */
+    cr_expect_eq(xfer_connect(s.ctx, addr, &ep), XFER_ERR_CONNECTION);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_expect_eq(xfer_connect(s.ctx, bad[i], &ep), XFER_ERR_INVALID_PARAM, "'%s'", bad[i]);
+    }
+    cr_expect_eq(xfer_listen(s.ctx, "127.0.0.1:70000", &s.listener), XFER_ERR_INVALID_PARAM);
+    cr_expect_null(ep);
+    xfer_context_destroy(s.ctx);
+}
+
+Test(bootstrap, ipv6_loopback)
+{
+    xfer_context_t *ctx;
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep;
+    char addr[64];
+    pid_t child;
+
+    cr_assert_eq(tu_context(0, &ctx), XFER_OK);
+    if (xfer_listen(ctx, "[::1]:0", &l) != XFER_OK) {
+        xfer_context_destroy(ctx);
+        cr_skip_test("no IPv6 loopback on this host");
+    }
+    snprintf(addr, sizeof(addr), "[::1]:%u", xfer_listener_port(l));
+    child = client_spawn(addr, "tcp", "tcp", XFER_OK);
+    cr_assert_eq(xfer_accept(l, 10000, &ep), XFER_OK);
+    cr_expect_eq(child_exit(child), 0);
+    cr_expect(strncmp(xfer_endpoint_peer(ep), "[::1]:", 6) == 0, "%s", xfer_endpoint_peer(ep));
+    xfer_endpoint_close(ep);
+    xfer_listener_close(l);
+    xfer_context_destroy(ctx);
+}
