@@ -8,6 +8,7 @@
  * The first component with a given name wins; later ones are reported as duplicates.
  */
 #include "xfer_int.h"
+#include "names.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -33,26 +34,6 @@ typedef struct search_dir {
     char        *path;
     const char  *origin;
 } search_dir_t;
-
-static int name_is_valid(const char *name)
-{
-    size_t len;
-
-    if (name == NULL) {
-        return 0;
-    }
-    len = strlen(name);
-    if ((len == 0) || (len >= XFER_NAME_MAX)) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        if (!(((c >= 'a') && (c <= 'z')) || ((c >= '0') && (c <= '9')) || (c == '_'))) {
-            return 0;
-        }
-    }
-    return 1;
-}
 
 /* "xfer_tcp.so" -> "tcp"; NULL when the file name is not a component's. */
 static char *name_from_file(const char *file)
@@ -244,8 +225,9 @@ static void load_one(xfer_context_t *ctx, const char *path, const char *origin, 
                      comp->size, XFER_COMPONENT_ABI_V1, sizeof(xfer_component_v1_t));
         return;
     }
-    if (!name_is_valid(comp->name) || (comp->version == NULL) || (comp->description == NULL) ||
-        (comp->query == NULL)) {
+    if ((comp->name == NULL) ||
+        !xfer_name_is_valid(comp->name, strlen(comp->name), XFER_NAME_MAX - 1) ||
+        (comp->version == NULL) || (comp->description == NULL) || (comp->query == NULL)) {
         entry_reject(e, XFER_LOG_WARN, "component struct is incomplete (name must be [a-z0-9_]"
                      " and shorter than %d; version, description and query are required)",
                      XFER_NAME_MAX);

@@ -2,6 +2,7 @@
  * Packing and validating parsing of the bootstrap frames described in bootstrap_wire.h.
  */
 #include "bootstrap_wire.h"
+#include "../names.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -76,20 +77,6 @@ static int put_u32(writer_t *w, uint32_t v)
     return put(w, &be, sizeof(be));
 }
 
-static int name_is_valid(const char *name, size_t len)
-{
-    if ((len == 0) || (len > XFER_WIRE_MAX_NAME)) {
-        return 0;
-    }
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        if (!(((c >= 'a') && (c <= 'z')) || ((c >= '0') && (c <= '9')) || (c == '_'))) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 /* Write the header with body_len patched in once the body is written. */
 static xfer_status_t frame_begin(writer_t *w, void *buf, size_t size, xfer_wire_type_t type)
 {
@@ -135,7 +122,8 @@ xfer_status_t xfer_wire_pack_hello(const xfer_wire_hello_t *hello, void *buf, si
         const xfer_wire_transport_t *t = &hello->transports[i];
         size_t name_len                = strnlen(t->name, sizeof(t->name));
 
-        if (!name_is_valid(t->name, name_len) || (t->addr_len > XFER_WIRE_MAX_ADDR)) {
+        if (!xfer_name_is_valid(t->name, name_len, XFER_WIRE_MAX_NAME) ||
+            (t->addr_len > XFER_WIRE_MAX_ADDR)) {
             return XFER_ERR_INVALID_PARAM;
         }
         if (!put_u8(&w, (uint8_t)name_len) || !put(&w, t->name, name_len) ||
@@ -152,7 +140,7 @@ xfer_status_t xfer_wire_pack_accept(const char *name, void *buf, size_t *len_p)
     xfer_status_t status;
     writer_t w;
 
-    if (!name_is_valid(name, name_len)) {
+    if (!xfer_name_is_valid(name, name_len, XFER_WIRE_MAX_NAME)) {
         return XFER_ERR_INVALID_PARAM;
     }
     status = frame_begin(&w, buf, *len_p, XFER_WIRE_ACCEPT);
@@ -251,7 +239,7 @@ xfer_status_t xfer_wire_parse_hello(const void *body, size_t body_len, xfer_wire
             return XFER_ERR_PROTOCOL;
         }
         t->name[name_len] = '\0';
-        if (!name_is_valid(t->name, name_len)) {
+        if (!xfer_name_is_valid(t->name, name_len, XFER_WIRE_MAX_NAME)) {
             snprintf(why, why_size, "HELLO transport %u: name has characters outside "
                      "[a-z0-9_]", i);
             return XFER_ERR_PROTOCOL;
@@ -288,7 +276,7 @@ xfer_status_t xfer_wire_parse_accept(const void *body, size_t body_len, char *na
         return XFER_ERR_PROTOCOL;
     }
     name[name_len] = '\0';
-    if (!name_is_valid(name, name_len)) {
+    if (!xfer_name_is_valid(name, name_len, XFER_WIRE_MAX_NAME)) {
         snprintf(why, why_size, "ACCEPT names an invalid transport");
         return XFER_ERR_PROTOCOL;
     }
