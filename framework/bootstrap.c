@@ -24,6 +24,12 @@ struct xfer_listener {
     uint16_t       port;
 };
 
+/* The two HELLOs of one handshake; ~17 KiB each, so off the stack. */
+typedef struct handshake {
+    xfer_wire_hello_t mine;
+    xfer_wire_hello_t theirs;
+} handshake_t;
+
 struct xfer_endpoint {
     xfer_context_t *ctx;
     int            fd;
@@ -58,13 +64,6 @@ static xfer_status_t build_offer(const xfer_context_t *ctx, xfer_wire_hello_t *h
 static int64_t deadline(const xfer_context_t *ctx)
 {
     return xfer_now_ms() + (int64_t)(ctx->fw_config.bootstrap_timeout * 1000.0);
-}
-
-/* Send one frame packed by the caller into a stack buffer. */
-static xfer_status_t send_frame(int fd, const void *frame, size_t len, int64_t until,
-                                char *why, size_t why_size)
-{
-    return xfer_sock_send_all(fd, frame, len, until, why, why_size);
 }
 
 /* Receive one frame: header, validated, then exactly body_len bytes into a new buffer. */
@@ -131,7 +130,7 @@ static xfer_status_t send_hello(int fd, const xfer_wire_hello_t *hello, int64_t 
         snprintf(why, why_size, "cannot pack HELLO: %s", xfer_status_string(status));
         return status;
     }
-    return send_frame(fd, frame, len, until, why, why_size);
+    return xfer_sock_send_all(fd, frame, len, until, why, why_size);
 }
 
 static xfer_status_t endpoint_new(xfer_context_t *ctx, int fd, const char *transport,
@@ -202,8 +201,8 @@ void xfer_listener_close(xfer_listener_t *listener)
 
 xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoint_t **ep_p)
 {
-    xfer_wire_hello_t *mine = NULL, *theirs = NULL;
     uint8_t frame[XFER_WIRE_HEADER_LEN + XFER_WIRE_MAX_REASON + 8];
+    handshake_t *hs = NULL;
     char why[512], reason[512], peer[80] = "?";
     int64_t wait_until, until;
     size_t len = sizeof(frame);
@@ -223,66 +222,63 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
         return status;
     }
 
-    until  = deadline(listener->ctx);
-    mine   = malloc(sizeof(*mine));
-    theirs = malloc(sizeof(*theirs));
-    if ((mine == NULL) || (theirs == NULL)) {
+    until = deadline(listener->ctx);
+    hs    = malloc(sizeof(*hs));
+    if (hs == NULL) {
         status = XFER_ERR_NO_MEMORY;
         snprintf(why, sizeof(why), "out of memory");
         goto err_close;
     }
-    status = recv_hello(fd, until, theirs, why, sizeof(why));
+    status = recv_hello(fd, until, &hs->theirs, why, sizeof(why));
     if (status != XFER_OK) {
         goto err_close;
     }
-    status = build_offer(listener->ctx, mine);
+    status = build_offer(listener->ctx, &hs->mine);
     if (status != XFER_OK) {
         snprintf(why, sizeof(why), "cannot build the transport offer");
         goto err_close;
     }
-    status = send_hello(fd, mine, until, why, sizeof(why));
+    status = send_hello(fd, &hs->mine, until, why, sizeof(why));
     if (status != XFER_OK) {
         goto err_close;
     }
 
-    idx = xfer_wire_negotiate(theirs, mine, reason, sizeof(reason));
+    idx = xfer_wire_negotiate(&hs->theirs, &hs->mine, reason, sizeof(reason));
     if (idx < 0) {
         xfer_wire_pack_reject(XFER_ERR_UNREACHABLE, reason, frame, &len);
-        send_frame(fd, frame, len, until, why, sizeof(why));
+        xfer_sock_send_all(fd, frame, len, until, why, sizeof(why));
         snprintf(why, sizeof(why), "%s", reason);
         status = XFER_ERR_UNREACHABLE;
         goto err_close;
     }
-    status = xfer_wire_pack_accept(theirs->transports[idx].name, frame, &len);
+    status = xfer_wire_pack_accept(hs->theirs.transports[idx].name, frame, &len);
     if (status == XFER_OK) {
-        status = send_frame(fd, frame, len, until, why, sizeof(why));
+        status = xfer_sock_send_all(fd, frame, len, until, why, sizeof(why));
     }
     if (status != XFER_OK) {
         goto err_close;
     }
-    status = endpoint_new(listener->ctx, fd, theirs->transports[idx].name, peer, ep_p);
+    status = endpoint_new(listener->ctx, fd, hs->theirs.transports[idx].name, peer, ep_p);
     if (status != XFER_OK) {
         snprintf(why, sizeof(why), "out of memory");
         goto err_close;
     }
     xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "accepted %s over %s", peer, (*ep_p)->transport);
-    free(mine);
-    free(theirs);
+    free(hs);
     return XFER_OK;
 
 err_close:
     xfer_log(XFER_LOG_WARN, BOOT_SUBSYS, "closing connection from %s: %s (%s)", peer, why,
              xfer_status_string(status));
     close(fd);
-    free(mine);
-    free(theirs);
+    free(hs);
     return status;
 }
 
 xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoint_t **ep_p)
 {
-    xfer_wire_hello_t *mine = NULL, *theirs = NULL;
     char why[1200], name[XFER_WIRE_MAX_NAME + 1];
+    handshake_t *hs = NULL;
     struct sockaddr_storage ss;
     xfer_wire_header_t hdr;
     xfer_wire_reject_t rej;
@@ -300,15 +296,14 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
         xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "connect: %s", why);
         return status;
     }
-    until  = deadline(ctx);
-    mine   = malloc(sizeof(*mine));
-    theirs = malloc(sizeof(*theirs));
-    if ((mine == NULL) || (theirs == NULL)) {
+    until = deadline(ctx);
+    hs    = malloc(sizeof(*hs));
+    if (hs == NULL) {
         status = XFER_ERR_NO_MEMORY;
         snprintf(why, sizeof(why), "out of memory");
         goto err;
     }
-    status = build_offer(ctx, mine);
+    status = build_offer(ctx, &hs->mine);
     if (status != XFER_OK) {
         snprintf(why, sizeof(why), "cannot build the transport offer");
         goto err;
@@ -317,11 +312,11 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     if (status != XFER_OK) {
         goto err;
     }
-    status = send_hello(fd, mine, until, why, sizeof(why));
+    status = send_hello(fd, &hs->mine, until, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }
-    status = recv_hello(fd, until, theirs, why, sizeof(why));
+    status = recv_hello(fd, until, &hs->theirs, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }
@@ -346,8 +341,8 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     if (status != XFER_OK) {
         goto err;
     }
-    for (uint16_t i = 0; i < mine->num; i++) {
-        offered |= (strcmp(mine->transports[i].name, name) == 0);
+    for (uint16_t i = 0; i < hs->mine.num; i++) {
+        offered |= (strcmp(hs->mine.transports[i].name, name) == 0);
     }
     if (!offered) {
         snprintf(why, sizeof(why), "server chose '%s', which this side did not offer", name);
@@ -361,8 +356,7 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     }
     xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "connected to %s over %s", address, name);
     free(body);
-    free(mine);
-    free(theirs);
+    free(hs);
     return XFER_OK;
 
 err:
@@ -372,8 +366,7 @@ err:
         close(fd);
     }
     free(body);
-    free(mine);
-    free(theirs);
+    free(hs);
     return status;
 }
 

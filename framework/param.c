@@ -73,13 +73,9 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
         uint64_t u;
         double   t;
         int      b;
-    } tmp;
-    void *final = dest;
+    } tmp; /* numbers land here and reach dest only once they pass the range check */
     char *end;
     double num = 0;
-
-    /* Numbers are parsed into tmp and stored only once they pass the range check. */
-    dest = &tmp;
 
     if ((d->type != XFER_PARAM_STRING) && (*str == '\0')) {
         xfer_reason_set(err, err_size, "empty value");
@@ -95,7 +91,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not an integer");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(int64_t*)dest = v;
+        tmp.i = v;
         num             = (double)v;
         break;
     }
@@ -107,7 +103,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not a non-negative integer");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(uint64_t*)dest = v;
+        tmp.u = v;
         num              = (double)v;
         break;
     }
@@ -118,7 +114,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not a size (examples: 4096, 64k, 1m, 2g, inf)");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(uint64_t*)dest = v;
+        tmp.u = v;
         num              = (v == UCS_MEMUNITS_INF) ? INFINITY : (double)v;
         break;
     }
@@ -128,7 +124,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not a time (examples: 10s, 500ms, 20us, 1.5)");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(double*)dest = v;
+        tmp.t = v;
         num            = v;
         break;
     }
@@ -138,7 +134,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "not a boolean (y/yes/on/1 or n/no/off/0)");
             return XFER_ERR_INVALID_PARAM;
         }
-        *(int*)final = v ? 1 : 0;
+        *(int*)dest = v ? 1 : 0;
         return XFER_OK;
     }
     case XFER_PARAM_STRING: {
@@ -147,14 +143,14 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
             xfer_reason_set(err, err_size, "out of memory");
             return XFER_ERR_NO_MEMORY;
         }
-        free(*(char**)final);
-        *(char**)final = copy;
+        free(*(char**)dest);
+        *(char**)dest = copy;
         return XFER_OK;
     }
     case XFER_PARAM_ENUM:
         for (int i = 0; (d->enum_values != NULL) && (d->enum_values[i] != NULL); i++) {
             if (strcasecmp(str, d->enum_values[i]) == 0) {
-                *(int*)final = i;
+                *(int*)dest = i;
                 return XFER_OK;
             }
         }
@@ -169,7 +165,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
         xfer_reason_set(err, err_size, "out of range");
         return XFER_ERR_OUT_OF_RANGE;
     }
-    memcpy(final, &tmp, (d->type == XFER_PARAM_TIME) ? sizeof(double) : sizeof(uint64_t));
+    memcpy(dest, &tmp, (d->type == XFER_PARAM_TIME) ? sizeof(double) : sizeof(uint64_t));
     return XFER_OK;
 }
 
@@ -259,9 +255,9 @@ xfer_status_t xfer_param_set_init(xfer_param_set_t *set, const char *component,
         if (status == XFER_ERR_NO_MEMORY) {
             goto err_cleanup;
         } else if (status != XFER_OK) {
-            xfer_errors_append(env_errors_p, "%s='%s': %s (%s%s%s, default %s)", pv->env_name, env,
-                               err, xfer_param_type_name(d->type), *pv->range ? " " : "",
-                               pv->range, d->default_value);
+            xfer_errors_append(env_errors_p, "%s='%s': %s (%s%s%s, default %s)",
+                               pv->env_name, env, err, xfer_param_type_name(d->type),
+                               *pv->range ? " " : "", pv->range, d->default_value);
             xfer_log(XFER_LOG_ERROR, "config", "%s='%s': %s; expected %s%s%s",
                      pv->env_name, env, err, xfer_param_type_name(d->type),
                      *pv->range ? " in " : "", pv->range);
