@@ -19,9 +19,10 @@
 #define BOOT_SUBSYS "bootstrap"
 
 struct xfer_listener {
-    xfer_context_t *ctx;
-    int            fd;
-    uint16_t       port;
+    xfer_context_t  *ctx;
+    ucs_list_link_t list;       /* ctx->listeners: closed at context destroy */
+    int             fd;
+    uint16_t        port;
 };
 
 /* The two HELLOs of one handshake; ~17 KiB each, so off the stack. */
@@ -30,19 +31,11 @@ typedef struct handshake {
     xfer_wire_hello_t theirs;
 } handshake_t;
 
-struct xfer_endpoint {
-    xfer_context_t *ctx;
-    int            fd;
-    char           transport[XFER_WIRE_MAX_NAME + 1];
-    char           peer[80];
-};
-
-/* What this side offers: the transports selection ranks for host memory, best first. */
-static xfer_status_t build_offer(const xfer_context_t *ctx, xfer_wire_hello_t *hello)
+/* What this side offers: the open transports that can serve an endpoint, best first, each
+ * with its interface address. */
+static xfer_status_t build_offer(xfer_context_t *ctx, xfer_wire_hello_t *hello)
 {
-    /* No capability is required yet: until the data paths land, every available allowed
-     * transport is offered. The ranking (capability, then estimate) still orders them. */
-    const xfer_select_req_t req = {0, XFER_CAP_ALL};
+    const xfer_select_req_t req = {XFER_OFFER_CAPS, XFER_CAP_ALL};
     xfer_selection_t sel;
     xfer_status_t status;
 
@@ -51,14 +44,40 @@ static xfer_status_t build_offer(const xfer_context_t *ctx, xfer_wire_hello_t *h
     if (status != XFER_OK) {
         return status;
     }
+    xfer_ctx_lock(ctx);
     for (size_t i = 0; (i < sel.num_entries) && (hello->num < XFER_WIRE_MAX_TRANSPORTS); i++) {
-        if (sel.entries[i].rank >= 0) {
-            snprintf(hello->transports[hello->num++].name, XFER_WIRE_MAX_NAME + 1, "%s",
-                     sel.entries[i].name);
+        xfer_fw_iface_t *fi;
+
+        if (sel.entries[i].rank < 0) {
+            continue;
         }
+        fi = xfer_fw_iface_find(ctx, sel.entries[i].name);
+        if ((fi == NULL) || (fi->addr_len > XFER_WIRE_MAX_ADDR)) {
+            continue;
+        }
+        snprintf(hello->transports[hello->num].name, XFER_WIRE_MAX_NAME + 1, "%s",
+                 sel.entries[i].name);
+        memcpy(hello->transports[hello->num].addr, fi->addr, fi->addr_len);
+        hello->transports[hello->num].addr_len = (uint16_t)fi->addr_len;
+        hello->num++;
     }
+    xfer_ctx_unlock(ctx);
     xfer_selection_release(&sel);
     return XFER_OK;
+}
+
+/* The peer's address for transport name, from its HELLO (NULL and 0 when it sent none). */
+static const void *peer_addr_of(const char *name, const xfer_wire_hello_t *theirs,
+                                size_t *len_p)
+{
+    for (uint16_t i = 0; i < theirs->num; i++) {
+        if (strcmp(theirs->transports[i].name, name) == 0) {
+            *len_p = theirs->transports[i].addr_len;
+            return theirs->transports[i].addr;
+        }
+    }
+    *len_p = 0;
+    return NULL;
 }
 
 static int64_t deadline(const xfer_context_t *ctx)
@@ -121,7 +140,8 @@ static xfer_status_t recv_hello(int fd, int64_t until, xfer_wire_hello_t *hello,
 static xfer_status_t send_hello(int fd, const xfer_wire_hello_t *hello, int64_t until,
                                 char *why, size_t why_size)
 {
-    uint8_t frame[4096];
+    uint8_t frame[XFER_WIRE_HEADER_LEN + 2 +
+                  XFER_WIRE_MAX_TRANSPORTS * (3 + XFER_WIRE_MAX_NAME + XFER_WIRE_MAX_ADDR)];
     size_t len = sizeof(frame);
     xfer_status_t status;
 
@@ -131,22 +151,6 @@ static xfer_status_t send_hello(int fd, const xfer_wire_hello_t *hello, int64_t 
         return status;
     }
     return xfer_sock_send_all(fd, frame, len, until, why, why_size);
-}
-
-static xfer_status_t endpoint_new(xfer_context_t *ctx, int fd, const char *transport,
-                                  const char *peer, xfer_endpoint_t **ep_p)
-{
-    xfer_endpoint_t *ep = calloc(1, sizeof(*ep));
-
-    if (ep == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    ep->ctx = ctx;
-    ep->fd  = fd;
-    snprintf(ep->transport, sizeof(ep->transport), "%s", transport);
-    snprintf(ep->peer, sizeof(ep->peer), "%s", peer);
-    *ep_p = ep;
-    return XFER_OK;
 }
 
 xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listener_t **listener_p)
@@ -176,6 +180,9 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
         return status;
     }
     l->ctx = ctx;
+    xfer_ctx_lock(ctx);
+    ucs_list_add_tail(&ctx->listeners, &l->list);
+    xfer_ctx_unlock(ctx);
     xfer_log(XFER_LOG_DEBUG, BOOT_SUBSYS, "listening on %s (port %u)", address, l->port);
     *listener_p = l;
     return XFER_OK;
@@ -193,9 +200,26 @@ int xfer_listener_fd(const xfer_listener_t *listener)
 
 void xfer_listener_close(xfer_listener_t *listener)
 {
+    xfer_context_t *ctx;
+
     if (listener != NULL) {
+        ctx = listener->ctx;
+        xfer_ctx_lock(ctx);
+        ucs_list_del(&listener->list);
+        xfer_ctx_unlock(ctx);
         close(listener->fd);
         free(listener);
+    }
+}
+
+void xfer_listeners_close_all(xfer_context_t *ctx)
+{
+    xfer_listener_t *l, *tmp;
+
+    ucs_list_for_each_safe(l, tmp, &ctx->listeners, list) {
+        ucs_list_del(&l->list);
+        close(l->fd);
+        free(l);
     }
 }
 
@@ -208,6 +232,8 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
     size_t len = sizeof(frame);
     xfer_status_t status;
     int idx, fd = -1;
+    const void *peer_addr;
+    size_t addr_len = 0;
 
     if ((listener == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
@@ -258,12 +284,16 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
     if (status != XFER_OK) {
         goto err_close;
     }
-    status = endpoint_new(listener->ctx, fd, hs->theirs.transports[idx].name, peer, ep_p);
+    peer_addr = peer_addr_of(hs->theirs.transports[idx].name, &hs->theirs, &addr_len);
+    status    = xfer_endpoint_establish(listener->ctx, fd, hs->theirs.transports[idx].name,
+                                        peer_addr, addr_len, 1, peer, until, ep_p, why,
+                                        sizeof(why));
     if (status != XFER_OK) {
-        snprintf(why, sizeof(why), "out of memory");
         goto err_close;
     }
-    xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "accepted %s over %s", peer, (*ep_p)->transport);
+    xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "accepted %s over %s", peer,
+             xfer_endpoint_transport(*ep_p));
+    close(fd);      /* the transport keeps its own descriptor if it wants the connection */
     free(hs);
     return XFER_OK;
 
@@ -287,6 +317,8 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     socklen_t len;
     int64_t until;
     int fd = -1, offered = 0;
+    const void *peer_addr;
+    size_t addr_len = 0;
 
     if ((ctx == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
@@ -349,12 +381,14 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
         status = XFER_ERR_PROTOCOL;
         goto err;
     }
-    status = endpoint_new(ctx, fd, name, address, ep_p);
+    peer_addr = peer_addr_of(name, &hs->theirs, &addr_len);
+    status    = xfer_endpoint_establish(ctx, fd, name, peer_addr, addr_len, 0, address, until,
+                                        ep_p, why, sizeof(why));
     if (status != XFER_OK) {
-        snprintf(why, sizeof(why), "out of memory");
         goto err;
     }
     xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "connected to %s over %s", address, name);
+    close(fd);
     free(body);
     free(hs);
     return XFER_OK;
@@ -368,22 +402,4 @@ err:
     free(body);
     free(hs);
     return status;
-}
-
-const char *xfer_endpoint_transport(const xfer_endpoint_t *ep)
-{
-    return ep ? ep->transport : NULL;
-}
-
-const char *xfer_endpoint_peer(const xfer_endpoint_t *ep)
-{
-    return ep ? ep->peer : NULL;
-}
-
-void xfer_endpoint_close(xfer_endpoint_t *ep)
-{
-    if (ep != NULL) {
-        close(ep->fd);
-        free(ep);
-    }
 }

@@ -28,6 +28,13 @@ static const xfer_param_desc_t fw_params[] = {
     {"BOOTSTRAP_TIMEOUT", XFER_PARAM_TIME, "10s",
      "Longest a connect or accept handshake may take before it fails with a timeout.",
      offsetof(xfer_fw_config_t, bootstrap_timeout), 0.001, 3600, NULL},
+    {"PROGRESS_THREAD", XFER_PARAM_BOOL, "n",
+     "Run a thread that sleeps on the transports' file descriptors and progresses them, so "
+     "operations move without the application calling xfer_progress().",
+     offsetof(xfer_fw_config_t, progress_thread), 0, 0, NULL},
+    {"MAX_KEY_LEN", XFER_PARAM_UINT, "1024",
+     "Longest tensor key, in bytes; longer keys are refused locally and from peers.",
+     offsetof(xfer_fw_config_t, max_key_len), 1, 65535, NULL},
     {NULL}
 };
 
@@ -195,9 +202,23 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
         status = XFER_ERR_INVALID_PARAM;
         goto err_unload;
     }
+    /* An inspecting context (xfer_info) only looks: it opens no transport. */
+    status = xfer_ctx_data_init(ctx, !(flags & XFER_CONTEXT_FLAG_INSPECT));
+    if (status != XFER_OK) {
+        goto err_data;
+    }
+    if ((ctx->fw_config.progress_thread || (flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD)) &&
+        !(flags & XFER_CONTEXT_FLAG_INSPECT)) {
+        status = xfer_ctx_thread_start(ctx);
+        if (status != XFER_OK) {
+            goto err_data;
+        }
+    }
     *ctx_p = ctx;
     return XFER_OK;
 
+err_data:
+    xfer_ctx_data_cleanup(ctx);
 err_unload:
     free(ctx->param_index);
     xfer_transport_spec_cleanup(&ctx->transports);
@@ -215,6 +236,7 @@ void xfer_context_destroy(xfer_context_t *ctx)
     if (ctx == NULL) {
         return;
     }
+    xfer_ctx_data_cleanup(ctx);
     free(ctx->param_index);
     xfer_transport_spec_cleanup(&ctx->transports);
     xfer_loader_unload(ctx);

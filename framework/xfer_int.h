@@ -10,6 +10,8 @@
 
 #include <ucs/datastruct/list.h>
 
+#include <pthread.h>
+
 #define XFER_ENV_PREFIX "XFER_"
 
 /* One parsed parameter: the descriptor and where its current value came from. */
@@ -42,7 +44,19 @@ typedef struct xfer_component_entry {
     char                        reason[XFER_REASON_MAX * 2];
     xfer_param_set_t            params;
     xfer_component_attr_t       attr;
+    struct xfer_fw_iface        *fw_iface;  /* the opened instance, NULL when not open */
 } xfer_component_entry_t;
+
+/* One opened transport instance; ctx->ifaces[index]. */
+typedef struct xfer_fw_iface {
+    xfer_component_entry_t      *entry;
+    const xfer_component_v1_t   *comp;
+    xfer_iface_h                iface;
+    unsigned                    index;
+    int                         event_fd;   /* -1 when the component has none */
+    uint8_t                     addr[1024]; /* iface_address, for the HELLO */
+    size_t                      addr_len;
+} xfer_fw_iface_t;
 
 /* Framework configuration: the table is in context.c. */
 typedef struct xfer_fw_config {
@@ -50,6 +64,8 @@ typedef struct xfer_fw_config {
     const char  *transports;        /* XFER_TRANSPORTS, "" = all */
     const char  *component_path;    /* XFER_COMPONENT_PATH */
     double      bootstrap_timeout;  /* XFER_BOOTSTRAP_TIMEOUT, seconds */
+    int         progress_thread;    /* XFER_PROGRESS_THREAD */
+    uint64_t    max_key_len;        /* XFER_MAX_KEY_LEN */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -70,7 +86,141 @@ struct xfer_context {
     char                    *env_error;     /* NULL when the environment is valid */
     xfer_param_info_t       *param_index;   /* flattened for xfer_param_get() */
     size_t                  num_params;
+
+    /* data path; everything below is guarded by lock */
+    pthread_mutex_t         lock;           /* recursive: callbacks may call the API */
+    pthread_cond_t          cond;           /* broadcast when a request completes */
+    uint64_t                id;             /* random, non-zero; remote keys carry it */
+    xfer_fw_iface_t         *ifaces;
+    unsigned                num_ifaces;
+    int                     wake_fd;        /* eventfd: wakes the thread sleeping in poll */
+    int                     poller_busy;    /* a thread sleeps in poll on the fds */
+    int                     stopping;
+    int                     thread_started;
+    pthread_t               thread;         /* XFER_PROGRESS_THREAD */
+    ucs_list_link_t         endpoints;      /* xfer_endpoint_t */
+    ucs_list_link_t         listeners;      /* xfer_listener_t */
+    ucs_list_link_t         rkeys;          /* xfer_rkey_t */
+    ucs_list_link_t         mems;           /* xfer_mem_t */
+    ucs_list_link_t         requests;       /* every live xfer_request_t */
+    struct xfer_tensor_table *tensors;
 };
+
+typedef enum {
+    XFER_REQ_PUT, XFER_REQ_GET, XFER_REQ_SEND, XFER_REQ_RECV, XFER_REQ_FETCH, XFER_REQ_PUBLISH
+} xfer_req_kind_t;
+
+struct xfer_request {
+    xfer_comp_t         comp;           /* what the component completes */
+    xfer_context_t      *ctx;
+    ucs_list_link_t     list;           /* ctx->requests */
+    ucs_list_link_t     fetch_list;     /* pending fetches, for abort */
+    xfer_req_kind_t     kind;
+    xfer_fw_iface_t     *fw_iface;      /* where it was posted; NULL for publish */
+    xfer_status_t       status;         /* XFER_INPROGRESS until complete */
+    size_t              length;
+    uint64_t            tag;
+    xfer_request_cb_t   cb;
+    void                *user_data;
+    struct xfer_mem     *mem;           /* held busy until completion */
+    int                 released;       /* free on completion */
+    int                 in_callback;
+    uint64_t            step;           /* fetch */
+    xfer_tensor_alloc_cb_t alloc;
+    void                *alloc_arg;
+    xfer_tensor_t       tensor;         /* fetch result */
+};
+
+struct xfer_endpoint {
+    xfer_context_t      *ctx;
+    ucs_list_link_t     list;
+    xfer_fw_iface_t     *fw_iface;
+    xfer_ep_h           ep;
+    uint64_t            peer_id;        /* the peer context's id */
+    xfer_status_t       status;
+    char                transport[XFER_NAME_MAX];
+    char                peer[80];
+};
+
+struct xfer_mem {
+    xfer_context_t      *ctx;
+    ucs_list_link_t     list;
+    void                *addr;
+    size_t              length;
+    xfer_mem_type_t     type;
+    unsigned            busy;           /* outstanding operations using it */
+    xfer_memh_h         *memh;          /* per ctx->ifaces[i] */
+};
+
+struct xfer_rkey {
+    xfer_context_t      *ctx;
+    ucs_list_link_t     list;           /* ctx->rkeys */
+    xfer_fw_iface_t     *fw_iface;
+    xfer_rkey_h         rkey;
+    uint64_t            owner_id;
+    uint64_t            addr;
+    uint64_t            length;
+};
+
+/* Required of a transport before it is offered to a peer. */
+#define XFER_OFFER_CAPS (XFER_CAP_TAG | XFER_CAP_MEM_HOST)
+
+/* progress.c: the context lock, progress and sleeping */
+#define xfer_ctx_lock(_ctx)   pthread_mutex_lock(&(_ctx)->lock)
+#define xfer_ctx_unlock(_ctx) pthread_mutex_unlock(&(_ctx)->lock)
+xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces);
+xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx);
+void xfer_ctx_data_cleanup(xfer_context_t *ctx);
+unsigned xfer_progress_locked(xfer_context_t *ctx);
+/* Sleep on the transports' fds (or on cond while another thread does) up to timeout_ms. */
+void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms);
+/* Tell a thread sleeping in poll that there is work (a posted op, a completion). */
+void xfer_wake_locked(xfer_context_t *ctx);
+extern __thread int xfer_in_callback;
+
+/* request.c */
+xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
+                                 xfer_fw_iface_t *fw_iface, xfer_request_cb_t cb,
+                                 void *user_data);
+/* A posted request: hand it to the caller or mark it self-releasing. */
+void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p);
+/* Undo xfer_request_new when posting failed. */
+void xfer_request_discard(xfer_request_t *req);
+void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
+                           uint64_t tag);
+void xfer_requests_free_all(xfer_context_t *ctx);
+
+/* bootstrap.c */
+void xfer_listeners_close_all(xfer_context_t *ctx);
+
+/* endpoint.c */
+xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *transport,
+                                      const void *peer_addr, size_t peer_addr_len,
+                                      int is_server, const char *peer, int64_t until,
+                                      xfer_endpoint_t **ep_p, char *why, size_t why_size);
+void xfer_endpoints_close_all(xfer_context_t *ctx);
+xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name);
+xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,
+                                       const xfer_fetch_args_t *args);
+
+/* memory.c */
+void xfer_mems_release_all(xfer_context_t *ctx);
+void xfer_rkeys_release_all(xfer_context_t *ctx);
+/* Is [buf, buf + length) inside mem? */
+int xfer_mem_covers(const xfer_mem_t *mem, const void *buf, size_t length);
+
+/* tensor.c */
+xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx);
+void xfer_tensor_table_destroy(xfer_context_t *ctx);
+void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, size_t key_len,
+                                xfer_tensor_waiter_t *waiter);
+void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter);
+void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status);
+/* Fetch-side bookkeeping: is the step aborted here (returns the status or XFER_OK)? */
+xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step);
+void xfer_tensor_fetch_done(xfer_request_t *req);
+xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
+                                    size_t *key_len_p);
 
 /* log.c */
 void xfer_log_set_level(xfer_log_level_t level);

@@ -28,6 +28,11 @@ static void setup(void)
     setenv("XFER_COMPONENT_PATH", dir, 1);
     unsetenv("XFER_TRANSPORTS");
     setenv("XFER_BOOTSTRAP_TIMEOUT", "2s", 1);
+    /* what the bootstrap requires of a transport before it offers it */
+    setenv("XFER_TALPHA_CAPS", "TAG,MEM_HOST", 1);
+    setenv("XFER_TBETA_CAPS", "TAG,MEM_HOST", 1);
+    /* negotiate among the test plug-ins: take the real tcp out by naming no interface */
+    setenv("XFER_TCP_IFACE", "nosuchif0", 1);
 }
 
 static void teardown(void)
@@ -299,6 +304,7 @@ Test(bootstrap, ipv6_loopback)
     char addr[64];
     pid_t child;
 
+    unsetenv("XFER_TCP_IFACE");
     cr_assert_eq(tu_context(0, &ctx), XFER_OK);
     if (xfer_listen(ctx, "[::1]:0", &l) != XFER_OK) {
         xfer_context_destroy(ctx);

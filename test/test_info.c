@@ -145,20 +145,26 @@ Test(info, select_explains_choice_and_rejections)
     char env[1200], *out;
 
     dir = tu_plugin_dir((const char *[]){"talpha", NULL});
-    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TALPHA_CAPS=PUT,GET,MEM_HOST", dir);
+    /* talpha has tcp's capabilities and outranks it on its estimate; neither moves CUDA
+     * memory */
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s "
+             "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST,INTER_HOST "
+             "XFER_TALPHA_BANDWIDTH=1000000", dir);
     cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
     expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
-    expect_contains(out, "not selected: tcp: lacks capabilities: Supported: none / "
-                         "Requested: MEM_HOST");
+    expect_contains(out, "not selected: talpha: lacks capabilities: Supported: "
+                         "PUT|GET|TAG|TENSOR|MEM_HOST|INTER_HOST / Requested: MEM_CUDA");
+    expect_contains(out, "not selected: tcp: lacks capabilities: Supported: "
+                         "PUT|GET|TAG|TENSOR|MEM_HOST|INTER_HOST / Requested: MEM_CUDA");
     if (!tu_host_has_rdma()) {
         expect_contains(out, "not selected: verbs: unavailable: no RDMA devices found");
     }
     free(out);
     cr_expect_eq(info_jq(env, "-s", ".selection.host.selected == \"talpha\""), 0);
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
-    cr_expect_eq(info_jq(env, "-s", "[.selection.host.rejected[].name] | index(\"tcp\") != null"),
-                 0);
+    cr_expect_eq(info_jq(env, "-s", "[.selection.cuda.rejected[].name] | index(\"talpha\") != "
+                         "null"), 0);
 }
 
 Test(info, json_is_valid_and_complete)
@@ -167,7 +173,8 @@ Test(info, json_is_valid_and_complete)
                          ".errors == []"), 0);
     cr_expect_eq(info_jq(NULL, "-c -s", "has(\"parameters\") and has(\"selection\")"), 0);
     cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"tcp\") | "
-                         "(.devices | length) > 0 and .capabilities == []"), 0);
+                         "(.devices | length) > 0 and .capabilities == [\"PUT\", \"GET\", \"TAG\", "
+                         "\"TENSOR\", \"MEM_HOST\", \"INTER_HOST\"]"), 0);
     if (!tu_host_has_rdma()) {
         cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"verbs\") | "
                              ".reason == \"no RDMA devices found\""), 0);

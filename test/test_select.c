@@ -20,6 +20,9 @@ static void setup(void)
     dir = tu_plugin_dir((const char *[]){"talpha", "tbeta", "tgood", "tfail", NULL});
     setenv("XFER_COMPONENT_PATH", dir, 1);
     unsetenv("XFER_TRANSPORTS");
+    /* rank the test plug-ins among themselves: the real tcp (which outranks them all) is made
+     * unavailable the way a user would, by naming an interface that does not exist */
+    setenv("XFER_TCP_IFACE", "nosuchif0", 1);
 }
 
 static void teardown(void)
@@ -289,7 +292,8 @@ Test(select, typed_parameters_reach_the_component)
         } else if (strcmp(p.env_name, "XFER_TGOOD_RATIO") != 0) {
             cr_expect((p.source == XFER_PARAM_SOURCE_DEFAULT) ||
                       (strncmp(p.env_name, "XFER_TGOOD_", 11) == 0) ||
-                      (strcmp(p.env_name, "XFER_COMPONENT_PATH") == 0), "%s", p.env_name);
+                      (strcmp(p.env_name, "XFER_COMPONENT_PATH") == 0) ||
+                      (strcmp(p.env_name, "XFER_TCP_IFACE") == 0), "%s", p.env_name);
         }
     }
     cr_expect(found);

@@ -1,11 +1,12 @@
 /*
  * The tcp component: TCP sockets over any IP interface; works everywhere and is the embedded
- * default. This file holds the component descriptor, its parameters and query(). The data path
- * is not implemented yet, so no capability bit is claimed and the op slots stay empty.
+ * default. This file holds the component descriptor, its parameters and query(); the data
+ * path lives in tcp_iface.c (progress, events), tcp_ep.c (connections), tcp_tag.c, tcp_rma.c
+ * and tcp_tensor.c, speaking the protocol of tcp_wire.h.
  */
 #include "config.h"
 
-#include <xfer/component.h>
+#include "tcp.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,18 +20,52 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-typedef struct xfer_tcp_config {
-    char *iface;    /* comma-separated interface names; "" = all */
-} xfer_tcp_config_t;
-
 static const xfer_param_desc_t tcp_params[] = {
     {"IFACE", XFER_PARAM_STRING, "",
      "Comma-separated network interfaces to use (e.g. 'lo,eth0'); empty means all that are up.",
      offsetof(xfer_tcp_config_t, iface), 0, 0, NULL},
+    {"EAGER_THRESHOLD", XFER_PARAM_SIZE, "16k",
+     "Messages (and put/get data) up to this size are copied into the endpoint's send buffer, "
+     "so that many go out in one write and a send completes at once; larger ones are written "
+     "straight from the caller's buffer and complete when written.",
+     offsetof(xfer_tcp_config_t, eager_threshold), 0, 1024.0 * 1024.0, NULL},
+    {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "1g",
+     "Largest tag message, put/get or tensor this side sends or accepts. A peer announcing a "
+     "longer frame is treated as broken and its connection closed.",
+     offsetof(xfer_tcp_config_t, max_msg_size), 1, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
+    {"SNDBUF", XFER_PARAM_SIZE, "0",
+     "Socket send buffer size (SO_SNDBUF); 0 keeps the system default and its auto-tuning.",
+     offsetof(xfer_tcp_config_t, sndbuf), 0, 1024.0 * 1024.0 * 1024.0, NULL},
+    {"RCVBUF", XFER_PARAM_SIZE, "0",
+     "Socket receive buffer size (SO_RCVBUF); 0 keeps the system default and its auto-tuning.",
+     offsetof(xfer_tcp_config_t, rcvbuf), 0, 1024.0 * 1024.0 * 1024.0, NULL},
+    {"KEEPALIVE", XFER_PARAM_BOOL, "y",
+     "Send TCP keepalive probes on idle connections (SO_KEEPALIVE), so that a peer that "
+     "vanished is detected after KEEPIDLE + KEEPINTVL * KEEPCNT (with USER_TIMEOUT set, "
+     "Linux gives up once USER_TIMEOUT passed without an answer).",
+     offsetof(xfer_tcp_config_t, keepalive), 0, 0, NULL},
+    {"KEEPIDLE", XFER_PARAM_TIME, "10s",
+     "Idle time before the first keepalive probe (TCP_KEEPIDLE; whole seconds).",
+     offsetof(xfer_tcp_config_t, keepidle), 1, 32767, NULL},
+    {"KEEPINTVL", XFER_PARAM_TIME, "2s",
+     "Time between keepalive probes (TCP_KEEPINTVL; whole seconds).",
+     offsetof(xfer_tcp_config_t, keepintvl), 1, 32767, NULL},
+    {"KEEPCNT", XFER_PARAM_UINT, "5",
+     "Unanswered keepalive probes before the connection is declared dead (TCP_KEEPCNT).",
+     offsetof(xfer_tcp_config_t, keepcnt), 1, 127, NULL},
+    {"USER_TIMEOUT", XFER_PARAM_TIME, "30s",
+     "How long sent data may stay unacknowledged before the connection is declared dead "
+     "(TCP_USER_TIMEOUT); 0 keeps the system default (many minutes of retransmissions).",
+     offsetof(xfer_tcp_config_t, user_timeout), 0, 2000000, NULL},
+    {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
+     "Bytes of tag messages that arrived before a matching receive, buffered per interface. "
+     "Beyond it an endpoint stops reading until receives are posted (unless it waits for "
+     "put/get/fetch responses, which are never held back); 'inf' buffers without limit.",
+     offsetof(xfer_tcp_config_t, max_unexpected), 0, 0, NULL},
     {NULL}
 };
 
-static int iface_selected(const xfer_tcp_config_t *cfg, const char *name)
+int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name)
 {
     const char *p = cfg->iface;
     size_t len    = strlen(name);
@@ -119,7 +154,7 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
 
         if ((ifa->ifa_addr == NULL) || !(ifa->ifa_flags & IFF_UP) ||
             ((ifa->ifa_addr->sa_family != AF_INET) && (ifa->ifa_addr->sa_family != AF_INET6)) ||
-            !iface_selected(cfg, ifa->ifa_name)) {
+            !xfer_tcp_iface_selected(cfg, ifa->ifa_name)) {
             continue;
         }
         fresh = 1;
@@ -157,7 +192,11 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
         return XFER_OK;
     }
     attr->available = 1;
-    attr->caps      = 0; /* the data path arrives with the TCP data-path issue */
+    attr->caps      = XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR |
+                      XFER_CAP_MEM_HOST | XFER_CAP_INTER_HOST;
+    attr->limits.max_msg_size   = cfg->max_msg_size;
+    attr->limits.max_eager_size = cfg->eager_threshold;
+    attr->limits.max_key_len    = 0;    /* the framework's XFER_MAX_KEY_LEN applies */
     /* Ranking estimates for a kernel TCP stack: tens of microseconds, about a GB/s. */
     attr->latency_us    = 20.0;
     attr->bandwidth_mbs = 1000.0;
@@ -173,4 +212,26 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .params      = tcp_params,
     .config_size = sizeof(xfer_tcp_config_t),
     .query       = tcp_query,
+
+    .iface_open    = xfer_tcp_iface_open,
+    .iface_close   = xfer_tcp_iface_close,
+    .iface_address = xfer_tcp_iface_address,
+    .ep_create     = xfer_tcp_ep_create,
+    .ep_address    = xfer_tcp_ep_address,
+    .ep_connect    = xfer_tcp_ep_connect,
+    .ep_destroy    = xfer_tcp_ep_destroy,
+    .mem_reg       = xfer_tcp_mem_reg,
+    .mem_dereg     = xfer_tcp_mem_dereg,
+    .rkey_pack     = xfer_tcp_rkey_pack,
+    .rkey_unpack   = xfer_tcp_rkey_unpack,
+    .rkey_release  = xfer_tcp_rkey_release,
+    .put           = xfer_tcp_put,
+    .get           = xfer_tcp_get,
+    .tag_send      = xfer_tcp_tag_send,
+    .tag_recv      = xfer_tcp_tag_recv,
+    .tensor_fetch  = xfer_tcp_tensor_fetch,
+    .cancel        = xfer_tcp_cancel,
+    .progress      = xfer_tcp_iface_progress,
+    .event_fd      = xfer_tcp_iface_event_fd,
+    .event_arm     = xfer_tcp_iface_event_arm,
 };

@@ -41,6 +41,20 @@ static int take_u16(cursor_t *c, uint16_t *v)
     return 1;
 }
 
+static int take_u64(cursor_t *c, uint64_t *v)
+{
+    uint8_t b[8];
+
+    if (!take(c, b, sizeof(b))) {
+        return 0;
+    }
+    *v = 0;
+    for (int i = 0; i < 8; i++) {
+        *v = (*v << 8) | b[i];
+    }
+    return 1;
+}
+
 /* Writer counterpart: fails instead of overflowing. */
 typedef struct writer {
     uint8_t *p;
@@ -75,6 +89,16 @@ static int put_u32(writer_t *w, uint32_t v)
 {
     uint32_t be = htonl(v);
     return put(w, &be, sizeof(be));
+}
+
+static int put_u64(writer_t *w, uint64_t v)
+{
+    uint8_t b[8];
+
+    for (int i = 7; i >= 0; i--, v >>= 8) {
+        b[i] = (uint8_t)v;
+    }
+    return put(w, b, sizeof(b));
 }
 
 /* Write the header with body_len patched in once the body is written. */
@@ -202,7 +226,7 @@ xfer_status_t xfer_wire_parse_header(const void *buf, size_t len, xfer_wire_head
                  "speaks %u", hdr->version, XFER_WIRE_VERSION);
         return XFER_ERR_PROTOCOL;
     }
-    if ((hdr->type < XFER_WIRE_HELLO) || (hdr->type > XFER_WIRE_REJECT)) {
+    if ((hdr->type < XFER_WIRE_HELLO) || (hdr->type > XFER_WIRE_CONNECT)) {
         snprintf(why, why_size, "unknown frame type %u", hdr->type);
         return XFER_ERR_PROTOCOL;
     }
@@ -259,6 +283,40 @@ xfer_status_t xfer_wire_parse_hello(const void *body, size_t body_len, xfer_wire
     }
     if (c.left != 0) {
         snprintf(why, why_size, "HELLO has %zu trailing bytes", c.left);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_wire_pack_connect(const xfer_wire_connect_t *conn, void *buf, size_t *len_p)
+{
+    xfer_status_t status;
+    writer_t w;
+
+    if (conn->addr_len > XFER_WIRE_MAX_ADDR) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = frame_begin(&w, buf, *len_p, XFER_WIRE_CONNECT);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (!put_u64(&w, conn->context_id) || !put_u16(&w, conn->addr_len) ||
+        !put(&w, conn->addr, conn->addr_len)) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    return frame_end(&w, buf, len_p);
+}
+
+xfer_status_t xfer_wire_parse_connect(const void *body, size_t body_len,
+                                      xfer_wire_connect_t *conn, char *why, size_t why_size)
+{
+    cursor_t c = {body, body_len};
+
+    memset(conn, 0, sizeof(*conn));
+    if (!take_u64(&c, &conn->context_id) || !take_u16(&c, &conn->addr_len) ||
+        (conn->addr_len > XFER_WIRE_MAX_ADDR) || !take(&c, conn->addr, conn->addr_len) ||
+        (c.left != 0)) {
+        snprintf(why, why_size, "CONNECT frame is malformed (%zu bytes)", body_len);
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;

@@ -8,9 +8,13 @@
  *   HELLO  := num:u16 { name_len:u8 name[name_len] addr_len:u16 addr[addr_len] } * num
  *   ACCEPT := name_len:u8 name[name_len]                  (the transport the server chose)
  *   REJECT := status:i16 reason_len:u16 reason[reason_len] (why no transport was chosen)
+ *   CONNECT:= context_id:u64 addr_len:u16 addr[addr_len]   (this side's endpoint address)
  *
  * The client sends HELLO with the transports it allows, best first; the server answers with
- * its own HELLO and then ACCEPT or REJECT. A peer with another magic or version is refused.
+ * its own HELLO and then ACCEPT or REJECT. After ACCEPT each side creates its endpoint of the
+ * chosen transport and sends CONNECT (its context id, which remote keys carry, and the
+ * endpoint's address); each reads the other's CONNECT, and from then on the connection
+ * belongs to the transport. A peer with another magic or version is refused.
  */
 #ifndef XFER_BOOTSTRAP_WIRE_H
 #define XFER_BOOTSTRAP_WIRE_H
@@ -33,6 +37,7 @@ typedef enum {
     XFER_WIRE_HELLO  = 1,
     XFER_WIRE_ACCEPT = 2,
     XFER_WIRE_REJECT = 3,
+    XFER_WIRE_CONNECT = 4,
 } xfer_wire_type_t;
 
 typedef struct xfer_wire_header {
@@ -58,11 +63,18 @@ typedef struct xfer_wire_reject {
     char    reason[XFER_WIRE_MAX_REASON + 1];
 } xfer_wire_reject_t;
 
+typedef struct xfer_wire_connect {
+    uint64_t context_id;
+    uint16_t addr_len;
+    uint8_t  addr[XFER_WIRE_MAX_ADDR];
+} xfer_wire_connect_t;
+
 /* Pack a frame; *len_p is the buffer size in, the frame length out. */
 xfer_status_t xfer_wire_pack_hello(const xfer_wire_hello_t *hello, void *buf, size_t *len_p);
 xfer_status_t xfer_wire_pack_accept(const char *name, void *buf, size_t *len_p);
 xfer_status_t xfer_wire_pack_reject(xfer_status_t status, const char *reason, void *buf,
                                     size_t *len_p);
+xfer_status_t xfer_wire_pack_connect(const xfer_wire_connect_t *conn, void *buf, size_t *len_p);
 
 /*
  * Parse the fixed header. XFER_ERR_PROTOCOL (with why) for a wrong magic, version, type or a
@@ -77,6 +89,8 @@ xfer_status_t xfer_wire_parse_accept(const void *body, size_t body_len, char *na
                                      char *why, size_t why_size);
 xfer_status_t xfer_wire_parse_reject(const void *body, size_t body_len,
                                      xfer_wire_reject_t *reject, char *why, size_t why_size);
+xfer_status_t xfer_wire_parse_connect(const void *body, size_t body_len,
+                                      xfer_wire_connect_t *conn, char *why, size_t why_size);
 
 /*
  * The server's choice: the first of the client's transports (client order = client

@@ -5,11 +5,16 @@
  * (XFER_<NAME>_CAPS, ...) so selection can be exercised before the real transports have data
  * paths; it is a test double for ranking input only and moves no data. query() echoes every
  * parsed parameter back as a device attribute so tests can check the typed parsing end to end.
+ * Its interface and endpoints exist only so that the bootstrap can negotiate it and connect an
+ * endpoint (a fake transport is the only way to test negotiation between several transports
+ * on a host that has just one real one); every data operation is absent, so the framework
+ * answers XFER_ERR_UNSUPPORTED.
  */
 #include <xfer/component.h>
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -122,6 +127,56 @@ static xfer_status_t test_query(const void *config, xfer_component_attr_t *attr)
     return XFER_OK;
 }
 
+/* Negotiation-only iface and endpoints: allocated so leaks show, no data path. */
+static xfer_status_t test_iface_open(const void *config, const xfer_iface_params_t *params,
+                                     xfer_iface_h *iface_p)
+{
+    (void)config;
+    (void)params;
+    *iface_p = malloc(1);
+    return (*iface_p != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
+}
+
+static void test_iface_close(xfer_iface_h iface)
+{
+    free(iface);
+}
+
+static xfer_status_t test_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
+{
+    (void)iface;
+    if (*len_p < sizeof(TEST_NAME)) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    memcpy(buf, TEST_NAME, sizeof(TEST_NAME));
+    *len_p = sizeof(TEST_NAME);
+    return XFER_OK;
+}
+
+static xfer_status_t test_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
+                                    xfer_ep_h *ep_p)
+{
+    (void)iface;
+    /* the peer's HELLO must have carried our address */
+    if ((params->peer_iface_addr_len != sizeof(TEST_NAME)) ||
+        (memcmp(params->peer_iface_addr, TEST_NAME, sizeof(TEST_NAME)) != 0)) {
+        return XFER_ERR_PROTOCOL;
+    }
+    *ep_p = malloc(1);
+    return (*ep_p != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
+}
+
+static void test_ep_destroy(xfer_ep_h ep)
+{
+    free(ep);
+}
+
+static unsigned test_progress(xfer_iface_h iface)
+{
+    (void)iface;
+    return 0;
+}
+
 XFER_COMPONENT_EXPORT const xfer_component_v1_t TEST_SYMBOL = {
     .abi_version = TEST_ABI_FIELD,
     .size        = sizeof(xfer_component_v1_t) + TEST_SIZE_DELTA,
@@ -131,4 +186,10 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t TEST_SYMBOL = {
     .params      = test_params,
     .config_size = sizeof(test_config_t),
     .query       = test_query,
+    .iface_open    = test_iface_open,
+    .iface_close   = test_iface_close,
+    .iface_address = test_iface_address,
+    .ep_create     = test_ep_create,
+    .ep_destroy    = test_ep_destroy,
+    .progress      = test_progress,
 };

@@ -114,29 +114,78 @@ typedef struct xfer_component_attr {
 
 /* ---- data path (opaque handles owned by the component) -------------------------------------- */
 
+/*
+ * Threading: the framework serialises every call into a component (and every callback a
+ * component makes into the framework happens inside one of those calls), so a component needs
+ * no locks of its own. Completions are reported only from progress() - never from inside the
+ * call that posted the operation - so callers never see re-entrant callbacks.
+ */
 typedef struct xfer_iface *xfer_iface_h;   /* one opened instance of the transport */
 typedef struct xfer_ep    *xfer_ep_h;      /* a connection to one peer */
 typedef struct xfer_memh  *xfer_memh_h;    /* local registered memory */
 typedef struct xfer_rkey  *xfer_rkey_h;    /* unpacked remote key */
 
-typedef enum {
-    XFER_MEM_HOST = 0,
-    XFER_MEM_CUDA = 1,
-} xfer_mem_type_t;
-
-/* Completion of a non-blocking operation: called from progress() exactly once. */
+/* Completion of a non-blocking operation: called from progress() exactly once. length is the
+ * bytes moved (for XFER_ERR_TRUNCATED: the full message length); tag is the sender's tag for
+ * tag receives and 0 otherwise. */
 typedef struct xfer_comp {
     void (*cb)(struct xfer_comp *self, xfer_status_t status, size_t length, uint64_t tag);
 } xfer_comp_t;
+
+/*
+ * Producer side of a tensor fetch. When a peer asks for (step, key), the component hands the
+ * framework a waiter; the framework calls ready() exactly once - maybe before tensor_request()
+ * returns - with the published tensor (XFER_OK) or an error (the step was aborted, ...). After
+ * ready(XFER_OK) the tensor's data stays valid until the component calls tensor_release() with
+ * the handle it got, and the status of the send. A component that no longer wants a waiter
+ * whose ready() has not been called (the consumer cancelled, the endpoint closed) calls
+ * tensor_withdraw().
+ */
+typedef struct xfer_tensor_waiter {
+    void (*ready)(struct xfer_tensor_waiter *self, xfer_status_t status,
+                  const xfer_tensor_t *tensor, void *handle);
+} xfer_tensor_waiter_t;
 
 /* What the framework hands a component when it opens an interface. */
 typedef struct xfer_iface_params {
     uint32_t size;                  /* sizeof(xfer_iface_params_t) of the caller's build */
     void     *fw_arg;               /* opaque; passed back to the callbacks below */
-    /* Tensor producer side: look up a published tensor by key (TENSOR components). */
-    xfer_status_t (*tensor_lookup)(void *fw_arg, const char *key, size_t key_len,
-                                   xfer_tensor_t *tensor_p);
+    uint32_t max_key_len;           /* longest tensor key accepted, in bytes */
+    void (*tensor_request)(void *fw_arg, uint64_t step, const char *key, size_t key_len,
+                           xfer_tensor_waiter_t *waiter);
+    void (*tensor_withdraw)(void *fw_arg, xfer_tensor_waiter_t *waiter);
+    void (*tensor_release)(void *fw_arg, void *handle, xfer_status_t status);
+    /* An endpoint failed (peer gone, protocol error): its pending operations have been or
+     * are being completed with status; reason says what happened. */
+    void (*ep_failed)(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason);
 } xfer_iface_params_t;
+
+/* What the framework hands a component when it creates an endpoint. */
+typedef struct xfer_ep_params {
+    uint32_t   size;                /* sizeof(xfer_ep_params_t) of the caller's build */
+    void       *fw_ep;              /* opaque; passed back to ep_failed */
+    const void *peer_iface_addr;    /* the peer's iface_address, from its HELLO */
+    size_t     peer_iface_addr_len;
+    /* The connected bootstrap socket. The component may dup() it and carry its own traffic
+     * on it (tcp does); the framework closes its own descriptor after the handshake and
+     * reads nothing more from it once ep_connect() was called. */
+    int        sock_fd;
+    int        is_server;           /* 1 on the accepting side */
+} xfer_ep_params_t;
+
+/* A consumer's tensor fetch, as the component sees it. Strings and buffers are the caller's
+ * only during the call, except buffer (until completion) and result (until completion). */
+typedef struct xfer_fetch_args {
+    uint64_t     step;
+    const char   *key;
+    size_t       key_len;
+    void         *buffer;           /* destination, or NULL: call alloc once the size is known */
+    size_t       capacity;
+    xfer_memh_h  memh;              /* registration covering buffer, or NULL */
+    void         *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void         *alloc_arg;
+    xfer_tensor_t *result;          /* the component fills it before completing with XFER_OK */
+} xfer_fetch_args_t;
 
 /* ---- the component struct, ABI v1 ----------------------------------------------------------- */
 
@@ -161,8 +210,14 @@ typedef struct xfer_component_v1 {
     /* Address the peer needs to connect to this iface; *len_p is in/out. */
     xfer_status_t (*iface_address)(xfer_iface_h iface, void *buf, size_t *len_p);
 
-    xfer_status_t (*ep_create)(xfer_iface_h iface, const void *peer_addr, size_t addr_len,
+    /* Connecting is two-phase so that transports which need the peer's per-connection
+     * address (a QP number) can get it: create, exchange ep_address through the bootstrap,
+     * then connect. ep_address may report 0 bytes. */
+    xfer_status_t (*ep_create)(xfer_iface_h iface, const xfer_ep_params_t *params,
                                xfer_ep_h *ep_p);
+    xfer_status_t (*ep_address)(xfer_ep_h ep, void *buf, size_t *len_p);
+    xfer_status_t (*ep_connect)(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
+    /* Pending operations on the ep complete with XFER_ERR_CANCELED before this returns. */
     void          (*ep_destroy)(xfer_ep_h ep);
 
     xfer_status_t (*mem_reg)(xfer_iface_h iface, void *addr, size_t length,
@@ -173,24 +228,31 @@ typedef struct xfer_component_v1 {
                                  xfer_rkey_h *rkey_p);
     void          (*rkey_release)(xfer_iface_h iface, xfer_rkey_h rkey);
 
+    /* The framework has checked that buf lies in memh and remote_addr..+length in the rkey's
+     * packed bounds; the component must still check on the target side what came off the
+     * wire. Return XFER_INPROGRESS (comp will be called) or an error (it will not). */
     xfer_status_t (*put)(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
                          uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
     xfer_status_t (*get)(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
                          uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
 
+    /* memh may be NULL (the buffer is not registered). */
     xfer_status_t (*tag_send)(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
                               xfer_memh_h memh, xfer_comp_t *comp);
     /* ep == NULL matches any peer. */
     xfer_status_t (*tag_recv)(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag, uint64_t tag_mask,
                               void *buf, size_t length, xfer_memh_h memh, xfer_comp_t *comp);
-    xfer_status_t (*tag_recv_cancel)(xfer_iface_h iface, xfer_comp_t *comp);
 
-    xfer_status_t (*tensor_fetch)(xfer_ep_h ep, const char *key, size_t key_len,
-                                  xfer_tensor_t *dest, xfer_comp_t *comp);
+    xfer_status_t (*tensor_fetch)(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                  xfer_comp_t *comp);
+
+    /* Cancel a posted tag receive or a pending tensor fetch: comp completes with status (from
+     * the next progress()). XFER_ERR_BUSY when it is too late (data is arriving),
+     * XFER_ERR_NOT_FOUND when comp is not pending here. */
+    xfer_status_t (*cancel)(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
 
     /* Drive completions; returns how many events it processed. */
     unsigned      (*progress)(xfer_iface_h iface);
-    xfer_status_t (*flush)(xfer_ep_h ep, xfer_comp_t *comp);
     /* A file descriptor that becomes readable when progress() has work; -1 if none. */
     int           (*event_fd)(xfer_iface_h iface);
     /* Arm event_fd; XFER_ERR_BUSY means "call progress() first, events are pending". */

@@ -87,12 +87,15 @@ typedef struct xfer_tensor {
 
 /* ---- context -------------------------------------------------------------------------------- */
 
-typedef struct xfer_context xfer_context_t;
+typedef struct xfer_context  xfer_context_t;
+typedef struct xfer_endpoint xfer_endpoint_t;
 
 enum {
     /* Create the context even when the environment is invalid (unknown transport names, bad
      * parameter values); the problems are kept for xfer_context_env_error(). For tools. */
     XFER_CONTEXT_FLAG_INSPECT = 1u << 0,
+    /* Start a progress thread, as XFER_PROGRESS_THREAD=y does. */
+    XFER_CONTEXT_FLAG_PROGRESS_THREAD = 1u << 1,
 };
 
 typedef struct xfer_context_params {
@@ -102,31 +105,116 @@ typedef struct xfer_context_params {
 
 /*
  * Find, load and query the transport components, read the XFER_* environment and validate
- * it. Fails with XFER_ERR_INVALID_PARAM on a bad environment (the log says what and why),
+ * it, and open every available transport that the environment allows. Fails with XFER_ERR_INVALID_PARAM on a bad environment (the log says what and why),
  * unless XFER_CONTEXT_FLAG_INSPECT is given. params may be NULL.
  */
 XFER_API xfer_status_t xfer_context_create(const xfer_context_params_t *params,
                                            xfer_context_t **ctx_p);
+/* Closes and frees what is still open - listeners, endpoints (their pending operations
+ * complete with XFER_ERR_CANCELED), remote keys, registrations, requests; every handle of the
+ * context is invalid afterwards. */
 XFER_API void xfer_context_destroy(xfer_context_t *ctx);
 
 /* The environment problems found at create (one per line), or NULL when there were none. */
 XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
 
+/* ---- threads and progress ------------------------------------------------------------------ */
+
+/*
+ * Thread model. Every call may come from any thread. A context serialises the calls made on
+ * it and on its objects (endpoints, memory, requests) with one lock, like UCX's
+ * UCS_THREAD_MODE_MULTI: simple and safe, not a scalability feature. Completion callbacks run
+ * inside xfer_progress() (or the progress thread) with that lock held; they may post new
+ * operations and release requests, but must not wait (xfer_request_wait() from a callback
+ * fails with XFER_ERR_BUSY).
+ *
+ * Progress is explicit: operations move when some thread calls xfer_progress(),
+ * xfer_request_test() or xfer_request_wait(). With XFER_PROGRESS_THREAD=y (or
+ * XFER_CONTEXT_FLAG_PROGRESS_THREAD) the context runs its own thread that sleeps on the
+ * transports' file descriptors and progresses when they fire.
+ */
+
+/* Run every open transport's progress once; returns how many events were processed. */
+XFER_API unsigned xfer_progress(xfer_context_t *ctx);
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+typedef enum {
+    XFER_MEM_HOST = 0,
+    XFER_MEM_CUDA = 1,      /* with a transport that has XFER_CAP_MEM_CUDA (a later release) */
+} xfer_mem_type_t;
+
+typedef struct xfer_mem  xfer_mem_t;    /* a registered local buffer */
+typedef struct xfer_rkey xfer_rkey_t;   /* a peer's buffer, unpacked from its packed key */
+
+/* Register [addr, addr + length) with every open transport. length 0 is invalid. */
+XFER_API xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
+                                         xfer_mem_type_t type, xfer_mem_t **mem_p);
+/* Fails with XFER_ERR_BUSY while an operation that uses the buffer is outstanding. */
+XFER_API xfer_status_t xfer_mem_deregister(xfer_mem_t *mem);
+XFER_API void  *xfer_mem_address(const xfer_mem_t *mem);
+XFER_API size_t xfer_mem_length(const xfer_mem_t *mem);
+
+/*
+ * Pack what a peer needs to put to and get from this buffer into a self-describing blob
+ * (malloc'd; free it with xfer_rkey_blob_free()). Send it to the peer any way you like.
+ */
+XFER_API xfer_status_t xfer_rkey_pack(xfer_mem_t *mem, void **blob_p, size_t *length_p);
+XFER_API void xfer_rkey_blob_free(void *blob);
+/* Unpack a blob received from the peer of ep. A blob from any other context than ep's peer
+ * is refused (XFER_ERR_INVALID_PARAM). The remote buffer's bounds come with it. */
+XFER_API xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t length,
+                                        xfer_rkey_t **rkey_p);
+XFER_API uint64_t xfer_rkey_address(const xfer_rkey_t *rkey);
+XFER_API size_t   xfer_rkey_length(const xfer_rkey_t *rkey);
+XFER_API void xfer_rkey_destroy(xfer_rkey_t *rkey);
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+/*
+ * Every non-blocking operation takes a callback (may be NULL), its argument, and req_p.
+ * With req_p != NULL the caller gets a request to test, wait on, cancel and finally release;
+ * with req_p == NULL the request releases itself after its callback. A call that fails
+ * returns the error, creates no request and never calls the callback.
+ */
+typedef struct xfer_request xfer_request_t;
+typedef void (*xfer_request_cb_t)(xfer_request_t *req, xfer_status_t status, void *user_data);
+
+/* XFER_INPROGRESS while pending (after one round of progress), else the final status. */
+XFER_API xfer_status_t xfer_request_test(xfer_request_t *req);
+/* Progress, sleeping on the transports' file descriptors between events, until the request
+ * completes or timeout_ms passes (-1: no limit). Returns its final status, or
+ * XFER_ERR_TIMEOUT with the request still pending. */
+XFER_API xfer_status_t xfer_request_wait(xfer_request_t *req, int timeout_ms);
+/* Cancel a posted tag receive or a pending tensor fetch: it completes with
+ * XFER_ERR_CANCELED. XFER_ERR_BUSY when it can no longer be cancelled (data is arriving);
+ * XFER_ERR_UNSUPPORTED for other operations. A completed request is left as it is. */
+XFER_API xfer_status_t xfer_request_cancel(xfer_request_t *req);
+/* After completion: bytes moved. For XFER_ERR_TRUNCATED: the length of the message. */
+XFER_API size_t   xfer_request_length(const xfer_request_t *req);
+/* After a tag receive completes: the sender's tag. */
+XFER_API uint64_t xfer_request_tag(const xfer_request_t *req);
+/* After a tensor fetch completes with XFER_OK: its metadata and data (the struct is owned by
+ * the request; the data is the caller's buffer or what its allocation callback returned).
+ * After a failure it is NULL - except when the allocation callback had already returned a
+ * buffer: then data points to it, so that the caller can free it. */
+XFER_API const xfer_tensor_t *xfer_request_tensor(const xfer_request_t *req);
+/* Free a completed request now, or a pending one as soon as it completes. */
+XFER_API void xfer_request_release(xfer_request_t *req);
+
 /* ---- connections ---------------------------------------------------------------------------- */
 
 /*
  * Two processes meet over a TCP bootstrap connection: the server listens, the client
- * connects, and each sends the transports it allows (XFER_TRANSPORTS), best first. The server
- * picks the first of the client's transports that it also offers; if they share none, both
- * sides fail with XFER_ERR_UNREACHABLE and a log line naming what each side offered. Every
- * handshake step is bounded by XFER_BOOTSTRAP_TIMEOUT. A peer that is not an xfer peer of the
- * same protocol version is refused with XFER_ERR_PROTOCOL; the listener keeps working.
- *
- * Status: the bootstrap and negotiation are implemented; the data operations on an endpoint
- * arrive with the TCP data path.
+ * connects, and each sends the transports it allows (XFER_TRANSPORTS) with their addresses,
+ * best first. The server picks the first of the client's transports that it also offers; if
+ * they share none, both sides fail with XFER_ERR_UNREACHABLE and a log line naming what each
+ * side offered. The chosen transport then connects its own endpoint (it may carry its
+ * traffic on the bootstrap connection itself, as tcp does). Every handshake step is bounded
+ * by XFER_BOOTSTRAP_TIMEOUT. A peer that is not an xfer peer of the same protocol version is
+ * refused with XFER_ERR_PROTOCOL; the listener keeps working.
  */
 typedef struct xfer_listener xfer_listener_t;
-typedef struct xfer_endpoint xfer_endpoint_t;
 
 /* address: "host:port", "[v6]:port" or ":port"; port 0 picks a free port. */
 XFER_API xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address,
@@ -145,7 +233,96 @@ XFER_API xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address,
 XFER_API const char *xfer_endpoint_transport(const xfer_endpoint_t *ep);
 /* The peer's address as text. */
 XFER_API const char *xfer_endpoint_peer(const xfer_endpoint_t *ep);
+/* XFER_OK while the connection works, else the error that broke it. */
+XFER_API xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep);
+/* Close the connection; operations still pending on it complete with XFER_ERR_CANCELED. */
 XFER_API void xfer_endpoint_close(xfer_endpoint_t *ep);
+
+/* ---- one-sided ------------------------------------------------------------------------------ */
+
+/*
+ * Write [buf, buf + length) - which must lie inside the registered mem - to remote_addr in
+ * the peer's buffer described by rkey (unpacked on this ep). A range outside either buffer is
+ * refused with XFER_ERR_OUT_OF_RANGE, here when it can be known here, else by the peer.
+ * Completes when the data is in the peer's memory.
+ */
+XFER_API xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length,
+                                xfer_mem_t *mem, uint64_t remote_addr, xfer_rkey_t *rkey,
+                                xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p);
+/* Read from the peer's buffer into [buf, buf + length) inside mem. */
+XFER_API xfer_status_t xfer_get(xfer_endpoint_t *ep, void *buf, size_t length, xfer_mem_t *mem,
+                                uint64_t remote_addr, xfer_rkey_t *rkey,
+                                xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p);
+
+/* ---- two-sided ------------------------------------------------------------------------------ */
+
+/*
+ * Tagged messages. A receive matches a message when (msg_tag & tag_mask) == (tag & tag_mask),
+ * from any peer (ep == NULL) or from one endpoint. Messages that arrive before a matching
+ * receive wait in an unexpected queue; messages from one peer match in the order they were
+ * sent. A message longer than the receive buffer completes the receive with
+ * XFER_ERR_TRUNCATED, and xfer_request_length() gives the message's length. mem is optional
+ * (NULL: the transport registers or copies as it needs). Zero-length messages work.
+ * A send completes when its buffer may be reused.
+ */
+XFER_API xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf,
+                                     size_t length, xfer_mem_t *mem, xfer_request_cb_t cb,
+                                     void *user_data, xfer_request_t **req_p);
+XFER_API xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag,
+                                     uint64_t tag_mask, void *buf, size_t length,
+                                     xfer_mem_t *mem, xfer_request_cb_t cb, void *user_data,
+                                     xfer_request_t **req_p);
+
+/* ---- tensors -------------------------------------------------------------------------------- */
+
+/*
+ * A producer publishes a tensor under (step, key); a consumer fetches it from the producer's
+ * endpoint. One publish satisfies one fetch. Fetch may come before or after publish: a fetch
+ * that arrives first waits on the producer's side until the key is published. Keys are at
+ * most XFER_MAX_KEY_LEN bytes (not counting the NUL).
+ */
+enum {
+    /* Copy the data at publish, so the caller may reuse its buffer at once. Without it the
+     * data must stay valid until the publish request completes (the tensor was sent). */
+    XFER_PUBLISH_COPY = 1u << 0,
+};
+
+/* Never blocks. XFER_ERR_EXISTS when (step, key) is already published and not yet fetched;
+ * XFER_ERR_ABORTED when the step was aborted. The request completes with XFER_OK once a
+ * consumer has the tensor, or with the abort status. */
+XFER_API xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char *key,
+                                           const xfer_tensor_t *tensor, uint32_t flags,
+                                           xfer_request_cb_t cb, void *user_data,
+                                           xfer_request_t **req_p);
+
+/* Where a fetched tensor's data goes: a caller buffer, or a buffer the callback returns
+ * once the size is known (return NULL to fail the fetch with XFER_ERR_NO_MEMORY). */
+typedef void *(*xfer_tensor_alloc_cb_t)(const xfer_tensor_t *meta, void *alloc_arg);
+
+typedef struct xfer_fetch_params {
+    uint32_t               size;        /* sizeof(xfer_fetch_params_t) */
+    void                   *buffer;     /* caller buffer, or NULL to use alloc */
+    size_t                 capacity;    /* its size; a larger tensor fails XFER_ERR_TRUNCATED */
+    xfer_mem_t             *mem;        /* optional registration covering buffer */
+    xfer_tensor_alloc_cb_t alloc;
+    void                   *alloc_arg;
+} xfer_fetch_params_t;
+
+/* On XFER_OK, xfer_request_tensor() has the tensor (dtype, shape, size, is_dead, data). */
+XFER_API xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *key,
+                                         const xfer_fetch_params_t *params,
+                                         xfer_request_cb_t cb, void *user_data,
+                                         xfer_request_t **req_p);
+
+#define XFER_STEP_ALL UINT64_MAX
+
+/*
+ * Abort a step (or every step: XFER_STEP_ALL) with status (an error): this side's pending
+ * fetches of it and its unfetched publishes complete with status; peers' fetches of its
+ * tensors - waiting now or arriving later - fail with status too.
+ */
+XFER_API xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step,
+                                         xfer_status_t status);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,362 @@
+/*
+ * The tcp component's internals, shared by its files: the configuration, the interface
+ * (epoll, queues), endpoints (send queue, receive state machine, outstanding requests),
+ * operations and the producer side of tensor fetches. Not installed; everything is hidden.
+ *
+ * Threading: none. The framework serialises every call, and the component calls back into the
+ * framework only from inside those calls. Completions are queued and delivered by progress().
+ */
+#ifndef XFER_TCP_H
+#define XFER_TCP_H
+
+#include "tcp_wire.h"
+
+#include <xfer/component.h>
+
+#include <ucs/datastruct/list.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#define XFER_TCP_SUBSYS          "tcp"
+#define XFER_TCP_IFACE_ADDR_MAX  1024
+#define XFER_TCP_RX_BUF_LEN      (64u * 1024u)  /* staging buffer for headers and small data */
+#define XFER_TCP_TX_BUF_LEN      (64u * 1024u)  /* one coalescing send buffer */
+#define XFER_TCP_RX_BUDGET       64             /* frames per endpoint per progress() */
+#define XFER_TCP_IOV_MAX         64
+
+/* The parameter table is in tcp_component.c. */
+typedef struct xfer_tcp_config {
+    char     *iface;            /* IFACE: comma-separated interface names; "" = all */
+    uint64_t eager_threshold;   /* EAGER_THRESHOLD: copied into the send buffer up to this */
+    uint64_t max_msg_size;      /* MAX_MSG_SIZE: largest message, put/get or tensor */
+    uint64_t sndbuf;            /* SNDBUF: SO_SNDBUF, 0 = system default */
+    uint64_t rcvbuf;            /* RCVBUF: SO_RCVBUF, 0 = system default */
+    int      keepalive;         /* KEEPALIVE: SO_KEEPALIVE */
+    double   keepidle;          /* KEEPIDLE: seconds idle before the first probe */
+    double   keepintvl;         /* KEEPINTVL: seconds between probes */
+    uint64_t keepcnt;           /* KEEPCNT: unanswered probes before the peer is dead */
+    double   user_timeout;      /* USER_TIMEOUT: TCP_USER_TIMEOUT, seconds; 0 = system */
+    uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes before pausing */
+} xfer_tcp_config_t;
+
+typedef struct xfer_tcp_op  xfer_tcp_op_t;
+typedef struct xfer_tcp_preq xfer_tcp_preq_t;
+
+/* ---- send queue entries ---------------------------------------------------------------------- */
+
+typedef enum {
+    XFER_TCP_TX_BUF,        /* coalesced small frames in a buffer owned by the entry */
+    XFER_TCP_TX_OP,         /* header + user data of a large send or put (in xfer_tcp_op_t) */
+    XFER_TCP_TX_PREQ,       /* a tensor response (in xfer_tcp_preq_t) */
+    XFER_TCP_TX_GET_RESP,   /* header + registered memory a peer reads */
+} xfer_tcp_tx_kind_t;
+
+typedef struct xfer_tcp_tx {
+    ucs_list_link_t     list;       /* ep->txq */
+    xfer_tcp_tx_kind_t  kind;
+    struct iovec        iov[2];     /* what to write: [0] header or buffer, [1] data */
+    size_t              sent;       /* bytes of iov[0] + iov[1] already written */
+    size_t              cap;        /* TX_BUF: room of iov[0] */
+    xfer_memh_h         memh;       /* GET_RESP: the region iov[1] points into, or NULL */
+    void                *owned;     /* GET_RESP: a private copy of iov[1] (after dereg) */
+} xfer_tcp_tx_t;
+
+/* ---- operations ------------------------------------------------------------------------------ */
+
+typedef enum {
+    XFER_TCP_OP_SEND,
+    XFER_TCP_OP_RECV,
+    XFER_TCP_OP_PUT,
+    XFER_TCP_OP_GET,
+    XFER_TCP_OP_FETCH,
+} xfer_tcp_op_kind_t;
+
+#define XFER_TCP_OP_HDR_MAX (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUT_EXT_LEN)
+
+struct xfer_tcp_op {
+    ucs_list_link_t     list;       /* iface->posted (RECV) or iface->compq */
+    xfer_tcp_op_kind_t  kind;
+    xfer_comp_t         *comp;
+    xfer_iface_h        iface;
+    xfer_ep_h           ep;         /* the ep it runs on; for RECV the filter, then the source */
+    xfer_status_t       status;     /* result, once complete */
+    size_t              length;
+    uint64_t            tag;
+    int                 busy;       /* data is arriving: too late to cancel */
+    int                 tx_pending; /* its zero-copy frame is still in the send queue */
+    uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
+    void                *buf;       /* SEND/RECV/PUT/GET buffer, FETCH caller buffer */
+    size_t              len;        /* its length (FETCH: capacity) */
+    uint64_t            rtag, rmask;
+    void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void                *alloc_arg;
+    xfer_tensor_t       *result;
+    xfer_tcp_tx_t       tx;         /* zero-copy frame of a large SEND or PUT */
+    uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
+};
+
+/* An outstanding request of this side, found again by the id in its response. */
+typedef enum {
+    XFER_TCP_SLOT_FREE,
+    XFER_TCP_SLOT_PUT,
+    XFER_TCP_SLOT_GET,
+    XFER_TCP_SLOT_FETCH,
+    XFER_TCP_SLOT_TOMBSTONE,    /* a cancelled fetch whose response is still to come */
+} xfer_tcp_slot_kind_t;
+
+typedef struct xfer_tcp_slot {
+    uint32_t             gen;
+    uint32_t             next_free;
+    xfer_tcp_slot_kind_t kind;
+    xfer_tcp_op_t        *op;
+} xfer_tcp_slot_t;
+
+/* ---- producer side of a tensor fetch --------------------------------------------------------- */
+
+#define XFER_TCP_PREQ_HDR_MAX \
+    (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + XFER_TCP_WIRE_MAX_REASON)
+
+struct xfer_tcp_preq {
+    xfer_tensor_waiter_t waiter;    /* handed to the framework */
+    ucs_list_link_t      list;      /* ep->preqs while waiting, then iface->releases */
+    xfer_ep_h            ep;
+    uint64_t             id;        /* the consumer's request id */
+    uint64_t             step;
+    void                 *handle;   /* from ready(XFER_OK): tensor_release() it when sent */
+    xfer_status_t        release_status;
+    xfer_tcp_tx_t        tx;
+    uint8_t              hdr[XFER_TCP_PREQ_HDR_MAX];
+    uint32_t             key_len;
+    char                 key[];
+};
+
+/* ---- unexpected tag messages ----------------------------------------------------------------- */
+
+typedef struct xfer_tcp_unexp {
+    ucs_list_link_t list;           /* iface->unexp, arrival order */
+    xfer_ep_h       ep;
+    uint64_t        tag;
+    size_t          length;
+    int             complete;       /* all bytes arrived */
+    xfer_tcp_op_t   *recv;          /* a receive that matched it while it was arriving */
+    uint8_t         data[];
+} xfer_tcp_unexp_t;
+
+/* ---- endpoint ------------------------------------------------------------------------------- */
+
+typedef enum {
+    XFER_TCP_EP_CREATED,
+    XFER_TCP_EP_CONNECTED,
+    XFER_TCP_EP_FAILING,    /* failure detected outside progress(); handled by the next one */
+    XFER_TCP_EP_FAILED,
+} xfer_tcp_ep_state_t;
+
+typedef enum {
+    XFER_TCP_RX_HDR,        /* reading a header */
+    XFER_TCP_RX_EXT,        /* reading the type's extension (and reason) into the staging */
+    XFER_TCP_RX_DATA,       /* payload into rx.dest, then rx.drain bytes discarded */
+    XFER_TCP_RX_PAUSED,     /* a TAG header waits for room in the unexpected queue */
+} xfer_tcp_rx_state_t;
+
+typedef struct xfer_tcp_rx_handler xfer_tcp_rx_handler_t;
+
+typedef struct xfer_tcp_rx {
+    xfer_tcp_rx_state_t state;
+    xfer_tcp_wire_hdr_t hdr;
+    const xfer_tcp_rx_handler_t *handler;
+    size_t              ext_len;    /* staging bytes the extension needs */
+    uint8_t             *dest;
+    size_t              want, got;  /* payload bytes for dest */
+    uint64_t            drain;      /* then bytes to discard */
+    xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
+    xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
+    xfer_tcp_unexp_t    *unexp;     /* unexpected message being received */
+    xfer_tcp_preq_t     *preq;      /* tensor request whose key is arriving */
+    xfer_memh_h         memh;       /* PUT target region */
+    uint64_t            size;       /* TENSOR_RESP: the tensor's size */
+} xfer_tcp_rx_t;
+
+struct xfer_ep {
+    xfer_iface_h        iface;
+    ucs_list_link_t     list;           /* iface->eps */
+    void                *fw_ep;
+    int                 fd;
+    int                 is_server;
+    xfer_tcp_ep_state_t state;
+    xfer_status_t       fail_status;
+    char                fail_reason[XFER_REASON_MAX];
+    int                 clean_close;    /* the peer closed between two frames */
+    uint32_t            events;         /* registered with epoll */
+    xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
+
+    ucs_list_link_t     txq;            /* xfer_tcp_tx_t, in wire order */
+
+    xfer_tcp_rx_t       rx;
+    uint8_t             *rbuf;          /* staging: [roff, rlen) is unparsed input */
+    size_t              roff, rlen;
+
+    xfer_tcp_slot_t     *slots;
+    uint32_t            num_slots;
+    uint32_t            free_slot;      /* head of the free list, UINT32_MAX = none */
+    uint32_t            busy_slots;
+
+    ucs_list_link_t     preqs;          /* xfer_tcp_preq_t waiting for ready() */
+
+    int                 in_ready;       /* on iface->rx_ready */
+    ucs_list_link_t     ready_link;
+    int                 in_failing;     /* on iface->failing */
+    ucs_list_link_t     failing_link;
+    int                 in_notify;      /* on iface->notify */
+    ucs_list_link_t     notify_link;
+};
+
+/* ---- interface ------------------------------------------------------------------------------ */
+
+struct kh_xfer_tcp_mem_s;
+
+struct xfer_iface {
+    const xfer_tcp_config_t  *cfg;
+    xfer_iface_params_t      params;
+    xfer_tcp_wire_limits_t   limits;
+    int                      epfd;
+    uint64_t                 cookie;        /* random: rkeys of another iface do not fit */
+    uint64_t                 next_region;
+    struct kh_xfer_tcp_mem_s *regions;
+    ucs_list_link_t          eps;
+    ucs_list_link_t          posted;        /* xfer_tcp_op_t RECV, posting order */
+    ucs_list_link_t          unexp;         /* xfer_tcp_unexp_t, arrival order */
+    uint64_t                 unexp_bytes;
+    ucs_list_link_t          compq;         /* completed xfer_tcp_op_t, callback pending */
+    ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
+    ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
+    ucs_list_link_t          failing;       /* eps whose failure is to be handled */
+    ucs_list_link_t          notify;        /* failed eps, ep_failed pending */
+    char                     address[XFER_TCP_IFACE_ADDR_MAX];
+    size_t                   address_len;
+};
+
+struct xfer_memh {
+    uint64_t id;
+    uint8_t  *addr;
+    size_t   length;
+};
+
+struct xfer_rkey {
+    xfer_tcp_wire_rkey_t wire;
+};
+
+/* ---- tcp_component.c ------------------------------------------------------------------------ */
+int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
+
+/* ---- tcp_iface.c ---------------------------------------------------------------------------- */
+xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
+                                  xfer_iface_h *iface_p);
+void xfer_tcp_iface_close(xfer_iface_h iface);
+xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
+unsigned xfer_tcp_iface_progress(xfer_iface_h iface);
+int xfer_tcp_iface_event_fd(xfer_iface_h iface);
+xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface);
+xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+/* Queue a completion; progress() delivers it. */
+void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length,
+                          uint64_t tag);
+xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
+                               xfer_comp_t *comp);
+/* Deliver now the queued completions of ops that ran on ep (ep_destroy). */
+void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
+/* Ask progress() to look at ep's input again (it was paused, or budget ran out). */
+void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep);
+
+/* ---- tcp_ep.c ------------------------------------------------------------------------------- */
+xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
+                                 xfer_ep_h *ep_p);
+xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
+xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
+void xfer_tcp_ep_destroy(xfer_ep_h ep);
+/* Can ops be posted? XFER_OK or the status the ep failed with. */
+xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
+/* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory. */
+uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len);
+/* Queue an entry whose memory the caller owns (zero-copy frames). */
+void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Write what the socket takes now; never calls back into the framework. */
+void xfer_tcp_ep_flush(xfer_ep_h ep);
+/* After queueing from a posting call: write now unless the socket is known to be full
+ * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
+void xfer_tcp_ep_tx_post(xfer_ep_h ep);
+/* Fail ep: from progress() now, from anywhere else at the next progress(). */
+void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Handle an ep whose failure was deferred. */
+void xfer_tcp_ep_fail_deferred(xfer_ep_h ep);
+/* Process input: up to XFER_TCP_RX_BUDGET frames; returns frames handled. */
+unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep);
+/* epoll reported events for ep. */
+unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events);
+void xfer_tcp_ep_update_events(xfer_ep_h ep);
+/* Outstanding-request slots. */
+xfer_status_t xfer_tcp_slot_alloc(xfer_ep_h ep, xfer_tcp_slot_kind_t kind, xfer_tcp_op_t *op,
+                                  uint64_t *id_p);
+xfer_tcp_slot_t *xfer_tcp_slot_find(xfer_ep_h ep, uint64_t id);
+void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx);
+/* Set up the payload phase of the frame being received. */
+void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
+/* Stop writing into a region that is being deregistered. */
+void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
+
+/* Per-type receive handlers, called with a validated header in ep->rx.hdr. on_ext gets the
+ * extension (ext_len bytes in the staging buffer) and sets up the payload with
+ * xfer_tcp_rx_expect(); it returns XFER_OK, XFER_INPROGRESS (ext_len was raised: call again
+ * with more bytes), XFER_ERR_BUSY (pause) or an error that fails the ep (why says what). */
+struct xfer_tcp_rx_handler {
+    size_t        ext_len;
+    xfer_status_t (*on_ext)(xfer_ep_h ep, const uint8_t *ext, char *why, size_t why_size);
+    xfer_status_t (*on_done)(xfer_ep_h ep, char *why, size_t why_size);
+};
+
+/* ---- tcp_tag.c ------------------------------------------------------------------------------ */
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tag;
+xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
+                                xfer_memh_h memh, xfer_comp_t *comp);
+xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
+                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
+                                xfer_comp_t *comp);
+/* cancel() for receives: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
+xfer_status_t xfer_tcp_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue);
+
+/* ---- tcp_rma.c ------------------------------------------------------------------------------ */
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
+                                   xfer_tcp_rx_get_req, xfer_tcp_rx_get_resp;
+xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
+void xfer_tcp_regions_cleanup(xfer_iface_h iface);
+xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
+xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
+                                 size_t *len_p);
+xfer_status_t xfer_tcp_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
+                                   xfer_rkey_h *rkey_p);
+void xfer_tcp_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
+xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+
+/* ---- tcp_tensor.c --------------------------------------------------------------------------- */
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req, xfer_tcp_rx_tensor_resp,
+                                   xfer_tcp_rx_tensor_cancel;
+xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                    xfer_comp_t *comp);
+/* cancel() for fetches: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
+xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                     xfer_status_t status);
+/* Release what the producer side of ep holds: withdraw waiters, release queued tensors. */
+void xfer_tcp_preq_withdraw_all(xfer_ep_h ep);
+void xfer_tcp_preq_free(xfer_tcp_preq_t *preq);
+
+#endif

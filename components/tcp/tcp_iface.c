@@ -1,0 +1,326 @@
+/*
+ * The tcp interface: one epoll set over its endpoints' sockets, the queues progress() works
+ * through (deferred failures, endpoints with buffered input, completions, tensor releases),
+ * and the event fd the framework sleeps on. epoll is level-triggered: an endpoint is watched
+ * for input unless it paused, and for output only while it has something queued.
+ */
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EPOLL_BATCH 64
+
+/* "eth0=10.0.0.2,lo=127.0.0.1": informational, so a peer's logs can say where we are. */
+static void address_build(xfer_iface_h iface)
+{
+    struct ifaddrs *ifa_list, *ifa;
+    size_t off = 0;
+
+    iface->address_len = 0;
+    if (getifaddrs(&ifa_list) != 0) {
+        return;
+    }
+    for (ifa = ifa_list; ifa != NULL; ifa = ifa->ifa_next) {
+        char addr[INET6_ADDRSTRLEN];
+        const void *src;
+        int n;
+
+        if ((ifa->ifa_addr == NULL) || !(ifa->ifa_flags & IFF_UP) ||
+            ((ifa->ifa_addr->sa_family != AF_INET) && (ifa->ifa_addr->sa_family != AF_INET6)) ||
+            !xfer_tcp_iface_selected(iface->cfg, ifa->ifa_name)) {
+            continue;
+        }
+        src = (ifa->ifa_addr->sa_family == AF_INET) ?
+                      (const void*)&((struct sockaddr_in*)ifa->ifa_addr)->sin_addr :
+                      (const void*)&((struct sockaddr_in6*)ifa->ifa_addr)->sin6_addr;
+        if (inet_ntop(ifa->ifa_addr->sa_family, src, addr, sizeof(addr)) == NULL) {
+            continue;
+        }
+        n = snprintf(iface->address + off, sizeof(iface->address) - off, "%s%s=%s",
+                     off ? "," : "", ifa->ifa_name, addr);
+        if ((n < 0) || ((size_t)n >= sizeof(iface->address) - off)) {
+            iface->address[off] = '\0';     /* drop what does not fit whole */
+            break;
+        }
+        off += (size_t)n;
+    }
+    freeifaddrs(ifa_list);
+    iface->address_len = off;
+}
+
+static uint64_t random_cookie(void)
+{
+    uint64_t cookie = 0;
+
+    if (getrandom(&cookie, sizeof(cookie), 0) != sizeof(cookie)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        cookie = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    }
+    return cookie;
+}
+
+xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
+                                  xfer_iface_h *iface_p)
+{
+    xfer_iface_h iface;
+    xfer_status_t status;
+
+    if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
+        (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->cfg = config;
+    memcpy(&iface->params, params,
+           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
+    iface->limits.max_msg_size = iface->cfg->max_msg_size;
+    iface->limits.max_key_len  = params->max_key_len;
+    iface->cookie              = random_cookie();
+    ucs_list_head_init(&iface->eps);
+    ucs_list_head_init(&iface->posted);
+    ucs_list_head_init(&iface->unexp);
+    ucs_list_head_init(&iface->compq);
+    ucs_list_head_init(&iface->releases);
+    ucs_list_head_init(&iface->rx_ready);
+    ucs_list_head_init(&iface->failing);
+    ucs_list_head_init(&iface->notify);
+
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_create1: %s", strerror(errno));
+        status = XFER_ERR_NO_RESOURCE;
+        goto err_free;
+    }
+    status = xfer_tcp_regions_init(iface);
+    if (status != XFER_OK) {
+        goto err_close_epfd;
+    }
+    address_build(iface);
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
+                iface->epfd, (int)iface->address_len, iface->address);
+    *iface_p = iface;
+    return XFER_OK;
+
+err_close_epfd:
+    close(iface->epfd);
+err_free:
+    free(iface);
+    return status;
+}
+
+static void deliver_one(xfer_tcp_op_t *op)
+{
+    xfer_comp_t *comp = op->comp;
+    xfer_status_t status = op->status;
+    size_t length = op->length;
+    uint64_t tag = op->tag;
+
+    ucs_list_del(&op->list);
+    free(op);
+    comp->cb(comp, status, length, tag);
+}
+
+static unsigned releases_run(xfer_iface_h iface)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&iface->releases)) {
+        xfer_tcp_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_tcp_preq_t, list);
+
+        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
+            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
+                                         preq->release_status);
+        }
+        xfer_tcp_preq_free(preq);
+        count++;
+    }
+    return count;
+}
+
+void xfer_tcp_iface_close(xfer_iface_h iface)
+{
+    xfer_tcp_op_t *op, *tmp;
+
+    if (iface == NULL) {
+        return;
+    }
+    while (!ucs_list_is_empty(&iface->eps)) {
+        xfer_tcp_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
+    }
+    /* receives from any peer are all that can be left */
+    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
+        ucs_list_del(&op->list);
+        xfer_tcp_op_complete(op, XFER_ERR_CANCELED, 0, 0);
+    }
+    while (!ucs_list_is_empty(&iface->compq)) {
+        deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
+    }
+    releases_run(iface);
+    xfer_tcp_regions_cleanup(iface);
+    close(iface->epfd);
+    free(iface);
+}
+
+xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
+{
+    if ((iface == NULL) || (len_p == NULL) || ((buf == NULL) && (*len_p > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (*len_p < iface->address_len) {
+        *len_p = iface->address_len;
+        return XFER_ERR_NO_RESOURCE;
+    }
+    if (iface->address_len > 0) {
+        memcpy(buf, iface->address, iface->address_len);
+    }
+    *len_p = iface->address_len;
+    return XFER_OK;
+}
+
+xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
+                               xfer_comp_t *comp)
+{
+    xfer_tcp_op_t *op = calloc(1, sizeof(*op));
+
+    if (op != NULL) {
+        op->kind  = kind;
+        op->comp  = comp;
+        op->iface = iface;
+        op->ep    = ep;
+        ucs_list_head_init(&op->list);
+    }
+    return op;
+}
+
+void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
+{
+    op->status = status;
+    op->length = length;
+    op->tag    = tag;
+    op->busy   = 0;
+    ucs_list_add_tail(&op->iface->compq, &op->list);
+}
+
+void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep)
+{
+    /* restart the scan after each callback: it may change the queue */
+    for (;;) {
+        xfer_tcp_op_t *op, *found = NULL;
+
+        ucs_list_for_each(op, &iface->compq, list) {
+            if (op->ep == ep) {
+                found = op;
+                break;
+            }
+        }
+        if (found == NULL) {
+            return;
+        }
+        deliver_one(found);
+    }
+}
+
+void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep)
+{
+    if (!ep->in_ready) {
+        ep->in_ready = 1;
+        ucs_list_add_tail(&iface->rx_ready, &ep->ready_link);
+    }
+}
+
+unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
+{
+    struct epoll_event events[EPOLL_BATCH];
+    unsigned count = 0;
+    unsigned long n;
+    int num;
+
+    while (!ucs_list_is_empty(&iface->failing)) {
+        xfer_ep_h ep = ucs_list_extract_head(&iface->failing, struct xfer_ep, failing_link);
+
+        ep->in_failing = 0;
+        xfer_tcp_ep_fail_deferred(ep);
+        count++;
+    }
+
+    /* only the endpoints queued now: one that runs out of budget again waits its turn */
+    for (n = ucs_list_length(&iface->rx_ready); (n > 0) && !ucs_list_is_empty(&iface->rx_ready);
+         n--) {
+        xfer_ep_h ep = ucs_list_extract_head(&iface->rx_ready, struct xfer_ep, ready_link);
+
+        ep->in_ready = 0;
+        count += xfer_tcp_ep_rx_progress(ep);
+    }
+
+    num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+    if ((num < 0) && (errno != EINTR)) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
+    }
+    for (int i = 0; i < num; i++) {
+        count += xfer_tcp_ep_handle_events(events[i].data.ptr, events[i].events);
+    }
+
+    while (!ucs_list_is_empty(&iface->notify)) {
+        xfer_ep_h ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
+
+        ep->in_notify = 0;
+        if (iface->params.ep_failed != NULL) {
+            iface->params.ep_failed(iface->params.fw_arg, ep->fw_ep, ep->fail_status,
+                                    ep->fail_reason);
+        }
+    }
+    count += releases_run(iface);
+
+    /* only the completions queued now: callbacks that post and complete at once wait */
+    for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);
+         n--) {
+        deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
+        count++;
+    }
+    return count;
+}
+
+int xfer_tcp_iface_event_fd(xfer_iface_h iface)
+{
+    return iface ? iface->epfd : -1;
+}
+
+xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
+{
+    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+        !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->failing) ||
+        !ucs_list_is_empty(&iface->notify)) {
+        return XFER_ERR_BUSY;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    xfer_status_t ret;
+
+    if ((iface == NULL) || (comp == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ret = xfer_tcp_tag_cancel(iface, comp, status);
+    if (ret != XFER_ERR_NOT_FOUND) {
+        return ret;
+    }
+    return xfer_tcp_tensor_cancel(iface, comp, status);
+}

@@ -1,0 +1,492 @@
+/*
+ * One-sided operations over tcp: registered regions, remote keys, put and get.
+ *
+ * A region is known to peers by {id, the iface's random cookie, address, length}. The target
+ * checks all of it - the id is registered, the cookie is this iface's, the range lies inside -
+ * before touching memory, and answers anything else with an error status while draining the
+ * data. A put completes at the initiator when its PUT_ACK arrives (the data is in the target's
+ * memory); a get when its data is in the local buffer.
+ */
+#include "tcp.h"
+
+#include <ucs/datastruct/khash.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+KHASH_MAP_INIT_INT64(xfer_tcp_mem, xfer_memh_h)
+
+xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface)
+{
+    iface->regions = kh_init(xfer_tcp_mem);
+    if (iface->regions == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->next_region = 1;
+    return XFER_OK;
+}
+
+void xfer_tcp_regions_cleanup(xfer_iface_h iface)
+{
+    xfer_memh_h memh;
+
+    if (iface->regions == NULL) {
+        return;
+    }
+    kh_foreach_value(iface->regions, memh, {
+        free(memh);
+    });
+    kh_destroy(xfer_tcp_mem, iface->regions);
+    iface->regions = NULL;
+}
+
+xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
+{
+    xfer_memh_h memh;
+    khiter_t it;
+    int ret;
+
+    if ((iface == NULL) || (memh_p == NULL) || (addr == NULL) || (length == 0) ||
+        ((uintptr_t)addr + length < (uintptr_t)addr)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (mem_type != XFER_MEM_HOST) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    memh = malloc(sizeof(*memh));
+    if (memh == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    memh->id     = iface->next_region++;
+    memh->addr   = addr;
+    memh->length = length;
+    it = kh_put(xfer_tcp_mem, iface->regions, memh->id, &ret);
+    if (ret < 0) {
+        free(memh);
+        return XFER_ERR_NO_MEMORY;
+    }
+    kh_value(iface->regions, it) = memh;
+    *memh_p = memh;
+    return XFER_OK;
+}
+
+void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
+{
+    khiter_t it;
+    xfer_ep_h ep;
+
+    if ((iface == NULL) || (memh == NULL)) {
+        return;
+    }
+    it = kh_get(xfer_tcp_mem, iface->regions, memh->id);
+    if ((it == kh_end(iface->regions)) || (kh_value(iface->regions, it) != memh)) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "mem_dereg of an unknown region %p",
+                 (void*)memh);
+        return;
+    }
+    kh_del(xfer_tcp_mem, iface->regions, it);
+    /* peers' puts and gets in flight must not touch it any more */
+    ucs_list_for_each(ep, &iface->eps, list) {
+        xfer_tcp_ep_forget_region(ep, memh);
+    }
+    free(memh);
+}
+
+xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
+                                 size_t *len_p)
+{
+    xfer_tcp_wire_rkey_t rkey;
+
+    if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((buf == NULL) || (*len_p < XFER_TCP_WIRE_RKEY_LEN)) {
+        *len_p = XFER_TCP_WIRE_RKEY_LEN;
+        return XFER_ERR_NO_RESOURCE;
+    }
+    rkey.region = memh->id;
+    rkey.cookie = iface->cookie;
+    rkey.addr   = (uintptr_t)memh->addr;
+    rkey.length = memh->length;
+    xfer_tcp_wire_pack_rkey(&rkey, buf);
+    *len_p = XFER_TCP_WIRE_RKEY_LEN;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
+                                   xfer_rkey_h *rkey_p)
+{
+    xfer_tcp_wire_rkey_t wire;
+    xfer_rkey_h rkey;
+
+    if ((iface == NULL) || (rkey_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (xfer_tcp_wire_unpack_rkey(buf, len, &wire) != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "remote key of %zu bytes is not a tcp key "
+                 "(%u bytes)", len, XFER_TCP_WIRE_RKEY_LEN);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    rkey = malloc(sizeof(*rkey));
+    if (rkey == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    rkey->wire = wire;
+    *rkey_p    = rkey;
+    return XFER_OK;
+}
+
+void xfer_tcp_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
+{
+    (void)iface;
+    free(rkey);
+}
+
+/* ---- initiator ------------------------------------------------------------------------------ */
+
+static xfer_status_t rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
+                               uint64_t remote_addr, xfer_rkey_h rkey)
+{
+    xfer_status_t status = xfer_tcp_ep_check(ep);
+    const xfer_tcp_wire_rkey_t *r;
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((rkey == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    r = &rkey->wire;
+    if ((remote_addr < r->addr) || (remote_addr - r->addr > r->length) ||
+        (length > r->length - (remote_addr - r->addr))) {
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    if (length > ep->limits.max_msg_size) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "%s of %zu bytes exceeds the message limit "
+                 "of %llu bytes (XFER_TCP_MAX_MSG_SIZE, here or at the peer)", what, length,
+                 (unsigned long long)ep->limits.max_msg_size);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    return XFER_OK;
+}
+
+/* The ep now waits for a response: it must read even when unexpected messages pile up. */
+static void rma_posted(xfer_ep_h ep)
+{
+    xfer_tcp_ep_tx_post(ep);
+    if (ep->rx.state == XFER_TCP_RX_PAUSED) {
+        xfer_tcp_iface_rx_kick(ep->iface, ep);
+    }
+}
+
+xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_PUT_REQ, 0, 0,
+                               XFER_TCP_WIRE_PUT_EXT_LEN + (uint64_t)length};
+    xfer_tcp_wire_rma_t rma;
+    xfer_status_t status;
+    xfer_tcp_op_t *op;
+    uint8_t *p;
+
+    (void)memh;
+    status = rma_check(ep, "put", buf, length, remote_addr, rkey);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (comp == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_PUT, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf = (void*)buf;
+    op->len = length;
+    status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_PUT, op, &hdr.id);
+    if (status != XFER_OK) {
+        free(op);
+        return status;
+    }
+    rma.region = rkey->wire.region;
+    rma.cookie = rkey->wire.cookie;
+    rma.addr   = remote_addr;
+    rma.len    = length;
+    if (length <= ep->iface->cfg->eager_threshold) {
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length);
+        if (p == NULL) {
+            xfer_tcp_slot_free(ep, op->slot);
+            free(op);
+            return XFER_ERR_NO_MEMORY;
+        }
+        xfer_tcp_wire_pack_hdr(&hdr, p);
+        xfer_tcp_wire_pack_put_ext(&rma, p + XFER_TCP_WIRE_HDR_LEN);
+        if (length > 0) {
+            memcpy(p + XFER_TCP_OP_HDR_MAX, buf, length);
+        }
+    } else {
+        xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
+        xfer_tcp_wire_pack_put_ext(&rma, op->hdr + XFER_TCP_WIRE_HDR_LEN);
+        op->tx.kind            = XFER_TCP_TX_OP;
+        op->tx.iov[0].iov_base = op->hdr;
+        op->tx.iov[0].iov_len  = XFER_TCP_OP_HDR_MAX;
+        op->tx.iov[1].iov_base = (void*)buf;
+        op->tx.iov[1].iov_len  = length;
+        op->tx_pending         = 1;
+        xfer_tcp_ep_tx_push(ep, &op->tx);
+    }
+    rma_posted(ep);
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_GET_REQ, 0, 0, XFER_TCP_WIRE_GET_EXT_LEN};
+    xfer_tcp_wire_rma_t rma;
+    xfer_status_t status;
+    xfer_tcp_op_t *op;
+    uint8_t *p;
+
+    (void)memh;
+    status = rma_check(ep, "get", buf, length, remote_addr, rkey);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (comp == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_GET, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf = buf;
+    op->len = length;
+    status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_GET, op, &hdr.id);
+    if (status != XFER_OK) {
+        free(op);
+        return status;
+    }
+    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN);
+    if (p == NULL) {
+        xfer_tcp_slot_free(ep, op->slot);
+        free(op);
+        return XFER_ERR_NO_MEMORY;
+    }
+    rma.region = rkey->wire.region;
+    rma.cookie = rkey->wire.cookie;
+    rma.addr   = remote_addr;
+    rma.len    = length;
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    xfer_tcp_wire_pack_get_ext(&rma, p + XFER_TCP_WIRE_HDR_LEN);
+    rma_posted(ep);
+    return XFER_INPROGRESS;
+}
+
+/* ---- target --------------------------------------------------------------------------------- */
+
+/* Where a peer may read or write: the region must be ours and contain the whole range. */
+static xfer_status_t region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
+                                  xfer_memh_h *memh_p, char *why, size_t why_size)
+{
+    khiter_t it = kh_get(xfer_tcp_mem, iface->regions, rma->region);
+    xfer_memh_h memh;
+    uint64_t base;
+
+    if ((it == kh_end(iface->regions)) || (rma->cookie != iface->cookie)) {
+        snprintf(why, why_size, "region %" PRIu64 " is not registered here", rma->region);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    memh = kh_value(iface->regions, it);
+    base = (uintptr_t)memh->addr;
+    if ((rma->addr < base) || (rma->addr - base > memh->length) ||
+        (rma->len > memh->length - (rma->addr - base))) {
+        snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
+                 " (0x%" PRIx64 "+%zu)", rma->addr, rma->len, rma->region, base, memh->length);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    *memh_p = memh;
+    return XFER_OK;
+}
+
+static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                    size_t why_size)
+{
+    xfer_tcp_wire_rma_t rma;
+    xfer_memh_h memh;
+    xfer_status_t status;
+
+    status = xfer_tcp_wire_unpack_put_ext(ext, &ep->rx.hdr, &rma, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = region_check(ep->iface, &rma, &memh, why, why_size);
+    ep->rx.status = status;
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a put: %s", why);
+        xfer_tcp_rx_expect(ep, NULL, 0, rma.len);
+        return XFER_OK;
+    }
+    ep->rx.memh = memh;
+    xfer_tcp_rx_expect(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr), rma.len, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_put_req_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_wire_hdr_t ack = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_PUT_ACK, ep->rx.status, ep->rx.hdr.id, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+
+    if (p == NULL) {
+        snprintf(why, why_size, "out of memory for a PUT_ACK");
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&ack, p);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                    size_t why_size)
+{
+    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    xfer_tcp_op_t *op;
+
+    (void)ext;
+    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_PUT)) {
+        snprintf(why, why_size, "PUT_ACK for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
+        return XFER_ERR_PROTOCOL;
+    }
+    op = slot->op;
+    if (op->tx_pending) {
+        snprintf(why, why_size, "PUT_ACK for a put whose data was not sent yet");
+        return XFER_ERR_PROTOCOL;
+    }
+    xfer_tcp_slot_free(ep, op->slot);
+    xfer_tcp_op_complete(op, ep->rx.hdr.status, (ep->rx.hdr.status == XFER_OK) ? op->len : 0,
+                         0);
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t get_resp_error(xfer_ep_h ep, xfer_status_t status, char *why,
+                                    size_t why_size)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_GET_RESP, status, ep->rx.hdr.id, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+
+    if (p == NULL) {
+        snprintf(why, why_size, "out of memory for a GET_RESP");
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                    size_t why_size)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_GET_RESP, 0, ep->rx.hdr.id, 0};
+    xfer_tcp_wire_rma_t rma;
+    xfer_status_t status;
+    xfer_memh_h memh;
+    const uint8_t *src;
+    xfer_tcp_tx_t *tx;
+    uint8_t *p;
+
+    status = xfer_tcp_wire_unpack_get_ext(ext, &ep->rx.hdr, &ep->iface->limits, &rma, why,
+                                          why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    status = region_check(ep->iface, &rma, &memh, why, why_size);
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
+        return get_resp_error(ep, status, why, why_size);
+    }
+    hdr.length = rma.len;
+    src        = memh->addr + (rma.addr - (uintptr_t)memh->addr);
+    if (rma.len <= ep->iface->cfg->eager_threshold) {
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + rma.len);
+        if (p == NULL) {
+            return get_resp_error(ep, XFER_ERR_NO_MEMORY, why, why_size);
+        }
+        xfer_tcp_wire_pack_hdr(&hdr, p);
+        if (rma.len > 0) {
+            memcpy(p + XFER_TCP_WIRE_HDR_LEN, src, rma.len);
+        }
+        return XFER_OK;
+    }
+    /* large: straight from the region, which mem_dereg() detaches from this entry */
+    tx = calloc(1, sizeof(*tx) + XFER_TCP_WIRE_HDR_LEN);
+    if (tx == NULL) {
+        return get_resp_error(ep, XFER_ERR_NO_MEMORY, why, why_size);
+    }
+    tx->kind            = XFER_TCP_TX_GET_RESP;
+    tx->memh            = memh;
+    tx->iov[0].iov_base = tx + 1;
+    tx->iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
+    tx->iov[1].iov_base = (void*)src;
+    tx->iov[1].iov_len  = rma.len;
+    xfer_tcp_wire_pack_hdr(&hdr, tx + 1);
+    xfer_tcp_ep_tx_push(ep, tx);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                     size_t why_size)
+{
+    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    xfer_tcp_op_t *op;
+
+    (void)ext;
+    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_GET)) {
+        snprintf(why, why_size, "GET_RESP for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
+        return XFER_ERR_PROTOCOL;
+    }
+    op = slot->op;
+    if ((ep->rx.hdr.status == XFER_OK) && (ep->rx.hdr.length != op->len)) {
+        snprintf(why, why_size, "GET_RESP carries %" PRIu64 " bytes, %zu were asked for",
+                 ep->rx.hdr.length, op->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    op->busy      = 1;
+    ep->rx.op     = op;
+    ep->rx.status = ep->rx.hdr.status;
+    xfer_tcp_rx_expect(ep, op->buf, ep->rx.hdr.length, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_op_t *op = ep->rx.op;
+
+    (void)why;
+    (void)why_size;
+    xfer_tcp_slot_free(ep, op->slot);
+    xfer_tcp_op_complete(op, ep->rx.status, (ep->rx.status == XFER_OK) ? op->len : 0, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_nothing_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    (void)ep;
+    (void)why;
+    (void)why_size;
+    return XFER_OK;
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req  = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
+                                                    rx_put_req_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put_ack  = {0, rx_put_ack_ext, rx_nothing_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_get_req  = {XFER_TCP_WIRE_GET_EXT_LEN, rx_get_req_ext,
+                                                    rx_nothing_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_get_resp = {0, rx_get_resp_ext, rx_get_resp_done};

@@ -1,0 +1,271 @@
+/*
+ * Tagged messages: sending, matching and the unexpected queue.
+ *
+ * A message matches a receive when (msg_tag & mask) == (tag & mask) and the receive is for any
+ * peer or for the message's endpoint. An arriving message is matched against the posted
+ * receives in posting order; a new receive against the unexpected messages in arrival order -
+ * including ones still arriving, which it then claims. Messages from one endpoint arrive in
+ * order on one stream, so matching keeps per-peer order.
+ *
+ * Messages that arrived whole before their endpoint failed can still be received (a peer
+ * may send its last word and close at once).
+ *
+ * Unexpected messages are buffered up to MAX_UNEXPECTED bytes per interface; beyond that an
+ * endpoint stops reading (at a message boundary) until receives drain the queue - unless it
+ * has put/get/fetch responses to wait for, which must never be held behind a message nobody
+ * receives yet.
+ */
+#include "tcp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int tag_matches(uint64_t msg_tag, uint64_t tag, uint64_t mask)
+{
+    return ((msg_tag ^ tag) & mask) == 0;
+}
+
+/* Room was made in the unexpected queue, or a receive was posted: paused eps may go on. */
+static void resume_paused(xfer_iface_h iface)
+{
+    xfer_ep_h ep;
+
+    ucs_list_for_each(ep, &iface->eps, list) {
+        if (ep->rx.state == XFER_TCP_RX_PAUSED) {
+            xfer_tcp_iface_rx_kick(iface, ep);
+        }
+    }
+}
+
+void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue)
+{
+    ucs_list_del(&ue->list);
+    iface->unexp_bytes -= ue->length;
+    free(ue);
+    resume_paused(iface);
+}
+
+/* A complete unexpected message meets its receive. */
+static void unexp_deliver(xfer_iface_h iface, xfer_tcp_unexp_t *ue, xfer_tcp_op_t *op)
+{
+    size_t n = (ue->length < op->len) ? ue->length : op->len;
+
+    if (n > 0) {
+        memcpy(op->buf, ue->data, n);
+    }
+    op->ep = ue->ep;
+    xfer_tcp_op_complete(op, (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, ue->length,
+                         ue->tag);
+    xfer_tcp_unexp_release(iface, ue);
+}
+
+/* Did ep send a message, complete before it failed, that this receive would take? */
+static int unexp_has(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag, uint64_t tag_mask)
+{
+    xfer_tcp_unexp_t *ue;
+
+    ucs_list_for_each(ue, &iface->unexp, list) {
+        if ((ue->ep == ep) && ue->complete && (ue->recv == NULL) &&
+            tag_matches(ue->tag, tag, tag_mask)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
+                                xfer_memh_h memh, xfer_comp_t *comp)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, XFER_TCP_WIRE_TAG,
+                               0, tag, length};
+    xfer_status_t status;
+    xfer_tcp_op_t *op;
+    uint8_t *p;
+
+    (void)memh;
+    status = xfer_tcp_ep_check(ep);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (length > ep->limits.max_msg_size) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag send of %zu bytes exceeds the message "
+                 "limit of %llu bytes (XFER_TCP_MAX_MSG_SIZE, here or at the peer)", length,
+                 (unsigned long long)ep->limits.max_msg_size);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_SEND, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf = (void*)buf;
+    op->len = length;
+    if (length <= ep->iface->cfg->eager_threshold) {
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + length);
+        if (p == NULL) {
+            free(op);
+            return XFER_ERR_NO_MEMORY;
+        }
+        xfer_tcp_wire_pack_hdr(&hdr, p);
+        if (length > 0) {
+            memcpy(p + XFER_TCP_WIRE_HDR_LEN, buf, length);
+        }
+        xfer_tcp_op_complete(op, XFER_OK, length, 0);  /* the buffer may be reused now */
+    } else {
+        xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
+        op->tx.kind           = XFER_TCP_TX_OP;
+        op->tx.iov[0].iov_base = op->hdr;
+        op->tx.iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
+        op->tx.iov[1].iov_base = (void*)buf;
+        op->tx.iov[1].iov_len  = length;
+        op->tx_pending        = 1;
+        xfer_tcp_ep_tx_push(ep, &op->tx);
+    }
+    xfer_tcp_ep_tx_post(ep);
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
+                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
+                                xfer_comp_t *comp)
+{
+    xfer_tcp_unexp_t *ue;
+    xfer_status_t status;
+    xfer_tcp_op_t *op;
+
+    (void)memh;
+    if ((iface == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0)) ||
+        ((ep != NULL) && (ep->iface != iface))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (ep != NULL) {
+        status = xfer_tcp_ep_check(ep);
+        if ((status != XFER_OK) && !unexp_has(iface, ep, tag, tag_mask)) {
+            return status;  /* nothing it sent before failing matches */
+        }
+    }
+    op = xfer_tcp_op_new(iface, ep, XFER_TCP_OP_RECV, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf   = buf;
+    op->len   = length;
+    op->rtag  = tag;
+    op->rmask = tag_mask;
+
+    ucs_list_for_each(ue, &iface->unexp, list) {
+        if ((ue->recv != NULL) || ((ep != NULL) && (ue->ep != ep)) ||
+            !tag_matches(ue->tag, tag, tag_mask)) {
+            continue;
+        }
+        if (ue->complete) {
+            unexp_deliver(iface, ue, op);
+        } else {
+            ue->recv = op;      /* completes when the rest has arrived */
+            op->ep   = ue->ep;
+            op->busy = 1;
+        }
+        return XFER_INPROGRESS;
+    }
+    ucs_list_add_tail(&iface->posted, &op->list);
+    resume_paused(iface);   /* a paused message may match it */
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_tcp_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    xfer_tcp_unexp_t *ue;
+    xfer_tcp_op_t *op;
+    xfer_ep_h ep;
+
+    ucs_list_for_each(op, &iface->posted, list) {
+        if (op->comp == comp) {
+            ucs_list_del(&op->list);
+            xfer_tcp_op_complete(op, status, 0, 0);
+            return XFER_OK;
+        }
+    }
+    ucs_list_for_each(ue, &iface->unexp, list) {
+        if ((ue->recv != NULL) && (ue->recv->comp == comp)) {
+            return XFER_ERR_BUSY;
+        }
+    }
+    ucs_list_for_each(ep, &iface->eps, list) {
+        if ((ep->rx.op != NULL) && (ep->rx.op->kind == XFER_TCP_OP_RECV) &&
+            (ep->rx.op->comp == comp)) {
+            return XFER_ERR_BUSY;
+        }
+    }
+    return XFER_ERR_NOT_FOUND;
+}
+
+/* A TAG header arrived: find its receive, or buffer it, or pause. */
+static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, size_t why_size)
+{
+    xfer_iface_h iface = ep->iface;
+    uint64_t len       = ep->rx.hdr.length;
+    uint64_t tag       = ep->rx.hdr.id;
+    xfer_tcp_unexp_t *ue;
+    xfer_tcp_op_t *op;
+
+    (void)ext;
+    ucs_list_for_each(op, &iface->posted, list) {
+        size_t want;
+
+        if (((op->ep != NULL) && (op->ep != ep)) || !tag_matches(tag, op->rtag, op->rmask)) {
+            continue;
+        }
+        ucs_list_del(&op->list);
+        op->ep        = ep;
+        op->busy      = 1;
+        ep->rx.op     = op;
+        want          = (len < op->len) ? (size_t)len : op->len;
+        ep->rx.status = (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
+        xfer_tcp_rx_expect(ep, op->buf, want, len - want);
+        return XFER_OK;
+    }
+    if ((iface->unexp_bytes + len > iface->cfg->max_unexpected) && (ep->busy_slots == 0)) {
+        return XFER_ERR_BUSY;
+    }
+    ue = malloc(sizeof(*ue) + len);
+    if (ue == NULL) {
+        snprintf(why, why_size, "out of memory for a %llu-byte unexpected message",
+                 (unsigned long long)len);
+        return XFER_ERR_NO_MEMORY;
+    }
+    ue->ep       = ep;
+    ue->tag      = tag;
+    ue->length   = len;
+    ue->complete = 0;
+    ue->recv     = NULL;
+    ucs_list_add_tail(&iface->unexp, &ue->list);
+    iface->unexp_bytes += len;
+    ep->rx.unexp        = ue;
+    xfer_tcp_rx_expect(ep, ue->data, len, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_tag_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_unexp_t *ue = ep->rx.unexp;
+
+    (void)why;
+    (void)why_size;
+    if (ep->rx.op != NULL) {
+        xfer_tcp_op_complete(ep->rx.op, ep->rx.status, ep->rx.hdr.length, ep->rx.hdr.id);
+        return XFER_OK;
+    }
+    ue->complete = 1;
+    if (ue->recv != NULL) {
+        xfer_tcp_op_t *op = ue->recv;
+
+        ue->recv = NULL;
+        unexp_deliver(ep->iface, ue, op);
+    }
+    return XFER_OK;
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_tag = {0, rx_tag_ext, rx_tag_done};

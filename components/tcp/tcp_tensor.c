@@ -1,0 +1,435 @@
+/*
+ * Tensor fetches over tcp, both sides.
+ *
+ * Consumer: tensor_fetch() sends TENSOR_REQ {id, step, key}; the TENSOR_RESP fills the
+ * result and its data lands in the caller's buffer or in one the alloc callback returns.
+ * Cancelling a fetch whose response has not started to arrive sends TENSOR_CANCEL, completes
+ * the fetch, and leaves a tombstone in its slot so that the response, which always comes, is
+ * drained and dropped.
+ *
+ * Producer: a TENSOR_REQ becomes a waiter handed to the framework (tensor_request). ready()
+ * may come at once or much later, from outside any call into this component; it queues the
+ * TENSOR_RESP - the data written straight from the published tensor - and the tensor is
+ * released once written. A TENSOR_CANCEL withdraws a waiter that is still waiting and answers
+ * it with XFER_ERR_CANCELED; one whose answer is already on its way is left alone.
+ */
+#include "tcp.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- consumer ------------------------------------------------------------------------------- */
+
+xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                    xfer_comp_t *comp)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_TENSOR_REQ, 0, 0, 0};
+    xfer_tcp_wire_tensor_req_t req;
+    xfer_status_t status;
+    xfer_tcp_op_t *op;
+    uint8_t *p;
+
+    status = xfer_tcp_ep_check(ep);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
+        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (args->key_len > ep->limits.max_key_len) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor key of %zu bytes exceeds the limit "
+                 "of %u bytes (here or at the peer)", args->key_len, ep->limits.max_key_len);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FETCH, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf       = args->buffer;
+    op->len       = args->buffer ? args->capacity : 0;
+    op->alloc     = args->alloc;
+    op->alloc_arg = args->alloc_arg;
+    op->result    = args->result;
+    status        = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_FETCH, op, &hdr.id);
+    if (status != XFER_OK) {
+        free(op);
+        return status;
+    }
+    hdr.length = XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len;
+    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length);
+    if (p == NULL) {
+        xfer_tcp_slot_free(ep, op->slot);
+        free(op);
+        return XFER_ERR_NO_MEMORY;
+    }
+    req.step    = args->step;
+    req.key_len = (uint32_t)args->key_len;
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    xfer_tcp_wire_pack_tensor_req_ext(&req, p + XFER_TCP_WIRE_HDR_LEN);
+    memcpy(p + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TREQ_EXT_LEN, args->key, args->key_len);
+    xfer_tcp_ep_tx_post(ep);
+    if (ep->rx.state == XFER_TCP_RX_PAUSED) {
+        xfer_tcp_iface_rx_kick(ep->iface, ep);  /* its response must get through */
+    }
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                     xfer_status_t status)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_TENSOR_CANCEL, 0, 0, 0};
+    xfer_ep_h ep;
+
+    ucs_list_for_each(ep, &iface->eps, list) {
+        for (uint32_t i = 0; i < ep->num_slots; i++) {
+            xfer_tcp_slot_t *slot = &ep->slots[i];
+            xfer_tcp_op_t *op     = slot->op;
+            uint8_t *p;
+
+            if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->comp != comp)) {
+                continue;
+            }
+            if (op->busy) {
+                return XFER_ERR_BUSY;   /* its response is arriving */
+            }
+            slot->kind = XFER_TCP_SLOT_TOMBSTONE;
+            slot->op   = NULL;
+            hdr.id     = ((uint64_t)slot->gen << 32) | i;
+            xfer_tcp_op_complete(op, status, 0, 0);
+            if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
+                p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+                if (p == NULL) {
+                    xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
+                                           "TENSOR_CANCEL");
+                    return XFER_OK;
+                }
+                xfer_tcp_wire_pack_hdr(&hdr, p);
+                xfer_tcp_ep_tx_post(ep);
+            }
+            return XFER_OK;
+        }
+    }
+    return XFER_ERR_NOT_FOUND;
+}
+
+/* Printable copy of a reason off the wire. */
+static void reason_copy(char *dst, size_t size, const uint8_t *src, size_t len)
+{
+    size_t n = (len < size - 1) ? len : size - 1;
+
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = ((src[i] >= 0x20) && (src[i] <= 0x7e)) ? (char)src[i] : '?';
+    }
+    dst[n] = '\0';
+}
+
+static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                        size_t why_size)
+{
+    xfer_tcp_rx_t *rx     = &ep->rx;
+    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, rx->hdr.id);
+    xfer_tcp_wire_tensor_resp_t resp;
+    xfer_status_t status;
+    uint64_t data_len;
+    xfer_tensor_t *t;
+    xfer_tcp_op_t *op;
+
+    if ((slot == NULL) ||
+        ((slot->kind != XFER_TCP_SLOT_FETCH) && (slot->kind != XFER_TCP_SLOT_TOMBSTONE))) {
+        snprintf(why, why_size, "TENSOR_RESP for unknown request id 0x%016" PRIx64,
+                 rx->hdr.id);
+        return XFER_ERR_PROTOCOL;
+    }
+    status = xfer_tcp_wire_unpack_tensor_resp_ext(ext, &rx->hdr, &ep->iface->limits, &resp,
+                                                  why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((resp.reason_len > 0) && (rx->ext_len == XFER_TCP_WIRE_TRESP_EXT_LEN)) {
+        rx->ext_len += resp.reason_len;     /* read the reason too, then come back */
+        return XFER_INPROGRESS;
+    }
+    data_len = xfer_tcp_wire_tensor_data_len(&rx->hdr, &resp);
+    op       = slot->op;
+    rx->op   = op;
+    rx->size = resp.size;
+    if (op == NULL) {   /* cancelled: drop the answer */
+        xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        return XFER_OK;
+    }
+    op->busy = 1;
+    if (rx->hdr.status != XFER_OK) {
+        char reason[XFER_TCP_WIRE_MAX_REASON + 1];
+
+        reason_copy(reason, sizeof(reason), ext + XFER_TCP_WIRE_TRESP_EXT_LEN,
+                    resp.reason_len);
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "tensor fetch failed at the producer: %s "
+                    "(%s)", reason, xfer_status_string((xfer_status_t)rx->hdr.status));
+        rx->status = rx->hdr.status;
+        xfer_tcp_rx_expect(ep, NULL, 0, 0);
+        return XFER_OK;
+    }
+    t = op->result;
+    memset(t, 0, sizeof(*t));
+    t->dtype   = (xfer_dtype_t)resp.dtype;
+    t->rank    = resp.rank;
+    t->size    = resp.size;
+    t->is_dead = resp.is_dead;
+    t->data    = op->buf;
+    for (unsigned i = 0; i < resp.rank; i++) {
+        t->dims[i] = resp.dims[i];
+    }
+    rx->status = XFER_OK;
+    if (data_len == 0) {
+        xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    } else if (op->buf != NULL) {
+        if (data_len > op->len) {
+            rx->status = XFER_ERR_TRUNCATED;
+            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        } else {
+            xfer_tcp_rx_expect(ep, op->buf, (size_t)data_len, 0);
+        }
+    } else {
+        xfer_tensor_t meta = *t;
+
+        meta.data = NULL;
+        t->data   = op->alloc(op->alloc_arg, &meta);
+        if (t->data == NULL) {
+            rx->status = XFER_ERR_NO_MEMORY;
+            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        } else {
+            xfer_tcp_rx_expect(ep, t->data, (size_t)data_len, 0);
+        }
+    }
+    return XFER_OK;
+}
+
+static xfer_status_t rx_tensor_resp_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_op_t *op = ep->rx.op;
+
+    (void)why;
+    (void)why_size;
+    xfer_tcp_slot_free(ep, (uint32_t)ep->rx.hdr.id);
+    if (op != NULL) {
+        xfer_tcp_op_complete(op, ep->rx.status,
+                             (ep->rx.hdr.status == XFER_OK) ? (size_t)ep->rx.size : 0, 0);
+    }
+    return XFER_OK;
+}
+
+/* ---- producer ------------------------------------------------------------------------------- */
+
+void xfer_tcp_preq_free(xfer_tcp_preq_t *preq)
+{
+    free(preq);
+}
+
+/* Queue the TENSOR_RESP answering preq (which is on no list). */
+static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
+                         const xfer_tensor_t *tensor, void *handle, const char *reason)
+{
+    xfer_ep_h ep = preq->ep;
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_TENSOR_RESP, 0, preq->id, 0};
+    xfer_tcp_wire_tensor_resp_t resp;
+    char why[XFER_TCP_WIRE_MAX_REASON + 1];
+    const void *data = NULL;
+    uint64_t data_len = 0;
+    size_t hdr_len;
+
+    memset(&resp, 0, sizeof(resp));
+    snprintf(why, sizeof(why), "%s", reason ? reason : xfer_status_string(status));
+    preq->handle         = handle;
+    preq->release_status = XFER_OK;
+    if (status == XFER_OK) {
+        int is_dead = (tensor != NULL) && tensor->is_dead;
+
+        if (tensor == NULL) {
+            status = XFER_ERR_INTERNAL;
+            snprintf(why, sizeof(why), "producer handed over no tensor");
+        } else if (xfer_tcp_wire_tensor_check((unsigned)tensor->dtype, tensor->rank,
+                                              tensor->dims, is_dead ? 0 : tensor->size,
+                                              is_dead, why, sizeof(why)) != XFER_OK) {
+            status = XFER_ERR_INVALID_PARAM;
+        } else if (!is_dead && (tensor->size > ep->limits.max_msg_size)) {
+            status = XFER_ERR_OUT_OF_RANGE;
+            snprintf(why, sizeof(why), "tensor of %" PRIu64 " bytes exceeds the message limit "
+                     "of %" PRIu64 " bytes", tensor->size, ep->limits.max_msg_size);
+        } else if (!is_dead && (tensor->size > 0) && (tensor->data == NULL)) {
+            status = XFER_ERR_INVALID_PARAM;
+            snprintf(why, sizeof(why), "tensor of %" PRIu64 " bytes has no data",
+                     tensor->size);
+        } else {
+            resp.dtype   = (uint16_t)tensor->dtype;
+            resp.rank    = (uint8_t)tensor->rank;
+            resp.is_dead = (uint8_t)is_dead;
+            resp.size    = is_dead ? 0 : tensor->size;
+            for (unsigned i = 0; i < tensor->rank; i++) {
+                resp.dims[i] = tensor->dims[i];
+            }
+            data     = tensor->data;
+            data_len = resp.size;
+        }
+        if (status != XFER_OK) {
+            char key[65];
+
+            reason_copy(key, sizeof(key), (const uint8_t*)preq->key, preq->key_len);
+            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "cannot send tensor of step %" PRIu64
+                     " '%s': %s", preq->step, key, why);
+            preq->release_status = status;
+        }
+    }
+    if (status != XFER_OK) {
+        resp.reason_len = (uint32_t)strnlen(why, XFER_TCP_WIRE_MAX_REASON);
+    }
+    hdr.status = status;
+    hdr.length = XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len + data_len;
+    hdr_len    = XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len;
+    xfer_tcp_wire_pack_hdr(&hdr, preq->hdr);
+    xfer_tcp_wire_pack_tensor_resp_ext(&resp, preq->hdr + XFER_TCP_WIRE_HDR_LEN);
+    memcpy(preq->hdr + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN, why,
+           resp.reason_len);
+    preq->tx.kind            = XFER_TCP_TX_PREQ;
+    preq->tx.iov[0].iov_base = preq->hdr;
+    preq->tx.iov[0].iov_len  = hdr_len;
+    preq->tx.iov[1].iov_base = (void*)data;
+    preq->tx.iov[1].iov_len  = (size_t)data_len;
+    xfer_tcp_ep_tx_push(ep, &preq->tx);
+    xfer_tcp_ep_tx_post(ep);
+}
+
+/* The framework's answer to tensor_request(); may come from outside any call of ours. */
+static void preq_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
+                       const xfer_tensor_t *tensor, void *handle)
+{
+    xfer_tcp_preq_t *preq = ucs_container_of(waiter, xfer_tcp_preq_t, waiter);
+    xfer_ep_h ep          = preq->ep;
+
+    ucs_list_del(&preq->list);
+    if (ep->state == XFER_TCP_EP_CONNECTED) {
+        preq_respond(preq, status, tensor, (status == XFER_OK) ? handle : NULL, NULL);
+        return;
+    }
+    /* the connection is failing: the tensor goes back from the next progress() */
+    preq->handle         = (status == XFER_OK) ? handle : NULL;
+    preq->release_status = ep->fail_status;
+    ucs_list_add_tail(&ep->iface->releases, &preq->list);
+}
+
+static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                       size_t why_size)
+{
+    xfer_tcp_wire_tensor_req_t req;
+    xfer_tcp_preq_t *preq;
+    xfer_status_t status;
+
+    status = xfer_tcp_wire_unpack_tensor_req_ext(ext, &ep->rx.hdr, &ep->iface->limits, &req,
+                                                 why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    ucs_list_for_each(preq, &ep->preqs, list) {
+        if (preq->id == ep->rx.hdr.id) {
+            snprintf(why, why_size, "TENSOR_REQ reuses the id 0x%016" PRIx64 " of a request "
+                     "still waiting", preq->id);
+            return XFER_ERR_PROTOCOL;
+        }
+    }
+    preq = calloc(1, sizeof(*preq) + req.key_len + 1);
+    if (preq == NULL) {
+        snprintf(why, why_size, "out of memory for a tensor request");
+        return XFER_ERR_NO_MEMORY;
+    }
+    preq->waiter.ready = preq_ready;
+    preq->ep           = ep;
+    preq->id           = ep->rx.hdr.id;
+    preq->step         = req.step;
+    preq->key_len      = req.key_len;
+    ep->rx.preq        = preq;
+    xfer_tcp_rx_expect(ep, preq->key, req.key_len, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_tensor_req_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_iface_h iface    = ep->iface;
+    xfer_tcp_preq_t *preq = ep->rx.preq;
+
+    (void)why;
+    (void)why_size;
+    ep->rx.preq = NULL;
+    preq->key[preq->key_len] = '\0';
+    ucs_list_add_tail(&ep->preqs, &preq->list);
+    if (iface->params.tensor_request == NULL) {
+        ucs_list_del(&preq->list);
+        preq_respond(preq, XFER_ERR_UNSUPPORTED, NULL, NULL, "this side serves no tensors");
+        return XFER_OK;
+    }
+    /* preq may be answered - and sent - before this returns; it is freed only by progress() */
+    iface->params.tensor_request(iface->params.fw_arg, preq->step, preq->key, preq->key_len,
+                                 &preq->waiter);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_tensor_cancel_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                          size_t why_size)
+{
+    xfer_iface_h iface = ep->iface;
+    xfer_tcp_preq_t *preq;
+
+    (void)ext;
+    (void)why;
+    (void)why_size;
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    ucs_list_for_each(preq, &ep->preqs, list) {
+        if (preq->id != ep->rx.hdr.id) {
+            continue;
+        }
+        ucs_list_del(&preq->list);
+        if (iface->params.tensor_withdraw != NULL) {
+            iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
+        }
+        preq_respond(preq, XFER_ERR_CANCELED, NULL, NULL, "cancelled by the consumer");
+        return XFER_OK;
+    }
+    /* answered already: the consumer's tombstone takes that answer */
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "TENSOR_CANCEL for id 0x%016" PRIx64 " that "
+                "is no longer waiting", ep->rx.hdr.id);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_tensor_nothing_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    (void)ep;
+    (void)why;
+    (void)why_size;
+    return XFER_OK;
+}
+
+void xfer_tcp_preq_withdraw_all(xfer_ep_h ep)
+{
+    xfer_iface_h iface = ep->iface;
+
+    while (!ucs_list_is_empty(&ep->preqs)) {
+        xfer_tcp_preq_t *preq = ucs_list_extract_head(&ep->preqs, xfer_tcp_preq_t, list);
+
+        if (iface->params.tensor_withdraw != NULL) {
+            iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
+        }
+        xfer_tcp_preq_free(preq);
+    }
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req    = {XFER_TCP_WIRE_TREQ_EXT_LEN,
+                                                         rx_tensor_req_ext, rx_tensor_req_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_resp   = {XFER_TCP_WIRE_TRESP_EXT_LEN,
+                                                         rx_tensor_resp_ext,
+                                                         rx_tensor_resp_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_cancel = {0, rx_tensor_cancel_ext,
+                                                         rx_tensor_nothing_done};

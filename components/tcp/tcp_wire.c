@@ -1,0 +1,449 @@
+/*
+ * Packing and validating parsing of the tcp data-path frames described in tcp_wire.h. Pure
+ * functions of their arguments, so that tests can build (hostile) frames with them.
+ */
+#include "tcp_wire.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++, v >>= 8) {
+        p[i] = (uint8_t)v;
+    }
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8) {
+        p[i] = (uint8_t)v;
+    }
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+
+    for (int i = 3; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+const char *xfer_tcp_wire_type_name(unsigned type)
+{
+    static const char *const names[] = {
+        [XFER_TCP_WIRE_TAG]           = "TAG",
+        [XFER_TCP_WIRE_PUT_REQ]       = "PUT_REQ",
+        [XFER_TCP_WIRE_PUT_ACK]       = "PUT_ACK",
+        [XFER_TCP_WIRE_GET_REQ]       = "GET_REQ",
+        [XFER_TCP_WIRE_GET_RESP]      = "GET_RESP",
+        [XFER_TCP_WIRE_TENSOR_REQ]    = "TENSOR_REQ",
+        [XFER_TCP_WIRE_TENSOR_RESP]   = "TENSOR_RESP",
+        [XFER_TCP_WIRE_TENSOR_CANCEL] = "TENSOR_CANCEL",
+    };
+
+    if ((type == 0) || (type >= XFER_TCP_WIRE_TYPE_LAST)) {
+        return "unknown";
+    }
+    return names[type];
+}
+
+void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u16(p, hdr->magic);
+    p[2] = hdr->version;
+    p[3] = hdr->type;
+    put_u32(p + 4, (uint32_t)hdr->status);
+    put_u64(p + 8, hdr->id);
+    put_u64(p + 16, hdr->length);
+}
+
+void xfer_tcp_wire_pack_put_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u64(p, rma->region);
+    put_u64(p + 8, rma->cookie);
+    put_u64(p + 16, rma->addr);
+}
+
+void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
+{
+    xfer_tcp_wire_pack_put_ext(rma, buf);
+    put_u64((uint8_t*)buf + 24, rma->len);
+}
+
+void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u64(p, req->step);
+    put_u32(p + 8, req->key_len);
+    put_u32(p + 12, 0);
+}
+
+void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u16(p, resp->dtype);
+    p[2] = resp->rank;
+    p[3] = resp->is_dead;
+    put_u32(p + 4, resp->reason_len);
+    put_u64(p + 8, resp->size);
+    for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
+        put_u64(p + 16 + 8 * i, (uint64_t)resp->dims[i]);
+    }
+}
+
+void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u64(p, rkey->region);
+    put_u64(p + 8, rkey->cookie);
+    put_u64(p + 16, rkey->addr);
+    put_u64(p + 24, rkey->length);
+}
+
+void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_limits_t *limits, void *buf)
+{
+    uint8_t *p = buf;
+
+    put_u16(p, XFER_TCP_WIRE_MAGIC);
+    p[2] = XFER_TCP_WIRE_VERSION;
+    p[3] = 0;
+    put_u32(p + 4, limits->max_key_len);
+    put_u64(p + 8, limits->max_msg_size);
+}
+
+static int status_is_valid(int32_t status)
+{
+    return (status == XFER_OK) || ((status < 0) && (status >= XFER_ERR_INTERNAL));
+}
+
+static int type_is_response(unsigned type)
+{
+    return (type == XFER_TCP_WIRE_PUT_ACK) || (type == XFER_TCP_WIRE_GET_RESP) ||
+           (type == XFER_TCP_WIRE_TENSOR_RESP);
+}
+
+/* Does the frame's length fit its type and the limits? */
+static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_limits_t *lim)
+{
+    uint64_t len = hdr->length;
+
+    switch (hdr->type) {
+    case XFER_TCP_WIRE_TAG:
+        return len <= lim->max_msg_size;
+    case XFER_TCP_WIRE_PUT_REQ:
+        return (len >= XFER_TCP_WIRE_PUT_EXT_LEN) &&
+               (len - XFER_TCP_WIRE_PUT_EXT_LEN <= lim->max_msg_size);
+    case XFER_TCP_WIRE_GET_REQ:
+        return len == XFER_TCP_WIRE_GET_EXT_LEN;
+    case XFER_TCP_WIRE_GET_RESP:
+        return (len <= lim->max_msg_size) && ((hdr->status == XFER_OK) || (len == 0));
+    case XFER_TCP_WIRE_TENSOR_REQ:
+        return (len >= XFER_TCP_WIRE_TREQ_EXT_LEN) &&
+               (len - XFER_TCP_WIRE_TREQ_EXT_LEN <= lim->max_key_len);
+    case XFER_TCP_WIRE_TENSOR_RESP:
+        /* reason and data are told apart by the extension; bound their sum here */
+        if (len < XFER_TCP_WIRE_TRESP_EXT_LEN) {
+            return 0;
+        }
+        len -= XFER_TCP_WIRE_TRESP_EXT_LEN;
+        return (len <= lim->max_msg_size) ||
+               (len - lim->max_msg_size <= XFER_TCP_WIRE_MAX_REASON);
+    default: /* PUT_ACK, TENSOR_CANCEL */
+        return len == 0;
+    }
+}
+
+xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limits_t *limits,
+                                       xfer_tcp_wire_hdr_t *hdr, char *why, size_t why_size)
+{
+    const uint8_t *p = buf;
+
+    hdr->magic   = get_u16(p);
+    hdr->version = p[2];
+    hdr->type    = p[3];
+    hdr->status  = (int32_t)get_u32(p + 4);
+    hdr->id      = get_u64(p + 8);
+    hdr->length  = get_u64(p + 16);
+
+    if (hdr->magic != XFER_TCP_WIRE_MAGIC) {
+        snprintf(why, why_size, "wrong magic 0x%04x (expected 0x%04x)", hdr->magic,
+                 XFER_TCP_WIRE_MAGIC);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (hdr->version != XFER_TCP_WIRE_VERSION) {
+        snprintf(why, why_size, "peer speaks tcp protocol version %u, this side speaks %u",
+                 hdr->version, XFER_TCP_WIRE_VERSION);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->type == 0) || (hdr->type >= XFER_TCP_WIRE_TYPE_LAST)) {
+        snprintf(why, why_size, "unknown frame type %u", hdr->type);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (type_is_response(hdr->type) ? !status_is_valid(hdr->status) : (hdr->status != 0)) {
+        snprintf(why, why_size, "%s frame carries status %" PRId32 ", which is not valid there",
+                 xfer_tcp_wire_type_name(hdr->type), hdr->status);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (!length_is_valid(hdr, limits)) {
+        snprintf(why, why_size, "%s frame length %" PRIu64 " is outside its bounds (message "
+                 "limit %" PRIu64 ", key limit %" PRIu32 ")", xfer_tcp_wire_type_name(hdr->type),
+                 hdr->length, limits->max_msg_size, limits->max_key_len);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_put_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                           xfer_tcp_wire_rma_t *rma, char *why,
+                                           size_t why_size)
+{
+    const uint8_t *p = buf;
+
+    rma->region = get_u64(p);
+    rma->cookie = get_u64(p + 8);
+    rma->addr   = get_u64(p + 16);
+    rma->len    = hdr->length - XFER_TCP_WIRE_PUT_EXT_LEN;
+    if (rma->addr + rma->len < rma->addr) {
+        snprintf(why, why_size, "PUT_REQ range 0x%" PRIx64 "+%" PRIu64 " wraps around",
+                 rma->addr, rma->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_get_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                           const xfer_tcp_wire_limits_t *limits,
+                                           xfer_tcp_wire_rma_t *rma, char *why,
+                                           size_t why_size)
+{
+    const uint8_t *p = buf;
+
+    (void)hdr;
+    rma->region = get_u64(p);
+    rma->cookie = get_u64(p + 8);
+    rma->addr   = get_u64(p + 16);
+    rma->len    = get_u64(p + 24);
+    if (rma->len > limits->max_msg_size) {
+        snprintf(why, why_size, "GET_REQ asks for %" PRIu64 " bytes, the limit is %" PRIu64,
+                 rma->len, limits->max_msg_size);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (rma->addr + rma->len < rma->addr) {
+        snprintf(why, why_size, "GET_REQ range 0x%" PRIx64 "+%" PRIu64 " wraps around",
+                 rma->addr, rma->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
+                                                  const xfer_tcp_wire_hdr_t *hdr,
+                                                  const xfer_tcp_wire_limits_t *limits,
+                                                  xfer_tcp_wire_tensor_req_t *req, char *why,
+                                                  size_t why_size)
+{
+    const uint8_t *p = buf;
+
+    req->step    = get_u64(p);
+    req->key_len = get_u32(p + 8);
+    if ((req->key_len > limits->max_key_len) ||
+        (hdr->length != XFER_TCP_WIRE_TREQ_EXT_LEN + (uint64_t)req->key_len)) {
+        snprintf(why, why_size, "TENSOR_REQ key of %" PRIu32 " bytes does not match the frame "
+                 "length %" PRIu64 " or exceeds the limit of %" PRIu32, req->key_len,
+                 hdr->length, limits->max_key_len);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (get_u32(p + 12) != 0) {
+        snprintf(why, why_size, "TENSOR_REQ reserved field is not zero");
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+static size_t dtype_size(unsigned dtype)
+{
+    switch (dtype) {
+    case XFER_DTYPE_INT8: case XFER_DTYPE_UINT8: case XFER_DTYPE_BOOL:
+        return 1;
+    case XFER_DTYPE_FLOAT16: case XFER_DTYPE_BFLOAT16: case XFER_DTYPE_INT16:
+    case XFER_DTYPE_UINT16:
+        return 2;
+    case XFER_DTYPE_FLOAT32: case XFER_DTYPE_INT32: case XFER_DTYPE_UINT32:
+        return 4;
+    case XFER_DTYPE_FLOAT64: case XFER_DTYPE_INT64: case XFER_DTYPE_UINT64:
+        return 8;
+    default:    /* BYTES: the size is authoritative */
+        return 0;
+    }
+}
+
+xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const int64_t *dims,
+                                         uint64_t size, int is_dead, char *why,
+                                         size_t why_size)
+{
+    uint64_t elems = 1;
+    size_t esize;
+
+    if ((dtype <= XFER_DTYPE_INVALID) || (dtype >= XFER_DTYPE_LAST)) {
+        snprintf(why, why_size, "tensor dtype %u is not valid", dtype);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (rank > XFER_TENSOR_MAX_RANK) {
+        snprintf(why, why_size, "tensor rank %u exceeds %d", rank, XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_PROTOCOL;
+    }
+    for (unsigned i = 0; i < rank; i++) {
+        if (dims[i] < 0) {
+            snprintf(why, why_size, "tensor dimension %u is negative", i);
+            return XFER_ERR_PROTOCOL;
+        }
+        if ((dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)dims[i])) {
+            snprintf(why, why_size, "tensor shape overflows 64 bits");
+            return XFER_ERR_PROTOCOL;
+        }
+        elems *= (uint64_t)dims[i];
+    }
+    if (is_dead) {
+        if (size != 0) {
+            snprintf(why, why_size, "dead tensor claims %" PRIu64 " bytes of data", size);
+            return XFER_ERR_PROTOCOL;
+        }
+        return XFER_OK;
+    }
+    esize = dtype_size(dtype);
+    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (size != elems * esize))) {
+        snprintf(why, why_size, "tensor size %" PRIu64 " does not match its shape (%" PRIu64
+                 " elements of %zu bytes)", size, elems, esize);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
+                                       const xfer_tcp_wire_tensor_resp_t *resp)
+{
+    return ((hdr->status == XFER_OK) && !resp->is_dead) ? resp->size : 0;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
+                                                   const xfer_tcp_wire_hdr_t *hdr,
+                                                   const xfer_tcp_wire_limits_t *limits,
+                                                   xfer_tcp_wire_tensor_resp_t *resp,
+                                                   char *why, size_t why_size)
+{
+    const uint8_t *p = buf;
+    uint64_t data_len;
+    xfer_status_t status;
+
+    resp->dtype      = get_u16(p);
+    resp->rank       = p[2];
+    resp->is_dead    = p[3];
+    resp->reason_len = get_u32(p + 4);
+    resp->size       = get_u64(p + 8);
+    for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
+        resp->dims[i] = (int64_t)get_u64(p + 16 + 8 * i);
+    }
+
+    if (resp->is_dead > 1) {
+        snprintf(why, why_size, "TENSOR_RESP is_dead is %u", resp->is_dead);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (resp->reason_len > ((hdr->status == XFER_OK) ? 0 : XFER_TCP_WIRE_MAX_REASON)) {
+        snprintf(why, why_size, "TENSOR_RESP reason of %" PRIu32 " bytes (status %" PRId32 ")",
+                 resp->reason_len, hdr->status);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (hdr->status == XFER_OK) {
+        status = xfer_tcp_wire_tensor_check(resp->dtype, resp->rank, resp->dims, resp->size,
+                                            resp->is_dead, why, why_size);
+        if (status != XFER_OK) {
+            return status;
+        }
+        for (unsigned i = resp->rank; i < XFER_TENSOR_MAX_RANK; i++) {
+            if (resp->dims[i] != 0) {
+                snprintf(why, why_size, "TENSOR_RESP dimension %u is set beyond rank %u", i,
+                         resp->rank);
+                return XFER_ERR_PROTOCOL;
+            }
+        }
+    } else if (resp->size != 0) {
+        snprintf(why, why_size, "failed TENSOR_RESP claims %" PRIu64 " bytes of data",
+                 resp->size);
+        return XFER_ERR_PROTOCOL;
+    }
+    data_len = xfer_tcp_wire_tensor_data_len(hdr, resp);
+    if ((data_len > limits->max_msg_size) ||
+        (hdr->length != XFER_TCP_WIRE_TRESP_EXT_LEN + (uint64_t)resp->reason_len + data_len)) {
+        snprintf(why, why_size, "TENSOR_RESP length %" PRIu64 " does not match its reason (%"
+                 PRIu32 ") and data (%" PRIu64 ") or exceeds the limit of %" PRIu64,
+                 hdr->length, resp->reason_len, data_len, limits->max_msg_size);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey)
+{
+    const uint8_t *p = buf;
+
+    if ((buf == NULL) || (len != XFER_TCP_WIRE_RKEY_LEN)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    rkey->region = get_u64(p);
+    rkey->cookie = get_u64(p + 8);
+    rkey->addr   = get_u64(p + 16);
+    rkey->length = get_u64(p + 24);
+    if (rkey->addr + rkey->length < rkey->addr) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
+                                           xfer_tcp_wire_limits_t *limits)
+{
+    const uint8_t *p = buf;
+
+    if (len == 0) {
+        return XFER_OK;
+    }
+    if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
+        (get_u16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
+        return XFER_ERR_PROTOCOL;
+    }
+    limits->max_key_len  = get_u32(p + 4);
+    limits->max_msg_size = get_u64(p + 8);
+    return XFER_OK;
+}

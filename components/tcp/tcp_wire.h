@@ -1,0 +1,163 @@
+/*
+ * The tcp component's data-path protocol: what two tcp endpoints exchange on their connection
+ * once the bootstrap handed it over. Declared once here, with explicit widths and little-endian
+ * byte order; packed and parsed only by tcp_wire.c, whose parsers check every field against
+ * the limits before anything uses it. Nothing read from the wire is trusted.
+ *
+ *   frame := header extension[ext_len] variable[...] data[...]
+ *   header (24 bytes):
+ *     magic:u16 = 0x5854 ("TX")  version:u8 = 1  type:u8
+ *     status:i32   an xfer_status_t: 0 in requests, 0 or an error in responses
+ *     id:u64       TAG: the message tag; others: the request id the initiator chose
+ *     length:u64   bytes after the header: ext_len + variable + data
+ *
+ *   type           ext (fixed)                           variable           data
+ *   TAG            -                                     -                  message
+ *   PUT_REQ        region:u64 cookie:u64 addr:u64        -                  bytes to write
+ *   PUT_ACK        -                                     -                  -
+ *   GET_REQ        region:u64 cookie:u64 addr:u64 len:u64 -                 -
+ *   GET_RESP       -                                     -                  len bytes (status 0)
+ *   TENSOR_REQ     step:u64 key_len:u32 reserved:u32     key[key_len]       -
+ *   TENSOR_RESP    dtype:u16 rank:u8 is_dead:u8          reason[reason_len] size bytes (status 0,
+ *                  reason_len:u32 size:u64 dims:i64[8]                      not dead)
+ *   TENSOR_CANCEL  -                                     -                  -
+ *
+ * Request ids carry a generation in their upper 32 bits, so a response to a request that is no
+ * longer outstanding is recognised as stale. A TENSOR_RESP answers every TENSOR_REQ exactly
+ * once, also after a TENSOR_CANCEL (then with status XFER_ERR_CANCELED unless it was already
+ * on its way). A dead tensor has size 0 and no data; dims past rank are 0.
+ *
+ * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
+ * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 reserved:u8
+ * max_key_len:u32 max_msg_size:u64, so that each side refuses locally what the peer would
+ * reject instead of having the connection closed over it.
+ */
+#ifndef XFER_TCP_WIRE_H
+#define XFER_TCP_WIRE_H
+
+#include <xfer/xfer.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
+#define XFER_TCP_WIRE_VERSION          1u
+#define XFER_TCP_WIRE_HDR_LEN          24u
+#define XFER_TCP_WIRE_PUT_EXT_LEN      24u
+#define XFER_TCP_WIRE_GET_EXT_LEN      32u
+#define XFER_TCP_WIRE_TREQ_EXT_LEN     16u
+#define XFER_TCP_WIRE_TRESP_EXT_LEN    80u
+#define XFER_TCP_WIRE_MAX_REASON       255u
+#define XFER_TCP_WIRE_RKEY_LEN         32u
+#define XFER_TCP_WIRE_EP_ADDR_LEN      16u
+
+typedef enum {
+    XFER_TCP_WIRE_TAG           = 1,
+    XFER_TCP_WIRE_PUT_REQ       = 2,
+    XFER_TCP_WIRE_PUT_ACK       = 3,
+    XFER_TCP_WIRE_GET_REQ       = 4,
+    XFER_TCP_WIRE_GET_RESP      = 5,
+    XFER_TCP_WIRE_TENSOR_REQ    = 6,
+    XFER_TCP_WIRE_TENSOR_RESP   = 7,
+    XFER_TCP_WIRE_TENSOR_CANCEL = 8,
+    XFER_TCP_WIRE_TYPE_LAST
+} xfer_tcp_wire_type_t;
+
+typedef struct xfer_tcp_wire_hdr {
+    uint16_t magic;
+    uint8_t  version;
+    uint8_t  type;
+    int32_t  status;
+    uint64_t id;
+    uint64_t length;
+} xfer_tcp_wire_hdr_t;
+
+/* What the receiver accepts; frames beyond these fail the connection. */
+typedef struct xfer_tcp_wire_limits {
+    uint64_t max_msg_size;  /* largest data part of any frame */
+    uint32_t max_key_len;   /* longest tensor key */
+} xfer_tcp_wire_limits_t;
+
+/* PUT_REQ and GET_REQ extension (len only in GET_REQ). */
+typedef struct xfer_tcp_wire_rma {
+    uint64_t region;
+    uint64_t cookie;
+    uint64_t addr;
+    uint64_t len;
+} xfer_tcp_wire_rma_t;
+
+typedef struct xfer_tcp_wire_tensor_req {
+    uint64_t step;
+    uint32_t key_len;
+} xfer_tcp_wire_tensor_req_t;
+
+typedef struct xfer_tcp_wire_tensor_resp {
+    uint16_t dtype;
+    uint8_t  rank;
+    uint8_t  is_dead;
+    uint32_t reason_len;
+    uint64_t size;
+    int64_t  dims[XFER_TENSOR_MAX_RANK];
+} xfer_tcp_wire_tensor_resp_t;
+
+typedef struct xfer_tcp_wire_rkey {
+    uint64_t region;
+    uint64_t cookie;
+    uint64_t addr;
+    uint64_t length;
+} xfer_tcp_wire_rkey_t;
+
+/* Names for logs; "unknown" for anything else. */
+const char *xfer_tcp_wire_type_name(unsigned type);
+
+/* Fixed-size encoders: each writes exactly its *_LEN bytes. */
+void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf);
+void xfer_tcp_wire_pack_put_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
+void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
+void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf);
+void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf);
+void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf);
+void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_limits_t *limits, void *buf);
+
+/*
+ * Parse and validate a header (XFER_TCP_WIRE_HDR_LEN bytes): magic, version, type, the status
+ * (0 in requests, 0 or an xfer error in responses) and the length against the type's bounds
+ * and the limits. XFER_ERR_PROTOCOL with why on any violation.
+ */
+xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limits_t *limits,
+                                       xfer_tcp_wire_hdr_t *hdr, char *why, size_t why_size);
+/* Extensions; hdr is the already validated header of the same frame. */
+xfer_status_t xfer_tcp_wire_unpack_put_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                           xfer_tcp_wire_rma_t *rma, char *why,
+                                           size_t why_size);
+xfer_status_t xfer_tcp_wire_unpack_get_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                           const xfer_tcp_wire_limits_t *limits,
+                                           xfer_tcp_wire_rma_t *rma, char *why,
+                                           size_t why_size);
+xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
+                                                  const xfer_tcp_wire_hdr_t *hdr,
+                                                  const xfer_tcp_wire_limits_t *limits,
+                                                  xfer_tcp_wire_tensor_req_t *req, char *why,
+                                                  size_t why_size);
+/* The fixed part; then the frame's length must be ext + reason_len + data, where data is size
+ * for a live tensor with status 0 and nothing otherwise. The shape is checked against the
+ * dtype as the framework checks a publish. */
+xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
+                                                   const xfer_tcp_wire_hdr_t *hdr,
+                                                   const xfer_tcp_wire_limits_t *limits,
+                                                   xfer_tcp_wire_tensor_resp_t *resp,
+                                                   char *why, size_t why_size);
+/* Bytes of tensor data a validated TENSOR_RESP carries. */
+uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
+                                       const xfer_tcp_wire_tensor_resp_t *resp);
+/* The checks a tensor must pass to be sent (the same the receiver applies). */
+xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const int64_t *dims,
+                                         uint64_t size, int is_dead, char *why,
+                                         size_t why_size);
+xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
+/* The peer's endpoint address: 0 bytes (a minimal peer: *limits untouched) or exactly
+ * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version. */
+xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
+                                           xfer_tcp_wire_limits_t *limits);
+
+#endif

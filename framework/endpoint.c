@@ -1,0 +1,451 @@
+/*
+ * Endpoints and the operations posted on them. Each call checks what it can check here
+ * (arguments, local and remote bounds, that the memory and the remote key belong to this
+ * endpoint's context, peer and transport), takes the context lock, and hands the operation to
+ * the endpoint's transport with a new request.
+ */
+#include "xfer_int.h"
+#include "sock.h"
+#include "wire/bootstrap_wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define EP_SUBSYS "endpoint"
+
+xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name)
+{
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        if (strcmp(ctx->ifaces[i].entry->name, name) == 0) {
+            return &ctx->ifaces[i];
+        }
+    }
+    return NULL;
+}
+
+/* Exchange CONNECT frames: send ours, read theirs (which must be the next frame). */
+static xfer_status_t exchange_connect(int fd, const xfer_wire_connect_t *mine,
+                                      xfer_wire_connect_t *theirs, int64_t until, char *why,
+                                      size_t why_size)
+{
+    uint8_t frame[XFER_WIRE_HEADER_LEN + 16 + XFER_WIRE_MAX_ADDR];
+    uint8_t head[XFER_WIRE_HEADER_LEN], *body = NULL;
+    size_t len = sizeof(frame);
+    xfer_wire_header_t hdr;
+    xfer_status_t status;
+
+    status = xfer_wire_pack_connect(mine, frame, &len);
+    if (status != XFER_OK) {
+        snprintf(why, why_size, "cannot pack CONNECT: %s", xfer_status_string(status));
+        return status;
+    }
+    status = xfer_sock_send_all(fd, frame, len, until, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = xfer_sock_recv_all(fd, head, sizeof(head), until, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = xfer_wire_parse_header(head, sizeof(head), &hdr, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (hdr.type != XFER_WIRE_CONNECT) {
+        snprintf(why, why_size, "expected CONNECT, got frame type %u", hdr.type);
+        return XFER_ERR_PROTOCOL;
+    }
+    body = malloc(hdr.body_len ? hdr.body_len : 1);
+    if (body == NULL) {
+        snprintf(why, why_size, "out of memory");
+        return XFER_ERR_NO_MEMORY;
+    }
+    status = xfer_sock_recv_all(fd, body, hdr.body_len, until, why, why_size);
+    if (status == XFER_OK) {
+        status = xfer_wire_parse_connect(body, hdr.body_len, theirs, why, why_size);
+    }
+    free(body);
+    return status;
+}
+
+xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *transport,
+                                      const void *peer_addr, size_t peer_addr_len,
+                                      int is_server, const char *peer, int64_t until,
+                                      xfer_endpoint_t **ep_p, char *why, size_t why_size)
+{
+    xfer_wire_connect_t *conn = NULL;
+    xfer_endpoint_t *ep       = NULL;
+    xfer_ep_params_t params;
+    xfer_fw_iface_t *fi;
+    xfer_status_t status;
+    size_t addr_len;
+
+    xfer_ctx_lock(ctx);
+    fi = xfer_fw_iface_find(ctx, transport);
+    if (fi == NULL) {
+        snprintf(why, why_size, "transport '%s' is not open in this context", transport);
+        status = XFER_ERR_INTERNAL;
+        goto out;
+    }
+    ep   = calloc(1, sizeof(*ep));
+    conn = calloc(2, sizeof(*conn));    /* [0] ours, [1] theirs */
+    if ((ep == NULL) || (conn == NULL)) {
+        snprintf(why, why_size, "out of memory");
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    ep->ctx      = ctx;
+    ep->fw_iface = fi;
+    ep->status   = XFER_OK;
+    snprintf(ep->transport, sizeof(ep->transport), "%s", transport);
+    snprintf(ep->peer, sizeof(ep->peer), "%s", peer);
+
+    memset(&params, 0, sizeof(params));
+    params.size                = sizeof(params);
+    params.fw_ep               = ep;
+    params.peer_iface_addr     = peer_addr;
+    params.peer_iface_addr_len = peer_addr_len;
+    params.sock_fd             = fd;
+    params.is_server           = is_server;
+    status = fi->comp->ep_create(fi->iface, &params, &ep->ep);
+    if (status != XFER_OK) {
+        snprintf(why, why_size, "%s could not create an endpoint: %s", transport,
+                 xfer_status_string(status));
+        goto out;
+    }
+    addr_len = sizeof(conn[0].addr);
+    if (fi->comp->ep_address == NULL) {
+        addr_len = 0;
+    } else {
+        status = fi->comp->ep_address(ep->ep, conn[0].addr, &addr_len);
+        if ((status != XFER_OK) || (addr_len > XFER_WIRE_MAX_ADDR)) {
+            snprintf(why, why_size, "%s could not give its endpoint address: %s", transport,
+                     xfer_status_string(status));
+            status = (status == XFER_OK) ? XFER_ERR_INTERNAL : status;
+            goto out_destroy;
+        }
+    }
+    conn[0].context_id = ctx->id;
+    conn[0].addr_len   = (uint16_t)addr_len;
+    /* the handshake blocks on the socket: let other threads use the context meanwhile */
+    xfer_ctx_unlock(ctx);
+    status = exchange_connect(fd, &conn[0], &conn[1], until, why, why_size);
+    xfer_ctx_lock(ctx);
+    if (status != XFER_OK) {
+        goto out_destroy;
+    }
+    if ((conn[1].context_id == 0) || (conn[1].context_id == ctx->id)) {
+        snprintf(why, why_size, "peer context id %016llx is invalid or equals ours",
+                 (unsigned long long)conn[1].context_id);
+        status = XFER_ERR_PROTOCOL;
+        goto out_destroy;
+    }
+    ep->peer_id = conn[1].context_id;
+    if (fi->comp->ep_connect != NULL) {
+        status = fi->comp->ep_connect(ep->ep, conn[1].addr, conn[1].addr_len);
+        if (status != XFER_OK) {
+            snprintf(why, why_size, "%s could not connect the endpoint: %s", transport,
+                     xfer_status_string(status));
+            goto out_destroy;
+        }
+    }
+    ucs_list_add_tail(&ctx->endpoints, &ep->list);
+    xfer_wake_locked(ctx);
+    *ep_p = ep;
+    ep    = NULL;
+    goto out;
+
+out_destroy:
+    fi->comp->ep_destroy(ep->ep);
+out:
+    xfer_ctx_unlock(ctx);
+    free(ep);
+    free(conn);
+    return status;
+}
+
+static void endpoint_destroy(xfer_endpoint_t *ep)
+{
+    ucs_list_del(&ep->list);
+    ep->fw_iface->comp->ep_destroy(ep->ep);
+    free(ep);
+}
+
+void xfer_endpoints_close_all(xfer_context_t *ctx)
+{
+    xfer_endpoint_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &ctx->endpoints, list) {
+        endpoint_destroy(ep);
+    }
+}
+
+const char *xfer_endpoint_transport(const xfer_endpoint_t *ep)
+{
+    return ep ? ep->transport : NULL;
+}
+
+const char *xfer_endpoint_peer(const xfer_endpoint_t *ep)
+{
+    return ep ? ep->peer : NULL;
+}
+
+xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep)
+{
+    return ep ? ep->status : XFER_ERR_INVALID_PARAM;
+}
+
+void xfer_endpoint_close(xfer_endpoint_t *ep)
+{
+    xfer_context_t *ctx;
+
+    if (ep == NULL) {
+        return;
+    }
+    ctx = ep->ctx;
+    xfer_ctx_lock(ctx);
+    endpoint_destroy(ep);
+    xfer_ctx_unlock(ctx);
+}
+
+/* ---- operations ---- */
+
+/* Common entry checks; on success returns with the lock held. */
+static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
+{
+    if (ep == NULL) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: endpoint is NULL", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(ep->ctx);
+    if (ep->status != XFER_OK) {
+        xfer_log(XFER_LOG_DEBUG, EP_SUBSYS, "%s on a failed endpoint to %s: %s", op, ep->peer,
+                 xfer_status_string(ep->status));
+        xfer_ctx_unlock(ep->ctx);
+        return ep->status;
+    }
+    if (fn == NULL) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s is not supported by transport %s", op,
+                 ep->transport);
+        xfer_ctx_unlock(ep->ctx);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    return XFER_OK;
+}
+
+/* Post a prepared request through fn; translate the component's answer. */
+static xfer_status_t op_finish(xfer_context_t *ctx, xfer_request_t *req, xfer_status_t status,
+                               xfer_request_t **req_p)
+{
+    if ((status == XFER_OK) || (status == XFER_INPROGRESS)) {
+        xfer_request_posted(req, req_p);
+        status = XFER_OK;
+    } else {
+        xfer_request_discard(req);
+    }
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+static xfer_status_t rma_check(xfer_endpoint_t *ep, const char *op, const void *buf,
+                               size_t length, xfer_mem_t *mem, uint64_t remote_addr,
+                               xfer_rkey_t *rkey)
+{
+    if ((buf == NULL) && (length > 0)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer is NULL", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (mem == NULL) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s needs a registered local buffer "
+                 "(xfer_mem_register); got none", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((mem->ctx != ep->ctx) || (mem->memh[ep->fw_iface->index] == NULL)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the memory was registered with another "
+                 "context or is not registered with %s", op, ep->transport);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (!xfer_mem_covers(mem, buf, length)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: local range %p+%zu is outside the registered "
+                 "buffer %p+%zu", op, buf, length, mem->addr, mem->length);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    if (rkey == NULL) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: remote key is NULL", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((rkey->ctx != ep->ctx) || (rkey->fw_iface != ep->fw_iface) ||
+        (rkey->owner_id != ep->peer_id)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the remote key was not unpacked for this "
+                 "endpoint's peer and transport (%s, %s)", op, ep->peer, ep->transport);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((remote_addr < rkey->addr) || (remote_addr - rkey->addr > rkey->length) ||
+        (length > rkey->length - (remote_addr - rkey->addr))) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: remote range 0x%llx+%zu is outside the "
+                 "remote buffer 0x%llx+%llu", op, (unsigned long long)remote_addr, length,
+                 (unsigned long long)rkey->addr, (unsigned long long)rkey->length);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    return XFER_OK;
+}
+
+static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t length,
+                         xfer_mem_t *mem, uint64_t remote_addr, xfer_rkey_t *rkey,
+                         xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p)
+{
+    const char *op = is_put ? "xfer_put" : "xfer_get";
+    const xfer_component_v1_t *comp;
+    xfer_request_t *req;
+    xfer_status_t status;
+
+    status = op_begin(ep, op, ep ? (is_put ? (void*)ep->fw_iface->comp->put :
+                                             (void*)ep->fw_iface->comp->get) : NULL);
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = rma_check(ep, op, buf, length, mem, remote_addr, rkey);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ep->ctx);
+        return status;
+    }
+    req = xfer_request_new(ep->ctx, is_put ? XFER_REQ_PUT : XFER_REQ_GET, ep->fw_iface, cb,
+                           user_data);
+    if (req == NULL) {
+        xfer_ctx_unlock(ep->ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    req->mem = mem;
+    mem->busy++;
+    comp   = ep->fw_iface->comp;
+    status = is_put ? comp->put(ep->ep, buf, length, mem->memh[ep->fw_iface->index],
+                                remote_addr, rkey->rkey, &req->comp) :
+                      comp->get(ep->ep, buf, length, mem->memh[ep->fw_iface->index],
+                                remote_addr, rkey->rkey, &req->comp);
+    return op_finish(ep->ctx, req, status, req_p);
+}
+
+xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length, xfer_mem_t *mem,
+                       uint64_t remote_addr, xfer_rkey_t *rkey, xfer_request_cb_t cb,
+                       void *user_data, xfer_request_t **req_p)
+{
+    return rma(ep, 1, (void*)buf, length, mem, remote_addr, rkey, cb, user_data, req_p);
+}
+
+xfer_status_t xfer_get(xfer_endpoint_t *ep, void *buf, size_t length, xfer_mem_t *mem,
+                       uint64_t remote_addr, xfer_rkey_t *rkey, xfer_request_cb_t cb,
+                       void *user_data, xfer_request_t **req_p)
+{
+    return rma(ep, 0, buf, length, mem, remote_addr, rkey, cb, user_data, req_p);
+}
+
+/* Optional registration of a tag buffer: must cover it and belong to the context. */
+static xfer_status_t tag_mem_check(xfer_context_t *ctx, const char *op, const void *buf,
+                                   size_t length, xfer_mem_t *mem)
+{
+    if ((buf == NULL) && (length > 0)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer is NULL", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (mem == NULL) {
+        return XFER_OK;
+    }
+    if (mem->ctx != ctx) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the memory belongs to another context", op);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (!xfer_mem_covers(mem, buf, length)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer %p+%zu is outside its registration "
+                 "%p+%zu", op, buf, length, mem->addr, mem->length);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, size_t length,
+                            xfer_mem_t *mem, xfer_request_cb_t cb, void *user_data,
+                            xfer_request_t **req_p)
+{
+    xfer_request_t *req;
+    xfer_status_t status;
+
+    status = op_begin(ep, "xfer_tag_send", ep ? (void*)ep->fw_iface->comp->tag_send : NULL);
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = tag_mem_check(ep->ctx, "xfer_tag_send", buf, length, mem);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ep->ctx);
+        return status;
+    }
+    req = xfer_request_new(ep->ctx, XFER_REQ_SEND, ep->fw_iface, cb, user_data);
+    if (req == NULL) {
+        xfer_ctx_unlock(ep->ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    if (mem != NULL) {
+        req->mem = mem;
+        mem->busy++;
+    }
+    status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length,
+                                          mem ? mem->memh[ep->fw_iface->index] : NULL,
+                                          &req->comp);
+    return op_finish(ep->ctx, req, status, req_p);
+}
+
+xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag,
+                            uint64_t tag_mask, void *buf, size_t length, xfer_mem_t *mem,
+                            xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p)
+{
+    xfer_fw_iface_t *fi;
+    xfer_request_t *req;
+    xfer_status_t status;
+
+    if ((ctx == NULL) || ((ep != NULL) && (ep->ctx != ctx))) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: %s", ctx ? "endpoint belongs to "
+                 "another context" : "context is NULL");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    /* No endpoint status check: a failed endpoint may still hold messages that arrived
+     * before it failed; the transport matches those and refuses the rest. */
+    xfer_ctx_lock(ctx);
+    status = tag_mem_check(ctx, "xfer_tag_recv", buf, length, mem);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        return status;
+    }
+    /* A receive from any peer goes to the one transport this context's endpoints use; with
+     * several transports open, the first that supports tags (see README: one transport per
+     * any-source receive). */
+    fi = (ep != NULL) ? ep->fw_iface : NULL;
+    for (unsigned i = 0; (fi == NULL) && (i < ctx->num_ifaces); i++) {
+        if (ctx->ifaces[i].comp->tag_recv != NULL) {
+            fi = &ctx->ifaces[i];
+        }
+    }
+    if (fi == NULL) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: no open transport supports tags");
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    req = xfer_request_new(ctx, XFER_REQ_RECV, fi, cb, user_data);
+    if (req == NULL) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    if (mem != NULL) {
+        req->mem = mem;
+        mem->busy++;
+    }
+    status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf, length,
+                                mem ? mem->memh[fi->index] : NULL, &req->comp);
+    return op_finish(ctx, req, status, req_p);
+}
+
+xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,
+                                       const xfer_fetch_args_t *args)
+{
+    return ep->fw_iface->comp->tensor_fetch(ep->ep, args, &req->comp);
+}

@@ -1,0 +1,369 @@
+/*
+ * Memory registration and remote keys.
+ *
+ * A buffer is registered with every open transport, so any endpoint can use it. Its packed
+ * remote key is self-describing and carries the owner context's id and the buffer's bounds,
+ * then one blob per transport:
+ *
+ *   rkey := magic:u32 ("XRK1") num:u8 owner_id:u64 addr:u64 length:u64
+ *           { name_len:u8 name[name_len] blob_len:u16 blob[blob_len] } * num
+ *
+ * (big-endian). Unpacking checks every length, that the owner is the endpoint's peer and that
+ * the endpoint's transport has a blob, before the component sees its part.
+ */
+#include "xfer_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MEM_SUBSYS   "memory"
+#define RKEY_MAGIC   0x58524b31u    /* "XRK1" */
+#define RKEY_MAX_BLOB 1024u
+
+int xfer_mem_covers(const xfer_mem_t *mem, const void *buf, size_t length)
+{
+    uintptr_t start = (uintptr_t)mem->addr, p = (uintptr_t)buf;
+
+    return (p >= start) && (p - start <= mem->length) && (length <= mem->length - (p - start));
+}
+
+static void mem_dereg_all(xfer_mem_t *mem)
+{
+    xfer_context_t *ctx = mem->ctx;
+
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        if ((mem->memh[i] != NULL) && (ctx->ifaces[i].comp->mem_dereg != NULL)) {
+            ctx->ifaces[i].comp->mem_dereg(ctx->ifaces[i].iface, mem->memh[i]);
+        }
+    }
+    free(mem->memh);
+    free(mem);
+}
+
+xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
+                                xfer_mem_type_t type, xfer_mem_t **mem_p)
+{
+    xfer_status_t status = XFER_OK;
+    xfer_mem_t *mem;
+
+    if ((ctx == NULL) || (addr == NULL) || (length == 0) || (mem_p == NULL)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_register: %s",
+                 (length == 0) ? "length is 0" : "NULL argument");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((type != XFER_MEM_HOST) && (type != XFER_MEM_CUDA)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_register: unknown memory type %d",
+                 (int)type);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    mem = calloc(1, sizeof(*mem));
+    if (mem == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_ctx_lock(ctx);
+    mem->memh = calloc(ctx->num_ifaces + 1, sizeof(*mem->memh));
+    if (mem->memh == NULL) {
+        xfer_ctx_unlock(ctx);
+        free(mem);
+        return XFER_ERR_NO_MEMORY;
+    }
+    mem->ctx    = ctx;
+    mem->addr   = addr;
+    mem->length = length;
+    mem->type   = type;
+    if (type == XFER_MEM_CUDA) {
+        unsigned cuda_ifaces = 0;
+
+        for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+            cuda_ifaces += !!(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
+        }
+        if (cuda_ifaces == 0) {
+            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register CUDA memory: no open "
+                     "transport moves CUDA memory (xfer_info -s says why)");
+            free(mem->memh);
+            free(mem);
+            xfer_ctx_unlock(ctx);
+            return XFER_ERR_UNSUPPORTED;
+        }
+    }
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        xfer_fw_iface_t *fi = &ctx->ifaces[i];
+
+        if (fi->comp->mem_reg == NULL) {
+            continue;
+        }
+        if ((type == XFER_MEM_CUDA) && !(fi->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
+            continue;
+        }
+        status = fi->comp->mem_reg(fi->iface, addr, length, type, &mem->memh[i]);
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
+                     fi->entry->name, length, addr, xfer_status_string(status));
+            mem->memh[i] = NULL;
+            mem_dereg_all(mem);
+            xfer_ctx_unlock(ctx);
+            return status;
+        }
+    }
+    ucs_list_add_tail(&ctx->mems, &mem->list);
+    xfer_ctx_unlock(ctx);
+    *mem_p = mem;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_mem_deregister(xfer_mem_t *mem)
+{
+    xfer_context_t *ctx;
+
+    if (mem == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = mem->ctx;
+    xfer_ctx_lock(ctx);
+    if (mem->busy > 0) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot deregister %p: %u operation(s) using it "
+                 "are still outstanding", mem->addr, mem->busy);
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_BUSY;
+    }
+    ucs_list_del(&mem->list);
+    mem_dereg_all(mem);
+    xfer_ctx_unlock(ctx);
+    return XFER_OK;
+}
+
+void xfer_mems_release_all(xfer_context_t *ctx)
+{
+    xfer_mem_t *mem, *tmp;
+
+    ucs_list_for_each_safe(mem, tmp, &ctx->mems, list) {
+        xfer_log(XFER_LOG_DEBUG, MEM_SUBSYS, "deregistering %p at context destroy", mem->addr);
+        ucs_list_del(&mem->list);
+        mem_dereg_all(mem);
+    }
+}
+
+void *xfer_mem_address(const xfer_mem_t *mem)
+{
+    return mem ? mem->addr : NULL;
+}
+
+size_t xfer_mem_length(const xfer_mem_t *mem)
+{
+    return mem ? mem->length : 0;
+}
+
+/* ---- packing ---- */
+
+static uint8_t *put_be(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--, v >>= 8) {
+        p[i] = (uint8_t)v;
+    }
+    return p + bytes;
+}
+
+static int take_be(const uint8_t **p, size_t *left, int bytes, uint64_t *v)
+{
+    if (*left < (size_t)bytes) {
+        return 0;
+    }
+    *v = 0;
+    for (int i = 0; i < bytes; i++) {
+        *v = (*v << 8) | (*p)[i];
+    }
+    *p    += bytes;
+    *left -= (size_t)bytes;
+    return 1;
+}
+
+xfer_status_t xfer_rkey_pack(xfer_mem_t *mem, void **blob_p, size_t *length_p)
+{
+    xfer_context_t *ctx;
+    uint8_t *buf, *p;
+    size_t size;
+    unsigned num = 0;
+
+    if ((mem == NULL) || (blob_p == NULL) || (length_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = mem->ctx;
+    xfer_ctx_lock(ctx);
+    size = 4 + 1 + 24 + ctx->num_ifaces * (1 + XFER_NAME_MAX + 2 + RKEY_MAX_BLOB);
+    buf  = malloc(size);
+    if (buf == NULL) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    p = put_be(buf, RKEY_MAGIC, 4);
+    p = put_be(p, 0, 1);                /* patched below */
+    p = put_be(p, ctx->id, 8);
+    p = put_be(p, (uintptr_t)mem->addr, 8);
+    p = put_be(p, mem->length, 8);
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        xfer_fw_iface_t *fi = &ctx->ifaces[i];
+        size_t name_len     = strlen(fi->entry->name), blob_len = RKEY_MAX_BLOB;
+        uint8_t *name_at    = p;
+        xfer_status_t status;
+
+        if ((mem->memh[i] == NULL) || (fi->comp->rkey_pack == NULL)) {
+            continue;
+        }
+        p = put_be(p, name_len, 1);
+        memcpy(p, fi->entry->name, name_len);
+        p += name_len;
+        status = fi->comp->rkey_pack(fi->iface, mem->memh[i], p + 2, &blob_len);
+        if ((status != XFER_OK) || (blob_len > RKEY_MAX_BLOB)) {
+            xfer_log(XFER_LOG_WARN, MEM_SUBSYS, "%s cannot pack a remote key: %s",
+                     fi->entry->name, xfer_status_string(status));
+            p = name_at;
+            continue;
+        }
+        put_be(p, blob_len, 2);
+        p += 2 + blob_len;
+        num++;
+    }
+    buf[4] = (uint8_t)num;
+    xfer_ctx_unlock(ctx);
+    *blob_p   = buf;
+    *length_p = (size_t)(p - buf);
+    return XFER_OK;
+}
+
+void xfer_rkey_blob_free(void *blob)
+{
+    free(blob);
+}
+
+xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t length,
+                               xfer_rkey_t **rkey_p)
+{
+    const uint8_t *p = blob, *part = NULL;
+    uint64_t magic, num, owner, addr, len, part_len = 0;
+    size_t left      = length;
+    xfer_context_t *ctx;
+    xfer_status_t status;
+    xfer_rkey_t *rkey;
+
+    if ((ep == NULL) || (blob == NULL) || (rkey_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = ep->ctx;
+    if (!take_be(&p, &left, 4, &magic) || (magic != RKEY_MAGIC) ||
+        !take_be(&p, &left, 1, &num) || !take_be(&p, &left, 8, &owner) ||
+        !take_be(&p, &left, 8, &addr) || !take_be(&p, &left, 8, &len)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key blob of %zu bytes is not an xfer "
+                 "remote key (bad magic or too short)", length);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (owner != ep->peer_id) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key belongs to context %016llx, but the "
+                 "peer of this endpoint (%s) is context %016llx",
+                 (unsigned long long)owner, ep->peer, (unsigned long long)ep->peer_id);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (addr + len < addr) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key bounds wrap around");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    /* Walk every part first: the blob must be well formed to its last byte. */
+    for (uint64_t i = 0; i < num; i++) {
+        uint64_t name_len, blob_len;
+        char name[XFER_NAME_MAX];
+
+        if (!take_be(&p, &left, 1, &name_len) || (name_len == 0) ||
+            (name_len >= sizeof(name)) || (left < name_len)) {
+            goto malformed;
+        }
+        memcpy(name, p, name_len);
+        name[name_len] = '\0';
+        p    += name_len;
+        left -= name_len;
+        if (!take_be(&p, &left, 2, &blob_len) || (left < blob_len)) {
+            goto malformed;
+        }
+        if (strcmp(name, ep->transport) == 0) {
+            part     = p;
+            part_len = blob_len;
+        }
+        p    += blob_len;
+        left -= blob_len;
+    }
+    if (left != 0) {
+        goto malformed;
+    }
+    if (part == NULL) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s",
+                 ep->transport);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    rkey = calloc(1, sizeof(*rkey));
+    if (rkey == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_ctx_lock(ctx);
+    status = (ep->fw_iface->comp->rkey_unpack == NULL) ? XFER_ERR_UNSUPPORTED :
+             ep->fw_iface->comp->rkey_unpack(ep->fw_iface->iface, part, part_len, &rkey->rkey);
+    xfer_ctx_unlock(ctx);
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s refused the remote key: %s", ep->transport,
+                 xfer_status_string(status));
+        free(rkey);
+        return status;
+    }
+    rkey->ctx      = ctx;
+    rkey->fw_iface = ep->fw_iface;
+    rkey->owner_id = owner;
+    rkey->addr     = addr;
+    rkey->length   = len;
+    xfer_ctx_lock(ctx);
+    ucs_list_add_tail(&ctx->rkeys, &rkey->list);
+    xfer_ctx_unlock(ctx);
+    *rkey_p        = rkey;
+    return XFER_OK;
+
+malformed:
+    xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key blob of %zu bytes is malformed (a part "
+             "runs past its end, or bytes trail it)", length);
+    return XFER_ERR_INVALID_PARAM;
+}
+
+uint64_t xfer_rkey_address(const xfer_rkey_t *rkey)
+{
+    return rkey ? rkey->addr : 0;
+}
+
+size_t xfer_rkey_length(const xfer_rkey_t *rkey)
+{
+    return rkey ? rkey->length : 0;
+}
+
+void xfer_rkey_destroy(xfer_rkey_t *rkey)
+{
+    xfer_context_t *ctx;
+
+    if (rkey == NULL) {
+        return;
+    }
+    ctx = rkey->ctx;
+    xfer_ctx_lock(ctx);
+    ucs_list_del(&rkey->list);
+    if (rkey->fw_iface->comp->rkey_release != NULL) {
+        rkey->fw_iface->comp->rkey_release(rkey->fw_iface->iface, rkey->rkey);
+    }
+    xfer_ctx_unlock(ctx);
+    free(rkey);
+}
+
+void xfer_rkeys_release_all(xfer_context_t *ctx)
+{
+    xfer_rkey_t *rkey, *tmp;
+
+    ucs_list_for_each_safe(rkey, tmp, &ctx->rkeys, list) {
+        ucs_list_del(&rkey->list);
+        if (rkey->fw_iface->comp->rkey_release != NULL) {
+            rkey->fw_iface->comp->rkey_release(rkey->fw_iface->iface, rkey->rkey);
+        }
+        free(rkey);
+    }
+}

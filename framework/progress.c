@@ -1,0 +1,303 @@
+/*
+ * The context's data-path machinery: the lock that serialises the API (UCX's
+ * UCS_THREAD_MODE_MULTI model), the opened transport instances, progress, and sleeping on the
+ * transports' file descriptors instead of spinning.
+ *
+ * Sleeping: one thread at a time (the "poller") sleeps in poll() on every iface's event fd
+ * plus the context's wake eventfd; other waiting threads sleep on the condition variable. A
+ * completion broadcasts the condition; posting an operation or completing a request while a
+ * poller sleeps writes the eventfd, so nobody sleeps through work that is not an fd event
+ * (a completion a component queued in software, a send posted from another thread).
+ */
+#include "xfer_int.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROGRESS_SUBSYS "progress"
+
+__thread int xfer_in_callback;
+
+static void ep_failed_upcall(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason)
+{
+    xfer_endpoint_t *ep = fw_ep;
+
+    (void)fw_arg;
+    if ((ep != NULL) && (ep->status == XFER_OK)) {
+        ep->status = status;
+        /* the transport logged the cause at the level it deserves; a clean close is routine */
+        xfer_log(XFER_LOG_INFO, PROGRESS_SUBSYS, "endpoint to %s over %s failed: %s (%s)",
+                 ep->peer, ep->transport, reason ? reason : "", xfer_status_string(status));
+    }
+}
+
+static void iface_close(xfer_fw_iface_t *fi)
+{
+    if (fi->iface != NULL) {
+        fi->comp->iface_close(fi->iface);
+        fi->iface = NULL;
+    }
+    fi->entry->fw_iface = NULL;
+}
+
+/* Open every available, allowed transport that can serve an endpoint. */
+static xfer_status_t ifaces_open(xfer_context_t *ctx)
+{
+    const xfer_select_req_t req = {XFER_OFFER_CAPS, XFER_CAP_ALL};
+    xfer_selection_t sel;
+    xfer_status_t status;
+
+    status = xfer_select(ctx, &req, &sel);
+    if (status != XFER_OK) {
+        return status;
+    }
+    ctx->ifaces = calloc(sel.num_entries + 1, sizeof(*ctx->ifaces));
+    if (ctx->ifaces == NULL) {
+        xfer_selection_release(&sel);
+        return XFER_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < sel.num_entries; i++) {
+        xfer_component_entry_t *e = xfer_loader_find(ctx, sel.entries[i].name);
+        xfer_fw_iface_t *fi       = &ctx->ifaces[ctx->num_ifaces];
+        const xfer_component_v1_t *comp;
+        xfer_iface_params_t params;
+
+        if ((sel.entries[i].rank < 0) || (e == NULL) || (e->comp == NULL)) {
+            continue;
+        }
+        comp = e->comp;
+        if ((comp->iface_open == NULL) || (comp->iface_close == NULL) ||
+            (comp->ep_create == NULL) || (comp->ep_destroy == NULL) ||
+            (comp->progress == NULL)) {
+            xfer_log(XFER_LOG_WARN, PROGRESS_SUBSYS, "%s claims capabilities but lacks the "
+                     "iface/endpoint/progress entry points; not used", e->name);
+            continue;
+        }
+        memset(&params, 0, sizeof(params));
+        params.size            = sizeof(params);
+        params.fw_arg          = ctx;
+        params.max_key_len     = (uint32_t)ctx->fw_config.max_key_len;
+        params.tensor_request  = xfer_tensor_upcall_request;
+        params.tensor_withdraw = xfer_tensor_upcall_withdraw;
+        params.tensor_release  = xfer_tensor_upcall_release;
+        params.ep_failed       = ep_failed_upcall;
+
+        fi->entry    = e;
+        fi->comp     = comp;
+        fi->index    = ctx->num_ifaces;
+        fi->event_fd = -1;
+        status       = comp->iface_open(e->params.config, &params, &fi->iface);
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_WARN, PROGRESS_SUBSYS, "cannot open %s: %s; not used", e->name,
+                     xfer_status_string(status));
+            fi->iface = NULL;
+            continue;
+        }
+        fi->addr_len = sizeof(fi->addr);
+        if (comp->iface_address == NULL) {
+            fi->addr_len = 0;
+        } else if (comp->iface_address(fi->iface, fi->addr, &fi->addr_len) != XFER_OK) {
+            xfer_log(XFER_LOG_WARN, PROGRESS_SUBSYS, "%s: no interface address; not used",
+                     e->name);
+            comp->iface_close(fi->iface);
+            fi->iface = NULL;
+            continue;
+        }
+        if (comp->event_fd != NULL) {
+            fi->event_fd = comp->event_fd(fi->iface);
+        }
+        e->fw_iface = fi;
+        ctx->num_ifaces++;
+        xfer_log(XFER_LOG_DEBUG, PROGRESS_SUBSYS, "opened %s (event fd %d)", e->name,
+                 fi->event_fd);
+    }
+    xfer_selection_release(&sel);
+    return XFER_OK;
+}
+
+static void *progress_thread(void *arg)
+{
+    xfer_context_t *ctx = arg;
+
+    xfer_ctx_lock(ctx);
+    while (!ctx->stopping) {
+        xfer_progress_locked(ctx);
+        xfer_sleep_locked(ctx, 100);
+    }
+    xfer_ctx_unlock(ctx);
+    return NULL;
+}
+
+xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
+{
+    pthread_mutexattr_t attr;
+    xfer_status_t status;
+
+    ctx->wake_fd = -1;
+    ucs_list_head_init(&ctx->endpoints);
+    ucs_list_head_init(&ctx->listeners);
+    ucs_list_head_init(&ctx->rkeys);
+    ucs_list_head_init(&ctx->mems);
+    ucs_list_head_init(&ctx->requests);
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&ctx->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    pthread_cond_init(&ctx->cond, NULL);
+
+    while (ctx->id == 0) {
+        if (getrandom(&ctx->id, sizeof(ctx->id), 0) != sizeof(ctx->id)) {
+            ctx->id = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uintptr_t)ctx;
+        }
+    }
+    ctx->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ctx->wake_fd < 0) {
+        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "eventfd: %s", strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    status = xfer_tensor_table_create(ctx);
+    if (status != XFER_OK) {
+        return status;
+    }
+    return open_ifaces ? ifaces_open(ctx) : XFER_OK;
+}
+
+xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx)
+{
+    int ret = pthread_create(&ctx->thread, NULL, progress_thread, ctx);
+
+    if (ret != 0) {
+        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "cannot start the progress thread: %s",
+                 strerror(ret));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    ctx->thread_started = 1;
+    return XFER_OK;
+}
+
+void xfer_ctx_data_cleanup(xfer_context_t *ctx)
+{
+    if (ctx->thread_started) {
+        xfer_ctx_lock(ctx);
+        ctx->stopping = 1;
+        xfer_wake_locked(ctx);
+        pthread_cond_broadcast(&ctx->cond);
+        xfer_ctx_unlock(ctx);
+        pthread_join(ctx->thread, NULL);
+        ctx->thread_started = 0;
+    }
+    xfer_ctx_lock(ctx);
+    xfer_listeners_close_all(ctx);
+    xfer_endpoints_close_all(ctx);
+    if (ctx->tensors != NULL) {
+        xfer_tensor_table_destroy(ctx);
+    }
+    xfer_rkeys_release_all(ctx);
+    xfer_mems_release_all(ctx);
+    for (unsigned i = 0; (ctx->ifaces != NULL) && (i < ctx->num_ifaces); i++) {
+        iface_close(&ctx->ifaces[i]);
+    }
+    xfer_requests_free_all(ctx);
+    xfer_ctx_unlock(ctx);
+    free(ctx->ifaces);
+    ctx->ifaces     = NULL;
+    ctx->num_ifaces = 0;
+    if (ctx->wake_fd >= 0) {
+        close(ctx->wake_fd);
+        ctx->wake_fd = -1;
+    }
+    pthread_cond_destroy(&ctx->cond);
+    pthread_mutex_destroy(&ctx->lock);
+}
+
+unsigned xfer_progress_locked(xfer_context_t *ctx)
+{
+    unsigned count = 0;
+
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
+    }
+    return count;
+}
+
+unsigned xfer_progress(xfer_context_t *ctx)
+{
+    unsigned count;
+
+    if (ctx == NULL) {
+        return 0;
+    }
+    xfer_ctx_lock(ctx);
+    count = xfer_progress_locked(ctx);
+    xfer_ctx_unlock(ctx);
+    return count;
+}
+
+void xfer_wake_locked(xfer_context_t *ctx)
+{
+    uint64_t one = 1;
+
+    if (ctx->poller_busy && (ctx->wake_fd >= 0)) {
+        /* EAGAIN only when the counter is saturated: it is readable anyway */
+        (void)!write(ctx->wake_fd, &one, sizeof(one));
+    }
+}
+
+static void cond_wait_ms(xfer_context_t *ctx, int timeout_ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec  += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&ctx->cond, &ctx->lock, &ts);
+}
+
+void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
+{
+    struct pollfd fds[64];
+    unsigned nfds = 0;
+    uint64_t count;
+
+    if (timeout_ms <= 0) {
+        return;
+    }
+    if (ctx->poller_busy) {
+        cond_wait_ms(ctx, timeout_ms);
+        return;
+    }
+    /* Arm every iface; one with events pending means: progress again, do not sleep. */
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        xfer_fw_iface_t *fi = &ctx->ifaces[i];
+        if ((fi->comp->event_arm != NULL) && (fi->comp->event_arm(fi->iface) == XFER_ERR_BUSY)) {
+            return;
+        }
+    }
+    fds[nfds].fd     = ctx->wake_fd;
+    fds[nfds++].events = POLLIN;
+    for (unsigned i = 0; (i < ctx->num_ifaces) && (nfds < 64); i++) {
+        if (ctx->ifaces[i].event_fd >= 0) {
+            fds[nfds].fd       = ctx->ifaces[i].event_fd;
+            fds[nfds++].events = POLLIN;
+        }
+    }
+    ctx->poller_busy = 1;
+    xfer_ctx_unlock(ctx);
+    (void)poll(fds, nfds, timeout_ms);
+    xfer_ctx_lock(ctx);
+    while (read(ctx->wake_fd, &count, sizeof(count)) == sizeof(count)) {
+    }
+    ctx->poller_busy = 0;
+    /* whoever sleeps on cond may take over polling */
+    pthread_cond_broadcast(&ctx->cond);
+}

@@ -1,0 +1,230 @@
+/*
+ * Requests: one per non-blocking operation. The component completes the embedded xfer_comp_t
+ * from progress(); the request records the outcome, runs the user's callback once, wakes the
+ * threads waiting for it, and frees itself when the user has already released it.
+ */
+#include "xfer_int.h"
+#include "sock.h"
+
+#include <stdlib.h>
+
+#define REQUEST_SUBSYS "request"
+
+static void request_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
+                            uint64_t tag)
+{
+    xfer_request_complete(ucs_container_of(self, xfer_request_t, comp), status, length, tag);
+}
+
+xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
+                                 xfer_fw_iface_t *fw_iface, xfer_request_cb_t cb,
+                                 void *user_data)
+{
+    xfer_request_t *req = calloc(1, sizeof(*req));
+
+    if (req == NULL) {
+        return NULL;
+    }
+    req->comp.cb   = request_comp_cb;
+    req->ctx       = ctx;
+    req->kind      = kind;
+    req->fw_iface  = fw_iface;
+    req->status    = XFER_INPROGRESS;
+    req->cb        = cb;
+    req->user_data = user_data;
+    ucs_list_head_init(&req->fetch_list);
+    ucs_list_add_tail(&ctx->requests, &req->list);
+    return req;
+}
+
+static void request_free(xfer_request_t *req)
+{
+    ucs_list_del(&req->list);
+    free(req);
+}
+
+void xfer_request_discard(xfer_request_t *req)
+{
+    if (req->mem != NULL) {
+        req->mem->busy--;
+    }
+    request_free(req);
+}
+
+void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p)
+{
+    if (req_p != NULL) {
+        *req_p = req;
+    } else {
+        req->released = 1;
+    }
+    /* a thread sleeping in poll must see the new work */
+    xfer_wake_locked(req->ctx);
+}
+
+void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
+                           uint64_t tag)
+{
+    xfer_context_t *ctx = req->ctx;
+
+    if (req->status != XFER_INPROGRESS) {
+        xfer_log(XFER_LOG_ERROR, REQUEST_SUBSYS, "request %p completed twice (%s, then %s); "
+                 "second completion ignored", (void*)req, xfer_status_string(req->status),
+                 xfer_status_string(status));
+        return;
+    }
+    req->status = (status == XFER_INPROGRESS) ? XFER_ERR_INTERNAL : status;
+    req->length = length;
+    req->tag    = tag;
+    if (req->mem != NULL) {
+        req->mem->busy--;
+        req->mem = NULL;
+    }
+    if (req->kind == XFER_REQ_FETCH) {
+        xfer_tensor_fetch_done(req);
+    }
+    if (req->cb != NULL) {
+        req->in_callback = 1;
+        xfer_in_callback++;
+        req->cb(req, req->status, req->user_data);
+        xfer_in_callback--;
+        req->in_callback = 0;
+    }
+    pthread_cond_broadcast(&ctx->cond);
+    xfer_wake_locked(ctx);
+    if (req->released) {
+        request_free(req);
+    }
+}
+
+void xfer_requests_free_all(xfer_context_t *ctx)
+{
+    xfer_request_t *req, *tmp;
+
+    ucs_list_for_each_safe(req, tmp, &ctx->requests, list) {
+        if (req->status == XFER_INPROGRESS) {
+            xfer_log(XFER_LOG_DEBUG, REQUEST_SUBSYS, "freeing a request still pending at "
+                     "context destroy");
+        }
+        ucs_list_del(&req->fetch_list);
+        request_free(req);
+    }
+}
+
+xfer_status_t xfer_request_test(xfer_request_t *req)
+{
+    xfer_status_t status;
+
+    if (req == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(req->ctx);
+    if (req->status == XFER_INPROGRESS) {
+        xfer_progress_locked(req->ctx);
+    }
+    status = req->status;
+    xfer_ctx_unlock(req->ctx);
+    return status;
+}
+
+xfer_status_t xfer_request_wait(xfer_request_t *req, int timeout_ms)
+{
+    xfer_context_t *ctx;
+    xfer_status_t status;
+    int64_t until;
+
+    if (req == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = req->ctx;
+    if (xfer_in_callback) {
+        xfer_log(XFER_LOG_ERROR, REQUEST_SUBSYS, "xfer_request_wait called from a completion "
+                 "callback; callbacks must not wait");
+        return XFER_ERR_BUSY;
+    }
+    until = (timeout_ms < 0) ? INT64_MAX : xfer_now_ms() + timeout_ms;
+    xfer_ctx_lock(ctx);
+    while (req->status == XFER_INPROGRESS) {
+        int64_t now;
+
+        if (xfer_progress_locked(ctx) > 0) {
+            continue;
+        }
+        if (req->status != XFER_INPROGRESS) {
+            break;
+        }
+        now = xfer_now_ms();
+        if (now >= until) {
+            break;
+        }
+        xfer_sleep_locked(ctx, (until - now > 1000) ? 1000 : (int)(until - now));
+    }
+    status = (req->status == XFER_INPROGRESS) ? XFER_ERR_TIMEOUT : req->status;
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+xfer_status_t xfer_request_cancel(xfer_request_t *req)
+{
+    xfer_status_t status;
+
+    if (req == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(req->ctx);
+    if (req->status != XFER_INPROGRESS) {
+        status = XFER_OK;
+    } else if ((req->kind != XFER_REQ_RECV) && (req->kind != XFER_REQ_FETCH)) {
+        status = XFER_ERR_UNSUPPORTED;
+    } else if (req->fw_iface->comp->cancel == NULL) {
+        status = XFER_ERR_UNSUPPORTED;
+    } else {
+        status = req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
+                                             XFER_ERR_CANCELED);
+        if (status == XFER_OK) {
+            xfer_wake_locked(req->ctx);
+        }
+    }
+    xfer_ctx_unlock(req->ctx);
+    return status;
+}
+
+size_t xfer_request_length(const xfer_request_t *req)
+{
+    return req ? req->length : 0;
+}
+
+uint64_t xfer_request_tag(const xfer_request_t *req)
+{
+    return req ? req->tag : 0;
+}
+
+const xfer_tensor_t *xfer_request_tensor(const xfer_request_t *req)
+{
+    if ((req == NULL) || (req->kind != XFER_REQ_FETCH) || (req->status == XFER_INPROGRESS)) {
+        return NULL;
+    }
+    /* a failed fetch still shows a buffer its allocation callback gave, for the caller to
+     * free */
+    if ((req->status != XFER_OK) && ((req->alloc == NULL) || (req->tensor.data == NULL))) {
+        return NULL;
+    }
+    return &req->tensor;
+}
+
+void xfer_request_release(xfer_request_t *req)
+{
+    xfer_context_t *ctx;
+
+    if (req == NULL) {
+        return;
+    }
+    ctx = req->ctx;
+    xfer_ctx_lock(ctx);
+    if ((req->status == XFER_INPROGRESS) || req->in_callback) {
+        req->released = 1;      /* freed when it completes / its callback returns */
+    } else {
+        request_free(req);
+    }
+    xfer_ctx_unlock(ctx);
+}

@@ -1,0 +1,644 @@
+/*
+ * The rendezvous table: tensors by (step, key).
+ *
+ * Producer side: xfer_tensor_publish() files a tensor under its key; a peer's request (which a
+ * transport hands over as a waiter through tensor_request) takes it - at once when it is
+ * there, else the waiter parks under the key until the publish. One publish satisfies one
+ * fetch. The tensor's data stays with the transport until it calls tensor_release(), which
+ * completes the publish request.
+ *
+ * Consumer side: xfer_tensor_fetch() hands the fetch to the endpoint's transport and keeps the
+ * request on a list so that aborting its step can cancel it.
+ *
+ * Aborting a step fails everything of that step on this side with the abort status - parked
+ * waiters (their peers get the error), unfetched publishes, pending fetches - and remembers
+ * the step so that later requests and publishes for it fail as well.
+ */
+#include "xfer_int.h"
+
+#include <ucs/datastruct/khash.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TENSOR_SUBSYS     "tensor"
+#define ABORTED_REMEMBERED 1024     /* aborted steps remembered, oldest forgotten first */
+
+/* A published tensor, pending in the table or handed to a transport. */
+typedef struct publication {
+    xfer_tensor_t   tensor;
+    void            *copy;          /* XFER_PUBLISH_COPY */
+    xfer_request_t  *req;
+} publication_t;
+
+/* A peer's request waiting for a key. */
+typedef struct waiter_node {
+    ucs_list_link_t         list;
+    xfer_tensor_waiter_t    *waiter;
+    struct slot             *slot;
+} waiter_node_t;
+
+typedef struct slot {
+    char            *hkey;          /* "<step hex>:<key>" */
+    uint64_t        step;
+    publication_t   *pub;           /* pending publication, at most one */
+    ucs_list_link_t waiters;        /* waiter_node_t, in arrival order */
+} slot_t;
+
+KHASH_MAP_INIT_STR(xfer_slot, slot_t*)
+KHASH_MAP_INIT_INT64(xfer_waiter, waiter_node_t*)
+
+typedef struct xfer_tensor_table {
+    khash_t(xfer_slot)      slots;
+    khash_t(xfer_waiter)    waiters;        /* waiter pointer -> node, for withdraw */
+    ucs_list_link_t         fetches;        /* pending xfer_request_t (fetch_list) */
+    struct {
+        uint64_t      step;
+        xfer_status_t status;
+    }                       aborted[ABORTED_REMEMBERED];
+    unsigned                num_aborted, next_aborted;
+    xfer_status_t           all_aborted;    /* XFER_OK, or the status of XFER_STEP_ALL */
+} xfer_tensor_table_t;
+
+static size_t dtype_size(xfer_dtype_t dtype)
+{
+    switch (dtype) {
+    case XFER_DTYPE_INT8: case XFER_DTYPE_UINT8: case XFER_DTYPE_BOOL:
+        return 1;
+    case XFER_DTYPE_FLOAT16: case XFER_DTYPE_BFLOAT16: case XFER_DTYPE_INT16:
+    case XFER_DTYPE_UINT16:
+        return 2;
+    case XFER_DTYPE_FLOAT32: case XFER_DTYPE_INT32: case XFER_DTYPE_UINT32:
+        return 4;
+    case XFER_DTYPE_FLOAT64: case XFER_DTYPE_INT64: case XFER_DTYPE_UINT64:
+        return 8;
+    default:
+        return 0;   /* BYTES: variable */
+    }
+}
+
+xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx)
+{
+    xfer_tensor_table_t *t = calloc(1, sizeof(*t));
+
+    if (t == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    kh_init_inplace(xfer_slot, &t->slots);
+    kh_init_inplace(xfer_waiter, &t->waiters);
+    ucs_list_head_init(&t->fetches);
+    t->all_aborted = XFER_OK;
+    ctx->tensors   = t;
+    return XFER_OK;
+}
+
+static void publication_finish(publication_t *pub, xfer_status_t status)
+{
+    if (pub->req != NULL) {
+        xfer_request_complete(pub->req, status, (size_t)pub->tensor.size, 0);
+    }
+    free(pub->copy);
+    free(pub);
+}
+
+static void slot_maybe_free(xfer_tensor_table_t *t, slot_t *slot)
+{
+    khiter_t it;
+
+    if ((slot->pub != NULL) || !ucs_list_is_empty(&slot->waiters)) {
+        return;
+    }
+    it = kh_get(xfer_slot, &t->slots, slot->hkey);
+    if (it != kh_end(&t->slots)) {
+        kh_del(xfer_slot, &t->slots, it);
+    }
+    free(slot->hkey);
+    free(slot);
+}
+
+/* Find (create when asked) the slot of (step, key). */
+static slot_t *slot_get(xfer_tensor_table_t *t, uint64_t step, const char *key, size_t key_len,
+                        int create)
+{
+    char *hkey = xfer_strdup_printf("%llx:%.*s", (unsigned long long)step, (int)key_len, key);
+    slot_t *slot;
+    khiter_t it;
+    int ret;
+
+    if (hkey == NULL) {
+        return NULL;
+    }
+    it = kh_get(xfer_slot, &t->slots, hkey);
+    if (it != kh_end(&t->slots)) {
+        free(hkey);
+        return kh_value(&t->slots, it);
+    }
+    if (!create) {
+        free(hkey);
+        return NULL;
+    }
+    slot = calloc(1, sizeof(*slot));
+    if (slot == NULL) {
+        free(hkey);
+        return NULL;
+    }
+    it = kh_put(xfer_slot, &t->slots, hkey, &ret);
+    if (ret < 0) {
+        free(hkey);
+        free(slot);
+        return NULL;
+    }
+    slot->hkey = hkey;
+    slot->step = step;
+    ucs_list_head_init(&slot->waiters);
+    kh_value(&t->slots, it) = slot;
+    return slot;
+}
+
+xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step)
+{
+    xfer_tensor_table_t *t = ctx->tensors;
+
+    if (t->all_aborted != XFER_OK) {
+        return t->all_aborted;
+    }
+    for (unsigned i = 0; i < t->num_aborted; i++) {
+        if (t->aborted[i].step == step) {
+            return t->aborted[i].status;
+        }
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
+                                    size_t *key_len_p)
+{
+    size_t len;
+
+    if (key == NULL) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key is NULL");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    len = strnlen(key, ctx->fw_config.max_key_len + 1);
+    if (len == 0) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key is empty");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (len > ctx->fw_config.max_key_len) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key '%.40s...' is longer than "
+                 "XFER_MAX_KEY_LEN=%llu bytes", key,
+                 (unsigned long long)ctx->fw_config.max_key_len);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    *key_len_p = len;
+    return XFER_OK;
+}
+
+static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
+{
+    uint64_t elems = 1;
+    size_t esize;
+
+    if ((tensor->dtype <= XFER_DTYPE_INVALID) || (tensor->dtype >= XFER_DTYPE_LAST)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor dtype %d is not valid",
+                 (int)tensor->dtype);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (tensor->rank > XFER_TENSOR_MAX_RANK) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor rank %u exceeds %d", tensor->rank,
+                 XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < tensor->rank; i++) {
+        if (tensor->dims[i] < 0) {
+            xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor dimension %u is negative (%lld)",
+                     i, (long long)tensor->dims[i]);
+            return XFER_ERR_INVALID_PARAM;
+        }
+        if ((tensor->dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)tensor->dims[i])) {
+            xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor shape overflows 64 bits");
+            return XFER_ERR_INVALID_PARAM;
+        }
+        elems *= (uint64_t)tensor->dims[i];
+    }
+    if (tensor->is_dead) {
+        return XFER_OK;     /* carries no data; size and data are ignored */
+    }
+    esize = dtype_size(tensor->dtype);
+    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (tensor->size != elems * esize))) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor size %llu does not match its shape "
+                 "(%llu elements of %zu bytes)", (unsigned long long)tensor->size,
+                 (unsigned long long)elems, esize);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((tensor->size > 0) && (tensor->data == NULL)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor of %llu bytes has no data",
+                 (unsigned long long)tensor->size);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    return XFER_OK;
+}
+
+/* Hand a publication to a waiter (the waiter's node is already off the lists). */
+static void hand_over(publication_t *pub, xfer_tensor_waiter_t *waiter)
+{
+    waiter->ready(waiter, XFER_OK, &pub->tensor, pub);
+}
+
+xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char *key,
+                                  const xfer_tensor_t *tensor, uint32_t flags,
+                                  xfer_request_cb_t cb, void *user_data,
+                                  xfer_request_t **req_p)
+{
+    xfer_tensor_table_t *t;
+    publication_t *pub = NULL;
+    xfer_status_t status;
+    size_t key_len;
+    slot_t *slot;
+
+    if ((ctx == NULL) || (tensor == NULL) || (flags & ~(uint32_t)XFER_PUBLISH_COPY)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_publish: %s",
+                 (ctx && tensor) ? "unknown flags" : "NULL argument");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = xfer_tensor_key_check(ctx, key, &key_len);
+    if (status == XFER_OK) {
+        status = tensor_check(tensor);
+    }
+    if (status != XFER_OK) {
+        return status;
+    }
+    xfer_ctx_lock(ctx);
+    t      = ctx->tensors;
+    status = xfer_tensor_step_status(ctx, step);
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "cannot publish '%s': step %llu was aborted "
+                 "(%s)", key, (unsigned long long)step, xfer_status_string(status));
+        status = XFER_ERR_ABORTED;
+        goto out;
+    }
+    slot = slot_get(t, step, key, key_len, 1);
+    if (slot == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    if (slot->pub != NULL) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "'%s' is already published in step %llu and "
+                 "not fetched yet", key, (unsigned long long)step);
+        status = XFER_ERR_EXISTS;
+        goto out;
+    }
+    pub = calloc(1, sizeof(*pub));
+    if (pub == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out_slot;
+    }
+    pub->tensor = *tensor;
+    if (tensor->is_dead) {
+        pub->tensor.size = 0;
+        pub->tensor.data = NULL;
+    } else if ((flags & XFER_PUBLISH_COPY) && (tensor->size > 0)) {
+        if (tensor->size > SIZE_MAX) {
+            status = XFER_ERR_NO_MEMORY;
+            goto out_slot;
+        }
+        pub->copy = malloc((size_t)tensor->size);
+        if (pub->copy == NULL) {
+            status = XFER_ERR_NO_MEMORY;
+            goto out_slot;
+        }
+        memcpy(pub->copy, tensor->data, (size_t)tensor->size);
+        pub->tensor.data = pub->copy;
+    }
+    pub->req = xfer_request_new(ctx, XFER_REQ_PUBLISH, NULL, cb, user_data);
+    if (pub->req == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out_slot;
+    }
+    xfer_request_posted(pub->req, req_p);
+
+    if (!ucs_list_is_empty(&slot->waiters)) {
+        waiter_node_t *node = ucs_list_extract_head(&slot->waiters, waiter_node_t, list);
+        khiter_t it         = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)node->waiter);
+        xfer_tensor_waiter_t *waiter = node->waiter;
+
+        if (it != kh_end(&t->waiters)) {
+            kh_del(xfer_waiter, &t->waiters, it);
+        }
+        free(node);
+        slot_maybe_free(t, slot);
+        hand_over(pub, waiter);
+    } else {
+        slot->pub = pub;
+    }
+    pub    = NULL;
+    status = XFER_OK;
+    goto out;
+
+out_slot:
+    if (pub != NULL) {
+        free(pub->copy);
+        free(pub);
+        pub = NULL;
+    }
+    slot_maybe_free(t, slot);
+out:
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+/* ---- upcalls from transports (producer side), under the context lock ---- */
+
+void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, size_t key_len,
+                                xfer_tensor_waiter_t *waiter)
+{
+    xfer_context_t *ctx    = fw_arg;
+    xfer_tensor_table_t *t = ctx->tensors;
+    xfer_status_t status;
+    waiter_node_t *node;
+    slot_t *slot;
+    khiter_t it;
+    int ret;
+
+    if ((key == NULL) || (key_len == 0) || (key_len > ctx->fw_config.max_key_len)) {
+        xfer_log(XFER_LOG_WARN, TENSOR_SUBSYS, "peer asked for a key of %zu bytes (limit %llu)",
+                 key_len, (unsigned long long)ctx->fw_config.max_key_len);
+        waiter->ready(waiter, XFER_ERR_OUT_OF_RANGE, NULL, NULL);
+        return;
+    }
+    status = xfer_tensor_step_status(ctx, step);
+    if (status != XFER_OK) {
+        waiter->ready(waiter, status, NULL, NULL);
+        return;
+    }
+    slot = slot_get(t, step, key, key_len, 1);
+    if (slot == NULL) {
+        waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
+        return;
+    }
+    if (slot->pub != NULL) {
+        publication_t *pub = slot->pub;
+
+        slot->pub = NULL;
+        slot_maybe_free(t, slot);
+        hand_over(pub, waiter);
+        return;
+    }
+    node = calloc(1, sizeof(*node));
+    if (node == NULL) {
+        slot_maybe_free(t, slot);
+        waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
+        return;
+    }
+    it = kh_put(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)waiter, &ret);
+    if (ret < 0) {
+        free(node);
+        slot_maybe_free(t, slot);
+        waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
+        return;
+    }
+    kh_value(&t->waiters, it) = node;
+    node->waiter = waiter;
+    node->slot   = slot;
+    ucs_list_add_tail(&slot->waiters, &node->list);
+}
+
+void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter)
+{
+    xfer_context_t *ctx    = fw_arg;
+    xfer_tensor_table_t *t = ctx->tensors;
+    khiter_t it            = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)waiter);
+    waiter_node_t *node;
+
+    if (it == kh_end(&t->waiters)) {
+        return;     /* ready() was called already */
+    }
+    node = kh_value(&t->waiters, it);
+    kh_del(xfer_waiter, &t->waiters, it);
+    ucs_list_del(&node->list);
+    slot_maybe_free(t, node->slot);
+    free(node);
+}
+
+void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status)
+{
+    (void)fw_arg;
+    if (handle != NULL) {
+        publication_finish(handle, status);
+    }
+}
+
+/* ---- consumer side ---- */
+
+static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
+{
+    xfer_request_t *req = alloc_arg;
+    void *buf;
+
+    xfer_in_callback++;
+    buf = req->alloc(meta, req->alloc_arg);
+    xfer_in_callback--;
+    return buf;
+}
+
+void xfer_tensor_fetch_done(xfer_request_t *req)
+{
+    ucs_list_del(&req->fetch_list);
+    ucs_list_head_init(&req->fetch_list);
+}
+
+xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *key,
+                                const xfer_fetch_params_t *params, xfer_request_cb_t cb,
+                                void *user_data, xfer_request_t **req_p)
+{
+    xfer_fetch_args_t args;
+    xfer_context_t *ctx;
+    xfer_request_t *req;
+    xfer_status_t status;
+    size_t key_len;
+
+    if ((ep == NULL) || (params == NULL) ||
+        (params->size < offsetof(xfer_fetch_params_t, alloc_arg) + sizeof(void*))) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: %s",
+                 (ep && params) ? "xfer_fetch_params_t.size is too small" : "NULL argument");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx    = ep->ctx;
+    status = xfer_tensor_key_check(ctx, key, &key_len);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((params->buffer == NULL) == (params->alloc == NULL)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: give either a buffer or "
+                 "an allocation callback (got %s)", params->buffer ? "both" : "neither");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((params->mem != NULL) &&
+        ((params->mem->ctx != ctx) || (params->buffer == NULL) ||
+         !xfer_mem_covers(params->mem, params->buffer, params->capacity))) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: mem does not cover the "
+                 "buffer or belongs to another context");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(ctx);
+    if (ep->status != XFER_OK) {
+        status = ep->status;
+        goto out;
+    }
+    if (ep->fw_iface->comp->tensor_fetch == NULL) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "transport %s cannot fetch tensors",
+                 ep->transport);
+        status = XFER_ERR_UNSUPPORTED;
+        goto out;
+    }
+    status = xfer_tensor_step_status(ctx, step);
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_DEBUG, TENSOR_SUBSYS, "fetch of '%s' in aborted step %llu: %s", key,
+                 (unsigned long long)step, xfer_status_string(status));
+        goto out;
+    }
+    req = xfer_request_new(ctx, XFER_REQ_FETCH, ep->fw_iface, cb, user_data);
+    if (req == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    req->step      = step;
+    req->alloc     = params->alloc;
+    req->alloc_arg = params->alloc_arg;
+    if (params->mem != NULL) {
+        req->mem = params->mem;
+        params->mem->busy++;
+    }
+    memset(&args, 0, sizeof(args));
+    args.step      = step;
+    args.key       = key;
+    args.key_len   = key_len;
+    args.buffer    = params->buffer;
+    args.capacity  = params->buffer ? params->capacity : 0;
+    args.memh      = params->mem ? params->mem->memh[ep->fw_iface->index] : NULL;
+    args.alloc     = params->alloc ? fetch_alloc : NULL;
+    args.alloc_arg = req;
+    args.result    = &req->tensor;
+    status = xfer_endpoint_fetch_post(ep, req, &args);
+    if ((status == XFER_OK) || (status == XFER_INPROGRESS)) {
+        ucs_list_add_tail(&ctx->tensors->fetches, &req->fetch_list);
+        xfer_request_posted(req, req_p);
+        status = XFER_OK;
+    } else {
+        xfer_request_discard(req);
+    }
+out:
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+/* ---- abort ---- */
+
+static void abort_slot(xfer_tensor_table_t *t, slot_t *slot, xfer_status_t status)
+{
+    publication_t *pub = slot->pub;
+    waiter_node_t *node, *tmp;
+
+    slot->pub = NULL;
+    ucs_list_for_each_safe(node, tmp, &slot->waiters, list) {
+        khiter_t it = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)node->waiter);
+        xfer_tensor_waiter_t *waiter = node->waiter;
+
+        if (it != kh_end(&t->waiters)) {
+            kh_del(xfer_waiter, &t->waiters, it);
+        }
+        ucs_list_del(&node->list);
+        free(node);
+        waiter->ready(waiter, status, NULL, NULL);
+    }
+    if (pub != NULL) {
+        publication_finish(pub, status);
+    }
+}
+
+xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step, xfer_status_t status)
+{
+    xfer_tensor_table_t *t;
+    xfer_request_t *req, *tmp;
+    slot_t **victims;
+    size_t num = 0;
+    slot_t *slot;
+
+    if ((ctx == NULL) || (status >= 0)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_abort: %s",
+                 ctx ? "the status must be an error" : "context is NULL");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(ctx);
+    t = ctx->tensors;
+    xfer_log(XFER_LOG_INFO, TENSOR_SUBSYS, "aborting step %s%llu: %s",
+             (step == XFER_STEP_ALL) ? "(all) " : "", (unsigned long long)step,
+             xfer_status_string(status));
+    if (step == XFER_STEP_ALL) {
+        t->all_aborted = status;
+    } else if (xfer_tensor_step_status(ctx, step) == XFER_OK) {
+        t->aborted[t->next_aborted].step   = step;
+        t->aborted[t->next_aborted].status = status;
+        t->next_aborted = (t->next_aborted + 1) % ABORTED_REMEMBERED;
+        if (t->num_aborted < ABORTED_REMEMBERED) {
+            t->num_aborted++;
+        }
+    }
+
+    /* Collect first: completing requests runs user callbacks, which may touch the table. */
+    victims = calloc(kh_size(&t->slots) + 1, sizeof(*victims));
+    if (victims == NULL) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    kh_foreach_value(&t->slots, slot, {
+        if ((step == XFER_STEP_ALL) || (slot->step == step)) {
+            victims[num++] = slot;
+        }
+    });
+    for (size_t i = 0; i < num; i++) {
+        khiter_t it = kh_get(xfer_slot, &t->slots, victims[i]->hkey);
+        if (it != kh_end(&t->slots)) {
+            kh_del(xfer_slot, &t->slots, it);
+        }
+    }
+    for (size_t i = 0; i < num; i++) {
+        abort_slot(t, victims[i], status);
+        free(victims[i]->hkey);
+        free(victims[i]);
+    }
+    free(victims);
+
+    ucs_list_for_each_safe(req, tmp, &t->fetches, fetch_list) {
+        if ((step == XFER_STEP_ALL) || (req->step == step)) {
+            xfer_status_t ret = req->fw_iface->comp->cancel ?
+                req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp, status) :
+                XFER_ERR_UNSUPPORTED;
+            if (ret != XFER_OK) {
+                xfer_log(XFER_LOG_DEBUG, TENSOR_SUBSYS, "fetch of step %llu not cancelled: "
+                         "%s (it completes on its own)", (unsigned long long)req->step,
+                         xfer_status_string(ret));
+            }
+        }
+    }
+    xfer_wake_locked(ctx);
+    xfer_ctx_unlock(ctx);
+    return XFER_OK;
+}
+
+void xfer_tensor_table_destroy(xfer_context_t *ctx)
+{
+    xfer_tensor_table_t *t = ctx->tensors;
+    slot_t *slot;
+
+    kh_foreach_value(&t->slots, slot, {
+        abort_slot(t, slot, XFER_ERR_CANCELED);
+        free(slot->hkey);
+        free(slot);
+    });
+    kh_destroy_inplace(xfer_slot, &t->slots);
+    kh_destroy_inplace(xfer_waiter, &t->waiters);
+    free(t);
+    ctx->tensors = NULL;
+}

@@ -1,0 +1,586 @@
+/*
+ * The tcp transport's data-path protocol against a hostile peer. A real server (this process,
+ * public API only) accepts two connections: one from a raw client that performs the bootstrap
+ * by hand (HELLO "tcp", read HELLO + ACCEPT, CONNECT, read CONNECT) and then speaks tcp frames
+ * built with tcp_wire.h - broken ones - and one from a well-behaved xfer client. Each broken
+ * frame must fail the server's pending receive on that connection with an error (within a
+ * timeout, never a hang), mark the endpoint failed, leave receives from any peer posted, and
+ * leave the other connection working.
+ */
+#include "test_util.h"
+#include "../framework/wire/bootstrap_wire.h"
+#include "../components/tcp/tcp_wire.h"
+
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define WAIT_MS       10000
+#define MAX_MSG       (1u << 20)    /* XFER_TCP_MAX_MSG_SIZE of the server */
+#define MAX_KEY       64u           /* XFER_MAX_KEY_LEN of the server */
+#define TAG_VICTIM    1
+#define TAG_PING      2
+#define TAG_PONG      3
+#define TAG_ANY       99
+
+static void setup(void)
+{
+    setenv("XFER_TRANSPORTS", "tcp", 1);
+    setenv("XFER_BOOTSTRAP_TIMEOUT", "5s", 1);
+    setenv("XFER_TCP_MAX_MSG_SIZE", "1m", 1);
+    setenv("XFER_MAX_KEY_LEN", "64", 1);
+    unsetenv("XFER_COMPONENT_PATH");
+    unsetenv("XFER_PROGRESS_THREAD");
+}
+
+TestSuite(tcp_proto, .init = setup, .timeout = 60);
+
+/* ---- the raw client ------------------------------------------------------------------------- */
+
+/* Blocking helpers for the child; any failure ends it with a distinct exit code. */
+static void raw_write(int fd, const void *buf, size_t len, int code)
+{
+    const uint8_t *p = buf;
+
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n <= 0) {
+            _exit(code);
+        }
+        p   += n;
+        len -= (size_t)n;
+    }
+}
+
+static void raw_read(int fd, void *buf, size_t len, int code)
+{
+    uint8_t *p = buf;
+
+    while (len > 0) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        ssize_t n;
+
+        if (poll(&pfd, 1, WAIT_MS) != 1) {
+            _exit(code);
+        }
+        n = recv(fd, p, len, 0);
+        if (n <= 0) {
+            _exit(code);
+        }
+        p   += n;
+        len -= (size_t)n;
+    }
+}
+
+/* Read one bootstrap frame of the expected type; returns its body length. */
+static size_t boot_read(int fd, uint16_t type, void *body, size_t cap, int code)
+{
+    uint8_t head[XFER_WIRE_HEADER_LEN];
+    xfer_wire_header_t hdr;
+    char why[256];
+
+    raw_read(fd, head, sizeof(head), code);
+    if ((xfer_wire_parse_header(head, sizeof(head), &hdr, why, sizeof(why)) != XFER_OK) ||
+        (hdr.type != type) || (hdr.body_len > cap)) {
+        _exit(code + 1);
+    }
+    raw_read(fd, body, hdr.body_len, code + 2);
+    return hdr.body_len;
+}
+
+/* The client half of the bootstrap, by hand. */
+static void raw_bootstrap(int fd)
+{
+    static xfer_wire_hello_t hello;
+    static uint8_t frame[XFER_WIRE_HEADER_LEN + XFER_WIRE_MAX_BODY];
+    xfer_wire_connect_t conn;
+    char name[XFER_WIRE_MAX_NAME + 1], why[256];
+    size_t len = sizeof(frame), body_len;
+
+    memset(&hello, 0, sizeof(hello));
+    hello.num = 1;
+    snprintf(hello.transports[0].name, sizeof(hello.transports[0].name), "tcp");
+    if (xfer_wire_pack_hello(&hello, frame, &len) != XFER_OK) {
+        _exit(30);
+    }
+    raw_write(fd, frame, len, 31);
+    boot_read(fd, XFER_WIRE_HELLO, frame, sizeof(frame), 32);
+    body_len = boot_read(fd, XFER_WIRE_ACCEPT, frame, sizeof(frame), 35);
+    if ((xfer_wire_parse_accept(frame, body_len, name, why, sizeof(why)) != XFER_OK) ||
+        (strcmp(name, "tcp") != 0)) {
+        _exit(38);
+    }
+    memset(&conn, 0, sizeof(conn));
+    conn.context_id = 0x7e57c0de5eed0001ull;
+    len = sizeof(frame);
+    if (xfer_wire_pack_connect(&conn, frame, &len) != XFER_OK) {
+        _exit(39);
+    }
+    raw_write(fd, frame, len, 40);
+    boot_read(fd, XFER_WIRE_CONNECT, frame, sizeof(frame), 41);
+}
+
+typedef struct raw_plan {
+    const uint8_t *bytes;       /* sent after the parent says go */
+    size_t        len;
+    int           close_after;  /* close the connection right after */
+    /* optional: expect a TENSOR_RESP with this id and this many data bytes */
+    int           expect_tensor;
+    uint64_t      tensor_id;
+    uint64_t      tensor_size;
+} raw_plan_t;
+
+static void raw_expect_tensor(int fd, const raw_plan_t *plan)
+{
+    const xfer_tcp_wire_limits_t limits = {MAX_MSG, MAX_KEY};
+    uint8_t head[XFER_TCP_WIRE_HDR_LEN], ext[XFER_TCP_WIRE_TRESP_EXT_LEN];
+    xfer_tcp_wire_tensor_resp_t resp;
+    xfer_tcp_wire_hdr_t hdr;
+    uint8_t *data;
+    char why[256];
+
+    raw_read(fd, head, sizeof(head), 50);
+    if ((xfer_tcp_wire_unpack_hdr(head, &limits, &hdr, why, sizeof(why)) != XFER_OK) ||
+        (hdr.type != XFER_TCP_WIRE_TENSOR_RESP) || (hdr.id != plan->tensor_id) ||
+        (hdr.status != XFER_OK)) {
+        _exit(51);
+    }
+    raw_read(fd, ext, sizeof(ext), 52);
+    if ((xfer_tcp_wire_unpack_tensor_resp_ext(ext, &hdr, &limits, &resp, why,
+                                              sizeof(why)) != XFER_OK) ||
+        (resp.size != plan->tensor_size) || (resp.dtype != XFER_DTYPE_UINT8)) {
+        _exit(53);
+    }
+    data = malloc(resp.size + 1);
+    raw_read(fd, data, resp.size, 54);
+    for (uint64_t i = 0; i < resp.size; i++) {
+        if (data[i] != (uint8_t)(i * 3)) {
+            _exit(55);
+        }
+    }
+    free(data);
+}
+
+/* Connect, bootstrap, wait for go on ctl, send the plan's bytes, then linger until ctl
+ * closes. Exit 0 when every step worked. */
+static pid_t raw_spawn(uint16_t port, const raw_plan_t *plan, int *ctl_p)
+{
+    int sv[2];
+    pid_t pid;
+
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct sockaddr_in sa = {0};
+        struct pollfd pfd;
+        char c;
+        int fd;
+
+        close(sv[0]);
+        alarm(50);
+        fd                 = socket(AF_INET, SOCK_STREAM, 0);
+        sa.sin_family      = AF_INET;
+        sa.sin_port        = htons(port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (struct sockaddr*)&sa, sizeof(sa)) != 0) {
+            _exit(20);
+        }
+        raw_bootstrap(fd);
+        pfd = (struct pollfd){sv[1], POLLIN, 0};
+        if ((poll(&pfd, 1, WAIT_MS * 2) != 1) || (read(sv[1], &c, 1) != 1)) {
+            _exit(21);
+        }
+        if (plan->len > 0) {
+            raw_write(fd, plan->bytes, plan->len, 22);
+        }
+        if (plan->expect_tensor) {
+            raw_expect_tensor(fd, plan);
+        }
+        if (plan->close_after) {
+            close(fd);
+        }
+        /* stay until the parent is done, so that only the frame can have failed things */
+        pfd = (struct pollfd){sv[1], POLLIN, 0};
+        poll(&pfd, 1, WAIT_MS * 3);
+        _exit(0);
+    }
+    close(sv[1]);
+    *ctl_p = sv[0];
+    return pid;
+}
+
+/* ---- the well-behaved client ---------------------------------------------------------------- */
+
+/* Sends "ping" with TAG_PING, expects "pong" with TAG_PONG. */
+static pid_t good_spawn(uint16_t port)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        xfer_context_t *ctx;
+        xfer_endpoint_t *ep;
+        xfer_request_t *req = NULL;
+        char address[64], buf[8] = "";
+        int ok;
+
+        alarm(50);
+        snprintf(address, sizeof(address), "127.0.0.1:%u", port);
+        if ((tu_context(0, &ctx) != XFER_OK) || (xfer_connect(ctx, address, &ep) != XFER_OK)) {
+            _exit(10);
+        }
+        if ((xfer_tag_send(ep, TAG_PING, "ping", 5, NULL, NULL, NULL, &req) != XFER_OK) ||
+            (xfer_request_wait(req, WAIT_MS) != XFER_OK)) {
+            _exit(11);
+        }
+        xfer_request_release(req);
+        if ((xfer_tag_recv(ctx, ep, TAG_PONG, ~0ull, buf, sizeof(buf), NULL, NULL, NULL,
+                           &req) != XFER_OK) ||
+            (xfer_request_wait(req, WAIT_MS) != XFER_OK)) {
+            _exit(12);
+        }
+        ok = (strcmp(buf, "pong") == 0);
+        xfer_request_release(req);
+        xfer_endpoint_close(ep);
+        xfer_context_destroy(ctx);
+        _exit(ok ? 0 : 13);
+    }
+    return pid;
+}
+
+static int child_exit(pid_t pid)
+{
+    int st;
+
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- the server ----------------------------------------------------------------------------- */
+
+typedef struct server {
+    xfer_context_t  *ctx;
+    xfer_listener_t *listener;
+    uint16_t        port;
+} server_t;
+
+static void server_start(server_t *s)
+{
+    cr_assert_eq(tu_context(0, &s->ctx), XFER_OK);
+    cr_assert_eq(xfer_listen(s->ctx, "127.0.0.1:0", &s->listener), XFER_OK);
+    s->port = xfer_listener_port(s->listener);
+}
+
+static void server_stop(server_t *s)
+{
+    xfer_listener_close(s->listener);
+    xfer_context_destroy(s->ctx);
+}
+
+/* The good connection still carries a round trip. */
+static void expect_good_peer_works(server_t *s, xfer_endpoint_t *good, pid_t good_pid)
+{
+    xfer_request_t *req = NULL;
+    char buf[8] = "";
+
+    cr_assert_eq(xfer_tag_recv(s->ctx, good, TAG_PING, ~0ull, buf, sizeof(buf), NULL, NULL,
+                               NULL, &req), XFER_OK);
+    cr_expect_eq(xfer_request_wait(req, WAIT_MS), XFER_OK);
+    cr_expect_str_eq(buf, "ping");
+    xfer_request_release(req);
+    /* before the pong: after it the client leaves, which ends the connection */
+    cr_expect_eq(xfer_endpoint_status(good), XFER_OK);
+    cr_assert_eq(xfer_tag_send(good, TAG_PONG, "pong", 5, NULL, NULL, NULL, &req), XFER_OK);
+    cr_expect_eq(xfer_request_wait(req, WAIT_MS), XFER_OK);
+    xfer_request_release(req);
+    cr_expect_eq(child_exit(good_pid), 0, "the well-behaved client failed");
+}
+
+/*
+ * Run one hostile plan: the server waits for a message on the raw connection (and for any
+ * message from anyone); the raw client sends the plan; the receive on the raw connection must
+ * fail with one of the two statuses, the receive from any peer stays posted, the endpoint
+ * reports its failure, and the good connection still works.
+ */
+static void expect_bad_frame(const raw_plan_t *plan, xfer_status_t want, xfer_status_t alt)
+{
+    xfer_endpoint_t *bad = NULL, *good = NULL;
+    xfer_request_t *victim = NULL, *any = NULL;
+    char buf[64], anybuf[8];
+    pid_t raw_pid, good_pid;
+    xfer_status_t status;
+    server_t s;
+    int ctl;
+
+    server_start(&s);
+    raw_pid = raw_spawn(s.port, plan, &ctl);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &bad), XFER_OK);
+    cr_assert_str_eq(xfer_endpoint_transport(bad), "tcp");
+    good_pid = good_spawn(s.port);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &good), XFER_OK);
+
+    cr_assert_eq(xfer_tag_recv(s.ctx, bad, TAG_VICTIM, ~0ull, buf, sizeof(buf), NULL, NULL,
+                               NULL, &victim), XFER_OK);
+    cr_assert_eq(xfer_tag_recv(s.ctx, NULL, TAG_ANY, ~0ull, anybuf, sizeof(anybuf), NULL, NULL,
+                               NULL, &any), XFER_OK);
+    cr_assert_eq(write(ctl, "g", 1), 1);
+
+    status = xfer_request_wait(victim, WAIT_MS);
+    cr_expect((status == want) || (status == alt), "the receive on the hostile connection "
+              "ended with %s, expected %s", xfer_status_string(status),
+              xfer_status_string(want));
+    cr_expect_neq(xfer_endpoint_status(bad), XFER_OK, "the endpoint must report its failure");
+    xfer_request_release(victim);
+    cr_expect_eq(xfer_request_test(any), XFER_INPROGRESS, "a receive from any peer must stay");
+
+    expect_good_peer_works(&s, good, good_pid);
+
+    cr_expect_eq(xfer_request_cancel(any), XFER_OK);
+    cr_expect_eq(xfer_request_wait(any, WAIT_MS), XFER_ERR_CANCELED);
+    xfer_request_release(any);
+    close(ctl);
+    cr_expect_eq(child_exit(raw_pid), 0, "the raw client did not complete its bootstrap");
+    xfer_endpoint_close(bad);
+    xfer_endpoint_close(good);
+    server_stop(&s);
+}
+
+static size_t put_hdr(uint8_t *p, unsigned type, int32_t status, uint64_t id, uint64_t length)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type,
+                               status, id, length};
+
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    return XFER_TCP_WIRE_HDR_LEN;
+}
+
+Test(tcp_proto, hand_made_bootstrap_and_frame_work)
+{
+    uint8_t frame[64];
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, 6);
+    raw_plan_t plan = {frame, n + 6, 0, 0, 0, 0};
+    xfer_endpoint_t *ep = NULL;
+    xfer_request_t *req = NULL;
+    char buf[16] = "";
+    server_t s;
+    pid_t pid;
+    int ctl;
+
+    memcpy(frame + n, "hello", 6);
+    server_start(&s);
+    pid = raw_spawn(s.port, &plan, &ctl);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &ep), XFER_OK);
+    cr_assert_eq(xfer_tag_recv(s.ctx, ep, TAG_VICTIM, ~0ull, buf, sizeof(buf), NULL, NULL,
+                               NULL, &req), XFER_OK);
+    cr_assert_eq(write(ctl, "g", 1), 1);
+    cr_expect_eq(xfer_request_wait(req, WAIT_MS), XFER_OK);
+    cr_expect_eq(xfer_request_length(req), 6);
+    cr_expect_eq(xfer_request_tag(req), TAG_VICTIM);
+    cr_expect_str_eq(buf, "hello");
+    cr_expect_eq(xfer_endpoint_status(ep), XFER_OK);
+    xfer_request_release(req);
+    close(ctl);
+    cr_expect_eq(child_exit(pid), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+Test(tcp_proto, producer_answers_a_raw_tensor_request)
+{
+    uint8_t frame[128], data[1000];
+    xfer_tcp_wire_tensor_req_t treq = {7, 3};
+    xfer_tensor_t t = {XFER_DTYPE_UINT8, 1, {1000}, 1000, data, 0};
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_REQ, 0, 0x100000005ull,
+                       XFER_TCP_WIRE_TREQ_EXT_LEN + 3);
+    raw_plan_t plan = {frame, 0, 0, 1, 0x100000005ull, sizeof(data)};
+    xfer_endpoint_t *ep = NULL;
+    xfer_request_t *pub = NULL;
+    server_t s;
+    pid_t pid;
+    int ctl;
+
+    xfer_tcp_wire_pack_tensor_req_ext(&treq, frame + n);
+    n += XFER_TCP_WIRE_TREQ_EXT_LEN;
+    memcpy(frame + n, "key", 3);
+    plan.len = n + 3;
+    for (size_t i = 0; i < sizeof(data); i++) {
+        data[i] = (uint8_t)(i * 3);
+    }
+    server_start(&s);
+    pid = raw_spawn(s.port, &plan, &ctl);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &ep), XFER_OK);
+    cr_assert_eq(xfer_tensor_publish(s.ctx, 7, "key", &t, 0, NULL, NULL, &pub), XFER_OK);
+    cr_assert_eq(write(ctl, "g", 1), 1);
+    cr_expect_eq(xfer_request_wait(pub, WAIT_MS), XFER_OK, "the publish completes once sent");
+    xfer_request_release(pub);
+    close(ctl);
+    cr_expect_eq(child_exit(pid), 0, "the raw consumer did not get a valid TENSOR_RESP");
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+Test(tcp_proto, wrong_magic)
+{
+    uint8_t frame[64];
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, 4);
+    raw_plan_t plan = {frame, n + 4, 0, 0, 0, 0};
+
+    frame[0] ^= 0x5a;
+    memset(frame + n, 0, 4);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, wrong_version)
+{
+    uint8_t frame[64];
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, 4);
+    raw_plan_t plan = {frame, n + 4, 0, 0, 0, 0};
+
+    frame[2] = XFER_TCP_WIRE_VERSION + 1;
+    memset(frame + n, 0, 4);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, truncated_frame_then_close)
+{
+    uint8_t frame[64];
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, 40);
+    raw_plan_t plan = {frame, n + 10, 1, 0, 0, 0};
+
+    memset(frame + n, 'x', 10);
+    expect_bad_frame(&plan, XFER_ERR_CONNECTION, XFER_ERR_CONNECTION);
+}
+
+Test(tcp_proto, truncated_header_then_close)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, 10, 1, 0, 0, 0};
+
+    put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, 40);
+    expect_bad_frame(&plan, XFER_ERR_CONNECTION, XFER_ERR_CONNECTION);
+}
+
+Test(tcp_proto, length_beyond_max_msg_size)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_TAG, 0, TAG_VICTIM, MAX_MSG + 1),
+                       0, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, huge_length)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_PUT_REQ, 0, 1, UINT64_MAX), 0, 0, 0,
+                       0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, unknown_type)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, 0x42, 0, TAG_VICTIM, 0), 0, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, response_with_unknown_id)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_PUT_ACK, 0, 0x100000007ull, 0), 0, 0,
+                       0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, tensor_response_with_unknown_id)
+{
+    uint8_t frame[128];
+    xfer_tcp_wire_tensor_resp_t resp = {XFER_DTYPE_UINT8, 1, 0, 0, 4, {4}};
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_RESP, 0, 0x300000002ull,
+                       XFER_TCP_WIRE_TRESP_EXT_LEN + 4);
+    raw_plan_t plan = {frame, n + XFER_TCP_WIRE_TRESP_EXT_LEN + 4, 0, 0, 0, 0};
+
+    xfer_tcp_wire_pack_tensor_resp_ext(&resp, frame + n);
+    memset(frame + n + XFER_TCP_WIRE_TRESP_EXT_LEN, 0, 4);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, tensor_request_key_beyond_limit)
+{
+    uint8_t frame[256];
+    xfer_tcp_wire_tensor_req_t treq = {1, MAX_KEY + 1};
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_REQ, 0, 0x100000000ull,
+                       XFER_TCP_WIRE_TREQ_EXT_LEN + MAX_KEY + 1);
+    raw_plan_t plan = {frame, n + XFER_TCP_WIRE_TREQ_EXT_LEN + MAX_KEY + 1, 0, 0, 0, 0};
+
+    xfer_tcp_wire_pack_tensor_req_ext(&treq, frame + n);
+    memset(frame + n + XFER_TCP_WIRE_TREQ_EXT_LEN, 'k', MAX_KEY + 1);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, tensor_request_key_length_lies)
+{
+    uint8_t frame[256];
+    xfer_tcp_wire_tensor_req_t treq = {1, 8};     /* says 8, the frame carries 20 */
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_REQ, 0, 0x100000000ull,
+                       XFER_TCP_WIRE_TREQ_EXT_LEN + 20);
+    raw_plan_t plan = {frame, n + XFER_TCP_WIRE_TREQ_EXT_LEN + 20, 0, 0, 0, 0};
+
+    xfer_tcp_wire_pack_tensor_req_ext(&treq, frame + n);
+    memset(frame + n + XFER_TCP_WIRE_TREQ_EXT_LEN, 'k', 20);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, status_in_a_request)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_TAG, XFER_ERR_IO, TAG_VICTIM, 0), 0,
+                       0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, random_bytes)
+{
+    uint8_t junk[512];
+    raw_plan_t plan = {junk, sizeof(junk), 0, 0, 0, 0};
+    unsigned seed = 11;
+
+    for (size_t i = 0; i < sizeof(junk); i++) {
+        junk[i] = (uint8_t)rand_r(&seed);
+    }
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, valid_frames_then_garbage)
+{
+    /* a good message for another tag first: the connection fails only at the garbage */
+    uint8_t frame[128];
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TAG, 0, 5, 3);
+    raw_plan_t plan = {frame, 0, 0, 0, 0, 0};
+
+    memcpy(frame + n, "abc", 3);
+    n += 3;
+    memset(frame + n, 0xff, 30);
+    plan.len = n + 30;
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, peer_closes_cleanly)
+{
+    raw_plan_t plan = {NULL, 0, 1, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_CONNECTION, XFER_ERR_CONNECTION);
+}
