@@ -1,0 +1,271 @@
+/*
+ * Waiting and progress: xfer_request_wait() sleeps on the transports' descriptors instead of
+ * spinning (process CPU time well below the wall time, both while nothing comes and while it
+ * waits for something that comes late), wakes up promptly, returns XFER_ERR_TIMEOUT with the
+ * request still pending and completable later, and refuses to wait from inside a callback.
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+static void setup(void)
+{
+    tp_env();
+}
+
+TestSuite(progress, .init = setup, .timeout = 60);
+
+#define ALL (~0ull)
+
+static double cpu_ms(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* For each word v > 0: sleep v ms without progressing, then send tag 99 (4 KiB, pattern v). */
+static int srv_late_sender(tp_side_t *s)
+{
+    for (;;) {
+        xfer_request_t *req = NULL;
+        char buf[4096];
+        uint64_t v;
+
+        TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word");
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+        if (v == 0) {
+            return 0;
+        }
+        usleep((useconds_t)v * 1000);
+        tp_fill_pattern(buf, sizeof(buf), v);
+        TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 99, buf, sizeof(buf), NULL, NULL, NULL, &req)),
+                 "send");
+        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(req);
+    }
+}
+
+Test(progress, wait_sleeps_and_a_timed_out_request_stays_completable)
+{
+    tp_peer_t p;
+    char buf[4096];
+    xfer_request_t *req = NULL;
+    double t0, c0, wall, cpu;
+    xfer_status_t s;
+
+    tp_start(&p, srv_late_sender, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                      &req)));
+    c0 = cpu_ms();
+    t0 = tp_now_ms();
+    s  = xfer_request_wait(req, 500);
+    wall = tp_now_ms() - t0;
+    cpu  = cpu_ms() - c0;
+    cr_assert_eq(s, XFER_ERR_TIMEOUT, "%s", xfer_status_string(s));
+    cr_expect_geq(wall, 480, "returned after %.0f ms of a 500 ms timeout", wall);
+    cr_expect_lt(wall, 2500, "returned after %.0f ms of a 500 ms timeout", wall);
+    cr_expect_lt(cpu, wall * 0.2, "a 500 ms wait for nothing used %.0f ms of CPU in %.0f ms: it "
+                 "spins instead of sleeping", cpu, wall);
+    cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS, "the timed-out request is pending");
+
+    /* zero: an immediate answer */
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_request_wait(req, 0), XFER_ERR_TIMEOUT);
+    cr_expect_lt(tp_now_ms() - t0, 100);
+
+    /* and it completes later */
+    tp_send(&p, 1);
+    s = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert_eq(s, XFER_OK, "%s", xfer_status_string(s));
+    cr_assert_eq(xfer_request_length(req), sizeof(buf));
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 1), -1);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
+}
+
+Test(progress, wait_wakes_promptly_when_the_message_comes)
+{
+    tp_peer_t p;
+    char buf[4096];
+    xfer_request_t *req = NULL;
+    double t0, c0, wall, cpu;
+    xfer_status_t s;
+
+    tp_start(&p, srv_late_sender, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                      &req)));
+    tp_send(&p, 400);
+    c0   = cpu_ms();
+    t0   = tp_now_ms();
+    s    = xfer_request_wait(req, 10000);
+    wall = tp_now_ms() - t0;
+    cpu  = cpu_ms() - c0;
+    cr_assert_eq(s, XFER_OK, "%s", xfer_status_string(s));
+    cr_expect_geq(wall, 350, "completed after %.0f ms, before the peer sent", wall);
+    cr_expect_lt(wall, 2000, "took %.0f ms to notice a message sent after 400 ms", wall);
+    cr_expect_lt(cpu, wall * 0.25, "%.0f ms of CPU in a %.0f ms wait", cpu, wall);
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 400), -1);
+    xfer_request_release(req);
+
+    /* -1: no limit */
+    req = NULL;
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                      &req)));
+    tp_send(&p, 100);
+    cr_assert_eq(xfer_request_wait(req, -1), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 100), -1);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
+}
+
+static void flag_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    *(int*)arg += 1;
+}
+
+Test(progress, test_and_progress_drive_a_request_to_completion)
+{
+    tp_peer_t p;
+    char buf[4096];
+    xfer_request_t *req = NULL;
+    unsigned long events = 0;
+    int done = 0;
+    double end;
+    xfer_status_t s;
+
+    tp_start(&p, srv_late_sender, NULL);
+    /* xfer_request_test alone */
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                      &req)));
+    cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS);
+    tp_send(&p, 10);
+    end = tp_now_ms() + TP_WAIT_MS;
+    do {
+        s = xfer_request_test(req);
+    } while ((s == XFER_INPROGRESS) && (tp_now_ms() < end));
+    cr_assert_eq(s, XFER_OK, "%s", xfer_status_string(s));
+    cr_expect_eq(xfer_request_test(req), XFER_OK, "a final status does not change");
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 10), -1);
+    xfer_request_release(req);
+
+    /* xfer_progress alone, counting its events */
+    req = NULL;
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, flag_cb,
+                                      &done, &req)));
+    tp_send(&p, 11);
+    end = tp_now_ms() + TP_WAIT_MS;
+    while (!done && (tp_now_ms() < end)) {
+        events += xfer_progress(p.ctx);
+    }
+    cr_assert_eq(done, 1);
+    cr_expect_gt(events, 0, "xfer_progress completed a receive but reported no event");
+    cr_assert_eq(xfer_request_test(req), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 11), -1);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
+}
+
+typedef struct reentry {
+    xfer_request_t *other;
+    xfer_status_t  wait_status;
+    int            calls;
+} reentry_t;
+
+static void waiting_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    reentry_t *r = arg;
+
+    r->calls++;
+    r->wait_status = xfer_request_wait(r->other, 10);
+}
+
+Test(progress, wait_from_a_callback_is_busy)
+{
+    tp_peer_t p;
+    char buf[4096], other_buf[16];
+    xfer_request_t *req = NULL;
+    reentry_t r = {0};
+
+    tp_start(&p, srv_late_sender, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 12345, ALL, other_buf, sizeof(other_buf),
+                                      NULL, NULL, NULL, &r.other)));
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, waiting_cb,
+                                      &r, &req)));
+    tp_send(&p, 1);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(r.calls, 1);
+    cr_expect_eq(r.wait_status, XFER_ERR_BUSY, "xfer_request_wait inside a callback: %s",
+                 xfer_status_string(r.wait_status));
+    cr_expect_eq(xfer_request_cancel(r.other), XFER_OK);
+    cr_expect_eq(xfer_request_wait(r.other, TP_WAIT_MS), XFER_ERR_CANCELED);
+    xfer_request_release(r.other);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
+}
+
+Test(progress, progress_on_an_idle_context_returns_quickly)
+{
+    xfer_context_t *ctx = tp_context(0);
+    double t0           = tp_now_ms();
+    unsigned events     = 0;
+
+    for (int i = 0; i < 10000; i++) {
+        events += xfer_progress(ctx);
+    }
+    cr_expect_eq(events, 0, "an idle context reported %u events", events);
+    cr_expect_lt(tp_now_ms() - t0, 2000, "xfer_progress blocks on an idle context");
+    xfer_context_destroy(ctx);
+}
+
+Test(progress, listener_fd_is_readable_when_a_client_waits)
+{
+    xfer_context_t *ctx = tp_context(0);
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep = NULL;
+    struct pollfd pfd;
+    char addr[64];
+    tp_peer_t c;
+
+    cr_assert_eq(xfer_listen(ctx, "127.0.0.1:0", &l), XFER_OK);
+    pfd.fd     = xfer_listener_fd(l);
+    pfd.events = POLLIN;
+    cr_assert_geq(pfd.fd, 0);
+    cr_expect_eq(poll(&pfd, 1, 100), 0, "readable with nobody connecting");
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", xfer_listener_port(l));
+    tp_client_spawn(&c, addr, NULL, NULL, NULL);
+    cr_assert_eq(poll(&pfd, 1, TP_WAIT_MS), 1, "not readable with a client waiting");
+    cr_assert_eq(xfer_accept(l, 0, &ep), XFER_OK);
+    cr_expect_str_eq(xfer_endpoint_transport(ep), tp_transport());
+    tp_child_expect_ok(&c, 30);
+    xfer_endpoint_close(ep);
+    xfer_listener_close(l);
+    xfer_context_destroy(ctx);
+}
+
+Test(progress, destroy_stops_the_progress_thread_promptly)
+{
+    xfer_context_t *ctx = tp_context(XFER_CONTEXT_FLAG_PROGRESS_THREAD);
+    double t0, cpu0;
+
+    cpu0 = cpu_ms();
+    usleep(300000);
+    cr_expect_lt(cpu_ms() - cpu0, 60, "an idle progress thread used %.0f ms of CPU in 300 ms",
+                 cpu_ms() - cpu0);
+    t0 = tp_now_ms();
+    xfer_context_destroy(ctx);
+    cr_expect_lt(tp_now_ms() - t0, 1000, "destroy took %.0f ms", tp_now_ms() - t0);
+}
