@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Quick start on a fresh Debian machine: install what xfer needs, build it in build/ (out of
-# tree), and run the main job. Safe to run again: it skips what is already done.
+# tree), show the transports this host has (xfer_info), and run the main job: the
+# hello_tensors demo, two processes moving tensors and tagged messages over loopback.
+# Safe to run again: it skips what is already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,3 +26,11 @@ make -j"$(nproc)"
 echo
 echo "== xfer_info: the transports this host has =="
 ./contrib/xfer_info
+
+echo
+echo "== hello_tensors: a producer and a consumer move tensors and messages over loopback =="
+echo "   (source: contrib/examples/hello_tensors.c)"
+./contrib/examples/hello_tensors
+
+echo
+echo "Next: ./build/contrib/xfer_perf -h (bandwidth and latency), contrib/bench/bench_tcp.sh"
