@@ -205,6 +205,8 @@ struct xfer_ep {
     ucs_list_link_t     preqs;          /* xfer_tcp_preq_t waiting for ready() */
 
     int                 in_ready;       /* on iface->rx_ready */
+    int                 rx_drained;     /* a read this round came back short: the socket is
+                                         * empty, do not pay for a read that says EAGAIN */
     ucs_list_link_t     ready_link;
     int                 in_failing;     /* on iface->failing */
     ucs_list_link_t     failing_link;

@@ -721,8 +721,12 @@ static int rx_fill(xfer_ep_h ep, size_t n)
             ep->rlen -= ep->roff;
             ep->roff  = 0;
         }
+        if (ep->rx_drained) {
+            return 0;
+        }
         ret = recv(ep->fd, ep->rbuf + ep->rlen, XFER_TCP_RX_BUF_LEN - ep->rlen, 0);
         if (ret > 0) {
+            ep->rx_drained = ((size_t)ret < XFER_TCP_RX_BUF_LEN - ep->rlen);
             ep->rlen += (size_t)ret;
         } else if ((ret < 0) && (errno == EINTR)) {
             continue;
@@ -756,9 +760,13 @@ static int rx_data(xfer_ep_h ep)
         iov[0].iov_len  = rx->want - rx->got;
         iov[1].iov_base = ep->rbuf;
         iov[1].iov_len  = XFER_TCP_RX_BUF_LEN;
+        if (ep->rx_drained) {
+            return 0;
+        }
         ret = readv(ep->fd, iov, 2);
         if (ret > 0) {
             n = (size_t)ret;
+            ep->rx_drained = (n < iov[0].iov_len + iov[1].iov_len);
             if (n <= iov[0].iov_len) {
                 rx->got += n;
             } else {
@@ -781,8 +789,12 @@ static int rx_data(xfer_ep_h ep)
             continue;
         }
         ep->roff = ep->rlen = 0;
+        if (ep->rx_drained) {
+            return 0;
+        }
         ret = recv(ep->fd, ep->rbuf, XFER_TCP_RX_BUF_LEN, 0);
         if (ret > 0) {
+            ep->rx_drained = ((size_t)ret < XFER_TCP_RX_BUF_LEN);
             ep->rlen = (size_t)ret;
         } else if ((ret < 0) && (errno == EINTR)) {
             continue;
@@ -878,6 +890,7 @@ unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
 {
     unsigned frames = 0;
 
+    ep->rx_drained = 0;     /* called on an event, or with input buffered: read again */
     while (ep->state == XFER_TCP_EP_CONNECTED) {
         if (frames >= XFER_TCP_RX_BUDGET) {
             xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */
