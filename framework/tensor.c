@@ -61,7 +61,7 @@ typedef struct xfer_tensor_table {
     xfer_status_t           all_aborted;    /* XFER_OK, or the status of XFER_STEP_ALL */
 } xfer_tensor_table_t;
 
-static size_t dtype_size(xfer_dtype_t dtype)
+size_t xfer_dtype_size(xfer_dtype_t dtype)
 {
     switch (dtype) {
     case XFER_DTYPE_INT8: case XFER_DTYPE_UINT8: case XFER_DTYPE_BOOL:
@@ -74,7 +74,7 @@ static size_t dtype_size(xfer_dtype_t dtype)
     case XFER_DTYPE_FLOAT64: case XFER_DTYPE_INT64: case XFER_DTYPE_UINT64:
         return 8;
     default:
-        return 0;   /* BYTES: variable */
+        return 0;   /* BYTES: variable; the size is authoritative */
     }
 }
 
@@ -225,7 +225,7 @@ static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
     if (tensor->is_dead) {
         return XFER_OK;     /* carries no data; size and data are ignored */
     }
-    esize = dtype_size(tensor->dtype);
+    esize = xfer_dtype_size(tensor->dtype);
     if ((esize != 0) && ((elems > UINT64_MAX / esize) || (tensor->size != elems * esize))) {
         xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor size %llu does not match its shape "
                  "(%llu elements of %zu bytes)", (unsigned long long)tensor->size,

@@ -41,21 +41,6 @@ typedef struct spec {
     xfer_tensor_t t;            /* data is ignored: pattern(seed) of t.size bytes */
 } spec_t;
 
-static size_t dtype_size(xfer_dtype_t d)
-{
-    switch (d) {
-    case XFER_DTYPE_INT8: case XFER_DTYPE_UINT8: case XFER_DTYPE_BOOL:
-        return 1;
-    case XFER_DTYPE_FLOAT16: case XFER_DTYPE_BFLOAT16: case XFER_DTYPE_INT16:
-    case XFER_DTYPE_UINT16:
-        return 2;
-    case XFER_DTYPE_FLOAT32: case XFER_DTYPE_INT32: case XFER_DTYPE_UINT32:
-        return 4;
-    default:
-        return 8;
-    }
-}
-
 static spec_t spec_make(uint64_t step, const char *key, xfer_dtype_t dtype, uint32_t rank,
                         const int64_t *dims, uint64_t seed)
 {
@@ -72,7 +57,7 @@ static spec_t spec_make(uint64_t step, const char *key, xfer_dtype_t dtype, uint
         s.t.dims[i] = dims[i];
         n *= (uint64_t)dims[i];
     }
-    s.t.size = n * dtype_size(dtype);
+    s.t.size = n * xfer_dtype_size(dtype);
     return s;
 }
 

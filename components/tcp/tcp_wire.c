@@ -292,23 +292,6 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
     return XFER_OK;
 }
 
-static size_t dtype_size(unsigned dtype)
-{
-    switch (dtype) {
-    case XFER_DTYPE_INT8: case XFER_DTYPE_UINT8: case XFER_DTYPE_BOOL:
-        return 1;
-    case XFER_DTYPE_FLOAT16: case XFER_DTYPE_BFLOAT16: case XFER_DTYPE_INT16:
-    case XFER_DTYPE_UINT16:
-        return 2;
-    case XFER_DTYPE_FLOAT32: case XFER_DTYPE_INT32: case XFER_DTYPE_UINT32:
-        return 4;
-    case XFER_DTYPE_FLOAT64: case XFER_DTYPE_INT64: case XFER_DTYPE_UINT64:
-        return 8;
-    default:    /* BYTES: the size is authoritative */
-        return 0;
-    }
-}
-
 xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const int64_t *dims,
                                          uint64_t size, int is_dead, char *why,
                                          size_t why_size)
@@ -342,7 +325,7 @@ xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const in
         }
         return XFER_OK;
     }
-    esize = dtype_size(dtype);
+    esize = xfer_dtype_size((xfer_dtype_t)dtype);
     if ((esize != 0) && ((elems > UINT64_MAX / esize) || (size != elems * esize))) {
         snprintf(why, why_size, "tensor size %" PRIu64 " does not match its shape (%" PRIu64
                  " elements of %zu bytes)", size, elems, esize);

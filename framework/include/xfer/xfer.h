@@ -76,6 +76,9 @@ typedef enum {
 
 #define XFER_TENSOR_MAX_RANK 8
 
+/* Bytes per element of a fixed-size dtype; 0 for XFER_DTYPE_BYTES and invalid values. */
+XFER_API size_t xfer_dtype_size(xfer_dtype_t dtype);
+
 typedef struct xfer_tensor {
     xfer_dtype_t dtype;
     uint32_t     rank;                          /* 0..XFER_TENSOR_MAX_RANK */
