@@ -708,11 +708,37 @@ static int rx_read_error(xfer_ep_h ep, ssize_t ret)
     return -1;
 }
 
+/* One read into iov: 1 with *n_p bytes, 0 to wait (nothing there, or a read this round came
+ * back short so the socket is empty), -1 when the ep failed. */
+static int rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
+{
+    size_t space = 0;
+    ssize_t ret;
+
+    if (ep->rx_drained) {
+        return 0;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        space += iov[i].iov_len;
+    }
+    do {
+        ret = readv(ep->fd, iov, iovcnt);
+    } while ((ret < 0) && (errno == EINTR));
+    if (ret <= 0) {
+        return rx_read_error(ep, ret);
+    }
+    ep->rx_drained = ((size_t)ret < space);
+    *n_p           = (size_t)ret;
+    return 1;
+}
+
 /* Make n contiguous unparsed bytes available in the staging buffer. 1 = there, 0 = wait. */
 static int rx_fill(xfer_ep_h ep, size_t n)
 {
     while (ep->rlen - ep->roff < n) {
-        ssize_t ret;
+        struct iovec iov;
+        size_t got;
+        int ret;
 
         if (ep->roff == ep->rlen) {
             ep->roff = ep->rlen = 0;
@@ -721,18 +747,13 @@ static int rx_fill(xfer_ep_h ep, size_t n)
             ep->rlen -= ep->roff;
             ep->roff  = 0;
         }
-        if (ep->rx_drained) {
-            return 0;
+        iov.iov_base = ep->rbuf + ep->rlen;
+        iov.iov_len  = XFER_TCP_RX_BUF_LEN - ep->rlen;
+        ret          = rx_read(ep, &iov, 1, &got);
+        if (ret <= 0) {
+            return ret;
         }
-        ret = recv(ep->fd, ep->rbuf + ep->rlen, XFER_TCP_RX_BUF_LEN - ep->rlen, 0);
-        if (ret > 0) {
-            ep->rx_drained = ((size_t)ret < XFER_TCP_RX_BUF_LEN - ep->rlen);
-            ep->rlen += (size_t)ret;
-        } else if ((ret < 0) && (errno == EINTR)) {
-            continue;
-        } else {
-            return rx_read_error(ep, ret);
-        }
+        ep->rlen += got;
     }
     return 1;
 }
@@ -742,8 +763,8 @@ static int rx_data(xfer_ep_h ep)
 {
     xfer_tcp_rx_t *rx = &ep->rx;
     struct iovec iov[2];
-    ssize_t ret;
     size_t n;
+    int ret;
 
     while (rx->got < rx->want) {
         size_t avail = ep->rlen - ep->roff;
@@ -760,23 +781,15 @@ static int rx_data(xfer_ep_h ep)
         iov[0].iov_len  = rx->want - rx->got;
         iov[1].iov_base = ep->rbuf;
         iov[1].iov_len  = XFER_TCP_RX_BUF_LEN;
-        if (ep->rx_drained) {
-            return 0;
+        ret = rx_read(ep, iov, 2, &n);
+        if (ret <= 0) {
+            return ret;
         }
-        ret = readv(ep->fd, iov, 2);
-        if (ret > 0) {
-            n = (size_t)ret;
-            ep->rx_drained = (n < iov[0].iov_len + iov[1].iov_len);
-            if (n <= iov[0].iov_len) {
-                rx->got += n;
-            } else {
-                ep->rlen = n - iov[0].iov_len;
-                rx->got  = rx->want;
-            }
-        } else if ((ret < 0) && (errno == EINTR)) {
-            continue;
+        if (n <= iov[0].iov_len) {
+            rx->got += n;
         } else {
-            return rx_read_error(ep, ret);
+            ep->rlen = n - iov[0].iov_len;
+            rx->got  = rx->want;
         }
     }
     while (rx->drain > 0) {
@@ -789,17 +802,11 @@ static int rx_data(xfer_ep_h ep)
             continue;
         }
         ep->roff = ep->rlen = 0;
-        if (ep->rx_drained) {
-            return 0;
-        }
-        ret = recv(ep->fd, ep->rbuf, XFER_TCP_RX_BUF_LEN, 0);
-        if (ret > 0) {
-            ep->rx_drained = ((size_t)ret < XFER_TCP_RX_BUF_LEN);
-            ep->rlen = (size_t)ret;
-        } else if ((ret < 0) && (errno == EINTR)) {
-            continue;
-        } else {
-            return rx_read_error(ep, ret);
+        iov[0].iov_base = ep->rbuf;
+        iov[0].iov_len  = XFER_TCP_RX_BUF_LEN;
+        ret = rx_read(ep, iov, 1, &ep->rlen);
+        if (ret <= 0) {
+            return ret;
         }
     }
     return 1;
