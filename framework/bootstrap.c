@@ -31,38 +31,25 @@ typedef struct handshake {
     xfer_wire_hello_t theirs;
 } handshake_t;
 
-/* What this side offers: the open transports that can serve an endpoint, best first, each
- * with its interface address. */
+/* What this side offers: the open transports, best first (ctx->ifaces was opened in the
+ * selection's rank order, XFER_TRANSPORTS honoured), each with its interface address. */
 static xfer_status_t build_offer(xfer_context_t *ctx, xfer_wire_hello_t *hello)
 {
-    const xfer_select_req_t req = {XFER_OFFER_CAPS, XFER_CAP_ALL};
-    xfer_selection_t sel;
-    xfer_status_t status;
-
     memset(hello, 0, sizeof(*hello));
-    status = xfer_select(ctx, &req, &sel);
-    if (status != XFER_OK) {
-        return status;
-    }
     xfer_ctx_lock(ctx);
-    for (size_t i = 0; (i < sel.num_entries) && (hello->num < XFER_WIRE_MAX_TRANSPORTS); i++) {
-        xfer_fw_iface_t *fi;
+    for (unsigned i = 0; (i < ctx->num_ifaces) && (hello->num < XFER_WIRE_MAX_TRANSPORTS); i++) {
+        const xfer_fw_iface_t *fi = &ctx->ifaces[i];
 
-        if (sel.entries[i].rank < 0) {
-            continue;
-        }
-        fi = xfer_fw_iface_find(ctx, sel.entries[i].name);
-        if ((fi == NULL) || (fi->addr_len > XFER_WIRE_MAX_ADDR)) {
+        if (fi->addr_len > XFER_WIRE_MAX_ADDR) {
             continue;
         }
         snprintf(hello->transports[hello->num].name, XFER_WIRE_MAX_NAME + 1, "%s",
-                 sel.entries[i].name);
+                 fi->entry->name);
         memcpy(hello->transports[hello->num].addr, fi->addr, fi->addr_len);
         hello->transports[hello->num].addr_len = (uint16_t)fi->addr_len;
         hello->num++;
     }
     xfer_ctx_unlock(ctx);
-    xfer_selection_release(&sel);
     return XFER_OK;
 }
 
@@ -86,8 +73,8 @@ static int64_t deadline(const xfer_context_t *ctx)
 }
 
 /* Receive one frame: header, validated, then exactly body_len bytes into a new buffer. */
-static xfer_status_t recv_frame(int fd, int64_t until, xfer_wire_header_t *hdr,
-                                uint8_t **body_p, char *why, size_t why_size)
+xfer_status_t xfer_boot_recv_frame(int fd, int64_t until, xfer_wire_header_t *hdr,
+                                   uint8_t **body_p, char *why, size_t why_size)
 {
     uint8_t head[XFER_WIRE_HEADER_LEN];
     xfer_status_t status;
@@ -123,7 +110,7 @@ static xfer_status_t recv_hello(int fd, int64_t until, xfer_wire_hello_t *hello,
     xfer_status_t status;
     uint8_t *body;
 
-    status = recv_frame(fd, until, &hdr, &body, why, why_size);
+    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, why_size);
     if (status != XFER_OK) {
         return status;
     }
@@ -352,7 +339,7 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     if (status != XFER_OK) {
         goto err;
     }
-    status = recv_frame(fd, until, &hdr, &body, why, sizeof(why));
+    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }

@@ -30,8 +30,7 @@ static xfer_status_t exchange_connect(int fd, const xfer_wire_connect_t *mine,
                                       xfer_wire_connect_t *theirs, int64_t until, char *why,
                                       size_t why_size)
 {
-    uint8_t frame[XFER_WIRE_HEADER_LEN + 16 + XFER_WIRE_MAX_ADDR];
-    uint8_t head[XFER_WIRE_HEADER_LEN], *body = NULL;
+    uint8_t frame[XFER_WIRE_HEADER_LEN + 16 + XFER_WIRE_MAX_ADDR], *body = NULL;
     size_t len = sizeof(frame);
     xfer_wire_header_t hdr;
     xfer_status_t status;
@@ -45,25 +44,14 @@ static xfer_status_t exchange_connect(int fd, const xfer_wire_connect_t *mine,
     if (status != XFER_OK) {
         return status;
     }
-    status = xfer_sock_recv_all(fd, head, sizeof(head), until, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    status = xfer_wire_parse_header(head, sizeof(head), &hdr, why, why_size);
+    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, why_size);
     if (status != XFER_OK) {
         return status;
     }
     if (hdr.type != XFER_WIRE_CONNECT) {
         snprintf(why, why_size, "expected CONNECT, got frame type %u", hdr.type);
-        return XFER_ERR_PROTOCOL;
-    }
-    body = malloc(hdr.body_len ? hdr.body_len : 1);
-    if (body == NULL) {
-        snprintf(why, why_size, "out of memory");
-        return XFER_ERR_NO_MEMORY;
-    }
-    status = xfer_sock_recv_all(fd, body, hdr.body_len, until, why, why_size);
-    if (status == XFER_OK) {
+        status = XFER_ERR_PROTOCOL;
+    } else {
         status = xfer_wire_parse_connect(body, hdr.body_len, theirs, why, why_size);
     }
     free(body);

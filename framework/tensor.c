@@ -240,6 +240,20 @@ static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
     return XFER_OK;
 }
 
+/* Take a parked waiter off the table (its slot list and the withdraw index); returns it. */
+static xfer_tensor_waiter_t *node_take(xfer_tensor_table_t *t, waiter_node_t *node)
+{
+    xfer_tensor_waiter_t *waiter = node->waiter;
+    khiter_t it = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)waiter);
+
+    if (it != kh_end(&t->waiters)) {
+        kh_del(xfer_waiter, &t->waiters, it);
+    }
+    ucs_list_del(&node->list);
+    free(node);
+    return waiter;
+}
+
 /* Hand a publication to a waiter (the waiter's node is already off the lists). */
 static void hand_over(publication_t *pub, xfer_tensor_waiter_t *waiter)
 {
@@ -319,14 +333,9 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     xfer_request_posted(pub->req, req_p);
 
     if (!ucs_list_is_empty(&slot->waiters)) {
-        waiter_node_t *node = ucs_list_extract_head(&slot->waiters, waiter_node_t, list);
-        khiter_t it         = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)node->waiter);
-        xfer_tensor_waiter_t *waiter = node->waiter;
+        xfer_tensor_waiter_t *waiter =
+            node_take(t, ucs_list_head(&slot->waiters, waiter_node_t, list));
 
-        if (it != kh_end(&t->waiters)) {
-            kh_del(xfer_waiter, &t->waiters, it);
-        }
-        free(node);
         slot_maybe_free(t, slot);
         hand_over(pub, waiter);
     } else {
@@ -409,16 +418,14 @@ void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter)
     xfer_context_t *ctx    = fw_arg;
     xfer_tensor_table_t *t = ctx->tensors;
     khiter_t it            = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)waiter);
-    waiter_node_t *node;
+    slot_t *slot;
 
     if (it == kh_end(&t->waiters)) {
         return;     /* ready() was called already */
     }
-    node = kh_value(&t->waiters, it);
-    kh_del(xfer_waiter, &t->waiters, it);
-    ucs_list_del(&node->list);
-    slot_maybe_free(t, node->slot);
-    free(node);
+    slot = kh_value(&t->waiters, it)->slot;
+    node_take(t, kh_value(&t->waiters, it));
+    slot_maybe_free(t, slot);
 }
 
 void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status)
@@ -542,14 +549,8 @@ static void abort_slot(xfer_tensor_table_t *t, slot_t *slot, xfer_status_t statu
 
     slot->pub = NULL;
     ucs_list_for_each_safe(node, tmp, &slot->waiters, list) {
-        khiter_t it = kh_get(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)node->waiter);
-        xfer_tensor_waiter_t *waiter = node->waiter;
+        xfer_tensor_waiter_t *waiter = node_take(t, node);
 
-        if (it != kh_end(&t->waiters)) {
-            kh_del(xfer_waiter, &t->waiters, it);
-        }
-        ucs_list_del(&node->list);
-        free(node);
         waiter->ready(waiter, status, NULL, NULL);
     }
     if (pub != NULL) {

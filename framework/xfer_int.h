@@ -192,6 +192,11 @@ void xfer_requests_free_all(xfer_context_t *ctx);
 
 /* bootstrap.c */
 void xfer_listeners_close_all(xfer_context_t *ctx);
+/* Receive one bootstrap frame: its header, validated, then exactly body_len bytes into a new
+ * buffer (*body_p, for the caller to free). */
+struct xfer_wire_header;
+xfer_status_t xfer_boot_recv_frame(int fd, int64_t until, struct xfer_wire_header *hdr,
+                                   uint8_t **body_p, char *why, size_t why_size);
 
 /* endpoint.c */
 xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *transport,
