@@ -18,6 +18,7 @@
 
 #include <ucs/datastruct/khash.h>
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,48 @@ static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
         xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor of %llu bytes has no data",
                  (unsigned long long)tensor->size);
         return XFER_ERR_INVALID_PARAM;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, const int64_t *dims,
+                                         uint64_t size, int is_dead, char *why,
+                                         size_t why_size)
+{
+    uint64_t elems = 1;
+    size_t esize;
+
+    if ((dtype <= XFER_DTYPE_INVALID) || (dtype >= XFER_DTYPE_LAST)) {
+        snprintf(why, why_size, "tensor dtype %u is not valid", dtype);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (rank > XFER_TENSOR_MAX_RANK) {
+        snprintf(why, why_size, "tensor rank %u exceeds %d", rank, XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_PROTOCOL;
+    }
+    for (unsigned i = 0; i < rank; i++) {
+        if (dims[i] < 0) {
+            snprintf(why, why_size, "tensor dimension %u is negative", i);
+            return XFER_ERR_PROTOCOL;
+        }
+        if ((dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)dims[i])) {
+            snprintf(why, why_size, "tensor shape overflows 64 bits");
+            return XFER_ERR_PROTOCOL;
+        }
+        elems *= (uint64_t)dims[i];
+    }
+    if (is_dead) {
+        if (size != 0) {
+            snprintf(why, why_size, "dead tensor claims %" PRIu64 " bytes of data", size);
+            return XFER_ERR_PROTOCOL;
+        }
+        return XFER_OK;
+    }
+    esize = xfer_dtype_size((xfer_dtype_t)dtype);
+    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (size != elems * esize))) {
+        snprintf(why, why_size, "tensor size %" PRIu64 " does not match its shape (%" PRIu64
+                 " elements of %zu bytes)", size, elems, esize);
+        return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;
 }

@@ -253,7 +253,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
         if (tensor == NULL) {
             status = XFER_ERR_INTERNAL;
             snprintf(why, sizeof(why), "producer handed over no tensor");
-        } else if (xfer_tcp_wire_tensor_check((unsigned)tensor->dtype, tensor->rank,
+        } else if (xfer_tensor_meta_check((unsigned)tensor->dtype, tensor->rank,
                                               tensor->dims, is_dead ? 0 : tensor->size,
                                               is_dead, why, sizeof(why)) != XFER_OK) {
             status = XFER_ERR_INVALID_PARAM;

@@ -4,6 +4,8 @@
  */
 #include "tcp_wire.h"
 
+#include <xfer/component.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -292,48 +294,6 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
     return XFER_OK;
 }
 
-xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const int64_t *dims,
-                                         uint64_t size, int is_dead, char *why,
-                                         size_t why_size)
-{
-    uint64_t elems = 1;
-    size_t esize;
-
-    if ((dtype <= XFER_DTYPE_INVALID) || (dtype >= XFER_DTYPE_LAST)) {
-        snprintf(why, why_size, "tensor dtype %u is not valid", dtype);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (rank > XFER_TENSOR_MAX_RANK) {
-        snprintf(why, why_size, "tensor rank %u exceeds %d", rank, XFER_TENSOR_MAX_RANK);
-        return XFER_ERR_PROTOCOL;
-    }
-    for (unsigned i = 0; i < rank; i++) {
-        if (dims[i] < 0) {
-            snprintf(why, why_size, "tensor dimension %u is negative", i);
-            return XFER_ERR_PROTOCOL;
-        }
-        if ((dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)dims[i])) {
-            snprintf(why, why_size, "tensor shape overflows 64 bits");
-            return XFER_ERR_PROTOCOL;
-        }
-        elems *= (uint64_t)dims[i];
-    }
-    if (is_dead) {
-        if (size != 0) {
-            snprintf(why, why_size, "dead tensor claims %" PRIu64 " bytes of data", size);
-            return XFER_ERR_PROTOCOL;
-        }
-        return XFER_OK;
-    }
-    esize = xfer_dtype_size((xfer_dtype_t)dtype);
-    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (size != elems * esize))) {
-        snprintf(why, why_size, "tensor size %" PRIu64 " does not match its shape (%" PRIu64
-                 " elements of %zu bytes)", size, elems, esize);
-        return XFER_ERR_PROTOCOL;
-    }
-    return XFER_OK;
-}
-
 uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
                                        const xfer_tcp_wire_tensor_resp_t *resp)
 {
@@ -369,7 +329,7 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
         return XFER_ERR_PROTOCOL;
     }
     if (hdr->status == XFER_OK) {
-        status = xfer_tcp_wire_tensor_check(resp->dtype, resp->rank, resp->dims, resp->size,
+        status = xfer_tensor_meta_check(resp->dtype, resp->rank, resp->dims, resp->size,
                                             resp->is_dead, why, why_size);
         if (status != XFER_OK) {
             return status;

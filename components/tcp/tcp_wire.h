@@ -150,10 +150,6 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
 /* Bytes of tensor data a validated TENSOR_RESP carries. */
 uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
                                        const xfer_tcp_wire_tensor_resp_t *resp);
-/* The checks a tensor must pass to be sent (the same the receiver applies). */
-xfer_status_t xfer_tcp_wire_tensor_check(unsigned dtype, unsigned rank, const int64_t *dims,
-                                         uint64_t size, int is_dead, char *why,
-                                         size_t why_size);
 xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
 /* The peer's endpoint address: 0 bytes (a minimal peer: *limits untouched) or exactly
  * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version. */

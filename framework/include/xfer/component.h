@@ -276,6 +276,13 @@ XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Check tensor metadata (off the wire or from a producer): a valid dtype, rank and
+ * non-negative dims whose product times the element size is size (unless is_dead, which
+ * carries no data). XFER_ERR_PROTOCOL with why filled when it does not hold. */
+XFER_API xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, const int64_t *dims,
+                                              uint64_t size, int is_dead, char *why,
+                                              size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif
