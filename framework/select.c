@@ -6,7 +6,10 @@
  * An unknown name is an error that lists the valid names and suggests the closest one.
  * Ranking filters by the required capabilities first (libfabric/UCP style: the request must be
  * a subset of what the component supports), then prefers more of the optional capabilities,
- * then the component's bandwidth and latency estimate.
+ * then transports that bypass the kernel (a small-message latency estimate under
+ * XFER_SELECT_BYPASS_US: RDMA) over those that do not (sockets), then the bandwidth and latency
+ * estimate. The bypass class comes before bandwidth because port speeds are reported well
+ * (RDMA) or not at all (loopback, virtual NICs), while the CPU a socket path costs is sure.
  */
 #include "xfer_int.h"
 
@@ -215,7 +218,10 @@ typedef struct candidate {
     int                          optional_hits;
 } candidate_t;
 
-/* Include list: the user's order. Otherwise: more optional caps, more bandwidth, less latency. */
+#define XFER_SELECT_BYPASS_US 10.0
+
+/* Include list: the user's order. Otherwise: more optional caps, kernel bypass, more
+ * bandwidth, less latency. */
 static int compare_candidates(const void *pa, const void *pb, void *arg)
 {
     const xfer_transport_spec_t *spec = arg;
@@ -226,6 +232,10 @@ static int compare_candidates(const void *pa, const void *pb, void *arg)
     }
     if (a->optional_hits != b->optional_hits) {
         return b->optional_hits - a->optional_hits;
+    }
+    if ((a->e->attr.latency_us < XFER_SELECT_BYPASS_US) !=
+        (b->e->attr.latency_us < XFER_SELECT_BYPASS_US)) {
+        return (a->e->attr.latency_us < XFER_SELECT_BYPASS_US) ? -1 : 1;
     }
     if (a->e->attr.bandwidth_mbs != b->e->attr.bandwidth_mbs) {
         return (a->e->attr.bandwidth_mbs < b->e->attr.bandwidth_mbs) ? 1 : -1;

@@ -104,6 +104,22 @@ Test(select, latency_breaks_bandwidth_ties)
     xfer_context_destroy(ctx);
 }
 
+/* RDMA-class latency (kernel bypass) beats a larger bandwidth estimate of a socket path. */
+Test(select, kernel_bypass_outranks_bandwidth)
+{
+    xfer_selection_t sel;
+    xfer_context_t *ctx;
+
+    setenv("XFER_TALPHA_LATENCY", "2us", 1);
+    setenv("XFER_TALPHA_BANDWIDTH", "100", 1);
+    setenv("XFER_TBETA_BANDWIDTH", "900", 1);
+    ctx = select_with(NULL, &host_req, &sel);
+    cr_expect_str_eq(tu_selected(&sel), "talpha");
+    cr_expect_eq(tu_select_entry(&sel, "tbeta")->rank, 1);
+    xfer_selection_release(&sel);
+    xfer_context_destroy(ctx);
+}
+
 Test(select, capability_outranks_estimate)
 {
     xfer_selection_t sel;
