@@ -1,28 +1,70 @@
 /*
  * The verbs component: RDMA verbs (InfiniBand, RoCE, Soft-RoCE) through libibverbs. This file
- * holds the descriptor, the parameter table and query(); the data path (adapter, channels,
- * MR cache) arrives with the verbs issue, so no capability bit is claimed yet.
+ * holds the descriptor, the parameter table and query(); verbs.h lists where the rest lives.
  */
 #include "config.h"
 
+#include "verbs.h"
 #include "verbs_devices.h"
 
 #include <stddef.h>
 #include <stdio.h>
 
-typedef struct xfer_verbs_config {
-    char    *device;        /* "rxe0" or "rxe0:1"; "" = first active port */
-    int64_t gid_index;      /* -1 = pick the RoCE v2 GID of the interface's address */
-} xfer_verbs_config_t;
+static const char *const mtu_values[] = {"auto", "256", "512", "1024", "2048", "4096", NULL};
+
+#define CFG(_f) offsetof(xfer_verbs_config_t, _f)
 
 static const xfer_param_desc_t verbs_params[] = {
     {"DEVICE", XFER_PARAM_STRING, "",
      "RDMA device and port to use, as 'dev' or 'dev:port' (e.g. 'rxe0:1'); empty means the "
-     "first active port.",
-     offsetof(xfer_verbs_config_t, device), 0, 0, NULL},
+     "first active port.", CFG(device), 0, 0, NULL},
     {"GID_INDEX", XFER_PARAM_INT, "-1",
-     "GID table index for RoCE; -1 picks the RoCE v2 GID of the interface's IP address.",
-     offsetof(xfer_verbs_config_t, gid_index), -1, 255, NULL},
+     "GID table index for RoCE; -1 picks the RoCE v2 GID of the interface's IPv4 address.",
+     CFG(gid_index), -1, 255, NULL},
+    {"TX_QUEUE_LEN", XFER_PARAM_UINT, "256",
+     "Send queue entries per channel.", CFG(tx_queue_len), 16, 16384, NULL},
+    {"RX_QUEUE_LEN", XFER_PARAM_UINT, "128",
+     "Message slots (posted receives) per channel: the credits a peer starts with.",
+     CFG(rx_queue_len), 16, 16384, NULL},
+    {"SEG_SIZE", XFER_PARAM_SIZE, "8k",
+     "Bytes of one message slot; tag messages up to this (less a 40-byte header) go eagerly, "
+     "larger ones by rendezvous (RDMA READ).", CFG(seg_size), 512, 1024 * 1024, NULL},
+    {"MAX_INLINE", XFER_PARAM_SIZE, "128",
+     "Messages up to this many bytes are sent inline (the device may lower it).",
+     CFG(max_inline), 0, 1024, NULL},
+    {"SIGNAL_INTERVAL", XFER_PARAM_UINT, "32",
+     "Ask for a send completion every this many sends (RDMA operations always).",
+     CFG(signal_interval), 1, 1024, NULL},
+    {"CQ_SIZE", XFER_PARAM_UINT, "1024",
+     "Initial completion queue entries; it grows as channels are added.",
+     CFG(cq_size), 64, 4194304, NULL},
+    {"MTU", XFER_PARAM_ENUM, "auto",
+     "Path MTU: auto uses the smaller of both ports' active MTUs.", CFG(mtu), 0, 0, mtu_values},
+    {"TIMEOUT", XFER_PARAM_TIME, "100ms",
+     "Acknowledgement timeout of one RC retry (rounded up to 4.096 us x 2^n).",
+     CFG(timeout), 1e-5, 8000.0, NULL},
+    {"RETRY_COUNT", XFER_PARAM_UINT, "7",
+     "RC retries before a channel fails (dead peer or link).", CFG(retry_count), 0, 7, NULL},
+    {"RNR_RETRY", XFER_PARAM_UINT, "7",
+     "Receiver-not-ready retries (7 = without limit).", CFG(rnr_retry), 0, 7, NULL},
+    {"MAX_RD_ATOMIC", XFER_PARAM_UINT, "16",
+     "RDMA READs in flight per channel (capped by the device).", CFG(max_rd_atomic), 1, 255,
+     NULL},
+    {"KEEPALIVE", XFER_PARAM_TIME, "1s",
+     "Probe a channel idle this long; a dead peer is found within this plus TIMEOUT x "
+     "(RETRY_COUNT + 1). 0 turns probes off.", CFG(keepalive), 0, 3600.0, NULL},
+    {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "2g",
+     "Largest tag message, put, get or tensor.", CFG(max_msg_size), 1,
+     1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
+    {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
+     "Bytes of unexpected messages kept before senders are slowed (credits held back).",
+     CFG(max_unexpected), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},
+    {"MR_CACHE_MAX_ENTRIES", XFER_PARAM_UINT, "1024",
+     "Registrations of unregistered user buffers kept for reuse; 0 turns the cache off.",
+     CFG(mrc_max_entries), 0, 1048576, NULL},
+    {"MR_CACHE_MAX_BYTES", XFER_PARAM_SIZE, "4g",
+     "Bytes of such registrations kept (least recently used unused ones go first).",
+     CFG(mrc_max_bytes), 0, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
     {NULL}
 };
 
@@ -46,21 +88,46 @@ static xfer_status_t verbs_query(const void *config, xfer_component_attr_t *attr
         xfer_reason_set(attr->reason, sizeof(attr->reason), "no RDMA port is ACTIVE (%s is %s)",
                         attr->devices[0].name, attr->devices[0].attrs[0].value);
     } else {
-        attr->available     = 1;
-        attr->caps          = 0; /* the data path arrives with the verbs issue */
-        attr->latency_us    = 3.0;
-        attr->bandwidth_mbs = best_mbs;
+        attr->available             = 1;
+        attr->caps                  = XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG |
+                                      XFER_CAP_TENSOR | XFER_CAP_MEM_HOST |
+                                      XFER_CAP_INTER_HOST;
+        attr->limits.max_msg_size   = cfg->max_msg_size;
+        attr->limits.max_eager_size = cfg->seg_size - XFER_VERBS_WIRE_HDR_LEN;
+        attr->latency_us            = 3.0;
+        attr->bandwidth_mbs         = best_mbs;
     }
     return XFER_OK;
 }
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
-    .abi_version = XFER_COMPONENT_ABI_V1,
-    .size        = sizeof(xfer_component_v1_t),
-    .name        = "verbs",
-    .version     = PACKAGE_VERSION,
-    .description = "RDMA verbs (InfiniBand, RoCE, Soft-RoCE) through libibverbs",
-    .params      = verbs_params,
-    .config_size = sizeof(xfer_verbs_config_t),
-    .query       = verbs_query,
+    .abi_version   = XFER_COMPONENT_ABI_V1,
+    .size          = sizeof(xfer_component_v1_t),
+    .name          = "verbs",
+    .version       = PACKAGE_VERSION,
+    .description   = "RDMA verbs (InfiniBand, RoCE, Soft-RoCE) through libibverbs",
+    .params        = verbs_params,
+    .config_size   = sizeof(xfer_verbs_config_t),
+    .query         = verbs_query,
+    .iface_open    = xfer_verbs_iface_open,
+    .iface_close   = xfer_verbs_iface_close,
+    .iface_address = xfer_verbs_iface_address,
+    .ep_create     = xfer_verbs_ep_create,
+    .ep_address    = xfer_verbs_ep_address,
+    .ep_connect    = xfer_verbs_ep_connect,
+    .ep_destroy    = xfer_verbs_ep_destroy,
+    .mem_reg       = xfer_verbs_mem_reg,
+    .mem_dereg     = xfer_verbs_mem_dereg,
+    .rkey_pack     = xfer_verbs_rkey_pack,
+    .rkey_unpack   = xfer_verbs_rkey_unpack,
+    .rkey_release  = xfer_verbs_rkey_release,
+    .put           = xfer_verbs_put,
+    .get           = xfer_verbs_get,
+    .tag_send      = xfer_verbs_tag_send,
+    .tag_recv      = xfer_verbs_tag_recv,
+    .tensor_fetch  = xfer_verbs_tensor_fetch,
+    .cancel        = xfer_verbs_cancel,
+    .progress      = xfer_verbs_iface_progress,
+    .event_fd      = xfer_verbs_iface_event_fd,
+    .event_arm     = xfer_verbs_iface_event_arm,
 };

@@ -1,0 +1,389 @@
+/*
+ * The verbs component's internals, shared by its files:
+ *   verbs_adapter.c  device, port and GID selection, PD, CQ, completion channel, progress
+ *   verbs_channel.c  one RC QP per peer: connection, message slots, credits, send queue
+ *   verbs_mrcache.c  registrations of user buffers found again by address and length
+ *   verbs_rma.c      registered memory, remote keys, put and get
+ *   verbs_tag.c      tagged messages: eager through the slots, rendezvous by RDMA READ
+ *   verbs_tensor.c   tensor fetch, both sides
+ *
+ * Threading: none. The framework serialises every call into the component, and completions
+ * reach the framework only from progress().
+ */
+#ifndef XFER_VERBS_H
+#define XFER_VERBS_H
+
+#include "verbs_mrcache.h"
+#include "verbs_wire.h"
+
+#include <xfer/component.h>
+
+#include <infiniband/verbs.h>
+#include <ucs/datastruct/list.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_VERBS_SUBSYS    "verbs"
+#define XFER_VERBS_CQ_BATCH  32
+/* Credits kept back from data messages (TAG, RTS, TREQ) so that control messages (FIN,
+ * TRESP, TDONE, TCANCEL) always get through, even to a peer whose unexpected queue is full
+ * and who holds data credits back. */
+#define XFER_VERBS_CTRL_CREDITS 4
+
+typedef struct xfer_verbs_config {
+    char     *device;           /* DEVICE: "rxe0" or "rxe0:1"; "" = first active port */
+    int64_t  gid_index;         /* GID_INDEX: -1 = the RoCE v2 GID of an IPv4 address */
+    uint64_t tx_queue_len;      /* TX_QUEUE_LEN: send queue depth per channel */
+    uint64_t rx_queue_len;      /* RX_QUEUE_LEN: message slots (posted receives) per channel */
+    uint64_t seg_size;          /* SEG_SIZE: bytes of one message slot */
+    uint64_t max_inline;        /* MAX_INLINE: messages up to this are sent inline */
+    uint64_t signal_interval;   /* SIGNAL_INTERVAL: request a completion every N sends */
+    uint64_t cq_size;           /* CQ_SIZE: initial completion queue entries */
+    int      mtu;               /* MTU: index into the enum (0 = auto) */
+    double   timeout;           /* TIMEOUT: ack timeout per retry, seconds */
+    uint64_t retry_count;       /* RETRY_COUNT */
+    uint64_t rnr_retry;         /* RNR_RETRY */
+    uint64_t max_rd_atomic;     /* MAX_RD_ATOMIC: RDMA READs in flight per channel */
+    double   keepalive;         /* KEEPALIVE: probe an idle channel after this long */
+    uint64_t max_msg_size;      /* MAX_MSG_SIZE */
+    uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
+    uint64_t mrc_max_entries;   /* MR_CACHE_MAX_ENTRIES */
+    uint64_t mrc_max_bytes;     /* MR_CACHE_MAX_BYTES */
+} xfer_verbs_config_t;
+
+typedef struct xfer_verbs_op    xfer_verbs_op_t;
+typedef struct xfer_verbs_preq  xfer_verbs_preq_t;
+typedef struct xfer_verbs_unexp xfer_verbs_unexp_t;
+
+/* ---- operations ------------------------------------------------------------------------------ */
+
+typedef enum {
+    XFER_VERBS_OP_SEND,     /* tag send: eager (copied) or rendezvous (RTS, wait for FIN) */
+    XFER_VERBS_OP_RECV,     /* tag receive; reads the data of a rendezvous */
+    XFER_VERBS_OP_PUT,
+    XFER_VERBS_OP_GET,
+    XFER_VERBS_OP_FETCH,    /* tensor fetch; reads the data of a READ response */
+    XFER_VERBS_OP_CTRL,     /* an internal message waiting for credits; no user completion */
+} xfer_verbs_op_kind_t;
+
+/* What a queued op still has to post. */
+typedef enum {
+    XFER_VERBS_POST_NONE,
+    XFER_VERBS_POST_MSG,    /* a message through the slots (needs a credit) */
+    XFER_VERBS_POST_RDMA,   /* RDMA WRITE/READ chunks (needs send queue room) */
+} xfer_verbs_post_t;
+
+struct xfer_verbs_op {
+    ucs_list_link_t      list;      /* iface->posted, ch->pendq, or iface->compq */
+    xfer_verbs_op_kind_t kind;
+    xfer_comp_t          *comp;
+    xfer_iface_h         iface;
+    xfer_ep_h            ch;        /* the channel it runs on; RECV: filter, then source */
+    xfer_status_t        status;
+    size_t               length;    /* reported length */
+    uint64_t             tag;
+    int                  busy;      /* data is moving: too late to cancel */
+    int                  completed; /* on compq */
+    uint32_t             slot;      /* index in ch->slots while an answer is awaited */
+
+    ucs_list_link_t      busy_link; /* iface->busy: RECV/FETCH whose data is being read */
+    void                 *buf;
+    size_t               len;
+    xfer_memh_h          memh;      /* the user's registration of buf, or NULL */
+    uint32_t             lkey;      /* of buf (user memh or cache entry) */
+    xfer_verbs_mr_t      *mr;       /* cache hold on buf, put at completion */
+    uint64_t             rtag, rmask;
+
+    /* message to send */
+    xfer_verbs_post_t    post;
+    int                  ctrl;      /* a control message: may use the reserved credits */
+    uint8_t              *msg;      /* header + extension (+ inline payload) */
+    size_t               msg_len;
+    const void           *payload;  /* eager data copied after msg when posting */
+    size_t               payload_len;
+
+    /* RDMA chunks */
+    int                  opcode;    /* IBV_WR_RDMA_WRITE / IBV_WR_RDMA_READ */
+    uint64_t             raddr;
+    uint32_t             rkey;
+    size_t               rdma_len;  /* bytes to move */
+    size_t               rdma_posted;
+    unsigned             rdma_inflight;
+    uint64_t             peer_id;   /* RECV: the sender's RTS id; FETCH: the producer's id */
+
+    /* FETCH */
+    void                 *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void                 *alloc_arg;
+    xfer_tensor_t        *result;
+    uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_VERBS_WIRE_TRESP_LEN];
+};
+
+/* An outstanding exchange of this side, found again by the id in the peer's answer. */
+typedef enum {
+    XFER_VERBS_SLOT_FREE,
+    XFER_VERBS_SLOT_SEND,       /* RTS sent, FIN awaited */
+    XFER_VERBS_SLOT_FETCH,      /* TREQ sent, TRESP awaited */
+    XFER_VERBS_SLOT_PREQ,       /* a TRESP READ sent, TDONE awaited */
+    XFER_VERBS_SLOT_TOMBSTONE,  /* a cancelled fetch whose TRESP is still to come */
+} xfer_verbs_slot_kind_t;
+
+typedef struct xfer_verbs_slot {
+    uint32_t               gen;
+    uint32_t               next_free;
+    xfer_verbs_slot_kind_t kind;
+    void                   *obj;    /* xfer_verbs_op_t, or xfer_verbs_preq_t for PREQ */
+} xfer_verbs_slot_t;
+
+/* ---- producer side of a tensor fetch --------------------------------------------------------- */
+
+struct xfer_verbs_preq {
+    xfer_tensor_waiter_t waiter;    /* handed to the framework */
+    ucs_list_link_t      list;      /* ch->preqs while waiting or answered, iface->releases */
+    xfer_iface_h         iface;
+    xfer_ep_h            ch;        /* NULL once the channel is gone */
+    uint64_t             id;        /* the consumer's request id */
+    uint32_t             slot;      /* ours while a READ answer is outstanding */
+    int                  answered;  /* ready() came */
+    int                  in_slot;
+    void                 *handle;   /* from ready(XFER_OK) */
+    xfer_verbs_mr_t      *mr;       /* cache hold on the source of a READ answer */
+    xfer_status_t        release_status;
+    uint64_t             step;
+    uint32_t             key_len;
+    char                 key[];
+};
+
+/* ---- unexpected tag messages ----------------------------------------------------------------- */
+
+struct xfer_verbs_unexp {
+    ucs_list_link_t list;           /* iface->unexp, arrival order */
+    xfer_ep_h       ch;
+    uint64_t        tag;
+    size_t          length;
+    int             rndv;           /* data is at the sender: read it at addr/rkey */
+    uint64_t        sender_id;
+    uint64_t        addr;
+    uint32_t        rkey;
+    int             held_credit;    /* its credit is returned when it is received */
+    uint8_t         data[];
+};
+
+/* ---- channel (the component's endpoint) -------------------------------------------------------- */
+
+typedef enum {
+    XFER_VERBS_CH_CREATED,      /* QP in INIT, receives posted */
+    XFER_VERBS_CH_WAIT_PEER,    /* QP in RTS; the peer's "ready" byte not seen yet */
+    XFER_VERBS_CH_CONNECTED,
+    XFER_VERBS_CH_FAILED,
+} xfer_verbs_ch_state_t;
+
+struct xfer_ep {
+    xfer_iface_h          iface;
+    ucs_list_link_t       list;         /* iface->channels */
+    uint32_t              id;           /* in wr_id, to find the channel of a completion */
+    void                  *fw_ep;
+    int                   sock;         /* the bootstrap connection: readiness and liveness */
+    int                   is_server;
+    xfer_verbs_ch_state_t state;
+    xfer_status_t         fail_status;
+    char                  fail_reason[XFER_REASON_MAX];
+    int                   in_notify;    /* ep_failed pending */
+    ucs_list_link_t       notify_link;
+
+    struct ibv_qp         *qp;
+    uint32_t              psn;
+    xfer_verbs_wire_ep_addr_t peer;     /* the peer's endpoint address */
+    xfer_verbs_wire_iface_addr_t peer_iface;
+    uint64_t              max_msg_size; /* min(ours, the peer's) */
+    uint32_t              max_key_len;
+
+    /* receive side: rx_slots buffers of seg_size in one registered slab */
+    uint8_t               *rx_slab;
+    struct ibv_mr         *rx_mr;
+    uint32_t              rx_slots;
+    uint32_t              credits_owed; /* consumed and reposted, not yet returned */
+    uint32_t              credits_held; /* held back for unexpected messages over the cap */
+
+    /* send side */
+    uint32_t              credits;      /* receives the peer has posted for us */
+    uint32_t              sq_free;      /* send queue entries we may still post */
+    uint32_t              sq_len;
+    uint64_t              sq_posted;    /* work requests posted, ever */
+    uint64_t              sq_done;      /* ... known complete */
+    uint32_t              unsignaled;
+    uint8_t               *tx_slab;     /* ring of tx_slots copy buffers */
+    struct ibv_mr         *tx_mr;
+    uint32_t              tx_slots;
+    uint64_t              tx_head;      /* buffers taken, ever */
+    uint64_t              tx_tail;      /* ... released */
+    /* signaled work requests: what completed with them */
+    struct xfer_verbs_wr {
+        uint64_t        seq;            /* sq_posted after it */
+        uint64_t        tx_head;        /* tx_head after it */
+        xfer_verbs_op_t *op;            /* RDMA chunk of op, or NULL */
+        void            *preq;          /* unused */
+    }                     *wrs;
+    uint32_t              wr_head, wr_tail;   /* ring of sq_len entries */
+    ucs_list_link_t       pendq;        /* xfer_verbs_op_t waiting to be posted, in order */
+    unsigned              rd_inflight;  /* RDMA READs outstanding (max_rd_atomic) */
+
+    xfer_verbs_slot_t     *slots;
+    uint32_t              num_slots;
+    uint32_t              free_slot;
+    uint32_t              busy_slots;
+    ucs_list_link_t       preqs;
+
+    uint64_t              *ka_word;     /* the peer RDMA-writes here to probe us */
+    struct ibv_mr         *ka_mr;
+    double                last_activity;
+    int                   ka_pending;
+};
+
+/* ---- interface (the adapter) ------------------------------------------------------------------ */
+
+struct xfer_iface {
+    const xfer_verbs_config_t *cfg;
+    xfer_iface_params_t       params;
+    char                      dev_name[64];
+    struct ibv_context        *ctx;
+    struct ibv_pd             *pd;
+    struct ibv_comp_channel   *comp_channel;
+    struct ibv_cq             *cq;
+    int                       cq_len;       /* entries the CQ holds */
+    int                       cq_committed; /* entries the channels' queues could fill */
+    int                       cq_armed;
+    uint8_t                   port;
+    int                       gid_index;
+    union ibv_gid             gid;
+    struct ibv_port_attr      port_attr;
+    struct ibv_device_attr    dev_attr;
+    uint32_t                  max_inline;
+    xfer_verbs_mrc_t          *mrc;
+    int                       epfd;         /* comp channel, timer, channels' sockets */
+    int                       timerfd;
+    unsigned                  progress_count;
+    uint32_t                  next_ch_id;
+    ucs_list_link_t           channels;
+    ucs_list_link_t           posted;       /* RECV ops, posting order */
+    ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
+    ucs_list_link_t           unexp;        /* xfer_verbs_unexp_t, arrival order */
+    uint64_t                  unexp_bytes;
+    ucs_list_link_t           compq;        /* completed ops, callback pending */
+    ucs_list_link_t           releases;     /* preqs to release (tensor_release pending) */
+    ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
+    struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
+    int                       backlog_len;
+    uint8_t                   address[XFER_VERBS_WIRE_IFACE_ADDR_LEN];
+};
+
+struct xfer_memh {
+    struct ibv_mr *mr;
+};
+
+struct xfer_rkey {
+    uint64_t addr;
+    uint64_t length;
+    uint32_t rkey;
+};
+
+/* wr_id: channel id in the upper half; the lower half is a slot (receive) or a ring index
+ * of ch->wrs (signaled send) or XFER_VERBS_WR_NONE (unsignaled). */
+#define XFER_VERBS_WR_RECV   0x80000000u
+#define XFER_VERBS_WR_NONE   0x7fffffffu
+#define XFER_VERBS_WR_CREDIT 0x7ffffffeu
+
+/* ---- verbs_adapter.c -------------------------------------------------------------------------- */
+xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
+                                    xfer_iface_h *iface_p);
+void xfer_verbs_iface_close(xfer_iface_h iface);
+xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
+unsigned xfer_verbs_iface_progress(xfer_iface_h iface);
+int xfer_verbs_iface_event_fd(xfer_iface_h iface);
+xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface);
+xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+/* Make room in the CQ for n more entries (resizing it); XFER_ERR_NO_RESOURCE if it can't. */
+xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n);
+xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
+double xfer_verbs_now(void);
+
+xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
+                                   xfer_comp_t *comp);
+/* Queue op's completion for progress(); releases its cache hold. CTRL ops are freed. */
+void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t length,
+                            uint64_t tag);
+void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch);
+/* The lkey of [buf, buf+len): the user's registration, or a cache hold kept in op->mr. */
+xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh);
+
+/* ---- verbs_channel.c -------------------------------------------------------------------------- */
+xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
+                                   xfer_ep_h *ep_p);
+xfer_status_t xfer_verbs_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
+xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
+void xfer_verbs_ep_destroy(xfer_ep_h ep);
+xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch);
+/* Queue op (post == MSG or RDMA) behind what is already queued; posts what can go now. */
+void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op);
+/* Build a control message of ext_len extension bytes and payload and submit it. */
+xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                      const void *ext, size_t ext_len, const void *payload,
+                                      size_t payload_len);
+void xfer_verbs_ch_progress_pending(xfer_ep_h ch);
+void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
+void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Socket events of the bootstrap connection. */
+void xfer_verbs_ch_sock_event(xfer_ep_h ch);
+void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
+/* A received data message was consumed later (unexpected over the cap). */
+void xfer_verbs_ch_credit_release(xfer_ep_h ch);
+xfer_status_t xfer_verbs_slot_alloc(xfer_ep_h ch, xfer_verbs_slot_kind_t kind, void *obj,
+                                    uint64_t *id_p);
+xfer_verbs_slot_t *xfer_verbs_slot_find(xfer_ep_h ch, uint64_t id);
+void xfer_verbs_slot_free(xfer_ep_h ch, uint32_t idx);
+
+/* ---- verbs_rma.c ------------------------------------------------------------------------------ */
+xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                                 xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+void xfer_verbs_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
+xfer_status_t xfer_verbs_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
+                                   size_t *len_p);
+xfer_status_t xfer_verbs_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
+                                     xfer_rkey_h *rkey_p);
+void xfer_verbs_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
+xfer_status_t xfer_verbs_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                             uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+xfer_status_t xfer_verbs_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                             uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+/* All RDMA chunks of op are done (status of the last failure, or XFER_OK). */
+void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status);
+
+/* ---- verbs_tag.c ------------------------------------------------------------------------------ */
+xfer_status_t xfer_verbs_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
+                                  xfer_memh_h memh, xfer_comp_t *comp);
+xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
+                                  uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
+                                  xfer_comp_t *comp);
+xfer_status_t xfer_verbs_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                    xfer_status_t status);
+/* Incoming TAG / RTS / FIN; why is filled on a protocol error. */
+xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                const uint8_t *ext, char *why, size_t why_size);
+void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status);
+void xfer_verbs_unexp_drop_ch(xfer_iface_h iface, xfer_ep_h ch, int all);
+
+/* ---- verbs_tensor.c --------------------------------------------------------------------------- */
+xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                      xfer_comp_t *comp);
+xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                       xfer_status_t status);
+/* Incoming TREQ / TRESP / TDONE / TCANCEL. */
+xfer_status_t xfer_verbs_tensor_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                   const uint8_t *ext, char *why, size_t why_size);
+void xfer_verbs_fetch_read_done(xfer_verbs_op_t *op, xfer_status_t status);
+/* Release what the producer side of ch holds. */
+void xfer_verbs_preq_drop_ch(xfer_ep_h ch, xfer_status_t status);
+void xfer_verbs_preq_release(xfer_verbs_preq_t *preq);
+
+#endif

@@ -1,0 +1,592 @@
+/*
+ * The verbs adapter: one opened device port with its protection domain, one completion queue
+ * shared by every channel (resized so that it can hold every entry the channels' queues could
+ * produce: a CQ overrun is a fatal asynchronous error), a completion channel, and the
+ * progress engine.
+ *
+ * Progress polls the CQ. Sleeping goes through one epoll set holding the completion channel,
+ * a timer (keepalive probes of idle channels) and every channel's bootstrap socket (the
+ * peer's readiness, and its death: a closed socket is faster than any RDMA timeout). Arming
+ * asks for a completion event and then polls the CQ once more: a completion that arrived
+ * between the last poll and the request would raise no event (the race the seeds describe).
+ */
+#include "verbs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROGRESS_FD_PERIOD 64   /* look at sockets and the timer every this many progress() */
+
+double xfer_verbs_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int port_matches(const char *filter, const char *dev, unsigned port)
+{
+    char full[80];
+
+    if ((filter == NULL) || (*filter == '\0')) {
+        return 1;
+    }
+    snprintf(full, sizeof(full), "%s:%u", dev, port);
+    return (strcmp(filter, dev) == 0) || (strcmp(filter, full) == 0);
+}
+
+/* RoCE: the RoCE v2 GID of an IPv4 address (::ffff:a.b.c.d), else any RoCE v2 GID, else 0.
+ * InfiniBand: GID 0. */
+static int gid_pick(xfer_iface_h iface)
+{
+    int v2 = -1;
+
+    if (iface->port_attr.link_layer != IBV_LINK_LAYER_ETHERNET) {
+        return 0;
+    }
+    for (int i = 0; i < iface->port_attr.gid_tbl_len; i++) {
+        static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        struct ibv_gid_entry entry;
+
+        if ((ibv_query_gid_ex(iface->ctx, iface->port, (uint32_t)i, &entry, 0) != 0) ||
+            (entry.gid_type != IBV_GID_TYPE_ROCE_V2)) {
+            continue;
+        }
+        if (memcmp(entry.gid.raw, v4_prefix, sizeof(v4_prefix)) == 0) {
+            return i;
+        }
+        if (v2 < 0) {
+            v2 = i;
+        }
+    }
+    return (v2 >= 0) ? v2 : 0;
+}
+
+/* Open the first ACTIVE port that XFER_VERBS_DEVICE allows. */
+static xfer_status_t port_open(xfer_iface_h iface)
+{
+    const char *filter = iface->cfg->device;
+    struct ibv_device **list;
+    int num = 0;
+    unsigned seen = 0;
+
+    list = ibv_get_device_list(&num);
+    if (list == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "ibv_get_device_list: %s", strerror(errno));
+        return XFER_ERR_UNAVAILABLE;
+    }
+    for (int d = 0; (d < num) && (iface->ctx == NULL); d++) {
+        const char *name       = ibv_get_device_name(list[d]);
+        struct ibv_context *ctx = ibv_open_device(list[d]);
+
+        if (ctx == NULL) {
+            continue;
+        }
+        if (ibv_query_device(ctx, &iface->dev_attr) == 0) {
+            for (unsigned p = 1; p <= iface->dev_attr.phys_port_cnt; p++) {
+                if (!port_matches(filter, name, p) ||
+                    (ibv_query_port(ctx, (uint8_t)p, &iface->port_attr) != 0)) {
+                    continue;
+                }
+                seen++;
+                if (iface->port_attr.state == IBV_PORT_ACTIVE) {
+                    iface->ctx  = ctx;
+                    iface->port = (uint8_t)p;
+                    snprintf(iface->dev_name, sizeof(iface->dev_name), "%s:%u", name, p);
+                    break;
+                }
+            }
+        }
+        if (iface->ctx != ctx) {
+            ibv_close_device(ctx);
+        }
+    }
+    ibv_free_device_list(list);
+    if (iface->ctx == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "no ACTIVE RDMA port%s%s (%u matching "
+                 "ports seen)", *filter ? " matches XFER_VERBS_DEVICE=" : "", filter, seen);
+        return XFER_ERR_UNAVAILABLE;
+    }
+    return XFER_OK;
+}
+
+static xfer_status_t gid_setup(xfer_iface_h iface)
+{
+    int idx = (iface->cfg->gid_index >= 0) ? (int)iface->cfg->gid_index : gid_pick(iface);
+
+    if ((idx >= iface->port_attr.gid_tbl_len) ||
+        (ibv_query_gid(iface->ctx, iface->port, idx, &iface->gid) != 0)) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: cannot read GID index %d (table of "
+                 "%d)", iface->dev_name, idx, iface->port_attr.gid_tbl_len);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    iface->gid_index = idx;
+    return XFER_OK;
+}
+
+static void address_build(xfer_iface_h iface)
+{
+    xfer_verbs_wire_iface_addr_t a;
+
+    memset(&a, 0, sizeof(a));
+    memcpy(a.gid, iface->gid.raw, 16);
+    a.lid           = iface->port_attr.lid;
+    a.port          = iface->port;
+    a.link_layer    = iface->port_attr.link_layer;
+    a.active_mtu    = (uint8_t)iface->port_attr.active_mtu;
+    a.gid_index     = (uint8_t)iface->gid_index;
+    a.subnet_prefix = be64toh(iface->gid.global.subnet_prefix);
+    xfer_verbs_wire_pack_iface_addr(&a, iface->address);
+}
+
+static xfer_status_t events_setup(xfer_iface_h iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+    int flags;
+
+    iface->timerfd = -1;
+    iface->epfd    = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    flags = fcntl(iface->comp_channel->fd, F_GETFL);
+    if ((flags < 0) || (fcntl(iface->comp_channel->fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    ev.data.ptr = NULL;
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->comp_channel->fd, &ev) != 0) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    if (iface->cfg->keepalive > 0) {
+        double period = iface->cfg->keepalive / 2;
+        struct itimerspec its;
+
+        iface->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (iface->timerfd < 0) {
+            return XFER_ERR_NO_RESOURCE;
+        }
+        its.it_interval.tv_sec  = (time_t)period;
+        its.it_interval.tv_nsec = (long)((period - (double)(time_t)period) * 1e9);
+        if ((its.it_interval.tv_sec == 0) && (its.it_interval.tv_nsec < 1000000)) {
+            its.it_interval.tv_nsec = 1000000;
+        }
+        its.it_value = its.it_interval;
+        ev.data.ptr  = &iface->timerfd;
+        if ((timerfd_settime(iface->timerfd, 0, &its, NULL) != 0) ||
+            (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0)) {
+            return XFER_ERR_NO_RESOURCE;
+        }
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
+                                    xfer_iface_h *iface_p)
+{
+    xfer_verbs_mrc_params_t mrc_params;
+    xfer_iface_h iface;
+    xfer_status_t status;
+
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->cfg    = config;
+    iface->params = *params;
+    iface->epfd   = iface->timerfd = -1;
+    ucs_list_head_init(&iface->channels);
+    ucs_list_head_init(&iface->posted);
+    ucs_list_head_init(&iface->busy);
+    ucs_list_head_init(&iface->unexp);
+    ucs_list_head_init(&iface->compq);
+    ucs_list_head_init(&iface->releases);
+    ucs_list_head_init(&iface->notify);
+
+    status = port_open(iface);
+    if (status != XFER_OK) {
+        goto err;
+    }
+    status = gid_setup(iface);
+    if (status != XFER_OK) {
+        goto err;
+    }
+    status          = XFER_ERR_NO_RESOURCE;
+    iface->pd       = ibv_alloc_pd(iface->ctx);
+    iface->comp_channel = (iface->pd != NULL) ? ibv_create_comp_channel(iface->ctx) : NULL;
+    if (iface->comp_channel == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: cannot allocate a protection domain "
+                 "or completion channel: %s", iface->dev_name, strerror(errno));
+        goto err;
+    }
+    iface->cq_len = (int)iface->cfg->cq_size;
+    if (iface->cq_len > iface->dev_attr.max_cqe) {
+        iface->cq_len = iface->dev_attr.max_cqe;
+    }
+    iface->cq = ibv_create_cq(iface->ctx, iface->cq_len, iface, iface->comp_channel, 0);
+    if (iface->cq == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_create_cq(%d): %s",
+                 iface->dev_name, iface->cq_len, strerror(errno));
+        goto err;
+    }
+    iface->cq_len = iface->cq->cqe;
+    if (events_setup(iface) != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "cannot set up event descriptors: %s",
+                 strerror(errno));
+        goto err;
+    }
+    mrc_params.pd          = iface->pd;
+    mrc_params.access      = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                             IBV_ACCESS_REMOTE_WRITE;
+    mrc_params.max_entries = iface->cfg->mrc_max_entries;
+    mrc_params.max_bytes   = iface->cfg->mrc_max_bytes;
+    status = xfer_verbs_mrc_create(&mrc_params, &iface->mrc);
+    if (status != XFER_OK) {
+        goto err;
+    }
+    iface->max_inline = (uint32_t)iface->cfg->max_inline;
+    address_build(iface);
+    xfer_log_at(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "opened %s (GID index %d, MTU %d, %s)",
+                iface->dev_name, iface->gid_index, 128 << iface->port_attr.active_mtu,
+                (iface->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) ? "RoCE" :
+                "InfiniBand");
+    *iface_p = iface;
+    return XFER_OK;
+
+err:
+    xfer_verbs_iface_close(iface);
+    return status;
+}
+
+/* Deliver queued completions, tensor releases and failure notices. */
+static unsigned deliver(xfer_iface_h iface)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&iface->compq)) {
+        xfer_verbs_op_t *op = ucs_list_extract_head(&iface->compq, xfer_verbs_op_t, list);
+        xfer_comp_t *comp   = op->comp;
+        xfer_status_t st    = op->status;
+        size_t length       = op->length;
+        uint64_t tag        = op->tag;
+
+        free(op);
+        comp->cb(comp, st, length, tag);
+        count++;
+    }
+    while (!ucs_list_is_empty(&iface->releases)) {
+        xfer_verbs_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_verbs_preq_t,
+                                                        list);
+
+        xfer_verbs_preq_release(preq);
+        count++;
+    }
+    while (!ucs_list_is_empty(&iface->notify)) {
+        xfer_ep_h ch = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
+
+        ch->in_notify = 0;
+        iface->params.ep_failed(iface->params.fw_arg, ch->fw_ep, ch->fail_status,
+                                ch->fail_reason);
+        count++;
+    }
+    return count;
+}
+
+void xfer_verbs_iface_close(xfer_iface_h iface)
+{
+    if (iface == NULL) {
+        return;
+    }
+    while (!ucs_list_is_empty(&iface->channels)) {
+        xfer_verbs_ep_destroy(ucs_list_head(&iface->channels, struct xfer_ep, list));
+    }
+    while (!ucs_list_is_empty(&iface->posted)) {
+        xfer_verbs_op_t *op = ucs_list_extract_head(&iface->posted, xfer_verbs_op_t, list);
+
+        xfer_verbs_op_complete(op, XFER_ERR_CANCELED, 0, 0);
+    }
+    xfer_verbs_unexp_drop_ch(iface, NULL, 1);
+    deliver(iface);
+    if (iface->mrc != NULL) {
+        xfer_verbs_mrc_destroy(iface->mrc);
+    }
+    if (iface->timerfd >= 0) {
+        close(iface->timerfd);
+    }
+    if (iface->epfd >= 0) {
+        close(iface->epfd);
+    }
+    if (iface->cq != NULL) {
+        ibv_destroy_cq(iface->cq);
+    }
+    if (iface->comp_channel != NULL) {
+        ibv_destroy_comp_channel(iface->comp_channel);
+    }
+    if (iface->pd != NULL) {
+        ibv_dealloc_pd(iface->pd);
+    }
+    if (iface->ctx != NULL) {
+        ibv_close_device(iface->ctx);
+    }
+    free(iface);
+}
+
+xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
+{
+    if (*len_p < sizeof(iface->address)) {
+        *len_p = sizeof(iface->address);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    memcpy(buf, iface->address, sizeof(iface->address));
+    *len_p = sizeof(iface->address);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n)
+{
+    int want = iface->cq_committed + n;
+
+    if (want > iface->cq_len) {
+        int size = iface->cq_len;
+
+        while (size < want) {
+            size *= 2;
+        }
+        if (size > iface->dev_attr.max_cqe) {
+            size = iface->dev_attr.max_cqe;
+        }
+        if ((size < want) || (ibv_resize_cq(iface->cq, size) != 0)) {
+            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: the completion queue cannot grow "
+                     "to %d entries for another channel (device limit %d): %s",
+                     iface->dev_name, want, iface->dev_attr.max_cqe, strerror(errno));
+            return XFER_ERR_NO_RESOURCE;
+        }
+        iface->cq_len = iface->cq->cqe;
+    }
+    iface->cq_committed = want;
+    return XFER_OK;
+}
+
+xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id)
+{
+    xfer_ep_h ch;
+
+    ucs_list_for_each(ch, &iface->channels, list) {
+        if (ch->id == id) {
+            return ch;
+        }
+    }
+    return NULL;
+}
+
+static void wc_dispatch(xfer_iface_h iface, const struct ibv_wc *wc)
+{
+    xfer_ep_h ch = xfer_verbs_channel_find(iface, (uint32_t)(wc->wr_id >> 32));
+
+    if (ch != NULL) {
+        xfer_verbs_ch_handle_wc(ch, wc);
+    }   /* else: a channel destroyed since; its completions mean nothing now */
+}
+
+static unsigned cq_poll(xfer_iface_h iface)
+{
+    struct ibv_wc wc[XFER_VERBS_CQ_BATCH];
+    unsigned count = 0;
+    int n;
+
+    if (iface->backlog_len > 0) {
+        int len = iface->backlog_len;
+
+        iface->backlog_len = 0;
+        for (int i = 0; i < len; i++) {
+            wc_dispatch(iface, &iface->backlog[i]);
+        }
+        count += (unsigned)len;
+    }
+    do {
+        n = ibv_poll_cq(iface->cq, XFER_VERBS_CQ_BATCH, wc);
+        for (int i = 0; i < n; i++) {
+            wc_dispatch(iface, &wc[i]);
+        }
+        count += (n > 0) ? (unsigned)n : 0;
+    } while ((n == XFER_VERBS_CQ_BATCH) && (count < 8 * XFER_VERBS_CQ_BATCH));
+    if (n < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
+                 iface->dev_name, n);
+    }
+    return count;
+}
+
+static void comp_events_drain(xfer_iface_h iface)
+{
+    struct ibv_cq *cq;
+    void *ctx;
+
+    while (ibv_get_cq_event(iface->comp_channel, &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        iface->cq_armed = 0;
+    }
+}
+
+static unsigned fds_poll(xfer_iface_h iface)
+{
+    struct epoll_event evs[16];
+    unsigned count = 0;
+    int n;
+
+    n = epoll_wait(iface->epfd, evs, 16, 0);
+    for (int i = 0; i < n; i++) {
+        if (evs[i].data.ptr == NULL) {
+            comp_events_drain(iface);
+        } else if (evs[i].data.ptr == &iface->timerfd) {
+            uint64_t ticks;
+            double now = xfer_verbs_now();
+            xfer_ep_h ch, tmp;
+
+            if (read(iface->timerfd, &ticks, sizeof(ticks)) < 0) {
+                continue;   /* EAGAIN: another reader was first */
+            }
+            ucs_list_for_each_safe(ch, tmp, &iface->channels, list) {
+                xfer_verbs_ch_timer(ch, now);
+            }
+        } else {
+            xfer_verbs_ch_sock_event(evs[i].data.ptr);
+            count++;
+        }
+    }
+    return count;
+}
+
+unsigned xfer_verbs_iface_progress(xfer_iface_h iface)
+{
+    unsigned count = cq_poll(iface);
+
+    if ((++iface->progress_count % PROGRESS_FD_PERIOD) == 0) {
+        count += fds_poll(iface);
+    }
+    return count + deliver(iface);
+}
+
+int xfer_verbs_iface_event_fd(xfer_iface_h iface)
+{
+    return iface->epfd;
+}
+
+xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
+{
+    int n;
+
+    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+        !ucs_list_is_empty(&iface->notify) || (iface->backlog_len > 0)) {
+        return XFER_ERR_BUSY;
+    }
+    if (fds_poll(iface) > 0) {
+        return XFER_ERR_BUSY;
+    }
+    comp_events_drain(iface);
+    if (!iface->cq_armed) {
+        if (ibv_req_notify_cq(iface->cq, 0) != 0) {
+            return XFER_ERR_BUSY;   /* cannot sleep on it: keep polling */
+        }
+        iface->cq_armed = 1;
+    }
+    /* a completion that came before the request raises no event: look once more */
+    n = ibv_poll_cq(iface->cq, XFER_VERBS_CQ_BATCH, iface->backlog);
+    if (n > 0) {
+        iface->backlog_len = n;
+        return XFER_ERR_BUSY;
+    }
+    return ucs_list_is_empty(&iface->compq) ? XFER_OK : XFER_ERR_BUSY;
+}
+
+xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    xfer_status_t st = xfer_verbs_tag_cancel(iface, comp, status);
+
+    return (st != XFER_ERR_NOT_FOUND) ? st : xfer_verbs_tensor_cancel(iface, comp, status);
+}
+
+/* ---- operations -------------------------------------------------------------------------- */
+
+xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
+                                   xfer_comp_t *comp)
+{
+    xfer_verbs_op_t *op = calloc(1, sizeof(*op));
+
+    if (op != NULL) {
+        op->iface = iface;
+        op->ch    = ch;
+        op->kind  = kind;
+        op->comp  = comp;
+        op->slot  = UINT32_MAX;
+        op->msg   = op->msg_buf;
+    }
+    return op;
+}
+
+void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t length,
+                            uint64_t tag)
+{
+    if (op->mr != NULL) {
+        xfer_verbs_mrc_put(op->iface->mrc, op->mr);
+        op->mr = NULL;
+    }
+    if (op->msg != op->msg_buf) {
+        free(op->msg);
+        op->msg = op->msg_buf;
+    }
+    if (op->kind == XFER_VERBS_OP_CTRL) {
+        free(op);
+        return;
+    }
+    op->status    = status;
+    op->length    = length;
+    op->tag       = tag;
+    op->completed = 1;
+    ucs_list_add_tail(&op->iface->compq, &op->list);
+}
+
+void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch)
+{
+    xfer_verbs_op_t *op, *tmp;
+
+    ucs_list_for_each_safe(op, tmp, &iface->compq, list) {
+        if (op->ch == ch) {
+            xfer_comp_t *comp = op->comp;
+            xfer_status_t st  = op->status;
+            size_t length     = op->length;
+            uint64_t tag      = op->tag;
+
+            ucs_list_del(&op->list);
+            free(op);
+            comp->cb(comp, st, length, tag);
+        }
+    }
+}
+
+xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh)
+{
+    xfer_status_t status;
+
+    if (op->len == 0) {
+        op->lkey = 0;
+        return XFER_OK;
+    }
+    if (memh != NULL) {
+        op->lkey = memh->mr->lkey;
+        return XFER_OK;
+    }
+    status = xfer_verbs_mrc_get(op->iface->mrc, op->buf, op->len, &op->mr);
+    if (status == XFER_OK) {
+        op->lkey = op->mr->mr->lkey;
+    }
+    return status;
+}

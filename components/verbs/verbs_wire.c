@@ -1,0 +1,301 @@
+/*
+ * Packing and validating parsing of the verbs messages and addresses (verbs_wire.h). Pure
+ * functions of their arguments, so that tests can build hostile messages with them.
+ */
+#include "verbs_wire.h"
+
+#include <xfer/component.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++, v >>= 8) {
+        p[i] = (uint8_t)v;
+    }
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++, v >>= 8) {
+        p[i] = (uint8_t)v;
+    }
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+           ((uint32_t)p[3] << 24);
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
+}
+
+const char *xfer_verbs_msg_name(unsigned type)
+{
+    static const char *const names[] = {
+        [XFER_VERBS_MSG_TAG]     = "TAG",
+        [XFER_VERBS_MSG_RTS]     = "RTS",
+        [XFER_VERBS_MSG_FIN]     = "FIN",
+        [XFER_VERBS_MSG_TREQ]    = "TREQ",
+        [XFER_VERBS_MSG_TRESP]   = "TRESP",
+        [XFER_VERBS_MSG_TDONE]   = "TDONE",
+        [XFER_VERBS_MSG_TCANCEL] = "TCANCEL",
+    };
+
+    return ((type < XFER_VERBS_MSG_LAST) && (names[type] != NULL)) ? names[type] : "?";
+}
+
+void xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf)
+{
+    put_u16(buf, XFER_VERBS_WIRE_MAGIC);
+    buf[2] = XFER_VERBS_WIRE_VERSION;
+    buf[3] = hdr->type;
+    put_u16(buf + 4, hdr->credits);
+    put_u16(buf + 6, 0);
+    put_u32(buf + 8, (uint32_t)hdr->status);
+    put_u32(buf + 12, hdr->length);
+    put_u64(buf + 16, hdr->id);
+    put_u64(buf + 24, hdr->tag);
+    put_u64(buf + 32, hdr->size);
+}
+
+/* The smallest extension each type carries. */
+static uint32_t min_ext(unsigned type)
+{
+    switch (type) {
+    case XFER_VERBS_MSG_RTS:   return XFER_VERBS_WIRE_RTS_LEN;
+    case XFER_VERBS_MSG_TREQ:  return XFER_VERBS_WIRE_TREQ_LEN + 1;
+    case XFER_VERBS_MSG_TRESP: return XFER_VERBS_WIRE_TRESP_LEN;
+    default:                   return 0;
+    }
+}
+
+xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
+                                         xfer_verbs_wire_hdr_t *hdr, char *why,
+                                         size_t why_size)
+{
+    if (msg_len < XFER_VERBS_WIRE_HDR_LEN) {
+        snprintf(why, why_size, "message of %zu bytes is shorter than a header (%u)", msg_len,
+                 XFER_VERBS_WIRE_HDR_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (get_u16(buf) != XFER_VERBS_WIRE_MAGIC) {
+        snprintf(why, why_size, "bad magic 0x%04x", get_u16(buf));
+        return XFER_ERR_PROTOCOL;
+    }
+    if (buf[2] != XFER_VERBS_WIRE_VERSION) {
+        snprintf(why, why_size, "wire version %u, this side speaks %u", buf[2],
+                 XFER_VERBS_WIRE_VERSION);
+        return XFER_ERR_PROTOCOL;
+    }
+    hdr->type    = buf[3];
+    hdr->credits = get_u16(buf + 4);
+    hdr->status  = (int32_t)get_u32(buf + 8);
+    hdr->length  = get_u32(buf + 12);
+    hdr->id      = get_u64(buf + 16);
+    hdr->tag     = get_u64(buf + 24);
+    hdr->size    = get_u64(buf + 32);
+    if ((hdr->type == 0) || (hdr->type >= XFER_VERBS_MSG_LAST)) {
+        snprintf(why, why_size, "unknown message type %u", hdr->type);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((uint64_t)hdr->length != msg_len - XFER_VERBS_WIRE_HDR_LEN) {
+        snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
+                 xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - XFER_VERBS_WIRE_HDR_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (hdr->length < min_ext(hdr->type)) {
+        snprintf(why, why_size, "%s of %" PRIu32 " bytes is shorter than its extension (%u)",
+                 xfer_verbs_msg_name(hdr->type), hdr->length, min_ext(hdr->type));
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->type == XFER_VERBS_MSG_RTS) && (hdr->length != XFER_VERBS_WIRE_RTS_LEN)) {
+        snprintf(why, why_size, "RTS carries %" PRIu32 " bytes, not %u", hdr->length,
+                 XFER_VERBS_WIRE_RTS_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (((hdr->type == XFER_VERBS_MSG_FIN) || (hdr->type == XFER_VERBS_MSG_TDONE) ||
+         (hdr->type == XFER_VERBS_MSG_TCANCEL)) && (hdr->length != 0)) {
+        snprintf(why, why_size, "%s carries %" PRIu32 " unexpected bytes",
+                 xfer_verbs_msg_name(hdr->type), hdr->length);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+void xfer_verbs_wire_pack_rts(const xfer_verbs_wire_rts_t *rts, uint8_t *buf)
+{
+    put_u64(buf, rts->addr);
+    put_u32(buf + 8, rts->rkey);
+    put_u32(buf + 12, 0);
+}
+
+void xfer_verbs_wire_unpack_rts(const uint8_t *buf, xfer_verbs_wire_rts_t *rts)
+{
+    rts->addr = get_u64(buf);
+    rts->rkey = get_u32(buf + 8);
+}
+
+void xfer_verbs_wire_pack_tresp(const xfer_verbs_wire_tresp_t *t, uint8_t *buf)
+{
+    put_u32(buf, t->mode);
+    put_u32(buf + 4, t->dtype);
+    put_u32(buf + 8, t->rank);
+    put_u32(buf + 12, t->is_dead);
+    for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
+        put_u64(buf + 16 + 8 * i, t->dims[i]);
+    }
+    put_u64(buf + 80, t->addr);
+    put_u32(buf + 88, t->rkey);
+    put_u32(buf + 92, t->reason_len);
+}
+
+xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_wire_hdr_t *hdr,
+                                           xfer_verbs_wire_tresp_t *t, char *why,
+                                           size_t why_size)
+{
+    uint64_t follows = hdr->length - XFER_VERBS_WIRE_TRESP_LEN;
+    int64_t dims[XFER_VERBS_WIRE_MAX_RANK];
+
+    t->mode       = get_u32(buf);
+    t->dtype      = get_u32(buf + 4);
+    t->rank       = get_u32(buf + 8);
+    t->is_dead    = get_u32(buf + 12);
+    for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
+        t->dims[i] = get_u64(buf + 16 + 8 * i);
+        dims[i]    = (int64_t)t->dims[i];
+    }
+    t->addr       = get_u64(buf + 80);
+    t->rkey       = get_u32(buf + 88);
+    t->reason_len = get_u32(buf + 92);
+
+    switch (t->mode) {
+    case XFER_VERBS_TRESP_ERROR:
+        if ((hdr->status == XFER_OK) || (t->reason_len > XFER_VERBS_WIRE_MAX_REASON) ||
+            (follows != t->reason_len)) {
+            snprintf(why, why_size, "error TRESP: status %" PRId32 ", reason of %" PRIu32
+                     " bytes, %" PRIu64 " bytes follow", hdr->status, t->reason_len, follows);
+            return XFER_ERR_PROTOCOL;
+        }
+        return XFER_OK;
+    case XFER_VERBS_TRESP_INLINE:
+    case XFER_VERBS_TRESP_READ:
+        break;
+    default:
+        snprintf(why, why_size, "TRESP mode %" PRIu32 " is unknown", t->mode);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->status != XFER_OK) || (t->reason_len != 0) || (t->is_dead > 1)) {
+        snprintf(why, why_size, "TRESP with data has status %" PRId32 ", reason %" PRIu32
+                 ", is_dead %" PRIu32, hdr->status, t->reason_len, t->is_dead);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (xfer_tensor_meta_check(t->dtype, t->rank, dims, hdr->size, (int)t->is_dead, why,
+                               why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    for (unsigned i = t->rank; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
+        if (t->dims[i] != 0) {
+            snprintf(why, why_size, "TRESP dimension %u is set beyond rank %" PRIu32, i,
+                     t->rank);
+            return XFER_ERR_PROTOCOL;
+        }
+    }
+    if ((t->mode == XFER_VERBS_TRESP_INLINE) ? (follows != hdr->size) : (follows != 0)) {
+        snprintf(why, why_size, "TRESP of a %" PRIu64 "-byte tensor (%s) carries %" PRIu64
+                 " bytes", hdr->size, (t->mode == XFER_VERBS_TRESP_INLINE) ? "inline" : "read",
+                 follows);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint8_t *buf)
+{
+    memcpy(buf, a->gid, 16);
+    put_u16(buf + 16, a->lid);
+    buf[18] = a->port;
+    buf[19] = a->link_layer;
+    buf[20] = a->active_mtu;
+    buf[21] = a->gid_index;
+    put_u16(buf + 22, 0);
+    put_u64(buf + 24, a->subnet_prefix);
+}
+
+xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
+                                                xfer_verbs_wire_iface_addr_t *a)
+{
+    if (len != XFER_VERBS_WIRE_IFACE_ADDR_LEN) {
+        return XFER_ERR_PROTOCOL;
+    }
+    memcpy(a->gid, buf, 16);
+    a->lid           = get_u16(buf + 16);
+    a->port          = buf[18];
+    a->link_layer    = buf[19];
+    a->active_mtu    = buf[20];
+    a->gid_index     = buf[21];
+    a->subnet_prefix = get_u64(buf + 24);
+    if ((a->active_mtu < 1) || (a->active_mtu > 5)) {  /* IBV_MTU_256 .. IBV_MTU_4096 */
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+void xfer_verbs_wire_pack_ep_addr(const xfer_verbs_wire_ep_addr_t *a, uint8_t *buf)
+{
+    put_u32(buf, a->qpn);
+    put_u32(buf + 4, a->psn);
+    put_u32(buf + 8, a->rx_slots);
+    put_u32(buf + 12, a->seg_size);
+    put_u64(buf + 16, a->max_msg_size);
+    put_u32(buf + 24, a->max_key_len);
+    put_u32(buf + 28, a->max_rd_atomic);
+    put_u64(buf + 32, a->ka_addr);
+    put_u32(buf + 40, a->ka_rkey);
+    put_u32(buf + 44, 0);
+}
+
+xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
+                                             xfer_verbs_wire_ep_addr_t *a, char *why,
+                                             size_t why_size)
+{
+    if (len != XFER_VERBS_WIRE_EP_ADDR_LEN) {
+        snprintf(why, why_size, "endpoint address of %zu bytes, expected %u", len,
+                 XFER_VERBS_WIRE_EP_ADDR_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    a->qpn           = get_u32(buf);
+    a->psn           = get_u32(buf + 4);
+    a->rx_slots      = get_u32(buf + 8);
+    a->seg_size      = get_u32(buf + 12);
+    a->max_msg_size  = get_u64(buf + 16);
+    a->max_key_len   = get_u32(buf + 24);
+    a->max_rd_atomic = get_u32(buf + 28);
+    a->ka_addr       = get_u64(buf + 32);
+    a->ka_rkey       = get_u32(buf + 40);
+    if ((a->qpn == 0) || (a->qpn > 0xffffff) || (a->psn > 0xffffff) || (a->rx_slots < 8) ||
+        (a->rx_slots > 65536) || (a->seg_size < 256) || (a->seg_size > (1u << 20)) ||
+        (a->max_rd_atomic == 0) || (a->max_msg_size == 0)) {
+        snprintf(why, why_size, "endpoint address out of range: qpn 0x%" PRIx32 " psn 0x%"
+                 PRIx32 " slots %" PRIu32 " segment %" PRIu32 " rd_atomic %" PRIu32, a->qpn,
+                 a->psn, a->rx_slots, a->seg_size, a->max_rd_atomic);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
