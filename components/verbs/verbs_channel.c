@@ -247,7 +247,6 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
                                    xfer_ep_h *ep_p)
 {
     const xfer_verbs_config_t *cfg = iface->cfg;
-    struct epoll_event ev          = {.events = EPOLLIN | EPOLLRDHUP};
     xfer_status_t status;
     xfer_ep_h ch;
     int flags;
@@ -321,11 +320,6 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
             xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "ibv_post_recv: %s", strerror(errno));
             goto err;
         }
-    }
-    ev.data.ptr = ch;
-    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, ch->sock, &ev) != 0) {
-        status = XFER_ERR_NO_RESOURCE;
-        goto err;
     }
     ucs_list_add_tail(&iface->channels, &ch->list);
     ch->last_activity = xfer_verbs_now();
@@ -443,6 +437,7 @@ static xfer_status_t qp_connect(xfer_ep_h ch)
 
 xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size_t addr_len)
 {
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
     char why[XFER_REASON_MAX];
     const char ready = READY_BYTE;
     xfer_status_t status;
@@ -467,6 +462,13 @@ xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size
                  " bytes, ours %" PRIu64 ": set XFER_VERBS_SEG_SIZE alike on both sides",
                  ch->peer.seg_size, ch->iface->cfg->seg_size);
         return XFER_ERR_UNREACHABLE;
+    }
+    /* watched only from now on: until ep_connect() the framework still reads the socket
+     * (maybe unlocked, beside a progress thread) */
+    ev.data.ptr = ch;
+    if (epoll_ctl(ch->iface->epfd, EPOLL_CTL_ADD, ch->sock, &ev) != 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "epoll_ctl: %s", strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
     }
     if (send(ch->sock, &ready, 1, MSG_NOSIGNAL) != 1) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "cannot tell the peer the channel is "
@@ -981,6 +983,9 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
     if (ch->state == XFER_VERBS_CH_FAILED) {
         epoll_ctl(ch->iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
         return;
+    }
+    if (ch->state == XFER_VERBS_CH_CREATED) {
+        return;     /* the framework's handshake still owns the socket */
     }
     n = recv(ch->sock, buf, sizeof(buf), 0);
     if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK) || (errno == EINTR))) {

@@ -43,8 +43,10 @@ static const xfer_param_desc_t verbs_params[] = {
     {"TIMEOUT", XFER_PARAM_TIME, "100ms",
      "Acknowledgement timeout of one RC retry (rounded up to 4.096 us x 2^n).",
      CFG(timeout), 1e-5, 8000.0, NULL},
-    {"RETRY_COUNT", XFER_PARAM_UINT, "7",
-     "RC retries before a channel fails (dead peer or link).", CFG(retry_count), 0, 7, NULL},
+    {"RETRY_COUNT", XFER_PARAM_UINT, "6",
+     "RC retries before a channel fails (dead peer or link). 7 means 'retry forever' to "
+     "Soft-RoCE (rdma_rxe), so a dead link would stall instead of failing.",
+     CFG(retry_count), 0, 7, NULL},
     {"RNR_RETRY", XFER_PARAM_UINT, "7",
      "Receiver-not-ready retries (7 = without limit).", CFG(rnr_retry), 0, 7, NULL},
     {"MAX_RD_ATOMIC", XFER_PARAM_UINT, "16",

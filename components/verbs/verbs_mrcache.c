@@ -14,11 +14,12 @@
  * deregistered when its last holder puts it; only lru entries are ever evicted, so a region is
  * never deregistered under an operation in flight.
  *
- * Why not ucs_rcache: in UCX 1.13 it learns about freed memory only through libucm's memory
- * hooks (UCM_EVENT_VM_UNMAPPED), offers no "invalidate this address range" call, and sizes
- * its LRU by regions and bytes including held ones; the contract here needs exact range
- * invalidation driven by the user's deregistration, bounds that exclude held entries, and no
- * hooks patched into the process.
+ * Why not ucs_rcache (UCX 1.13): ucs_rcache_create() always registers a libucm event handler
+ * (libucm then patches mmap/munmap in the process), it learns about freed memory only through
+ * those hooks and offers no "invalidate this address range" call (only one region at a time),
+ * its byte bound counts held regions too, and its optional PFN check ends in ucs_fatal(). The
+ * contract here needs exact range invalidation driven by the user, a byte bound on unheld
+ * entries only, no hooks in the process and no abort; its page table alone fits.
  *
  * ucs_pgtable calls ucs_fatal() if its directory allocator returns NULL. A library must not
  * abort, so directories come from a reserve that is topped up (with a failure we can report)
