@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# bench_verbs.sh [BUILD_DIR]: xfer's verbs transport against perftest, on one RDMA device, in
+# one run (one guest boot). Prints the figures, the ratios and whether the aims are met:
+#   put_bw  64 KiB   xfer_perf -t put_bw   vs ib_write_bw -s 65536    xfer >= 0.9 x perftest
+#   put_lat 8 B      xfer_perf -t put_lat  vs ib_write_lat -s 8       xfer <= 1.2 x perftest
+#   tag_lat 8 B      xfer_perf -t tag_lat  vs ib_send_lat -s 8        xfer <= 1.2 x perftest
+# Latencies are half round trips (perftest's *_lat and xfer_perf report the same), medians.
+# A tool, not a test: it exits 0 whatever the figures, non-zero only when something fails to run.
+#
+# Without an RDMA NIC, run it in the Soft-RoCE guest (absolute figures are emulation-bound;
+# only the ratios of one run mean anything):
+#   contrib/rxe_guest -- contrib/bench/bench_verbs.sh build
+# Knobs: BENCH_DEVICE (default: $XFER_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
+# (default: $XFER_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $XFER_GUEST_ADDR_A or
+# 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000).
+set -euo pipefail
+
+BUILD=${1:-${XFER_BUILD_DIR:-./build}}
+PERF=$BUILD/contrib/xfer_perf
+DEV=${BENCH_DEVICE:-${XFER_GUEST_DEVICE_A:-$(ibv_devices 2>/dev/null | awk 'NR > 2 {print $1; exit}')}}
+GIDX=${BENCH_GID_INDEX:-${XFER_GUEST_GID_INDEX_A:-1}}
+ADDR=${BENCH_ADDR:-${XFER_GUEST_ADDR_A:-127.0.0.1}}
+PORT=${BENCH_PORT:-18700}
+BW_ITERS=${BW_ITERS:-2000}
+LAT_ITERS=${LAT_ITERS:-5000}
+BW_SIZE=65536
+LAT_SIZE=8
+
+die() { echo "bench_verbs: $*" >&2; exit 1; }
+
+[ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
+[ -n "$DEV" ] || die "no RDMA device (run it in the guest: contrib/rxe_guest -- $0 $BUILD)"
+for tool in ib_write_bw ib_write_lat ib_send_lat jq ss; do
+    command -v "$tool" >/dev/null || die "$tool not found (apt-get install perftest jq iproute2)"
+done
+ulimit -l unlimited 2>/dev/null || true
+export XFER_VERBS_DEVICE=$DEV XFER_VERBS_GID_INDEX=$GIDX
+
+LOGDIR=$(mktemp -d)
+SERVERS=()
+cleanup() {
+    local pid
+    for pid in "${SERVERS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$LOGDIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server NAME CMD...: run CMD in the background and wait until it listens on $PORT
+start_server() {
+    local name=$1 log=$LOGDIR/$1.log
+    shift
+    "$@" >"$log" 2>&1 &
+    SERVERS+=($!)
+    for _ in $(seq 300); do
+        [ -n "$(ss -Hltn "sport = :$PORT")" ] && return 0
+        kill -0 "${SERVERS[-1]}" 2>/dev/null || { cat "$log" >&2; die "$name server exited"; }
+        sleep 0.1
+    done
+    cat "$log" >&2
+    die "$name server did not start in 30 s"
+}
+
+next_port() { PORT=$((PORT + 1)); }
+
+# perftest prints one result line that starts with the message size. Bandwidth comes from the
+# message rate (10^6 messages/s) times the size, so that MB means 10^6 bytes as in xfer_perf
+# (perftest's own MB column is 2^20 bytes).
+perftest_bw() {
+    local out
+    out=$("$@" 2>&1) || { echo "$out" >&2; die "$1 failed"; }
+    awk -v s=$BW_SIZE '$1 == s && NF >= 5 {print $5 * s}' <<<"$out" | tail -1
+}
+# columns: #bytes #iterations t_min t_max t_typical t_avg ...
+perftest_lat() {
+    local out
+    out=$("$@" 2>&1) || { echo "$out" >&2; die "$1 failed"; }
+    awk -v s=$LAT_SIZE '$1 == s && NF >= 6 {print $5}' <<<"$out" | tail -1
+}
+
+xfer_run() {   # xfer_run JQ_FIELD xfer_perf-args...
+    local field=$1 json
+    shift
+    start_server xfer "$PERF" -x verbs -p "$PORT"
+    json=$("$PERF" -x verbs "$@" --json -p "$PORT" "$ADDR") || die "xfer_perf $* failed"
+    [ "$(jq -r '.transport' <<<"$json")" = verbs ] || die "xfer_perf did not run over verbs"
+    jq ".results[0].$field" <<<"$json"
+    next_port
+}
+
+echo "# bench_verbs: device $DEV (GID index $GIDX), $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
+
+echo "# ib_write_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
+start_server ib_write_bw ib_write_bw -d "$DEV" -x "$GIDX" -s $BW_SIZE -n "$BW_ITERS" -p "$PORT"
+PT_PUT_BW=$(perftest_bw ib_write_bw -d "$DEV" -x "$GIDX" -s $BW_SIZE -n "$BW_ITERS" -p "$PORT" "$ADDR")
+next_port
+echo "# xfer_perf -t put_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
+X_PUT_BW=$(xfer_run bw_average_mbps -t put_bw -s $BW_SIZE -n "$BW_ITERS")
+
+echo "# ib_write_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
+start_server ib_write_lat ib_write_lat -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT"
+PT_PUT_LAT=$(perftest_lat ib_write_lat -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT" "$ADDR")
+next_port
+echo "# xfer_perf -t put_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
+X_PUT_LAT=$(xfer_run t_typical_usec -t put_lat -s $LAT_SIZE -n "$LAT_ITERS")
+
+echo "# ib_send_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
+start_server ib_send_lat ib_send_lat -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT"
+PT_TAG_LAT=$(perftest_lat ib_send_lat -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT" "$ADDR")
+next_port
+echo "# xfer_perf -t tag_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
+X_TAG_LAT=$(xfer_run t_typical_usec -t tag_lat -s $LAT_SIZE -n "$LAT_ITERS")
+
+for v in PT_PUT_BW X_PUT_BW PT_PUT_LAT X_PUT_LAT PT_TAG_LAT X_TAG_LAT; do
+    [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
+done
+
+awk -v pbw="$PT_PUT_BW" -v xbw="$X_PUT_BW" -v pl="$PT_PUT_LAT" -v xl="$X_PUT_LAT" \
+    -v pt="$PT_TAG_LAT" -v xt="$X_TAG_LAT" -v dev="$DEV" '
+function verdict(ok) { return ok ? "met" : "NOT met" }
+BEGIN {
+    printf "# xfer over verbs vs perftest on %s; MB = 10^6 bytes; latencies: median half round trip\n", dev
+    printf "%-30s %12s %12s %8s %s\n", "figure", "xfer_perf", "perftest", "ratio", "aim"
+    printf "%-30s %12.1f %12.1f %8.2f %s\n", "put_bw 65536 B [MB/s]", xbw, pbw, xbw / pbw,
+           "xfer >= 0.9 x ib_write_bw: " verdict(xbw >= 0.9 * pbw)
+    printf "%-30s %12.2f %12.2f %8.2f %s\n", "put_lat 8 B [usec]", xl, pl, xl / pl,
+           "xfer <= 1.2 x ib_write_lat: " verdict(xl <= 1.2 * pl)
+    printf "%-30s %12.2f %12.2f %8.2f %s\n", "tag_lat 8 B [usec]", xt, pt, xt / pt,
+           "xfer <= 1.2 x ib_send_lat: " verdict(xt <= 1.2 * pt)
+}'

@@ -1,0 +1,26 @@
+#!/bin/bash
+# make check's verbs part: the suites over real RDMA verbs, in a qemu guest with Soft-RoCE
+# (contrib/rxe_guest; the host kernel has no RDMA). One guest boot runs every transport-
+# parameterised suite with XFERTEST_TRANSPORT=verbs plus the verbs-specific suites; a second
+# boot with --two-hosts runs the test that takes a link down. Where no guest can run (no
+# qemu, no kernel package) the whole test is skipped with the reason; CI installs both, so
+# there it always runs.
+set -u
+
+src=${XFERTEST_SRC_DIR:?set by make check}
+build=${XFERTEST_BUILD_DIR:?set by make check}
+guest=$src/contrib/rxe_guest
+
+if ! why=$("$guest" --two-hosts --check); then
+    echo "SKIP: verbs suites need a Soft-RoCE guest: $why"
+    exit 77
+fi
+
+export XFERTEST_TRANSPORT=verbs
+rc=0
+# the parameterised suites, unchanged, then the verbs-specific ones
+"$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
+    memory rma tag tensor faults threads progress verbs_mrcache verbs || rc=1
+"$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
+    verbs:link_down || rc=1
+exit $rc
