@@ -2,6 +2,30 @@
 # Inside the guest: run test/test_<suite> for each argument (suite:test runs one test) and
 # report each suite's time; exit non-zero when any failed. Usage: verbs_suites.sh BUILD SUITE...
 set -u
+
+# Criterion's runner talks to its workers over a unix socket it must create in /tmp, and in
+# the guest /tmp is the host's (9p), where no socket can be made. Give the suites a private
+# tmpfs /tmp in a mount namespace, with the directory that holds the trees bound back in.
+if [[ $(stat -f -c %T /tmp) != tmpfs && -z ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
+    export RXE_SUITES_PRIVATE_TMP=1
+    exec unshare -m -- "$0" "$@"
+fi
+if [[ -n ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
+    mkdir -p /run/xfer-hosttmp
+    mount --bind /tmp /run/xfer-hosttmp
+    mount -t tmpfs tmpfs /tmp
+    for path in "$(readlink -f "$1")" "$(readlink -f "$(dirname "$0")")"; do
+        if [[ $path == /tmp/* ]]; then
+            top=${path#/tmp/}
+            top=${top%%/*}
+            if [[ ! -e /tmp/$top ]]; then
+                mkdir -p "/tmp/$top"
+                mount --bind "/run/xfer-hosttmp/$top" "/tmp/$top"
+            fi
+        fi
+    done
+fi
+
 build=$1
 shift
 rc=0

@@ -10,16 +10,16 @@
 # Without an RDMA NIC, run it in the Soft-RoCE guest (absolute figures are emulation-bound;
 # only the ratios of one run mean anything):
 #   contrib/rxe_guest -- contrib/bench/bench_verbs.sh build
-# Knobs: BENCH_DEVICE (default: $XFER_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
-# (default: $XFER_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $XFER_GUEST_ADDR_A or
+# Knobs: BENCH_DEVICE (default: $RXE_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
+# (default: $RXE_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $RXE_GUEST_ADDR_A or
 # 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000).
 set -euo pipefail
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
-DEV=${BENCH_DEVICE:-${XFER_GUEST_DEVICE_A:-$(ibv_devices 2>/dev/null | awk 'NR > 2 {print $1; exit}')}}
-GIDX=${BENCH_GID_INDEX:-${XFER_GUEST_GID_INDEX_A:-1}}
-ADDR=${BENCH_ADDR:-${XFER_GUEST_ADDR_A:-127.0.0.1}}
+DEV=${BENCH_DEVICE:-${RXE_GUEST_DEVICE_A:-$(ibv_devices 2>/dev/null | awk 'NR > 2 {print $1; exit}')}}
+GIDX=${BENCH_GID_INDEX:-${RXE_GUEST_GID_INDEX_A:-1}}
+ADDR=${BENCH_ADDR:-${RXE_GUEST_ADDR_A:-127.0.0.1}}
 PORT=${BENCH_PORT:-18700}
 BW_ITERS=${BW_ITERS:-2000}
 LAT_ITERS=${LAT_ITERS:-5000}
