@@ -3,10 +3,10 @@
  * hits and misses by address and length, merging, LRU eviction by entries and by bytes, held
  * entries surviving eviction and invalidation, caching off, and refused or failing requests.
  *
- * Needs an RDMA device; without one every test is skipped. contrib/rxe_guest boots Soft-RoCE,
- * but Criterion binds /tmp/criterion_<pid>.sock and the guest's /tmp is the host's over 9p,
- * which refuses sockets; give the run a private /tmp (the binary must live elsewhere):
- *   contrib/rxe_guest -- unshare -m sh -c 'mount -t tmpfs tmpfs /tmp && exec test/...'
+ * Needs an RDMA device; without one every test is skipped. make check runs it in a Soft-RoCE
+ * guest (test/verbs_guest.sh); by hand, from the build directory:
+ *   XFERTEST_TRANSPORT=verbs ../contrib/rxe_guest -- ../test/verbs_suites.sh . verbs_mrcache
+ * (verbs_suites.sh gives Criterion the private /tmp it needs for its socket in the guest).
  *
  * Buffers are page-aligned anonymous mappings so that which pages a registration covers is
  * known exactly; entries the tests want kept apart are a page or more apart (touching regions

@@ -11,10 +11,11 @@ if [[ $(stat -f -c %T /tmp) != tmpfs && -z ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
     exec unshare -m -- "$0" "$@"
 fi
 if [[ -n ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
+    keep=("$(readlink -f "$1")" "$(readlink -f "$(dirname "$0")")")   # before /tmp changes
     mkdir -p /run/xfer-hosttmp
     mount --bind /tmp /run/xfer-hosttmp
     mount -t tmpfs tmpfs /tmp
-    for path in "$(readlink -f "$1")" "$(readlink -f "$(dirname "$0")")"; do
+    for path in "${keep[@]}"; do
         if [[ $path == /tmp/* ]]; then
             top=${path#/tmp/}
             top=${top%%/*}
@@ -36,7 +37,7 @@ for arg in "$@"; do
         filter=(--filter "${suite#verbs_}/${arg#*:}")
     fi
     start=$SECONDS
-    echo "== test_$suite over $XFERTEST_TRANSPORT ${filter[*]}"
+    echo "== test_$suite over ${XFERTEST_TRANSPORT:-tcp} ${filter[*]}"
     if ! "$build/test/test_$suite" -j1 "${filter[@]}"; then
         echo "== test_$suite FAILED"
         rc=1
