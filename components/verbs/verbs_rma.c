@@ -5,7 +5,7 @@
  * to peers, so it must not reach further, as a merged cache entry could). Deregistering it
  * also drops the cache entries over the same memory: the user may free it next.
  *
- * The rkey travels as 24 bytes: magic "XVRK", rkey, base address, length (little-endian).
+ * The rkey travels in the form verbs_wire.h declares.
  * Transfers longer than the port's largest message are split into chunks.
  */
 #include "verbs.h"
@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RKEY_MAGIC 0x4b525658u    /* "XVRK" */
-#define RKEY_LEN   24u
 
 xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                  xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
@@ -60,56 +58,30 @@ void xfer_verbs_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     free(memh);
 }
 
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++, v >>= 8) {
-        p[i] = (uint8_t)v;
-    }
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    put_u32(p, (uint32_t)v);
-    put_u32(p + 4, (uint32_t)(v >> 32));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
-}
-
 xfer_status_t xfer_verbs_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                    size_t *len_p)
 {
-    uint8_t *p = buf;
+    xfer_verbs_wire_rkey_t w = {.rkey = memh->mr->rkey, .addr = (uintptr_t)memh->mr->addr,
+                                .length = memh->mr->length};
 
     (void)iface;
-    if (*len_p < RKEY_LEN) {
-        *len_p = RKEY_LEN;
+    if (*len_p < XFER_VERBS_WIRE_RKEY_LEN) {
+        *len_p = XFER_VERBS_WIRE_RKEY_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
-    put_u32(p, RKEY_MAGIC);
-    put_u32(p + 4, memh->mr->rkey);
-    put_u64(p + 8, (uintptr_t)memh->mr->addr);
-    put_u64(p + 16, memh->mr->length);
-    *len_p = RKEY_LEN;
+    xfer_verbs_wire_pack_rkey(&w, buf);
+    *len_p = XFER_VERBS_WIRE_RKEY_LEN;
     return XFER_OK;
 }
 
 xfer_status_t xfer_verbs_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
                                      xfer_rkey_h *rkey_p)
 {
-    const uint8_t *p = buf;
+    xfer_verbs_wire_rkey_t w;
     xfer_rkey_h rkey;
 
     (void)iface;
-    if ((len != RKEY_LEN) || (get_u32(p) != RKEY_MAGIC)) {
+    if (xfer_verbs_wire_unpack_rkey(buf, len, &w) != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "not a verbs remote key (%zu bytes)", len);
         return XFER_ERR_INVALID_PARAM;
     }
@@ -117,13 +89,9 @@ xfer_status_t xfer_verbs_rkey_unpack(xfer_iface_h iface, const void *buf, size_t
     if (rkey == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    rkey->rkey   = get_u32(p + 4);
-    rkey->addr   = get_u64(p + 8);
-    rkey->length = get_u64(p + 16);
-    if (rkey->addr + rkey->length < rkey->addr) {
-        free(rkey);
-        return XFER_ERR_INVALID_PARAM;
-    }
+    rkey->rkey   = w.rkey;
+    rkey->addr   = w.addr;
+    rkey->length = w.length;
     *rkey_p = rkey;
     return XFER_OK;
 }

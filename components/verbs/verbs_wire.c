@@ -299,3 +299,25 @@ xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
     }
     return XFER_OK;
 }
+
+#define RKEY_MAGIC 0x4b525658u    /* "XVRK" */
+
+void xfer_verbs_wire_pack_rkey(const xfer_verbs_wire_rkey_t *k, uint8_t *buf)
+{
+    put_u32(buf, RKEY_MAGIC);
+    put_u32(buf + 4, k->rkey);
+    put_u64(buf + 8, k->addr);
+    put_u64(buf + 16, k->length);
+}
+
+xfer_status_t xfer_verbs_wire_unpack_rkey(const uint8_t *buf, size_t len,
+                                          xfer_verbs_wire_rkey_t *k)
+{
+    if ((len != XFER_VERBS_WIRE_RKEY_LEN) || (get_u32(buf) != RKEY_MAGIC)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    k->rkey   = get_u32(buf + 4);
+    k->addr   = get_u64(buf + 8);
+    k->length = get_u64(buf + 16);
+    return (k->addr + k->length < k->addr) ? XFER_ERR_INVALID_PARAM : XFER_OK;
+}

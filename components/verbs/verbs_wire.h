@@ -127,6 +127,20 @@ xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
                                              xfer_verbs_wire_ep_addr_t *a, char *why,
                                              size_t why_size);
 
+/* A remote key: magic "XVRK", rkey, base address, length (24 bytes). */
+#define XFER_VERBS_WIRE_RKEY_LEN 24u
+
+typedef struct xfer_verbs_wire_rkey {
+    uint32_t rkey;
+    uint64_t addr;
+    uint64_t length;
+} xfer_verbs_wire_rkey_t;
+
+void xfer_verbs_wire_pack_rkey(const xfer_verbs_wire_rkey_t *k, uint8_t *buf);
+/* Checks the length, the magic and that addr + length does not wrap. */
+xfer_status_t xfer_verbs_wire_unpack_rkey(const uint8_t *buf, size_t len,
+                                          xfer_verbs_wire_rkey_t *k);
+
 const char *xfer_verbs_msg_name(unsigned type);
 
 #endif
