@@ -150,6 +150,9 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     pthread_mutex_init(&ctx->lock, &attr);
     pthread_mutexattr_destroy(&attr);
     pthread_cond_init(&ctx->cond, NULL);
+    if (xfer_request_pool_init(ctx) != XFER_OK) {
+        return XFER_ERR_NO_MEMORY;
+    }
 
     while (ctx->id == 0) {
         if (getrandom(&ctx->id, sizeof(ctx->id), 0) != sizeof(ctx->id)) {
@@ -204,6 +207,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         iface_close(&ctx->ifaces[i]);
     }
     xfer_requests_free_all(ctx);
+    xfer_request_pool_cleanup(ctx);
     xfer_ctx_unlock(ctx);
     free(ctx->ifaces);
     ctx->ifaces     = NULL;

@@ -6,9 +6,13 @@
 #include "xfer_int.h"
 #include "sock.h"
 
+#include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define REQUEST_SUBSYS "request"
+#define REQUEST_ALIGN  64     /* a cache line */
+#define REQUEST_CHUNK  128    /* requests per allocation of the pool */
 
 static void request_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                             uint64_t tag)
@@ -16,15 +20,42 @@ static void request_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t leng
     xfer_request_complete(ucs_container_of(self, xfer_request_t, comp), status, length, tag);
 }
 
+/* Requests come from a memory pool: one per operation, so malloc and free would be on the
+ * data path. The pool is guarded by the context's lock, as every request is. */
+static ucs_mpool_ops_t request_mp_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+};
+
+xfer_status_t xfer_request_pool_init(xfer_context_t *ctx)
+{
+    if (ucs_mpool_init(&ctx->req_mp, 0, sizeof(xfer_request_t), 0, REQUEST_ALIGN,
+                       REQUEST_CHUNK, UINT_MAX, &request_mp_ops, "xfer_requests") != UCS_OK) {
+        xfer_log(XFER_LOG_ERROR, REQUEST_SUBSYS, "cannot create the request pool");
+        return XFER_ERR_NO_MEMORY;
+    }
+    ctx->req_mp_ready = 1;
+    return XFER_OK;
+}
+
+void xfer_request_pool_cleanup(xfer_context_t *ctx)
+{
+    if (ctx->req_mp_ready) {
+        ucs_mpool_cleanup(&ctx->req_mp, 1);
+        ctx->req_mp_ready = 0;
+    }
+}
+
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
                                  xfer_fw_iface_t *fw_iface, xfer_request_cb_t cb,
                                  void *user_data)
 {
-    xfer_request_t *req = calloc(1, sizeof(*req));
+    xfer_request_t *req = ucs_mpool_get(&ctx->req_mp);
 
     if (req == NULL) {
         return NULL;
     }
+    memset(req, 0, sizeof(*req));
     req->comp.cb   = request_comp_cb;
     req->ctx       = ctx;
     req->kind      = kind;
@@ -40,7 +71,7 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
 static void request_free(xfer_request_t *req)
 {
     ucs_list_del(&req->list);
-    free(req);
+    ucs_mpool_put(req);
 }
 
 void xfer_request_discard(xfer_request_t *req)

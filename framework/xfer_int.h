@@ -9,6 +9,7 @@
 #include <xfer/info.h>
 
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <pthread.h>
 
@@ -103,6 +104,8 @@ struct xfer_context {
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
     ucs_list_link_t         requests;       /* every live xfer_request_t */
+    ucs_mpool_t             req_mp;         /* where they come from */
+    int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
 };
 
@@ -189,6 +192,8 @@ void xfer_request_discard(xfer_request_t *req);
 void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
                            uint64_t tag);
 void xfer_requests_free_all(xfer_context_t *ctx);
+xfer_status_t xfer_request_pool_init(xfer_context_t *ctx);
+void xfer_request_pool_cleanup(xfer_context_t *ctx);
 
 /* bootstrap.c */
 void xfer_listeners_close_all(xfer_context_t *ctx);

@@ -20,6 +20,7 @@
 
 #include <infiniband/verbs.h>
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -117,7 +118,7 @@ struct xfer_verbs_op {
     void                 *alloc_arg;
     xfer_tensor_t        *result;
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_VERBS_WIRE_TRESP_LEN];
-};
+};                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
 
 /* An outstanding exchange of this side, found again by the id in the peer's answer. */
 typedef enum {
@@ -236,7 +237,8 @@ struct xfer_ep {
 
     uint64_t              *ka_word;     /* the peer RDMA-writes here to probe us */
     struct ibv_mr         *ka_mr;
-    double                last_activity;
+    double                last_activity; /* as of the last timer tick that saw activity */
+    int                   active;        /* a completion since the last timer tick */
     int                   ka_pending;
 };
 
@@ -270,6 +272,8 @@ struct xfer_iface {
     ucs_list_link_t           unexp;        /* xfer_verbs_unexp_t, arrival order */
     uint64_t                  unexp_bytes;
     ucs_list_link_t           compq;        /* completed ops, callback pending */
+    ucs_mpool_t               op_mp;        /* xfer_verbs_op_t: one per operation */
+    int                       op_mp_ready;
     ucs_list_link_t           releases;     /* preqs to release (tensor_release pending) */
     ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
@@ -307,6 +311,7 @@ xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n);
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
 double xfer_verbs_now(void);
 
+void xfer_verbs_op_free(xfer_verbs_op_t *op);
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp);
 /* Queue op's completion for progress(); releases its cache hold. CTRL ops are freed. */

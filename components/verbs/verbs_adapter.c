@@ -5,8 +5,10 @@
  * progress engine.
  *
  * Progress polls the CQ. Sleeping goes through one epoll set holding the completion channel,
- * a timer (keepalive probes of idle channels) and every channel's bootstrap socket (the
- * peer's readiness, and its death: a closed socket is faster than any RDMA timeout). Arming
+ * a timer (keepalive probes of idle channels), the device's asynchronous events (a port that
+ * goes down, a QP or CQ in error: rxe may stall a QP whose own port died without completing
+ * anything, so only the event tells) and every channel's bootstrap socket (the peer's
+ * readiness, and its death: a closed socket is faster than any RDMA timeout). Arming
  * asks for a completion event and then polls the CQ once more: a completion that arrived
  * between the last poll and the request would raise no event (the race the seeds describe).
  */
@@ -15,6 +17,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +28,15 @@
 #include <unistd.h>
 
 #define PROGRESS_FD_PERIOD 64   /* look at sockets and the timer every this many progress() */
+#define OP_ALIGN           64   /* a cache line */
+#define OP_CHUNK           256  /* ops per allocation of the pool */
+
+/* Operations come from a memory pool: malloc and free per message would be on the data
+ * path. The pool is guarded by the context's lock, like everything of the iface. */
+static ucs_mpool_ops_t op_mp_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+};
 
 double xfer_verbs_now(void)
 {
@@ -166,6 +179,14 @@ static xfer_status_t events_setup(xfer_iface_h iface)
     if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->comp_channel->fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
     }
+    flags = fcntl(iface->ctx->async_fd, F_GETFL);
+    if ((flags < 0) || (fcntl(iface->ctx->async_fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    ev.data.ptr = iface->ctx;
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->ctx->async_fd, &ev) != 0) {
+        return XFER_ERR_NO_RESOURCE;
+    }
     if (iface->cfg->keepalive > 0) {
         double period = iface->cfg->keepalive / 2;
         struct itimerspec its;
@@ -210,6 +231,12 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->notify);
+    if (ucs_mpool_init(&iface->op_mp, 0, sizeof(xfer_verbs_op_t), 0, OP_ALIGN, OP_CHUNK,
+                       UINT_MAX, &op_mp_ops, "xfer_verbs_ops") != UCS_OK) {
+        free(iface);
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->op_mp_ready = 1;
 
     status = port_open(iface);
     if (status != XFER_OK) {
@@ -278,7 +305,7 @@ static unsigned deliver(xfer_iface_h iface)
         size_t length       = op->length;
         uint64_t tag        = op->tag;
 
-        free(op);
+        xfer_verbs_op_free(op);
         comp->cb(comp, st, length, tag);
         count++;
     }
@@ -317,6 +344,9 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     deliver(iface);
     if (iface->mrc != NULL) {
         xfer_verbs_mrc_destroy(iface->mrc);
+    }
+    if (iface->op_mp_ready) {
+        ucs_mpool_cleanup(&iface->op_mp, 1);
     }
     if (iface->timerfd >= 0) {
         close(iface->timerfd);
@@ -436,6 +466,8 @@ static void comp_events_drain(xfer_iface_h iface)
     }
 }
 
+static unsigned async_events(xfer_iface_h iface);
+
 static unsigned fds_poll(xfer_iface_h iface)
 {
     struct epoll_event evs[16];
@@ -446,6 +478,8 @@ static unsigned fds_poll(xfer_iface_h iface)
     for (int i = 0; i < n; i++) {
         if (evs[i].data.ptr == NULL) {
             comp_events_drain(iface);
+        } else if (evs[i].data.ptr == iface->ctx) {
+            count += async_events(iface);
         } else if (evs[i].data.ptr == &iface->timerfd) {
             uint64_t ticks;
             double now = xfer_verbs_now();
@@ -460,6 +494,92 @@ static unsigned fds_poll(xfer_iface_h iface)
         } else {
             xfer_verbs_ch_sock_event(evs[i].data.ptr);
             count++;
+        }
+    }
+    return count;
+}
+
+static void fail_all(xfer_iface_h iface, xfer_status_t status, const char *why)
+{
+    xfer_ep_h ch, tmp;
+
+    cq_poll(iface);     /* what completed before the event comes first */
+    ucs_list_for_each_safe(ch, tmp, &iface->channels, list) {
+        xfer_verbs_ch_fail(ch, status, "%s", why);
+    }
+}
+
+/* The device's asynchronous events. Each is acknowledged before it is acted on: destroying
+ * a QP waits for its events to be acknowledged. */
+static unsigned async_events(xfer_iface_h iface)
+{
+    struct ibv_async_event ev;
+    unsigned count = 0;
+
+    while (ibv_get_async_event(iface->ctx, &ev) == 0) {
+        enum ibv_event_type type = ev.event_type;
+        const char *name         = ibv_event_type_str(type);
+        uint32_t qp_num          = 0;
+        int port                 = 0;
+        char why[128];
+
+        switch (type) {
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_PATH_MIG_ERR:
+            qp_num = ev.element.qp->qp_num;
+            break;
+        case IBV_EVENT_PORT_ERR:
+        case IBV_EVENT_PORT_ACTIVE:
+        case IBV_EVENT_LID_CHANGE:
+        case IBV_EVENT_GID_CHANGE:
+        case IBV_EVENT_PKEY_CHANGE:
+        case IBV_EVENT_SM_CHANGE:
+        case IBV_EVENT_CLIENT_REREGISTER:
+            port = ev.element.port_num;
+            break;
+        default:
+            break;
+        }
+        ibv_ack_async_event(&ev);
+        count++;
+
+        switch (type) {
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_PATH_MIG_ERR: {
+            xfer_ep_h ch;
+
+            ucs_list_for_each(ch, &iface->channels, list) {
+                if ((ch->qp != NULL) && (ch->qp->qp_num == qp_num)) {
+                    cq_poll(iface);
+                    xfer_verbs_ch_fail(ch, XFER_ERR_CONNECTION, "asynchronous event %s", name);
+                    break;
+                }
+            }
+            break;
+        }
+        case IBV_EVENT_PORT_ERR:
+            if (port == iface->port) {
+                snprintf(why, sizeof(why), "port %s went down (%s)", iface->dev_name, name);
+                xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "%s: failing its %zu channel(s)",
+                         why, ucs_list_length(&iface->channels));
+                fail_all(iface, XFER_ERR_CONNECTION, why);
+            }
+            break;
+        case IBV_EVENT_CQ_ERR:
+        case IBV_EVENT_DEVICE_FATAL:
+            snprintf(why, sizeof(why), "device %s: %s", iface->dev_name, name);
+            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: failing its %zu channel(s)", why,
+                     ucs_list_length(&iface->channels));
+            fail_all(iface, XFER_ERR_IO, why);
+            break;
+        default:
+            xfer_log(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "%s: asynchronous event %s (port %d)",
+                     iface->dev_name, name, port);
+            break;
         }
     }
     return count;
@@ -519,9 +639,10 @@ xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_stat
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp)
 {
-    xfer_verbs_op_t *op = calloc(1, sizeof(*op));
+    xfer_verbs_op_t *op = ucs_mpool_get(&iface->op_mp);
 
     if (op != NULL) {
+        memset(op, 0, offsetof(xfer_verbs_op_t, msg_buf));
         op->iface = iface;
         op->ch    = ch;
         op->kind  = kind;
@@ -530,6 +651,11 @@ xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_
         op->msg   = op->msg_buf;
     }
     return op;
+}
+
+void xfer_verbs_op_free(xfer_verbs_op_t *op)
+{
+    ucs_mpool_put(op);
 }
 
 void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t length,
@@ -544,7 +670,7 @@ void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t le
         op->msg = op->msg_buf;
     }
     if (op->kind == XFER_VERBS_OP_CTRL) {
-        free(op);
+        xfer_verbs_op_free(op);
         return;
     }
     op->status    = status;
@@ -566,7 +692,7 @@ void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch)
             uint64_t tag      = op->tag;
 
             ucs_list_del(&op->list);
-            free(op);
+            xfer_verbs_op_free(op);
             comp->cb(comp, st, length, tag);
         }
     }

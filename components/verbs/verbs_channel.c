@@ -696,7 +696,7 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
         op->msg = malloc(op->msg_len);
         if (op->msg == NULL) {
             op->msg = op->msg_buf;
-            free(op);
+            xfer_verbs_op_free(op);
             return XFER_ERR_NO_MEMORY;
         }
     }
@@ -803,7 +803,7 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return;     /* flushed work requests of a channel that already failed */
     }
-    ch->last_activity = xfer_verbs_now();
+    ch->active = 1;     /* no clock read per completion: the timer dates it */
     if (wc->status != IBV_WC_SUCCESS) {
         xfer_status_t st = (wc->status == IBV_WC_RETRY_EXC_ERR) ? XFER_ERR_TIMEOUT :
                            (wc->status == IBV_WC_REM_ACCESS_ERR) ? XFER_ERR_OUT_OF_RANGE :
@@ -1018,6 +1018,10 @@ void xfer_verbs_ch_timer(xfer_ep_h ch, double now)
 {
     const xfer_verbs_config_t *cfg = ch->iface->cfg;
 
+    if (ch->active) {   /* idle time is known to within one tick (KEEPALIVE / 2) */
+        ch->active        = 0;
+        ch->last_activity = now;
+    }
     if ((ch->state == XFER_VERBS_CH_WAIT_PEER) &&
         (now - ch->last_activity > CONNECT_WAIT_MAX)) {
         xfer_verbs_ch_fail(ch, XFER_ERR_TIMEOUT, "the peer did not finish connecting within "

@@ -137,7 +137,7 @@ static xfer_status_t rma(xfer_ep_h ch, xfer_verbs_op_kind_t kind, int opcode, vo
     op->rdma_len = length;
     status       = xfer_verbs_op_lkey(op, memh);
     if (status != XFER_OK) {
-        free(op);
+        xfer_verbs_op_free(op);
         return status;
     }
     if (length == 0) {

@@ -73,7 +73,7 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
             if (op->mr != NULL) {
                 xfer_verbs_mrc_put(ch->iface->mrc, op->mr);
             }
-            free(op);
+            xfer_verbs_op_free(op);
             return status;
         }
         rts.rkey    = (memh != NULL) ? memh->mr->rkey : op->mr->mr->rkey;
@@ -217,7 +217,7 @@ xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag
     if ((ch != NULL) && (ch->state == XFER_VERBS_CH_FAILED)) {
         xfer_status_t status = ch->fail_status;
 
-        free(op);
+        xfer_verbs_op_free(op);
         return status;
     }
     ucs_list_add_tail(&iface->posted, &op->list);

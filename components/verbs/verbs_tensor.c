@@ -59,7 +59,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     op->msg_len = XFER_VERBS_WIRE_HDR_LEN + XFER_VERBS_WIRE_TREQ_LEN + args->key_len;
     op->msg     = malloc(op->msg_len);
     if (op->msg == NULL) {
-        free(op);
+        xfer_verbs_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
     op->buf       = args->buffer;
@@ -71,7 +71,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     status        = xfer_verbs_slot_alloc(ch, XFER_VERBS_SLOT_FETCH, op, &hdr.id);
     if (status != XFER_OK) {
         free(op->msg);
-        free(op);
+        xfer_verbs_op_free(op);
         return status;
     }
     hdr.tag    = args->step;
