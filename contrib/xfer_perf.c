@@ -137,7 +137,7 @@ typedef struct op_slot {
     xfer_request_t *req;
     xfer_status_t  status;
     int            done;
-    uint64_t       t_done;  /* ns, set by the completion callback */
+    uint64_t       t_done;  /* ns, set by the completion callback; 0 until known */
 } op_slot_t;
 
 typedef struct result {
@@ -559,6 +559,7 @@ static void op_reset(op_slot_t *op)
     op->req = NULL;
     op->done = 0;
     op->status = XFER_INPROGRESS;
+    op->t_done = 0;
 }
 
 /* Wait (sleeping, or spinning) for op; its request stays for the caller to release. */
@@ -571,8 +572,7 @@ static xfer_status_t op_wait(op_slot_t *op, int spin)
         if (st == XFER_ERR_TIMEOUT) {
             return st;
         }
-        if (!op->done) {    /* a transport that did not call back: take the time now */
-            op->t_done = now_ns();
+        if (!op->done) {    /* no callback: the window engine takes the time if it needs it */
             op->status = st;
             op->done = 1;
         }
@@ -617,6 +617,9 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
         }
         op = &perf->ops[oldest % window];
         st = op_wait(op, spin);
+        if ((samples != NULL) && (op->t_done == 0)) {
+            op->t_done = now_ns();  /* completed without a callback */
+        }
         if (st != XFER_OK) {
             fprintf(stderr, "xfer_perf: %s, iteration %" PRIu64 ": %s\n", what, oldest,
                     xfer_status_string(st));
@@ -755,7 +758,7 @@ static int tag_lat_run(perf_t *perf, int client)
     xfer_status_t st;
 
     for (uint64_t i = 0; i < total; i++) {
-        /* the server's receive for i was posted before its reply to i - 1 */
+        /* the server's receive for i was posted right after its reply to i - 1 */
         if (client || i == 0) {
             op_reset(r);
             st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
@@ -791,14 +794,8 @@ static int tag_lat_run(perf_t *perf, int client)
             pattern_check(perf, rbuf, p->size, rseed, i, "tag_lat");
         }
         if (!client) {
-            if (i + 1 < total) {
-                op_reset(r);
-                st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
-                                   NULL, NULL, &r->req);
-                if (op_posted(r, st, "xfer_tag_recv") != 0) {
-                    return -1;
-                }
-            }
+            /* the reply first: the next ping cannot come back sooner than a round trip, and
+             * the receive is posted by then (or the ping waits, unexpected, for it) */
             if (p->flags & PARAM_VERIFY) {
                 pattern_fill(sbuf, p->size, sseed, i);
             }
@@ -806,6 +803,14 @@ static int tag_lat_run(perf_t *perf, int client)
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
             if (op_posted(s, st, "xfer_tag_send") != 0) {
                 return -1;
+            }
+            if (i + 1 < total) {
+                op_reset(r);
+                st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
+                                   NULL, NULL, &r->req);
+                if (op_posted(r, st, "xfer_tag_recv") != 0) {
+                    return -1;
+                }
             }
         }
         st = op_wait(s, 1);
