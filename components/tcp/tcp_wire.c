@@ -4,56 +4,12 @@
  */
 #include "tcp_wire.h"
 
+#include <xfer/byteorder.h>
 #include <xfer/component.h>
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++, v >>= 8) {
-        p[i] = (uint8_t)v;
-    }
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++, v >>= 8) {
-        p[i] = (uint8_t)v;
-    }
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-
-    for (int i = 3; i >= 0; i--) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-
-    for (int i = 7; i >= 0; i--) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
 
 const char *xfer_tcp_wire_type_name(unsigned type)
 {
@@ -78,49 +34,49 @@ void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u16(p, hdr->magic);
+    xfer_put_le16(p, hdr->magic);
     p[2] = hdr->version;
     p[3] = hdr->type;
-    put_u32(p + 4, (uint32_t)hdr->status);
-    put_u64(p + 8, hdr->id);
-    put_u64(p + 16, hdr->length);
+    xfer_put_le32(p + 4, (uint32_t)hdr->status);
+    xfer_put_le64(p + 8, hdr->id);
+    xfer_put_le64(p + 16, hdr->length);
 }
 
 void xfer_tcp_wire_pack_put_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u64(p, rma->region);
-    put_u64(p + 8, rma->cookie);
-    put_u64(p + 16, rma->addr);
+    xfer_put_le64(p, rma->region);
+    xfer_put_le64(p + 8, rma->cookie);
+    xfer_put_le64(p + 16, rma->addr);
 }
 
 void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
 {
     xfer_tcp_wire_pack_put_ext(rma, buf);
-    put_u64((uint8_t*)buf + 24, rma->len);
+    xfer_put_le64((uint8_t*)buf + 24, rma->len);
 }
 
 void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u64(p, req->step);
-    put_u32(p + 8, req->key_len);
-    put_u32(p + 12, 0);
+    xfer_put_le64(p, req->step);
+    xfer_put_le32(p + 8, req->key_len);
+    xfer_put_le32(p + 12, 0);
 }
 
 void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u16(p, resp->dtype);
+    xfer_put_le16(p, resp->dtype);
     p[2] = resp->rank;
     p[3] = resp->is_dead;
-    put_u32(p + 4, resp->reason_len);
-    put_u64(p + 8, resp->size);
+    xfer_put_le32(p + 4, resp->reason_len);
+    xfer_put_le64(p + 8, resp->size);
     for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
-        put_u64(p + 16 + 8 * i, (uint64_t)resp->dims[i]);
+        xfer_put_le64(p + 16 + 8 * i, (uint64_t)resp->dims[i]);
     }
 }
 
@@ -128,21 +84,21 @@ void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u64(p, rkey->region);
-    put_u64(p + 8, rkey->cookie);
-    put_u64(p + 16, rkey->addr);
-    put_u64(p + 24, rkey->length);
+    xfer_put_le64(p, rkey->region);
+    xfer_put_le64(p + 8, rkey->cookie);
+    xfer_put_le64(p + 16, rkey->addr);
+    xfer_put_le64(p + 24, rkey->length);
 }
 
 void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_limits_t *limits, void *buf)
 {
     uint8_t *p = buf;
 
-    put_u16(p, XFER_TCP_WIRE_MAGIC);
+    xfer_put_le16(p, XFER_TCP_WIRE_MAGIC);
     p[2] = XFER_TCP_WIRE_VERSION;
     p[3] = 0;
-    put_u32(p + 4, limits->max_key_len);
-    put_u64(p + 8, limits->max_msg_size);
+    xfer_put_le32(p + 4, limits->max_key_len);
+    xfer_put_le64(p + 8, limits->max_msg_size);
 }
 
 static int status_is_valid(int32_t status)
@@ -192,12 +148,12 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
 {
     const uint8_t *p = buf;
 
-    hdr->magic   = get_u16(p);
+    hdr->magic   = xfer_get_le16(p);
     hdr->version = p[2];
     hdr->type    = p[3];
-    hdr->status  = (int32_t)get_u32(p + 4);
-    hdr->id      = get_u64(p + 8);
-    hdr->length  = get_u64(p + 16);
+    hdr->status  = (int32_t)xfer_get_le32(p + 4);
+    hdr->id      = xfer_get_le64(p + 8);
+    hdr->length  = xfer_get_le64(p + 16);
 
     if (hdr->magic != XFER_TCP_WIRE_MAGIC) {
         snprintf(why, why_size, "wrong magic 0x%04x (expected 0x%04x)", hdr->magic,
@@ -233,9 +189,9 @@ xfer_status_t xfer_tcp_wire_unpack_put_ext(const void *buf, const xfer_tcp_wire_
 {
     const uint8_t *p = buf;
 
-    rma->region = get_u64(p);
-    rma->cookie = get_u64(p + 8);
-    rma->addr   = get_u64(p + 16);
+    rma->region = xfer_get_le64(p);
+    rma->cookie = xfer_get_le64(p + 8);
+    rma->addr   = xfer_get_le64(p + 16);
     rma->len    = hdr->length - XFER_TCP_WIRE_PUT_EXT_LEN;
     if (rma->addr + rma->len < rma->addr) {
         snprintf(why, why_size, "PUT_REQ range 0x%" PRIx64 "+%" PRIu64 " wraps around",
@@ -253,10 +209,10 @@ xfer_status_t xfer_tcp_wire_unpack_get_ext(const void *buf, const xfer_tcp_wire_
     const uint8_t *p = buf;
 
     (void)hdr;
-    rma->region = get_u64(p);
-    rma->cookie = get_u64(p + 8);
-    rma->addr   = get_u64(p + 16);
-    rma->len    = get_u64(p + 24);
+    rma->region = xfer_get_le64(p);
+    rma->cookie = xfer_get_le64(p + 8);
+    rma->addr   = xfer_get_le64(p + 16);
+    rma->len    = xfer_get_le64(p + 24);
     if (rma->len > limits->max_msg_size) {
         snprintf(why, why_size, "GET_REQ asks for %" PRIu64 " bytes, the limit is %" PRIu64,
                  rma->len, limits->max_msg_size);
@@ -278,8 +234,8 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
 {
     const uint8_t *p = buf;
 
-    req->step    = get_u64(p);
-    req->key_len = get_u32(p + 8);
+    req->step    = xfer_get_le64(p);
+    req->key_len = xfer_get_le32(p + 8);
     if ((req->key_len > limits->max_key_len) ||
         (hdr->length != XFER_TCP_WIRE_TREQ_EXT_LEN + (uint64_t)req->key_len)) {
         snprintf(why, why_size, "TENSOR_REQ key of %" PRIu32 " bytes does not match the frame "
@@ -287,7 +243,7 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
                  hdr->length, limits->max_key_len);
         return XFER_ERR_PROTOCOL;
     }
-    if (get_u32(p + 12) != 0) {
+    if (xfer_get_le32(p + 12) != 0) {
         snprintf(why, why_size, "TENSOR_REQ reserved field is not zero");
         return XFER_ERR_PROTOCOL;
     }
@@ -310,13 +266,13 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
     uint64_t data_len;
     xfer_status_t status;
 
-    resp->dtype      = get_u16(p);
+    resp->dtype      = xfer_get_le16(p);
     resp->rank       = p[2];
     resp->is_dead    = p[3];
-    resp->reason_len = get_u32(p + 4);
-    resp->size       = get_u64(p + 8);
+    resp->reason_len = xfer_get_le32(p + 4);
+    resp->size       = xfer_get_le64(p + 8);
     for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
-        resp->dims[i] = (int64_t)get_u64(p + 16 + 8 * i);
+        resp->dims[i] = (int64_t)xfer_get_le64(p + 16 + 8 * i);
     }
 
     if (resp->is_dead > 1) {
@@ -364,10 +320,10 @@ xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wi
     if ((buf == NULL) || (len != XFER_TCP_WIRE_RKEY_LEN)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    rkey->region = get_u64(p);
-    rkey->cookie = get_u64(p + 8);
-    rkey->addr   = get_u64(p + 16);
-    rkey->length = get_u64(p + 24);
+    rkey->region = xfer_get_le64(p);
+    rkey->cookie = xfer_get_le64(p + 8);
+    rkey->addr   = xfer_get_le64(p + 16);
+    rkey->length = xfer_get_le64(p + 24);
     if (rkey->addr + rkey->length < rkey->addr) {
         return XFER_ERR_INVALID_PARAM;
     }
@@ -383,10 +339,10 @@ xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
         return XFER_OK;
     }
     if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
-        (get_u16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
+        (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
         return XFER_ERR_PROTOCOL;
     }
-    limits->max_key_len  = get_u32(p + 4);
-    limits->max_msg_size = get_u64(p + 8);
+    limits->max_key_len  = xfer_get_le32(p + 4);
+    limits->max_msg_size = xfer_get_le64(p + 8);
     return XFER_OK;
 }

@@ -4,47 +4,12 @@
  */
 #include "verbs_wire.h"
 
+#include <xfer/byteorder.h>
 #include <xfer/component.h>
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++, v >>= 8) {
-        p[i] = (uint8_t)v;
-    }
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++, v >>= 8) {
-        p[i] = (uint8_t)v;
-    }
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-           ((uint32_t)p[3] << 24);
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    return (uint64_t)get_u32(p) | ((uint64_t)get_u32(p + 4) << 32);
-}
 
 const char *xfer_verbs_msg_name(unsigned type)
 {
@@ -63,16 +28,16 @@ const char *xfer_verbs_msg_name(unsigned type)
 
 void xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf)
 {
-    put_u16(buf, XFER_VERBS_WIRE_MAGIC);
+    xfer_put_le16(buf, XFER_VERBS_WIRE_MAGIC);
     buf[2] = XFER_VERBS_WIRE_VERSION;
     buf[3] = hdr->type;
-    put_u16(buf + 4, hdr->credits);
-    put_u16(buf + 6, 0);
-    put_u32(buf + 8, (uint32_t)hdr->status);
-    put_u32(buf + 12, hdr->length);
-    put_u64(buf + 16, hdr->id);
-    put_u64(buf + 24, hdr->tag);
-    put_u64(buf + 32, hdr->size);
+    xfer_put_le16(buf + 4, hdr->credits);
+    xfer_put_le16(buf + 6, 0);
+    xfer_put_le32(buf + 8, (uint32_t)hdr->status);
+    xfer_put_le32(buf + 12, hdr->length);
+    xfer_put_le64(buf + 16, hdr->id);
+    xfer_put_le64(buf + 24, hdr->tag);
+    xfer_put_le64(buf + 32, hdr->size);
 }
 
 /* The smallest extension each type carries. */
@@ -95,8 +60,8 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
                  XFER_VERBS_WIRE_HDR_LEN);
         return XFER_ERR_PROTOCOL;
     }
-    if (get_u16(buf) != XFER_VERBS_WIRE_MAGIC) {
-        snprintf(why, why_size, "bad magic 0x%04x", get_u16(buf));
+    if (xfer_get_le16(buf) != XFER_VERBS_WIRE_MAGIC) {
+        snprintf(why, why_size, "bad magic 0x%04x", xfer_get_le16(buf));
         return XFER_ERR_PROTOCOL;
     }
     if (buf[2] != XFER_VERBS_WIRE_VERSION) {
@@ -105,12 +70,12 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         return XFER_ERR_PROTOCOL;
     }
     hdr->type    = buf[3];
-    hdr->credits = get_u16(buf + 4);
-    hdr->status  = (int32_t)get_u32(buf + 8);
-    hdr->length  = get_u32(buf + 12);
-    hdr->id      = get_u64(buf + 16);
-    hdr->tag     = get_u64(buf + 24);
-    hdr->size    = get_u64(buf + 32);
+    hdr->credits = xfer_get_le16(buf + 4);
+    hdr->status  = (int32_t)xfer_get_le32(buf + 8);
+    hdr->length  = xfer_get_le32(buf + 12);
+    hdr->id      = xfer_get_le64(buf + 16);
+    hdr->tag     = xfer_get_le64(buf + 24);
+    hdr->size    = xfer_get_le64(buf + 32);
     if ((hdr->type == 0) || (hdr->type >= XFER_VERBS_MSG_LAST)) {
         snprintf(why, why_size, "unknown message type %u", hdr->type);
         return XFER_ERR_PROTOCOL;
@@ -141,29 +106,29 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
 
 void xfer_verbs_wire_pack_rts(const xfer_verbs_wire_rts_t *rts, uint8_t *buf)
 {
-    put_u64(buf, rts->addr);
-    put_u32(buf + 8, rts->rkey);
-    put_u32(buf + 12, 0);
+    xfer_put_le64(buf, rts->addr);
+    xfer_put_le32(buf + 8, rts->rkey);
+    xfer_put_le32(buf + 12, 0);
 }
 
 void xfer_verbs_wire_unpack_rts(const uint8_t *buf, xfer_verbs_wire_rts_t *rts)
 {
-    rts->addr = get_u64(buf);
-    rts->rkey = get_u32(buf + 8);
+    rts->addr = xfer_get_le64(buf);
+    rts->rkey = xfer_get_le32(buf + 8);
 }
 
 void xfer_verbs_wire_pack_tresp(const xfer_verbs_wire_tresp_t *t, uint8_t *buf)
 {
-    put_u32(buf, t->mode);
-    put_u32(buf + 4, t->dtype);
-    put_u32(buf + 8, t->rank);
-    put_u32(buf + 12, t->is_dead);
+    xfer_put_le32(buf, t->mode);
+    xfer_put_le32(buf + 4, t->dtype);
+    xfer_put_le32(buf + 8, t->rank);
+    xfer_put_le32(buf + 12, t->is_dead);
     for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
-        put_u64(buf + 16 + 8 * i, t->dims[i]);
+        xfer_put_le64(buf + 16 + 8 * i, t->dims[i]);
     }
-    put_u64(buf + 80, t->addr);
-    put_u32(buf + 88, t->rkey);
-    put_u32(buf + 92, t->reason_len);
+    xfer_put_le64(buf + 80, t->addr);
+    xfer_put_le32(buf + 88, t->rkey);
+    xfer_put_le32(buf + 92, t->reason_len);
 }
 
 xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_wire_hdr_t *hdr,
@@ -173,17 +138,17 @@ xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_
     uint64_t follows = hdr->length - XFER_VERBS_WIRE_TRESP_LEN;
     int64_t dims[XFER_VERBS_WIRE_MAX_RANK];
 
-    t->mode       = get_u32(buf);
-    t->dtype      = get_u32(buf + 4);
-    t->rank       = get_u32(buf + 8);
-    t->is_dead    = get_u32(buf + 12);
+    t->mode       = xfer_get_le32(buf);
+    t->dtype      = xfer_get_le32(buf + 4);
+    t->rank       = xfer_get_le32(buf + 8);
+    t->is_dead    = xfer_get_le32(buf + 12);
     for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
-        t->dims[i] = get_u64(buf + 16 + 8 * i);
+        t->dims[i] = xfer_get_le64(buf + 16 + 8 * i);
         dims[i]    = (int64_t)t->dims[i];
     }
-    t->addr       = get_u64(buf + 80);
-    t->rkey       = get_u32(buf + 88);
-    t->reason_len = get_u32(buf + 92);
+    t->addr       = xfer_get_le64(buf + 80);
+    t->rkey       = xfer_get_le32(buf + 88);
+    t->reason_len = xfer_get_le32(buf + 92);
 
     switch (t->mode) {
     case XFER_VERBS_TRESP_ERROR:
@@ -229,13 +194,13 @@ xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_
 void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint8_t *buf)
 {
     memcpy(buf, a->gid, 16);
-    put_u16(buf + 16, a->lid);
+    xfer_put_le16(buf + 16, a->lid);
     buf[18] = a->port;
     buf[19] = a->link_layer;
     buf[20] = a->active_mtu;
     buf[21] = a->gid_index;
-    put_u16(buf + 22, 0);
-    put_u64(buf + 24, a->subnet_prefix);
+    xfer_put_le16(buf + 22, 0);
+    xfer_put_le64(buf + 24, a->subnet_prefix);
 }
 
 xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
@@ -245,12 +210,12 @@ xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
         return XFER_ERR_PROTOCOL;
     }
     memcpy(a->gid, buf, 16);
-    a->lid           = get_u16(buf + 16);
+    a->lid           = xfer_get_le16(buf + 16);
     a->port          = buf[18];
     a->link_layer    = buf[19];
     a->active_mtu    = buf[20];
     a->gid_index     = buf[21];
-    a->subnet_prefix = get_u64(buf + 24);
+    a->subnet_prefix = xfer_get_le64(buf + 24);
     if ((a->active_mtu < 1) || (a->active_mtu > 5)) {  /* IBV_MTU_256 .. IBV_MTU_4096 */
         return XFER_ERR_PROTOCOL;
     }
@@ -259,16 +224,16 @@ xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
 
 void xfer_verbs_wire_pack_ep_addr(const xfer_verbs_wire_ep_addr_t *a, uint8_t *buf)
 {
-    put_u32(buf, a->qpn);
-    put_u32(buf + 4, a->psn);
-    put_u32(buf + 8, a->rx_slots);
-    put_u32(buf + 12, a->seg_size);
-    put_u64(buf + 16, a->max_msg_size);
-    put_u32(buf + 24, a->max_key_len);
-    put_u32(buf + 28, a->max_rd_atomic);
-    put_u64(buf + 32, a->ka_addr);
-    put_u32(buf + 40, a->ka_rkey);
-    put_u32(buf + 44, 0);
+    xfer_put_le32(buf, a->qpn);
+    xfer_put_le32(buf + 4, a->psn);
+    xfer_put_le32(buf + 8, a->rx_slots);
+    xfer_put_le32(buf + 12, a->seg_size);
+    xfer_put_le64(buf + 16, a->max_msg_size);
+    xfer_put_le32(buf + 24, a->max_key_len);
+    xfer_put_le32(buf + 28, a->max_rd_atomic);
+    xfer_put_le64(buf + 32, a->ka_addr);
+    xfer_put_le32(buf + 40, a->ka_rkey);
+    xfer_put_le32(buf + 44, 0);
 }
 
 xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
@@ -280,15 +245,15 @@ xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
                  XFER_VERBS_WIRE_EP_ADDR_LEN);
         return XFER_ERR_PROTOCOL;
     }
-    a->qpn           = get_u32(buf);
-    a->psn           = get_u32(buf + 4);
-    a->rx_slots      = get_u32(buf + 8);
-    a->seg_size      = get_u32(buf + 12);
-    a->max_msg_size  = get_u64(buf + 16);
-    a->max_key_len   = get_u32(buf + 24);
-    a->max_rd_atomic = get_u32(buf + 28);
-    a->ka_addr       = get_u64(buf + 32);
-    a->ka_rkey       = get_u32(buf + 40);
+    a->qpn           = xfer_get_le32(buf);
+    a->psn           = xfer_get_le32(buf + 4);
+    a->rx_slots      = xfer_get_le32(buf + 8);
+    a->seg_size      = xfer_get_le32(buf + 12);
+    a->max_msg_size  = xfer_get_le64(buf + 16);
+    a->max_key_len   = xfer_get_le32(buf + 24);
+    a->max_rd_atomic = xfer_get_le32(buf + 28);
+    a->ka_addr       = xfer_get_le64(buf + 32);
+    a->ka_rkey       = xfer_get_le32(buf + 40);
     if ((a->qpn == 0) || (a->qpn > 0xffffff) || (a->psn > 0xffffff) || (a->rx_slots < 8) ||
         (a->rx_slots > 65536) || (a->seg_size < 256) || (a->seg_size > (1u << 20)) ||
         (a->max_rd_atomic == 0) || (a->max_msg_size == 0)) {
@@ -304,20 +269,20 @@ xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
 
 void xfer_verbs_wire_pack_rkey(const xfer_verbs_wire_rkey_t *k, uint8_t *buf)
 {
-    put_u32(buf, RKEY_MAGIC);
-    put_u32(buf + 4, k->rkey);
-    put_u64(buf + 8, k->addr);
-    put_u64(buf + 16, k->length);
+    xfer_put_le32(buf, RKEY_MAGIC);
+    xfer_put_le32(buf + 4, k->rkey);
+    xfer_put_le64(buf + 8, k->addr);
+    xfer_put_le64(buf + 16, k->length);
 }
 
 xfer_status_t xfer_verbs_wire_unpack_rkey(const uint8_t *buf, size_t len,
                                           xfer_verbs_wire_rkey_t *k)
 {
-    if ((len != XFER_VERBS_WIRE_RKEY_LEN) || (get_u32(buf) != RKEY_MAGIC)) {
+    if ((len != XFER_VERBS_WIRE_RKEY_LEN) || (xfer_get_le32(buf) != RKEY_MAGIC)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    k->rkey   = get_u32(buf + 4);
-    k->addr   = get_u64(buf + 8);
-    k->length = get_u64(buf + 16);
+    k->rkey   = xfer_get_le32(buf + 4);
+    k->addr   = xfer_get_le64(buf + 8);
+    k->length = xfer_get_le64(buf + 16);
     return (k->addr + k->length < k->addr) ? XFER_ERR_INVALID_PARAM : XFER_OK;
 }
