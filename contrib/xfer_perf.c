@@ -31,6 +31,7 @@
  * Exit status: 0; 1 on an error or a verification failure (the message says which); 2 on a
  * usage error.
  */
+#include <xfer/byteorder.h>
 #include <xfer/xfer.h>
 
 #include <endian.h>
@@ -261,11 +262,6 @@ static void pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t s
 
 /* ---- control messages ------------------------------------------------------------------------ */
 
-static void put_le32(uint8_t *p, uint32_t v) { v = htole32(v); memcpy(p, &v, 4); }
-static void put_le64(uint8_t *p, uint64_t v) { v = htole64(v); memcpy(p, &v, 8); }
-static uint32_t get_le32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return le32toh(v); }
-static uint64_t get_le64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return le64toh(v); }
-
 static xfer_status_t wait_req(xfer_request_t *req)
 {
     xfer_status_t status = xfer_request_wait(req, TIMEOUT_MS);
@@ -288,10 +284,10 @@ static int ctrl_send(perf_t *perf, msg_kind_t kind, xfer_status_t status, const 
     if (len > MSG_MAX - MSG_HDR_LEN) {
         return fail(what, XFER_ERR_OUT_OF_RANGE);
     }
-    put_le32(msg, MSG_MAGIC);
-    put_le32(msg + 4, MSG_VERSION | ((uint32_t)kind << 16));
-    put_le32(msg + 8, (uint32_t)status);
-    put_le32(msg + 12, (uint32_t)len);
+    xfer_put_le32(msg, MSG_MAGIC);
+    xfer_put_le32(msg + 4, MSG_VERSION | ((uint32_t)kind << 16));
+    xfer_put_le32(msg + 8, (uint32_t)status);
+    xfer_put_le32(msg + 12, (uint32_t)len);
     if (len > 0) {
         memcpy(msg + MSG_HDR_LEN, payload, len);
     }
@@ -356,14 +352,14 @@ static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind
     if (st != XFER_OK) {
         return fail(what, st);
     }
-    if (n < MSG_HDR_LEN || get_le32(msg) != MSG_MAGIC ||
-        (get_le32(msg + 4) & 0xffff) != MSG_VERSION) {
+    if (n < MSG_HDR_LEN || xfer_get_le32(msg) != MSG_MAGIC ||
+        (xfer_get_le32(msg + 4) & 0xffff) != MSG_VERSION) {
         fprintf(stderr, "xfer_perf: %s: not an xfer_perf v%d control message (%zu bytes)\n",
                 what, MSG_VERSION, n);
         return -1;
     }
-    got_kind = get_le32(msg + 4) >> 16;
-    len = get_le32(msg + 12);
+    got_kind = xfer_get_le32(msg + 4) >> 16;
+    len = xfer_get_le32(msg + 12);
     if (len != n - MSG_HDR_LEN ||
         (got_kind != (uint32_t)kind && !(bye_ok && got_kind == MSG_BYE))) {
         fprintf(stderr, "xfer_perf: %s: protocol error: got %s with %u payload bytes in a "
@@ -375,21 +371,21 @@ static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind
     memcpy(payload, msg + MSG_HDR_LEN, len);
     payload[len] = '\0';
     *kind_p = (msg_kind_t)got_kind;
-    *status_p = (xfer_status_t)(int32_t)get_le32(msg + 8);
+    *status_p = (xfer_status_t)(int32_t)xfer_get_le32(msg + 8);
     *len_p = len;
     return 0;
 }
 
 static void params_encode(const perf_params_t *p, uint8_t *out)
 {
-    put_le32(out, p->test);
-    put_le32(out + 4, p->flags);
-    put_le32(out + 8, p->window);
-    put_le32(out + 12, 0);
-    put_le64(out + 16, p->size);
-    put_le64(out + 24, p->iters);
-    put_le64(out + 32, p->warmup);
-    put_le64(out + 40, p->step_base);
+    xfer_put_le32(out, p->test);
+    xfer_put_le32(out + 4, p->flags);
+    xfer_put_le32(out + 8, p->window);
+    xfer_put_le32(out + 12, 0);
+    xfer_put_le64(out + 16, p->size);
+    xfer_put_le64(out + 24, p->iters);
+    xfer_put_le64(out + 32, p->warmup);
+    xfer_put_le64(out + 40, p->step_base);
 }
 
 /* NULL when the parameters are usable, else why not. */
@@ -398,13 +394,13 @@ static const char *params_decode(const uint8_t *in, size_t len, perf_params_t *p
     if (len != PARAMS_LEN) {
         return "PARAMS has the wrong length";
     }
-    p->test = get_le32(in);
-    p->flags = get_le32(in + 4);
-    p->window = get_le32(in + 8);
-    p->size = get_le64(in + 16);
-    p->iters = get_le64(in + 24);
-    p->warmup = get_le64(in + 32);
-    p->step_base = get_le64(in + 40);
+    p->test = xfer_get_le32(in);
+    p->flags = xfer_get_le32(in + 4);
+    p->window = xfer_get_le32(in + 8);
+    p->size = xfer_get_le64(in + 16);
+    p->iters = xfer_get_le64(in + 24);
+    p->warmup = xfer_get_le64(in + 32);
+    p->step_base = xfer_get_le64(in + 40);
     if (p->test >= TEST_LAST) {
         return "unknown test";
     }
