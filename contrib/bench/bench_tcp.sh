@@ -19,43 +19,15 @@ IPERF_SECS=${IPERF_SECS:-5}
 BW_SIZE=1048576
 LAT_SIZE=8
 
-die() { echo "bench_tcp: $*" >&2; exit 1; }
+BENCH_NAME=bench_tcp
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 for tool in iperf3 ucx_perftest jq ss; do
     command -v "$tool" >/dev/null || die "$tool not found (apt-get install iperf3 ucx-utils jq iproute2)"
 done
 
-LOGDIR=$(mktemp -d)
-SERVERS=()
-cleanup() {
-    local pid
-    for pid in "${SERVERS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$LOGDIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start_server NAME CMD...: run CMD in the background and wait until it listens on $PORT
-# (ucx_perftest buffers its "Waiting for connection" line, so ask the kernel, not the log)
-start_server() {
-    local name=$1 log=$LOGDIR/$1.log
-    shift
-    "$@" >"$log" 2>&1 &
-    SERVERS+=($!)
-    for _ in $(seq 100); do
-        [ -n "$(ss -Hltn "sport = :$PORT")" ] && return 0
-        kill -0 "${SERVERS[-1]}" 2>/dev/null || { cat "$log" >&2; die "$name server exited"; }
-        sleep 0.1
-    done
-    cat "$log" >&2
-    die "$name server did not start in 10 s"
-}
-
-next_port() { PORT=$((PORT + 1)); }
 
 # UCX over TCP on loopback only
 export UCX_TLS=tcp UCX_NET_DEVICES=lo
@@ -66,7 +38,7 @@ echo "# bench_tcp: loopback, $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
 
 # ---- bandwidth ---------------------------------------------------------------------------------
 echo "# xfer_perf -x tcp -t tag_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
-start_server xfer_bw "$PERF" -x tcp -p "$PORT"
+start_server xfer_bw 10 "$PERF" -x tcp -p "$PORT"
 XFER_BW_JSON=$("$PERF" -x tcp -t tag_bw -s "$BW_SIZE" -n "$BW_ITERS" --json -p "$PORT" 127.0.0.1) ||
     die "xfer_perf tag_bw failed"
 XFER_TRANSPORT=$(jq -r '.transport' <<<"$XFER_BW_JSON")
@@ -74,13 +46,13 @@ XFER_BW=$(jq '.results[0].bw_average_mbps' <<<"$XFER_BW_JSON")
 next_port
 
 echo "# iperf3 -c 127.0.0.1 -t $IPERF_SECS ..." >&2
-start_server iperf3 iperf3 -s -1 --forceflush -p "$PORT"
+start_server iperf3 10 iperf3 -s -1 --forceflush -p "$PORT"
 IPERF_JSON=$(iperf3 -c 127.0.0.1 -p "$PORT" -t "$IPERF_SECS" -J) || die "iperf3 failed"
 IPERF_BW=$(jq '.end.sum_received.bits_per_second / 8 / 1e6' <<<"$IPERF_JSON")
 next_port
 
 echo "# ucx_perftest -t tag_bw -s $BW_SIZE -n $BW_ITERS (UCX_TLS=tcp) ..." >&2
-start_server ucx_bw ucx_perftest -p "$PORT"
+start_server ucx_bw 10 ucx_perftest -p "$PORT"
 UCX_BW_CSV=$(ucx_perftest 127.0.0.1 -p "$PORT" -t tag_bw -s "$BW_SIZE" -n "$BW_ITERS" -w 200 \
              -f -v 2>&1) || { echo "$UCX_BW_CSV" >&2; die "ucx_perftest tag_bw failed"; }
 # -f -v: a CSV header, then iterations,lat50,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,...
@@ -89,7 +61,7 @@ next_port
 
 # ---- latency -----------------------------------------------------------------------------------
 echo "# xfer_perf -x tcp -t tag_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
-start_server xfer_lat "$PERF" -x tcp -p "$PORT"
+start_server xfer_lat 10 "$PERF" -x tcp -p "$PORT"
 XFER_LAT_JSON=$("$PERF" -x tcp -t tag_lat -s "$LAT_SIZE" -n "$LAT_ITERS" --json -p "$PORT" \
                 127.0.0.1) || die "xfer_perf tag_lat failed"
 XFER_LAT50=$(jq '.results[0].t_typical_usec' <<<"$XFER_LAT_JSON")
@@ -97,7 +69,7 @@ XFER_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$XFER_LAT_JSON")
 next_port
 
 echo "# ucx_perftest -t tag_lat -s $LAT_SIZE -n $LAT_ITERS (UCX_TLS=tcp) ..." >&2
-start_server ucx_lat ucx_perftest -p "$PORT"
+start_server ucx_lat 10 ucx_perftest -p "$PORT"
 UCX_LAT_CSV=$(ucx_perftest 127.0.0.1 -p "$PORT" -t tag_lat -s "$LAT_SIZE" -n "$LAT_ITERS" \
               -f -v 2>&1) || { echo "$UCX_LAT_CSV" >&2; die "ucx_perftest tag_lat failed"; }
 UCX_LAT50=$(awk -F, '/^[0-9]+,/ {v = $2} END {print v}' <<<"$UCX_LAT_CSV")

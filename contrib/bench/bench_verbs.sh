@@ -29,7 +29,9 @@ REPEAT=${REPEAT:-3}
 BW_SIZE=65536
 LAT_SIZE=8
 
-die() { echo "bench_verbs: $*" >&2; exit 1; }
+BENCH_NAME=bench_verbs
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 [ -n "$DEV" ] || die "no RDMA device (run it in the guest: contrib/rxe_guest -- $0 $BUILD)"
@@ -39,35 +41,6 @@ done
 ulimit -l unlimited 2>/dev/null || true
 export XFER_VERBS_DEVICE=$DEV XFER_VERBS_GID_INDEX=$GIDX
 
-LOGDIR=$(mktemp -d)
-SERVERS=()
-cleanup() {
-    local pid
-    for pid in "${SERVERS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$LOGDIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# start_server NAME CMD...: run CMD in the background and wait until it listens on $PORT
-start_server() {
-    local name=$1 log=$LOGDIR/$1.log
-    shift
-    "$@" >"$log" 2>&1 &
-    SERVERS+=($!)
-    for _ in $(seq 300); do
-        [ -n "$(ss -Hltn "sport = :$PORT")" ] && return 0
-        kill -0 "${SERVERS[-1]}" 2>/dev/null || { cat "$log" >&2; die "$name server exited"; }
-        sleep 0.1
-    done
-    cat "$log" >&2
-    die "$name server did not start in 30 s"
-}
-
-next_port() { PORT=$((PORT + 1)); }
 
 # perftest prints one result line that starts with the message size. Bandwidth comes from the
 # message rate (10^6 messages/s) times the size, so that MB means 10^6 bytes as in xfer_perf
@@ -87,7 +60,7 @@ perftest_lat() {
 xfer_run() {   # xfer_run JQ_FIELD xfer_perf-args...
     local field=$1 json
     shift
-    start_server xfer "$PERF" -x verbs -p "$PORT"
+    start_server xfer 30 "$PERF" -x verbs -p "$PORT"
     json=$("$PERF" -x verbs "$@" --json -p "$PORT" "$ADDR") || die "xfer_perf $* failed"
     [ "$(jq -r '.transport' <<<"$json")" = verbs ] || die "xfer_perf did not run over verbs"
     jq ".results[0].$field" <<<"$json"
@@ -97,7 +70,8 @@ xfer_run() {   # xfer_run JQ_FIELD xfer_perf-args...
 echo "# bench_verbs: device $DEV (GID index $GIDX), $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
 
 echo "# ib_write_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
-start_server ib_write_bw ib_write_bw -d "$DEV" -x "$GIDX" -s $BW_SIZE -n "$BW_ITERS" -p "$PORT"
+start_server ib_write_bw 30 \
+    ib_write_bw -d "$DEV" -x "$GIDX" -s $BW_SIZE -n "$BW_ITERS" -p "$PORT"
 PT_PUT_BW=$(perftest_bw ib_write_bw -d "$DEV" -x "$GIDX" -s $BW_SIZE -n "$BW_ITERS" -p "$PORT" "$ADDR")
 next_port
 echo "# xfer_perf -t put_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
@@ -110,7 +84,8 @@ lat_pair() {
     local tool=$1 test=$2 pt=() x=()
     for r in $(seq "$REPEAT"); do
         echo "# $tool -s $LAT_SIZE -n $LAT_ITERS (run $r of $REPEAT) ..." >&2
-        start_server "$tool" "$tool" -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT"
+        start_server "$tool" 30 \
+            "$tool" -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT"
         pt+=("$(perftest_lat "$tool" -d "$DEV" -x "$GIDX" -s $LAT_SIZE -n "$LAT_ITERS" -p "$PORT" \
                 "$ADDR")")
         next_port
