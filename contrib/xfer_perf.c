@@ -852,7 +852,9 @@ static int put_lat_wait(perf_t *perf, uint8_t m, uint64_t iter)
     return 0;
 }
 
-/* put_lat, like ib_write_lat: the client puts first, the server answers each put with one. */
+/* put_lat, like ib_write_lat: the client puts first, the server answers each put with one.
+ * Each side, as ib_write_lat does, waits for its put's completion right after posting it -
+ * while the answer is on its way - so the source buffer is free again by the next iteration. */
 static int put_lat_run(perf_t *perf, int client)
 {
     const perf_params_t *p = &perf->p;
@@ -862,9 +864,6 @@ static int put_lat_run(perf_t *perf, int client)
     op_slot_t *s = &perf->ops[1];
     xfer_status_t st;
 
-    op_reset(s);
-    s->done = 1;
-    s->status = XFER_OK;
     for (uint64_t i = 0; i < total; i++) {
         if (!client) {
             if (put_lat_wait(perf, put_lat_marker(i), i) != 0) {
@@ -873,12 +872,6 @@ static int put_lat_run(perf_t *perf, int client)
             if (p->flags & PARAM_VERIFY) {
                 pattern_check(perf, slot_buf(perf, 0), p->size - 1, rseed, i, "put_lat");
             }
-        }
-        /* the source buffer is ours again once the previous put has completed */
-        st = op_wait(s, 1);
-        op_release(s);
-        if (st != XFER_OK) {
-            return fail("put_lat: put", st);
         }
         if (p->flags & PARAM_VERIFY) {
             pattern_fill(sbuf, p->size - 1, sseed, i);
@@ -893,6 +886,11 @@ static int put_lat_run(perf_t *perf, int client)
         if (op_posted(s, st, "put_lat: xfer_put") != 0) {
             return -1;
         }
+        st = op_wait(s, 1);
+        op_release(s);
+        if (st != XFER_OK) {
+            return fail("put_lat: put", st);
+        }
         if (client) {
             if (put_lat_wait(perf, put_lat_marker(i), i) != 0) {
                 return -1;
@@ -906,9 +904,7 @@ static int put_lat_run(perf_t *perf, int client)
             }
         }
     }
-    st = op_wait(s, 1);
-    op_release(s);
-    return (st == XFER_OK) ? 0 : fail("put_lat: put", st);
+    return 0;
 }
 
 /* tensor_lat's client: one fetch at a time, each timed whole. */

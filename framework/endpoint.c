@@ -223,11 +223,14 @@ static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
     return XFER_OK;
 }
 
-/* Post a prepared request through fn; translate the component's answer. */
+/* Translate the component's answer to a posted request: done at once (XFER_OK, length bytes
+ * moved), pending (XFER_INPROGRESS), or refused (an error: no request, no callback). */
 static xfer_status_t op_finish(xfer_context_t *ctx, xfer_request_t *req, xfer_status_t status,
-                               xfer_request_t **req_p)
+                               size_t length, xfer_request_t **req_p)
 {
-    if ((status == XFER_OK) || (status == XFER_INPROGRESS)) {
+    if (status == XFER_OK) {
+        xfer_request_posted_done(req, length, req_p);
+    } else if (status == XFER_INPROGRESS) {
         xfer_request_posted(req, req_p);
         status = XFER_OK;
     } else {
@@ -312,7 +315,7 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
                                 remote_addr, rkey->rkey, &req->comp) :
                       comp->get(ep->ep, buf, length, mem->memh[ep->fw_iface->index],
                                 remote_addr, rkey->rkey, &req->comp);
-    return op_finish(ep->ctx, req, status, req_p);
+    return op_finish(ep->ctx, req, status, length, req_p);
 }
 
 xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length, xfer_mem_t *mem,
@@ -380,7 +383,7 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
     status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length,
                                           mem ? mem->memh[ep->fw_iface->index] : NULL,
                                           &req->comp);
-    return op_finish(ep->ctx, req, status, req_p);
+    return op_finish(ep->ctx, req, status, length, req_p);
 }
 
 xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag,
@@ -429,7 +432,10 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
     }
     status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf, length,
                                 mem ? mem->memh[fi->index] : NULL, &req->comp);
-    return op_finish(ctx, req, status, req_p);
+    if (status == XFER_OK) {
+        status = XFER_INPROGRESS;   /* a receive always completes through comp */
+    }
+    return op_finish(ctx, req, status, length, req_p);
 }
 
 xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,

@@ -145,6 +145,7 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ucs_list_head_init(&ctx->rkeys);
     ucs_list_head_init(&ctx->mems);
     ucs_list_head_init(&ctx->requests);
+    ucs_list_head_init(&ctx->ready);
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&ctx->lock, &attr);
@@ -222,7 +223,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
 
 unsigned xfer_progress_locked(xfer_context_t *ctx)
 {
-    unsigned count = 0;
+    unsigned count = ucs_list_is_empty(&ctx->ready) ? 0 : xfer_requests_ready(ctx);
 
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
@@ -273,7 +274,7 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
     unsigned nfds = 0;
     uint64_t count;
 
-    if (timeout_ms <= 0) {
+    if ((timeout_ms <= 0) || !ucs_list_is_empty(&ctx->ready)) {
         return;
     }
     if (ctx->poller_busy) {

@@ -7,6 +7,7 @@
 #include "sock.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,7 +56,8 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
     if (req == NULL) {
         return NULL;
     }
-    memset(req, 0, sizeof(*req));
+    /* a fetch's part is large (the tensor) and only a fetch reads it */
+    memset(req, 0, (kind == XFER_REQ_FETCH) ? sizeof(*req) : offsetof(xfer_request_t, step));
     req->comp.cb   = request_comp_cb;
     req->ctx       = ctx;
     req->kind      = kind;
@@ -91,6 +93,42 @@ void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p)
     }
     /* a thread sleeping in poll must see the new work */
     xfer_wake_locked(req->ctx);
+}
+
+void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t **req_p)
+{
+    if (req->cb != NULL) {
+        /* callbacks run from progress, never inside the call that posts: a caller may not be
+         * ready for one before the call has returned */
+        req->length = length;
+        ucs_list_add_tail(&req->ctx->ready, &req->ready_link);
+        xfer_request_posted(req, req_p);
+        return;
+    }
+    req->status = XFER_OK;
+    req->length = length;
+    if (req->mem != NULL) {
+        req->mem->busy--;
+        req->mem = NULL;
+    }
+    if (req_p != NULL) {
+        *req_p = req;
+    } else {
+        request_free(req);
+    }
+}
+
+unsigned xfer_requests_ready(xfer_context_t *ctx)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&ctx->ready)) {
+        xfer_request_t *req = ucs_list_extract_head(&ctx->ready, xfer_request_t, ready_link);
+
+        xfer_request_complete(req, XFER_OK, req->length, 0);
+        count++;
+    }
+    return count;
 }
 
 void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
@@ -140,6 +178,7 @@ void xfer_requests_free_all(xfer_context_t *ctx)
         ucs_list_del(&req->fetch_list);
         request_free(req);
     }
+    ucs_list_head_init(&ctx->ready);
 }
 
 xfer_status_t xfer_request_test(xfer_request_t *req)

@@ -104,6 +104,7 @@ struct xfer_context {
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
     ucs_list_link_t         requests;       /* every live xfer_request_t */
+    ucs_list_link_t         ready;          /* done at posting; callback due at progress */
     ucs_mpool_t             req_mp;         /* where they come from */
     int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
@@ -118,6 +119,7 @@ struct xfer_request {
     xfer_context_t      *ctx;
     ucs_list_link_t     list;           /* ctx->requests */
     ucs_list_link_t     fetch_list;     /* pending fetches, for abort */
+    ucs_list_link_t     ready_link;     /* ctx->ready */
     xfer_req_kind_t     kind;
     xfer_fw_iface_t     *fw_iface;      /* where it was posted; NULL for publish */
     xfer_status_t       status;         /* XFER_INPROGRESS until complete */
@@ -187,6 +189,11 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
                                  void *user_data);
 /* A posted request: hand it to the caller or mark it self-releasing. */
 void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p);
+/* The component finished the operation while posting it (XFER_OK): the request is complete
+ * now, or - when it has a callback - at the next progress, which runs the callback. */
+void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t **req_p);
+/* Complete the requests that xfer_request_posted_done left for progress; how many. */
+unsigned xfer_requests_ready(xfer_context_t *ctx);
 /* Undo xfer_request_new when posting failed. */
 void xfer_request_discard(xfer_request_t *req);
 void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,

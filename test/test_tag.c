@@ -704,6 +704,9 @@ Test(tag, callbacks_are_called_exactly_once)
         tp_fill_pattern(bufs[i], 10 + (size_t)i, 900 + i);
         cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1000 + (uint64_t)i, bufs[i], 10 + (size_t)i,
                                           NULL, slot_cb, &slots[i], &reqs[i])));
+        /* even a send that is done at once (copied) calls back from progress, after the
+         * call that posted it has returned its request */
+        cr_assert_eq(slots[i].calls, 0, "send %d: callback ran inside xfer_tag_send", i);
     }
     for (int i = 0; i < NCB; i++) {
         cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "send %d", i);
@@ -714,6 +717,8 @@ Test(tag, callbacks_are_called_exactly_once)
     for (int i = 0; i < NCB; i++) {
         cr_assert_eq(slots[i].calls, 1, "send %d: callback called %d times", i, slots[i].calls);
         cr_assert_eq(slots[i].status, XFER_OK);
+        cr_assert_eq(slots[i].req, reqs[i], "send %d: the callback gets its own request", i);
+        cr_assert_eq(slots[i].length, 10 + (size_t)i, "send %d: length inside the callback", i);
         xfer_request_release(reqs[i]);
     }
     tp_send(&p, 0);

@@ -97,33 +97,33 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
                  (unsigned long long)ep->limits.max_msg_size);
         return XFER_ERR_OUT_OF_RANGE;
     }
-    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_SEND, comp);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    op->buf = (void*)buf;
-    op->len = length;
     if (length <= ep->iface->cfg->eager_threshold) {
+        /* copied into the send buffer: done, the caller may reuse its buffer now */
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + length);
         if (p == NULL) {
-            free(op);
             return XFER_ERR_NO_MEMORY;
         }
         xfer_tcp_wire_pack_hdr(&hdr, p);
         if (length > 0) {
             memcpy(p + XFER_TCP_WIRE_HDR_LEN, buf, length);
         }
-        xfer_tcp_op_complete(op, XFER_OK, length, 0);  /* the buffer may be reused now */
-    } else {
-        xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
-        op->tx.kind           = XFER_TCP_TX_OP;
-        op->tx.iov[0].iov_base = op->hdr;
-        op->tx.iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
-        op->tx.iov[1].iov_base = (void*)buf;
-        op->tx.iov[1].iov_len  = length;
-        op->tx_pending        = 1;
-        xfer_tcp_ep_tx_push(ep, &op->tx);
+        xfer_tcp_ep_tx_post(ep);
+        return XFER_OK;
     }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_SEND, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->buf = (void*)buf;
+    op->len = length;
+    xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
+    op->tx.kind            = XFER_TCP_TX_OP;
+    op->tx.iov[0].iov_base = op->hdr;
+    op->tx.iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
+    op->tx.iov[1].iov_base = (void*)buf;
+    op->tx.iov[1].iov_len  = length;
+    op->tx_pending         = 1;
+    xfer_tcp_ep_tx_push(ep, &op->tx);
     xfer_tcp_ep_tx_post(ep);
     return XFER_INPROGRESS;
 }

@@ -328,6 +328,11 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
 xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
 void xfer_verbs_ep_destroy(xfer_ep_h ep);
 xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch);
+/* Post a data message at once when nothing is queued before it and a credit and send queue
+ * room are there: 1 posted (payload copied or inline: the caller's buffer is free), 0 not
+ * now (queue it as an op), -1 the channel failed. */
+int  xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
+                            size_t payload_len);
 /* Queue op (post == MSG or RDMA) behind what is already queued; posts what can go now. */
 void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op);
 /* Build a control message of ext_len extension bytes and payload and submit it. */

@@ -539,34 +539,36 @@ static uint16_t credits_take(xfer_ep_h ch)
     return (uint16_t)n;
 }
 
-/* Post op's message: inline when it fits, else copied into the next copy buffer. */
-static int post_msg(xfer_ep_h ch, xfer_verbs_op_t *op)
+/* Post a message, msg (header and extension, its credits field filled here) then payload:
+ * inline when it fits, else copied into the next copy buffer. */
+static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
+                    size_t payload_len)
 {
-    size_t total = op->msg_len + op->payload_len;
+    size_t total = msg_len + payload_len;
     struct ibv_send_wr wr;
     struct ibv_sge sge[2];
     uint16_t credits = credits_take(ch);
 
-    op->msg[4] = (uint8_t)credits;  /* the header's credits field, little-endian */
-    op->msg[5] = (uint8_t)(credits >> 8);
+    msg[4] = (uint8_t)credits;      /* the header's credits field, little-endian */
+    msg[5] = (uint8_t)(credits >> 8);
     memset(&wr, 0, sizeof(wr));
     wr.opcode  = IBV_WR_SEND;
     wr.sg_list = sge;
     if (total <= ch->iface->max_inline) {
-        sge[0].addr   = (uintptr_t)op->msg;
-        sge[0].length = (uint32_t)op->msg_len;
+        sge[0].addr   = (uintptr_t)msg;
+        sge[0].length = (uint32_t)msg_len;
         sge[0].lkey   = 0;
-        sge[1].addr   = (uintptr_t)op->payload;
-        sge[1].length = (uint32_t)op->payload_len;
+        sge[1].addr   = (uintptr_t)payload;
+        sge[1].length = (uint32_t)payload_len;
         sge[1].lkey   = 0;
-        wr.num_sge    = (op->payload_len > 0) ? 2 : 1;
+        wr.num_sge    = (payload_len > 0) ? 2 : 1;
         wr.send_flags = IBV_SEND_INLINE;
     } else {
         uint8_t *buf = ch->tx_slab + (ch->tx_head % ch->tx_slots) * ch->iface->cfg->seg_size;
 
-        memcpy(buf, op->msg, op->msg_len);
-        if (op->payload_len > 0) {
-            memcpy(buf + op->msg_len, op->payload, op->payload_len);
+        memcpy(buf, msg, msg_len);
+        if (payload_len > 0) {
+            memcpy(buf + msg_len, payload, payload_len);
         }
         ch->tx_head++;
         sge[0].addr   = (uintptr_t)buf;
@@ -576,7 +578,7 @@ static int post_msg(xfer_ep_h ch, xfer_verbs_op_t *op)
     }
     ch->credits--;
     xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: send %s, %zu bytes (%s), %u "
-                "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(op->msg[3]),
+                "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
                 total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
                 credits);
     return post_send(ch, &wr, NULL, 0);
@@ -653,7 +655,8 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
             if (!credit_ok(ch, op) || (ch->sq_free <= 1)) {
                 break;
             }
-            done = (post_msg(ch, op) == 0) ? 1 : -1;
+            done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
+                   1 : -1;
         } else {
             done = post_rdma(ch, op);
         }
@@ -669,6 +672,20 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
         }
     }
     credits_return(ch);
+}
+
+int xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
+                           size_t payload_len)
+{
+    if ((ch->state != XFER_VERBS_CH_CONNECTED) || !ucs_list_is_empty(&ch->pendq) ||
+        (ch->credits <= XFER_VERBS_CTRL_CREDITS) || (ch->sq_free <= 1)) {
+        return 0;
+    }
+    if (post_msg(ch, msg, msg_len, payload, payload_len) != 0) {
+        return -1;
+    }
+    credits_return(ch);
+    return 1;
 }
 
 void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op)

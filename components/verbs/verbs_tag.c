@@ -52,6 +52,18 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
                  length, ch->max_msg_size);
         return XFER_ERR_OUT_OF_RANGE;
     }
+    if (length <= eager_max(ch->iface)) {
+        uint8_t msg[XFER_VERBS_WIRE_HDR_LEN];
+        int posted;
+
+        /* the common case: posted now, no operation to track */
+        hdr.length = (uint32_t)length;
+        xfer_verbs_wire_pack_hdr(&hdr, msg);
+        posted = xfer_verbs_ch_send_now(ch, msg, sizeof(msg), buf, length);
+        if (posted != 0) {
+            return (posted > 0) ? XFER_OK : ch->fail_status;
+        }
+    }
     op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_SEND, comp);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;

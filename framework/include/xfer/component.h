@@ -230,7 +230,10 @@ typedef struct xfer_component_v1 {
 
     /* The framework has checked that buf lies in memh and remote_addr..+length in the rkey's
      * packed bounds; the component must still check on the target side what came off the
-     * wire. Return XFER_INPROGRESS (comp will be called) or an error (it will not). */
+     * wire. put, get and tag_send return XFER_OK when the operation completed while it was
+     * posted (all length bytes moved; comp will not be called), XFER_INPROGRESS when comp
+     * will be called, or an error (comp will not be called). tag_recv and tensor_fetch
+     * return XFER_INPROGRESS or an error. */
     xfer_status_t (*put)(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
                          uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
     xfer_status_t (*get)(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
