@@ -136,7 +136,6 @@ static void *progress_thread(void *arg)
 
 xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
 {
-    pthread_mutexattr_t attr;
     xfer_status_t status;
 
     ctx->wake_fd = -1;
@@ -146,10 +145,9 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ucs_list_head_init(&ctx->mems);
     ucs_list_head_init(&ctx->requests);
     ucs_list_head_init(&ctx->ready);
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&ctx->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
+    pthread_mutex_init(&ctx->lock, NULL);
+    ctx->lock_owner = (pthread_t)0;
+    ctx->lock_depth = 0;
     pthread_cond_init(&ctx->cond, NULL);
     if (xfer_request_pool_init(ctx) != XFER_OK) {
         return XFER_ERR_NO_MEMORY;
@@ -265,7 +263,18 @@ static void cond_wait_ms(xfer_context_t *ctx, int timeout_ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&ctx->cond, &ctx->lock, &ts);
+    xfer_ctx_cond_wait(ctx, &ts);
+}
+
+void xfer_ctx_cond_wait(xfer_context_t *ctx, const struct timespec *deadline)
+{
+    unsigned depth = ctx->lock_depth;
+
+    __atomic_store_n(&ctx->lock_owner, (pthread_t)0, __ATOMIC_RELAXED);
+    ctx->lock_depth = 0;
+    pthread_cond_timedwait(&ctx->cond, &ctx->lock, deadline);
+    __atomic_store_n(&ctx->lock_owner, pthread_self(), __ATOMIC_RELAXED);
+    ctx->lock_depth = depth;
 }
 
 void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)

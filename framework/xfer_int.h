@@ -12,6 +12,7 @@
 #include <ucs/datastruct/mpool.h>
 
 #include <pthread.h>
+#include <time.h>
 
 #define XFER_ENV_PREFIX "XFER_"
 
@@ -89,7 +90,9 @@ struct xfer_context {
     size_t                  num_params;
 
     /* data path; everything below is guarded by lock */
-    pthread_mutex_t         lock;           /* recursive: callbacks may call the API */
+    pthread_mutex_t         lock;           /* see xfer_ctx_lock */
+    pthread_t               lock_owner;     /* the thread that holds it, 0 when free */
+    unsigned                lock_depth;     /* how often the owner took it */
     pthread_cond_t          cond;           /* broadcast when a request completes */
     uint64_t                id;             /* random, non-zero; remote keys carry it */
     xfer_fw_iface_t         *ifaces;
@@ -171,8 +174,33 @@ struct xfer_rkey {
 #define XFER_OFFER_CAPS (XFER_CAP_TAG | XFER_CAP_MEM_HOST)
 
 /* progress.c: the context lock, progress and sleeping */
-#define xfer_ctx_lock(_ctx)   pthread_mutex_lock(&(_ctx)->lock)
-#define xfer_ctx_unlock(_ctx) pthread_mutex_unlock(&(_ctx)->lock)
+/* The context lock is re-entrant - callbacks run with it held and may call the API - but
+ * built from a plain mutex and an owner: a recursive pthread mutex costs about three times as
+ * much per lock and unlock, and every call takes it. Only the owner ever stores its own id in
+ * lock_owner, so a thread that reads its own id there holds the lock. */
+static inline void xfer_ctx_lock(xfer_context_t *ctx)
+{
+    pthread_t self = pthread_self();
+
+    if (__atomic_load_n(&ctx->lock_owner, __ATOMIC_RELAXED) == self) {
+        ctx->lock_depth++;
+        return;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    __atomic_store_n(&ctx->lock_owner, self, __ATOMIC_RELAXED);
+    ctx->lock_depth = 1;
+}
+
+static inline void xfer_ctx_unlock(xfer_context_t *ctx)
+{
+    if (--ctx->lock_depth == 0) {
+        __atomic_store_n(&ctx->lock_owner, (pthread_t)0, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&ctx->lock);
+    }
+}
+
+/* pthread_cond_*wait on ctx->cond with the lock held once: the owner goes while it waits. */
+void xfer_ctx_cond_wait(xfer_context_t *ctx, const struct timespec *deadline);
 xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces);
 xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx);
 void xfer_ctx_data_cleanup(xfer_context_t *ctx);

@@ -184,6 +184,15 @@ Test(verbs, credit_exhaustion_with_a_capped_unexpected_queue)
     credit_run();
 }
 
+/* The same with the fewest slots allowed (16): receives are reposted two at a time, and a
+ * credit goes back only once its slot is posted again. */
+Test(verbs, credit_exhaustion_with_the_fewest_slots)
+{
+    setenv("XFER_VERBS_RX_QUEUE_LEN", "16", 1);
+    setenv("XFER_VERBS_MAX_UNEXPECTED", "4k", 1);
+    credit_run();
+}
+
 /* =============================================================================================
  * 2. mixed sizes around the eager limit, registered and not, receives before and after
  * ============================================================================================= */

@@ -31,6 +31,7 @@
  * TRESP, TDONE, TCANCEL) always get through, even to a peer whose unexpected queue is full
  * and who holds data credits back. */
 #define XFER_VERBS_CTRL_CREDITS 4
+#define XFER_VERBS_RX_BATCH_MAX 16    /* receives reposted with one ibv_post_recv */
 
 typedef struct xfer_verbs_config {
     char     *device;           /* DEVICE: "rxe0" or "rxe0:1"; "" = first active port */
@@ -205,6 +206,10 @@ struct xfer_ep {
     uint32_t              rx_slots;
     uint32_t              credits_owed; /* consumed and reposted, not yet returned */
     uint32_t              credits_held; /* held back for unexpected messages over the cap */
+    uint32_t              rx_batch;     /* reposts wait until this many are due ... */
+    uint32_t              rx_due;       /* ... slots consumed, not reposted yet */
+    uint32_t              rx_due_owed;  /* of those, how many become credits_owed */
+    uint32_t              *rx_due_idx;  /* [rx_batch] their indices */
 
     /* send side */
     uint32_t              credits;      /* receives the peer has posted for us */

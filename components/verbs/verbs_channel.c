@@ -10,9 +10,12 @@
  * connection stays open as a liveness wire: the peer's death closes it at once.
  *
  * Credits. A sender holds one credit per receive the peer has posted for it and spends one
- * per message. Receivers repost at once and owe the credit back: piggybacked on the next
- * message, or, when half the slots are owed and nothing is queued to carry them, by a
- * zero-length RDMA WRITE WITH IMMEDIATE (the immediate is the count). Data messages leave
+ * per message. Receivers repost consumed slots in batches (an eighth of the slots, at most
+ * XFER_VERBS_RX_BATCH_MAX, per ibv_post_recv) and owe a credit back once its slot is posted
+ * again: piggybacked on the next message (which also posts the batch early once a quarter
+ * of the slots are unreturned), or, when half the slots are unreturned and no queued message
+ * can carry them, by a zero-length RDMA WRITE WITH IMMEDIATE (the immediate is the count).
+ * Data messages leave
  * XFER_VERBS_CTRL_CREDITS credits for control messages (FIN, TRESP, TDONE, TCANCEL), so
  * answers always pass even when a receiver holds credits back for its unexpected queue.
  *
@@ -28,6 +31,8 @@
  * KEEPALIVE plus the RC retry budget (TIMEOUT x (RETRY_COUNT + 1)).
  */
 #include "verbs.h"
+
+#include <ucs/sys/math.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -193,6 +198,53 @@ static xfer_status_t rx_post(xfer_ep_h ch, uint32_t idx)
     return (ibv_post_recv(ch->qp, &wr, &bad) == 0) ? XFER_OK : XFER_ERR_NO_RESOURCE;
 }
 
+/* Consumed slots are reposted in batches: one ibv_post_recv for rx_batch of them. A slot's
+ * credit becomes owed (returnable) only once it is posted again, so the peer never sends
+ * into a slot that is not there; rx_due_owed counts the credits that wait on the post. */
+static int rx_flush(xfer_ep_h ch)
+{
+    struct ibv_recv_wr wrs[XFER_VERBS_RX_BATCH_MAX], *bad;
+    struct ibv_sge sges[XFER_VERBS_RX_BATCH_MAX];
+    size_t seg = ch->iface->cfg->seg_size;
+
+    if (ch->rx_due == 0) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < ch->rx_due; i++) {
+        uint32_t idx = ch->rx_due_idx[i];
+
+        sges[i].addr   = (uintptr_t)(ch->rx_slab + (size_t)idx * seg);
+        sges[i].length = (uint32_t)seg;
+        sges[i].lkey   = ch->rx_mr->lkey;
+        wrs[i].wr_id   = wr_id(ch, XFER_VERBS_WR_RECV | idx);
+        wrs[i].sg_list = &sges[i];
+        wrs[i].num_sge = 1;
+        wrs[i].next    = (i + 1 < ch->rx_due) ? &wrs[i + 1] : NULL;
+    }
+    if (ibv_post_recv(ch->qp, wrs, &bad) != 0) {
+        xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_recv of %u receives: %s", ch->rx_due,
+                           strerror(errno));
+        return -1;
+    }
+    ch->credits_owed += ch->rx_due_owed;
+    ch->rx_due        = 0;
+    ch->rx_due_owed   = 0;
+    return 0;
+}
+
+/* Slot idx was consumed: repost it (with the next batch). owed: its credit goes back to
+ * the peer once it is posted; else it is held (see credits_held). */
+static int rx_repost(xfer_ep_h ch, uint32_t idx, int owed)
+{
+    ch->rx_due_idx[ch->rx_due++] = idx;
+    if (owed) {
+        ch->rx_due_owed++;
+    } else {
+        ch->credits_held++;
+    }
+    return (ch->rx_due >= ch->rx_batch) ? rx_flush(ch) : 0;
+}
+
 static xfer_status_t buffers_create(xfer_ep_h ch)
 {
     xfer_iface_h iface = ch->iface;
@@ -214,8 +266,9 @@ static xfer_status_t buffers_create(xfer_ep_h ch)
                  (ch->rx_slots + ch->tx_slots) * seg, strerror(errno));
         return XFER_ERR_NO_RESOURCE;
     }
-    ch->wrs = calloc(ch->sq_len, sizeof(*ch->wrs));
-    return (ch->wrs != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
+    ch->wrs        = calloc(ch->sq_len, sizeof(*ch->wrs));
+    ch->rx_due_idx = calloc(ch->rx_batch, sizeof(*ch->rx_due_idx));
+    return ((ch->wrs != NULL) && (ch->rx_due_idx != NULL)) ? XFER_OK : XFER_ERR_NO_MEMORY;
 }
 
 static void ch_free(xfer_ep_h ch)
@@ -239,6 +292,7 @@ static void ch_free(xfer_ep_h ch)
     free(ch->tx_slab);
     free(ch->ka_word);
     free(ch->wrs);
+    free(ch->rx_due_idx);
     free(ch->slots);
     free(ch);
 }
@@ -263,6 +317,8 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ch->state     = XFER_VERBS_CH_CREATED;
     ch->sq_len    = (uint32_t)cfg->tx_queue_len;
     ch->rx_slots  = (uint32_t)cfg->rx_queue_len;
+    /* an eighth of the slots at most, so the peer's window stays wide */
+    ch->rx_batch  = ucs_min(XFER_VERBS_RX_BATCH_MAX, ucs_max(1u, ch->rx_slots / 8));
     ch->tx_slots  = ch->sq_len;
     ch->sq_free   = ch->sq_len;
     ch->psn       = random_psn();
@@ -547,7 +603,15 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
     size_t total = msg_len + payload_len;
     struct ibv_send_wr wr;
     struct ibv_sge sge[2];
-    uint16_t credits = credits_take(ch);
+    uint16_t credits;
+
+    /* once a quarter of the slots are unreturned, the ones waiting for their repost go too:
+     * the peer must not starve for credits this message could have carried */
+    if ((ch->rx_due_owed > 0) && (ch->credits_owed + ch->rx_due_owed >= ch->rx_slots / 4) &&
+        (rx_flush(ch) != 0)) {
+        return -1;
+    }
+    credits = credits_take(ch);
 
     msg[4] = (uint8_t)credits;      /* the header's credits field, little-endian */
     msg[5] = (uint8_t)(credits >> 8);
@@ -621,7 +685,21 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
     return 1;
 }
 
-/* Return owed credits alone when half the slots are owed and no message will carry them. */
+/* Whether the first queued message can go now (and carry the owed credits). */
+static int pendq_head_ready(xfer_ep_h ch)
+{
+    const xfer_verbs_op_t *op;
+
+    if (ucs_list_is_empty(&ch->pendq)) {
+        return 0;
+    }
+    op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
+    return (op->post == XFER_VERBS_POST_MSG) && credit_ok(ch, op) && (ch->sq_free > 1);
+}
+
+/* Return owed credits alone when half the slots are owed and no message will carry them -
+ * none is queued, or the first is stuck (waiting for credits the peer may be waiting on us
+ * to return). */
 static void credits_return(xfer_ep_h ch)
 {
     struct ibv_send_wr wr;
@@ -630,9 +708,13 @@ static void credits_return(xfer_ep_h ch)
      * (at least the control credits) must still come back */
     uint32_t threshold = (ch->rx_slots - ch->credits_held) / 2;
 
-    if ((ch->state != XFER_VERBS_CH_CONNECTED) || (ch->credits_owed == 0) ||
-        (ch->credits_owed < threshold) || !ucs_list_is_empty(&ch->pendq) ||
+    if ((ch->state != XFER_VERBS_CH_CONNECTED) ||
+        (ch->credits_owed + ch->rx_due_owed == 0) ||
+        (ch->credits_owed + ch->rx_due_owed < threshold) || pendq_head_ready(ch) ||
         (ch->credits < 1) || (ch->sq_free < 1)) {
+        return;
+    }
+    if (rx_flush(ch) != 0) {
         return;
     }
     memset(&wr, 0, sizeof(wr));
@@ -734,6 +816,10 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
 void xfer_verbs_ch_credit_release(xfer_ep_h ch)
 {
     if (ch->credits_held > 0) {
+        /* its slot may still wait for a repost: post first, then the credit may go back */
+        if ((ch->rx_due > 0) && (rx_flush(ch) != 0)) {
+            return;
+        }
         ch->credits_held--;
         ch->credits_owed++;
         credits_return(ch);
@@ -775,15 +861,8 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return;     /* an answer it sent failed the channel */
     }
-    if (rx_post(ch, idx) != XFER_OK) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_recv: %s", strerror(errno));
-        return;
-    }
-    if (status == XFER_INPROGRESS) {
-        ch->credits_held++;     /* returned when the unexpected message is received */
-    } else {
-        ch->credits_owed++;
-    }
+    /* an unexpected message kept past the cap holds its credit until it is received */
+    rx_repost(ch, idx, status != XFER_INPROGRESS);
 }
 
 static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
@@ -846,11 +925,9 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
                 return;
             }
             ch->credits += n;
-            if (rx_post(ch, idx) != XFER_OK) {
-                xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_recv: %s", strerror(errno));
+            if (rx_repost(ch, idx, 1) != 0) {
                 return;
             }
-            ch->credits_owed++;
         } else {
             rx_message(ch, idx, wc->byte_len);
         }
