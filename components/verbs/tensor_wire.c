@@ -1,0 +1,255 @@
+/*
+ * Packing and validating parsing of the tensor protocol's messages (tensor_wire.h). Pure
+ * functions of their arguments, so that tests can build hostile messages with them.
+ */
+#include "tensor_wire.h"
+
+#include <xfer/byteorder.h>
+#include <xfer/component.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define META_KNOWN_FLAGS (XFER_TENSOR_META_DEAD | XFER_TENSOR_META_NONE)
+
+size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m)
+{
+    return XFER_TENSOR_WIRE_META_FIXED + 8u * m->rank;
+}
+
+void xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t *t)
+{
+    memset(m, 0, sizeof(*m));
+    m->dtype = (uint32_t)t->dtype;
+    m->rank  = t->rank;
+    m->flags = t->is_dead ? XFER_TENSOR_META_DEAD : 0;
+    m->size  = t->size;
+    for (uint32_t i = 0; (i < t->rank) && (i < XFER_TENSOR_MAX_RANK); i++) {
+        m->dims[i] = t->dims[i];
+    }
+}
+
+size_t xfer_tensor_wire_pack_meta(const xfer_tensor_wire_meta_t *m, uint8_t *buf)
+{
+    xfer_put_le32(buf, m->dtype);
+    xfer_put_le32(buf + 4, m->rank);
+    xfer_put_le32(buf + 8, m->flags);
+    xfer_put_le32(buf + 12, 0);
+    xfer_put_le64(buf + 16, m->size);
+    for (uint32_t i = 0; i < m->rank; i++) {
+        xfer_put_le64(buf + XFER_TENSOR_WIRE_META_FIXED + 8 * i, (uint64_t)m->dims[i]);
+    }
+    return xfer_tensor_wire_meta_len(m);
+}
+
+/* The metadata that starts buf, of at most len bytes; *used_p: its length. */
+static xfer_status_t meta_parse(const uint8_t *buf, size_t len, xfer_tensor_wire_meta_t *m,
+                                size_t *used_p, char *why, size_t why_size)
+{
+    size_t need;
+
+    memset(m, 0, sizeof(*m));
+    if (len < XFER_TENSOR_WIRE_META_FIXED) {
+        snprintf(why, why_size, "metadata of %zu bytes is shorter than its fixed part (%u)",
+                 len, XFER_TENSOR_WIRE_META_FIXED);
+        return XFER_ERR_PROTOCOL;
+    }
+    m->dtype = xfer_get_le32(buf);
+    m->rank  = xfer_get_le32(buf + 4);
+    m->flags = xfer_get_le32(buf + 8);
+    m->size  = xfer_get_le64(buf + 16);
+    if (xfer_get_le32(buf + 12) != 0) {
+        snprintf(why, why_size, "metadata: reserved word is 0x%08" PRIx32,
+                 xfer_get_le32(buf + 12));
+        return XFER_ERR_PROTOCOL;
+    }
+    if (m->flags & ~META_KNOWN_FLAGS) {
+        snprintf(why, why_size, "metadata: unknown flags 0x%" PRIx32, m->flags);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (m->rank > XFER_TENSOR_MAX_RANK) {
+        snprintf(why, why_size, "metadata: rank %" PRIu32 " exceeds %u", m->rank,
+                 XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_PROTOCOL;
+    }
+    need = xfer_tensor_wire_meta_len(m);
+    if (len < need) {
+        snprintf(why, why_size, "metadata of rank %" PRIu32 " needs %zu bytes, %zu arrived",
+                 m->rank, need, len);
+        return XFER_ERR_PROTOCOL;
+    }
+    for (uint32_t i = 0; i < m->rank; i++) {
+        m->dims[i] = (int64_t)xfer_get_le64(buf + XFER_TENSOR_WIRE_META_FIXED + 8 * i);
+    }
+    if (m->flags & XFER_TENSOR_META_NONE) {
+        /* "I know nothing": nothing else may be said */
+        if ((m->flags != XFER_TENSOR_META_NONE) || (m->dtype != 0) || (m->rank != 0) ||
+            (m->size != 0)) {
+            snprintf(why, why_size, "metadata marked unknown carries dtype %" PRIu32 ", rank %"
+                     PRIu32 ", size %" PRIu64 ", flags 0x%" PRIx32, m->dtype, m->rank,
+                     m->size, m->flags);
+            return XFER_ERR_PROTOCOL;
+        }
+    } else if (xfer_tensor_meta_check(m->dtype, m->rank, m->dims, m->size,
+                                      (m->flags & XFER_TENSOR_META_DEAD) != 0, why,
+                                      why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    *used_p = need;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tensor_wire_unpack_meta(const uint8_t *buf, size_t len,
+                                           xfer_tensor_wire_meta_t *m, char *why,
+                                           size_t why_size)
+{
+    size_t used;
+
+    if (meta_parse(buf, len, m, &used, why, why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if (m->flags & XFER_TENSOR_META_NONE) {
+        snprintf(why, why_size, "META_DATA_UPDATE without metadata");
+        return XFER_ERR_PROTOCOL;
+    }
+    if (used != len) {
+        snprintf(why, why_size, "META_DATA_UPDATE of rank %" PRIu32 " is %zu bytes, not %zu",
+                 m->rank, len, used);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+size_t xfer_tensor_wire_req_len(const xfer_tensor_wire_req_t *r)
+{
+    return XFER_TENSOR_WIRE_REQ_FIXED + xfer_tensor_wire_meta_len(&r->expect) + r->key_len;
+}
+
+size_t xfer_tensor_wire_pack_req(const xfer_tensor_wire_req_t *r, uint8_t *buf)
+{
+    size_t off;
+
+    xfer_put_le64(buf, r->addr);
+    xfer_put_le32(buf + 8, r->rkey);
+    xfer_put_le32(buf + 12, r->key_len);
+    off  = XFER_TENSOR_WIRE_REQ_FIXED;
+    off += xfer_tensor_wire_pack_meta(&r->expect, buf + off);
+    memcpy(buf + off, r->key, r->key_len);
+    return off + r->key_len;
+}
+
+xfer_status_t xfer_tensor_wire_unpack_req(const uint8_t *buf, size_t len, uint32_t max_key_len,
+                                          xfer_tensor_wire_req_t *r, char *why,
+                                          size_t why_size)
+{
+    size_t used;
+
+    memset(r, 0, sizeof(*r));
+    if (len < XFER_TENSOR_WIRE_REQ_FIXED) {
+        snprintf(why, why_size, "TENSOR_REQUEST of %zu bytes is shorter than its fixed part "
+                 "(%u)", len, XFER_TENSOR_WIRE_REQ_FIXED);
+        return XFER_ERR_PROTOCOL;
+    }
+    r->addr    = xfer_get_le64(buf);
+    r->rkey    = xfer_get_le32(buf + 8);
+    r->key_len = xfer_get_le32(buf + 12);
+    if (meta_parse(buf + XFER_TENSOR_WIRE_REQ_FIXED, len - XFER_TENSOR_WIRE_REQ_FIXED,
+                   &r->expect, &used, why, why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((r->key_len == 0) || (r->key_len > max_key_len)) {
+        snprintf(why, why_size, "TENSOR_REQUEST key of %" PRIu32 " bytes (1 to %" PRIu32
+                 " allowed)", r->key_len, max_key_len);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (len - XFER_TENSOR_WIRE_REQ_FIXED - used != r->key_len) {
+        snprintf(why, why_size, "TENSOR_REQUEST says its key has %" PRIu32 " bytes, %zu "
+                 "follow the metadata", r->key_len, len - XFER_TENSOR_WIRE_REQ_FIXED - used);
+        return XFER_ERR_PROTOCOL;
+    }
+    r->key = buf + XFER_TENSOR_WIRE_REQ_FIXED + used;
+    return XFER_OK;
+}
+
+size_t xfer_tensor_wire_pack_rereq(const xfer_tensor_wire_rereq_t *r, uint8_t *buf)
+{
+    xfer_put_le64(buf, r->addr);
+    xfer_put_le32(buf + 8, r->rkey);
+    xfer_put_le32(buf + 12, 0);
+    return XFER_TENSOR_WIRE_REREQ_LEN;
+}
+
+xfer_status_t xfer_tensor_wire_unpack_rereq(const uint8_t *buf, size_t len,
+                                            xfer_tensor_wire_rereq_t *r, char *why,
+                                            size_t why_size)
+{
+    if (len != XFER_TENSOR_WIRE_REREQ_LEN) {
+        snprintf(why, why_size, "TENSOR_RE_REQUEST of %zu bytes, not %u", len,
+                 XFER_TENSOR_WIRE_REREQ_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (xfer_get_le32(buf + 12) != 0) {
+        snprintf(why, why_size, "TENSOR_RE_REQUEST: reserved word is 0x%08" PRIx32,
+                 xfer_get_le32(buf + 12));
+        return XFER_ERR_PROTOCOL;
+    }
+    r->addr = xfer_get_le64(buf);
+    r->rkey = xfer_get_le32(buf + 8);
+    return XFER_OK;
+}
+
+size_t xfer_tensor_wire_pack_err(const char *reason, size_t reason_len, uint8_t *buf)
+{
+    if (reason_len > XFER_TENSOR_WIRE_MAX_REASON) {
+        reason_len = XFER_TENSOR_WIRE_MAX_REASON;
+    }
+    xfer_put_le32(buf, (uint32_t)reason_len);
+    xfer_put_le32(buf + 4, 0);
+    if (reason_len > 0) {
+        memcpy(buf + XFER_TENSOR_WIRE_ERR_FIXED, reason, reason_len);
+    }
+    return XFER_TENSOR_WIRE_ERR_FIXED + reason_len;
+}
+
+xfer_status_t xfer_tensor_wire_unpack_err(const uint8_t *buf, size_t len, int32_t status,
+                                          xfer_tensor_wire_err_t *e, char *why,
+                                          size_t why_size)
+{
+    memset(e, 0, sizeof(*e));
+    if (len < XFER_TENSOR_WIRE_ERR_FIXED) {
+        snprintf(why, why_size, "ERROR_STATUS of %zu bytes is shorter than its fixed part "
+                 "(%u)", len, XFER_TENSOR_WIRE_ERR_FIXED);
+        return XFER_ERR_PROTOCOL;
+    }
+    e->reason_len = xfer_get_le32(buf);
+    if ((e->reason_len > XFER_TENSOR_WIRE_MAX_REASON) ||
+        (e->reason_len != len - XFER_TENSOR_WIRE_ERR_FIXED) || (xfer_get_le32(buf + 4) != 0)) {
+        snprintf(why, why_size, "ERROR_STATUS says its reason has %" PRIu32 " bytes (at most "
+                 "%u), %zu follow", e->reason_len, XFER_TENSOR_WIRE_MAX_REASON,
+                 len - XFER_TENSOR_WIRE_ERR_FIXED);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((status >= XFER_OK) || (status < XFER_ERR_INTERNAL)) {
+        snprintf(why, why_size, "ERROR_STATUS carries status %" PRId32 ", not an error this "
+                 "side knows", status);
+        return XFER_ERR_PROTOCOL;
+    }
+    e->reason = (const char*)(buf + XFER_TENSOR_WIRE_ERR_FIXED);
+    return XFER_OK;
+}
+
+int xfer_tensor_wire_meta_equal(const xfer_tensor_wire_meta_t *a,
+                                const xfer_tensor_wire_meta_t *b)
+{
+    if ((a->flags != b->flags) || (a->dtype != b->dtype) || (a->rank != b->rank) ||
+        (a->size != b->size)) {
+        return 0;
+    }
+    for (uint32_t i = 0; i < a->rank; i++) {
+        if (a->dims[i] != b->dims[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
