@@ -13,6 +13,17 @@
 
 #define META_KNOWN_FLAGS (XFER_TENSOR_META_DEAD | XFER_TENSOR_META_NONE)
 
+/* 1 (and why filled) when a part of len bytes is shorter than the need bytes it must have. */
+static int too_short(const char *what, size_t len, size_t need, char *why, size_t why_size)
+{
+    if (len >= need) {
+        return 0;
+    }
+    snprintf(why, why_size, "%s of %zu bytes is shorter than its fixed part (%zu)", what, len,
+             need);
+    return 1;
+}
+
 size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m)
 {
     return XFER_TENSOR_WIRE_META_FIXED + 8u * m->rank;
@@ -50,9 +61,7 @@ static xfer_status_t meta_parse(const uint8_t *buf, size_t len, xfer_tensor_wire
     size_t need;
 
     memset(m, 0, sizeof(*m));
-    if (len < XFER_TENSOR_WIRE_META_FIXED) {
-        snprintf(why, why_size, "metadata of %zu bytes is shorter than its fixed part (%u)",
-                 len, XFER_TENSOR_WIRE_META_FIXED);
+    if (too_short("metadata", len, XFER_TENSOR_WIRE_META_FIXED, why, why_size)) {
         return XFER_ERR_PROTOCOL;
     }
     m->dtype = xfer_get_le32(buf);
@@ -146,9 +155,7 @@ xfer_status_t xfer_tensor_wire_unpack_req(const uint8_t *buf, size_t len, uint32
     size_t used;
 
     memset(r, 0, sizeof(*r));
-    if (len < XFER_TENSOR_WIRE_REQ_FIXED) {
-        snprintf(why, why_size, "TENSOR_REQUEST of %zu bytes is shorter than its fixed part "
-                 "(%u)", len, XFER_TENSOR_WIRE_REQ_FIXED);
+    if (too_short("TENSOR_REQUEST", len, XFER_TENSOR_WIRE_REQ_FIXED, why, why_size)) {
         return XFER_ERR_PROTOCOL;
     }
     r->addr    = xfer_get_le64(buf);
@@ -217,9 +224,7 @@ xfer_status_t xfer_tensor_wire_unpack_err(const uint8_t *buf, size_t len, int32_
                                           size_t why_size)
 {
     memset(e, 0, sizeof(*e));
-    if (len < XFER_TENSOR_WIRE_ERR_FIXED) {
-        snprintf(why, why_size, "ERROR_STATUS of %zu bytes is shorter than its fixed part "
-                 "(%u)", len, XFER_TENSOR_WIRE_ERR_FIXED);
+    if (too_short("ERROR_STATUS", len, XFER_TENSOR_WIRE_ERR_FIXED, why, why_size)) {
         return XFER_ERR_PROTOCOL;
     }
     e->reason_len = xfer_get_le32(buf);
