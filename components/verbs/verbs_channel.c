@@ -185,16 +185,24 @@ static xfer_status_t qp_create(xfer_ep_h ch)
     return XFER_OK;
 }
 
+/* The receive work request of slot idx, its one scatter entry in sge. */
+static void rx_wr_fill(xfer_ep_h ch, uint32_t idx, struct ibv_recv_wr *wr, struct ibv_sge *sge)
+{
+    sge->addr   = (uintptr_t)(ch->rx_slab + (size_t)idx * ch->iface->cfg->seg_size);
+    sge->length = (uint32_t)ch->iface->cfg->seg_size;
+    sge->lkey   = ch->rx_mr->lkey;
+    wr->wr_id   = wr_id(ch, XFER_VERBS_WR_RECV | idx);
+    wr->sg_list = sge;
+    wr->num_sge = 1;
+    wr->next    = NULL;
+}
+
 static xfer_status_t rx_post(xfer_ep_h ch, uint32_t idx)
 {
-    struct ibv_sge sge = {
-        .addr   = (uintptr_t)(ch->rx_slab + (size_t)idx * ch->iface->cfg->seg_size),
-        .length = (uint32_t)ch->iface->cfg->seg_size,
-        .lkey   = ch->rx_mr->lkey,
-    };
-    struct ibv_recv_wr wr = {.wr_id = wr_id(ch, XFER_VERBS_WR_RECV | idx), .sg_list = &sge,
-                             .num_sge = 1}, *bad;
+    struct ibv_recv_wr wr, *bad;
+    struct ibv_sge sge;
 
+    rx_wr_fill(ch, idx, &wr, &sge);
     return (ibv_post_recv(ch->qp, &wr, &bad) == 0) ? XFER_OK : XFER_ERR_NO_RESOURCE;
 }
 
@@ -205,21 +213,15 @@ static int rx_flush(xfer_ep_h ch)
 {
     struct ibv_recv_wr wrs[XFER_VERBS_RX_BATCH_MAX], *bad;
     struct ibv_sge sges[XFER_VERBS_RX_BATCH_MAX];
-    size_t seg = ch->iface->cfg->seg_size;
 
     if (ch->rx_due == 0) {
         return 0;
     }
     for (uint32_t i = 0; i < ch->rx_due; i++) {
-        uint32_t idx = ch->rx_due_idx[i];
-
-        sges[i].addr   = (uintptr_t)(ch->rx_slab + (size_t)idx * seg);
-        sges[i].length = (uint32_t)seg;
-        sges[i].lkey   = ch->rx_mr->lkey;
-        wrs[i].wr_id   = wr_id(ch, XFER_VERBS_WR_RECV | idx);
-        wrs[i].sg_list = &sges[i];
-        wrs[i].num_sge = 1;
-        wrs[i].next    = (i + 1 < ch->rx_due) ? &wrs[i + 1] : NULL;
+        rx_wr_fill(ch, ch->rx_due_idx[i], &wrs[i], &sges[i]);
+        if (i > 0) {
+            wrs[i - 1].next = &wrs[i];
+        }
     }
     if (ibv_post_recv(ch->qp, wrs, &bad) != 0) {
         xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_recv of %u receives: %s", ch->rx_due,
@@ -582,9 +584,12 @@ static int post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_t *op, 
     return 0;
 }
 
-static int credit_ok(const xfer_ep_h ch, const xfer_verbs_op_t *op)
+/* Whether a message can be posted now: a credit (a data message leaves the control
+ * reserve) and send queue room (one entry stays free for credit returns). */
+static int msg_postable(const xfer_ep_h ch, int ctrl)
 {
-    return op->ctrl ? (ch->credits >= 1) : (ch->credits > XFER_VERBS_CTRL_CREDITS);
+    return (ctrl ? (ch->credits >= 1) : (ch->credits > XFER_VERBS_CTRL_CREDITS)) &&
+           (ch->sq_free > 1);
 }
 
 static uint16_t credits_take(xfer_ep_h ch)
@@ -694,7 +699,7 @@ static int pendq_head_ready(xfer_ep_h ch)
         return 0;
     }
     op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
-    return (op->post == XFER_VERBS_POST_MSG) && credit_ok(ch, op) && (ch->sq_free > 1);
+    return (op->post == XFER_VERBS_POST_MSG) && msg_postable(ch, op->ctrl);
 }
 
 /* Return owed credits alone when half the slots are owed and no message will carry them -
@@ -734,7 +739,7 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
         int done;
 
         if (op->post == XFER_VERBS_POST_MSG) {
-            if (!credit_ok(ch, op) || (ch->sq_free <= 1)) {
+            if (!msg_postable(ch, op->ctrl)) {
                 break;
             }
             done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
@@ -760,7 +765,7 @@ int xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const voi
                            size_t payload_len)
 {
     if ((ch->state != XFER_VERBS_CH_CONNECTED) || !ucs_list_is_empty(&ch->pendq) ||
-        (ch->credits <= XFER_VERBS_CTRL_CREDITS) || (ch->sq_free <= 1)) {
+        !msg_postable(ch, 0)) {
         return 0;
     }
     if (post_msg(ch, msg, msg_len, payload, payload_len) != 0) {
@@ -817,7 +822,7 @@ void xfer_verbs_ch_credit_release(xfer_ep_h ch)
 {
     if (ch->credits_held > 0) {
         /* its slot may still wait for a repost: post first, then the credit may go back */
-        if ((ch->rx_due > 0) && (rx_flush(ch) != 0)) {
+        if (rx_flush(ch) != 0) {
             return;
         }
         ch->credits_held--;
