@@ -76,11 +76,18 @@ static void request_free(xfer_request_t *req)
     ucs_mpool_put(req);
 }
 
-void xfer_request_discard(xfer_request_t *req)
+/* The operation no longer uses its registered memory: deregistering it is allowed again. */
+static void request_mem_release(xfer_request_t *req)
 {
     if (req->mem != NULL) {
         req->mem->busy--;
+        req->mem = NULL;
     }
+}
+
+void xfer_request_discard(xfer_request_t *req)
+{
+    request_mem_release(req);
     request_free(req);
 }
 
@@ -107,10 +114,7 @@ void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t
     }
     req->status = XFER_OK;
     req->length = length;
-    if (req->mem != NULL) {
-        req->mem->busy--;
-        req->mem = NULL;
-    }
+    request_mem_release(req);
     if (req_p != NULL) {
         *req_p = req;
     } else {
@@ -145,10 +149,7 @@ void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t len
     req->status = (status == XFER_INPROGRESS) ? XFER_ERR_INTERNAL : status;
     req->length = length;
     req->tag    = tag;
-    if (req->mem != NULL) {
-        req->mem->busy--;
-        req->mem = NULL;
-    }
+    request_mem_release(req);
     if (req->kind == XFER_REQ_FETCH) {
         xfer_tensor_fetch_done(req);
     }
