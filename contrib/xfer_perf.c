@@ -1158,6 +1158,26 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
     return 0;
 }
 
+/* -v: the endpoint's transport counters (those that moved), after the run. */
+static void counters_print(perf_t *perf)
+{
+    xfer_counter_t c[128];
+    size_t n = 128;
+
+    if (!perf->opts.verbose || (perf->ep == NULL) ||
+        (xfer_endpoint_counters(perf->ep, c, &n) != XFER_OK)) {
+        return;
+    }
+    printf("# %s counters of the endpoint to %s (those not 0):\n",
+           xfer_endpoint_transport(perf->ep), xfer_endpoint_peer(perf->ep));
+    for (size_t i = 0; (i < n) && (i < 128); i++) {
+        if (c[i].value != 0) {
+            printf("#   %-28s %" PRIu64 "\n", c[i].name, c[i].value);
+        }
+    }
+    fflush(stdout);
+}
+
 static int client_run(perf_t *perf)
 {
     const options_t *o = &perf->opts;
@@ -1198,6 +1218,7 @@ static int client_run(perf_t *perf)
     if (o->json && !failed) {
         print_json(perf, addr);
     }
+    counters_print(perf);
     return failed ? -1 : 0;
 }
 
@@ -1346,6 +1367,7 @@ static int server_run(perf_t *perf)
         return -1;
     }
     printf("# done%s\n", failed ? ", the data did not verify" : "");
+    counters_print(perf);
     return failed ? -1 : 0;
 }
 
@@ -1372,7 +1394,7 @@ static void usage(FILE *f)
             "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
             "  -V, --verify           fill buffers with a pattern and check it where it lands\n"
             "  -j, --json             print the results as one JSON object\n"
-            "  -v, --verbose          say more\n"
+            "  -v, --verbose          say more, and print the endpoint's counters at the end\n"
             "  -h, --help             this text\n"
             "\n"
             "Columns: BW average[MB/s] (MB = 10^6 bytes), MsgRate[Mpps], t_typical (median),\n"

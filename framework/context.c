@@ -32,6 +32,10 @@ static const xfer_param_desc_t fw_params[] = {
      "Run a thread that sleeps on the transports' file descriptors and progresses them, so "
      "operations move without the application calling xfer_progress().",
      offsetof(xfer_fw_config_t, progress_thread), 0, 0, NULL},
+    {"STATS", XFER_PARAM_BOOL, "n",
+     "Print every endpoint's transport counters (messages by type, bytes written, cache "
+     "hits and misses, credit stalls...) to stderr when it closes, and so at finalize.",
+     offsetof(xfer_fw_config_t, stats), 0, 0, NULL},
     {"MAX_KEY_LEN", XFER_PARAM_UINT, "1024",
      "Longest tensor key, in bytes; longer keys are refused locally and from peers.",
      offsetof(xfer_fw_config_t, max_key_len), 1, 65535, NULL},

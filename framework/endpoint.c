@@ -8,6 +8,8 @@
 #include "sock.h"
 #include "wire/bootstrap_wire.h"
 
+#include <inttypes.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,8 +156,53 @@ out:
     return status;
 }
 
+#define EP_COUNTERS_MAX 128
+
+/* XFER_STATS=y: the endpoint's counters, one line each, before it goes. */
+static void endpoint_stats_print(xfer_endpoint_t *ep)
+{
+    const xfer_component_stats_v1_t *st = ep->fw_iface->entry->stats;
+    xfer_counter_t c[EP_COUNTERS_MAX];
+    size_t n = EP_COUNTERS_MAX;
+
+    if (!ep->ctx->fw_config.stats || (st == NULL)) {
+        return;
+    }
+    st->ep_counters(ep->ep, c, &n);
+    if (n > EP_COUNTERS_MAX) {
+        n = EP_COUNTERS_MAX;
+    }
+    fprintf(stderr, "[xfer stats] endpoint to %s (%s), %zu counters:\n", ep->peer,
+            ep->transport, n);
+    for (size_t i = 0; i < n; i++) {
+        fprintf(stderr, "[xfer stats]   %-28s %" PRIu64 "\n", c[i].name, c[i].value);
+    }
+}
+
+xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counters,
+                                     size_t *count_p)
+{
+    const xfer_component_stats_v1_t *st;
+
+    if ((ep == NULL) || (count_p == NULL) || ((counters == NULL) && (*count_p > 0))) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_endpoint_counters: %s is NULL",
+                 (ep == NULL) ? "the endpoint" : (count_p == NULL) ? "count_p" : "counters");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    xfer_ctx_lock(ep->ctx);
+    st = ep->fw_iface->entry->stats;
+    if (st == NULL) {
+        *count_p = 0;
+    } else {
+        st->ep_counters(ep->ep, counters, count_p);
+    }
+    xfer_ctx_unlock(ep->ctx);
+    return XFER_OK;
+}
+
 static void endpoint_destroy(xfer_endpoint_t *ep)
 {
+    endpoint_stats_print(ep);
     ucs_list_del(&ep->list);
     ep->fw_iface->comp->ep_destroy(ep->ep);
     free(ep);

@@ -249,7 +249,15 @@ static void load_one(xfer_context_t *ctx, const char *path, const char *origin, 
         e->name = strdup(comp->name);
     }
 
-    e->comp = comp;
+    e->comp  = comp;
+    e->stats = dlsym(e->dl_handle, XFER_COMPONENT_STATS_SYMBOL_V1);
+    if ((e->stats != NULL) && (!symbol_is_own(e->dl_handle, e->stats) ||
+                               (e->stats->size < sizeof(xfer_component_stats_v1_t)) ||
+                               (e->stats->ep_counters == NULL))) {
+        xfer_log(XFER_LOG_WARN, LOADER_SUBSYS, "%s: ignoring its %s (not its own, too small or "
+                 "incomplete)", path, XFER_COMPONENT_STATS_SYMBOL_V1);
+        e->stats = NULL;
+    }
     status  = xfer_param_set_init(&e->params, comp->name, comp->params, comp->config_size,
                                   errors_p, why, sizeof(why));
     if (status != XFER_OK) {

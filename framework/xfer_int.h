@@ -42,6 +42,7 @@ typedef struct xfer_component_entry {
     const char                  *origin;
     void                        *dl_handle;
     const xfer_component_v1_t   *comp;      /* NULL when the loader rejected the file */
+    const xfer_component_stats_v1_t *stats; /* its optional counters extension, or NULL */
     xfer_component_state_t      state;
     char                        reason[XFER_REASON_MAX * 2];
     xfer_param_set_t            params;
@@ -68,6 +69,7 @@ typedef struct xfer_fw_config {
     double      bootstrap_timeout;  /* XFER_BOOTSTRAP_TIMEOUT, seconds */
     int         progress_thread;    /* XFER_PROGRESS_THREAD */
     uint64_t    max_key_len;        /* XFER_MAX_KEY_LEN */
+    int         stats;              /* XFER_STATS: print endpoints' counters when they close */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */

@@ -34,7 +34,7 @@ for arg in "$@"; do
     suite=${arg%%:*}
     filter=()
     if [[ $arg == *:* ]]; then
-        filter=(--filter "${suite#verbs_}/${arg#*:}")
+        filter=(--filter "*/${arg#*:}")
     fi
     start=$SECONDS
     echo "== test_$suite over ${XFERTEST_TRANSPORT:-tcp} ${filter[*]}"

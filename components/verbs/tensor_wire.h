@@ -11,7 +11,9 @@
  *   META_DATA_UPDATE   hdr.id = request index; extension: meta (the tensor as published)
  *   TENSOR_RE_REQUEST  hdr.id = request index, hdr.size = the new destination's capacity;
  *                      extension: 0 u64 address  8 u32 rkey  12 u32 reserved (0)
- *   ERROR_STATUS       hdr.id = request index, hdr.status = the error (never XFER_OK);
+ *   ERROR_STATUS       hdr.id = request index, hdr.status = the error (never XFER_OK),
+ *                      hdr.tag = its direction: TO_CONSUMER (the producer cannot answer
+ *                      the request) or WITHDRAW (the consumer gives its request up);
  *                      extension: 0 u32 reason_len  4 u32 reserved (0)  8 the reason text
  *
  *   meta:  0 u32 dtype   4 u32 rank   8 u32 flags (DEAD, NONE)   12 u32 reserved (0)
@@ -42,6 +44,10 @@
 
 #define XFER_TENSOR_META_DEAD        0x1u  /* a dead tensor: no data, size 0 */
 #define XFER_TENSOR_META_NONE        0x2u  /* no metadata known (a first request) */
+
+/* ERROR_STATUS directions (hdr.tag): both sides of a channel may be consumer and producer. */
+#define XFER_TENSOR_ERR_TO_CONSUMER  0u
+#define XFER_TENSOR_ERR_WITHDRAW     1u
 
 /* Request index: slot (low bits) and generation; 31 bits, the immediate's top bit flags a
  * tensor write. */

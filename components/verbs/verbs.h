@@ -5,7 +5,9 @@
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
  *   verbs_rma.c      registered memory, remote keys, put and get
  *   verbs_tag.c      tagged messages: eager through the slots, rendezvous by RDMA READ
- *   verbs_tensor.c   tensor fetch, both sides
+ *   tensor_wire.c    the tensor messages' extensions (tensor_wire.h)
+ *   tensor_request.c consumer side of a tensor fetch: request table, metadata cache
+ *   tensor_response.c producer side: the response state machine, writes with immediate
  *
  * Threading: none. The framework serialises every call into the component, and completions
  * reach the framework only from progress().
@@ -13,12 +15,14 @@
 #ifndef XFER_VERBS_H
 #define XFER_VERBS_H
 
+#include "tensor_wire.h"
 #include "verbs_mrcache.h"
 #include "verbs_wire.h"
 
 #include <xfer/component.h>
 
 #include <infiniband/verbs.h>
+#include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
 
@@ -27,9 +31,9 @@
 
 #define XFER_VERBS_SUBSYS    "verbs"
 #define XFER_VERBS_CQ_BATCH  32
-/* Credits kept back from data messages (TAG, RTS, TREQ) so that control messages (FIN,
- * TRESP, TDONE, TCANCEL) always get through, even to a peer whose unexpected queue is full
- * and who holds data credits back. */
+/* Credits kept back from data messages (TAG, RTS, TENSOR_REQUEST) so that answers (FIN,
+ * META_DATA_UPDATE, TENSOR_RE_REQUEST, ERROR_STATUS, tensor writes) always get through,
+ * even to a peer whose unexpected queue is full and who holds data credits back. */
 #define XFER_VERBS_CTRL_CREDITS 4
 #define XFER_VERBS_RX_BATCH_MAX 16    /* receives reposted with one ibv_post_recv */
 
@@ -52,10 +56,12 @@ typedef struct xfer_verbs_config {
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
     uint64_t mrc_max_entries;   /* MR_CACHE_MAX_ENTRIES */
     uint64_t mrc_max_bytes;     /* MR_CACHE_MAX_BYTES */
+    uint64_t meta_cache;        /* TENSOR_META_CACHE: tensor metadata kept per channel */
 } xfer_verbs_config_t;
 
 typedef struct xfer_verbs_op    xfer_verbs_op_t;
-typedef struct xfer_verbs_preq  xfer_verbs_preq_t;
+typedef struct xfer_verbs_treq  xfer_verbs_treq_t;
+typedef struct xfer_verbs_rsp   xfer_verbs_rsp_t;
 typedef struct xfer_verbs_unexp xfer_verbs_unexp_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -65,8 +71,9 @@ typedef enum {
     XFER_VERBS_OP_RECV,     /* tag receive; reads the data of a rendezvous */
     XFER_VERBS_OP_PUT,
     XFER_VERBS_OP_GET,
-    XFER_VERBS_OP_FETCH,    /* tensor fetch; reads the data of a READ response */
+    XFER_VERBS_OP_FETCH,    /* tensor fetch: carries TENSOR_REQUEST, completes the fetch */
     XFER_VERBS_OP_CTRL,     /* an internal message waiting for credits; no user completion */
+    XFER_VERBS_OP_TWRITE,   /* a tensor's RDMA WRITE WITH IMMEDIATE; no user completion */
 } xfer_verbs_op_kind_t;
 
 /* What a queued op still has to post. */
@@ -112,49 +119,113 @@ struct xfer_verbs_op {
     size_t               rdma_len;  /* bytes to move */
     size_t               rdma_posted;
     unsigned             rdma_inflight;
-    uint64_t             peer_id;   /* RECV: the sender's RTS id; FETCH: the producer's id */
-
-    /* FETCH */
-    void                 *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
-    void                 *alloc_arg;
-    xfer_tensor_t        *result;
-    uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_VERBS_WIRE_TRESP_LEN];
+    uint64_t             peer_id;   /* RECV: the sender's RTS id */
+    int                  imm_pending;   /* TWRITE: the last chunk carries imm (may be 0 B) */
+    uint32_t             imm;
+    void                 *owner;    /* TWRITE: its xfer_verbs_rsp_t */
+    xfer_tensor_t        *result;   /* FETCH */
+    uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
 };                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
 
 /* An outstanding exchange of this side, found again by the id in the peer's answer. */
 typedef enum {
     XFER_VERBS_SLOT_FREE,
     XFER_VERBS_SLOT_SEND,       /* RTS sent, FIN awaited */
-    XFER_VERBS_SLOT_FETCH,      /* TREQ sent, TRESP awaited */
-    XFER_VERBS_SLOT_PREQ,       /* a TRESP READ sent, TDONE awaited */
-    XFER_VERBS_SLOT_TOMBSTONE,  /* a cancelled fetch whose TRESP is still to come */
+    XFER_VERBS_SLOT_FETCH,      /* a tensor request (xfer_verbs_treq_t), until its end */
 } xfer_verbs_slot_kind_t;
 
 typedef struct xfer_verbs_slot {
     uint32_t               gen;
     uint32_t               next_free;
     xfer_verbs_slot_kind_t kind;
-    void                   *obj;    /* xfer_verbs_op_t, or xfer_verbs_preq_t for PREQ */
+    void                   *obj;    /* xfer_verbs_op_t (SEND), xfer_verbs_treq_t (FETCH) */
 } xfer_verbs_slot_t;
 
-/* ---- producer side of a tensor fetch --------------------------------------------------------- */
+/* ---- tensor fetches --------------------------------------------------------------------------- */
 
-struct xfer_verbs_preq {
-    xfer_tensor_waiter_t waiter;    /* handed to the framework */
-    ucs_list_link_t      list;      /* ch->preqs while waiting or answered, iface->releases */
-    xfer_iface_h         iface;
-    xfer_ep_h            ch;        /* NULL once the channel is gone */
-    uint64_t             id;        /* the consumer's request id */
-    uint32_t             slot;      /* ours while a READ answer is outstanding */
-    int                  answered;  /* ready() came */
-    int                  in_slot;
-    void                 *handle;   /* from ready(XFER_OK) */
-    xfer_verbs_mr_t      *mr;       /* cache hold on the source of a READ answer */
-    xfer_status_t        release_status;
-    uint64_t             step;
-    uint32_t             key_len;
-    char                 key[];
+/* Consumer: one fetch, from TENSOR_REQUEST to the write's immediate (or an ERROR_STATUS). */
+typedef enum {
+    XFER_VERBS_TREQ_REQUESTED,      /* TENSOR_REQUEST sent */
+    XFER_VERBS_TREQ_RE_REQUESTED,   /* META_DATA_UPDATE came, TENSOR_RE_REQUEST sent */
+    XFER_VERBS_TREQ_WITHDRAWN,      /* given up; the producer's last word is awaited */
+    XFER_VERBS_TREQ_NUM_STATES
+} xfer_verbs_treq_state_t;
+
+struct xfer_verbs_treq {
+    xfer_verbs_op_t         *op;        /* the fetch's op; NULL once it completed */
+    xfer_ep_h               ch;
+    xfer_verbs_treq_state_t state;
+    uint32_t                slot;
+    uint32_t                idx;        /* slot + generation, as on the wire */
+    xfer_status_t           end_status; /* WITHDRAWN: what the fetch completes with */
+    void                    *buf;       /* destination, or NULL until alloc() gave one */
+    size_t                  capacity;
+    uint64_t                addr;       /* as told to the producer; 0 = none */
+    uint32_t                rkey;
+    void                    *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void                    *alloc_arg;
+    xfer_memh_h             memh;
+    xfer_tensor_wire_meta_t meta;       /* expected, then as the producer said */
+    uint64_t                step;
+    uint32_t                key_len;
+    char                    key[];
 };
+
+/* Producer: one answer, from TENSOR_REQUEST to the write's completion. */
+typedef enum {
+    XFER_VERBS_RSP_WAIT_PUBLISH,    /* the framework has the waiter */
+    XFER_VERBS_RSP_WAIT_RE_REQUEST, /* META_DATA_UPDATE sent; the tensor is held */
+    XFER_VERBS_RSP_WRITING,         /* the write is queued or on the wire */
+    XFER_VERBS_RSP_NUM_STATES
+} xfer_verbs_rsp_state_t;
+
+struct xfer_verbs_rsp {
+    xfer_tensor_waiter_t    waiter;     /* handed to the framework */
+    ucs_list_link_t         list;       /* ch->rsps; then iface->releases */
+    xfer_iface_h            iface;
+    xfer_ep_h               ch;
+    xfer_verbs_rsp_state_t  state;
+    uint32_t                idx;        /* the consumer's request index */
+    uint64_t                step;
+    uint64_t                dst_addr;   /* the consumer's destination; 0 = none yet */
+    uint32_t                dst_rkey;
+    uint64_t                dst_capacity;
+    xfer_tensor_wire_meta_t expect;     /* what the consumer expects */
+    xfer_tensor_wire_meta_t meta;       /* the tensor as published */
+    const void              *src;
+    void                    *handle;    /* from ready(XFER_OK); released at the end */
+    xfer_verbs_mr_t         *mr;        /* cache hold on src */
+    void                    *bounce;    /* src copied here when it cannot be registered */
+    struct ibv_mr           *bounce_mr;
+    xfer_status_t           release_status;
+    uint32_t                key_len;
+    char                    key[];
+};
+
+KHASH_MAP_INIT_INT(xfer_verbs_rsp, xfer_verbs_rsp_t*)
+
+/* Consumer's metadata cache: the last metadata seen per key (step left out). */
+typedef struct xfer_verbs_meta_entry {
+    ucs_list_link_t         lru;        /* ch->meta_lru, most recent first */
+    xfer_tensor_wire_meta_t meta;
+    char                    *key;       /* the hash's key, owned here */
+} xfer_verbs_meta_entry_t;
+
+KHASH_MAP_INIT_STR(xfer_verbs_meta, xfer_verbs_meta_entry_t*)
+
+/* Per-channel counters (xfer_endpoint_counters, xfer_perf -v, XFER_STATS=1). */
+typedef struct xfer_verbs_ch_stats {
+    uint64_t tx_msgs[XFER_VERBS_MSG_LAST];
+    uint64_t rx_msgs[XFER_VERBS_MSG_LAST];
+    uint64_t tx_writes, tx_write_bytes;     /* tensor writes with immediate */
+    uint64_t rx_writes, rx_write_bytes;
+    uint64_t rerequests;                    /* META_DATA_UPDATE answered by a re-request */
+    uint64_t meta_hits, meta_misses;        /* the consumer's metadata cache */
+    uint64_t mrc_hits, mrc_misses, mrc_evictions;
+    uint64_t bounced;                       /* sources copied to a bounce buffer */
+    uint64_t credit_stalls;                 /* a message or write waited for credits */
+    uint64_t rejected;                      /* stale or duplicate request indices */
+} xfer_verbs_ch_stats_t;
 
 /* ---- unexpected tag messages ----------------------------------------------------------------- */
 
@@ -228,7 +299,6 @@ struct xfer_ep {
         uint64_t        seq;            /* sq_posted after it */
         uint64_t        tx_head;        /* tx_head after it */
         xfer_verbs_op_t *op;            /* RDMA chunk of op, or NULL */
-        void            *preq;          /* unused */
     }                     *wrs;
     uint32_t              wr_head, wr_tail;   /* ring of sq_len entries */
     ucs_list_link_t       pendq;        /* xfer_verbs_op_t waiting to be posted, in order */
@@ -238,7 +308,11 @@ struct xfer_ep {
     uint32_t              num_slots;
     uint32_t              free_slot;
     uint32_t              busy_slots;
-    ucs_list_link_t       preqs;
+    ucs_list_link_t       rsps;         /* xfer_verbs_rsp_t this side answers */
+    khash_t(xfer_verbs_rsp) rsp_by_idx;
+    khash_t(xfer_verbs_meta) meta_cache;
+    ucs_list_link_t       meta_lru;
+    xfer_verbs_ch_stats_t stats;
 
     uint64_t              *ka_word;     /* the peer RDMA-writes here to probe us */
     struct ibv_mr         *ka_mr;
@@ -279,11 +353,16 @@ struct xfer_iface {
     ucs_list_link_t           compq;        /* completed ops, callback pending */
     ucs_mpool_t               op_mp;        /* xfer_verbs_op_t: one per operation */
     int                       op_mp_ready;
-    ucs_list_link_t           releases;     /* preqs to release (tensor_release pending) */
+    ucs_list_link_t           releases;     /* rsps to release (tensor_release pending) */
     ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
     int                       backlog_len;
     uint8_t                   address[XFER_VERBS_WIRE_IFACE_ADDR_LEN];
+    /* XFER_VERBS_TEST_CORRUPT=TYPE:HOW - the tests' stand-in for a fault RC cannot produce
+     * (its CRCs catch corruption on the wire): the next message of TYPE this side sends is
+     * damaged HOW (type, version, short, field) before it goes */
+    uint8_t                   corrupt_type;
+    char                      corrupt_how[16];
 };
 
 struct xfer_memh {
@@ -388,17 +467,37 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status);
 void xfer_verbs_unexp_drop_ch(xfer_iface_h iface, xfer_ep_h ch, int all);
 
-/* ---- verbs_tensor.c --------------------------------------------------------------------------- */
+/* ---- tensor_request.c ------------------------------------------------------------------------ */
 xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                       xfer_comp_t *comp);
 xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                        xfer_status_t status);
-/* Incoming TREQ / TRESP / TDONE / TCANCEL. */
-xfer_status_t xfer_verbs_tensor_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
-                                   const uint8_t *ext, char *why, size_t why_size);
-void xfer_verbs_fetch_read_done(xfer_verbs_op_t *op, xfer_status_t status);
+/* Consumer side of META_DATA_UPDATE and of an ERROR_STATUS about our request. */
+xfer_status_t xfer_verbs_treq_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                 const uint8_t *ext, char *why, size_t why_size);
+/* A tensor write's immediate (the index, flag cleared) arrived with byte_len bytes. */
+void xfer_verbs_treq_write_arrived(xfer_ep_h ch, uint32_t idx, uint32_t byte_len);
+/* The channel failed or closes: every fetch on it completes with status. */
+void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status);
+void xfer_verbs_meta_cache_clear(xfer_ep_h ch);
+/* The MR cache on behalf of ch: counts its hits, misses and evictions there. */
+xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
+                                    xfer_verbs_mr_t **mr_p);
+
+/* ---- tensor_response.c ----------------------------------------------------------------------- */
+/* Producer side of TENSOR_REQUEST, TENSOR_RE_REQUEST and of a withdrawal (ERROR_STATUS). */
+xfer_status_t xfer_verbs_rsp_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                const uint8_t *ext, char *why, size_t why_size);
+/* The write of op (TWRITE) completed or failed. */
+void xfer_verbs_rsp_write_done(xfer_verbs_op_t *op, xfer_status_t status);
 /* Release what the producer side of ch holds. */
-void xfer_verbs_preq_drop_ch(xfer_ep_h ch, xfer_status_t status);
-void xfer_verbs_preq_release(xfer_verbs_preq_t *preq);
+void xfer_verbs_rsp_drop_ch(xfer_ep_h ch, xfer_status_t status);
+void xfer_verbs_rsp_release(xfer_verbs_rsp_t *rsp);
+/* An ERROR_STATUS about request idx, in the given direction (XFER_TENSOR_ERR_*). */
+void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
+                                  xfer_status_t status, const char *reason);
+
+/* ---- counters -------------------------------------------------------------------------------- */
+void xfer_verbs_ep_counters(xfer_ep_h ep, xfer_counter_t *counters, size_t *count_p);
 
 #endif

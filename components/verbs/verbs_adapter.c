@@ -210,6 +210,27 @@ static xfer_status_t events_setup(xfer_iface_h iface)
     return XFER_OK;
 }
 
+/* The tests' fault injection (see corrupt_type in verbs.h); never set in production. */
+static void corrupt_setup(xfer_iface_h iface)
+{
+    const char *spec = getenv("XFER_VERBS_TEST_CORRUPT");
+    const char *colon;
+
+    if ((spec == NULL) || ((colon = strchr(spec, ':')) == NULL)) {
+        return;
+    }
+    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
+        const char *name = xfer_verbs_msg_name(t);
+
+        if ((strlen(name) == (size_t)(colon - spec)) && (strncmp(spec, name, strlen(name)) == 0)) {
+            iface->corrupt_type = (uint8_t)t;
+        }
+    }
+    snprintf(iface->corrupt_how, sizeof(iface->corrupt_how), "%s", colon + 1);
+    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "XFER_VERBS_TEST_CORRUPT=%s: the next such "
+             "message will be damaged on purpose (a test)", spec);
+}
+
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
                                     xfer_iface_h *iface_p)
 {
@@ -280,6 +301,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
         goto err;
     }
     iface->max_inline = (uint32_t)iface->cfg->max_inline;
+    corrupt_setup(iface);
     address_build(iface);
     xfer_log_at(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "opened %s (GID index %d, MTU %d, %s)",
                 iface->dev_name, iface->gid_index, 128 << iface->port_attr.active_mtu,
@@ -310,10 +332,10 @@ static unsigned deliver(xfer_iface_h iface)
         count++;
     }
     while (!ucs_list_is_empty(&iface->releases)) {
-        xfer_verbs_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_verbs_preq_t,
-                                                        list);
+        xfer_verbs_rsp_t *rsp = ucs_list_extract_head(&iface->releases, xfer_verbs_rsp_t,
+                                                      list);
 
-        xfer_verbs_preq_release(preq);
+        xfer_verbs_rsp_release(rsp);
         count++;
     }
     while (!ucs_list_is_empty(&iface->notify)) {

@@ -16,7 +16,7 @@
  * of the slots are unreturned), or, when half the slots are unreturned and no queued message
  * can carry them, by a zero-length RDMA WRITE WITH IMMEDIATE (the immediate is the count).
  * Data messages leave
- * XFER_VERBS_CTRL_CREDITS credits for control messages (FIN, TRESP, TDONE, TCANCEL), so
+ * XFER_VERBS_CTRL_CREDITS credits for answers (FIN, the tensor messages and writes), so
  * answers always pass even when a receiver holds credits back for its unexpected queue.
  *
  * Send queue. Sends are signalled every SIGNAL_INTERVAL work requests (and RDMA operations
@@ -107,8 +107,8 @@ xfer_status_t xfer_verbs_slot_alloc(xfer_ep_h ch, xfer_verbs_slot_kind_t kind, v
     slot->obj     = obj;
     ch->busy_slots++;
     *id_p = ((uint64_t)slot->gen << 32) | idx;
-    if (kind == XFER_VERBS_SLOT_PREQ) {
-        ((xfer_verbs_preq_t*)obj)->slot = idx;
+    if (kind == XFER_VERBS_SLOT_FETCH) {
+        ((xfer_verbs_treq_t*)obj)->slot = idx;
     } else {
         ((xfer_verbs_op_t*)obj)->slot = idx;
     }
@@ -296,6 +296,9 @@ static void ch_free(xfer_ep_h ch)
     free(ch->wrs);
     free(ch->rx_due_idx);
     free(ch->slots);
+    xfer_verbs_meta_cache_clear(ch);
+    kh_destroy_inplace(xfer_verbs_meta, &ch->meta_cache);
+    kh_destroy_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
     free(ch);
 }
 
@@ -329,7 +332,10 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         ch->id = ++iface->next_ch_id;
     }
     ucs_list_head_init(&ch->pendq);
-    ucs_list_head_init(&ch->preqs);
+    ucs_list_head_init(&ch->rsps);
+    ucs_list_head_init(&ch->meta_lru);
+    kh_init_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
+    kh_init_inplace(xfer_verbs_meta, &ch->meta_cache);
 
     if ((params->peer_iface_addr == NULL) ||
         (xfer_verbs_wire_unpack_iface_addr(params->peer_iface_addr,
@@ -600,6 +606,28 @@ static uint16_t credits_take(xfer_ep_h ch)
     return (uint16_t)n;
 }
 
+/* XFER_VERBS_TEST_CORRUPT: damage this message (once) as the tests asked. */
+static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
+{
+    const char *how = iface->corrupt_how;
+
+    iface->corrupt_type = 0;
+    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "damaging a %s (%s) on purpose",
+             xfer_verbs_msg_name(msg[3]), how);
+    if (strcmp(how, "type") == 0) {
+        msg[3] = 0x7f;
+    } else if (strcmp(how, "version") == 0) {
+        msg[2] = 0x7f;
+    } else if ((strcmp(how, "short") == 0) && (msg_len > XFER_VERBS_WIRE_HDR_LEN)) {
+        return msg_len - 1;     /* the header still claims the byte */
+    } else if ((strcmp(how, "field") == 0) && (msg_len >= XFER_VERBS_WIRE_HDR_LEN + 16)) {
+        /* TENSOR_REQUEST: its key_len; META_DATA_UPDATE: its rank */
+        msg[XFER_VERBS_WIRE_HDR_LEN + ((msg[3] == XFER_VERBS_MSG_TENSOR_REQUEST) ? 12 : 4)] =
+            0xff;
+    }
+    return msg_len;
+}
+
 /* Post a message, msg (header and extension, its credits field filled here) then payload:
  * inline when it fits, else copied into the next copy buffer. */
 static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
@@ -617,6 +645,10 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
         return -1;
     }
     credits = credits_take(ch);
+    if (ch->iface->corrupt_type == msg[3]) {
+        msg_len = corrupt(ch->iface, msg, msg_len);
+        total   = msg_len + payload_len;
+    }
 
     msg[4] = (uint8_t)credits;      /* the header's credits field, little-endian */
     msg[5] = (uint8_t)(credits >> 8);
@@ -646,6 +678,7 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
         wr.num_sge    = 1;
     }
     ch->credits--;
+    ch->stats.tx_msgs[(msg[3] < XFER_VERBS_MSG_LAST) ? msg[3] : 0]++;
     xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: send %s, %zu bytes (%s), %u "
                 "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
                 total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
@@ -653,7 +686,9 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
     return post_send(ch, &wr, NULL, 0);
 }
 
-/* Post RDMA chunks of op while the send queue has room; 1 when all are posted. */
+/* Post RDMA chunks of op while the send queue has room; 1 when all are posted. A tensor
+ * write's last chunk (maybe of 0 bytes) carries its immediate: it consumes a receive at the
+ * peer, so it waits for a credit like a message. */
 static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
 {
     size_t chunk = ch->iface->port_attr.max_msg_sz;
@@ -661,7 +696,7 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
     if ((chunk == 0) || (chunk > (1u << 30))) {
         chunk = 1u << 30;
     }
-    while (op->rdma_posted < op->rdma_len) {
+    while ((op->rdma_posted < op->rdma_len) || op->imm_pending) {
         size_t len = op->rdma_len - op->rdma_posted;
         struct ibv_sge sge;
         struct ibv_send_wr wr;
@@ -678,9 +713,23 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
         memset(&wr, 0, sizeof(wr));
         wr.opcode              = (enum ibv_wr_opcode)op->opcode;
         wr.sg_list             = &sge;
-        wr.num_sge             = 1;
+        wr.num_sge             = (len > 0) ? 1 : 0;
         wr.wr.rdma.remote_addr = op->raddr + op->rdma_posted;
         wr.wr.rdma.rkey        = op->rkey;
+        if (op->imm_pending && (op->rdma_posted + len == op->rdma_len)) {
+            /* unlike a message it carries no credits back, so it leaves the last credit
+             * for a credit return: two sides that both spent theirs would wait forever */
+            if ((ch->credits < 2) || !msg_postable(ch, 1)) {
+                ch->stats.credit_stalls++;
+                return 0;
+            }
+            wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = htonl(op->imm);
+            ch->credits--;
+            op->imm_pending = 0;
+            ch->stats.tx_writes++;
+            ch->stats.tx_write_bytes += op->rdma_len;
+        }
         if (post_send(ch, &wr, op, 1) != 0) {
             return -1;
         }
@@ -740,6 +789,7 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
 
         if (op->post == XFER_VERBS_POST_MSG) {
             if (!msg_postable(ch, op->ctrl)) {
+                ch->stats.credit_stalls += (ch->sq_free > 1);
                 break;
             }
             done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
@@ -833,6 +883,17 @@ void xfer_verbs_ch_credit_release(xfer_ep_h ch)
 
 /* ---- completions ------------------------------------------------------------------------- */
 
+/* A message this side does not speak (another version, an unknown type): say so to the
+ * peer, naming the message's id, and go on - the rest of the channel is sound. */
+static void rx_unsupported(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr, const char *why)
+{
+    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: refused a message from the peer: %s",
+             ch->qp->qp_num, why);
+    ch->stats.rejected++;
+    xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
+                                 XFER_ERR_UNSUPPORTED, why);
+}
+
 static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
 {
     const uint8_t *buf = ch->rx_slab + (size_t)idx * ch->iface->cfg->seg_size;
@@ -844,8 +905,15 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
     xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: received %s, %u bytes in slot %u",
                 ch->qp->qp_num, (status == XFER_OK) ? xfer_verbs_msg_name(hdr.type) : "garbage",
                 byte_len, idx);
-    if (status == XFER_OK) {
+    if (status == XFER_ERR_UNSUPPORTED) {
+        if (hdr.version == XFER_VERBS_WIRE_VERSION) {
+            ch->credits += hdr.credits;     /* an unknown type: the header is still ours */
+        }
+        rx_unsupported(ch, &hdr, why);
+        status = XFER_OK;
+    } else if (status == XFER_OK) {
         ch->credits += hdr.credits;
+        ch->stats.rx_msgs[hdr.type]++;
         if (ch->credits > ch->peer.rx_slots) {
             snprintf(why, sizeof(why), "the peer returned more credits (%u) than it has slots "
                      "(%u)", ch->credits, ch->peer.rx_slots);
@@ -854,9 +922,14 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
                    (hdr.type == XFER_VERBS_MSG_FIN)) {
             status = xfer_verbs_tag_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
                                        sizeof(why));
+        } else if ((hdr.type == XFER_VERBS_MSG_META_DATA_UPDATE) ||
+                   ((hdr.type == XFER_VERBS_MSG_ERROR_STATUS) &&
+                    (hdr.tag == XFER_TENSOR_ERR_TO_CONSUMER))) {
+            status = xfer_verbs_treq_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
+                                        sizeof(why));
         } else {
-            status = xfer_verbs_tensor_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
-                                          sizeof(why));
+            status = xfer_verbs_rsp_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
+                                       sizeof(why));
         }
     }
     if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
@@ -891,7 +964,7 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
         return;
     }
     if (--op->rdma_inflight == 0) {
-        if (op->rdma_posted == op->rdma_len) {
+        if ((op->rdma_posted == op->rdma_len) && !op->imm_pending) {
             xfer_verbs_rdma_done(op, XFER_OK);
         }
     }
@@ -921,7 +994,17 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
         if (idx >= ch->rx_slots) {
             return;
         }
-        if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        if ((wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) &&
+            (ntohl(wc->imm_data) & XFER_TENSOR_IMM_FLAG)) {
+            /* a tensor write: repost first, the completion may post an answer */
+            if (rx_repost(ch, idx, 1) != 0) {
+                return;
+            }
+            ch->stats.rx_writes++;
+            ch->stats.rx_write_bytes += wc->byte_len;
+            xfer_verbs_treq_write_arrived(ch, ntohl(wc->imm_data) & ~XFER_TENSOR_IMM_FLAG,
+                                          wc->byte_len);
+        } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
             uint32_t n = ntohl(wc->imm_data);
 
             if ((uint64_t)ch->credits + n > ch->peer.rx_slots) {
@@ -979,12 +1062,16 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
     ucs_list_for_each_safe(op, tmp, &ch->pendq, list) {
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
+        if (op->kind == XFER_VERBS_OP_FETCH) {
+            continue;   /* its request, in the slots below, completes it */
+        }
         if (op->slot != UINT32_MAX) {
             xfer_verbs_slot_free(ch, op->slot);
             op->slot = UINT32_MAX;
         }
-        if (op->busy && ((op->kind == XFER_VERBS_OP_RECV) || (op->kind == XFER_VERBS_OP_FETCH))) {
-            xfer_verbs_rdma_done(op, status);   /* off iface->busy too */
+        if ((op->busy && (op->kind == XFER_VERBS_OP_RECV)) ||
+            (op->kind == XFER_VERBS_OP_TWRITE)) {
+            xfer_verbs_rdma_done(op, status);   /* off iface->busy, or its answer ends */
         } else {
             xfer_verbs_op_complete(op, status, 0, 0);
         }
@@ -997,15 +1084,15 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
         if (kind == XFER_VERBS_SLOT_FREE) {
             continue;
         }
-        xfer_verbs_slot_free(ch, i);
-        if ((kind == XFER_VERBS_SLOT_SEND) || (kind == XFER_VERBS_SLOT_FETCH)) {
+        if (kind == XFER_VERBS_SLOT_SEND) {
+            xfer_verbs_slot_free(ch, i);
             ((xfer_verbs_op_t*)obj)->slot = UINT32_MAX;
             xfer_verbs_op_complete(obj, status, 0, 0);
-        } else if (kind == XFER_VERBS_SLOT_PREQ) {
-            ((xfer_verbs_preq_t*)obj)->in_slot = 0;
+        } else {
+            xfer_verbs_treq_fail(obj, status);  /* frees the slot */
         }
     }
-    xfer_verbs_preq_drop_ch(ch, status);
+    xfer_verbs_rsp_drop_ch(ch, status);
     /* receives for this peer only fail; receives for any peer stay posted */
     ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
         if (op->ch == ch) {
@@ -1194,4 +1281,44 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     ucs_list_del(&ch->list);
     iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);
     ch_free(ch);
+}
+
+/* ---- counters ---------------------------------------------------------------------------- */
+
+static void counter_put(xfer_counter_t *c, size_t max, size_t *n, const char *prefix,
+                        const char *name, uint64_t value)
+{
+    if (*n < max) {
+        snprintf(c[*n].name, sizeof(c[*n].name), "%s%s", prefix, name);
+        c[*n].value = value;
+    }
+    (*n)++;
+}
+
+void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
+{
+    const xfer_verbs_ch_stats_t *st = &ch->stats;
+    size_t max = *count_p;
+    size_t n   = 0;
+
+    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
+        counter_put(c, max, &n, "tx_", xfer_verbs_msg_name(t), st->tx_msgs[t]);
+    }
+    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
+        counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
+    }
+    counter_put(c, max, &n, "", "tx_tensor_writes", st->tx_writes);
+    counter_put(c, max, &n, "", "tx_tensor_write_bytes", st->tx_write_bytes);
+    counter_put(c, max, &n, "", "rx_tensor_writes", st->rx_writes);
+    counter_put(c, max, &n, "", "rx_tensor_write_bytes", st->rx_write_bytes);
+    counter_put(c, max, &n, "", "re_requests", st->rerequests);
+    counter_put(c, max, &n, "", "meta_cache_hits", st->meta_hits);
+    counter_put(c, max, &n, "", "meta_cache_misses", st->meta_misses);
+    counter_put(c, max, &n, "", "mr_cache_hits", st->mrc_hits);
+    counter_put(c, max, &n, "", "mr_cache_misses", st->mrc_misses);
+    counter_put(c, max, &n, "", "mr_cache_evictions", st->mrc_evictions);
+    counter_put(c, max, &n, "", "bounced", st->bounced);
+    counter_put(c, max, &n, "", "credit_stalls", st->credit_stalls);
+    counter_put(c, max, &n, "", "rejected", st->rejected);
+    *count_p = n;
 }

@@ -67,6 +67,10 @@ static const xfer_param_desc_t verbs_params[] = {
     {"MR_CACHE_MAX_BYTES", XFER_PARAM_SIZE, "4g",
      "Bytes of such registrations kept (least recently used unused ones go first).",
      CFG(mrc_max_bytes), 0, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
+    {"TENSOR_META_CACHE", XFER_PARAM_UINT, "4096",
+     "Tensor metadata kept per channel, by key: a fetch whose tensor is as last time takes "
+     "one message and one write; 0 turns the cache off (every fetch asks first).",
+     CFG(meta_cache), 0, 1048576, NULL},
     {NULL}
 };
 
@@ -132,4 +136,9 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .progress      = xfer_verbs_iface_progress,
     .event_fd      = xfer_verbs_iface_event_fd,
     .event_arm     = xfer_verbs_iface_event_arm,
+};
+
+XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {
+    .size        = sizeof(xfer_component_stats_v1_t),
+    .ep_counters = xfer_verbs_ep_counters,
 };

@@ -170,8 +170,8 @@ void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status)
     case XFER_VERBS_OP_RECV:
         xfer_verbs_recv_read_done(op, status);
         break;
-    case XFER_VERBS_OP_FETCH:
-        xfer_verbs_fetch_read_done(op, status);
+    case XFER_VERBS_OP_TWRITE:
+        xfer_verbs_rsp_write_done(op, status);
         break;
     default:
         xfer_verbs_op_complete(op, status, (status == XFER_OK) ? op->rdma_len : 0, 0);

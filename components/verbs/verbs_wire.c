@@ -3,6 +3,7 @@
  * functions of their arguments, so that tests can build hostile messages with them.
  */
 #include "verbs_wire.h"
+#include "tensor_wire.h"
 
 #include <xfer/byteorder.h>
 #include <xfer/component.h>
@@ -17,10 +18,10 @@ const char *xfer_verbs_msg_name(unsigned type)
         [XFER_VERBS_MSG_TAG]     = "TAG",
         [XFER_VERBS_MSG_RTS]     = "RTS",
         [XFER_VERBS_MSG_FIN]     = "FIN",
-        [XFER_VERBS_MSG_TREQ]    = "TREQ",
-        [XFER_VERBS_MSG_TRESP]   = "TRESP",
-        [XFER_VERBS_MSG_TDONE]   = "TDONE",
-        [XFER_VERBS_MSG_TCANCEL] = "TCANCEL",
+        [XFER_VERBS_MSG_TENSOR_REQUEST]    = "TENSOR_REQUEST",
+        [XFER_VERBS_MSG_META_DATA_UPDATE]  = "META_DATA_UPDATE",
+        [XFER_VERBS_MSG_TENSOR_RE_REQUEST] = "TENSOR_RE_REQUEST",
+        [XFER_VERBS_MSG_ERROR_STATUS]      = "ERROR_STATUS",
     };
 
     return ((type < XFER_VERBS_MSG_LAST) && (names[type] != NULL)) ? names[type] : "?";
@@ -45,8 +46,11 @@ static uint32_t min_ext(unsigned type)
 {
     switch (type) {
     case XFER_VERBS_MSG_RTS:   return XFER_VERBS_WIRE_RTS_LEN;
-    case XFER_VERBS_MSG_TREQ:  return XFER_VERBS_WIRE_TREQ_LEN + 1;
-    case XFER_VERBS_MSG_TRESP: return XFER_VERBS_WIRE_TRESP_LEN;
+    case XFER_VERBS_MSG_TENSOR_REQUEST:
+        return XFER_TENSOR_WIRE_REQ_FIXED + XFER_TENSOR_WIRE_META_FIXED + 1;
+    case XFER_VERBS_MSG_META_DATA_UPDATE:  return XFER_TENSOR_WIRE_META_FIXED;
+    case XFER_VERBS_MSG_TENSOR_RE_REQUEST: return XFER_TENSOR_WIRE_REREQ_LEN;
+    case XFER_VERBS_MSG_ERROR_STATUS:      return XFER_TENSOR_WIRE_ERR_FIXED;
     default:                   return 0;
     }
 }
@@ -64,11 +68,7 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         snprintf(why, why_size, "bad magic 0x%04x", xfer_get_le16(buf));
         return XFER_ERR_PROTOCOL;
     }
-    if (buf[2] != XFER_VERBS_WIRE_VERSION) {
-        snprintf(why, why_size, "wire version %u, this side speaks %u", buf[2],
-                 XFER_VERBS_WIRE_VERSION);
-        return XFER_ERR_PROTOCOL;
-    }
+    hdr->version = buf[2];
     hdr->type    = buf[3];
     hdr->credits = xfer_get_le16(buf + 4);
     hdr->status  = (int32_t)xfer_get_le32(buf + 8);
@@ -76,9 +76,14 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
     hdr->id      = xfer_get_le64(buf + 16);
     hdr->tag     = xfer_get_le64(buf + 24);
     hdr->size    = xfer_get_le64(buf + 32);
+    if (hdr->version != XFER_VERBS_WIRE_VERSION) {
+        snprintf(why, why_size, "wire version %u, this side speaks %u", hdr->version,
+                 XFER_VERBS_WIRE_VERSION);
+        return XFER_ERR_UNSUPPORTED;
+    }
     if ((hdr->type == 0) || (hdr->type >= XFER_VERBS_MSG_LAST)) {
         snprintf(why, why_size, "unknown message type %u", hdr->type);
-        return XFER_ERR_PROTOCOL;
+        return XFER_ERR_UNSUPPORTED;
     }
     if ((uint64_t)hdr->length != msg_len - XFER_VERBS_WIRE_HDR_LEN) {
         snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
@@ -95,8 +100,7 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
                  XFER_VERBS_WIRE_RTS_LEN);
         return XFER_ERR_PROTOCOL;
     }
-    if (((hdr->type == XFER_VERBS_MSG_FIN) || (hdr->type == XFER_VERBS_MSG_TDONE) ||
-         (hdr->type == XFER_VERBS_MSG_TCANCEL)) && (hdr->length != 0)) {
+    if ((hdr->type == XFER_VERBS_MSG_FIN) && (hdr->length != 0)) {
         snprintf(why, why_size, "%s carries %" PRIu32 " unexpected bytes",
                  xfer_verbs_msg_name(hdr->type), hdr->length);
         return XFER_ERR_PROTOCOL;
@@ -115,80 +119,6 @@ void xfer_verbs_wire_unpack_rts(const uint8_t *buf, xfer_verbs_wire_rts_t *rts)
 {
     rts->addr = xfer_get_le64(buf);
     rts->rkey = xfer_get_le32(buf + 8);
-}
-
-void xfer_verbs_wire_pack_tresp(const xfer_verbs_wire_tresp_t *t, uint8_t *buf)
-{
-    xfer_put_le32(buf, t->mode);
-    xfer_put_le32(buf + 4, t->dtype);
-    xfer_put_le32(buf + 8, t->rank);
-    xfer_put_le32(buf + 12, t->is_dead);
-    for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
-        xfer_put_le64(buf + 16 + 8 * i, t->dims[i]);
-    }
-    xfer_put_le64(buf + 80, t->addr);
-    xfer_put_le32(buf + 88, t->rkey);
-    xfer_put_le32(buf + 92, t->reason_len);
-}
-
-xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_wire_hdr_t *hdr,
-                                           xfer_verbs_wire_tresp_t *t, char *why,
-                                           size_t why_size)
-{
-    uint64_t follows = hdr->length - XFER_VERBS_WIRE_TRESP_LEN;
-    int64_t dims[XFER_VERBS_WIRE_MAX_RANK];
-
-    t->mode       = xfer_get_le32(buf);
-    t->dtype      = xfer_get_le32(buf + 4);
-    t->rank       = xfer_get_le32(buf + 8);
-    t->is_dead    = xfer_get_le32(buf + 12);
-    for (unsigned i = 0; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
-        t->dims[i] = xfer_get_le64(buf + 16 + 8 * i);
-        dims[i]    = (int64_t)t->dims[i];
-    }
-    t->addr       = xfer_get_le64(buf + 80);
-    t->rkey       = xfer_get_le32(buf + 88);
-    t->reason_len = xfer_get_le32(buf + 92);
-
-    switch (t->mode) {
-    case XFER_VERBS_TRESP_ERROR:
-        if ((hdr->status == XFER_OK) || (t->reason_len > XFER_VERBS_WIRE_MAX_REASON) ||
-            (follows != t->reason_len)) {
-            snprintf(why, why_size, "error TRESP: status %" PRId32 ", reason of %" PRIu32
-                     " bytes, %" PRIu64 " bytes follow", hdr->status, t->reason_len, follows);
-            return XFER_ERR_PROTOCOL;
-        }
-        return XFER_OK;
-    case XFER_VERBS_TRESP_INLINE:
-    case XFER_VERBS_TRESP_READ:
-        break;
-    default:
-        snprintf(why, why_size, "TRESP mode %" PRIu32 " is unknown", t->mode);
-        return XFER_ERR_PROTOCOL;
-    }
-    if ((hdr->status != XFER_OK) || (t->reason_len != 0) || (t->is_dead > 1)) {
-        snprintf(why, why_size, "TRESP with data has status %" PRId32 ", reason %" PRIu32
-                 ", is_dead %" PRIu32, hdr->status, t->reason_len, t->is_dead);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (xfer_tensor_meta_check(t->dtype, t->rank, dims, hdr->size, (int)t->is_dead, why,
-                               why_size) != XFER_OK) {
-        return XFER_ERR_PROTOCOL;
-    }
-    for (unsigned i = t->rank; i < XFER_VERBS_WIRE_MAX_RANK; i++) {
-        if (t->dims[i] != 0) {
-            snprintf(why, why_size, "TRESP dimension %u is set beyond rank %" PRIu32, i,
-                     t->rank);
-            return XFER_ERR_PROTOCOL;
-        }
-    }
-    if ((t->mode == XFER_VERBS_TRESP_INLINE) ? (follows != hdr->size) : (follows != 0)) {
-        snprintf(why, why_size, "TRESP of a %" PRIu64 "-byte tensor (%s) carries %" PRIu64
-                 " bytes", hdr->size, (t->mode == XFER_VERBS_TRESP_INLINE) ? "inline" : "read",
-                 follows);
-        return XFER_ERR_PROTOCOL;
-    }
-    return XFER_OK;
 }
 
 void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint8_t *buf)

@@ -9,8 +9,14 @@
  *   0  u16 magic 0x5856 ("XV")   2 u8 version   3 u8 type
  *   4  u16 credits returned      6 u16 reserved (0)
  *   8  i32 status               12 u32 length: bytes after the header (extension + payload)
- *  16  u64 id                   24 u64 tag (TAG, RTS) or step (TREQ)
- *  32  u64 size (RTS: message length; TRESP: tensor size)
+ *  16  u64 id                   24 u64 tag (TAG, RTS) or step (TENSOR_REQUEST)
+ *  32  u64 size (RTS: message length; TENSOR_REQUEST, TENSOR_RE_REQUEST: the destination's
+ *               capacity)
+ *
+ * The tensor messages' extensions are in tensor_wire.h. A message of another version or of
+ * an unknown type is refused with XFER_ERR_UNSUPPORTED (the header's fields are still read,
+ * so that the receiver can name the message in an ERROR_STATUS back to the sender); one
+ * whose lengths do not hold is XFER_ERR_PROTOCOL.
  *
  * Credits also come back alone, as a zero-length RDMA WRITE WITH IMMEDIATE whose immediate
  * (network order) is the count: it needs no message buffer on either side.
@@ -24,26 +30,23 @@
 #include <stdint.h>
 
 #define XFER_VERBS_WIRE_MAGIC    0x5856u
-#define XFER_VERBS_WIRE_VERSION  1u
+#define XFER_VERBS_WIRE_VERSION  2u     /* 2: the seeds' tensor messages replaced TREQ/TRESP */
 #define XFER_VERBS_WIRE_HDR_LEN  40u
 #define XFER_VERBS_WIRE_RTS_LEN  16u      /* addr u64, rkey u32, reserved u32 */
-#define XFER_VERBS_WIRE_TREQ_LEN 8u       /* key_len u32, reserved u32; then the key */
-#define XFER_VERBS_WIRE_TRESP_LEN 96u     /* see xfer_verbs_wire_tresp_t */
-#define XFER_VERBS_WIRE_MAX_REASON 200u
-#define XFER_VERBS_WIRE_MAX_RANK  8u
 
 typedef enum {
     XFER_VERBS_MSG_TAG     = 1,   /* eager tagged message: payload is the data */
     XFER_VERBS_MSG_RTS     = 2,   /* rendezvous: the receiver reads size bytes at addr/rkey */
     XFER_VERBS_MSG_FIN     = 3,   /* the read of RTS id is done (status) */
-    XFER_VERBS_MSG_TREQ    = 4,   /* tensor request: id, step, key */
-    XFER_VERBS_MSG_TRESP   = 5,   /* tensor response: metadata, then data or addr/rkey */
-    XFER_VERBS_MSG_TDONE   = 6,   /* the consumer finished reading response id */
-    XFER_VERBS_MSG_TCANCEL = 7,   /* the consumer gave request id up */
+    XFER_VERBS_MSG_TENSOR_REQUEST    = 4, /* consumer: key, destination, expected metadata */
+    XFER_VERBS_MSG_META_DATA_UPDATE  = 5, /* producer: the tensor is not what was expected */
+    XFER_VERBS_MSG_TENSOR_RE_REQUEST = 6, /* consumer: a new destination, write there */
+    XFER_VERBS_MSG_ERROR_STATUS      = 7, /* either side: request id failed (or withdrawn) */
     XFER_VERBS_MSG_LAST
 } xfer_verbs_msg_type_t;
 
 typedef struct xfer_verbs_wire_hdr {
+    uint8_t  version;
     uint8_t  type;
     uint16_t credits;
     int32_t  status;
@@ -57,21 +60,6 @@ typedef struct xfer_verbs_wire_rts {
     uint64_t addr;
     uint32_t rkey;
 } xfer_verbs_wire_rts_t;
-
-/* TRESP extension: mode 0 = data follows, 1 = read it at addr/rkey, 2 = error (a reason
- * of reason_len bytes follows). */
-enum { XFER_VERBS_TRESP_INLINE = 0, XFER_VERBS_TRESP_READ = 1, XFER_VERBS_TRESP_ERROR = 2 };
-
-typedef struct xfer_verbs_wire_tresp {
-    uint32_t mode;
-    uint32_t dtype;
-    uint32_t rank;
-    uint32_t is_dead;
-    uint64_t dims[XFER_VERBS_WIRE_MAX_RANK];
-    uint64_t addr;
-    uint32_t rkey;
-    uint32_t reason_len;
-} xfer_verbs_wire_tresp_t;
 
 /* What each side learns from the other's iface address (from HELLO) and endpoint address
  * (from CONNECT). */
@@ -112,12 +100,6 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
 
 void xfer_verbs_wire_pack_rts(const xfer_verbs_wire_rts_t *rts, uint8_t *buf);
 void xfer_verbs_wire_unpack_rts(const uint8_t *buf, xfer_verbs_wire_rts_t *rts);
-
-void xfer_verbs_wire_pack_tresp(const xfer_verbs_wire_tresp_t *t, uint8_t *buf);
-/* Checks mode, rank, dims against size and the remaining length of the message. */
-xfer_status_t xfer_verbs_wire_unpack_tresp(const uint8_t *buf, const xfer_verbs_wire_hdr_t *hdr,
-                                           xfer_verbs_wire_tresp_t *t, char *why,
-                                           size_t why_size);
 
 void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint8_t *buf);
 xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,

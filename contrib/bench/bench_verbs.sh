@@ -4,7 +4,12 @@
 #   put_bw  64 KiB   xfer_perf -t put_bw   vs ib_write_bw -s 65536    xfer >= 0.9 x perftest
 #   put_lat 8 B      xfer_perf -t put_lat  vs ib_write_lat -s 8       xfer <= 1.2 x perftest
 #   tag_lat 8 B      xfer_perf -t tag_lat  vs ib_send_lat -s 8        xfer <= 1.2 x perftest
-# Latencies are half round trips (perftest's *_lat and xfer_perf report the same), medians.
+#   tensor_bw, tensor_lat at 8 B, 64 KiB, 1 MiB   xfer_perf -t tensor_* vs -t put_* in the
+#            same run: tensor_bw >= 0.9 x put_bw at 1 MiB; tensor_lat <= put_lat + tag_lat
+#            (a steady-state fetch is one message and one write; put_lat and tag_lat are
+#            each one way), with ib_write_bw / ib_write_lat at the same sizes for reference
+# Latencies are half round trips (perftest's *_lat and xfer_perf report the same), medians;
+# tensor_lat is one whole fetch (request there, tensor back).
 # Each latency pair runs REPEAT times, perftest and xfer_perf alternating, and the median of
 # the runs counts: on a shared, emulated machine one run can catch a busy moment of the host.
 # A tool, not a test: it exits 0 whatever the figures, non-zero only when something fails to run.
@@ -14,7 +19,8 @@
 #   contrib/rxe_guest -- contrib/bench/bench_verbs.sh build
 # Knobs: BENCH_DEVICE (default: $RXE_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
 # (default: $RXE_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $RXE_GUEST_ADDR_A or
-# 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000), REPEAT (3).
+# 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000), REPEAT (3),
+# TENSOR (1; 0 skips the tensor figures), TENSOR_ITERS (500).
 set -euo pipefail
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
@@ -26,6 +32,8 @@ PORT=${BENCH_PORT:-18700}
 BW_ITERS=${BW_ITERS:-2000}
 LAT_ITERS=${LAT_ITERS:-5000}
 REPEAT=${REPEAT:-3}
+TENSOR=${TENSOR:-1}
+TENSOR_ITERS=${TENSOR_ITERS:-500}
 BW_SIZE=65536
 LAT_SIZE=8
 
@@ -119,4 +127,53 @@ BEGIN {
            "xfer <= 1.2 x ib_write_lat: " verdict(xl <= 1.2 * pl)
     printf "%-30s %12.2f %12.2f %8.2f %s\n", "tag_lat 8 B [usec]", xt, pt, xt / pt,
            "xfer <= 1.2 x ib_send_lat: " verdict(xt <= 1.2 * pt)
+}'
+
+[ "$TENSOR" = 1 ] || exit 0
+
+# ---- tensors: the steady state of a fetch against a put of the same size, same run ----------
+median_of() {   # median_of N CMD...: the median of N runs of CMD (each prints one number)
+    local n=$1 v=()
+    shift
+    for _ in $(seq "$n"); do v+=("$("$@")"); done
+    median <<<"${v[*]}"
+}
+pt_bw_at() {    # ib_write_bw at size $1
+    start_server ib_write_bw 30 ib_write_bw -d "$DEV" -x "$GIDX" -s "$1" -n "$TENSOR_ITERS" -p "$PORT"
+    BW_SIZE=$1 perftest_bw ib_write_bw -d "$DEV" -x "$GIDX" -s "$1" -n "$TENSOR_ITERS" -p "$PORT" "$ADDR"
+    next_port
+}
+pt_lat_at() {   # ib_write_lat at size $1
+    start_server ib_write_lat 30 ib_write_lat -d "$DEV" -x "$GIDX" -s "$1" -n "$LAT_ITERS" -p "$PORT"
+    LAT_SIZE=$1 perftest_lat ib_write_lat -d "$DEV" -x "$GIDX" -s "$1" -n "$LAT_ITERS" -p "$PORT" "$ADDR"
+    next_port
+}
+TROWS=()
+for size in 8 65536 1048576; do
+    echo "# tensor_bw / put_bw / ib_write_bw at $size B ..." >&2
+    t_bw=$(median_of "$REPEAT" xfer_run bw_average_mbps -t tensor_bw -s "$size" -n "$TENSOR_ITERS")
+    p_bw=$(median_of "$REPEAT" xfer_run bw_average_mbps -t put_bw -s "$size" -n "$TENSOR_ITERS")
+    w_bw=$(pt_bw_at "$size")
+    echo "# tensor_lat / put_lat / ib_write_lat at $size B ..." >&2
+    t_lat=$(median_of "$REPEAT" xfer_run t_typical_usec -t tensor_lat -s "$size" -n "$LAT_ITERS")
+    p_lat=$(median_of "$REPEAT" xfer_run t_typical_usec -t put_lat -s "$size" -n "$LAT_ITERS")
+    w_lat=$(pt_lat_at "$size")
+    for v in t_bw p_bw w_bw t_lat p_lat w_lat; do
+        [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v at $size B (got '${!v}')"
+    done
+    TROWS+=("$size $t_bw $p_bw $w_bw $t_lat $p_lat $w_lat")
+done
+printf '%s\n' "${TROWS[@]}" | awk -v tag="$X_TAG_LAT" -v rep="$REPEAT" '
+function verdict(ok) { return ok ? "met" : "NOT met" }
+BEGIN {
+    printf "# tensors over verbs, steady state (medians of %d runs); bandwidth MB/s, latency usec\n", rep
+    printf "# tag_lat (one message, from above): %.2f usec\n", tag
+    printf "%-9s %10s %10s %11s %6s  %10s %9s %12s %6s  %s\n", "size", "tensor_bw", "put_bw",
+           "ib_write_bw", "t/put", "tensor_lat", "put_lat", "ib_write_lat", "t-put", "aims"
+}
+{
+    aim = "lat <= put_lat + tag_lat: " verdict($5 <= $6 + tag)
+    if ($1 == 1048576) aim = aim "; bw >= 0.9 x put_bw: " verdict($2 >= 0.9 * $3)
+    printf "%-9d %10.1f %10.1f %11.1f %6.2f  %10.2f %9.2f %12.2f %6.2f  %s\n", $1, $2, $3, $4,
+           $2 / $3, $5, $6, $7, $5 - $6, aim
 }'

@@ -262,6 +262,19 @@ typedef struct xfer_component_v1 {
     xfer_status_t (*event_arm)(xfer_iface_h iface);
 } xfer_component_v1_t;
 
+/*
+ * Optional extension of ABI v1, in its own exported symbol so that the v1 struct stays as it
+ * is: a component that keeps per-endpoint counters exports
+ *     XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {...};
+ */
+#define XFER_COMPONENT_STATS_SYMBOL_V1 "xfer_component_stats_v1"
+
+typedef struct xfer_component_stats_v1 {
+    uint32_t size;                  /* sizeof(xfer_component_stats_v1_t) */
+    /* Fill up to *count_p counters of ep and set *count_p to how many ep has. */
+    void     (*ep_counters)(xfer_ep_h ep, xfer_counter_t *counters, size_t *count_p);
+} xfer_component_stats_v1_t;
+
 /* ---- services libxfer offers components ----------------------------------------------------- */
 
 XFER_API void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)

@@ -241,6 +241,20 @@ XFER_API xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep);
 /* Close the connection; operations still pending on it complete with XFER_ERR_CANCELED. */
 XFER_API void xfer_endpoint_close(xfer_endpoint_t *ep);
 
+/* One counter of an endpoint's transport, e.g. {"tx_TENSOR_REQUEST", 12}. */
+#define XFER_COUNTER_NAME_MAX 40
+typedef struct xfer_counter {
+    char     name[XFER_COUNTER_NAME_MAX];
+    uint64_t value;
+} xfer_counter_t;
+
+/* Copy up to *count_p of the endpoint's counters (messages by type, bytes written, cache
+ * hits, credit stalls... as its transport keeps them) into counters, and set *count_p to how
+ * many there are (which may be more than fitted; 0 when the transport keeps none). With
+ * XFER_STATS=y every endpoint's counters are printed to stderr when it closes. */
+XFER_API xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counters,
+                                              size_t *count_p);
+
 /* ---- one-sided ------------------------------------------------------------------------------ */
 
 /*

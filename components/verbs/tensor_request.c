@@ -1,0 +1,583 @@
+/*
+ * The consumer's side of a tensor fetch: the seeds' RdmaTensorRequest, with its states and
+ * transitions written down as a table.
+ *
+ *   fetch() --TENSOR_REQUEST{key, index, destination, expected metadata}--> producer
+ *
+ *   state          event                 action                       next
+ *   REQUESTED      write arrives         complete (the expectation    (end)
+ *                                        held: steady state)
+ *   REQUESTED      META_DATA_UPDATE      cache the metadata; find a   RE_REQUESTED
+ *                                        destination that fits; send
+ *                                        TENSOR_RE_REQUEST
+ *   REQUESTED,     ERROR_STATUS          complete with its status     (end)
+ *   RE_REQUESTED
+ *   RE_REQUESTED   write arrives         complete                     (end)
+ *   RE_REQUESTED   META_DATA_UPDATE      protocol error: fail it      WITHDRAWN
+ *   WITHDRAWN      write / ERROR_STATUS  complete with the reason     (end)
+ *                                        it was given up for
+ *   WITHDRAWN      META_DATA_UPDATE      nothing: the withdrawal      WITHDRAWN
+ *                                        crosses it and ends it
+ *
+ * A request is withdrawn (cancel, abort, a destination that does not fit) with an
+ * ERROR_STATUS of direction WITHDRAW. While the producer may still write into a destination
+ * it was given, the fetch completes only once the producer's last word (the write, or the
+ * ERROR_STATUS that answers the withdrawal) came: the caller's buffer is never written after
+ * its fetch completed. A request whose destination was never told completes at once.
+ *
+ * Request indices are the channel's slot table (slot + generation, verbs_channel.c): an
+ * answer for a request that ended finds another generation and is rejected and counted,
+ * never applied to the slot's next owner.
+ *
+ * Metadata cache: per channel (the same key may differ between producers), by key without
+ * the step, bounded (TENSOR_META_CACHE entries, least recently used out first). A hit sends
+ * the expectation with a destination that fits it, so that the steady state is one
+ * TENSOR_REQUEST and one write. A fetch into a buffer the alloc callback returns has no
+ * destination until the metadata is known, so it always takes the META_DATA_UPDATE round.
+ */
+#include "verbs.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    TREQ_EV_WRITE,
+    TREQ_EV_META,
+    TREQ_EV_ERROR,
+    TREQ_EV_NUM
+} treq_event_t;
+
+static const char *const state_names[] = {
+    [XFER_VERBS_TREQ_REQUESTED]    = "REQUESTED",
+    [XFER_VERBS_TREQ_RE_REQUESTED] = "RE_REQUESTED",
+    [XFER_VERBS_TREQ_WITHDRAWN]    = "WITHDRAWN",
+};
+
+static const char *const event_names[] = {
+    [TREQ_EV_WRITE] = "the tensor write",
+    [TREQ_EV_META]  = "META_DATA_UPDATE",
+    [TREQ_EV_ERROR] = "ERROR_STATUS",
+};
+
+/* What arrived: the write's length, or the message's header and extension. */
+typedef struct treq_input {
+    uint32_t                    byte_len;
+    const xfer_verbs_wire_hdr_t *hdr;
+    const uint8_t               *ext;
+} treq_input_t;
+
+typedef void (*treq_action_t)(xfer_verbs_treq_t *treq, const treq_input_t *in);
+
+static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in);
+static void on_meta(xfer_verbs_treq_t *treq, const treq_input_t *in);
+static void on_error(xfer_verbs_treq_t *treq, const treq_input_t *in);
+static void on_meta_twice(xfer_verbs_treq_t *treq, const treq_input_t *in);
+static void on_withdrawn_end(xfer_verbs_treq_t *treq, const treq_input_t *in);
+static void on_ignore(xfer_verbs_treq_t *treq, const treq_input_t *in);
+
+static const treq_action_t transitions[XFER_VERBS_TREQ_NUM_STATES][TREQ_EV_NUM] = {
+    [XFER_VERBS_TREQ_REQUESTED] = {
+        [TREQ_EV_WRITE] = on_write,
+        [TREQ_EV_META]  = on_meta,
+        [TREQ_EV_ERROR] = on_error,
+    },
+    [XFER_VERBS_TREQ_RE_REQUESTED] = {
+        [TREQ_EV_WRITE] = on_write,
+        [TREQ_EV_META]  = on_meta_twice,
+        [TREQ_EV_ERROR] = on_error,
+    },
+    [XFER_VERBS_TREQ_WITHDRAWN] = {
+        [TREQ_EV_WRITE] = on_withdrawn_end,
+        [TREQ_EV_META]  = on_ignore,
+        [TREQ_EV_ERROR] = on_withdrawn_end,
+    },
+};
+
+/* ---- the request table --------------------------------------------------------------------- */
+
+static xfer_verbs_treq_t *treq_find(xfer_ep_h ch, uint32_t idx)
+{
+    uint32_t slot = xfer_tensor_idx_slot(idx);
+    const xfer_verbs_slot_t *s;
+
+    if (slot >= ch->num_slots) {
+        return NULL;
+    }
+    s = &ch->slots[slot];
+    if ((s->kind != XFER_VERBS_SLOT_FETCH) || (xfer_tensor_idx_make(slot, s->gen) != idx)) {
+        return NULL;
+    }
+    return s->obj;
+}
+
+static void treq_free(xfer_verbs_treq_t *treq)
+{
+    xfer_verbs_slot_free(treq->ch, treq->slot);
+    free(treq);
+}
+
+/* Complete the fetch (once); the request itself may live on, withdrawn. */
+static void treq_complete(xfer_verbs_treq_t *treq, xfer_status_t status, size_t length)
+{
+    xfer_verbs_op_t *op = treq->op;
+
+    if (op == NULL) {
+        return;
+    }
+    treq->op = NULL;
+    if (op->post != XFER_VERBS_POST_NONE) {
+        ucs_list_del(&op->list);
+        op->post = XFER_VERBS_POST_NONE;
+    }
+    xfer_verbs_op_complete(op, status, length, 0);
+}
+
+/* Give the request up: tell the producer, and complete now when it was never told where to
+ * write; else on its last word. */
+static void treq_withdraw(xfer_verbs_treq_t *treq, xfer_status_t status, const char *reason)
+{
+    treq->end_status = status;
+    treq->state      = XFER_VERBS_TREQ_WITHDRAWN;
+    xfer_verbs_tensor_error_send(treq->ch, treq->idx, XFER_TENSOR_ERR_WITHDRAW, status, reason);
+    if (treq->addr == 0) {
+        treq_complete(treq, status, 0);
+    }
+}
+
+void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status)
+{
+    treq_complete(treq, (treq->state == XFER_VERBS_TREQ_WITHDRAWN) ? treq->end_status : status,
+                  0);
+    treq_free(treq);
+}
+
+static void treq_event(xfer_ep_h ch, uint32_t idx, treq_event_t ev, const treq_input_t *in)
+{
+    xfer_verbs_treq_t *treq = treq_find(ch, idx);
+
+    if (treq == NULL) {
+        ch->stats.rejected++;
+        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: %s for request index 0x%08" PRIx32
+                 " that is not pending (stale or duplicate): ignored", ch->qp->qp_num,
+                 event_names[ev], idx);
+        return;
+    }
+    xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: request 0x%08" PRIx32 " (%s) in "
+                "state %s", ch->qp->qp_num, idx, treq->key, state_names[treq->state]);
+    transitions[treq->state][ev](treq, in);
+}
+
+/* ---- metadata cache ------------------------------------------------------------------------ */
+
+static xfer_verbs_meta_entry_t *meta_find(xfer_ep_h ch, const char *key)
+{
+    khiter_t it = kh_get(xfer_verbs_meta, &ch->meta_cache, key);
+    xfer_verbs_meta_entry_t *e;
+
+    if (it == kh_end(&ch->meta_cache)) {
+        return NULL;
+    }
+    e = kh_val(&ch->meta_cache, it);
+    ucs_list_del(&e->lru);
+    ucs_list_add_head(&ch->meta_lru, &e->lru);
+    return e;
+}
+
+static void meta_drop(xfer_ep_h ch, xfer_verbs_meta_entry_t *e)
+{
+    khiter_t it = kh_get(xfer_verbs_meta, &ch->meta_cache, e->key);
+
+    if (it != kh_end(&ch->meta_cache)) {
+        kh_del(xfer_verbs_meta, &ch->meta_cache, it);
+    }
+    ucs_list_del(&e->lru);
+    free(e->key);
+    free(e);
+}
+
+static void meta_store(xfer_ep_h ch, const char *key, const xfer_tensor_wire_meta_t *meta)
+{
+    uint64_t max = ch->iface->cfg->meta_cache;
+    xfer_verbs_meta_entry_t *e = meta_find(ch, key);
+    khiter_t it;
+    int ret;
+
+    if (e != NULL) {
+        e->meta = *meta;
+        return;
+    }
+    if (max == 0) {
+        return;
+    }
+    while (kh_size(&ch->meta_cache) >= max) {
+        meta_drop(ch, ucs_list_tail(&ch->meta_lru, xfer_verbs_meta_entry_t, lru));
+    }
+    e = calloc(1, sizeof(*e));
+    if ((e == NULL) || ((e->key = strdup(key)) == NULL)) {
+        free(e);
+        return;     /* a cache: the next fetch asks again */
+    }
+    it = kh_put(xfer_verbs_meta, &ch->meta_cache, e->key, &ret);
+    if (ret < 0) {
+        free(e->key);
+        free(e);
+        return;
+    }
+    e->meta = *meta;
+    kh_val(&ch->meta_cache, it) = e;
+    ucs_list_add_head(&ch->meta_lru, &e->lru);
+}
+
+void xfer_verbs_meta_cache_clear(xfer_ep_h ch)
+{
+    while (!ucs_list_is_empty(&ch->meta_lru)) {
+        meta_drop(ch, ucs_list_head(&ch->meta_lru, xfer_verbs_meta_entry_t, lru));
+    }
+}
+
+/* ---- destinations -------------------------------------------------------------------------- */
+
+xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
+                                    xfer_verbs_mr_t **mr_p)
+{
+    xfer_verbs_mrc_stats_t before, after;
+    xfer_status_t status;
+
+    xfer_verbs_mrc_stats(ch->iface->mrc, &before);
+    status = xfer_verbs_mrc_get(ch->iface->mrc, addr, len, mr_p);
+    xfer_verbs_mrc_stats(ch->iface->mrc, &after);
+    ch->stats.mrc_hits      += after.hits - before.hits;
+    ch->stats.mrc_misses    += after.misses - before.misses;
+    ch->stats.mrc_evictions += after.evictions - before.evictions;
+    return status;
+}
+
+static uint64_t data_len(const xfer_tensor_wire_meta_t *m)
+{
+    return (m->flags & XFER_TENSOR_META_DEAD) ? 0 : m->size;
+}
+
+/* Make [buf, buf + capacity) the destination the producer is told: its rkey from the
+ * caller's registration or from the MR cache (held until the fetch completes). A destination
+ * of 0 bytes needs none: the write of an empty or dead tensor carries only its immediate. */
+static xfer_status_t dest_set(xfer_verbs_treq_t *treq, void *buf, size_t capacity)
+{
+    xfer_verbs_op_t *op = treq->op;
+    xfer_status_t status;
+
+    treq->buf      = buf;
+    treq->capacity = capacity;
+    if ((buf == NULL) || (capacity == 0)) {
+        treq->addr = 0;
+        treq->rkey = 0;
+        return XFER_OK;
+    }
+    if (treq->memh != NULL) {
+        treq->rkey = treq->memh->mr->rkey;
+    } else {
+        status = xfer_verbs_ch_mrc_get(treq->ch, buf, capacity, &op->mr);
+        if (status != XFER_OK) {
+            return status;
+        }
+        treq->rkey = op->mr->mr->rkey;
+    }
+    treq->addr = (uintptr_t)buf;
+    return XFER_OK;
+}
+
+/* ---- fetch --------------------------------------------------------------------------------- */
+
+xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *args,
+                                      xfer_comp_t *comp)
+{
+    xfer_verbs_wire_hdr_t hdr   = {.type = XFER_VERBS_MSG_TENSOR_REQUEST};
+    xfer_status_t status        = xfer_verbs_ch_check(ch);
+    xfer_tensor_wire_req_t req  = {0};
+    xfer_verbs_meta_entry_t *cached;
+    xfer_verbs_treq_t *treq;
+    xfer_verbs_op_t *op;
+    uint64_t id;
+    size_t len;
+
+    if ((status != XFER_OK) && (status != XFER_ERR_BUSY)) {
+        return status;
+    }
+    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
+        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((args->key_len > ch->max_key_len) ||
+        (XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_REQ_FIXED + XFER_TENSOR_WIRE_META_MAX +
+         args->key_len > ch->iface->cfg->seg_size)) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tensor key of %zu bytes exceeds the limit "
+                 "of %u bytes (here or at the peer)", args->key_len, ch->max_key_len);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    treq = calloc(1, sizeof(*treq) + args->key_len + 1);
+    op   = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_FETCH, comp);
+    if ((treq == NULL) || (op == NULL)) {
+        free(treq);
+        if (op != NULL) {
+            xfer_verbs_op_free(op);
+        }
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->result      = args->result;
+    treq->op        = op;
+    treq->ch        = ch;
+    treq->state     = XFER_VERBS_TREQ_REQUESTED;
+    treq->alloc     = args->alloc;
+    treq->alloc_arg = args->alloc_arg;
+    treq->memh      = args->buffer ? args->memh : NULL;
+    treq->step      = args->step;
+    treq->key_len   = (uint32_t)args->key_len;
+    memcpy(treq->key, args->key, args->key_len);
+
+    cached = meta_find(ch, treq->key);
+    if (cached != NULL) {
+        ch->stats.meta_hits++;
+        treq->meta = cached->meta;
+    } else {
+        ch->stats.meta_misses++;
+        treq->meta.flags = XFER_TENSOR_META_NONE;
+    }
+    status = dest_set(treq, args->buffer, args->buffer ? args->capacity : 0);
+    if (status == XFER_OK) {
+        status = xfer_verbs_slot_alloc(ch, XFER_VERBS_SLOT_FETCH, treq, &id);
+    }
+    if (status != XFER_OK) {
+        if (op->mr != NULL) {
+            xfer_verbs_mrc_put(ch->iface->mrc, op->mr);
+        }
+        xfer_verbs_op_free(op);
+        free(treq);
+        return status;
+    }
+    treq->idx = xfer_tensor_idx_make((uint32_t)id, (uint32_t)(id >> 32));
+
+    req.addr    = treq->addr;
+    req.rkey    = treq->rkey;
+    req.expect  = treq->meta;
+    req.key     = (const uint8_t*)treq->key;
+    req.key_len = treq->key_len;
+    len         = XFER_VERBS_WIRE_HDR_LEN + xfer_tensor_wire_req_len(&req);
+    if (len > sizeof(op->msg_buf)) {
+        op->msg = malloc(len);
+        if (op->msg == NULL) {
+            op->msg = op->msg_buf;
+            xfer_verbs_treq_fail(treq, XFER_ERR_NO_MEMORY);
+            return XFER_INPROGRESS;     /* completes from progress() */
+        }
+    }
+    hdr.id      = treq->idx;
+    hdr.tag     = treq->step;
+    hdr.size    = treq->capacity;
+    hdr.length  = (uint32_t)(len - XFER_VERBS_WIRE_HDR_LEN);
+    xfer_verbs_wire_pack_hdr(&hdr, op->msg);
+    xfer_tensor_wire_pack_req(&req, op->msg + XFER_VERBS_WIRE_HDR_LEN);
+    op->msg_len = len;
+    op->post    = XFER_VERBS_POST_MSG;
+    xfer_verbs_ch_submit(ch, op);
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                       xfer_status_t status)
+{
+    xfer_ep_h ch;
+
+    ucs_list_for_each(ch, &iface->channels, list) {
+        for (uint32_t i = 0; i < ch->num_slots; i++) {
+            xfer_verbs_treq_t *treq = ch->slots[i].obj;
+
+            if ((ch->slots[i].kind != XFER_VERBS_SLOT_FETCH) || (treq->op == NULL) ||
+                (treq->op->comp != comp)) {
+                continue;
+            }
+            if (treq->op->post != XFER_VERBS_POST_NONE) {
+                /* the request never left: nobody will answer it */
+                treq_complete(treq, status, 0);
+                treq_free(treq);
+            } else if (treq->state != XFER_VERBS_TREQ_WITHDRAWN) {
+                treq_withdraw(treq, status, "the consumer cancelled the fetch");
+            }
+            return XFER_OK;
+        }
+    }
+    return XFER_ERR_NOT_FOUND;
+}
+
+/* ---- the transitions ----------------------------------------------------------------------- */
+
+static void result_fill(xfer_tensor_t *t, const xfer_tensor_wire_meta_t *m, void *data)
+{
+    memset(t, 0, sizeof(*t));
+    t->dtype   = (xfer_dtype_t)m->dtype;
+    t->rank    = m->rank;
+    t->size    = data_len(m);
+    t->is_dead = (m->flags & XFER_TENSOR_META_DEAD) ? 1 : 0;
+    t->data    = data;
+    for (uint32_t i = 0; i < m->rank; i++) {
+        t->dims[i] = m->dims[i];
+    }
+}
+
+static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    uint64_t expect = data_len(&treq->meta);
+
+    if ((treq->meta.flags & XFER_TENSOR_META_NONE) || (in->byte_len != expect)) {
+        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': the producer wrote %" PRIu32
+                 " bytes where %" PRIu64 " were due%s", treq->key, in->byte_len, expect,
+                 (treq->meta.flags & XFER_TENSOR_META_NONE) ? " (no metadata known)" : "");
+        treq_complete(treq, XFER_ERR_PROTOCOL, 0);
+    } else {
+        result_fill(treq->op->result, &treq->meta, treq->buf);
+        treq_complete(treq, XFER_OK, (size_t)expect);
+    }
+    treq_free(treq);
+}
+
+/* Copy a reason off the wire into a printable, terminated string. */
+static void reason_copy(char *dst, size_t size, const char *src, size_t len)
+{
+    size_t n = (len < size - 1) ? len : size - 1;
+
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = ((src[i] >= 0x20) && (src[i] <= 0x7e)) ? src[i] : '?';
+    }
+    dst[n] = '\0';
+}
+
+static void on_error(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    char reason[XFER_TENSOR_WIRE_MAX_REASON + 1];
+    char why[XFER_REASON_MAX];
+    xfer_tensor_wire_err_t err;
+    xfer_status_t status = (xfer_status_t)in->hdr->status;
+
+    if (xfer_tensor_wire_unpack_err(in->ext, in->hdr->length, in->hdr->status, &err, why,
+                                    sizeof(why)) != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': bad ERROR_STATUS: %s",
+                 treq->key, why);
+        status = XFER_ERR_PROTOCOL;
+    } else {
+        reason_copy(reason, sizeof(reason), err.reason, err.reason_len);
+        xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "fetch of '%s' (step %" PRIu64 ") "
+                    "failed at the producer: %s (%s)", treq->key, treq->step, reason,
+                    xfer_status_string(status));
+    }
+    treq_complete(treq, status, 0);
+    treq_free(treq);
+}
+
+static void on_meta(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    xfer_ep_h ch              = treq->ch;
+    xfer_verbs_wire_hdr_t hdr = {.type = XFER_VERBS_MSG_TENSOR_RE_REQUEST, .id = treq->idx};
+    xfer_tensor_wire_rereq_t rr;
+    uint8_t ext[XFER_TENSOR_WIRE_REREQ_LEN];
+    char why[XFER_REASON_MAX];
+    xfer_tensor_wire_meta_t meta;
+    xfer_status_t status;
+    uint64_t addr = treq->addr;
+    uint64_t need;
+
+    /* the producer writes nothing before the re-request: a failure here completes at once */
+    treq->addr = 0;
+    status = xfer_tensor_wire_unpack_meta(in->ext, in->hdr->length, &meta, why, sizeof(why));
+    if ((status == XFER_OK) && (meta.flags & XFER_TENSOR_META_NONE)) {
+        snprintf(why, sizeof(why), "META_DATA_UPDATE without metadata");
+        status = XFER_ERR_PROTOCOL;
+    }
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': %s", treq->key, why);
+        treq_withdraw(treq, XFER_ERR_PROTOCOL, why);
+        return;
+    }
+    meta_store(ch, treq->key, &meta);
+    treq->meta = meta;
+    need       = data_len(&meta);
+    if (treq->alloc != NULL) {
+        xfer_tensor_t t;
+        void *buf;
+
+        result_fill(&t, &meta, NULL);
+        buf = treq->alloc(treq->alloc_arg, &t);
+        if (buf == NULL) {
+            treq_withdraw(treq, XFER_ERR_NO_MEMORY, "the consumer's allocation failed");
+            return;
+        }
+        status = dest_set(treq, buf, (size_t)need);
+    } else if (need > treq->capacity) {
+        snprintf(why, sizeof(why), "a %" PRIu64 "-byte tensor does not fit the consumer's "
+                 "%zu bytes", need, treq->capacity);
+        treq_withdraw(treq, XFER_ERR_TRUNCATED, why);
+        return;
+    } else {
+        treq->addr = addr;  /* the caller's buffer still */
+    }
+    if (status != XFER_OK) {
+        treq->addr = 0;
+        treq_withdraw(treq, status, "the consumer cannot register its destination");
+        return;
+    }
+    rr.addr  = treq->addr;
+    rr.rkey  = treq->rkey;
+    hdr.size = treq->capacity;
+    xfer_tensor_wire_pack_rereq(&rr, ext);
+    if (xfer_verbs_ch_send_ctrl(ch, &hdr, ext, sizeof(ext), NULL, 0) != XFER_OK) {
+        return;     /* the channel failed: its teardown completes the fetch */
+    }
+    ch->stats.rerequests++;
+    treq->state = XFER_VERBS_TREQ_RE_REQUESTED;
+}
+
+static void on_meta_twice(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    (void)in;
+    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': a second META_DATA_UPDATE after "
+             "the re-request", treq->key);
+    treq_withdraw(treq, XFER_ERR_PROTOCOL, "META_DATA_UPDATE after TENSOR_RE_REQUEST");
+}
+
+static void on_withdrawn_end(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    (void)in;
+    treq_complete(treq, treq->end_status, 0);
+    treq_free(treq);
+}
+
+static void on_ignore(xfer_verbs_treq_t *treq, const treq_input_t *in)
+{
+    (void)treq;
+    (void)in;
+}
+
+/* ---- entry points from the channel --------------------------------------------------------- */
+
+void xfer_verbs_treq_write_arrived(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
+{
+    treq_input_t in = {.byte_len = byte_len};
+
+    treq_event(ch, idx, TREQ_EV_WRITE, &in);
+}
+
+xfer_status_t xfer_verbs_treq_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                 const uint8_t *ext, char *why, size_t why_size)
+{
+    treq_input_t in = {.hdr = hdr, .ext = ext};
+
+    if (hdr->id > UINT32_MAX) {
+        snprintf(why, why_size, "%s for request index 0x%" PRIx64 " (wider than 32 bits)",
+                 xfer_verbs_msg_name(hdr->type), hdr->id);
+        return XFER_ERR_PROTOCOL;
+    }
+    treq_event(ch, (uint32_t)hdr->id,
+               (hdr->type == XFER_VERBS_MSG_META_DATA_UPDATE) ? TREQ_EV_META : TREQ_EV_ERROR,
+               &in);
+    return XFER_OK;
+}
