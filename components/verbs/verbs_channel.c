@@ -1295,6 +1295,22 @@ static void counter_put(xfer_counter_t *c, size_t max, size_t *n, const char *pr
     (*n)++;
 }
 
+#define STAT(_name, _field) {_name, offsetof(xfer_verbs_ch_stats_t, _field)}
+
+/* The counters besides the per-type message counts, in the order they are listed. */
+static const struct {
+    const char *name;
+    size_t     offset;
+} scalar_counters[] = {
+    STAT("tx_tensor_writes", tx_writes),          STAT("tx_tensor_write_bytes", tx_write_bytes),
+    STAT("rx_tensor_writes", rx_writes),          STAT("rx_tensor_write_bytes", rx_write_bytes),
+    STAT("re_requests", rerequests),              STAT("meta_cache_hits", meta_hits),
+    STAT("meta_cache_misses", meta_misses),       STAT("mr_cache_hits", mrc_hits),
+    STAT("mr_cache_misses", mrc_misses),          STAT("mr_cache_evictions", mrc_evictions),
+    STAT("bounced", bounced),                     STAT("credit_stalls", credit_stalls),
+    STAT("rejected", rejected),
+};
+
 void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
 {
     const xfer_verbs_ch_stats_t *st = &ch->stats;
@@ -1307,18 +1323,9 @@ void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
     for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
         counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
     }
-    counter_put(c, max, &n, "", "tx_tensor_writes", st->tx_writes);
-    counter_put(c, max, &n, "", "tx_tensor_write_bytes", st->tx_write_bytes);
-    counter_put(c, max, &n, "", "rx_tensor_writes", st->rx_writes);
-    counter_put(c, max, &n, "", "rx_tensor_write_bytes", st->rx_write_bytes);
-    counter_put(c, max, &n, "", "re_requests", st->rerequests);
-    counter_put(c, max, &n, "", "meta_cache_hits", st->meta_hits);
-    counter_put(c, max, &n, "", "meta_cache_misses", st->meta_misses);
-    counter_put(c, max, &n, "", "mr_cache_hits", st->mrc_hits);
-    counter_put(c, max, &n, "", "mr_cache_misses", st->mrc_misses);
-    counter_put(c, max, &n, "", "mr_cache_evictions", st->mrc_evictions);
-    counter_put(c, max, &n, "", "bounced", st->bounced);
-    counter_put(c, max, &n, "", "credit_stalls", st->credit_stalls);
-    counter_put(c, max, &n, "", "rejected", st->rejected);
+    for (size_t i = 0; i < sizeof(scalar_counters) / sizeof(scalar_counters[0]); i++) {
+        counter_put(c, max, &n, "", scalar_counters[i].name,
+                    *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
+    }
     *count_p = n;
 }
