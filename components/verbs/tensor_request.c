@@ -255,11 +255,6 @@ xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
     return status;
 }
 
-static uint64_t data_len(const xfer_tensor_wire_meta_t *m)
-{
-    return (m->flags & XFER_TENSOR_META_DEAD) ? 0 : m->size;
-}
-
 /* Make [buf, buf + capacity) the destination the producer is told: its rkey from the
  * caller's registration or from the MR cache (held until the fetch completes). A destination
  * of 0 bytes needs none: the write of an empty or dead tensor carries only its immediate. */
@@ -417,7 +412,7 @@ static void result_fill(xfer_tensor_t *t, const xfer_tensor_wire_meta_t *m, void
     memset(t, 0, sizeof(*t));
     t->dtype   = (xfer_dtype_t)m->dtype;
     t->rank    = m->rank;
-    t->size    = data_len(m);
+    t->size    = xfer_tensor_wire_data_len(m);
     t->is_dead = (m->flags & XFER_TENSOR_META_DEAD) ? 1 : 0;
     t->data    = data;
     for (uint32_t i = 0; i < m->rank; i++) {
@@ -427,7 +422,7 @@ static void result_fill(xfer_tensor_t *t, const xfer_tensor_wire_meta_t *m, void
 
 static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
 {
-    uint64_t expect = data_len(&treq->meta);
+    uint64_t expect = xfer_tensor_wire_data_len(&treq->meta);
 
     if ((treq->meta.flags & XFER_TENSOR_META_NONE) || (in->byte_len != expect)) {
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': the producer wrote %" PRIu32
@@ -500,7 +495,7 @@ static void on_meta(xfer_verbs_treq_t *treq, const treq_input_t *in)
     }
     meta_store(ch, treq->key, &meta);
     treq->meta = meta;
-    need       = data_len(&meta);
+    need       = xfer_tensor_wire_data_len(&meta);
     if (treq->alloc != NULL) {
         xfer_tensor_t t;
         void *buf;

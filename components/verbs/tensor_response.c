@@ -84,11 +84,6 @@ static const rsp_action_t transitions[XFER_VERBS_RSP_NUM_STATES][RSP_EV_NUM] = {
     },
 };
 
-static uint64_t data_len(const xfer_tensor_wire_meta_t *m)
-{
-    return (m->flags & XFER_TENSOR_META_DEAD) ? 0 : m->size;
-}
-
 void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
                                   xfer_status_t status, const char *reason)
 {
@@ -185,7 +180,7 @@ static void rsp_event(xfer_verbs_rsp_t *rsp, rsp_event_t ev, const rsp_input_t *
 static void write_start(xfer_verbs_rsp_t *rsp)
 {
     xfer_ep_h ch = rsp->ch;
-    uint64_t len = data_len(&rsp->meta);
+    uint64_t len = xfer_tensor_wire_data_len(&rsp->meta);
     xfer_verbs_op_t *op;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
@@ -272,7 +267,7 @@ static void on_ready(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
         rsp->meta.size = 0;
     }
     rsp->src = t->data;
-    len      = data_len(&rsp->meta);
+    len      = xfer_tensor_wire_data_len(&rsp->meta);
     if (len > ch->max_msg_size) {
         snprintf(why, sizeof(why), "a %" PRIu64 "-byte tensor is over the size limit (%" PRIu64
                  " bytes, XFER_VERBS_MAX_MSG_SIZE here or at the peer)", len, ch->max_msg_size);
@@ -290,7 +285,7 @@ static void on_ready(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 
 static void on_re_request(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 {
-    uint64_t len = data_len(&rsp->meta);
+    uint64_t len = xfer_tensor_wire_data_len(&rsp->meta);
     char why[XFER_REASON_MAX];
     xfer_tensor_wire_rereq_t rr;
 

@@ -100,6 +100,12 @@ typedef struct xfer_tensor_wire_err {
 } xfer_tensor_wire_err_t;
 
 size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m);
+
+/* The bytes a tensor of this metadata writes: its size, or 0 when it is dead. */
+static inline uint64_t xfer_tensor_wire_data_len(const xfer_tensor_wire_meta_t *m)
+{
+    return (m->flags & XFER_TENSOR_META_DEAD) ? 0 : m->size;
+}
 /* Fill m from a tensor's metadata (flags DEAD as the tensor says). */
 void   xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t *t);
 
