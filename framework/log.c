@@ -81,6 +81,21 @@ void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
     va_end(ap);
 }
 
+void xfer_reason_copy(char *dst, size_t size, const void *src, size_t len)
+{
+    const unsigned char *in = src;
+    size_t n;
+
+    if (size == 0) {
+        return;
+    }
+    n = (len < size - 1) ? len : size - 1;
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = ((in[i] >= 0x20) && (in[i] <= 0x7e)) ? (char)in[i] : '?';
+    }
+    dst[n] = '\0';
+}
+
 void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
 {
     va_list ap;

@@ -6,6 +6,8 @@
  */
 #include "../framework/wire/bootstrap_wire.h"
 
+#include <xfer/component.h>
+
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -195,6 +197,27 @@ Test(wire, accept_and_reject)
     cr_expect_str_eq(rej.reason, "no shared?transport", "control characters are neutralised");
     cr_expect_eq(xfer_wire_parse_reject(frame + XFER_WIRE_HEADER_LEN, 3, &rej, why, sizeof(why)),
                  XFER_ERR_PROTOCOL);
+}
+
+Test(wire, reason_copy_neutralises_and_truncates)
+{
+    const char src[] = {'o', 'k', '\n', (char)0x80, (char)0xff, 'x', '\0', 'y'};
+    char dst[8];
+
+    memset(dst, '#', sizeof(dst));
+    xfer_reason_copy(dst, sizeof(dst), src, sizeof(src));
+    cr_expect_str_eq(dst, "ok???x?", "non-printable bytes, high ones and NUL included, are '?'");
+
+    memset(dst, '#', sizeof(dst));
+    xfer_reason_copy(dst, 3, src, sizeof(src));
+    cr_expect_str_eq(dst, "ok", "at most size - 1 characters");
+    cr_expect_eq(dst[3], '#', "nothing written past size");
+
+    memset(dst, '#', sizeof(dst));
+    xfer_reason_copy(dst, sizeof(dst), src, 0);
+    cr_expect_str_eq(dst, "");
+    xfer_reason_copy(dst + 1, 0, src, sizeof(src));
+    cr_expect_eq(dst[1], '#', "size 0 writes nothing");
 }
 
 Test(wire, packing_never_overflows)

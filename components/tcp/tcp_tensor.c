@@ -117,17 +117,6 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
     return XFER_ERR_NOT_FOUND;
 }
 
-/* Printable copy of a reason off the wire. */
-static void reason_copy(char *dst, size_t size, const uint8_t *src, size_t len)
-{
-    size_t n = (len < size - 1) ? len : size - 1;
-
-    for (size_t i = 0; i < n; i++) {
-        dst[i] = ((src[i] >= 0x20) && (src[i] <= 0x7e)) ? (char)src[i] : '?';
-    }
-    dst[n] = '\0';
-}
-
 static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                         size_t why_size)
 {
@@ -166,7 +155,7 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
     if (rx->hdr.status != XFER_OK) {
         char reason[XFER_TCP_WIRE_MAX_REASON + 1];
 
-        reason_copy(reason, sizeof(reason), ext + XFER_TCP_WIRE_TRESP_EXT_LEN,
+        xfer_reason_copy(reason, sizeof(reason), ext + XFER_TCP_WIRE_TRESP_EXT_LEN,
                     resp.reason_len);
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "tensor fetch failed at the producer: %s "
                     "(%s)", reason, xfer_status_string((xfer_status_t)rx->hdr.status));
@@ -279,7 +268,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
         if (status != XFER_OK) {
             char key[65];
 
-            reason_copy(key, sizeof(key), (const uint8_t*)preq->key, preq->key_len);
+            xfer_reason_copy(key, sizeof(key), preq->key, preq->key_len);
             xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "cannot send tensor of step %" PRIu64
                      " '%s': %s", preq->step, key, why);
             preq->release_status = status;

@@ -436,17 +436,6 @@ static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
     treq_free(treq);
 }
 
-/* Copy a reason off the wire into a printable, terminated string. */
-static void reason_copy(char *dst, size_t size, const char *src, size_t len)
-{
-    size_t n = (len < size - 1) ? len : size - 1;
-
-    for (size_t i = 0; i < n; i++) {
-        dst[i] = ((src[i] >= 0x20) && (src[i] <= 0x7e)) ? src[i] : '?';
-    }
-    dst[n] = '\0';
-}
-
 static void on_error(xfer_verbs_treq_t *treq, const treq_input_t *in)
 {
     char reason[XFER_TENSOR_WIRE_MAX_REASON + 1];
@@ -460,7 +449,7 @@ static void on_error(xfer_verbs_treq_t *treq, const treq_input_t *in)
                  treq->key, why);
         status = XFER_ERR_PROTOCOL;
     } else {
-        reason_copy(reason, sizeof(reason), err.reason, err.reason_len);
+        xfer_reason_copy(reason, sizeof(reason), err.reason, err.reason_len);
         xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "fetch of '%s' (step %" PRIu64 ") "
                     "failed at the producer: %s (%s)", treq->key, treq->step, reason,
                     xfer_status_string(status));

@@ -4,6 +4,8 @@
 #include "bootstrap_wire.h"
 #include "../names.h"
 
+#include <xfer/component.h>
+
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
@@ -355,13 +357,8 @@ xfer_status_t xfer_wire_parse_reject(const void *body, size_t body_len,
         return XFER_ERR_PROTOCOL;
     }
     reject->status = (int16_t)status;
-    reject->reason[reason_len] = '\0';
-    /* the reason is printed: keep it to printable text */
-    for (uint16_t i = 0; i < reason_len; i++) {
-        if ((reject->reason[i] < 0x20) || (reject->reason[i] > 0x7e)) {
-            reject->reason[i] = '?';
-        }
-    }
+    /* the reason is printed: keep it to printable text (in place) */
+    xfer_reason_copy(reject->reason, (size_t)reason_len + 1, reject->reason, reason_len);
     return XFER_OK;
 }
 

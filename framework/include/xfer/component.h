@@ -288,6 +288,10 @@ XFER_API int  xfer_log_enabled(xfer_log_level_t level);
 XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Copy len bytes of text a peer sent into a terminated string of at most size - 1 characters,
+ * each byte outside printable ASCII replaced by '?', so that it can go into a log line. */
+XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t len);
+
 /* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
