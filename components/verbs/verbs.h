@@ -344,6 +344,7 @@ struct xfer_iface {
     int                       epfd;         /* comp channel, timer, channels' sockets */
     int                       timerfd;
     unsigned                  progress_count;
+    double                    fds_polled;   /* when progress() last looked at epfd */
     uint32_t                  next_ch_id;
     ucs_list_link_t           channels;
     ucs_list_link_t           posted;       /* RECV ops, posting order */

@@ -27,7 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROGRESS_FD_PERIOD 64   /* look at sockets and the timer every this many progress() */
+#define PROGRESS_FD_PERIOD 64   /* read the clock every this many progress() calls, */
+#define PROGRESS_FD_GAP    1e-3 /* and look at the fds once this many seconds have passed */
 #define OP_ALIGN           64   /* a cache line */
 #define OP_CHUNK           256  /* ops per allocation of the pool */
 
@@ -611,8 +612,17 @@ unsigned xfer_verbs_iface_progress(xfer_iface_h iface)
 {
     unsigned count = cq_poll(iface);
 
+    /* The fds (async events, the timer, connection sockets) want attention within a
+     * millisecond, not every few microseconds: an epoll_wait() per 64 calls cost a tag
+     * round trip a system call or more while it spun. Sleeping looks at them at once
+     * (event_arm). */
     if ((++iface->progress_count % PROGRESS_FD_PERIOD) == 0) {
-        count += fds_poll(iface);
+        double now = xfer_verbs_now();
+
+        if (now - iface->fds_polled >= PROGRESS_FD_GAP) {
+            iface->fds_polled = now;
+            count += fds_poll(iface);
+        }
     }
     return count + deliver(iface);
 }
