@@ -87,6 +87,13 @@ xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx)
         return XFER_ERR_NO_MEMORY;
     }
     kh_init_inplace(xfer_slot, &t->slots);
+    /* Slots come and go with every step: from a table of 4 buckets the deleted marks forced
+     * a rehash every other publish. 64 buckets rehash every ~45 (and never shrink below). */
+    if (kh_resize(xfer_slot, &t->slots, 64) < 0) {
+        kh_destroy_inplace(xfer_slot, &t->slots);
+        free(t);
+        return XFER_ERR_NO_MEMORY;
+    }
     kh_init_inplace(xfer_waiter, &t->waiters);
     ucs_list_head_init(&t->fetches);
     t->all_aborted = XFER_OK;
@@ -118,42 +125,77 @@ static void slot_maybe_free(xfer_tensor_table_t *t, slot_t *slot)
     free(slot);
 }
 
+#define HKEY_STEP_DIGITS 16      /* the step in fixed-width hex, then ':' */
+#define HKEY_STACK       256     /* keys up to this long are looked up without malloc */
+
+/* Write "<step, 16 hex digits>:<key>" and a NUL into buf (HKEY_STEP_DIGITS + 2 + key_len). No
+ * printf: every request and publish looks a slot up, and vasprintf cost more than the rest
+ * of a steady-state fetch. */
+static char *hkey_fill(char *buf, uint64_t step, const char *key, size_t key_len)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    for (int i = HKEY_STEP_DIGITS - 1; i >= 0; i--, step >>= 4) {
+        buf[i] = hex[step & 0xf];
+    }
+    buf[HKEY_STEP_DIGITS] = ':';
+    memcpy(buf + HKEY_STEP_DIGITS + 1, key, key_len);
+    buf[HKEY_STEP_DIGITS + 1 + key_len] = '\0';
+    return buf;
+}
+
 /* Find (create when asked) the slot of (step, key). */
 static slot_t *slot_get(xfer_tensor_table_t *t, uint64_t step, const char *key, size_t key_len,
                         int create)
 {
-    char *hkey = xfer_strdup_printf("%llx:%.*s", (unsigned long long)step, (int)key_len, key);
-    slot_t *slot;
+    size_t size = HKEY_STEP_DIGITS + 2 + key_len;
+    char stack[HKEY_STACK];
+    char *hkey  = (size <= sizeof(stack)) ? stack : malloc(size);
+    slot_t *slot = NULL;
     khiter_t it;
     int ret;
 
     if (hkey == NULL) {
         return NULL;
     }
+    hkey_fill(hkey, step, key, key_len);
     it = kh_get(xfer_slot, &t->slots, hkey);
     if (it != kh_end(&t->slots)) {
-        free(hkey);
-        return kh_value(&t->slots, it);
+        slot = kh_value(&t->slots, it);
+        goto out;
     }
     if (!create) {
-        free(hkey);
-        return NULL;
+        goto out;
     }
     slot = calloc(1, sizeof(*slot));
-    if (slot == NULL) {
-        free(hkey);
-        return NULL;
+    if ((slot != NULL) && (hkey == stack)) {
+        slot->hkey = strdup(stack);
+    } else if (slot != NULL) {
+        slot->hkey = hkey;      /* the heap copy becomes the slot's */
+        hkey       = NULL;
     }
-    it = kh_put(xfer_slot, &t->slots, hkey, &ret);
+    if ((slot == NULL) || (slot->hkey == NULL)) {
+        goto fail;
+    }
+    it = kh_put(xfer_slot, &t->slots, slot->hkey, &ret);
     if (ret < 0) {
-        free(hkey);
-        free(slot);
-        return NULL;
+        goto fail;
     }
-    slot->hkey = hkey;
     slot->step = step;
     ucs_list_head_init(&slot->waiters);
     kh_value(&t->slots, it) = slot;
+    goto out;
+
+fail:
+    if (slot != NULL) {
+        free(slot->hkey);
+        free(slot);
+        slot = NULL;
+    }
+out:
+    if (hkey != stack) {
+        free(hkey);
+    }
     return slot;
 }
 
