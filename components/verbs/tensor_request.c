@@ -430,6 +430,10 @@ static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
                  (treq->meta.flags & XFER_TENSOR_META_NONE) ? " (no metadata known)" : "");
         treq_complete(treq, XFER_ERR_PROTOCOL, 0);
     } else {
+        if (treq->buf != NULL) {
+            XFER_VERBS_DEVICE_WROTE(treq->buf, (expect < treq->capacity) ? expect :
+                                               treq->capacity);
+        }
         result_fill(treq->op->result, &treq->meta, treq->buf);
         treq_complete(treq, XFER_OK, (size_t)expect);
     }

@@ -901,6 +901,8 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
     xfer_verbs_wire_hdr_t hdr;
     xfer_status_t status;
 
+    XFER_VERBS_DEVICE_WROTE(buf, (byte_len < ch->iface->cfg->seg_size) ? byte_len :
+                                 ch->iface->cfg->seg_size);
     status = xfer_verbs_wire_unpack_hdr(buf, byte_len, &hdr, why, sizeof(why));
     xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: received %s, %u bytes in slot %u",
                 ch->qp->qp_num, (status == XFER_OK) ? xfer_verbs_msg_name(hdr.type) : "garbage",

@@ -166,6 +166,9 @@ xfer_status_t xfer_verbs_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h
 
 void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status)
 {
+    if ((status == XFER_OK) && (op->opcode == IBV_WR_RDMA_READ)) {
+        XFER_VERBS_DEVICE_WROTE(op->buf, op->rdma_len);
+    }
     switch (op->kind) {
     case XFER_VERBS_OP_RECV:
         xfer_verbs_recv_read_done(op, status);
