@@ -189,6 +189,10 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
                  (ep == NULL) ? "the endpoint" : (count_p == NULL) ? "count_p" : "counters");
         return XFER_ERR_INVALID_PARAM;
     }
+    if (*count_p > 0) {
+        /* whole entries, name tails included: callers copy them around as they are */
+        memset(counters, 0, *count_p * sizeof(*counters));
+    }
     xfer_ctx_lock(ep->ctx);
     st = ep->fw_iface->entry->stats;
     if (st == NULL) {
