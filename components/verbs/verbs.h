@@ -59,7 +59,7 @@ typedef struct xfer_verbs_config {
     uint64_t tx_queue_len;      /* TX_QUEUE_LEN: send queue depth per channel */
     uint64_t rx_queue_len;      /* RX_QUEUE_LEN: message slots (posted receives) per channel */
     uint64_t seg_size;          /* SEG_SIZE: bytes of one message slot */
-    uint64_t max_inline;        /* MAX_INLINE: messages up to this are sent inline */
+    uint64_t max_inline;        /* MAX_INLINE: messages and writes up to this go inline */
     uint64_t signal_interval;   /* SIGNAL_INTERVAL: request a completion every N sends */
     uint64_t cq_size;           /* CQ_SIZE: initial completion queue entries */
     int      mtu;               /* MTU: index into the enum (0 = auto) */

@@ -30,7 +30,8 @@ static const xfer_param_desc_t verbs_params[] = {
      "Bytes of one message slot; tag messages up to this (less a 40-byte header) go eagerly, "
      "larger ones by rendezvous (RDMA READ).", CFG(seg_size), 512, 1024 * 1024, NULL},
     {"MAX_INLINE", XFER_PARAM_SIZE, "128",
-     "Messages up to this many bytes are sent inline (the device may lower it).",
+     "Messages and RDMA writes up to this many bytes are sent inline (the device may lower "
+     "it).",
      CFG(max_inline), 0, 1024, NULL},
     {"SIGNAL_INTERVAL", XFER_PARAM_UINT, "32",
      "Ask for a send completion every this many sends (RDMA operations always).",
