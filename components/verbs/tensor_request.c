@@ -311,7 +311,9 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
                  "of %u bytes (here or at the peer)", args->key_len, ch->max_key_len);
         return XFER_ERR_OUT_OF_RANGE;
     }
-    treq = calloc(1, sizeof(*treq) + args->key_len + 1);
+    /* malloc and clear the fixed part: glibc's calloc bypasses the per-thread cache, and
+     * this is once per fetch */
+    treq = malloc(sizeof(*treq) + args->key_len + 1);
     op   = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_FETCH, comp);
     if ((treq == NULL) || (op == NULL)) {
         free(treq);
@@ -320,6 +322,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
         }
         return XFER_ERR_NO_MEMORY;
     }
+    memset(treq, 0, sizeof(*treq));
     op->result      = args->result;
     treq->op        = op;
     treq->ch        = ch;
@@ -330,6 +333,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     treq->step      = args->step;
     treq->key_len   = (uint32_t)args->key_len;
     memcpy(treq->key, args->key, args->key_len);
+    treq->key[args->key_len] = '\0';
 
     cached = meta_find(ch, treq->key);
     if (cached != NULL) {

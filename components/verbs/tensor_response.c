@@ -377,12 +377,15 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
         ch->stats.rejected++;
         return XFER_OK;
     }
-    rsp = calloc(1, sizeof(*rsp) + req.key_len + 1);
+    /* malloc and clear the fixed part: glibc's calloc bypasses the per-thread cache, and
+     * this is once per fetch */
+    rsp = malloc(sizeof(*rsp) + req.key_len + 1);
     if (rsp == NULL) {
         xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
                                      XFER_ERR_NO_MEMORY, "the producer is out of memory");
         return XFER_OK;
     }
+    memset(rsp, 0, sizeof(*rsp));
     rsp->waiter.ready = rsp_ready;
     rsp->iface        = iface;
     rsp->ch           = ch;
@@ -395,6 +398,7 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
     rsp->expect       = req.expect;
     rsp->key_len      = req.key_len;
     memcpy(rsp->key, req.key, req.key_len);
+    rsp->key[req.key_len] = '\0';
     it = kh_put(xfer_verbs_rsp, &ch->rsp_by_idx, rsp->idx, &ret);
     if (ret < 0) {
         free(rsp);
