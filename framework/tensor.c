@@ -40,14 +40,37 @@ typedef struct waiter_node {
     struct slot             *slot;
 } waiter_node_t;
 
+/* One (step, key). The table is a set of slots hashed by their own (step, key); a lookup
+ * hashes the caller's pair once into a probe on the stack, so no key string is built and
+ * none is hashed twice. */
 typedef struct slot {
-    char            *hkey;          /* "<step hex>:<key>" */
     uint64_t        step;
+    const char      *key;           /* the slot's copy, right after it; a probe's: the caller's */
+    size_t          key_len;
+    khint_t         hash;           /* of (step, key), see slot_hash() */
     publication_t   *pub;           /* pending publication, at most one */
     ucs_list_link_t waiters;        /* waiter_node_t, in arrival order */
 } slot_t;
 
-KHASH_MAP_INIT_STR(xfer_slot, slot_t*)
+/* FNV-1a over the key, then the step mixed in (a multiply by 2^64 / golden ratio and a fold) */
+static khint_t slot_hash(uint64_t step, const char *key, size_t key_len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < key_len; i++) {
+        h = (h ^ (uint8_t)key[i]) * 0x100000001b3ull;
+    }
+    h ^= step * 0x9e3779b97f4a7c15ull;
+    return (khint_t)(h ^ (h >> 32));
+}
+
+#define slot_hash_of(_slot)     ((_slot)->hash)
+#define slot_equal(_a, _b) \
+    (((_a) == (_b)) || \
+     (((_a)->hash == (_b)->hash) && ((_a)->step == (_b)->step) && \
+      ((_a)->key_len == (_b)->key_len) && (memcmp((_a)->key, (_b)->key, (_a)->key_len) == 0)))
+
+KHASH_INIT(xfer_slot, slot_t*, char, 0, slot_hash_of, slot_equal)
 KHASH_MAP_INIT_INT64(xfer_waiter, waiter_node_t*)
 
 typedef struct xfer_tensor_table {
@@ -117,84 +140,48 @@ static void slot_maybe_free(xfer_tensor_table_t *t, slot_t *slot)
     if ((slot->pub != NULL) || !ucs_list_is_empty(&slot->waiters)) {
         return;
     }
-    it = kh_get(xfer_slot, &t->slots, slot->hkey);
+    it = kh_get(xfer_slot, &t->slots, slot);
     if (it != kh_end(&t->slots)) {
         kh_del(xfer_slot, &t->slots, it);
     }
-    free(slot->hkey);
     free(slot);
-}
-
-#define HKEY_STEP_DIGITS 16      /* the step in fixed-width hex, then ':' */
-#define HKEY_STACK       256     /* keys up to this long are looked up without malloc */
-
-/* Write "<step, 16 hex digits>:<key>" and a NUL into buf (HKEY_STEP_DIGITS + 2 + key_len). No
- * printf: every request and publish looks a slot up, and vasprintf cost more than the rest
- * of a steady-state fetch. */
-static char *hkey_fill(char *buf, uint64_t step, const char *key, size_t key_len)
-{
-    static const char hex[] = "0123456789abcdef";
-
-    for (int i = HKEY_STEP_DIGITS - 1; i >= 0; i--, step >>= 4) {
-        buf[i] = hex[step & 0xf];
-    }
-    buf[HKEY_STEP_DIGITS] = ':';
-    memcpy(buf + HKEY_STEP_DIGITS + 1, key, key_len);
-    buf[HKEY_STEP_DIGITS + 1 + key_len] = '\0';
-    return buf;
 }
 
 /* Find (create when asked) the slot of (step, key). */
 static slot_t *slot_get(xfer_tensor_table_t *t, uint64_t step, const char *key, size_t key_len,
                         int create)
 {
-    size_t size = HKEY_STEP_DIGITS + 2 + key_len;
-    char stack[HKEY_STACK];
-    char *hkey  = (size <= sizeof(stack)) ? stack : malloc(size);
-    slot_t *slot = NULL;
+    slot_t probe = {.step = step, .key = key, .key_len = key_len,
+                    .hash = slot_hash(step, key, key_len)};
+    slot_t *slot;
+    char *copy;
     khiter_t it;
     int ret;
 
-    if (hkey == NULL) {
-        return NULL;
-    }
-    hkey_fill(hkey, step, key, key_len);
-    it = kh_get(xfer_slot, &t->slots, hkey);
+    it = kh_get(xfer_slot, &t->slots, &probe);
     if (it != kh_end(&t->slots)) {
-        slot = kh_value(&t->slots, it);
-        goto out;
+        return kh_key(&t->slots, it);
     }
     if (!create) {
-        goto out;
+        return NULL;
     }
-    slot = calloc(1, sizeof(*slot));
-    if ((slot != NULL) && (hkey == stack)) {
-        slot->hkey = strdup(stack);
-    } else if (slot != NULL) {
-        slot->hkey = hkey;      /* the heap copy becomes the slot's */
-        hkey       = NULL;
+    /* malloc and fill, here and for publications: glibc's calloc bypasses the per-thread
+     * cache, and each is once per tensor */
+    slot = malloc(sizeof(*slot) + key_len + 1);
+    if (slot == NULL) {
+        return NULL;
     }
-    if ((slot == NULL) || (slot->hkey == NULL)) {
-        goto fail;
-    }
-    it = kh_put(xfer_slot, &t->slots, slot->hkey, &ret);
-    if (ret < 0) {
-        goto fail;
-    }
-    slot->step = step;
+    *slot = probe;
+    copy  = (char*)(slot + 1);
+    memcpy(copy, key, key_len);
+    copy[key_len] = '\0';
+    slot->key     = copy;
+    slot->pub     = NULL;
     ucs_list_head_init(&slot->waiters);
-    kh_value(&t->slots, it) = slot;
-    goto out;
-
-fail:
-    if (slot != NULL) {
-        free(slot->hkey);
+    kh_put(xfer_slot, &t->slots, slot, &ret);
+    if (ret < 0) {
         free(slot);
-        slot = NULL;
-    }
-out:
-    if (hkey != stack) {
-        free(hkey);
+        return NULL;
     }
     return slot;
 }
@@ -388,11 +375,12 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
         status = XFER_ERR_EXISTS;
         goto out;
     }
-    pub = calloc(1, sizeof(*pub));
+    pub = malloc(sizeof(*pub));
     if (pub == NULL) {
         status = XFER_ERR_NO_MEMORY;
         goto out_slot;
     }
+    memset(pub, 0, sizeof(*pub));
     pub->tensor = *tensor;
     if (tensor->is_dead) {
         pub->tensor.size = 0;
@@ -678,20 +666,19 @@ xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step, xfer_status_
         xfer_ctx_unlock(ctx);
         return XFER_ERR_NO_MEMORY;
     }
-    kh_foreach_value(&t->slots, slot, {
+    kh_foreach_key(&t->slots, slot, {
         if ((step == XFER_STEP_ALL) || (slot->step == step)) {
             victims[num++] = slot;
         }
     });
     for (size_t i = 0; i < num; i++) {
-        khiter_t it = kh_get(xfer_slot, &t->slots, victims[i]->hkey);
+        khiter_t it = kh_get(xfer_slot, &t->slots, victims[i]);
         if (it != kh_end(&t->slots)) {
             kh_del(xfer_slot, &t->slots, it);
         }
     }
     for (size_t i = 0; i < num; i++) {
         abort_slot(t, victims[i], status);
-        free(victims[i]->hkey);
         free(victims[i]);
     }
     free(victims);
@@ -718,9 +705,8 @@ void xfer_tensor_table_destroy(xfer_context_t *ctx)
     xfer_tensor_table_t *t = ctx->tensors;
     slot_t *slot;
 
-    kh_foreach_value(&t->slots, slot, {
+    kh_foreach_key(&t->slots, slot, {
         abort_slot(t, slot, XFER_ERR_CANCELED);
-        free(slot->hkey);
         free(slot);
     });
     kh_destroy_inplace(xfer_slot, &t->slots);

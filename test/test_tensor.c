@@ -3,8 +3,9 @@
  * child driven over the control channel (publish this spec, wait for my publishes, abort this
  * step); the consumer - the test itself - fetches and checks metadata and data. Covers both
  * orders of publish and fetch, every fixed-size dtype at ranks 0..8, dead and variable-size
- * tensors, too-small buffers, the allocation callback, duplicate and invalid keys,
- * XFER_PUBLISH_COPY, aborts on either side, cancellation and 1000 fetches in flight.
+ * tensors, too-small buffers, the allocation callback, duplicate and invalid keys, one key
+ * in many steps, XFER_PUBLISH_COPY, aborts on either side, cancellation and 1000 fetches in
+ * flight.
  */
 #include "tensor_peer.h"
 #include "test_util.h"
@@ -104,6 +105,31 @@ Test(tensor, one_publish_satisfies_one_fetch)
     fetch_release(&f1);
     fetch_release(&f2);
     publishes_expect(&p, 1, XFER_OK);
+    producer_done(&p);
+}
+
+/* (step, key) is the whole name: the same key in another step - also one that differs only
+ * in its high bits - and keys that are prefixes of each other are other tensors. Fetched in
+ * the opposite order to their publishes, each gets its own data. */
+Test(tensor, same_key_in_other_steps_and_prefix_keys_are_other_tensors)
+{
+    static const char *const keys[]  = {"w", "ww", "w:", "www"};
+    static const uint64_t    steps[] = {1, 2, (1ull << 40) | 1};
+    spec_t sp[3 * 4];
+    tp_peer_t p;
+    size_t n = 0;
+
+    tp_start(&p, srv_producer, NULL);
+    for (size_t s = 0; s < 3; s++) {
+        for (size_t k = 0; k < 4; k++, n++) {
+            sp[n] = spec_make(steps[s], keys[k], XFER_DTYPE_UINT8, 2, d34, 100 + n);
+            publish_ok(&p, &sp[n]);
+        }
+    }
+    while (n-- > 0) {
+        fetch_expect(&p, &sp[n]);
+    }
+    publishes_expect(&p, 3 * 4, XFER_OK);
     producer_done(&p);
 }
 
