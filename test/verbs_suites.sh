@@ -1,6 +1,9 @@
 #!/bin/bash
 # Inside the guest: run test/test_<suite> for each argument (suite:test runs one test) and
 # report each suite's time; exit non-zero when any failed. Usage: verbs_suites.sh BUILD SUITE...
+# XFERTEST_VALGRIND=1 runs each suite and every process it forks under memcheck (test/valgrind.supp);
+# an error or a definite leak in any of them fails the test, and the logs go to
+# XFERTEST_VALGRIND_LOGS (default /tmp/xfer-vg on the host: the guest's own /tmp is private).
 set -u
 
 # Criterion's runner talks to its workers over a unix socket it must create in /tmp, and in
@@ -30,6 +33,19 @@ fi
 build=$1
 shift
 rc=0
+wrap=()
+if [[ -n ${XFERTEST_VALGRIND:-} ]]; then
+    logs=${XFERTEST_VALGRIND_LOGS:-/tmp/xfer-vg}
+    [[ -n ${RXE_SUITES_PRIVATE_TMP:-} && $logs == /tmp/* ]] && logs=/run/xfer-hosttmp/${logs#/tmp/}
+    mkdir -p "$logs"
+    # --vgdb=no: the guest's /tmp cannot hold vgdb's FIFOs. Definite leaks are errors;
+    # "possibly lost" (only an interior pointer left) is in the logs but does not fail.
+    wrap=(valgrind --vgdb=no --trace-children=yes --leak-check=full
+          --errors-for-leak-kinds=definite --error-exitcode=99
+          --suppressions="$(dirname "$(readlink -f "$0")")/valgrind.supp"
+          --log-file="$logs/%q{XFERTEST_VG_SUITE}.%p.log")
+    export LD_LIBRARY_PATH=$build/framework/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 for arg in "$@"; do
     suite=${arg%%:*}
     filter=()
@@ -38,7 +54,10 @@ for arg in "$@"; do
     fi
     start=$SECONDS
     echo "== test_$suite over ${XFERTEST_TRANSPORT:-tcp} ${filter[*]}"
-    if ! "$build/test/test_$suite" -j1 "${filter[@]}"; then
+    export XFERTEST_VG_SUITE=$suite
+    bin=$build/test/test_$suite
+    [[ ${#wrap[@]} -gt 0 ]] && bin=$build/test/.libs/test_$suite   # not libtool's wrapper script
+    if ! "${wrap[@]}" "$bin" -j1 "${filter[@]}"; then
         echo "== test_$suite FAILED"
         rc=1
     fi
