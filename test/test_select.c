@@ -354,19 +354,6 @@ Test(select, bad_parameter_values_are_errors)
     }
 }
 
-static char *read_redirected_stderr(void)
-{
-    FILE *f;
-    char *buf = calloc(1, 65536);
-    size_t n;
-
-    fflush(stderr);
-    f = cr_get_redirected_stderr();
-    n = fread(buf, 1, 65535, f);
-    buf[n] = '\0';
-    return buf;
-}
-
 Test(select, unknown_variable_is_warned_with_suggestion, .init = cr_redirect_stderr)
 {
     xfer_context_t *ctx = NULL;
@@ -376,7 +363,7 @@ Test(select, unknown_variable_is_warned_with_suggestion, .init = cr_redirect_std
     setenv("XFER_NONSENSE_THING", "1", 1);
     cr_assert_eq(tu_context(0, &ctx), XFER_OK, "an unknown variable is a warning, not an error");
     xfer_context_destroy(ctx);
-    text = read_redirected_stderr();
+    text = tu_read_redirected_stderr();
     cr_expect(strstr(text, "unknown environment variable XFER_TGOOD_RATIOO; did you mean "
                            "XFER_TGOOD_RATIO?") != NULL, "stderr: %s", text);
     cr_expect(strstr(text, "unknown environment variable XFER_NONSENSE_THING") != NULL,
@@ -392,7 +379,7 @@ Test(select, duplicate_in_list_is_warned, .init = cr_redirect_stderr)
     setenv("XFER_TRANSPORTS", "talpha,talpha", 1);
     cr_assert_eq(tu_context(0, &ctx), XFER_OK);
     xfer_context_destroy(ctx);
-    text = read_redirected_stderr();
+    text = tu_read_redirected_stderr();
     cr_expect(strstr(text, "XFER_TRANSPORTS names 'talpha' twice") != NULL, "stderr: %s", text);
     free(text);
 }

@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -184,4 +185,16 @@ int tu_host_has_cuda_driver(void)
         return 1;
     }
     return 0;
+}
+
+char *tu_read_redirected_stderr(void)
+{
+    char *buf = calloc(1, 65536);
+    size_t n;
+
+    cr_assert_not_null(buf);
+    fflush(stderr);
+    n = fread(buf, 1, 65535, cr_get_redirected_stderr());
+    buf[n] = '\0';
+    return buf;
 }

@@ -28,6 +28,10 @@ const xfer_select_entry_t *tu_select_entry(const xfer_selection_t *sel, const ch
 /* Name of the rank-0 entry, or NULL. */
 const char *tu_selected(const xfer_selection_t *sel);
 
+/* What the test wrote to stderr so far, when it runs with .init = cr_redirect_stderr
+ * (malloc'd, NUL-terminated, at most 64 KiB). */
+char *tu_read_redirected_stderr(void);
+
 /* Run a shell command; returns its exit status and a malloc'd copy of what it printed
  * (stdout, and stderr when merge_stderr). */
 int tu_run(const char *cmd, int merge_stderr, char **output_p);
