@@ -99,6 +99,7 @@ typedef struct options {
     int        verify;
     int        json;
     int        verbose;
+    int        multi;       /* -T multi: the context's lock, as a threaded application has */
 } options_t;
 
 /* ---- control messages ------------------------------------------------------------------------
@@ -973,8 +974,8 @@ static void print_header(perf_t *perf, const char *addr)
     const options_t *o = &perf->opts;
     test_t t = o->test;
 
-    printf("# xfer_perf %s: %s, transport %s\n", tests[t].name, addr,
-           xfer_endpoint_transport(perf->ep));
+    printf("# xfer_perf %s: %s, transport %s, thread mode %s\n", tests[t].name, addr,
+           xfer_endpoint_transport(perf->ep), o->multi ? "multi" : "serialized");
     if (tests[t].bw) {
         printf("# window %u (at most %llu MiB in flight), verify %s; t_* = time between "
                "completions, t_avg = total / iterations (MB = 10^6 bytes)\n", o->window,
@@ -1016,6 +1017,7 @@ static void print_json(perf_t *perf, const char *addr)
     json_string(addr);
     printf(",\"transport\":");
     json_string(xfer_endpoint_transport(perf->ep));
+    printf(",\"thread_mode\":\"%s\"", perf->opts.multi ? "multi" : "serialized");
     printf(",\"verify\":%s,\"mb\":1000000,\"results\":[", perf->opts.verify ? "true" : "false");
     for (unsigned i = 0; i < perf->nrows; i++) {
         const result_t *r = &perf->rows[i];
@@ -1392,6 +1394,10 @@ static void usage(FILE *f)
             "  -w, --window N         operations in flight in bandwidth tests (default %d; the\n"
             "                         window shrinks so that it holds at most 256 MiB)\n"
             "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
+            "  -T, --thread-mode MODE serialized (default: one thread, the context takes no\n"
+            "                         lock, as ucx_perftest's default) or multi (the lock a\n"
+            "                         threaded application pays; needed with\n"
+            "                         XFER_PROGRESS_THREAD=y)\n"
             "  -V, --verify           fill buffers with a pattern and check it where it lands\n"
             "  -j, --json             print the results as one JSON object\n"
             "  -v, --verbose          say more, and print the endpoint's counters at the end\n"
@@ -1440,6 +1446,7 @@ static int parse_options(int argc, char **argv, options_t *o)
         {"warmup",     required_argument, NULL, 'W'},
         {"window",     required_argument, NULL, 'w'},
         {"transports", required_argument, NULL, 'x'},
+        {"thread-mode", required_argument, NULL, 'T'},
         {"verify",     no_argument,       NULL, 'V'},
         {"json",       no_argument,       NULL, 'j'},
         {"verbose",    no_argument,       NULL, 'v'},
@@ -1451,7 +1458,7 @@ static int parse_options(int argc, char **argv, options_t *o)
 
     *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW};
-    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:Vjvh", long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:T:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (parse_u64(optarg, 65535, 0, &v) != 0) {
@@ -1504,6 +1511,13 @@ static int parse_options(int argc, char **argv, options_t *o)
             o->window = (unsigned)v;
             break;
         case 'x': o->transports = optarg; break;
+        case 'T':
+            if ((strcmp(optarg, "serialized") != 0) && (strcmp(optarg, "multi") != 0)) {
+                fprintf(stderr, "xfer_perf: -T: '%s' is not serialized or multi\n", optarg);
+                return 2;
+            }
+            o->multi = (strcmp(optarg, "multi") == 0);
+            break;
         case 'V': o->verify = 1; break;
         case 'j': o->json = 1; break;
         case 'v': o->verbose = 1; break;
@@ -1538,10 +1552,16 @@ int main(int argc, char **argv)
         perror("xfer_perf: setenv");
         return 1;
     }
-    st = xfer_context_create(NULL, &perf.ctx);
+    {
+        xfer_context_params_t params = {sizeof(params),
+                                         perf.opts.multi ? 0 : XFER_CONTEXT_FLAG_SERIALIZED};
+
+        st = xfer_context_create(&params, &perf.ctx);
+    }
     if (st != XFER_OK) {
         fprintf(stderr, "xfer_perf: cannot create a context: %s%s\n", xfer_status_string(st),
-                (st == XFER_ERR_INVALID_PARAM) ? " (check the XFER_* environment and -x)" : "");
+                (st == XFER_ERR_INVALID_PARAM) ? " (check the XFER_* environment and -x; with "
+                "XFER_PROGRESS_THREAD=y use -T multi)" : "");
         return 1;
     }
 

@@ -181,6 +181,16 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
     /* The params' config struct is the framework config. */
     ctx->fw_config = *(xfer_fw_config_t*)ctx->fw_params.config;
     xfer_log_set_level((xfer_log_level_t)ctx->fw_config.log_level);
+    if ((flags & XFER_CONTEXT_FLAG_SERIALIZED) &&
+        (ctx->fw_config.progress_thread || (flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD))) {
+        xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "XFER_CONTEXT_FLAG_SERIALIZED with a progress "
+                 "thread (%s): the thread would call into the context beside the application",
+                 (flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD) ? "XFER_CONTEXT_FLAG_PROGRESS_THREAD" :
+                 "XFER_PROGRESS_THREAD=y");
+        status = XFER_ERR_INVALID_PARAM;
+        goto err_cleanup_params;
+    }
+    ctx->serialized = !!(flags & XFER_CONTEXT_FLAG_SERIALIZED);
 
     status = xfer_loader_load(ctx);
     if (status != XFER_OK) {

@@ -270,6 +270,10 @@ void xfer_ctx_cond_wait(xfer_context_t *ctx, const struct timespec *deadline)
 {
     unsigned depth = ctx->lock_depth;
 
+    if (ctx->serialized) {
+        return;     /* no other thread to wait for, and no lock to wait with */
+    }
+
     __atomic_store_n(&ctx->lock_owner, (pthread_t)0, __ATOMIC_RELAXED);
     ctx->lock_depth = 0;
     pthread_cond_timedwait(&ctx->cond, &ctx->lock, deadline);

@@ -95,6 +95,7 @@ struct xfer_context {
     pthread_mutex_t         lock;           /* see xfer_ctx_lock */
     pthread_t               lock_owner;     /* the thread that holds it, 0 when free */
     unsigned                lock_depth;     /* how often the owner took it */
+    int                     serialized;     /* XFER_CONTEXT_FLAG_SERIALIZED: no lock at all */
     pthread_cond_t          cond;           /* broadcast when a request completes */
     uint64_t                id;             /* random, non-zero; remote keys carry it */
     xfer_fw_iface_t         *ifaces;
@@ -179,11 +180,17 @@ struct xfer_rkey {
 /* The context lock is re-entrant - callbacks run with it held and may call the API - but
  * built from a plain mutex and an owner: a recursive pthread mutex costs about three times as
  * much per lock and unlock, and every call takes it. Only the owner ever stores its own id in
- * lock_owner, so a thread that reads its own id there holds the lock. */
+ * lock_owner, so a thread that reads its own id there holds the lock. A serialized context
+ * (XFER_CONTEXT_FLAG_SERIALIZED) has no lock: its one thread at a time is the application's
+ * promise, and nothing in the library starts a thread for it. */
 static inline void xfer_ctx_lock(xfer_context_t *ctx)
 {
-    pthread_t self = pthread_self();
+    pthread_t self;
 
+    if (ctx->serialized) {
+        return;
+    }
+    self = pthread_self();
     if (__atomic_load_n(&ctx->lock_owner, __ATOMIC_RELAXED) == self) {
         ctx->lock_depth++;
         return;
@@ -195,6 +202,9 @@ static inline void xfer_ctx_lock(xfer_context_t *ctx)
 
 static inline void xfer_ctx_unlock(xfer_context_t *ctx)
 {
+    if (ctx->serialized) {
+        return;
+    }
     if (--ctx->lock_depth == 0) {
         __atomic_store_n(&ctx->lock_owner, (pthread_t)0, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&ctx->lock);

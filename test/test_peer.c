@@ -29,9 +29,19 @@ void tp_env(void)
     unsetenv("XFER_PROGRESS_THREAD");
 }
 
+/* XFERTEST_SERIALIZED=1 (test/serialized.sh): every context a scenario makes without a
+ * progress thread is a serialized one, without the lock, so the single-threaded suites run the
+ * data path in both thread modes. */
 static xfer_status_t context_create(uint32_t flags, xfer_context_t **ctx_p)
 {
-    xfer_context_params_t params = {sizeof(params), flags};
+    const char *serialized = getenv("XFERTEST_SERIALIZED");
+    xfer_context_params_t params;
+
+    if ((serialized != NULL) && (strcmp(serialized, "1") == 0) &&
+        !(flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD) && (getenv("XFER_PROGRESS_THREAD") == NULL)) {
+        flags |= XFER_CONTEXT_FLAG_SERIALIZED;
+    }
+    params = (xfer_context_params_t){sizeof(params), flags};
 
     return xfer_context_create(&params, ctx_p);
 }

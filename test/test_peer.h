@@ -30,7 +30,9 @@ const char *tp_transport(void);
 /* XFER_TRANSPORTS=<tp_transport()>, a short bootstrap timeout, no inherited component path.
  * Call it from every suite's .init (the children inherit it). */
 void tp_env(void);
-/* A context under the current environment; flags are XFER_CONTEXT_FLAG_*. Asserts success. */
+/* A context under the current environment; flags are XFER_CONTEXT_FLAG_*. Asserts success.
+ * Under XFERTEST_SERIALIZED=1 it (and every child's context) is XFER_CONTEXT_FLAG_SERIALIZED
+ * unless it has a progress thread. */
 xfer_context_t *tp_context(uint32_t flags);
 
 /* ---- the child's side ------------------------------------------------------------------------ */

@@ -3,11 +3,13 @@
  * spinning (process CPU time well below the wall time, both while nothing comes and while it
  * waits for something that comes late), wakes up promptly, returns XFER_ERR_TIMEOUT with the
  * request still pending and completable later, and refuses to wait from inside a callback.
+ * A serialized context (no lock) does the same, and refuses a progress thread.
  */
 #include "test_peer.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -215,6 +217,93 @@ Test(progress, wait_from_a_callback_is_busy)
     xfer_request_release(req);
     tp_send(&p, 0);
     tp_finish(&p);
+}
+
+/* XFER_CONTEXT_FLAG_SERIALIZED is the application's promise of one thread at a time; a
+ * progress thread would break it, so both together are refused, whichever way it is asked. */
+Test(progress, a_serialized_context_refuses_a_progress_thread, .init = cr_redirect_stderr)
+{
+    xfer_context_params_t both = {sizeof(both), XFER_CONTEXT_FLAG_SERIALIZED |
+                                                XFER_CONTEXT_FLAG_PROGRESS_THREAD};
+    xfer_context_params_t ser  = {sizeof(ser), XFER_CONTEXT_FLAG_SERIALIZED};
+    xfer_context_t *ctx = NULL;
+    char *text;
+
+    cr_expect_eq(xfer_context_create(&both, &ctx), XFER_ERR_INVALID_PARAM);
+    cr_expect_null(ctx);
+    setenv("XFER_PROGRESS_THREAD", "y", 1);
+    cr_expect_eq(xfer_context_create(&ser, &ctx), XFER_ERR_INVALID_PARAM);
+    cr_expect_null(ctx);
+    unsetenv("XFER_PROGRESS_THREAD");
+    cr_assert_eq(xfer_context_create(&ser, &ctx), XFER_OK);
+    xfer_context_destroy(ctx);
+    text = tu_read_redirected_stderr();
+    cr_expect(strstr(text, "XFER_CONTEXT_FLAG_SERIALIZED with a progress thread "
+                           "(XFER_CONTEXT_FLAG_PROGRESS_THREAD)") != NULL, "stderr: %s", text);
+    cr_expect(strstr(text, "XFER_CONTEXT_FLAG_SERIALIZED with a progress thread "
+                           "(XFER_PROGRESS_THREAD=y)") != NULL, "stderr: %s", text);
+    free(text);
+}
+
+typedef struct repost {
+    xfer_context_t  *ctx;
+    xfer_endpoint_t *ep;
+    char            buf[4096];
+    xfer_request_t  *next;
+    xfer_status_t   post_status;
+    int             calls;
+} repost_t;
+
+static void repost_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    repost_t *r = arg;
+
+    r->calls++;
+    r->post_status = xfer_tag_recv(r->ctx, r->ep, 99, ALL, r->buf, sizeof(r->buf), NULL, NULL,
+                                   NULL, &r->next);
+}
+
+/* Without the lock (both sides serialized) a wait still sleeps rather than spins, wakes for
+ * the message, and a callback may post the next operation from inside progress. */
+Test(progress, a_serialized_context_sleeps_wakes_and_reposts_from_a_callback)
+{
+    tp_opts_t opts = {.ctx_flags = XFER_CONTEXT_FLAG_SERIALIZED};
+    tp_peer_t p;
+    char buf[4096];
+    xfer_request_t *req = NULL;
+    repost_t *r = calloc(1, sizeof(*r));
+    double t0, c0, wall, cpu;
+
+    cr_assert_not_null(r);
+    tp_start_opts(&p, srv_late_sender, NULL, &opts, XFER_CONTEXT_FLAG_SERIALIZED);
+    r->ctx = p.ctx;
+    r->ep  = p.ep;
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, repost_cb,
+                                      r, &req)));
+    c0 = cpu_ms();
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_request_wait(req, 300), XFER_ERR_TIMEOUT);
+    wall = tp_now_ms() - t0;
+    cpu  = cpu_ms() - c0;
+    cr_expect_geq(wall, 280, "returned after %.0f ms of a 300 ms timeout", wall);
+    cr_expect_lt(cpu, wall * 0.2, "%.0f ms of CPU in a %.0f ms wait: it spins", cpu, wall);
+
+    tp_send(&p, 200);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 200), -1);
+    cr_assert_eq(r->calls, 1);
+    cr_assert(TP_POSTED(r->post_status), "a receive posted from the callback: %s",
+              xfer_status_string(r->post_status));
+    xfer_request_release(req);
+
+    tp_send(&p, 3);
+    cr_assert_eq(xfer_request_wait(r->next, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_request_length(r->next), sizeof(r->buf));
+    cr_assert_eq(tp_check_pattern(r->buf, sizeof(r->buf), 3), -1);
+    xfer_request_release(r->next);
+    tp_send(&p, 0);
+    tp_finish(&p);
+    free(r);
 }
 
 Test(progress, progress_on_an_idle_context_returns_quickly)

@@ -9,7 +9,10 @@
 #            (a steady-state fetch is one message and one write; put_lat and tag_lat are
 #            each one way), with ib_write_bw / ib_write_lat at the same sizes for reference
 # Latencies are half round trips (perftest's *_lat and xfer_perf report the same), medians;
-# tensor_lat is one whole fetch (request there, tensor back).
+# tensor_lat is one whole fetch (request there, tensor back). xfer_perf runs single-threaded
+# with a serialized context (no context lock), as perftest and ucx_perftest do by default;
+# put_lat and tag_lat are also run with -T multi (the lock a threaded application pays) and
+# printed beside, not judged.
 # Each latency pair runs REPEAT times, perftest and xfer_perf alternating, and the median of
 # the runs counts: on a shared, emulated machine one run can catch a busy moment of the host.
 # A tool, not a test: it exits 0 whatever the figures, non-zero only when something fails to run.
@@ -20,7 +23,7 @@
 # Knobs: BENCH_DEVICE (default: $RXE_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
 # (default: $RXE_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $RXE_GUEST_ADDR_A or
 # 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000), REPEAT (3),
-# TENSOR (1; 0 skips the tensor figures), TENSOR_ITERS (500).
+# TENSOR (1; 0 skips the tensor figures), TENSOR_ITERS (500), MULTI (1; 0 skips -T multi).
 set -euo pipefail
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
@@ -34,6 +37,7 @@ LAT_ITERS=${LAT_ITERS:-5000}
 REPEAT=${REPEAT:-3}
 TENSOR=${TENSOR:-1}
 TENSOR_ITERS=${TENSOR_ITERS:-500}
+MULTI=${MULTI:-1}
 BW_SIZE=65536
 LAT_SIZE=8
 
@@ -87,9 +91,10 @@ X_PUT_BW=$(xfer_run bw_average_mbps -t put_bw -s $BW_SIZE -n "$BW_ITERS")
 
 median() { tr ' ' '\n' | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 
-# lat_pair PERFTEST_TOOL XFER_TEST: REPEAT alternating runs; sets PT_LAT and X_LAT (medians)
+# lat_pair PERFTEST_TOOL XFER_TEST: REPEAT alternating runs; sets PT_LAT, X_LAT and (with
+# MULTI=1) XM_LAT, the medians
 lat_pair() {
-    local tool=$1 test=$2 pt=() x=()
+    local tool=$1 test=$2 pt=() x=() xm=()
     for r in $(seq "$REPEAT"); do
         echo "# $tool -s $LAT_SIZE -n $LAT_ITERS (run $r of $REPEAT) ..." >&2
         start_server "$tool" 30 \
@@ -99,23 +104,29 @@ lat_pair() {
         next_port
         echo "# xfer_perf -t $test -s $LAT_SIZE -n $LAT_ITERS (run $r of $REPEAT) ..." >&2
         x+=("$(xfer_run t_typical_usec -t "$test" -s $LAT_SIZE -n "$LAT_ITERS")")
+        if [ "$MULTI" = 1 ]; then
+            echo "# xfer_perf -T multi -t $test -s $LAT_SIZE -n $LAT_ITERS (run $r of $REPEAT) ..." >&2
+            xm+=("$(xfer_run t_typical_usec -T multi -t "$test" -s $LAT_SIZE -n "$LAT_ITERS")")
+        fi
     done
-    echo "#   $tool: ${pt[*]}; xfer_perf $test: ${x[*]}" >&2
+    echo "#   $tool: ${pt[*]}; xfer_perf $test: ${x[*]}; -T multi: ${xm[*]:-not run}" >&2
     PT_LAT=$(median <<<"${pt[*]}")
     X_LAT=$(median <<<"${x[*]}")
+    XM_LAT=$( ((${#xm[@]} > 0)) && median <<<"${xm[*]}" || echo 0)
 }
 
 lat_pair ib_write_lat put_lat
-PT_PUT_LAT=$PT_LAT X_PUT_LAT=$X_LAT
+PT_PUT_LAT=$PT_LAT X_PUT_LAT=$X_LAT XM_PUT_LAT=$XM_LAT
 lat_pair ib_send_lat tag_lat
-PT_TAG_LAT=$PT_LAT X_TAG_LAT=$X_LAT
+PT_TAG_LAT=$PT_LAT X_TAG_LAT=$X_LAT XM_TAG_LAT=$XM_LAT
 
 for v in PT_PUT_BW X_PUT_BW PT_PUT_LAT X_PUT_LAT PT_TAG_LAT X_TAG_LAT; do
     [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
 done
 
 awk -v pbw="$PT_PUT_BW" -v xbw="$X_PUT_BW" -v pl="$PT_PUT_LAT" -v xl="$X_PUT_LAT" \
-    -v pt="$PT_TAG_LAT" -v xt="$X_TAG_LAT" -v dev="$DEV" -v rep="$REPEAT" '
+    -v pt="$PT_TAG_LAT" -v xt="$X_TAG_LAT" -v dev="$DEV" -v rep="$REPEAT" \
+    -v xml="$XM_PUT_LAT" -v xmt="$XM_TAG_LAT" '
 function verdict(ok) { return ok ? "met" : "NOT met" }
 BEGIN {
     printf "# xfer over verbs vs perftest on %s; MB = 10^6 bytes; latencies: median half\n", dev
@@ -127,6 +138,12 @@ BEGIN {
            "xfer <= 1.2 x ib_write_lat: " verdict(xl <= 1.2 * pl)
     printf "%-30s %12.2f %12.2f %8.2f %s\n", "tag_lat 8 B [usec]", xt, pt, xt / pt,
            "xfer <= 1.2 x ib_send_lat: " verdict(xt <= 1.2 * pt)
+    if (xml > 0) {
+        printf "%-30s %12.2f %12.2f %8.2f %s\n", "put_lat 8 B, -T multi [usec]", xml, pl,
+               xml / pl, "(with the context lock; not judged)"
+        printf "%-30s %12.2f %12.2f %8.2f %s\n", "tag_lat 8 B, -T multi [usec]", xmt, pt,
+               xmt / pt, "(with the context lock; not judged)"
+    }
 }'
 
 [ "$TENSOR" = 1 ] || exit 0

@@ -99,6 +99,11 @@ enum {
     XFER_CONTEXT_FLAG_INSPECT = 1u << 0,
     /* Start a progress thread, as XFER_PROGRESS_THREAD=y does. */
     XFER_CONTEXT_FLAG_PROGRESS_THREAD = 1u << 1,
+    /* The application promises never to call into this context (or its endpoints, memory,
+     * keys and requests) from two threads at the same time, like UCX's
+     * UCS_THREAD_MODE_SERIALIZED: the context then takes no lock. Refused together with a
+     * progress thread, which would break the promise. */
+    XFER_CONTEXT_FLAG_SERIALIZED = 1u << 2,
 };
 
 typedef struct xfer_context_params {
@@ -126,7 +131,9 @@ XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
 /*
  * Thread model. Every call may come from any thread. A context serialises the calls made on
  * it and on its objects (endpoints, memory, requests) with one lock, like UCX's
- * UCS_THREAD_MODE_MULTI: simple and safe, not a scalability feature. Completion callbacks run
+ * UCS_THREAD_MODE_MULTI: simple and safe, not a scalability feature. A context created with
+ * XFER_CONTEXT_FLAG_SERIALIZED leaves that to the application and skips the lock (about a
+ * hundred instructions per call and per progress). Completion callbacks run
  * inside xfer_progress() (or the progress thread) with that lock held; they may post new
  * operations and release requests, but must not wait (xfer_request_wait() from a callback
  * fails with XFER_ERR_BUSY).
