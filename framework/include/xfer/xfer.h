@@ -132,8 +132,8 @@ XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
  * Thread model. Every call may come from any thread. A context serialises the calls made on
  * it and on its objects (endpoints, memory, requests) with one lock, like UCX's
  * UCS_THREAD_MODE_MULTI: simple and safe, not a scalability feature. A context created with
- * XFER_CONTEXT_FLAG_SERIALIZED leaves that to the application and skips the lock (about a
- * hundred instructions per call and per progress). Completion callbacks run
+ * XFER_CONTEXT_FLAG_SERIALIZED leaves that to the application and skips the lock (about 60
+ * instructions per call and per progress, in callgrind). Completion callbacks run
  * inside xfer_progress() (or the progress thread) with that lock held; they may post new
  * operations and release requests, but must not wait (xfer_request_wait() from a callback
  * fails with XFER_ERR_BUSY).
