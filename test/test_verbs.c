@@ -1,8 +1,8 @@
 /*
  * Scenarios that press on what is particular to the verbs component, between two real
  * processes: credits (thousands of eager messages before any receive, with and without a cap
- * on the unexpected queue), every size around the eager limit (SEG_SIZE 8192 less a 40-byte
- * header = 8152) and rendezvous by RDMA READ, registered and unregistered buffers (the MR
+ * on the unexpected queue), every size around the eager limit (SEG_SIZE 8192 less a 16-byte
+ * TAG header = 8176) and rendezvous by RDMA READ, registered and unregistered buffers (the MR
  * cache), rendezvous truncation, a peer killed in the middle of 64 MiB transfers, a link that
  * goes down under traffic (RC retries and keepalive probes, not the bootstrap socket, must
  * notice), transport selection, and thousands of puts and gets in flight. Every payload is a
@@ -203,7 +203,7 @@ Test(verbs, credit_exhaustion_with_the_fewest_slots)
 #define MX_NSIZES  10
 
 static const size_t mx_sizes[MX_NSIZES] = {
-    0, 1, 63, 64, 4000, 8152, 8153, 65536, 300000, 1u << 20
+    0, 1, 63, 64, 4000, 8176, 8177, 65536, 300000, 1u << 20
 };
 
 static size_t mx_size(int i)

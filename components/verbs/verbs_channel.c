@@ -842,6 +842,7 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
 {
     xfer_verbs_op_t *op;
     xfer_verbs_wire_hdr_t h = *hdr;
+    size_t hdr_len;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return ch->fail_status;
@@ -850,7 +851,7 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->msg_len = XFER_VERBS_WIRE_HDR_LEN + ext_len + payload_len;
+    op->msg_len = xfer_verbs_wire_hdr_len(h.type) + ext_len + payload_len;
     if (op->msg_len > sizeof(op->msg_buf)) {
         op->msg = malloc(op->msg_len);
         if (op->msg == NULL) {
@@ -860,12 +861,12 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
         }
     }
     h.length = (uint32_t)(ext_len + payload_len);
-    xfer_verbs_wire_pack_hdr(&h, op->msg);
+    hdr_len  = xfer_verbs_wire_pack_hdr(&h, op->msg);
     if (ext_len > 0) {
-        memcpy(op->msg + XFER_VERBS_WIRE_HDR_LEN, ext, ext_len);
+        memcpy(op->msg + hdr_len, ext, ext_len);
     }
     if (payload_len > 0) {
-        memcpy(op->msg + XFER_VERBS_WIRE_HDR_LEN + ext_len, payload, payload_len);
+        memcpy(op->msg + hdr_len + ext_len, payload, payload_len);
     }
     op->ctrl = 1;
     op->post = XFER_VERBS_POST_MSG;
@@ -905,6 +906,7 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
     char why[XFER_REASON_MAX];
     xfer_verbs_wire_hdr_t hdr;
     xfer_status_t status;
+    const uint8_t *ext;
 
     XFER_VERBS_DEVICE_WROTE(buf, (byte_len < ch->iface->cfg->seg_size) ? byte_len :
                                  ch->iface->cfg->seg_size);
@@ -919,6 +921,7 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
         rx_unsupported(ch, &hdr, why);
         status = XFER_OK;
     } else if (status == XFER_OK) {
+        ext          = buf + xfer_verbs_wire_hdr_len(hdr.type);
         ch->credits += hdr.credits;
         ch->stats.rx_msgs[hdr.type]++;
         if (ch->credits > ch->peer.rx_slots) {
@@ -927,16 +930,13 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
             status = XFER_ERR_PROTOCOL;
         } else if ((hdr.type == XFER_VERBS_MSG_TAG) || (hdr.type == XFER_VERBS_MSG_RTS) ||
                    (hdr.type == XFER_VERBS_MSG_FIN)) {
-            status = xfer_verbs_tag_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
-                                       sizeof(why));
+            status = xfer_verbs_tag_rx(ch, &hdr, ext, why, sizeof(why));
         } else if ((hdr.type == XFER_VERBS_MSG_META_DATA_UPDATE) ||
                    ((hdr.type == XFER_VERBS_MSG_ERROR_STATUS) &&
                     (hdr.tag == XFER_TENSOR_ERR_TO_CONSUMER))) {
-            status = xfer_verbs_treq_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
-                                        sizeof(why));
+            status = xfer_verbs_treq_rx(ch, &hdr, ext, why, sizeof(why));
         } else {
-            status = xfer_verbs_rsp_rx(ch, &hdr, buf + XFER_VERBS_WIRE_HDR_LEN, why,
-                                       sizeof(why));
+            status = xfer_verbs_rsp_rx(ch, &hdr, ext, why, sizeof(why));
         }
     }
     if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {

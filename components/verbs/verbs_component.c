@@ -27,7 +27,7 @@ static const xfer_param_desc_t verbs_params[] = {
      "Message slots (posted receives) per channel: the credits a peer starts with.",
      CFG(rx_queue_len), 16, 16384, NULL},
     {"SEG_SIZE", XFER_PARAM_SIZE, "8k",
-     "Bytes of one message slot; tag messages up to this (less a 40-byte header) go eagerly, "
+     "Bytes of one message slot; tag messages up to this (less a 16-byte header) go eagerly, "
      "larger ones by rendezvous (RDMA READ).", CFG(seg_size), 512, 1024 * 1024, NULL},
     {"MAX_INLINE", XFER_PARAM_SIZE, "128",
      "Messages and RDMA writes up to this many bytes are sent inline (the device may lower "
@@ -100,7 +100,7 @@ static xfer_status_t verbs_query(const void *config, xfer_component_attr_t *attr
                                       XFER_CAP_TENSOR | XFER_CAP_MEM_HOST |
                                       XFER_CAP_INTER_HOST;
         attr->limits.max_msg_size   = cfg->max_msg_size;
-        attr->limits.max_eager_size = cfg->seg_size - XFER_VERBS_WIRE_HDR_LEN;
+        attr->limits.max_eager_size = cfg->seg_size - XFER_VERBS_WIRE_TAG_HDR_LEN;
         attr->latency_us            = 3.0;
         attr->bandwidth_mbs         = best_mbs;
     }

@@ -30,7 +30,7 @@ static int tag_matches(uint64_t msg_tag, uint64_t tag, uint64_t mask)
 
 static size_t eager_max(const xfer_iface_h iface)
 {
-    return iface->cfg->seg_size - XFER_VERBS_WIRE_HDR_LEN;
+    return iface->cfg->seg_size - XFER_VERBS_WIRE_TAG_HDR_LEN;
 }
 
 xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, size_t length,
@@ -53,13 +53,13 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (length <= eager_max(ch->iface)) {
-        uint8_t msg[XFER_VERBS_WIRE_HDR_LEN];
+        uint8_t msg[XFER_VERBS_WIRE_TAG_HDR_LEN];
         int posted;
 
         /* the common case: posted now, no operation to track */
         hdr.length = (uint32_t)length;
-        xfer_verbs_wire_pack_hdr(&hdr, msg);
-        posted = xfer_verbs_ch_send_now(ch, msg, sizeof(msg), buf, length);
+        posted     = xfer_verbs_ch_send_now(ch, msg, xfer_verbs_wire_pack_hdr(&hdr, msg), buf,
+                                            length);
         if (posted != 0) {
             return (posted > 0) ? XFER_OK : ch->fail_status;
         }
@@ -93,9 +93,8 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
         hdr.length  = XFER_VERBS_WIRE_RTS_LEN;
         xfer_verbs_wire_pack_rts(&rts, op->msg + XFER_VERBS_WIRE_HDR_LEN);
     }
-    xfer_verbs_wire_pack_hdr(&hdr, op->msg);
-    op->msg_len = XFER_VERBS_WIRE_HDR_LEN + ((hdr.type == XFER_VERBS_MSG_RTS) ?
-                                              XFER_VERBS_WIRE_RTS_LEN : 0);
+    op->msg_len = xfer_verbs_wire_pack_hdr(&hdr, op->msg) +
+                  ((hdr.type == XFER_VERBS_MSG_RTS) ? XFER_VERBS_WIRE_RTS_LEN : 0);
     op->post    = XFER_VERBS_POST_MSG;
     xfer_verbs_ch_submit(ch, op);
     return XFER_INPROGRESS;

@@ -27,18 +27,33 @@ const char *xfer_verbs_msg_name(unsigned type)
     return ((type < XFER_VERBS_MSG_LAST) && (names[type] != NULL)) ? names[type] : "?";
 }
 
-void xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf)
+size_t xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf)
 {
     xfer_put_le16(buf, XFER_VERBS_WIRE_MAGIC);
     buf[2] = XFER_VERBS_WIRE_VERSION;
     buf[3] = hdr->type;
     xfer_put_le16(buf + 4, hdr->credits);
     xfer_put_le16(buf + 6, 0);
+    if (hdr->type == XFER_VERBS_MSG_TAG) {
+        xfer_put_le64(buf + 8, hdr->tag);
+        return XFER_VERBS_WIRE_TAG_HDR_LEN;
+    }
     xfer_put_le32(buf + 8, (uint32_t)hdr->status);
     xfer_put_le32(buf + 12, hdr->length);
     xfer_put_le64(buf + 16, hdr->id);
     xfer_put_le64(buf + 24, hdr->tag);
     xfer_put_le64(buf + 32, hdr->size);
+    return XFER_VERBS_WIRE_HDR_LEN;
+}
+
+/* The 40-byte layout's fields after the common part. */
+static void unpack_long(const uint8_t *buf, xfer_verbs_wire_hdr_t *hdr)
+{
+    hdr->status = (int32_t)xfer_get_le32(buf + 8);
+    hdr->length = xfer_get_le32(buf + 12);
+    hdr->id     = xfer_get_le64(buf + 16);
+    hdr->tag    = xfer_get_le64(buf + 24);
+    hdr->size   = xfer_get_le64(buf + 32);
 }
 
 /* The smallest extension each type carries. */
@@ -59,9 +74,12 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
                                          xfer_verbs_wire_hdr_t *hdr, char *why,
                                          size_t why_size)
 {
-    if (msg_len < XFER_VERBS_WIRE_HDR_LEN) {
+    size_t hdr_len;
+
+    memset(hdr, 0, sizeof(*hdr));
+    if (msg_len < XFER_VERBS_WIRE_HDR_COMMON) {
         snprintf(why, why_size, "message of %zu bytes is shorter than a header (%u)", msg_len,
-                 XFER_VERBS_WIRE_HDR_LEN);
+                 XFER_VERBS_WIRE_HDR_COMMON);
         return XFER_ERR_PROTOCOL;
     }
     if (xfer_get_le16(buf) != XFER_VERBS_WIRE_MAGIC) {
@@ -71,23 +89,35 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
     hdr->version = buf[2];
     hdr->type    = buf[3];
     hdr->credits = xfer_get_le16(buf + 4);
-    hdr->status  = (int32_t)xfer_get_le32(buf + 8);
-    hdr->length  = xfer_get_le32(buf + 12);
-    hdr->id      = xfer_get_le64(buf + 16);
-    hdr->tag     = xfer_get_le64(buf + 24);
-    hdr->size    = xfer_get_le64(buf + 32);
-    if (hdr->version != XFER_VERBS_WIRE_VERSION) {
-        snprintf(why, why_size, "wire version %u, this side speaks %u", hdr->version,
-                 XFER_VERBS_WIRE_VERSION);
+    if ((hdr->version != XFER_VERBS_WIRE_VERSION) || (hdr->type == 0) ||
+        (hdr->type >= XFER_VERBS_MSG_LAST)) {
+        if (msg_len >= XFER_VERBS_WIRE_HDR_LEN) {
+            unpack_long(buf, hdr);  /* best effort: the id names the message in the answer */
+        }
+        if (hdr->version != XFER_VERBS_WIRE_VERSION) {
+            snprintf(why, why_size, "wire version %u, this side speaks %u", hdr->version,
+                     XFER_VERBS_WIRE_VERSION);
+        } else {
+            snprintf(why, why_size, "unknown message type %u", hdr->type);
+        }
         return XFER_ERR_UNSUPPORTED;
     }
-    if ((hdr->type == 0) || (hdr->type >= XFER_VERBS_MSG_LAST)) {
-        snprintf(why, why_size, "unknown message type %u", hdr->type);
-        return XFER_ERR_UNSUPPORTED;
+    hdr_len = xfer_verbs_wire_hdr_len(hdr->type);
+    if (msg_len < hdr_len) {
+        snprintf(why, why_size, "%s of %zu bytes is shorter than its header (%zu)",
+                 xfer_verbs_msg_name(hdr->type), msg_len, hdr_len);
+        return XFER_ERR_PROTOCOL;
     }
-    if ((uint64_t)hdr->length != msg_len - XFER_VERBS_WIRE_HDR_LEN) {
+    if (hdr->type == XFER_VERBS_MSG_TAG) {
+        hdr->tag    = xfer_get_le64(buf + 8);
+        hdr->length = (uint32_t)(msg_len - hdr_len);   /* msg_len is a completion's u32 */
+        hdr->size   = hdr->length;
+        return XFER_OK;
+    }
+    unpack_long(buf, hdr);
+    if ((uint64_t)hdr->length != msg_len - hdr_len) {
         snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
-                 xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - XFER_VERBS_WIRE_HDR_LEN);
+                 xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - hdr_len);
         return XFER_ERR_PROTOCOL;
     }
     if (hdr->length < min_ext(hdr->type)) {
