@@ -149,12 +149,6 @@ BEGIN {
 [ "$TENSOR" = 1 ] || exit 0
 
 # ---- tensors: the steady state of a fetch against a put of the same size, same run ----------
-median_of() {   # median_of N CMD...: the median of N runs of CMD (each prints one number)
-    local n=$1 v=()
-    shift
-    for _ in $(seq "$n"); do v+=("$("$@")"); done
-    median <<<"${v[*]}"
-}
 pt_bw_at() {    # ib_write_bw at size $1
     start_server ib_write_bw 30 ib_write_bw -d "$DEV" -x "$GIDX" -s "$1" -n "$TENSOR_ITERS" -p "$PORT"
     BW_SIZE=$1 perftest_bw ib_write_bw -d "$DEV" -x "$GIDX" -s "$1" -n "$TENSOR_ITERS" -p "$PORT" "$ADDR"
@@ -167,15 +161,26 @@ pt_lat_at() {   # ib_write_lat at size $1
 }
 TROWS=()
 for size in 8 65536 1048576; do
+    # tensor and put runs alternate, as the latency pairs above do: under emulation a run can
+    # catch a slow spell of the host, and alternating spreads the spells over both
     echo "# tensor_bw / put_bw / ib_write_bw at $size B ..." >&2
-    t_bw=$(median_of "$REPEAT" xfer_run bw_average_mbps -t tensor_bw -s "$size" -n "$TENSOR_ITERS")
-    p_bw=$(median_of "$REPEAT" xfer_run bw_average_mbps -t put_bw -s "$size" -n "$TENSOR_ITERS")
+    tv=() pv=()
+    for _ in $(seq "$REPEAT"); do
+        tv+=("$(xfer_run bw_average_mbps -t tensor_bw -s "$size" -n "$TENSOR_ITERS")")
+        pv+=("$(xfer_run bw_average_mbps -t put_bw -s "$size" -n "$TENSOR_ITERS")")
+    done
+    t_bw=$(median <<<"${tv[*]}") p_bw=$(median <<<"${pv[*]}")
     w_bw=$(pt_bw_at "$size")
     # round trips of 1 MiB take tens of ms under emulation: fewer of them at the large sizes
     lat_n=$(( size > 65536 ? (LAT_ITERS / 20 > 100 ? LAT_ITERS / 20 : 100) : LAT_ITERS ))
     echo "# tensor_lat / put_lat / ib_write_lat at $size B, $lat_n iterations ..." >&2
-    t_lat=$(median_of "$REPEAT" xfer_run t_typical_usec -t tensor_lat -s "$size" -n "$lat_n")
-    p_lat=$(median_of "$REPEAT" xfer_run t_typical_usec -t put_lat -s "$size" -n "$lat_n")
+    tv=() pv=()
+    for _ in $(seq "$REPEAT"); do
+        tv+=("$(xfer_run t_typical_usec -t tensor_lat -s "$size" -n "$lat_n")")
+        pv+=("$(xfer_run t_typical_usec -t put_lat -s "$size" -n "$lat_n")")
+    done
+    echo "#   $size B: tensor_lat ${tv[*]}; put_lat ${pv[*]}" >&2
+    t_lat=$(median <<<"${tv[*]}") p_lat=$(median <<<"${pv[*]}")
     w_lat=$(LAT_ITERS=$lat_n pt_lat_at "$size")
     for v in t_bw p_bw w_bw t_lat p_lat w_lat; do
         [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v at $size B (got '${!v}')"
