@@ -8,6 +8,9 @@
 #            same run: tensor_bw >= 0.9 x put_bw at 1 MiB; tensor_lat <= put_lat + tag_lat
 #            (a steady-state fetch is one message and one write; put_lat and tag_lat are
 #            each one way), with ib_write_bw / ib_write_lat at the same sizes for reference
+#   the device's floor (contrib/bench/verbs_floor, raw verbs): the same round trips without
+#            xfer - a send, a write, and a fetch's SEND + WRITE WITH IMMEDIATE - beside
+#            tag_lat, put_lat and tensor_lat at 8 B, with the tensors (not judged)
 # Latencies are half round trips (perftest's *_lat and xfer_perf report the same), medians;
 # tensor_lat is one whole fetch (request there, tensor back). xfer_perf runs single-threaded
 # with a serialized context (no context lock), as perftest and ucx_perftest do by default;
@@ -159,7 +162,21 @@ pt_lat_at() {   # ib_write_lat at size $1
     LAT_SIZE=$1 perftest_lat ib_write_lat -d "$DEV" -x "$GIDX" -s "$1" -n "$LAT_ITERS" -p "$PORT" "$ADDR"
     next_port
 }
+# The device's own floor for the three patterns (contrib/bench/verbs_floor, raw verbs, no xfer):
+# what perftest's pairs cannot show, the fetch's pattern - a SEND answered by a WRITE WITH
+# IMMEDIATE. REQ_BYTES is the TENSOR_REQUEST xfer_perf sends: a 40-byte header, 16 bytes of
+# destination and key length, 32 bytes of rank-1 metadata and the 4-byte key "perf"
+# (tensor_wire.h); a TAG message of 8 bytes is 24 on the wire (verbs_wire.h).
+FLOOR=$BUILD/contrib/bench/verbs_floor
+REQ_BYTES=92
+floor_run() {   # floor_run PATTERN A_BYTES B_BYTES: the median round trip, usec
+    local out
+    out=$("$FLOOR" -d "$DEV" -x "$GIDX" -n "$LAT_ITERS" "$@" 2>&1) || {
+        echo "$out" >&2; die "verbs_floor $* failed"; }
+    awk '{for (i = 1; i < NF; i++) if ($i == "rtt_median_usec") print $(i + 1)}' <<<"$out"
+}
 TROWS=()
+FSEND=() FWRITE=() FFETCH=() FFETCH24=()
 for size in 8 65536 1048576; do
     # tensor and put runs alternate, as the latency pairs above do: under emulation a run can
     # catch a slow spell of the host, and alternating spreads the spells over both
@@ -178,6 +195,12 @@ for size in 8 65536 1048576; do
     for _ in $(seq "$REPEAT"); do
         tv+=("$(xfer_run t_typical_usec -t tensor_lat -s "$size" -n "$lat_n")")
         pv+=("$(xfer_run t_typical_usec -t put_lat -s "$size" -n "$lat_n")")
+        if [ "$size" = 8 ] && [ -x "$FLOOR" ]; then
+            FFETCH+=("$(floor_run fetch $REQ_BYTES 8)")
+            FSEND+=("$(floor_run send 24 24)")
+            FWRITE+=("$(floor_run write 8 8)")
+            FFETCH24+=("$(floor_run fetch 24 8)")
+        fi
     done
     echo "#   $size B: tensor_lat ${tv[*]}; put_lat ${pv[*]}" >&2
     t_lat=$(median <<<"${tv[*]}") p_lat=$(median <<<"${pv[*]}")
@@ -203,4 +226,31 @@ BEGIN {
     if ($1 == 1048576) aim = aim "; bw >= 0.9 x put_bw: " verdict($2 >= 0.9 * $3)
     printf "%-9d %10.1f %10.1f %11.1f %6.2f  %10.2f %9.2f %12.2f %7.2f %7.2f  %s\n", $1, $2, $3,
            $4, $2 / $3, $5, $6, $7, $5 / ($6 + tag), $5 / ($7 + pt_tag), aim
+}'
+
+[ ${#FFETCH[@]} -gt 0 ] || { echo "# no $FLOOR: the device's floor was not measured" >&2; exit 0; }
+echo "#   verbs_floor round trips: fetch $REQ_BYTES+8 ${FFETCH[*]}; send 24 ${FSEND[*]};" \
+     "write 8 ${FWRITE[*]}; fetch 24+8 ${FFETCH24[*]}" >&2
+T8_LAT=$(awk '$1 == 8 {print $5}' <<<"$(printf '%s\n' "${TROWS[@]}")")
+awk -v ff="$(median <<<"${FFETCH[*]}")" -v fs="$(median <<<"${FSEND[*]}")" \
+    -v fw="$(median <<<"${FWRITE[*]}")" -v ff24="$(median <<<"${FFETCH24[*]}")" \
+    -v tag="$X_TAG_LAT" -v put="$X_PUT_LAT" -v t8="$T8_LAT" -v req="$REQ_BYTES" \
+    -v rep="$REPEAT" '
+BEGIN {
+    printf "# the device alone (contrib/bench/verbs_floor: raw verbs, the work requests xfer posts,\n"
+    printf "# no xfer), medians of %d runs alternating with the tensor runs at 8 B; usec\n", rep
+    printf "%-44s %9s %-16s %9s %7s\n", "pattern", "floor", "xfer figure", "xfer", "ratio"
+    printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "send 24 B, answered alike (half round trip)",
+           fs / 2, "tag_lat 8 B", tag, tag / (fs / 2)
+    printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "write 8 B, answered alike (half round trip)",
+           fw / 2, "put_lat 8 B", put, put / (fw / 2)
+    printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "send " req " B + write-with-imm 8 B (round trip)",
+           ff, "tensor_lat 8 B", t8, t8 / ff
+    printf "%-44s %9.2f\n", "send 24 B + write-with-imm 8 B (round trip)", ff24
+    printf "# fetch floor / (write floor + send floor), one way each: %.2f; with a 24-byte\n",
+           ff / (fw / 2 + fs / 2)
+    printf "# request: %.2f. Above 1, the device itself takes that much longer for a fetch than\n",
+           ff24 / (fw / 2 + fs / 2)
+    printf "# for a write and a message: tensor_lat stays within put_lat + tag_lat only if xfer\n"
+    printf "# spends that much less of its own time on a fetch than on a put and a message.\n"
 }'
