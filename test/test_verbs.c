@@ -193,6 +193,16 @@ Test(verbs, credit_exhaustion_with_the_fewest_slots)
     credit_run();
 }
 
+/* The same with the shortest send queue allowed (16) and the default signal interval (32):
+ * sends are signalled often enough that the queue never fills with unsignalled ones nothing
+ * would complete (it did: the sender stalled for good after 15). */
+Test(verbs, credit_exhaustion_with_the_shortest_send_queue)
+{
+    setenv("XFER_VERBS_TX_QUEUE_LEN", "16", 1);
+    unsetenv("XFER_VERBS_SIGNAL_INTERVAL");
+    credit_run();
+}
+
 /* =============================================================================================
  * 2. mixed sizes around the eager limit, registered and not, receives before and after
  * ============================================================================================= */

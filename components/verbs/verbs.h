@@ -305,6 +305,7 @@ struct xfer_ep {
     uint64_t              sq_posted;    /* work requests posted, ever */
     uint64_t              sq_done;      /* ... known complete */
     uint32_t              unsignaled;
+    uint32_t              signal_interval; /* SIGNAL_INTERVAL, at most a quarter of sq_len */
     uint8_t               *tx_slab;     /* ring of tx_slots copy buffers */
     struct ibv_mr         *tx_mr;
     uint32_t              tx_slots;

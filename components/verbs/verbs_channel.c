@@ -326,6 +326,11 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ch->rx_batch  = ucs_min(XFER_VERBS_RX_BATCH_MAX, ucs_max(1u, ch->rx_slots / 8));
     ch->tx_slots  = ch->sq_len;
     ch->sq_free   = ch->sq_len;
+    /* Unsignalled work requests leave the send queue only with a later signalled one: an
+     * interval as long as the queue fills it with requests nothing will ever complete (a
+     * tag ping-pong hung at its 15th message with TX_QUEUE_LEN=16 and the default 32). */
+    ch->signal_interval = ucs_max(1u, ucs_min((uint32_t)cfg->signal_interval,
+                                              ch->sq_len / 4));
     ch->psn       = random_psn();
     ch->id        = ++iface->next_ch_id;   /* before any work request carries it */
     if (ch->id == 0) {
@@ -562,7 +567,7 @@ static int post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_t *op, 
     struct ibv_send_wr *bad;
     uint32_t idx = XFER_VERBS_WR_NONE;
 
-    if (!signal && (++ch->unsignaled >= ch->iface->cfg->signal_interval)) {
+    if (!signal && (++ch->unsignaled >= ch->signal_interval)) {
         signal = 1;
     }
     if (signal) {

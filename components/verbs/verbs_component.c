@@ -34,7 +34,8 @@ static const xfer_param_desc_t verbs_params[] = {
      "it).",
      CFG(max_inline), 0, 1024, NULL},
     {"SIGNAL_INTERVAL", XFER_PARAM_UINT, "32",
-     "Ask for a send completion every this many sends (RDMA operations always).",
+     "Ask for a send completion every this many sends (RDMA operations always); at most a "
+     "quarter of TX_QUEUE_LEN, to which a larger value is lowered.",
      CFG(signal_interval), 1, 1024, NULL},
     {"CQ_SIZE", XFER_PARAM_UINT, "1024",
      "Initial completion queue entries; it grows as channels are added.",
