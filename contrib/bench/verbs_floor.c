@@ -65,6 +65,7 @@ typedef struct {
     unsigned           unsignaled;
     peer_info_t        peer;
     const char         *side;
+    int                wfd, rfd;    /* pipes to and from the other side */
 } floor_t;
 
 static int fail(const floor_t *f, const char *what, int err)
@@ -303,10 +304,14 @@ static int step(floor_t *f, int is_a, pattern_t pat, size_t a_len, size_t b_len,
     }
 }
 
-static int xchg(int wfd, int rfd, const void *out, void *in, size_t len)
+/* Send len bytes to the other side and take as many from it (through the pipes). */
+static int xchg(const floor_t *f, const void *out, void *in, size_t len)
 {
-    return ((write(wfd, out, len) == (ssize_t)len) && (read(rfd, in, len) == (ssize_t)len)) ?
-           0 : -1;
+    if ((write(f->wfd, out, len) == (ssize_t)len) && (read(f->rfd, in, len) == (ssize_t)len)) {
+        return 0;
+    }
+    fprintf(stderr, "verbs_floor (%s): the other side is gone\n", f->side);
+    return -1;
 }
 
 static void usage(FILE *out)
@@ -376,6 +381,8 @@ int main(int argc, char **argv)
     is_a = (pid != 0);
     memset(&f, 0, sizeof(f));
     f.side = is_a ? "A" : "B";
+    f.wfd  = is_a ? to_b[1] : to_a[1];
+    f.rfd  = is_a ? to_a[0] : to_b[0];
     if (open_device(&f, dev) != 0) {
         goto out;
     }
@@ -388,9 +395,7 @@ int main(int argc, char **argv)
         fail(&f, "ibv_query_gid", errno);
         goto out;
     }
-    if (xchg(is_a ? to_b[1] : to_a[1], is_a ? to_a[0] : to_b[0], &me, &f.peer,
-             sizeof(me)) != 0) {
-        fprintf(stderr, "verbs_floor (%s): the other side is gone\n", f.side);
+    if (xchg(&f, &me, &f.peer, sizeof(me)) != 0) {
         goto out;
     }
     if (connect_qp(&f, &me, gid_index) != 0) {
@@ -402,8 +407,7 @@ int main(int argc, char **argv)
         }
     }
     /* both QPs are ready to receive before either sends */
-    if (xchg(is_a ? to_b[1] : to_a[1], is_a ? to_a[0] : to_b[0], &c, &c, 1) != 0) {
-        fprintf(stderr, "verbs_floor (%s): the other side is gone\n", f.side);
+    if (xchg(&f, &c, &c, 1) != 0) {
         goto out;
     }
     if (is_a && ((rtt = calloc((size_t)iters, sizeof(*rtt))) == NULL)) {
@@ -427,8 +431,7 @@ int main(int argc, char **argv)
                a_len, b_len, rtt[iters / 2], rtt[iters / 4], iters);
     }
     /* the last answer may still be in flight to A: B leaves only once A has it */
-    if (xchg(is_a ? to_b[1] : to_a[1], is_a ? to_a[0] : to_b[0], &c, &c, 1) != 0) {
-        fprintf(stderr, "verbs_floor (%s): the other side is gone\n", f.side);
+    if (xchg(&f, &c, &c, 1) != 0) {
         goto out;
     }
     ret = 0;
