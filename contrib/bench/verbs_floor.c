@@ -3,7 +3,8 @@
  * figures are made of, with raw verbs and nothing else, so that bench_verbs.sh can tell
  * xfer's own cost from the device's. perftest has the first two; it has no third.
  *
- *   verbs_floor [-d DEV] [-x GID_INDEX] [-n ITERS] [-w WARMUP] PATTERN A_BYTES B_BYTES
+ *   verbs_floor [-d DEV] [-x GID_INDEX] [-n ITERS] [-w WARMUP] [-g NSEC]
+ *               PATTERN A_BYTES B_BYTES
  *
  *   send    A SENDs A_BYTES, B answers with a SEND of B_BYTES; each side polls its CQ for the
  *           receive (ib_send_lat's pattern; xfer_perf -t tag_lat)
@@ -12,6 +13,10 @@
  *   fetch   A SENDs A_BYTES (a request), B answers with an RDMA WRITE WITH IMMEDIATE of
  *           B_BYTES, signalled; A polls its CQ for the immediate (a steady-state tensor fetch:
  *           xfer_perf -t tensor_lat, with A_BYTES the TENSOR_REQUEST's size)
+ *
+ * -g NSEC has each side spin NSEC nanoseconds between seeing the other side's message and
+ * posting its own: a stand-in for the software a library runs there, to ask how the device's
+ * round trip answers to it (on Soft-RoCE, not always by adding 2 x NSEC).
  *
  * The work requests are the ones xfer posts: inline up to 128 bytes (its MAX_INLINE), sends
  * signalled every 32nd (its SIGNAL_INTERVAL), one CQ per side for sends and receives. Both
@@ -65,6 +70,7 @@ typedef struct {
     unsigned           unsignaled;
     peer_info_t        peer;
     const char         *side;
+    uint64_t           gap_ns;      /* -g: spun before each post */
     int                wfd, rfd;    /* pipes to and from the other side */
 } floor_t;
 
@@ -74,12 +80,26 @@ static int fail(const floor_t *f, const char *what, int err)
     return -1;
 }
 
-static double now_usec(void)
+static uint64_t now_ns(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static double now_usec(void)
+{
+    return (double)now_ns() / 1e3;
+}
+
+/* Spin f->gap_ns nanoseconds (-g): the software between a completion and the next post. */
+static void gap(const floor_t *f)
+{
+    uint64_t t0 = now_ns();
+
+    while ((f->gap_ns > 0) && (now_ns() - t0 < f->gap_ns)) {
+    }
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -213,6 +233,7 @@ static int post(floor_t *f, enum ibv_wr_opcode opcode, size_t len, uint32_t imm)
     struct ibv_send_wr wr, *bad;
     int ret;
 
+    gap(f);
     memset(&wr, 0, sizeof(wr));
     wr.sg_list = &sge;
     wr.num_sge = (len > 0) ? 1 : 0;
@@ -317,10 +338,11 @@ static int xchg(const floor_t *f, const void *out, void *in, size_t len)
 static void usage(FILE *out)
 {
     fprintf(out, "usage: verbs_floor [-d DEV] [-x GID_INDEX] [-n ITERS] [-w WARMUP] "
-                 "send|write|fetch A_BYTES B_BYTES\n"
+                 "[-g NSEC] send|write|fetch A_BYTES B_BYTES\n"
                  "  send   SEND of A_BYTES, answered by a SEND of B_BYTES\n"
                  "  write  RDMA WRITE of A_BYTES, answered by a WRITE of B_BYTES (memory polled)\n"
                  "  fetch  SEND of A_BYTES, answered by a WRITE WITH IMMEDIATE of B_BYTES\n"
+                 "  -g     spin NSEC before each post (software between a completion and a post)\n"
                  "Prints the median and lower quartile of the round trip, in usec.\n");
 }
 
@@ -328,6 +350,7 @@ int main(int argc, char **argv)
 {
     const char *dev = NULL;
     int gid_index = 1, iters = 3000, warmup = 200, opt, to_b[2], to_a[2], is_a, ret = 1;
+    long gap_ns = 0;
     size_t a_len, b_len;
     pattern_t pat;
     floor_t f;
@@ -336,12 +359,13 @@ int main(int argc, char **argv)
     pid_t pid;
     char c = 0;
 
-    while ((opt = getopt(argc, argv, "d:x:n:w:h")) != -1) {
+    while ((opt = getopt(argc, argv, "d:x:n:w:g:h")) != -1) {
         switch (opt) {
         case 'd': dev = optarg; break;
         case 'x': gid_index = atoi(optarg); break;
         case 'n': iters = atoi(optarg); break;
         case 'w': warmup = atoi(optarg); break;
+        case 'g': gap_ns = atol(optarg); break;
         case 'h': usage(stdout); return 0;
         default:  usage(stderr); return 2;
         }
@@ -364,9 +388,9 @@ int main(int argc, char **argv)
     a_len = strtoul(argv[optind + 1], NULL, 0);
     b_len = strtoul(argv[optind + 2], NULL, 0);
     if ((a_len > FLOOR_MAX_BYTES) || (b_len > FLOOR_MAX_BYTES) || (iters < 4) || (warmup < 0) ||
-        ((pat == PAT_WRITE) && ((a_len == 0) || (b_len == 0)))) {
-        fprintf(stderr, "verbs_floor: sizes 0..%u (1.. for write), at least 4 iterations\n",
-                FLOOR_MAX_BYTES);
+        (gap_ns < 0) || ((pat == PAT_WRITE) && ((a_len == 0) || (b_len == 0)))) {
+        fprintf(stderr, "verbs_floor: sizes 0..%u (1.. for write), at least 4 iterations, "
+                "-g 0 or more\n", FLOOR_MAX_BYTES);
         return 2;
     }
     if ((pipe(to_b) != 0) || (pipe(to_a) != 0)) {
@@ -380,7 +404,8 @@ int main(int argc, char **argv)
     }
     is_a = (pid != 0);
     memset(&f, 0, sizeof(f));
-    f.side = is_a ? "A" : "B";
+    f.side   = is_a ? "A" : "B";
+    f.gap_ns = (uint64_t)gap_ns;
     f.wfd  = is_a ? to_b[1] : to_a[1];
     f.rfd  = is_a ? to_a[0] : to_b[0];
     if (open_device(&f, dev) != 0) {
