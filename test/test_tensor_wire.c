@@ -49,6 +49,8 @@ Test(tensor_wire, request_round_trips)
         size_t n = req_build(buf, &metas[i], "layer7/weights");
         xfer_tensor_wire_req_t r;
 
+        cr_assert_eq(n, 16 + 12 + 8 * metas[i].rank + 14, "destination, rank + dims, key");
+
         cr_assert_eq(xfer_tensor_wire_unpack_req(buf, n, MAX_KEY, &r, why, sizeof(why)),
                      XFER_OK, "%s", why);
         cr_assert_eq(r.addr, 0x1122334455667788ull);
@@ -74,7 +76,7 @@ Test(tensor_wire, metadata_round_trips_dead_and_variable_size)
 
         xfer_tensor_wire_meta_from(&m, ts[i]);
         n = xfer_tensor_wire_pack_meta(&m, buf);
-        cr_assert_eq(n, 24 + 8 * ts[i]->rank, "shape travels as rank + dims");
+        cr_assert_eq(n, 12 + 8 * ts[i]->rank, "shape travels as rank + dims");
         cr_assert_eq(xfer_tensor_wire_unpack_meta(buf, n, &back, why, sizeof(why)), XFER_OK,
                      "tensor %u: %s", i, why);
         cr_assert(xfer_tensor_wire_meta_equal(&m, &back), "tensor %u", i);
@@ -170,32 +172,35 @@ static void meta_lie(void (*mutate)(uint8_t *buf), const char *what)
     cr_assert_neq(why[0], '\0', "%s: refused without a reason", what);
 }
 
-static void lie_rank(uint8_t *b)      { b[4] = 9; }
-static void lie_rank_short(uint8_t *b) { b[4] = 4; }          /* 4 dims said, 3 there */
-static void lie_dtype(uint8_t *b)     { b[0] = XFER_DTYPE_LAST; }
-static void lie_dtype0(uint8_t *b)    { b[0] = 0; }
-static void lie_flags(uint8_t *b)     { b[8] = 0x80; }
-static void lie_reserved(uint8_t *b)  { b[12] = 1; }
-static void lie_size(uint8_t *b)      { b[16] ^= 4; }          /* 120 -> 124 bytes */
-static void lie_neg_dim(uint8_t *b)   { memset(b + 24, 0xff, 8); }
-static void lie_dead(uint8_t *b)      { b[8] = XFER_TENSOR_META_DEAD; }  /* dead, size 120 */
-static void lie_none(uint8_t *b)      { b[8] = XFER_TENSOR_META_NONE; }  /* none, but a shape */
+/* meta: 0 u64 size, 8 u8 dtype, 9 u8 rank, 10 u8 flags, 11 u8 reserved, 12 dims */
+static void lie_rank(uint8_t *b)      { b[9] = 9; }
+static void lie_rank_big(uint8_t *b)  { b[9] = 0xff; }
+static void lie_rank_short(uint8_t *b) { b[9] = 4; }          /* 4 dims said, 3 there */
+static void lie_dtype(uint8_t *b)     { b[8] = XFER_DTYPE_LAST; }
+static void lie_dtype0(uint8_t *b)    { b[8] = 0; }
+static void lie_flags(uint8_t *b)     { b[10] = 0x80; }
+static void lie_reserved(uint8_t *b)  { b[11] = 1; }
+static void lie_size(uint8_t *b)      { b[0] ^= 4; }           /* 120 -> 124 bytes */
+static void lie_neg_dim(uint8_t *b)   { memset(b + 12, 0xff, 8); }
+static void lie_dead(uint8_t *b)      { b[10] = XFER_TENSOR_META_DEAD; }  /* dead, size 120 */
+static void lie_none(uint8_t *b)      { b[10] = XFER_TENSOR_META_NONE; }  /* none, but a shape */
 static void lie_overflow(uint8_t *b)
 {
     for (int i = 0; i < 3; i++) {
-        memset(b + 24 + 8 * i, 0, 8);
-        b[24 + 8 * i + 7] = 0x10;                             /* 2^60 each: the product wraps */
+        memset(b + 12 + 8 * i, 0, 8);
+        b[12 + 8 * i + 7] = 0x10;                             /* 2^60 each: the product wraps */
     }
 }
 
 Test(tensor_wire, lying_metadata_is_refused_with_a_reason)
 {
     meta_lie(lie_rank, "rank 9");
+    meta_lie(lie_rank_big, "rank 255");
     meta_lie(lie_rank_short, "rank 4 with 3 dimensions present");
     meta_lie(lie_dtype, "an unknown dtype");
     meta_lie(lie_dtype0, "dtype 0 with a shape");
     meta_lie(lie_flags, "an unknown flag");
-    meta_lie(lie_reserved, "a non-zero reserved word");
+    meta_lie(lie_reserved, "a non-zero reserved byte");
     meta_lie(lie_size, "a size that is not dims x dtype size");
     meta_lie(lie_neg_dim, "a negative dimension");
     meta_lie(lie_dead, "a dead tensor with a size");
@@ -261,10 +266,13 @@ Test(tensor_wire, random_bytes_never_crash)
         for (size_t i = 0; i < len; i++) {
             buf[i] = (uint8_t)rand_r(&seed);
         }
-        /* small fields, so that the checks past the first ones are reached too */
-        if ((len > 16) && (it % 2)) {
-            buf[4] %= 10;
-            buf[5] = buf[6] = buf[7] = 0;
+        /* small ranks and no reserved bits, in metadata at 0 and in a request's at 16, so
+         * that the checks past the first ones are reached too */
+        if ((len > 28) && (it % 2)) {
+            buf[9] %= 10;
+            buf[11] = 0;
+            buf[16 + 9] %= 10;
+            buf[16 + 11] = 0;
         }
         if (xfer_tensor_wire_unpack_req(buf, len, MAX_KEY, &r, why, sizeof(why)) == XFER_OK) {
             cr_assert(r.key_len >= 1 && r.key_len <= MAX_KEY);
@@ -272,7 +280,7 @@ Test(tensor_wire, random_bytes_never_crash)
         }
         if (xfer_tensor_wire_unpack_meta(buf, len, &m, why, sizeof(why)) == XFER_OK) {
             cr_assert(m.rank <= XFER_TENSOR_MAX_RANK);
-            cr_assert_eq(len, 24 + 8 * m.rank);
+            cr_assert_eq(len, 12 + 8 * m.rank);
         }
         (void)xfer_tensor_wire_unpack_rereq(buf, len, &rr, why, sizeof(why));
         if (xfer_tensor_wire_unpack_err(buf, len, XFER_ERR_IO, &e, why, sizeof(why)) ==

@@ -445,9 +445,17 @@ Test(verbs_tensor, request_with_a_lying_key_length_is_refused_with_error_status)
     corrupt_case("TENSOR_REQUEST:field", XFER_ERR_PROTOCOL, 1);
 }
 
+/* A first request for a 1-byte key is the shortest there is (no metadata expected): a byte
+ * less is below any request, which the header check takes for a lying peer */
 Test(verbs_tensor, short_request_fails_the_channel)
 {
     corrupt_case("TENSOR_REQUEST:short", XFER_OK, 0);
+}
+
+/* A 40-byte header that claims a byte which did not arrive */
+Test(verbs_tensor, short_re_request_fails_the_channel)
+{
+    corrupt_case("TENSOR_RE_REQUEST:short", XFER_OK, 0);
 }
 
 Test(verbs_tensor, peer_killed_mid_fetch)

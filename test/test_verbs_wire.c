@@ -1,6 +1,7 @@
 /*
  * The verbs channel's message header (components/verbs/verbs_wire.c) on its own, no device
- * needed: the 16-byte TAG header and the 40-byte header of every other type round-trip;
+ * needed: the 16-byte TAG header, the 24-byte TENSOR_REQUEST header and the 40-byte header
+ * of every other type round-trip;
  * every message shorter than its header, or whose length lies, is refused with a reason;
  * another version or an unknown type is XFER_ERR_UNSUPPORTED with what could be read;
  * random bytes never crash the parser (and never read past what arrived: the buffers are
@@ -57,6 +58,40 @@ Test(verbs_wire, a_tag_message_has_a_16_byte_header)
     cr_assert_eq(unpack(msg, 16, &r), XFER_OK, "%s", why);
     cr_assert_eq(r.length, 0);
     for (size_t len = 0; len < 16; len++) {
+        cr_assert_eq(unpack(msg, len, &r), XFER_ERR_PROTOCOL, "%zu bytes", len);
+        cr_assert_neq(why[0], '\0');
+    }
+}
+
+Test(verbs_wire, a_tensor_request_has_a_24_byte_header)
+{
+    xfer_verbs_wire_hdr_t h = {.type = XFER_VERBS_MSG_TENSOR_REQUEST, .credits = 9,
+                               .tag = 0x1112131415161718ull, .id = 0x0badcafe, .length = 77,
+                               .size = 5, .status = -3}, r;
+    uint8_t msg[64];
+    size_t ext = 16 + 12 + 1;      /* the smallest extension: rank 0, a 1-byte key */
+
+    memset(msg, 0xee, sizeof(msg));
+    cr_assert_eq(xfer_verbs_wire_hdr_len(XFER_VERBS_MSG_TENSOR_REQUEST), 24);
+    cr_assert_eq(xfer_verbs_wire_pack_hdr(&h, msg), 24);
+    cr_assert_eq(msg[24], 0xee, "the TENSOR_REQUEST header wrote past its 24 bytes");
+
+    cr_assert_eq(unpack(msg, 24 + ext, &r), XFER_OK, "%s", why);
+    cr_assert_eq(r.type, XFER_VERBS_MSG_TENSOR_REQUEST);
+    cr_assert_eq(r.credits, 9);
+    cr_assert_eq(r.tag, 0x1112131415161718ull, "the step");
+    cr_assert_eq(r.id, 0x0badcafe, "the request index");
+    cr_assert_eq(r.length, ext, "the extension is what arrived after the header");
+    cr_assert_eq(r.size, 0, "size and status are not on the wire of a TENSOR_REQUEST");
+    cr_assert_eq(r.status, 0);
+    /* the index sits where the 40-byte layout keeps its id: another version still names it */
+    msg[2] = XFER_VERBS_WIRE_VERSION + 1;
+    cr_assert_eq(unpack(msg, 40, &r), XFER_ERR_UNSUPPORTED);
+    cr_assert_eq(r.id, 0x0badcafe);
+    msg[2] = XFER_VERBS_WIRE_VERSION;
+
+    /* shorter than the header, or than the smallest extension, is refused */
+    for (size_t len = 0; len < 24 + ext; len++) {
         cr_assert_eq(unpack(msg, len, &r), XFER_ERR_PROTOCOL, "%zu bytes", len);
         cr_assert_neq(why[0], '\0');
     }

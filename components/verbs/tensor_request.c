@@ -305,7 +305,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
         return XFER_ERR_INVALID_PARAM;
     }
     if ((args->key_len > ch->max_key_len) ||
-        (XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_REQ_FIXED + XFER_TENSOR_WIRE_META_MAX +
+        (XFER_VERBS_WIRE_TREQ_HDR_LEN + XFER_TENSOR_WIRE_REQ_FIXED + XFER_TENSOR_WIRE_META_MAX +
          args->key_len > ch->iface->cfg->seg_size)) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tensor key of %zu bytes exceeds the limit "
                  "of %u bytes (here or at the peer)", args->key_len, ch->max_key_len);
@@ -357,12 +357,20 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     }
     treq->idx = xfer_tensor_idx_make((uint32_t)id, (uint32_t)(id >> 32));
 
+    if (!(treq->meta.flags & XFER_TENSOR_META_NONE) &&
+        (xfer_tensor_wire_data_len(&treq->meta) > treq->capacity)) {
+        /* A destination is promised to hold what is expected (tensor_wire.h), and the cached
+         * tensor does not fit this one (or there is none yet: alloc). Ask as a first fetch
+         * does; the answer says what the tensor is now. */
+        memset(&treq->meta, 0, sizeof(treq->meta));
+        treq->meta.flags = XFER_TENSOR_META_NONE;
+    }
     req.addr    = treq->addr;
     req.rkey    = treq->rkey;
     req.expect  = treq->meta;
     req.key     = (const uint8_t*)treq->key;
     req.key_len = treq->key_len;
-    len         = XFER_VERBS_WIRE_HDR_LEN + xfer_tensor_wire_req_len(&req);
+    len         = XFER_VERBS_WIRE_TREQ_HDR_LEN + xfer_tensor_wire_req_len(&req);
     if (len > sizeof(op->msg_buf)) {
         op->msg = malloc(len);
         if (op->msg == NULL) {
@@ -373,10 +381,8 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     }
     hdr.id      = treq->idx;
     hdr.tag     = treq->step;
-    hdr.size    = treq->capacity;
-    hdr.length  = (uint32_t)(len - XFER_VERBS_WIRE_HDR_LEN);
     xfer_verbs_wire_pack_hdr(&hdr, op->msg);
-    xfer_tensor_wire_pack_req(&req, op->msg + XFER_VERBS_WIRE_HDR_LEN);
+    xfer_tensor_wire_pack_req(&req, op->msg + XFER_VERBS_WIRE_TREQ_HDR_LEN);
     op->msg_len = len;
     op->post    = XFER_VERBS_POST_MSG;
     xfer_verbs_ch_submit(ch, op);

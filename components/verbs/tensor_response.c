@@ -394,7 +394,9 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
     rsp->step         = hdr->tag;
     rsp->dst_addr     = req.addr;
     rsp->dst_rkey     = req.rkey;
-    rsp->dst_capacity = (req.addr != 0) ? hdr->size : 0;
+    /* a destination holds exactly what its expectation says (tensor_wire.h) */
+    rsp->dst_capacity = ((req.addr != 0) && !(req.expect.flags & XFER_TENSOR_META_NONE)) ?
+                        xfer_tensor_wire_data_len(&req.expect) : 0;
     rsp->expect       = req.expect;
     rsp->key_len      = req.key_len;
     memcpy(rsp->key, req.key, req.key_len);

@@ -43,11 +43,12 @@ void xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t 
 
 size_t xfer_tensor_wire_pack_meta(const xfer_tensor_wire_meta_t *m, uint8_t *buf)
 {
-    xfer_put_le32(buf, m->dtype);
-    xfer_put_le32(buf + 4, m->rank);
-    xfer_put_le32(buf + 8, m->flags);
-    xfer_put_le32(buf + 12, 0);
-    xfer_put_le64(buf + 16, m->size);
+    /* dtype, rank and flags of metadata this side built or checked all fit a byte */
+    xfer_put_le64(buf, m->size);
+    buf[8]  = (uint8_t)m->dtype;
+    buf[9]  = (uint8_t)m->rank;
+    buf[10] = (uint8_t)m->flags;
+    buf[11] = 0;
     for (uint32_t i = 0; i < m->rank; i++) {
         xfer_put_le64(buf + XFER_TENSOR_WIRE_META_FIXED + 8 * i, (uint64_t)m->dims[i]);
     }
@@ -64,13 +65,12 @@ static xfer_status_t meta_parse(const uint8_t *buf, size_t len, xfer_tensor_wire
     if (too_short("metadata", len, XFER_TENSOR_WIRE_META_FIXED, why, why_size)) {
         return XFER_ERR_PROTOCOL;
     }
-    m->dtype = xfer_get_le32(buf);
-    m->rank  = xfer_get_le32(buf + 4);
-    m->flags = xfer_get_le32(buf + 8);
-    m->size  = xfer_get_le64(buf + 16);
-    if (xfer_get_le32(buf + 12) != 0) {
-        snprintf(why, why_size, "metadata: reserved word is 0x%08" PRIx32,
-                 xfer_get_le32(buf + 12));
+    m->size  = xfer_get_le64(buf);
+    m->dtype = buf[8];
+    m->rank  = buf[9];
+    m->flags = buf[10];
+    if (buf[11] != 0) {
+        snprintf(why, why_size, "metadata: reserved byte is 0x%02x", buf[11]);
         return XFER_ERR_PROTOCOL;
     }
     if (m->flags & ~META_KNOWN_FLAGS) {

@@ -3,11 +3,14 @@
  * TENSOR_RE_REQUEST and ERROR_STATUS), carried in the message slots behind the channel's
  * versioned header (verbs_wire.h), every field with an explicit width, little-endian.
  *
- *   TENSOR_REQUEST     hdr.id = request index, hdr.tag = step, hdr.size = the destination's
- *                      capacity; extension:
+ *   TENSOR_REQUEST     (the 24-byte header) hdr.id = request index, hdr.tag = step;
+ *                      extension:
  *                        0 u64 destination address   8 u32 its rkey   12 u32 key_len
  *                       16 meta (what the consumer expects; flag NONE when it knows nothing)
  *                       .. key_len bytes of key
+ *                      A destination comes with an expectation: it holds exactly the bytes
+ *                      the expected metadata says, and the producer writes there only a
+ *                      tensor that matches it; else it answers META_DATA_UPDATE.
  *   META_DATA_UPDATE   hdr.id = request index; extension: meta (the tensor as published)
  *   TENSOR_RE_REQUEST  hdr.id = request index, hdr.size = the new destination's capacity;
  *                      extension: 0 u64 address  8 u32 rkey  12 u32 reserved (0)
@@ -16,8 +19,11 @@
  *                      the request) or WITHDRAW (the consumer gives its request up);
  *                      extension: 0 u32 reason_len  4 u32 reserved (0)  8 the reason text
  *
- *   meta:  0 u32 dtype   4 u32 rank   8 u32 flags (DEAD, NONE)   12 u32 reserved (0)
- *         16 u64 size   24 i64 dims[rank]                 = 24 + 8 x rank bytes
+ *   meta:  0 u64 size   8 u8 dtype   9 u8 rank   10 u8 flags (DEAD, NONE)   11 u8 reserved (0)
+ *         12 i64 dims[rank]                               = 12 + 8 x rank bytes
+ *         (up to wire version 3: u32 dtype, rank, flags and a reserved word before the size,
+ *         24 + 8 x rank bytes; a rank-1 TENSOR_REQUEST with a 4-byte key went from 92 bytes
+ *         to 64)
  *
  * The shape travels as rank + dims, never as a memory image of a struct. The data itself
  * arrives by RDMA WRITE WITH IMMEDIATE, the immediate being XFER_TENSOR_IMM_FLAG | request
@@ -35,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define XFER_TENSOR_WIRE_META_FIXED  24u
+#define XFER_TENSOR_WIRE_META_FIXED  12u
 #define XFER_TENSOR_WIRE_META_MAX    (XFER_TENSOR_WIRE_META_FIXED + 8u * XFER_TENSOR_MAX_RANK)
 #define XFER_TENSOR_WIRE_REQ_FIXED   16u   /* before the meta */
 #define XFER_TENSOR_WIRE_REREQ_LEN   16u

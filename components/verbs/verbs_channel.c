@@ -624,11 +624,15 @@ static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
     } else if (strcmp(how, "version") == 0) {
         msg[2] = 0x7f;
     } else if ((strcmp(how, "short") == 0) && (msg_len > XFER_VERBS_WIRE_HDR_LEN)) {
-        return msg_len - 1;     /* the header still claims the byte */
-    } else if ((strcmp(how, "field") == 0) && (msg_len >= XFER_VERBS_WIRE_HDR_LEN + 16)) {
+        return msg_len - 1;     /* a 40-byte header still claims the byte; a TENSOR_REQUEST's
+                                 * key length does */
+    } else if (strcmp(how, "field") == 0) {
+        size_t hdr_len = xfer_verbs_wire_hdr_len(msg[3]);
+
         /* TENSOR_REQUEST: its key_len; META_DATA_UPDATE: its rank */
-        msg[XFER_VERBS_WIRE_HDR_LEN + ((msg[3] == XFER_VERBS_MSG_TENSOR_REQUEST) ? 12 : 4)] =
-            0xff;
+        if (msg_len >= hdr_len + 16) {
+            msg[hdr_len + ((msg[3] == XFER_VERBS_MSG_TENSOR_REQUEST) ? 12 : 9)] = 0xff;
+        }
     }
     return msg_len;
 }

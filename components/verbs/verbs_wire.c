@@ -38,6 +38,11 @@ size_t xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf)
         xfer_put_le64(buf + 8, hdr->tag);
         return XFER_VERBS_WIRE_TAG_HDR_LEN;
     }
+    if (hdr->type == XFER_VERBS_MSG_TENSOR_REQUEST) {
+        xfer_put_le64(buf + 8, hdr->tag);
+        xfer_put_le64(buf + 16, hdr->id);
+        return XFER_VERBS_WIRE_TREQ_HDR_LEN;
+    }
     xfer_put_le32(buf + 8, (uint32_t)hdr->status);
     xfer_put_le32(buf + 12, hdr->length);
     xfer_put_le64(buf + 16, hdr->id);
@@ -114,7 +119,13 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         hdr->size   = hdr->length;
         return XFER_OK;
     }
-    unpack_long(buf, hdr);
+    if (hdr->type == XFER_VERBS_MSG_TENSOR_REQUEST) {
+        hdr->tag    = xfer_get_le64(buf + 8);
+        hdr->id     = xfer_get_le64(buf + 16);
+        hdr->length = (uint32_t)(msg_len - hdr_len);
+    } else {
+        unpack_long(buf, hdr);
+    }
     if ((uint64_t)hdr->length != msg_len - hdr_len) {
         snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
                  xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - hdr_len);

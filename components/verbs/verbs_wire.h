@@ -15,17 +15,25 @@
  *
  *   8  u64 tag
  *
+ * A TENSOR_REQUEST - one per tensor fetch - has a 24-byte header; its extension is the rest
+ * of what arrived:
+ *
+ *   8  u64 step                 16 u64 request index (where the 40-byte layout has its id)
+ *
  * Every other type has a 40-byte header:
  *
  *   8  i32 status               12 u32 length: bytes after the header (extension + payload)
- *  16  u64 id                   24 u64 tag (RTS) or step (TENSOR_REQUEST)
- *  32  u64 size (RTS: message length; TENSOR_REQUEST, TENSOR_RE_REQUEST: the destination's
- *               capacity)
+ *  16  u64 id                   24 u64 tag (RTS)
+ *  32  u64 size (RTS: message length; TENSOR_RE_REQUEST: the destination's capacity)
  *
- * (A TAG message had the 40-byte header too up to version 2. Its length, id, status and
- * size said nothing the completion does not; and each byte of a small message costs: on
- * Soft-RoCE the 24 bytes fewer took xfer_perf -t tag_lat's median from 12.34 to 11.92 usec,
- * 16 alternating runs each in one guest boot.)
+ * Every header that is not a TAG's keeps its id at offset 16, so that a side that cannot
+ * read a message (another version, an unknown type) still names it in its answer.
+ *
+ * (TAG messages had the 40-byte header too up to version 2, TENSOR_REQUESTs up to version
+ * 3. Their length, status and size said nothing that the completion, the extension or the
+ * expected metadata does not, and each byte of a small message costs: on Soft-RoCE the 24
+ * bytes fewer took xfer_perf -t tag_lat's median from 12.34 to 11.92 usec, 16 alternating
+ * runs each in one guest boot; see tensor_wire.h for the request.)
  *
  * The tensor messages' extensions are in tensor_wire.h. A message of another version or of
  * an unknown type is refused with XFER_ERR_UNSUPPORTED (the header's fields are still read,
@@ -44,10 +52,13 @@
 #include <stdint.h>
 
 #define XFER_VERBS_WIRE_MAGIC    0x5856u
-#define XFER_VERBS_WIRE_VERSION  3u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
-                                         * 3: a 16-byte header for eager TAG messages */
-#define XFER_VERBS_WIRE_HDR_LEN  40u     /* the header of every type but TAG */
+#define XFER_VERBS_WIRE_VERSION  4u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
+                                         * 3: a 16-byte header for eager TAG messages;
+                                         * 4: a 24-byte header and compact metadata for
+                                         *    TENSOR_REQUEST */
+#define XFER_VERBS_WIRE_HDR_LEN  40u     /* the header of every type but TAG, TENSOR_REQUEST */
 #define XFER_VERBS_WIRE_TAG_HDR_LEN 16u  /* an eager TAG message's header */
+#define XFER_VERBS_WIRE_TREQ_HDR_LEN 24u /* a TENSOR_REQUEST's header */
 #define XFER_VERBS_WIRE_HDR_COMMON  8u   /* what every header starts with */
 #define XFER_VERBS_WIRE_RTS_LEN  16u      /* addr u64, rkey u32, reserved u32 */
 
@@ -110,18 +121,22 @@ typedef struct xfer_verbs_wire_ep_addr {
 /* The header's length for a message of this type. */
 static inline size_t xfer_verbs_wire_hdr_len(unsigned type)
 {
-    return (type == XFER_VERBS_MSG_TAG) ? XFER_VERBS_WIRE_TAG_HDR_LEN : XFER_VERBS_WIRE_HDR_LEN;
+    return (type == XFER_VERBS_MSG_TAG) ? XFER_VERBS_WIRE_TAG_HDR_LEN :
+           (type == XFER_VERBS_MSG_TENSOR_REQUEST) ? XFER_VERBS_WIRE_TREQ_HDR_LEN :
+           XFER_VERBS_WIRE_HDR_LEN;
 }
 
-/* Pack hdr for its type (a TAG message: the type, credits and tag; hdr->length is not on
- * the wire); return the header's length. */
+/* Pack hdr for its type (a TAG message: the type, credits and tag; a TENSOR_REQUEST: those,
+ * the tag (the step) and the id; hdr->length is not on the wire of either); return the
+ * header's length. */
 size_t xfer_verbs_wire_pack_hdr(const xfer_verbs_wire_hdr_t *hdr, uint8_t *buf);
 /* Parse and check a header of a message of msg_len bytes (what the receive completion
  * said): magic, version, known type, the type's header fits, length == msg_len - header
- * (a TAG message's length and size are msg_len - header, its id and status 0), the type's
- * minimum extension. XFER_ERR_PROTOCOL with why filled otherwise; XFER_ERR_UNSUPPORTED for
- * another version or an unknown type, with what could be read (the 40-byte layout's fields
- * when that many bytes arrived) filled in, so that the message can be named. */
+ * (a TAG message's and a TENSOR_REQUEST's length is msg_len - header, their status 0; a TAG
+ * message's size is its length, its id 0), the type's minimum extension. XFER_ERR_PROTOCOL
+ * with why filled otherwise; XFER_ERR_UNSUPPORTED for another version or an unknown type,
+ * with what could be read (the 40-byte layout's fields when that many bytes arrived) filled
+ * in, so that the message can be named. */
 xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
                                          xfer_verbs_wire_hdr_t *hdr, char *why,
                                          size_t why_size);

@@ -98,11 +98,12 @@ X_PUT_BW=$(xfer_run bw_average_mbps -t put_bw -s $BW_SIZE -n "$BW_ITERS")
 
 # The device's own floor for the three patterns (contrib/bench/verbs_floor, raw verbs, no xfer):
 # what perftest's pairs cannot show, the fetch's pattern - a SEND answered by a WRITE WITH
-# IMMEDIATE. REQ_BYTES is the TENSOR_REQUEST xfer_perf sends: a 40-byte header, 16 bytes of
-# destination and key length, 32 bytes of rank-1 metadata and the 4-byte key "perf"
-# (tensor_wire.h); a TAG message of 8 bytes is 24 on the wire (verbs_wire.h).
+# IMMEDIATE. REQ_BYTES is the TENSOR_REQUEST xfer_perf sends: a 24-byte header, 16 bytes of
+# destination and key length, 20 bytes of rank-1 metadata and the 4-byte key "perf"
+# (verbs_wire.h, tensor_wire.h; 92 bytes up to wire version 3); a TAG message of 8 bytes is
+# 24 on the wire.
 FLOOR=$BUILD/contrib/bench/verbs_floor
-REQ_BYTES=92
+REQ_BYTES=64
 floor_run() {   # floor_run PATTERN A_BYTES B_BYTES: the median round trip, usec
     local out
     out=$("$FLOOR" -d "$DEV" -x "$GIDX" -n "$LAT_ITERS" "$@" 2>&1) || {
