@@ -124,12 +124,12 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         hdr->id     = xfer_get_le64(buf + 16);
         hdr->length = (uint32_t)(msg_len - hdr_len);
     } else {
-        unpack_long(buf, hdr);
-    }
-    if ((uint64_t)hdr->length != msg_len - hdr_len) {
-        snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
-                 xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - hdr_len);
-        return XFER_ERR_PROTOCOL;
+        unpack_long(buf, hdr);  /* a 40-byte header says how much follows: it must be so */
+        if ((uint64_t)hdr->length != msg_len - hdr_len) {
+            snprintf(why, why_size, "%s header says %" PRIu32 " bytes follow, %zu arrived",
+                     xfer_verbs_msg_name(hdr->type), hdr->length, msg_len - hdr_len);
+            return XFER_ERR_PROTOCOL;
+        }
     }
     if (hdr->length < min_ext(hdr->type)) {
         snprintf(why, why_size, "%s of %" PRIu32 " bytes is shorter than its extension (%u)",
