@@ -213,7 +213,7 @@ pt_lat_at() {   # ib_write_lat at size $1
     next_port
 }
 TROWS=()
-FSEND=() FWRITE=() FFETCH=() FFETCH24=()
+FFETCH=() FFETCH24=()
 for size in 8 65536 1048576; do
     # tensor and put runs alternate, as the latency pairs above do: under emulation a run can
     # catch a slow spell of the host, and alternating spreads the spells over both
@@ -234,8 +234,6 @@ for size in 8 65536 1048576; do
         pv+=("$(xfer_run t_typical_usec -t put_lat -s "$size" -n "$lat_n")")
         if [ "$size" = 8 ] && [ -x "$FLOOR" ]; then
             FFETCH+=("$(floor_run fetch $REQ_BYTES 8)")
-            FSEND+=("$(floor_run send 24 24)")
-            FWRITE+=("$(floor_run write 8 8)")
             FFETCH24+=("$(floor_run fetch 24 8)")
         fi
     done
@@ -266,28 +264,28 @@ BEGIN {
 }'
 
 [ ${#FFETCH[@]} -gt 0 ] || { echo "# no $FLOOR: the device's floor was not measured" >&2; exit 0; }
-echo "#   verbs_floor round trips: fetch $REQ_BYTES+8 ${FFETCH[*]}; send 24 ${FSEND[*]};" \
-     "write 8 ${FWRITE[*]}; fetch 24+8 ${FFETCH24[*]}" >&2
+echo "#   verbs_floor round trips: fetch $REQ_BYTES+8 ${FFETCH[*]}; fetch 24+8 ${FFETCH24[*]}" >&2
 T8_LAT=$(awk '$1 == 8 {print $5}' <<<"$(printf '%s\n' "${TROWS[@]}")")
-awk -v ff="$(median <<<"${FFETCH[*]}")" -v fs="$(median <<<"${FSEND[*]}")" \
-    -v fw="$(median <<<"${FWRITE[*]}")" -v ff24="$(median <<<"${FFETCH24[*]}")" \
+awk -v ff="$(median <<<"${FFETCH[*]}")" -v fs="$F_TAG_LAT" \
+    -v fw="$F_PUT_LAT" -v ff24="$(median <<<"${FFETCH24[*]}")" \
     -v tag="$X_TAG_LAT" -v put="$X_PUT_LAT" -v t8="$T8_LAT" -v req="$REQ_BYTES" \
     -v rep="$REPEAT" '
 BEGIN {
     printf "# the device alone (contrib/bench/verbs_floor: raw verbs, the work requests xfer posts,\n"
-    printf "# no xfer), medians of %d runs alternating with the tensor runs at 8 B; usec\n", rep
+    printf "# no xfer), medians of %d runs: send and write between the latency pairs above,\n", rep
+    printf "# the fetches between the tensor runs at 8 B; usec\n"
     printf "%-44s %9s %-16s %9s %7s\n", "pattern", "floor", "xfer figure", "xfer", "ratio"
     printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "send 24 B, answered alike (half round trip)",
-           fs / 2, "tag_lat 8 B", tag, tag / (fs / 2)
+           fs, "tag_lat 8 B", tag, tag / fs
     printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "write 8 B, answered alike (half round trip)",
-           fw / 2, "put_lat 8 B", put, put / (fw / 2)
+           fw, "put_lat 8 B", put, put / fw
     printf "%-44s %9.2f %-16s %9.2f %7.2f\n", "send " req " B + write-with-imm 8 B (round trip)",
            ff, "tensor_lat 8 B", t8, t8 / ff
     printf "%-44s %9.2f\n", "send 24 B + write-with-imm 8 B (round trip)", ff24
     printf "# fetch floor / (write floor + send floor), one way each: %.2f; with a 24-byte\n",
-           ff / (fw / 2 + fs / 2)
+           ff / (fw + fs)
     printf "# request: %.2f. Above 1, the device itself takes that much longer for a fetch than\n",
-           ff24 / (fw / 2 + fs / 2)
+           ff24 / (fw + fs)
     printf "# for a write and a message: tensor_lat stays within put_lat + tag_lat only if xfer\n"
     printf "# spends that much less of its own time on a fetch than on a put and a message.\n"
 }'
