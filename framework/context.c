@@ -250,6 +250,12 @@ void xfer_context_destroy(xfer_context_t *ctx)
     if (ctx == NULL) {
         return;
     }
+    if (xfer_in_callback) {
+        /* the callback's own request and the walk that runs it belong to this context */
+        xfer_log(XFER_LOG_ERROR, "context", "xfer_context_destroy called from a completion or "
+                 "allocation callback: refused; destroy the context after progress returns");
+        return;
+    }
     xfer_ctx_data_cleanup(ctx);
     free(ctx->param_index);
     xfer_transport_spec_cleanup(&ctx->transports);

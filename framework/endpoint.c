@@ -245,7 +245,9 @@ void xfer_endpoint_close(xfer_endpoint_t *ep)
     }
     ctx = ep->ctx;
     xfer_ctx_lock(ctx);
-    endpoint_destroy(ep);
+    if (xfer_api_check(ctx, "xfer_endpoint_close", 0) == XFER_OK) {
+        endpoint_destroy(ep);
+    }
     xfer_ctx_unlock(ctx);
 }
 
@@ -254,11 +256,18 @@ void xfer_endpoint_close(xfer_endpoint_t *ep)
 /* Common entry checks; on success returns with the lock held. */
 static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
 {
+    xfer_status_t status;
+
     if (ep == NULL) {
         xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: endpoint is NULL", op);
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ep->ctx);
+    status = xfer_api_check(ep->ctx, op, 1);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ep->ctx);
+        return status;
+    }
     if (ep->status != XFER_OK) {
         xfer_log(XFER_LOG_DEBUG, EP_SUBSYS, "%s on a failed endpoint to %s: %s", op, ep->peer,
                  xfer_status_string(ep->status));
@@ -453,7 +462,10 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
     /* No endpoint status check: a failed endpoint may still hold messages that arrived
      * before it failed; the transport matches those and refuses the rest. */
     xfer_ctx_lock(ctx);
-    status = tag_mem_check(ctx, "xfer_tag_recv", buf, length, mem);
+    status = xfer_api_check(ctx, "xfer_tag_recv", 1);
+    if (status == XFER_OK) {
+        status = tag_mem_check(ctx, "xfer_tag_recv", buf, length, mem);
+    }
     if (status != XFER_OK) {
         xfer_ctx_unlock(ctx);
         return status;

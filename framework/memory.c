@@ -61,6 +61,12 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
         return XFER_ERR_NO_MEMORY;
     }
     xfer_ctx_lock(ctx);
+    status = xfer_api_check(ctx, "xfer_mem_register", 1);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        free(mem);
+        return status;
+    }
     mem->memh = calloc(ctx->num_ifaces + 1, sizeof(*mem->memh));
     if (mem->memh == NULL) {
         xfer_ctx_unlock(ctx);
@@ -120,6 +126,10 @@ xfer_status_t xfer_mem_deregister(xfer_mem_t *mem)
     }
     ctx = mem->ctx;
     xfer_ctx_lock(ctx);
+    if (xfer_api_check(ctx, "xfer_mem_deregister", 0) != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_BUSY;
+    }
     if (mem->busy > 0) {
         xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot deregister %p: %u operation(s) using it "
                  "are still outstanding", mem->addr, mem->busy);

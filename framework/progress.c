@@ -23,6 +23,23 @@
 #define PROGRESS_SUBSYS "progress"
 
 __thread int xfer_in_callback;
+__thread int xfer_in_alloc;
+
+xfer_status_t xfer_api_refuse(const xfer_context_t *ctx, const char *fn, int posting)
+{
+    if (xfer_in_alloc) {
+        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "%s called from a tensor allocation "
+                 "callback, which runs inside the transport's receive path: refused (the "
+                 "callback may only allocate)", fn);
+        return XFER_ERR_BUSY;
+    }
+    if (posting && ctx->destroying) {
+        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "%s while the context is being destroyed: "
+                 "refused", fn);
+        return XFER_ERR_CANCELED;
+    }
+    return XFER_OK;
+}
 
 static void ep_failed_upcall(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason)
 {
@@ -183,8 +200,46 @@ xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx)
     return XFER_OK;
 }
 
+/* Destroy: every request still posted to a transport (receives from any peer, mostly: the
+ * endpoints' own operations ended with them) is cancelled, and progress delivers the
+ * completions while the registrations they hold still exist. Bounded: a transport that
+ * cannot cancel something gets a few rounds, then its completion comes from iface_close. */
+static void requests_drain_for_destroy(xfer_context_t *ctx)
+{
+    xfer_request_t *req, *tmp;
+
+    ucs_list_for_each_safe(req, tmp, &ctx->requests, list) {
+        if ((req->status == XFER_INPROGRESS) && !req->queued && (req->fw_iface != NULL) &&
+            (req->fw_iface->comp->cancel != NULL)) {
+            (void)req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
+                                              XFER_ERR_CANCELED);
+        }
+    }
+    for (int round = 0; round < 16; round++) {
+        if (xfer_progress_locked(ctx) == 0) {
+            break;
+        }
+    }
+}
+
+/* What the transports complete while they close (after the registrations are gone) is
+ * delivered last, with no transport left to call into and no registration to hold. */
+static void requests_detach_mems(xfer_context_t *ctx)
+{
+    xfer_request_t *req;
+
+    ucs_list_for_each(req, &ctx->requests, list) {
+        if (req->mem != NULL) {
+            req->mem->busy--;
+            req->mem = NULL;
+        }
+    }
+}
+
 void xfer_ctx_data_cleanup(xfer_context_t *ctx)
 {
+    unsigned num_ifaces;
+
     if (ctx->thread_started) {
         xfer_ctx_lock(ctx);
         ctx->stopping = 1;
@@ -195,22 +250,33 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         ctx->thread_started = 0;
     }
     xfer_ctx_lock(ctx);
+    ctx->destroying = 1;    /* nothing new is posted from the callbacks that run below */
     xfer_listeners_close_all(ctx);
     xfer_endpoints_close_all(ctx);
     if (ctx->tensors != NULL) {
         xfer_tensor_table_destroy(ctx);
     }
+    if (ctx->req_mp_ready) {
+        requests_drain_for_destroy(ctx);
+        requests_detach_mems(ctx);
+    }
     xfer_rkeys_release_all(ctx);
     xfer_mems_release_all(ctx);
-    for (unsigned i = 0; (ctx->ifaces != NULL) && (i < ctx->num_ifaces); i++) {
+    num_ifaces = ctx->num_ifaces;
+    for (unsigned i = 0; (ctx->ifaces != NULL) && (i < num_ifaces); i++) {
         iface_close(&ctx->ifaces[i]);
+    }
+    ctx->num_ifaces = 0;
+    if (ctx->req_mp_ready) {
+        while (!ucs_list_is_empty(&ctx->ready)) {
+            xfer_requests_dispatch(ctx);
+        }
     }
     xfer_requests_free_all(ctx);
     xfer_request_pool_cleanup(ctx);
     xfer_ctx_unlock(ctx);
     free(ctx->ifaces);
     ctx->ifaces     = NULL;
-    ctx->num_ifaces = 0;
     if (ctx->wake_fd >= 0) {
         close(ctx->wake_fd);
         ctx->wake_fd = -1;
@@ -221,10 +287,14 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
 
 unsigned xfer_progress_locked(xfer_context_t *ctx)
 {
-    unsigned count = ucs_list_is_empty(&ctx->ready) ? 0 : xfer_requests_ready(ctx);
+    unsigned count = 0;
 
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
+    }
+    /* user callbacks only now, after every transport has returned */
+    if (!ucs_list_is_empty(&ctx->ready)) {
+        count += xfer_requests_dispatch(ctx);
     }
     return count;
 }
@@ -233,7 +303,7 @@ unsigned xfer_progress(xfer_context_t *ctx)
 {
     unsigned count;
 
-    if (ctx == NULL) {
+    if ((ctx == NULL) || (xfer_api_check(ctx, "xfer_progress", 0) != XFER_OK)) {
         return 0;
     }
     xfer_ctx_lock(ctx);

@@ -1,7 +1,14 @@
 /*
- * Requests: one per non-blocking operation. The component completes the embedded xfer_comp_t
- * from progress(); the request records the outcome, runs the user's callback once, wakes the
- * threads waiting for it, and frees itself when the user has already released it.
+ * Requests: one per non-blocking operation.
+ *
+ * Every completion reaches the user from one place, the context's ready list. A transport
+ * completes the embedded xfer_comp_t from inside its own progress (or while it tears down an
+ * endpoint); xfer_request_complete() then only records the outcome and queues the request.
+ * xfer_requests_dispatch(), which progress runs after every transport has returned, makes
+ * the outcome visible, runs the user's callback, wakes the threads waiting for it and frees
+ * a request the user already released. So a callback never runs inside a walk of a
+ * transport's structures: whatever it does - close this or another endpoint, progress, post,
+ * release - the transport is not in the middle of anything.
  */
 #include "xfer_int.h"
 #include "sock.h"
@@ -102,16 +109,34 @@ void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p)
     xfer_wake_locked(req->ctx);
 }
 
+/* Record the outcome and queue the request for dispatch. Its status stays XFER_INPROGRESS
+ * until then, so that nobody frees it (xfer_request_release) or reads its result before the
+ * callback has run. */
+static void request_queue(xfer_request_t *req, xfer_status_t status, size_t length,
+                          uint64_t tag)
+{
+    xfer_context_t *ctx = req->ctx;
+
+    req->result = (status == XFER_INPROGRESS) ? XFER_ERR_INTERNAL : status;
+    req->length = length;
+    req->tag    = tag;
+    req->queued = 1;
+    ucs_list_add_tail(&ctx->ready, &req->ready_link);
+    ctx->num_ready++;
+    xfer_wake_locked(ctx);
+}
+
 void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t **req_p)
 {
     if (req->cb != NULL) {
         /* callbacks run from progress, never inside the call that posts: a caller may not be
          * ready for one before the call has returned */
-        req->length = length;
-        ucs_list_add_tail(&req->ctx->ready, &req->ready_link);
+        request_queue(req, XFER_OK, length, 0);
         xfer_request_posted(req, req_p);
         return;
     }
+    /* no callback: nothing of the user's runs, so the request is complete at once and
+     * xfer_request_test() answers without progress */
     req->status = XFER_OK;
     req->length = length;
     request_mem_release(req);
@@ -122,37 +147,29 @@ void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t
     }
 }
 
-unsigned xfer_requests_ready(xfer_context_t *ctx)
-{
-    unsigned count = 0;
-
-    while (!ucs_list_is_empty(&ctx->ready)) {
-        xfer_request_t *req = ucs_list_extract_head(&ctx->ready, xfer_request_t, ready_link);
-
-        xfer_request_complete(req, XFER_OK, req->length, 0);
-        count++;
-    }
-    return count;
-}
-
 void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
                            uint64_t tag)
 {
-    xfer_context_t *ctx = req->ctx;
-
-    if (req->status != XFER_INPROGRESS) {
+    if ((req->status != XFER_INPROGRESS) || req->queued) {
         xfer_log(XFER_LOG_ERROR, REQUEST_SUBSYS, "request %p completed twice (%s, then %s); "
-                 "second completion ignored", (void*)req, xfer_status_string(req->status),
+                 "second completion ignored", (void*)req,
+                 xfer_status_string(req->queued ? req->result : req->status),
                  xfer_status_string(status));
         return;
     }
-    req->status = (status == XFER_INPROGRESS) ? XFER_ERR_INTERNAL : status;
-    req->length = length;
-    req->tag    = tag;
-    request_mem_release(req);
     if (req->kind == XFER_REQ_FETCH) {
         xfer_tensor_fetch_done(req);
     }
+    request_queue(req, status, length, tag);
+}
+
+/* The outcome becomes visible, the callback runs, waiters wake, a released request goes. */
+static void request_deliver(xfer_request_t *req)
+{
+    xfer_context_t *ctx = req->ctx;
+
+    req->status = req->result;
+    request_mem_release(req);
     if (req->cb != NULL) {
         req->in_callback = 1;
         xfer_in_callback++;
@@ -161,10 +178,28 @@ void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t len
         req->in_callback = 0;
     }
     pthread_cond_broadcast(&ctx->cond);
-    xfer_wake_locked(ctx);
     if (req->released) {
         request_free(req);
     }
+}
+
+unsigned xfer_requests_dispatch(xfer_context_t *ctx)
+{
+    /* Only what is queued now: a callback that posts and completes at once waits for the
+     * next progress, so a chain of them cannot keep this call going. A callback may itself
+     * progress and dispatch (nested): both take from the head of the one list, so requests
+     * are still delivered in the order they completed. */
+    unsigned n = ctx->num_ready, count = 0;
+
+    while ((count < n) && !ucs_list_is_empty(&ctx->ready)) {
+        xfer_request_t *req = ucs_list_extract_head(&ctx->ready, xfer_request_t, ready_link);
+
+        ctx->num_ready--;
+        req->queued = 0;
+        request_deliver(req);
+        count++;
+    }
+    return count;
 }
 
 void xfer_requests_free_all(xfer_context_t *ctx)
@@ -180,6 +215,7 @@ void xfer_requests_free_all(xfer_context_t *ctx)
         request_free(req);
     }
     ucs_list_head_init(&ctx->ready);
+    ctx->num_ready = 0;
 }
 
 xfer_status_t xfer_request_test(xfer_request_t *req)
@@ -190,7 +226,8 @@ xfer_status_t xfer_request_test(xfer_request_t *req)
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(req->ctx);
-    if (req->status == XFER_INPROGRESS) {
+    if ((req->status == XFER_INPROGRESS) &&
+        (xfer_api_check(req->ctx, "xfer_request_test", 0) == XFER_OK)) {
         xfer_progress_locked(req->ctx);
     }
     status = req->status;
@@ -243,8 +280,10 @@ xfer_status_t xfer_request_cancel(xfer_request_t *req)
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(req->ctx);
-    if (req->status != XFER_INPROGRESS) {
-        status = XFER_OK;
+    if (xfer_api_check(req->ctx, "xfer_request_cancel", 0) != XFER_OK) {
+        status = XFER_ERR_BUSY;
+    } else if ((req->status != XFER_INPROGRESS) || req->queued) {
+        status = XFER_OK;       /* complete, or its completion is being delivered */
     } else if ((req->kind != XFER_REQ_RECV) && (req->kind != XFER_REQ_FETCH)) {
         status = XFER_ERR_UNSUPPORTED;
     } else if (req->fw_iface->comp->cancel == NULL) {

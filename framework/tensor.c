@@ -357,6 +357,10 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     }
     xfer_ctx_lock(ctx);
     t      = ctx->tensors;
+    status = xfer_api_check(ctx, "xfer_tensor_publish", 1);
+    if (status != XFER_OK) {
+        goto out;
+    }
     status = xfer_tensor_step_status(ctx, step);
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "cannot publish '%s': step %llu was aborted "
@@ -517,7 +521,9 @@ static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
     void *buf;
 
     xfer_in_callback++;
+    xfer_in_alloc++;
     buf = req->alloc(meta, req->alloc_arg);
+    xfer_in_alloc--;
     xfer_in_callback--;
     return buf;
 }
@@ -562,6 +568,10 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ctx);
+    status = xfer_api_check(ctx, "xfer_tensor_fetch", 1);
+    if (status != XFER_OK) {
+        goto out;
+    }
     if (ep->status != XFER_OK) {
         status = ep->status;
         goto out;
@@ -645,6 +655,10 @@ xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step, xfer_status_
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ctx);
+    if (xfer_api_check(ctx, "xfer_tensor_abort", 1) != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_BUSY;
+    }
     t = ctx->tensors;
     xfer_log(XFER_LOG_INFO, TENSOR_SUBSYS, "aborting step %s%llu: %s",
              (step == XFER_STEP_ALL) ? "(all) " : "", (unsigned long long)step,

@@ -103,6 +103,7 @@ struct xfer_context {
     int                     wake_fd;        /* eventfd: wakes the thread sleeping in poll */
     int                     poller_busy;    /* a thread sleeps in poll on the fds */
     int                     stopping;
+    int                     destroying;     /* xfer_context_destroy runs: nothing new is posted */
     int                     thread_started;
     pthread_t               thread;         /* XFER_PROGRESS_THREAD */
     ucs_list_link_t         endpoints;      /* xfer_endpoint_t */
@@ -110,7 +111,8 @@ struct xfer_context {
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
     ucs_list_link_t         requests;       /* every live xfer_request_t */
-    ucs_list_link_t         ready;          /* done at posting; callback due at progress */
+    ucs_list_link_t         ready;          /* completed requests, delivery due (request.c) */
+    unsigned                num_ready;
     ucs_mpool_t             req_mp;         /* where they come from */
     int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
@@ -128,7 +130,9 @@ struct xfer_request {
     ucs_list_link_t     ready_link;     /* ctx->ready */
     xfer_req_kind_t     kind;
     xfer_fw_iface_t     *fw_iface;      /* where it was posted; NULL for publish */
-    xfer_status_t       status;         /* XFER_INPROGRESS until complete */
+    xfer_status_t       status;         /* XFER_INPROGRESS until its completion is delivered */
+    xfer_status_t       result;         /* the outcome, from completion until delivery */
+    int                 queued;         /* on ctx->ready */
     size_t              length;
     uint64_t            tag;
     xfer_request_cb_t   cb;
@@ -222,6 +226,23 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms);
 /* Tell a thread sleeping in poll that there is work (a posted op, a completion). */
 void xfer_wake_locked(xfer_context_t *ctx);
 extern __thread int xfer_in_callback;
+/* Inside a fetch's allocation callback, which a transport calls in the middle of its
+ * receive path (the size is known only there). */
+extern __thread int xfer_in_alloc;
+
+/* Calls that reach a transport refuse to run inside an allocation callback (they could change
+ * what the transport is walking), and posting calls refuse while the context is destroyed
+ * (from the callbacks that destroy runs). XFER_OK, or the error after a log line naming fn.
+ * Takes the lock's view of ctx: call it with the lock held. */
+xfer_status_t xfer_api_refuse(const xfer_context_t *ctx, const char *fn, int posting);
+static inline xfer_status_t xfer_api_check(const xfer_context_t *ctx, const char *fn,
+                                           int posting)
+{
+    if (__builtin_expect(xfer_in_alloc || (posting && ctx->destroying), 0)) {
+        return xfer_api_refuse(ctx, fn, posting);
+    }
+    return XFER_OK;
+}
 
 /* request.c */
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
@@ -232,10 +253,13 @@ void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p);
 /* The component finished the operation while posting it (XFER_OK): the request is complete
  * now, or - when it has a callback - at the next progress, which runs the callback. */
 void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t **req_p);
-/* Complete the requests that xfer_request_posted_done left for progress; how many. */
-unsigned xfer_requests_ready(xfer_context_t *ctx);
+/* Deliver the completions queued on ctx->ready (outcome, callback, wake-up, free); how many.
+ * Called only where no transport is in the middle of its own work. */
+unsigned xfer_requests_dispatch(xfer_context_t *ctx);
 /* Undo xfer_request_new when posting failed. */
 void xfer_request_discard(xfer_request_t *req);
+/* Record a request's outcome and queue it for xfer_requests_dispatch(): safe from anywhere,
+ * a transport's progress or teardown included, since no user code runs here. */
 void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t length,
                            uint64_t tag);
 void xfer_requests_free_all(xfer_context_t *ctx);

@@ -117,8 +117,10 @@ typedef struct xfer_component_attr {
 /*
  * Threading: the framework serialises every call into a component (and every callback a
  * component makes into the framework happens inside one of those calls), so a component needs
- * no locks of its own. Completions are reported only from progress() - never from inside the
- * call that posted the operation - so callers never see re-entrant callbacks.
+ * no locks of its own. Completions are reported from progress(), cancel() or ep_destroy() -
+ * never from inside the call that posted the operation. The framework only records them: the
+ * user's callbacks run after the component's call has returned, so a component is never
+ * re-entered by a callback in the middle of its own work.
  */
 typedef struct xfer_iface *xfer_iface_h;   /* one opened instance of the transport */
 typedef struct xfer_ep    *xfer_ep_h;      /* a connection to one peer */

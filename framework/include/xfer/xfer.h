@@ -133,10 +133,18 @@ XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
  * it and on its objects (endpoints, memory, requests) with one lock, like UCX's
  * UCS_THREAD_MODE_MULTI: simple and safe, not a scalability feature. A context created with
  * XFER_CONTEXT_FLAG_SERIALIZED leaves that to the application and skips the lock (about 60
- * instructions per call and per progress, in callgrind). Completion callbacks run
- * inside xfer_progress() (or the progress thread) with that lock held; they may post new
- * operations and release requests, but must not wait (xfer_request_wait() from a callback
- * fails with XFER_ERR_BUSY).
+ * instructions per call and per progress, in callgrind).
+ *
+ * Callbacks. Completion callbacks run from one place: the end of a round of progress
+ * (xfer_progress(), xfer_request_test(), xfer_request_wait(), the progress thread), after every
+ * transport has finished its own work, in the order the operations completed, with the lock
+ * held. A callback may post, release (its own request too), cancel, test, progress, and close
+ * any endpoint (its own too); it must not wait (xfer_request_wait() from a callback fails with
+ * XFER_ERR_BUSY) or destroy the context (refused). A request's status changes from
+ * XFER_INPROGRESS only when its callback runs, so no thread sees a result before its callback.
+ * A fetch's allocation callback is different: it runs inside the transport's receive path,
+ * where the size becomes known; it may only allocate, and any xfer call it makes that could
+ * reach a transport is refused (XFER_ERR_BUSY, or 0 from xfer_progress()).
  *
  * Progress is explicit: operations move when some thread calls xfer_progress(),
  * xfer_request_test() or xfer_request_wait(). With XFER_PROGRESS_THREAD=y (or
@@ -320,7 +328,8 @@ XFER_API xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, c
                                            xfer_request_t **req_p);
 
 /* Where a fetched tensor's data goes: a caller buffer, or a buffer the callback returns
- * once the size is known (return NULL to fail the fetch with XFER_ERR_NO_MEMORY). */
+ * once the size is known (return NULL to fail the fetch with XFER_ERR_NO_MEMORY). The
+ * callback runs inside the transport's receive path: it may only allocate (see "Callbacks"). */
 typedef void *(*xfer_tensor_alloc_cb_t)(const xfer_tensor_t *meta, void *alloc_arg);
 
 typedef struct xfer_fetch_params {
