@@ -279,15 +279,6 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
 void xfer_tcp_ep_destroy(xfer_ep_h ep);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
-/* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory. */
-uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len);
-/* Queue an entry whose memory the caller owns (zero-copy frames). */
-void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
-/* Write what the socket takes now; never calls back into the framework. */
-void xfer_tcp_ep_flush(xfer_ep_h ep);
-/* After queueing from a posting call: write now unless the socket is known to be full
- * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
-void xfer_tcp_ep_tx_post(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress(). */
 void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -295,20 +286,37 @@ void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 /* Handle an ep whose failure was deferred. */
 void xfer_tcp_ep_fail_deferred(xfer_ep_h ep);
-/* Process input: up to XFER_TCP_RX_BUDGET frames; returns frames handled. */
-unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep);
-/* epoll reported events for ep. */
-unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events);
-void xfer_tcp_ep_update_events(xfer_ep_h ep);
 /* Outstanding-request slots. */
 xfer_status_t xfer_tcp_slot_alloc(xfer_ep_h ep, xfer_tcp_slot_kind_t kind, xfer_tcp_op_t *op,
                                   uint64_t *id_p);
 xfer_tcp_slot_t *xfer_tcp_slot_find(xfer_ep_h ep, uint64_t id);
 void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx);
-/* Set up the payload phase of the frame being received. */
-void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
 /* Stop writing into a region that is being deregistered. */
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
+
+/* ---- tcp_tx.c ------------------------------------------------------------------------------- */
+/* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory. */
+uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len);
+/* Queue an entry whose memory the caller owns (zero-copy frames). */
+void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* A queue entry that will never be written (the ep failed or closes). */
+void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
+/* Write what the socket takes now; never calls back into the framework. */
+void xfer_tcp_ep_flush(xfer_ep_h ep);
+/* After queueing from a posting call: write now unless the socket is known to be full
+ * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
+void xfer_tcp_ep_tx_post(xfer_ep_h ep);
+void xfer_tcp_ep_update_events(xfer_ep_h ep);
+
+/* ---- tcp_rx.c ------------------------------------------------------------------------------- */
+/* Set up the payload phase of the frame being received. */
+void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
+/* Whatever the frame being received was doing ends with status. */
+void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status);
+/* Process input: up to XFER_TCP_RX_BUDGET frames; returns frames handled. */
+unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep);
+/* epoll reported events for ep. */
+unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events);
 
 /* Per-type receive handlers, called with a validated header in ep->rx.hdr. on_ext gets the
  * extension (ext_len bytes in the staging buffer) and sets up the payload with

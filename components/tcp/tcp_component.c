@@ -1,8 +1,9 @@
 /*
  * The tcp component: TCP sockets over any IP interface; works everywhere and is the embedded
  * default. This file holds the component descriptor, its parameters and query(); the data
- * path lives in tcp_iface.c (progress, events), tcp_ep.c (connections), tcp_tag.c, tcp_rma.c
- * and tcp_tensor.c, speaking the protocol of tcp_wire.h.
+ * path lives in tcp_iface.c (progress, events), tcp_ep.c (connections), tcp_tx.c (sending),
+ * tcp_rx.c (receiving), tcp_tag.c, tcp_rma.c and tcp_tensor.c, speaking the protocol of
+ * tcp_wire.h.
  */
 #include "config.h"
 

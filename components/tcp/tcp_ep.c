@@ -1,16 +1,8 @@
 /*
- * tcp endpoints: the connection (a dup of the bootstrap socket), its send queue, its receive
- * state machine, its outstanding requests, and what happens when it fails.
- *
- * Sending: small frames are copied into coalescing buffers at the tail of the queue; large
- * data is queued as a reference to the caller's memory (header + data, written with one
- * sendmsg). flush() writes as much as the socket takes and watches EPOLLOUT only while
- * something is left.
- *
- * Receiving: header -> extension -> payload. Headers and extensions are parsed from a staging
- * buffer; payloads are copied out of it and, once it is empty, read with readv() straight into
- * their destination (a matched receive, a put target, a get or fetch buffer), the staging
- * buffer catching whatever follows. Every header is validated before its length is used.
+ * tcp endpoints: the connection (a dup of the bootstrap socket), its outstanding requests, and
+ * what happens when it fails. Its send queue is in tcp_tx.c, its receive state machine in
+ * tcp_rx.c; this file owns the endpoint's life around them, and what reaches into both
+ * directions at once (a region being deregistered, the teardown of a failed endpoint).
  *
  * Failing: everything pending on the endpoint completes with the failure status, tensors it
  * held are withdrawn or released, and the framework hears of it through ep_failed. Failures
@@ -263,237 +255,42 @@ void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx)
     ep->busy_slots--;
 }
 
-/* ---- send queue ----------------------------------------------------------------------------- */
+/* ---- regions being deregistered ------------------------------------------------------------- */
 
-static size_t tx_length(const xfer_tcp_tx_t *tx)
+void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
 {
-    return tx->iov[0].iov_len + tx->iov[1].iov_len;
-}
-
-uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
-{
+    xfer_tcp_rx_t *rx = &ep->rx;
     xfer_tcp_tx_t *tx;
-    uint8_t *p;
-    size_t cap;
 
-    if (!ucs_list_is_empty(&ep->txq)) {
-        tx = ucs_list_tail(&ep->txq, xfer_tcp_tx_t, list);
-        if ((tx->kind == XFER_TCP_TX_BUF) && (tx->cap - tx->iov[0].iov_len >= len)) {
-            p = (uint8_t*)tx->iov[0].iov_base + tx->iov[0].iov_len;
-            tx->iov[0].iov_len += len;
-            return p;
-        }
+    if (rx->memh == memh) {
+        /* a put is arriving into it: the rest is drained and the put refused */
+        rx->drain += rx->want - rx->got;
+        rx->want   = rx->got;
+        rx->memh   = NULL;
+        rx->status = XFER_ERR_INVALID_PARAM;
     }
-    cap = (len > XFER_TCP_TX_BUF_LEN) ? len : XFER_TCP_TX_BUF_LEN;
-    tx  = malloc(sizeof(*tx) + cap);
-    if (tx == NULL) {
-        return NULL;
-    }
-    memset(tx, 0, sizeof(*tx));
-    tx->kind           = XFER_TCP_TX_BUF;
-    tx->cap            = cap;
-    tx->iov[0].iov_base = tx + 1;
-    tx->iov[0].iov_len  = len;
-    ucs_list_add_tail(&ep->txq, &tx->list);
-    return (uint8_t*)(tx + 1);
-}
+    ucs_list_for_each(tx, &ep->txq, list) {
+        void *copy;
 
-void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
-{
-    tx->sent = 0;
-    ucs_list_add_tail(&ep->txq, &tx->list);
-}
-
-/* A queue entry was written completely. */
-static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
-{
-    xfer_tcp_op_t *op;
-
-    switch (tx->kind) {
-    case XFER_TCP_TX_OP:
-        op = ucs_container_of(tx, xfer_tcp_op_t, tx);
-        op->tx_pending = 0;
-        if (op->kind == XFER_TCP_OP_SEND) {
-            xfer_tcp_op_complete(op, XFER_OK, op->len, 0);
+        if ((tx->kind != XFER_TCP_TX_GET_RESP) || (tx->memh != memh)) {
+            continue;
         }
-        break;      /* a put completes with its PUT_ACK */
-    case XFER_TCP_TX_PREQ:
-        /* released by the next progress(): never from inside a tensor's ready() */
-        ucs_list_add_tail(&ep->iface->releases,
-                          &ucs_container_of(tx, xfer_tcp_preq_t, tx)->list);
-        break;
-    case XFER_TCP_TX_GET_RESP:
-        free(tx->owned);
-        free(tx);
-        break;
-    default:
-        free(tx);
-        break;
-    }
-}
-
-/* A queue entry that will never be written (the ep failed or closes). */
-static void tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
-{
-    xfer_iface_h iface = ep->iface;
-    xfer_tcp_preq_t *preq;
-    xfer_tcp_op_t *op;
-
-    switch (tx->kind) {
-    case XFER_TCP_TX_OP:
-        op = ucs_container_of(tx, xfer_tcp_op_t, tx);
-        op->tx_pending = 0;
-        if (op->kind == XFER_TCP_OP_SEND) {
-            xfer_tcp_op_complete(op, status, 0, 0);
-        }
-        break;      /* a put is completed with the ep's outstanding requests */
-    case XFER_TCP_TX_PREQ:
-        preq = ucs_container_of(tx, xfer_tcp_preq_t, tx);
-        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-            iface->params.tensor_release(iface->params.fw_arg, preq->handle, status);
-        }
-        xfer_tcp_preq_free(preq);
-        break;
-    case XFER_TCP_TX_GET_RESP:
-        free(tx->owned);
-        free(tx);
-        break;
-    default:
-        free(tx);
-        break;
-    }
-}
-
-static void tx_advance(xfer_ep_h ep, size_t n)
-{
-    while (n > 0) {
-        xfer_tcp_tx_t *tx = ucs_list_head(&ep->txq, xfer_tcp_tx_t, list);
-        size_t left       = tx_length(tx) - tx->sent;
-
-        if (n < left) {
-            tx->sent += n;
+        /* a get response still reads from it: keep a private copy */
+        copy = malloc(tx->iov[1].iov_len);
+        if (copy == NULL) {
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory keeping a %zu-byte "
+                                   "get response of a deregistered region",
+                                   tx->iov[1].iov_len);
             return;
         }
-        n -= left;
-        ucs_list_del(&tx->list);
-        tx_done(ep, tx);
+        memcpy(copy, tx->iov[1].iov_base, tx->iov[1].iov_len);
+        tx->iov[1].iov_base = copy;
+        tx->owned           = copy;
+        tx->memh            = NULL;
     }
-}
-
-void xfer_tcp_ep_flush(xfer_ep_h ep)
-{
-    struct iovec iov[XFER_TCP_IOV_MAX];
-
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
-        return;
-    }
-    while (!ucs_list_is_empty(&ep->txq)) {
-        struct msghdr msg = {0};
-        size_t total      = 0;
-        xfer_tcp_tx_t *tx;
-        int cnt = 0;
-        ssize_t n;
-
-        ucs_list_for_each(tx, &ep->txq, list) {
-            size_t skip = tx->sent;
-
-            for (int i = 0; (i < 2) && (cnt < XFER_TCP_IOV_MAX); i++) {
-                if (skip >= tx->iov[i].iov_len) {
-                    skip -= tx->iov[i].iov_len;
-                    continue;
-                }
-                iov[cnt].iov_base = (uint8_t*)tx->iov[i].iov_base + skip;
-                iov[cnt].iov_len  = tx->iov[i].iov_len - skip;
-                total            += iov[cnt].iov_len;
-                skip              = 0;
-                cnt++;
-            }
-            if (cnt >= XFER_TCP_IOV_MAX) {
-                break;
-            }
-        }
-        msg.msg_iov    = iov;
-        msg.msg_iovlen = (size_t)cnt;
-        n = sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
-                break;
-            }
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "send: %s", strerror(errno));
-            return;
-        }
-        tx_advance(ep, (size_t)n);
-        if ((size_t)n < total) {
-            break;  /* the socket is full */
-        }
-    }
-    xfer_tcp_ep_update_events(ep);
-}
-
-void xfer_tcp_ep_tx_post(xfer_ep_h ep)
-{
-    if (!(ep->events & EPOLLOUT)) {
-        xfer_tcp_ep_flush(ep);
-    }
-}
-
-void xfer_tcp_ep_update_events(xfer_ep_h ep)
-{
-    struct epoll_event ev = {0};
-    uint32_t events       = 0;
-
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
-        return;
-    }
-    if (ep->rx.state != XFER_TCP_RX_PAUSED) {
-        events |= EPOLLIN;
-    }
-    if (!ucs_list_is_empty(&ep->txq)) {
-        events |= EPOLLOUT;
-    }
-    if (events == ep->events) {
-        return;
-    }
-    ev.events   = events;
-    ev.data.ptr = ep;
-    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_MOD, ep->fd, &ev) != 0) {
-        xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "epoll_ctl: %s", strerror(errno));
-        return;
-    }
-    ep->events = events;
 }
 
 /* ---- failure -------------------------------------------------------------------------------- */
-
-static void rx_reset(xfer_ep_h ep)
-{
-    memset(&ep->rx, 0, sizeof(ep->rx));
-    ep->rx.state = XFER_TCP_RX_HDR;
-}
-
-/* Whatever the frame being received was doing ends with status. */
-static void rx_abort(xfer_ep_h ep, xfer_status_t status)
-{
-    xfer_tcp_rx_t *rx = &ep->rx;
-
-    if ((rx->op != NULL) && (rx->op->kind == XFER_TCP_OP_RECV)) {
-        xfer_tcp_op_complete(rx->op, status, 0, 0);
-    }   /* a GET or FETCH op is completed with the outstanding requests */
-    if (rx->unexp != NULL) {
-        xfer_tcp_unexp_t *ue = rx->unexp;
-
-        if (ue->recv != NULL) {
-            xfer_tcp_op_complete(ue->recv, status, 0, 0);
-            ue->recv = NULL;
-        }
-        xfer_tcp_unexp_release(ep->iface, ue);
-    }
-    free(rx->preq);
-    rx_reset(ep);
-}
 
 /* Close the connection and end everything pending on ep with status. */
 static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
@@ -510,9 +307,9 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     }
     ep->state = XFER_TCP_EP_FAILED;
     while (!ucs_list_is_empty(&ep->txq)) {
-        tx_drop(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
+        xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
     }
-    rx_abort(ep, status);
+    xfer_tcp_ep_rx_abort(ep, status);
     for (uint32_t i = 0; i < ep->num_slots; i++) {
         if (ep->slots[i].kind == XFER_TCP_SLOT_FREE) {
             continue;
@@ -628,309 +425,4 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     free(ep->slots);
     free(ep->rbuf);
     free(ep);
-}
-
-/* ---- receiving ------------------------------------------------------------------------------ */
-
-static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
-{
-    switch (type) {
-    case XFER_TCP_WIRE_TAG:           return &xfer_tcp_rx_tag;
-    case XFER_TCP_WIRE_PUT_REQ:       return &xfer_tcp_rx_put_req;
-    case XFER_TCP_WIRE_PUT_ACK:       return &xfer_tcp_rx_put_ack;
-    case XFER_TCP_WIRE_GET_REQ:       return &xfer_tcp_rx_get_req;
-    case XFER_TCP_WIRE_GET_RESP:      return &xfer_tcp_rx_get_resp;
-    case XFER_TCP_WIRE_TENSOR_REQ:    return &xfer_tcp_rx_tensor_req;
-    case XFER_TCP_WIRE_TENSOR_RESP:   return &xfer_tcp_rx_tensor_resp;
-    case XFER_TCP_WIRE_TENSOR_CANCEL: return &xfer_tcp_rx_tensor_cancel;
-    default:                          return NULL;
-    }
-}
-
-void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain)
-{
-    ep->rx.dest  = dest;
-    ep->rx.want  = want;
-    ep->rx.got   = 0;
-    ep->rx.drain = drain;
-}
-
-void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
-{
-    xfer_tcp_rx_t *rx = &ep->rx;
-    xfer_tcp_tx_t *tx;
-
-    if (rx->memh == memh) {
-        /* a put is arriving into it: the rest is drained and the put refused */
-        rx->drain += rx->want - rx->got;
-        rx->want   = rx->got;
-        rx->memh   = NULL;
-        rx->status = XFER_ERR_INVALID_PARAM;
-    }
-    ucs_list_for_each(tx, &ep->txq, list) {
-        void *copy;
-
-        if ((tx->kind != XFER_TCP_TX_GET_RESP) || (tx->memh != memh)) {
-            continue;
-        }
-        /* a get response still reads from it: keep a private copy */
-        copy = malloc(tx->iov[1].iov_len);
-        if (copy == NULL) {
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory keeping a %zu-byte "
-                                   "get response of a deregistered region",
-                                   tx->iov[1].iov_len);
-            return;
-        }
-        memcpy(copy, tx->iov[1].iov_base, tx->iov[1].iov_len);
-        tx->iov[1].iov_base = copy;
-        tx->owned           = copy;
-        tx->memh            = NULL;
-    }
-}
-
-/* After a read of 0 or -1: 0 to wait for more input, -1 when the ep failed. */
-static int rx_read_error(xfer_ep_h ep, ssize_t ret)
-{
-    if (ret == 0) {
-        if ((ep->rx.state == XFER_TCP_RX_HDR) && (ep->rlen == ep->roff)) {
-            ep->clean_close = 1;
-            xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "peer closed the connection");
-        } else {
-            xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "peer closed the connection in the "
-                             "middle of a frame");
-        }
-        return -1;
-    }
-    if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
-        return 0;
-    }
-    xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "recv: %s", strerror(errno));
-    return -1;
-}
-
-/* One read into iov: 1 with *n_p bytes, 0 to wait (nothing there, or a read this round came
- * back short so the socket is empty), -1 when the ep failed. */
-static int rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
-{
-    size_t space = 0;
-    ssize_t ret;
-
-    if (ep->rx_drained) {
-        return 0;
-    }
-    for (int i = 0; i < iovcnt; i++) {
-        space += iov[i].iov_len;
-    }
-    do {
-        ret = readv(ep->fd, iov, iovcnt);
-    } while ((ret < 0) && (errno == EINTR));
-    if (ret <= 0) {
-        return rx_read_error(ep, ret);
-    }
-    ep->rx_drained = ((size_t)ret < space);
-    *n_p           = (size_t)ret;
-    return 1;
-}
-
-/* Make n contiguous unparsed bytes available in the staging buffer. 1 = there, 0 = wait. */
-static int rx_fill(xfer_ep_h ep, size_t n)
-{
-    while (ep->rlen - ep->roff < n) {
-        struct iovec iov;
-        size_t got;
-        int ret;
-
-        if (ep->roff == ep->rlen) {
-            ep->roff = ep->rlen = 0;
-        } else if (XFER_TCP_RX_BUF_LEN - ep->roff < n) {
-            memmove(ep->rbuf, ep->rbuf + ep->roff, ep->rlen - ep->roff);
-            ep->rlen -= ep->roff;
-            ep->roff  = 0;
-        }
-        iov.iov_base = ep->rbuf + ep->rlen;
-        iov.iov_len  = XFER_TCP_RX_BUF_LEN - ep->rlen;
-        ret          = rx_read(ep, &iov, 1, &got);
-        if (ret <= 0) {
-            return ret;
-        }
-        ep->rlen += got;
-    }
-    return 1;
-}
-
-/* Move the payload to its destination, then discard what is to be drained. */
-static int rx_data(xfer_ep_h ep)
-{
-    xfer_tcp_rx_t *rx = &ep->rx;
-    struct iovec iov[2];
-    size_t n;
-    int ret;
-
-    while (rx->got < rx->want) {
-        size_t avail = ep->rlen - ep->roff;
-
-        if (avail > 0) {
-            n = (avail < rx->want - rx->got) ? avail : rx->want - rx->got;
-            memcpy(rx->dest + rx->got, ep->rbuf + ep->roff, n);
-            ep->roff += n;
-            rx->got  += n;
-            continue;
-        }
-        ep->roff = ep->rlen = 0;
-        iov[0].iov_base = rx->dest + rx->got;
-        iov[0].iov_len  = rx->want - rx->got;
-        iov[1].iov_base = ep->rbuf;
-        iov[1].iov_len  = XFER_TCP_RX_BUF_LEN;
-        ret = rx_read(ep, iov, 2, &n);
-        if (ret <= 0) {
-            return ret;
-        }
-        if (n <= iov[0].iov_len) {
-            rx->got += n;
-        } else {
-            ep->rlen = n - iov[0].iov_len;
-            rx->got  = rx->want;
-        }
-    }
-    while (rx->drain > 0) {
-        size_t avail = ep->rlen - ep->roff;
-
-        if (avail > 0) {
-            n = (avail < rx->drain) ? avail : (size_t)rx->drain;
-            ep->roff  += n;
-            rx->drain -= n;
-            continue;
-        }
-        ep->roff = ep->rlen = 0;
-        iov[0].iov_base = ep->rbuf;
-        iov[0].iov_len  = XFER_TCP_RX_BUF_LEN;
-        ret = rx_read(ep, iov, 1, &ep->rlen);
-        if (ret <= 0) {
-            return ret;
-        }
-    }
-    return 1;
-}
-
-/* Advance the receive state machine by at most one frame: 1 = a frame was handled,
- * 0 = waiting for input (or paused), -1 = the ep failed. */
-static int rx_step(xfer_ep_h ep)
-{
-    xfer_tcp_rx_t *rx = &ep->rx;
-    char why[XFER_REASON_MAX] = "";
-    xfer_status_t status;
-    int ret;
-
-    for (;;) {
-        switch (rx->state) {
-        case XFER_TCP_RX_HDR:
-            ret = rx_fill(ep, XFER_TCP_WIRE_HDR_LEN);
-            if (ret <= 0) {
-                return ret;
-            }
-            status = xfer_tcp_wire_unpack_hdr(ep->rbuf + ep->roff, &ep->iface->limits,
-                                              &rx->hdr, why, sizeof(why));
-            if (status != XFER_OK) {
-                xfer_tcp_ep_fail(ep, status, "%s", why);
-                return -1;
-            }
-            ep->roff   += XFER_TCP_WIRE_HDR_LEN;
-            rx->handler = rx_handler(rx->hdr.type);
-            if (rx->handler == NULL) {  /* the parser knows every type; stay safe anyway */
-                xfer_tcp_ep_fail(ep, XFER_ERR_PROTOCOL, "no handler for frame type %u",
-                                 rx->hdr.type);
-                return -1;
-            }
-            rx->ext_len = rx->handler->ext_len;
-            rx->state   = XFER_TCP_RX_EXT;
-            break;
-        case XFER_TCP_RX_EXT:
-        case XFER_TCP_RX_PAUSED:
-            if (rx->ext_len > 0) {
-                ret = rx_fill(ep, rx->ext_len);
-                if (ret <= 0) {
-                    return ret;
-                }
-            }
-            status = rx->handler->on_ext(ep, ep->rbuf + ep->roff, why, sizeof(why));
-            if (status == XFER_INPROGRESS) {
-                continue;   /* the handler raised ext_len */
-            }
-            if (status == XFER_ERR_BUSY) {
-                if (rx->state != XFER_TCP_RX_PAUSED) {
-                    rx->state = XFER_TCP_RX_PAUSED;
-                    xfer_tcp_ep_update_events(ep);
-                    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p pauses its input: "
-                                "%llu bytes of unexpected messages are buffered", (void*)ep,
-                                (unsigned long long)ep->iface->unexp_bytes);
-                }
-                return 0;
-            }
-            if (status != XFER_OK) {
-                xfer_tcp_ep_fail(ep, status, "%s", why);
-                return -1;
-            }
-            ep->roff += rx->ext_len;
-            if (rx->state == XFER_TCP_RX_PAUSED) {
-                rx->state = XFER_TCP_RX_DATA;
-                xfer_tcp_ep_update_events(ep);  /* input is watched again */
-            }
-            rx->state = XFER_TCP_RX_DATA;
-            break;
-        case XFER_TCP_RX_DATA:
-            ret = rx_data(ep);
-            if (ret <= 0) {
-                return ret;
-            }
-            status = rx->handler->on_done(ep, why, sizeof(why));
-            rx_reset(ep);
-            if (status != XFER_OK) {
-                xfer_tcp_ep_fail(ep, status, "%s", why);
-                return -1;
-            }
-            return 1;
-        }
-    }
-}
-
-unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
-{
-    unsigned frames = 0;
-
-    ep->rx_drained = 0;     /* called on an event, or with input buffered: read again */
-    while (ep->state == XFER_TCP_EP_CONNECTED) {
-        if (frames >= XFER_TCP_RX_BUDGET) {
-            xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */
-            break;
-        }
-        if (rx_step(ep) <= 0) {
-            break;
-        }
-        frames++;
-    }
-    xfer_tcp_ep_tx_post(ep);    /* responses the frames asked for */
-    return frames;
-}
-
-unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
-{
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
-        return 0;   /* failed earlier in this progress() */
-    }
-    if (events & EPOLLOUT) {
-        xfer_tcp_ep_flush(ep);
-    }
-    if ((ep->rx.state == XFER_TCP_RX_PAUSED) && (events & (EPOLLERR | EPOLLHUP))) {
-        int err = 0;
-        socklen_t len = sizeof(err);
-
-        getsockopt(ep->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "connection lost while input was paused%s%s",
-                         err ? ": " : "", err ? strerror(err) : "");
-        return 1;
-    }
-    if ((ep->state == XFER_TCP_EP_CONNECTED) && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
-        return xfer_tcp_ep_rx_progress(ep) + 1;
-    }
-    return 1;
 }

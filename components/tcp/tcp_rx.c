@@ -1,0 +1,314 @@
+/*
+ * The receive state machine of a tcp endpoint: it reads frames, validates their headers and
+ * hands each to its type's handler (tcp_tag.c, tcp_rma.c, tcp_tensor.c); and the epoll events
+ * of the endpoint, which start it.
+ *
+ * Receiving: header -> extension -> payload. Headers and extensions are parsed from a staging
+ * buffer; payloads are copied out of it and, once it is empty, read with readv() straight into
+ * their destination (a matched receive, a put target, a get or fetch buffer), the staging
+ * buffer catching whatever follows. Every header is validated before its length is used.
+ */
+#include "tcp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
+{
+    switch (type) {
+    case XFER_TCP_WIRE_TAG:           return &xfer_tcp_rx_tag;
+    case XFER_TCP_WIRE_PUT_REQ:       return &xfer_tcp_rx_put_req;
+    case XFER_TCP_WIRE_PUT_ACK:       return &xfer_tcp_rx_put_ack;
+    case XFER_TCP_WIRE_GET_REQ:       return &xfer_tcp_rx_get_req;
+    case XFER_TCP_WIRE_GET_RESP:      return &xfer_tcp_rx_get_resp;
+    case XFER_TCP_WIRE_TENSOR_REQ:    return &xfer_tcp_rx_tensor_req;
+    case XFER_TCP_WIRE_TENSOR_RESP:   return &xfer_tcp_rx_tensor_resp;
+    case XFER_TCP_WIRE_TENSOR_CANCEL: return &xfer_tcp_rx_tensor_cancel;
+    default:                          return NULL;
+    }
+}
+
+void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain)
+{
+    ep->rx.dest  = dest;
+    ep->rx.want  = want;
+    ep->rx.got   = 0;
+    ep->rx.drain = drain;
+}
+
+static void rx_reset(xfer_ep_h ep)
+{
+    memset(&ep->rx, 0, sizeof(ep->rx));
+    ep->rx.state = XFER_TCP_RX_HDR;
+}
+
+void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+
+    if ((rx->op != NULL) && (rx->op->kind == XFER_TCP_OP_RECV)) {
+        xfer_tcp_op_complete(rx->op, status, 0, 0);
+    }   /* a GET or FETCH op is completed with the outstanding requests */
+    if (rx->unexp != NULL) {
+        xfer_tcp_unexp_t *ue = rx->unexp;
+
+        if (ue->recv != NULL) {
+            xfer_tcp_op_complete(ue->recv, status, 0, 0);
+            ue->recv = NULL;
+        }
+        xfer_tcp_unexp_release(ep->iface, ue);
+    }
+    free(rx->preq);
+    rx_reset(ep);
+}
+
+/* After a read of 0 or -1: 0 to wait for more input, -1 when the ep failed. */
+static int rx_read_error(xfer_ep_h ep, ssize_t ret)
+{
+    if (ret == 0) {
+        if ((ep->rx.state == XFER_TCP_RX_HDR) && (ep->rlen == ep->roff)) {
+            ep->clean_close = 1;
+            xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "peer closed the connection");
+        } else {
+            xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "peer closed the connection in the "
+                             "middle of a frame");
+        }
+        return -1;
+    }
+    if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+        return 0;
+    }
+    xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "recv: %s", strerror(errno));
+    return -1;
+}
+
+/* One read into iov: 1 with *n_p bytes, 0 to wait (nothing there, or a read this round came
+ * back short so the socket is empty), -1 when the ep failed. */
+static int rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
+{
+    size_t space = 0;
+    ssize_t ret;
+
+    if (ep->rx_drained) {
+        return 0;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        space += iov[i].iov_len;
+    }
+    do {
+        ret = readv(ep->fd, iov, iovcnt);
+    } while ((ret < 0) && (errno == EINTR));
+    if (ret <= 0) {
+        return rx_read_error(ep, ret);
+    }
+    ep->rx_drained = ((size_t)ret < space);
+    *n_p           = (size_t)ret;
+    return 1;
+}
+
+/* Make n contiguous unparsed bytes available in the staging buffer. 1 = there, 0 = wait. */
+static int rx_fill(xfer_ep_h ep, size_t n)
+{
+    while (ep->rlen - ep->roff < n) {
+        struct iovec iov;
+        size_t got;
+        int ret;
+
+        if (ep->roff == ep->rlen) {
+            ep->roff = ep->rlen = 0;
+        } else if (XFER_TCP_RX_BUF_LEN - ep->roff < n) {
+            memmove(ep->rbuf, ep->rbuf + ep->roff, ep->rlen - ep->roff);
+            ep->rlen -= ep->roff;
+            ep->roff  = 0;
+        }
+        iov.iov_base = ep->rbuf + ep->rlen;
+        iov.iov_len  = XFER_TCP_RX_BUF_LEN - ep->rlen;
+        ret          = rx_read(ep, &iov, 1, &got);
+        if (ret <= 0) {
+            return ret;
+        }
+        ep->rlen += got;
+    }
+    return 1;
+}
+
+/* Move the payload to its destination, then discard what is to be drained. */
+static int rx_data(xfer_ep_h ep)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+    struct iovec iov[2];
+    size_t n;
+    int ret;
+
+    while (rx->got < rx->want) {
+        size_t avail = ep->rlen - ep->roff;
+
+        if (avail > 0) {
+            n = (avail < rx->want - rx->got) ? avail : rx->want - rx->got;
+            memcpy(rx->dest + rx->got, ep->rbuf + ep->roff, n);
+            ep->roff += n;
+            rx->got  += n;
+            continue;
+        }
+        ep->roff = ep->rlen = 0;
+        iov[0].iov_base = rx->dest + rx->got;
+        iov[0].iov_len  = rx->want - rx->got;
+        iov[1].iov_base = ep->rbuf;
+        iov[1].iov_len  = XFER_TCP_RX_BUF_LEN;
+        ret = rx_read(ep, iov, 2, &n);
+        if (ret <= 0) {
+            return ret;
+        }
+        if (n <= iov[0].iov_len) {
+            rx->got += n;
+        } else {
+            ep->rlen = n - iov[0].iov_len;
+            rx->got  = rx->want;
+        }
+    }
+    while (rx->drain > 0) {
+        size_t avail = ep->rlen - ep->roff;
+
+        if (avail > 0) {
+            n = (avail < rx->drain) ? avail : (size_t)rx->drain;
+            ep->roff  += n;
+            rx->drain -= n;
+            continue;
+        }
+        ep->roff = ep->rlen = 0;
+        iov[0].iov_base = ep->rbuf;
+        iov[0].iov_len  = XFER_TCP_RX_BUF_LEN;
+        ret = rx_read(ep, iov, 1, &ep->rlen);
+        if (ret <= 0) {
+            return ret;
+        }
+    }
+    return 1;
+}
+
+/* Advance the receive state machine by at most one frame: 1 = a frame was handled,
+ * 0 = waiting for input (or paused), -1 = the ep failed. */
+static int rx_step(xfer_ep_h ep)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+    char why[XFER_REASON_MAX] = "";
+    xfer_status_t status;
+    int ret;
+
+    for (;;) {
+        switch (rx->state) {
+        case XFER_TCP_RX_HDR:
+            ret = rx_fill(ep, XFER_TCP_WIRE_HDR_LEN);
+            if (ret <= 0) {
+                return ret;
+            }
+            status = xfer_tcp_wire_unpack_hdr(ep->rbuf + ep->roff, &ep->iface->limits,
+                                              &rx->hdr, why, sizeof(why));
+            if (status != XFER_OK) {
+                xfer_tcp_ep_fail(ep, status, "%s", why);
+                return -1;
+            }
+            ep->roff   += XFER_TCP_WIRE_HDR_LEN;
+            rx->handler = rx_handler(rx->hdr.type);
+            if (rx->handler == NULL) {  /* the parser knows every type; stay safe anyway */
+                xfer_tcp_ep_fail(ep, XFER_ERR_PROTOCOL, "no handler for frame type %u",
+                                 rx->hdr.type);
+                return -1;
+            }
+            rx->ext_len = rx->handler->ext_len;
+            rx->state   = XFER_TCP_RX_EXT;
+            break;
+        case XFER_TCP_RX_EXT:
+        case XFER_TCP_RX_PAUSED:
+            if (rx->ext_len > 0) {
+                ret = rx_fill(ep, rx->ext_len);
+                if (ret <= 0) {
+                    return ret;
+                }
+            }
+            status = rx->handler->on_ext(ep, ep->rbuf + ep->roff, why, sizeof(why));
+            if (status == XFER_INPROGRESS) {
+                continue;   /* the handler raised ext_len */
+            }
+            if (status == XFER_ERR_BUSY) {
+                if (rx->state != XFER_TCP_RX_PAUSED) {
+                    rx->state = XFER_TCP_RX_PAUSED;
+                    xfer_tcp_ep_update_events(ep);
+                    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p pauses its input: "
+                                "%llu bytes of unexpected messages are buffered", (void*)ep,
+                                (unsigned long long)ep->iface->unexp_bytes);
+                }
+                return 0;
+            }
+            if (status != XFER_OK) {
+                xfer_tcp_ep_fail(ep, status, "%s", why);
+                return -1;
+            }
+            ep->roff += rx->ext_len;
+            if (rx->state == XFER_TCP_RX_PAUSED) {
+                rx->state = XFER_TCP_RX_DATA;
+                xfer_tcp_ep_update_events(ep);  /* input is watched again */
+            }
+            rx->state = XFER_TCP_RX_DATA;
+            break;
+        case XFER_TCP_RX_DATA:
+            ret = rx_data(ep);
+            if (ret <= 0) {
+                return ret;
+            }
+            status = rx->handler->on_done(ep, why, sizeof(why));
+            rx_reset(ep);
+            if (status != XFER_OK) {
+                xfer_tcp_ep_fail(ep, status, "%s", why);
+                return -1;
+            }
+            return 1;
+        }
+    }
+}
+
+unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
+{
+    unsigned frames = 0;
+
+    ep->rx_drained = 0;     /* called on an event, or with input buffered: read again */
+    while (ep->state == XFER_TCP_EP_CONNECTED) {
+        if (frames >= XFER_TCP_RX_BUDGET) {
+            xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */
+            break;
+        }
+        if (rx_step(ep) <= 0) {
+            break;
+        }
+        frames++;
+    }
+    xfer_tcp_ep_tx_post(ep);    /* responses the frames asked for */
+    return frames;
+}
+
+unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
+{
+    if (ep->state != XFER_TCP_EP_CONNECTED) {
+        return 0;   /* failed earlier in this progress() */
+    }
+    if (events & EPOLLOUT) {
+        xfer_tcp_ep_flush(ep);
+    }
+    if ((ep->rx.state == XFER_TCP_RX_PAUSED) && (events & (EPOLLERR | EPOLLHUP))) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+
+        getsockopt(ep->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "connection lost while input was paused%s%s",
+                         err ? ": " : "", err ? strerror(err) : "");
+        return 1;
+    }
+    if ((ep->state == XFER_TCP_EP_CONNECTED) && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+        return xfer_tcp_ep_rx_progress(ep) + 1;
+    }
+    return 1;
+}

@@ -1,0 +1,216 @@
+/*
+ * The send queue of a tcp endpoint and the epoll events it watches: every frame the endpoint
+ * sends - a posting call's, or a response a received frame asked for - goes through it.
+ *
+ * Sending: small frames are copied into coalescing buffers at the tail of the queue; large
+ * data is queued as a reference to the caller's memory (header + data, written with one
+ * sendmsg). flush() writes as much as the socket takes and watches EPOLLOUT only while
+ * something is left.
+ */
+#include "tcp.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+static size_t tx_length(const xfer_tcp_tx_t *tx)
+{
+    return tx->iov[0].iov_len + tx->iov[1].iov_len;
+}
+
+uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
+{
+    xfer_tcp_tx_t *tx;
+    uint8_t *p;
+    size_t cap;
+
+    if (!ucs_list_is_empty(&ep->txq)) {
+        tx = ucs_list_tail(&ep->txq, xfer_tcp_tx_t, list);
+        if ((tx->kind == XFER_TCP_TX_BUF) && (tx->cap - tx->iov[0].iov_len >= len)) {
+            p = (uint8_t*)tx->iov[0].iov_base + tx->iov[0].iov_len;
+            tx->iov[0].iov_len += len;
+            return p;
+        }
+    }
+    cap = (len > XFER_TCP_TX_BUF_LEN) ? len : XFER_TCP_TX_BUF_LEN;
+    tx  = malloc(sizeof(*tx) + cap);
+    if (tx == NULL) {
+        return NULL;
+    }
+    memset(tx, 0, sizeof(*tx));
+    tx->kind           = XFER_TCP_TX_BUF;
+    tx->cap            = cap;
+    tx->iov[0].iov_base = tx + 1;
+    tx->iov[0].iov_len  = len;
+    ucs_list_add_tail(&ep->txq, &tx->list);
+    return (uint8_t*)(tx + 1);
+}
+
+void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+{
+    tx->sent = 0;
+    ucs_list_add_tail(&ep->txq, &tx->list);
+}
+
+/* A queue entry was written completely. */
+static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+{
+    xfer_tcp_op_t *op;
+
+    switch (tx->kind) {
+    case XFER_TCP_TX_OP:
+        op = ucs_container_of(tx, xfer_tcp_op_t, tx);
+        op->tx_pending = 0;
+        if (op->kind == XFER_TCP_OP_SEND) {
+            xfer_tcp_op_complete(op, XFER_OK, op->len, 0);
+        }
+        break;      /* a put completes with its PUT_ACK */
+    case XFER_TCP_TX_PREQ:
+        /* released by the next progress(): never from inside a tensor's ready() */
+        ucs_list_add_tail(&ep->iface->releases,
+                          &ucs_container_of(tx, xfer_tcp_preq_t, tx)->list);
+        break;
+    case XFER_TCP_TX_GET_RESP:
+        free(tx->owned);
+        free(tx);
+        break;
+    default:
+        free(tx);
+        break;
+    }
+}
+
+void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
+{
+    xfer_iface_h iface = ep->iface;
+    xfer_tcp_preq_t *preq;
+    xfer_tcp_op_t *op;
+
+    switch (tx->kind) {
+    case XFER_TCP_TX_OP:
+        op = ucs_container_of(tx, xfer_tcp_op_t, tx);
+        op->tx_pending = 0;
+        if (op->kind == XFER_TCP_OP_SEND) {
+            xfer_tcp_op_complete(op, status, 0, 0);
+        }
+        break;      /* a put is completed with the ep's outstanding requests */
+    case XFER_TCP_TX_PREQ:
+        preq = ucs_container_of(tx, xfer_tcp_preq_t, tx);
+        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
+            iface->params.tensor_release(iface->params.fw_arg, preq->handle, status);
+        }
+        xfer_tcp_preq_free(preq);
+        break;
+    case XFER_TCP_TX_GET_RESP:
+        free(tx->owned);
+        free(tx);
+        break;
+    default:
+        free(tx);
+        break;
+    }
+}
+
+static void tx_advance(xfer_ep_h ep, size_t n)
+{
+    while (n > 0) {
+        xfer_tcp_tx_t *tx = ucs_list_head(&ep->txq, xfer_tcp_tx_t, list);
+        size_t left       = tx_length(tx) - tx->sent;
+
+        if (n < left) {
+            tx->sent += n;
+            return;
+        }
+        n -= left;
+        ucs_list_del(&tx->list);
+        tx_done(ep, tx);
+    }
+}
+
+void xfer_tcp_ep_flush(xfer_ep_h ep)
+{
+    struct iovec iov[XFER_TCP_IOV_MAX];
+
+    if (ep->state != XFER_TCP_EP_CONNECTED) {
+        return;
+    }
+    while (!ucs_list_is_empty(&ep->txq)) {
+        struct msghdr msg = {0};
+        size_t total      = 0;
+        xfer_tcp_tx_t *tx;
+        int cnt = 0;
+        ssize_t n;
+
+        ucs_list_for_each(tx, &ep->txq, list) {
+            size_t skip = tx->sent;
+
+            for (int i = 0; (i < 2) && (cnt < XFER_TCP_IOV_MAX); i++) {
+                if (skip >= tx->iov[i].iov_len) {
+                    skip -= tx->iov[i].iov_len;
+                    continue;
+                }
+                iov[cnt].iov_base = (uint8_t*)tx->iov[i].iov_base + skip;
+                iov[cnt].iov_len  = tx->iov[i].iov_len - skip;
+                total            += iov[cnt].iov_len;
+                skip              = 0;
+                cnt++;
+            }
+            if (cnt >= XFER_TCP_IOV_MAX) {
+                break;
+            }
+        }
+        msg.msg_iov    = iov;
+        msg.msg_iovlen = (size_t)cnt;
+        n = sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                break;
+            }
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "send: %s", strerror(errno));
+            return;
+        }
+        tx_advance(ep, (size_t)n);
+        if ((size_t)n < total) {
+            break;  /* the socket is full */
+        }
+    }
+    xfer_tcp_ep_update_events(ep);
+}
+
+void xfer_tcp_ep_tx_post(xfer_ep_h ep)
+{
+    if (!(ep->events & EPOLLOUT)) {
+        xfer_tcp_ep_flush(ep);
+    }
+}
+
+void xfer_tcp_ep_update_events(xfer_ep_h ep)
+{
+    struct epoll_event ev = {0};
+    uint32_t events       = 0;
+
+    if (ep->state != XFER_TCP_EP_CONNECTED) {
+        return;
+    }
+    if (ep->rx.state != XFER_TCP_RX_PAUSED) {
+        events |= EPOLLIN;
+    }
+    if (!ucs_list_is_empty(&ep->txq)) {
+        events |= EPOLLOUT;
+    }
+    if (events == ep->events) {
+        return;
+    }
+    ev.events   = events;
+    ev.data.ptr = ep;
+    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_MOD, ep->fd, &ev) != 0) {
+        xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "epoll_ctl: %s", strerror(errno));
+        return;
+    }
+    ep->events = events;
+}
