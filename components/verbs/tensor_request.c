@@ -25,7 +25,7 @@
  * ERROR_STATUS that answers the withdrawal) came: the caller's buffer is never written after
  * its fetch completed. A request whose destination was never told completes at once.
  *
- * Request indices are the channel's slot table (slot + generation, verbs_channel.c): an
+ * Request indices are the channel's slot table (slot + generation, verbs_slots.c): an
  * answer for a request that ended finds another generation and is rejected and counted,
  * never applied to the slot's next owner.
  *

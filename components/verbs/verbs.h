@@ -1,7 +1,11 @@
 /*
  * The verbs component's internals, shared by its files:
  *   verbs_adapter.c  device, port and GID selection, PD, CQ, completion channel, progress
- *   verbs_channel.c  one RC QP per peer: connection, message slots, credits, send queue
+ *   verbs_channel.c  one RC QP per peer: creation, connection, liveness, failure, teardown
+ *   verbs_tx.c       a channel's sending: messages, RDMA chunks, credits, its send queue
+ *   verbs_rx.c       a channel's receives, their batched reposts, and its completions
+ *   verbs_slots.c    a channel's outstanding exchanges, found again by the peer's answer
+ *   verbs_counters.c a channel's counters by name
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
  *   verbs_rma.c      registered memory, remote keys, put and get
  *   verbs_tag.c      tagged messages: eager through the slots, rendezvous by RDMA READ
@@ -399,6 +403,11 @@ struct xfer_rkey {
 #define XFER_VERBS_WR_NONE   0x7fffffffu
 #define XFER_VERBS_WR_CREDIT 0x7ffffffeu
 
+static inline uint64_t xfer_verbs_wr_id(xfer_ep_h ch, uint32_t low)
+{
+    return ((uint64_t)ch->id << 32) | low;
+}
+
 /* ---- verbs_adapter.c -------------------------------------------------------------------------- */
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
                                     xfer_iface_h *iface_p);
@@ -430,6 +439,17 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
 xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
 void xfer_verbs_ep_destroy(xfer_ep_h ep);
 xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch);
+void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Socket events of the bootstrap connection. */
+void xfer_verbs_ch_sock_event(xfer_ep_h ch);
+void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
+
+/* ---- verbs_tx.c ------------------------------------------------------------------------------- */
+/* Post one work request, signalled when signal is set or the interval asks for it; op is
+ * the RDMA op whose chunk it is, or NULL. 0 posted, -1 the channel failed. */
+int xfer_verbs_ch_post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_t *op,
+                            int signal);
 /* Post a data message at once when nothing is queued before it and a credit and send queue
  * room are there: 1 posted (payload copied or inline: the caller's buffer is free), 0 not
  * now (queue it as an op), -1 the channel failed. */
@@ -442,14 +462,18 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
                                       const void *ext, size_t ext_len, const void *payload,
                                       size_t payload_len);
 void xfer_verbs_ch_progress_pending(xfer_ep_h ch);
-void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
-void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Socket events of the bootstrap connection. */
-void xfer_verbs_ch_sock_event(xfer_ep_h ch);
-void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
 /* A received data message was consumed later (unexpected over the cap). */
 void xfer_verbs_ch_credit_release(xfer_ep_h ch);
+
+/* ---- verbs_rx.c ------------------------------------------------------------------------------- */
+/* Post the receive of slot idx. */
+xfer_status_t xfer_verbs_ch_rx_post(xfer_ep_h ch, uint32_t idx);
+/* Post the slots due for a repost in one batch; their owed credits become returnable.
+ * 0, or -1 the channel failed. */
+int xfer_verbs_ch_rx_flush(xfer_ep_h ch);
+void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
+
+/* ---- verbs_slots.c ---------------------------------------------------------------------------- */
 xfer_status_t xfer_verbs_slot_alloc(xfer_ep_h ch, xfer_verbs_slot_kind_t kind, void *obj,
                                     uint64_t *id_p);
 xfer_verbs_slot_t *xfer_verbs_slot_find(xfer_ep_h ch, uint64_t id);
@@ -515,7 +539,7 @@ void xfer_verbs_rsp_release(xfer_verbs_rsp_t *rsp);
 void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
                                   xfer_status_t status, const char *reason);
 
-/* ---- counters -------------------------------------------------------------------------------- */
+/* ---- verbs_counters.c ------------------------------------------------------------------------- */
 void xfer_verbs_ep_counters(xfer_ep_h ep, xfer_counter_t *counters, size_t *count_p);
 
 #endif

@@ -1,6 +1,10 @@
 /*
- * A channel: one RC queue pair to one peer, with many message slots and credit-based flow
- * control (where the seeds' design had one slot per peer and an ACK per message).
+ * A channel's life: one RC queue pair to one peer, with many message slots and credit-based
+ * flow control (where the seeds' design had one slot per peer and an ACK per message), from
+ * creation through connection and liveness to failure and teardown. What it sends is posted
+ * by verbs_tx.c, what it receives and every completion are handled by verbs_rx.c, the ids of
+ * its outstanding exchanges live in verbs_slots.c and its counters are listed by
+ * verbs_counters.c.
  *
  * Connection. ep_create() takes the QP to INIT and posts every receive; the endpoint
  * addresses (QPN, a random non-zero PSN, slot count and size, a keepalive word) cross the
@@ -8,21 +12,6 @@
  * writes one byte on the bootstrap connection. Nothing is sent before the peer's byte
  * arrives: its QP is then in RTR, so no first packet is dropped into a retry. The bootstrap
  * connection stays open as a liveness wire: the peer's death closes it at once.
- *
- * Credits. A sender holds one credit per receive the peer has posted for it and spends one
- * per message. Receivers repost consumed slots in batches (an eighth of the slots, at most
- * XFER_VERBS_RX_BATCH_MAX, per ibv_post_recv) and owe a credit back once its slot is posted
- * again: piggybacked on the next message (which also posts the batch early once a quarter
- * of the slots are unreturned), or, when half the slots are unreturned and no queued message
- * can carry them, by a zero-length RDMA WRITE WITH IMMEDIATE (the immediate is the count).
- * Data messages leave
- * XFER_VERBS_CTRL_CREDITS credits for answers (FIN, the tensor messages and writes), so
- * answers always pass even when a receiver holds credits back for its unexpected queue.
- *
- * Send queue. Sends are signalled every SIGNAL_INTERVAL work requests (and RDMA operations
- * always): RC completes in order, so one completion frees the send queue entries and copy
- * buffers of everything posted before it. Whatever cannot be posted (no credit, no room)
- * waits in the channel's queue, in order.
  *
  * Errors. A completion with an error fails the channel: every pending operation completes
  * with a status, the failure is logged with ibv_wc_status_str, the framework hears of it
@@ -34,24 +23,21 @@
 
 #include <ucs/sys/math.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define READY_BYTE          'R'
 #define CONNECT_WAIT_MAX    30.0    /* seconds to wait for the peer's ready byte */
 #define DESTROY_DRAIN_MAX   0.2     /* seconds ep_destroy waits for sends to complete */
-#define SLOTS_INITIAL       64
-#define SLOTS_MAX           (1u << 20)
 
 static uint32_t random_psn(void)
 {
@@ -62,84 +48,6 @@ static uint32_t random_psn(void)
     }
     psn &= 0xffffff;
     return (psn != 0) ? psn : 1;
-}
-
-static uint64_t wr_id(xfer_ep_h ch, uint32_t low)
-{
-    return ((uint64_t)ch->id << 32) | low;
-}
-
-/* ---- outstanding-exchange slots ---------------------------------------------------------- */
-
-xfer_status_t xfer_verbs_slot_alloc(xfer_ep_h ch, xfer_verbs_slot_kind_t kind, void *obj,
-                                    uint64_t *id_p)
-{
-    xfer_verbs_slot_t *slot;
-    uint32_t idx;
-
-    if (ch->free_slot == UINT32_MAX) {
-        uint32_t n = ch->num_slots ? ch->num_slots * 2 : SLOTS_INITIAL;
-        xfer_verbs_slot_t *slots;
-
-        if (n > SLOTS_MAX) {
-            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "more than %u exchanges outstanding "
-                     "on one channel", SLOTS_MAX);
-            return XFER_ERR_NO_RESOURCE;
-        }
-        slots = realloc(ch->slots, n * sizeof(*slots));
-        if (slots == NULL) {
-            return XFER_ERR_NO_MEMORY;
-        }
-        for (uint32_t i = ch->num_slots; i < n; i++) {
-            slots[i].gen       = 1;
-            slots[i].kind      = XFER_VERBS_SLOT_FREE;
-            slots[i].obj       = NULL;
-            slots[i].next_free = (i + 1 < n) ? i + 1 : UINT32_MAX;
-        }
-        ch->free_slot = ch->num_slots;
-        ch->slots     = slots;
-        ch->num_slots = n;
-    }
-    idx           = ch->free_slot;
-    slot          = &ch->slots[idx];
-    ch->free_slot = slot->next_free;
-    slot->kind    = kind;
-    slot->obj     = obj;
-    ch->busy_slots++;
-    *id_p = ((uint64_t)slot->gen << 32) | idx;
-    if (kind == XFER_VERBS_SLOT_FETCH) {
-        ((xfer_verbs_treq_t*)obj)->slot = idx;
-    } else {
-        ((xfer_verbs_op_t*)obj)->slot = idx;
-    }
-    return XFER_OK;
-}
-
-/* The generation makes a stale or duplicate id miss instead of hitting a reused slot. */
-xfer_verbs_slot_t *xfer_verbs_slot_find(xfer_ep_h ch, uint64_t id)
-{
-    uint32_t idx = (uint32_t)id;
-
-    if ((idx >= ch->num_slots) || (ch->slots[idx].gen != (uint32_t)(id >> 32)) ||
-        (ch->slots[idx].kind == XFER_VERBS_SLOT_FREE)) {
-        return NULL;
-    }
-    return &ch->slots[idx];
-}
-
-void xfer_verbs_slot_free(xfer_ep_h ch, uint32_t idx)
-{
-    xfer_verbs_slot_t *slot = &ch->slots[idx];
-
-    slot->gen++;
-    if (slot->gen == 0) {
-        slot->gen = 1;
-    }
-    slot->kind      = XFER_VERBS_SLOT_FREE;
-    slot->obj       = NULL;
-    slot->next_free = ch->free_slot;
-    ch->free_slot   = idx;
-    ch->busy_slots--;
 }
 
 /* ---- creation and connection ------------------------------------------------------------- */
@@ -183,68 +91,6 @@ static xfer_status_t qp_create(xfer_ep_h ch)
         return XFER_ERR_NO_RESOURCE;
     }
     return XFER_OK;
-}
-
-/* The receive work request of slot idx, its one scatter entry in sge. */
-static void rx_wr_fill(xfer_ep_h ch, uint32_t idx, struct ibv_recv_wr *wr, struct ibv_sge *sge)
-{
-    sge->addr   = (uintptr_t)(ch->rx_slab + (size_t)idx * ch->iface->cfg->seg_size);
-    sge->length = (uint32_t)ch->iface->cfg->seg_size;
-    sge->lkey   = ch->rx_mr->lkey;
-    wr->wr_id   = wr_id(ch, XFER_VERBS_WR_RECV | idx);
-    wr->sg_list = sge;
-    wr->num_sge = 1;
-    wr->next    = NULL;
-}
-
-static xfer_status_t rx_post(xfer_ep_h ch, uint32_t idx)
-{
-    struct ibv_recv_wr wr, *bad;
-    struct ibv_sge sge;
-
-    rx_wr_fill(ch, idx, &wr, &sge);
-    return (ibv_post_recv(ch->qp, &wr, &bad) == 0) ? XFER_OK : XFER_ERR_NO_RESOURCE;
-}
-
-/* Consumed slots are reposted in batches: one ibv_post_recv for rx_batch of them. A slot's
- * credit becomes owed (returnable) only once it is posted again, so the peer never sends
- * into a slot that is not there; rx_due_owed counts the credits that wait on the post. */
-static int rx_flush(xfer_ep_h ch)
-{
-    struct ibv_recv_wr wrs[XFER_VERBS_RX_BATCH_MAX], *bad;
-    struct ibv_sge sges[XFER_VERBS_RX_BATCH_MAX];
-
-    if (ch->rx_due == 0) {
-        return 0;
-    }
-    for (uint32_t i = 0; i < ch->rx_due; i++) {
-        rx_wr_fill(ch, ch->rx_due_idx[i], &wrs[i], &sges[i]);
-        if (i > 0) {
-            wrs[i - 1].next = &wrs[i];
-        }
-    }
-    if (ibv_post_recv(ch->qp, wrs, &bad) != 0) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_recv of %u receives: %s", ch->rx_due,
-                           strerror(errno));
-        return -1;
-    }
-    ch->credits_owed += ch->rx_due_owed;
-    ch->rx_due        = 0;
-    ch->rx_due_owed   = 0;
-    return 0;
-}
-
-/* Slot idx was consumed: repost it (with the next batch). owed: its credit goes back to
- * the peer once it is posted; else it is held (see credits_held). */
-static int rx_repost(xfer_ep_h ch, uint32_t idx, int owed)
-{
-    ch->rx_due_idx[ch->rx_due++] = idx;
-    if (owed) {
-        ch->rx_due_owed++;
-    } else {
-        ch->credits_held++;
-    }
-    return (ch->rx_due >= ch->rx_batch) ? rx_flush(ch) : 0;
 }
 
 static xfer_status_t buffers_create(xfer_ep_h ch)
@@ -384,7 +230,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         goto err;
     }
     for (uint32_t i = 0; i < ch->rx_slots; i++) {
-        status = rx_post(ch, i);
+        status = xfer_verbs_ch_rx_post(ch, i);
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "ibv_post_recv: %s", strerror(errno));
             goto err;
@@ -556,491 +402,6 @@ xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch)
         return ch->fail_status;
     }
     return (ch->state == XFER_VERBS_CH_CREATED) ? XFER_ERR_BUSY : XFER_OK;
-}
-
-/* ---- sending ----------------------------------------------------------------------------- */
-
-/* Post one work request. Signal it when asked to, or when enough went unsignalled that the
- * send queue or the copy buffers could run out before the next completion. */
-static int post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_t *op, int signal)
-{
-    struct ibv_send_wr *bad;
-    uint32_t idx = XFER_VERBS_WR_NONE;
-
-    if (!signal && (++ch->unsignaled >= ch->signal_interval)) {
-        signal = 1;
-    }
-    if (signal) {
-        struct xfer_verbs_wr *e;
-
-        idx            = ch->wr_head % ch->sq_len;
-        e              = &ch->wrs[idx];
-        e->seq         = ch->sq_posted + 1;
-        e->tx_head     = ch->tx_head;
-        e->op          = op;
-        wr->send_flags |= IBV_SEND_SIGNALED;
-    }
-    wr->wr_id = wr_id(ch, idx);
-    if (ibv_post_send(ch->qp, wr, &bad) != 0) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_send (%s): %s",
-                           (wr->opcode == IBV_WR_SEND) ? "send" : "RDMA", strerror(errno));
-        return -1;
-    }
-    if (signal) {
-        ch->wr_head++;
-        ch->unsignaled = 0;
-    }
-    ch->sq_posted++;
-    ch->sq_free--;
-    return 0;
-}
-
-/* Whether a message can be posted now: a credit (a data message leaves the control
- * reserve) and send queue room (one entry stays free for credit returns). */
-static int msg_postable(const xfer_ep_h ch, int ctrl)
-{
-    return (ctrl ? (ch->credits >= 1) : (ch->credits > XFER_VERBS_CTRL_CREDITS)) &&
-           (ch->sq_free > 1);
-}
-
-static uint16_t credits_take(xfer_ep_h ch)
-{
-    uint32_t n = (ch->credits_owed > 0xffff) ? 0xffff : ch->credits_owed;
-
-    ch->credits_owed -= n;
-    return (uint16_t)n;
-}
-
-/* XFER_VERBS_TEST_CORRUPT: damage this message (once) as the tests asked. */
-static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
-{
-    const char *how = iface->corrupt_how;
-
-    iface->corrupt_type = 0;
-    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "damaging a %s (%s) on purpose",
-             xfer_verbs_msg_name(msg[3]), how);
-    if (strcmp(how, "type") == 0) {
-        msg[3] = 0x7f;
-    } else if (strcmp(how, "version") == 0) {
-        msg[2] = 0x7f;
-    } else if ((strcmp(how, "short") == 0) && (msg_len > XFER_VERBS_WIRE_HDR_LEN)) {
-        return msg_len - 1;     /* a 40-byte header still claims the byte; a TENSOR_REQUEST's
-                                 * key length does */
-    } else if (strcmp(how, "field") == 0) {
-        size_t hdr_len = xfer_verbs_wire_hdr_len(msg[3]);
-
-        /* TENSOR_REQUEST: its key_len; META_DATA_UPDATE: its rank */
-        if (msg_len >= hdr_len + 16) {
-            msg[hdr_len + ((msg[3] == XFER_VERBS_MSG_TENSOR_REQUEST) ? 12 : 9)] = 0xff;
-        }
-    }
-    return msg_len;
-}
-
-/* Post a message, msg (header and extension, its credits field filled here) then payload:
- * inline when it fits, else copied into the next copy buffer. */
-static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
-                    size_t payload_len)
-{
-    size_t total = msg_len + payload_len;
-    struct ibv_send_wr wr;
-    struct ibv_sge sge[2];
-    uint16_t credits;
-
-    /* once a quarter of the slots are unreturned, the ones waiting for their repost go too:
-     * the peer must not starve for credits this message could have carried */
-    if ((ch->rx_due_owed > 0) && (ch->credits_owed + ch->rx_due_owed >= ch->rx_slots / 4) &&
-        (rx_flush(ch) != 0)) {
-        return -1;
-    }
-    credits = credits_take(ch);
-    if (ch->iface->corrupt_type == msg[3]) {
-        msg_len = corrupt(ch->iface, msg, msg_len);
-        total   = msg_len + payload_len;
-    }
-
-    msg[4] = (uint8_t)credits;      /* the header's credits field, little-endian */
-    msg[5] = (uint8_t)(credits >> 8);
-    memset(&wr, 0, sizeof(wr));
-    wr.opcode  = IBV_WR_SEND;
-    wr.sg_list = sge;
-    if (total <= ch->iface->max_inline) {
-        sge[0].addr   = (uintptr_t)msg;
-        sge[0].length = (uint32_t)msg_len;
-        sge[0].lkey   = 0;
-        sge[1].addr   = (uintptr_t)payload;
-        sge[1].length = (uint32_t)payload_len;
-        sge[1].lkey   = 0;
-        wr.num_sge    = (payload_len > 0) ? 2 : 1;
-        wr.send_flags = IBV_SEND_INLINE;
-    } else {
-        uint8_t *buf = ch->tx_slab + (ch->tx_head % ch->tx_slots) * ch->iface->cfg->seg_size;
-
-        memcpy(buf, msg, msg_len);
-        if (payload_len > 0) {
-            memcpy(buf + msg_len, payload, payload_len);
-        }
-        ch->tx_head++;
-        sge[0].addr   = (uintptr_t)buf;
-        sge[0].length = (uint32_t)total;
-        sge[0].lkey   = ch->tx_mr->lkey;
-        wr.num_sge    = 1;
-    }
-    ch->credits--;
-    ch->stats.tx_msgs[(msg[3] < XFER_VERBS_MSG_LAST) ? msg[3] : 0]++;
-    xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: send %s, %zu bytes (%s), %u "
-                "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
-                total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
-                credits);
-    return post_send(ch, &wr, NULL, 0);
-}
-
-/* Post RDMA chunks of op while the send queue has room; 1 when all are posted. A tensor
- * write's last chunk (maybe of 0 bytes) carries its immediate: it consumes a receive at the
- * peer, so it waits for a credit like a message. */
-static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
-{
-    size_t chunk = ch->iface->port_attr.max_msg_sz;
-
-    if ((chunk == 0) || (chunk > (1u << 30))) {
-        chunk = 1u << 30;
-    }
-    while ((op->rdma_posted < op->rdma_len) || op->imm_pending) {
-        size_t len = op->rdma_len - op->rdma_posted;
-        struct ibv_sge sge;
-        struct ibv_send_wr wr;
-
-        if (ch->sq_free <= 1) {     /* one stays free for credit returns */
-            return 0;
-        }
-        if (len > chunk) {
-            len = chunk;
-        }
-        sge.addr   = (uintptr_t)op->buf + op->rdma_posted;
-        sge.length = (uint32_t)len;
-        sge.lkey   = op->lkey;
-        memset(&wr, 0, sizeof(wr));
-        wr.opcode              = (enum ibv_wr_opcode)op->opcode;
-        wr.sg_list             = &sge;
-        wr.num_sge             = (len > 0) ? 1 : 0;
-        wr.wr.rdma.remote_addr = op->raddr + op->rdma_posted;
-        wr.wr.rdma.rkey        = op->rkey;
-        if ((op->opcode == IBV_WR_RDMA_WRITE) && (len > 0) && (len <= ch->iface->max_inline)) {
-            /* a small write goes inside the work request, as ib_write_lat's does: the
-             * device need not fetch it through the key */
-            wr.send_flags = IBV_SEND_INLINE;
-        }
-        if (op->imm_pending && (op->rdma_posted + len == op->rdma_len)) {
-            /* unlike a message it carries no credits back, so it leaves the last credit
-             * for a credit return: two sides that both spent theirs would wait forever */
-            if ((ch->credits < 2) || !msg_postable(ch, 1)) {
-                ch->stats.credit_stalls++;
-                return 0;
-            }
-            wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wr.imm_data = htonl(op->imm);
-            ch->credits--;
-            op->imm_pending = 0;
-            ch->stats.tx_writes++;
-            ch->stats.tx_write_bytes += op->rdma_len;
-        }
-        if (post_send(ch, &wr, op, 1) != 0) {
-            return -1;
-        }
-        op->rdma_posted += len;
-        op->rdma_inflight++;
-    }
-    return 1;
-}
-
-/* Whether the first queued message can go now (and carry the owed credits). */
-static int pendq_head_ready(xfer_ep_h ch)
-{
-    const xfer_verbs_op_t *op;
-
-    if (ucs_list_is_empty(&ch->pendq)) {
-        return 0;
-    }
-    op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
-    return (op->post == XFER_VERBS_POST_MSG) && msg_postable(ch, op->ctrl);
-}
-
-/* Return owed credits alone when half the slots are owed and no message will carry them -
- * none is queued, or the first is stuck (waiting for credits the peer may be waiting on us
- * to return). */
-static void credits_return(xfer_ep_h ch)
-{
-    struct ibv_send_wr wr;
-
-    /* half of the slots not held for unexpected messages: with many held, the few left
-     * (at least the control credits) must still come back */
-    uint32_t threshold = (ch->rx_slots - ch->credits_held) / 2;
-
-    if ((ch->state != XFER_VERBS_CH_CONNECTED) ||
-        (ch->credits_owed + ch->rx_due_owed == 0) ||
-        (ch->credits_owed + ch->rx_due_owed < threshold) || pendq_head_ready(ch) ||
-        (ch->credits < 1) || (ch->sq_free < 1)) {
-        return;
-    }
-    if (rx_flush(ch) != 0) {
-        return;
-    }
-    memset(&wr, 0, sizeof(wr));
-    wr.opcode              = IBV_WR_RDMA_WRITE_WITH_IMM;
-    wr.imm_data            = htonl(credits_take(ch));
-    wr.num_sge             = 0;
-    wr.wr.rdma.remote_addr = ch->peer.ka_addr;
-    wr.wr.rdma.rkey        = ch->peer.ka_rkey;
-    ch->credits--;
-    post_send(ch, &wr, NULL, 0);
-}
-
-void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
-{
-    while ((ch->state == XFER_VERBS_CH_CONNECTED) && !ucs_list_is_empty(&ch->pendq)) {
-        xfer_verbs_op_t *op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
-        int done;
-
-        if (op->post == XFER_VERBS_POST_MSG) {
-            if (!msg_postable(ch, op->ctrl)) {
-                ch->stats.credit_stalls += (ch->sq_free > 1);
-                break;
-            }
-            done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
-                   1 : -1;
-        } else {
-            done = post_rdma(ch, op);
-        }
-        if (done <= 0) {
-            break;      /* no room (0), or the channel failed (-1) and flushed the queue */
-        }
-        ucs_list_del(&op->list);
-        op->post = XFER_VERBS_POST_NONE;
-        if ((op->kind == XFER_VERBS_OP_CTRL) ||
-            ((op->kind == XFER_VERBS_OP_SEND) && (op->slot == UINT32_MAX))) {
-            /* copied or inline: the caller's buffer is free (eager sends complete now) */
-            xfer_verbs_op_complete(op, XFER_OK, op->payload_len, 0);
-        }
-    }
-    credits_return(ch);
-}
-
-int xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
-                           size_t payload_len)
-{
-    if ((ch->state != XFER_VERBS_CH_CONNECTED) || !ucs_list_is_empty(&ch->pendq) ||
-        !msg_postable(ch, 0)) {
-        return 0;
-    }
-    if (post_msg(ch, msg, msg_len, payload, payload_len) != 0) {
-        return -1;
-    }
-    credits_return(ch);
-    return 1;
-}
-
-void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op)
-{
-    ucs_list_add_tail(&ch->pendq, &op->list);
-    xfer_verbs_ch_progress_pending(ch);
-}
-
-xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
-                                      const void *ext, size_t ext_len, const void *payload,
-                                      size_t payload_len)
-{
-    xfer_verbs_op_t *op;
-    xfer_verbs_wire_hdr_t h = *hdr;
-    size_t hdr_len;
-
-    if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
-    }
-    op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_CTRL, NULL);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    op->msg_len = xfer_verbs_wire_hdr_len(h.type) + ext_len + payload_len;
-    if (op->msg_len > sizeof(op->msg_buf)) {
-        op->msg = malloc(op->msg_len);
-        if (op->msg == NULL) {
-            op->msg = op->msg_buf;
-            xfer_verbs_op_free(op);
-            return XFER_ERR_NO_MEMORY;
-        }
-    }
-    h.length = (uint32_t)(ext_len + payload_len);
-    hdr_len  = xfer_verbs_wire_pack_hdr(&h, op->msg);
-    if (ext_len > 0) {
-        memcpy(op->msg + hdr_len, ext, ext_len);
-    }
-    if (payload_len > 0) {
-        memcpy(op->msg + hdr_len + ext_len, payload, payload_len);
-    }
-    op->ctrl = 1;
-    op->post = XFER_VERBS_POST_MSG;
-    xfer_verbs_ch_submit(ch, op);
-    return XFER_OK;
-}
-
-void xfer_verbs_ch_credit_release(xfer_ep_h ch)
-{
-    if (ch->credits_held > 0) {
-        /* its slot may still wait for a repost: post first, then the credit may go back */
-        if (rx_flush(ch) != 0) {
-            return;
-        }
-        ch->credits_held--;
-        ch->credits_owed++;
-        credits_return(ch);
-    }
-}
-
-/* ---- completions ------------------------------------------------------------------------- */
-
-/* A message this side does not speak (another version, an unknown type): say so to the
- * peer, naming the message's id, and go on - the rest of the channel is sound. */
-static void rx_unsupported(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr, const char *why)
-{
-    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: refused a message from the peer: %s",
-             ch->qp->qp_num, why);
-    ch->stats.rejected++;
-    xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
-                                 XFER_ERR_UNSUPPORTED, why);
-}
-
-static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
-{
-    const uint8_t *buf = ch->rx_slab + (size_t)idx * ch->iface->cfg->seg_size;
-    char why[XFER_REASON_MAX];
-    xfer_verbs_wire_hdr_t hdr;
-    xfer_status_t status;
-    const uint8_t *ext;
-
-    XFER_VERBS_DEVICE_WROTE(buf, (byte_len < ch->iface->cfg->seg_size) ? byte_len :
-                                 ch->iface->cfg->seg_size);
-    status = xfer_verbs_wire_unpack_hdr(buf, byte_len, &hdr, why, sizeof(why));
-    xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: received %s, %u bytes in slot %u",
-                ch->qp->qp_num, (status == XFER_OK) ? xfer_verbs_msg_name(hdr.type) : "garbage",
-                byte_len, idx);
-    if (status == XFER_ERR_UNSUPPORTED) {
-        if (hdr.version == XFER_VERBS_WIRE_VERSION) {
-            ch->credits += hdr.credits;     /* an unknown type: the header is still ours */
-        }
-        rx_unsupported(ch, &hdr, why);
-        status = XFER_OK;
-    } else if (status == XFER_OK) {
-        ext          = buf + xfer_verbs_wire_hdr_len(hdr.type);
-        ch->credits += hdr.credits;
-        ch->stats.rx_msgs[hdr.type]++;
-        if (ch->credits > ch->peer.rx_slots) {
-            snprintf(why, sizeof(why), "the peer returned more credits (%u) than it has slots "
-                     "(%u)", ch->credits, ch->peer.rx_slots);
-            status = XFER_ERR_PROTOCOL;
-        } else if ((hdr.type == XFER_VERBS_MSG_TAG) || (hdr.type == XFER_VERBS_MSG_RTS) ||
-                   (hdr.type == XFER_VERBS_MSG_FIN)) {
-            status = xfer_verbs_tag_rx(ch, &hdr, ext, why, sizeof(why));
-        } else if ((hdr.type == XFER_VERBS_MSG_META_DATA_UPDATE) ||
-                   ((hdr.type == XFER_VERBS_MSG_ERROR_STATUS) &&
-                    (hdr.tag == XFER_TENSOR_ERR_TO_CONSUMER))) {
-            status = xfer_verbs_treq_rx(ch, &hdr, ext, why, sizeof(why));
-        } else {
-            status = xfer_verbs_rsp_rx(ch, &hdr, ext, why, sizeof(why));
-        }
-    }
-    if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
-        xfer_verbs_ch_fail(ch, status, "bad message from the peer: %s", why);
-        return;
-    }
-    if (ch->state == XFER_VERBS_CH_FAILED) {
-        return;     /* an answer it sent failed the channel */
-    }
-    /* an unexpected message kept past the cap holds its credit until it is received */
-    rx_repost(ch, idx, status != XFER_INPROGRESS);
-}
-
-static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
-{
-    uint32_t idx = (uint32_t)wc->wr_id;
-    struct xfer_verbs_wr *e;
-    xfer_verbs_op_t *op;
-
-    if (idx >= ch->sq_len) {
-        return;     /* unsignaled: only errors come here, handled by the caller */
-    }
-    e            = &ch->wrs[idx];
-    op           = e->op;
-    e->op        = NULL;
-    ch->sq_done  = e->seq;
-    ch->sq_free  = ch->sq_len - (uint32_t)(ch->sq_posted - ch->sq_done);
-    ch->tx_tail  = e->tx_head;
-    ch->wr_tail++;
-    if (op == NULL) {
-        ch->ka_pending = 0;
-        return;
-    }
-    if (--op->rdma_inflight == 0) {
-        if ((op->rdma_posted == op->rdma_len) && !op->imm_pending) {
-            xfer_verbs_rdma_done(op, XFER_OK);
-        }
-    }
-}
-
-void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
-{
-    uint32_t low = (uint32_t)wc->wr_id;
-
-    if (ch->state == XFER_VERBS_CH_FAILED) {
-        return;     /* flushed work requests of a channel that already failed */
-    }
-    ch->active = 1;     /* no clock read per completion: the timer dates it */
-    if (wc->status != IBV_WC_SUCCESS) {
-        xfer_status_t st = (wc->status == IBV_WC_RETRY_EXC_ERR) ? XFER_ERR_TIMEOUT :
-                           (wc->status == IBV_WC_REM_ACCESS_ERR) ? XFER_ERR_OUT_OF_RANGE :
-                           XFER_ERR_CONNECTION;
-
-        xfer_verbs_ch_fail(ch, st, "%s completion on QP 0x%x: %s (vendor error 0x%x)",
-                           (low & XFER_VERBS_WR_RECV) ? "receive" : "send", ch->qp->qp_num,
-                           ibv_wc_status_str(wc->status), wc->vendor_err);
-        return;
-    }
-    if (low & XFER_VERBS_WR_RECV) {
-        uint32_t idx = low & ~XFER_VERBS_WR_RECV;
-
-        if (idx >= ch->rx_slots) {
-            return;
-        }
-        if ((wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) &&
-            (ntohl(wc->imm_data) & XFER_TENSOR_IMM_FLAG)) {
-            /* a tensor write: repost first, the completion may post an answer */
-            if (rx_repost(ch, idx, 1) != 0) {
-                return;
-            }
-            ch->stats.rx_writes++;
-            ch->stats.rx_write_bytes += wc->byte_len;
-            xfer_verbs_treq_write_arrived(ch, ntohl(wc->imm_data) & ~XFER_TENSOR_IMM_FLAG,
-                                          wc->byte_len);
-        } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-            uint32_t n = ntohl(wc->imm_data);
-
-            if ((uint64_t)ch->credits + n > ch->peer.rx_slots) {
-                xfer_verbs_ch_fail(ch, XFER_ERR_PROTOCOL, "the peer returned %u credits, "
-                                   "more than its %u slots", n, ch->peer.rx_slots);
-                return;
-            }
-            ch->credits += n;
-            if (rx_repost(ch, idx, 1) != 0) {
-                return;
-            }
-        } else {
-            rx_message(ch, idx, wc->byte_len);
-        }
-    } else {
-        send_completed(ch, wc);
-    }
-    if (ch->state != XFER_VERBS_CH_FAILED) {
-        xfer_verbs_ch_progress_pending(ch);
-    }
 }
 
 /* ---- failure and teardown ---------------------------------------------------------------- */
@@ -1255,7 +616,7 @@ static void probe(xfer_ep_h ch, double now)
     wr.num_sge             = 1;
     wr.wr.rdma.remote_addr = ch->peer.ka_addr + 8;
     wr.wr.rdma.rkey        = ch->peer.ka_rkey;
-    if (post_send(ch, &wr, NULL, 1) == 0) {
+    if (xfer_verbs_ch_post_send(ch, &wr, NULL, 1) == 0) {
         ch->ka_pending    = 1;
         ch->last_activity = now;
     }
@@ -1297,51 +658,4 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     ucs_list_del(&ch->list);
     iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);
     ch_free(ch);
-}
-
-/* ---- counters ---------------------------------------------------------------------------- */
-
-static void counter_put(xfer_counter_t *c, size_t max, size_t *n, const char *prefix,
-                        const char *name, uint64_t value)
-{
-    if (*n < max) {
-        snprintf(c[*n].name, sizeof(c[*n].name), "%s%s", prefix, name);
-        c[*n].value = value;
-    }
-    (*n)++;
-}
-
-#define STAT(_name, _field) {_name, offsetof(xfer_verbs_ch_stats_t, _field)}
-
-/* The counters besides the per-type message counts, in the order they are listed. */
-static const struct {
-    const char *name;
-    size_t     offset;
-} scalar_counters[] = {
-    STAT("tx_tensor_writes", tx_writes),          STAT("tx_tensor_write_bytes", tx_write_bytes),
-    STAT("rx_tensor_writes", rx_writes),          STAT("rx_tensor_write_bytes", rx_write_bytes),
-    STAT("re_requests", rerequests),              STAT("meta_cache_hits", meta_hits),
-    STAT("meta_cache_misses", meta_misses),       STAT("mr_cache_hits", mrc_hits),
-    STAT("mr_cache_misses", mrc_misses),          STAT("mr_cache_evictions", mrc_evictions),
-    STAT("bounced", bounced),                     STAT("credit_stalls", credit_stalls),
-    STAT("rejected", rejected),
-};
-
-void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
-{
-    const xfer_verbs_ch_stats_t *st = &ch->stats;
-    size_t max = *count_p;
-    size_t n   = 0;
-
-    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
-        counter_put(c, max, &n, "tx_", xfer_verbs_msg_name(t), st->tx_msgs[t]);
-    }
-    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
-        counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
-    }
-    for (size_t i = 0; i < sizeof(scalar_counters) / sizeof(scalar_counters[0]); i++) {
-        counter_put(c, max, &n, "", scalar_counters[i].name,
-                    *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
-    }
-    *count_p = n;
 }

@@ -14,7 +14,7 @@
  * Unexpected eager messages are copied out so that their slot is reposted at once. Past
  * MAX_UNEXPECTED bytes the copy is still kept but its credit is held back until a receive
  * takes it, so a sender nobody receives from slows down instead of growing the queue without
- * bound (control messages keep their own credits; see verbs_channel.c).
+ * bound (control messages keep their own credits; see verbs_tx.c).
  */
 #include "verbs.h"
 

@@ -1,0 +1,54 @@
+/*
+ * A channel's counters by name, as xfer_endpoint_counters, xfer_perf -v and XFER_STATS=1
+ * list them: the messages sent and received per type ("tx_TAG", "rx_FIN", ...), then the
+ * other counters of xfer_verbs_ch_stats_t.
+ */
+#include "verbs.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+static void counter_put(xfer_counter_t *c, size_t max, size_t *n, const char *prefix,
+                        const char *name, uint64_t value)
+{
+    if (*n < max) {
+        snprintf(c[*n].name, sizeof(c[*n].name), "%s%s", prefix, name);
+        c[*n].value = value;
+    }
+    (*n)++;
+}
+
+#define STAT(_name, _field) {_name, offsetof(xfer_verbs_ch_stats_t, _field)}
+
+/* The counters besides the per-type message counts, in the order they are listed. */
+static const struct {
+    const char *name;
+    size_t     offset;
+} scalar_counters[] = {
+    STAT("tx_tensor_writes", tx_writes),          STAT("tx_tensor_write_bytes", tx_write_bytes),
+    STAT("rx_tensor_writes", rx_writes),          STAT("rx_tensor_write_bytes", rx_write_bytes),
+    STAT("re_requests", rerequests),              STAT("meta_cache_hits", meta_hits),
+    STAT("meta_cache_misses", meta_misses),       STAT("mr_cache_hits", mrc_hits),
+    STAT("mr_cache_misses", mrc_misses),          STAT("mr_cache_evictions", mrc_evictions),
+    STAT("bounced", bounced),                     STAT("credit_stalls", credit_stalls),
+    STAT("rejected", rejected),
+};
+
+void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
+{
+    const xfer_verbs_ch_stats_t *st = &ch->stats;
+    size_t max = *count_p;
+    size_t n   = 0;
+
+    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
+        counter_put(c, max, &n, "tx_", xfer_verbs_msg_name(t), st->tx_msgs[t]);
+    }
+    for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
+        counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
+    }
+    for (size_t i = 0; i < sizeof(scalar_counters) / sizeof(scalar_counters[0]); i++) {
+        counter_put(c, max, &n, "", scalar_counters[i].name,
+                    *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
+    }
+    *count_p = n;
+}

@@ -1,0 +1,364 @@
+/*
+ * A channel's sending: messages through the peer's slots (inline or through a copy buffer),
+ * RDMA WRITE and READ chunks, credits spent and returned, and the channel's queue of what
+ * cannot be posted yet. The channel itself is made and torn down in verbs_channel.c; its
+ * receives and completions are handled in verbs_rx.c.
+ *
+ * Credits. A sender holds one credit per receive the peer has posted for it and spends one
+ * per message. Receivers repost consumed slots in batches (an eighth of the slots, at most
+ * XFER_VERBS_RX_BATCH_MAX, per ibv_post_recv) and owe a credit back once its slot is posted
+ * again: piggybacked on the next message (which also posts the batch early once a quarter
+ * of the slots are unreturned), or, when half the slots are unreturned and no queued message
+ * can carry them, by a zero-length RDMA WRITE WITH IMMEDIATE (the immediate is the count).
+ * Data messages leave XFER_VERBS_CTRL_CREDITS credits for answers (FIN, the tensor messages
+ * and writes), so answers always pass even when a receiver holds credits back for its
+ * unexpected queue.
+ *
+ * Send queue. Sends are signalled every SIGNAL_INTERVAL work requests (and RDMA operations
+ * always): RC completes in order, so one completion frees the send queue entries and copy
+ * buffers of everything posted before it. Whatever cannot be posted (no credit, no room)
+ * waits in the channel's queue, in order.
+ */
+#include "verbs.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Post one work request. Signal it when asked to, or when enough went unsignalled that the
+ * send queue or the copy buffers could run out before the next completion. */
+int xfer_verbs_ch_post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_t *op,
+                            int signal)
+{
+    struct ibv_send_wr *bad;
+    uint32_t idx = XFER_VERBS_WR_NONE;
+
+    if (!signal && (++ch->unsignaled >= ch->signal_interval)) {
+        signal = 1;
+    }
+    if (signal) {
+        struct xfer_verbs_wr *e;
+
+        idx            = ch->wr_head % ch->sq_len;
+        e              = &ch->wrs[idx];
+        e->seq         = ch->sq_posted + 1;
+        e->tx_head     = ch->tx_head;
+        e->op          = op;
+        wr->send_flags |= IBV_SEND_SIGNALED;
+    }
+    wr->wr_id = xfer_verbs_wr_id(ch, idx);
+    if (ibv_post_send(ch->qp, wr, &bad) != 0) {
+        xfer_verbs_ch_fail(ch, XFER_ERR_IO, "ibv_post_send (%s): %s",
+                           (wr->opcode == IBV_WR_SEND) ? "send" : "RDMA", strerror(errno));
+        return -1;
+    }
+    if (signal) {
+        ch->wr_head++;
+        ch->unsignaled = 0;
+    }
+    ch->sq_posted++;
+    ch->sq_free--;
+    return 0;
+}
+
+/* Whether a message can be posted now: a credit (a data message leaves the control
+ * reserve) and send queue room (one entry stays free for credit returns). */
+static int msg_postable(const xfer_ep_h ch, int ctrl)
+{
+    return (ctrl ? (ch->credits >= 1) : (ch->credits > XFER_VERBS_CTRL_CREDITS)) &&
+           (ch->sq_free > 1);
+}
+
+static uint16_t credits_take(xfer_ep_h ch)
+{
+    uint32_t n = (ch->credits_owed > 0xffff) ? 0xffff : ch->credits_owed;
+
+    ch->credits_owed -= n;
+    return (uint16_t)n;
+}
+
+/* XFER_VERBS_TEST_CORRUPT: damage this message (once) as the tests asked. */
+static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
+{
+    const char *how = iface->corrupt_how;
+
+    iface->corrupt_type = 0;
+    xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "damaging a %s (%s) on purpose",
+             xfer_verbs_msg_name(msg[3]), how);
+    if (strcmp(how, "type") == 0) {
+        msg[3] = 0x7f;
+    } else if (strcmp(how, "version") == 0) {
+        msg[2] = 0x7f;
+    } else if ((strcmp(how, "short") == 0) && (msg_len > XFER_VERBS_WIRE_HDR_LEN)) {
+        return msg_len - 1;     /* a 40-byte header still claims the byte; a TENSOR_REQUEST's
+                                 * key length does */
+    } else if (strcmp(how, "field") == 0) {
+        size_t hdr_len = xfer_verbs_wire_hdr_len(msg[3]);
+
+        /* TENSOR_REQUEST: its key_len; META_DATA_UPDATE: its rank */
+        if (msg_len >= hdr_len + 16) {
+            msg[hdr_len + ((msg[3] == XFER_VERBS_MSG_TENSOR_REQUEST) ? 12 : 9)] = 0xff;
+        }
+    }
+    return msg_len;
+}
+
+/* Post a message, msg (header and extension, its credits field filled here) then payload:
+ * inline when it fits, else copied into the next copy buffer. */
+static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
+                    size_t payload_len)
+{
+    size_t total = msg_len + payload_len;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge[2];
+    uint16_t credits;
+
+    /* once a quarter of the slots are unreturned, the ones waiting for their repost go too:
+     * the peer must not starve for credits this message could have carried */
+    if ((ch->rx_due_owed > 0) && (ch->credits_owed + ch->rx_due_owed >= ch->rx_slots / 4) &&
+        (xfer_verbs_ch_rx_flush(ch) != 0)) {
+        return -1;
+    }
+    credits = credits_take(ch);
+    if (ch->iface->corrupt_type == msg[3]) {
+        msg_len = corrupt(ch->iface, msg, msg_len);
+        total   = msg_len + payload_len;
+    }
+
+    msg[4] = (uint8_t)credits;      /* the header's credits field, little-endian */
+    msg[5] = (uint8_t)(credits >> 8);
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode  = IBV_WR_SEND;
+    wr.sg_list = sge;
+    if (total <= ch->iface->max_inline) {
+        sge[0].addr   = (uintptr_t)msg;
+        sge[0].length = (uint32_t)msg_len;
+        sge[0].lkey   = 0;
+        sge[1].addr   = (uintptr_t)payload;
+        sge[1].length = (uint32_t)payload_len;
+        sge[1].lkey   = 0;
+        wr.num_sge    = (payload_len > 0) ? 2 : 1;
+        wr.send_flags = IBV_SEND_INLINE;
+    } else {
+        uint8_t *buf = ch->tx_slab + (ch->tx_head % ch->tx_slots) * ch->iface->cfg->seg_size;
+
+        memcpy(buf, msg, msg_len);
+        if (payload_len > 0) {
+            memcpy(buf + msg_len, payload, payload_len);
+        }
+        ch->tx_head++;
+        sge[0].addr   = (uintptr_t)buf;
+        sge[0].length = (uint32_t)total;
+        sge[0].lkey   = ch->tx_mr->lkey;
+        wr.num_sge    = 1;
+    }
+    ch->credits--;
+    ch->stats.tx_msgs[(msg[3] < XFER_VERBS_MSG_LAST) ? msg[3] : 0]++;
+    xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "QP 0x%x: send %s, %zu bytes (%s), %u "
+                "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
+                total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
+                credits);
+    return xfer_verbs_ch_post_send(ch, &wr, NULL, 0);
+}
+
+/* Post RDMA chunks of op while the send queue has room; 1 when all are posted. A tensor
+ * write's last chunk (maybe of 0 bytes) carries its immediate: it consumes a receive at the
+ * peer, so it waits for a credit like a message. */
+static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
+{
+    size_t chunk = ch->iface->port_attr.max_msg_sz;
+
+    if ((chunk == 0) || (chunk > (1u << 30))) {
+        chunk = 1u << 30;
+    }
+    while ((op->rdma_posted < op->rdma_len) || op->imm_pending) {
+        size_t len = op->rdma_len - op->rdma_posted;
+        struct ibv_sge sge;
+        struct ibv_send_wr wr;
+
+        if (ch->sq_free <= 1) {     /* one stays free for credit returns */
+            return 0;
+        }
+        if (len > chunk) {
+            len = chunk;
+        }
+        sge.addr   = (uintptr_t)op->buf + op->rdma_posted;
+        sge.length = (uint32_t)len;
+        sge.lkey   = op->lkey;
+        memset(&wr, 0, sizeof(wr));
+        wr.opcode              = (enum ibv_wr_opcode)op->opcode;
+        wr.sg_list             = &sge;
+        wr.num_sge             = (len > 0) ? 1 : 0;
+        wr.wr.rdma.remote_addr = op->raddr + op->rdma_posted;
+        wr.wr.rdma.rkey        = op->rkey;
+        if ((op->opcode == IBV_WR_RDMA_WRITE) && (len > 0) && (len <= ch->iface->max_inline)) {
+            /* a small write goes inside the work request, as ib_write_lat's does: the
+             * device need not fetch it through the key */
+            wr.send_flags = IBV_SEND_INLINE;
+        }
+        if (op->imm_pending && (op->rdma_posted + len == op->rdma_len)) {
+            /* unlike a message it carries no credits back, so it leaves the last credit
+             * for a credit return: two sides that both spent theirs would wait forever */
+            if ((ch->credits < 2) || !msg_postable(ch, 1)) {
+                ch->stats.credit_stalls++;
+                return 0;
+            }
+            wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = htonl(op->imm);
+            ch->credits--;
+            op->imm_pending = 0;
+            ch->stats.tx_writes++;
+            ch->stats.tx_write_bytes += op->rdma_len;
+        }
+        if (xfer_verbs_ch_post_send(ch, &wr, op, 1) != 0) {
+            return -1;
+        }
+        op->rdma_posted += len;
+        op->rdma_inflight++;
+    }
+    return 1;
+}
+
+/* Whether the first queued message can go now (and carry the owed credits). */
+static int pendq_head_ready(xfer_ep_h ch)
+{
+    const xfer_verbs_op_t *op;
+
+    if (ucs_list_is_empty(&ch->pendq)) {
+        return 0;
+    }
+    op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
+    return (op->post == XFER_VERBS_POST_MSG) && msg_postable(ch, op->ctrl);
+}
+
+/* Return owed credits alone when half the slots are owed and no message will carry them -
+ * none is queued, or the first is stuck (waiting for credits the peer may be waiting on us
+ * to return). */
+static void credits_return(xfer_ep_h ch)
+{
+    struct ibv_send_wr wr;
+
+    /* half of the slots not held for unexpected messages: with many held, the few left
+     * (at least the control credits) must still come back */
+    uint32_t threshold = (ch->rx_slots - ch->credits_held) / 2;
+
+    if ((ch->state != XFER_VERBS_CH_CONNECTED) ||
+        (ch->credits_owed + ch->rx_due_owed == 0) ||
+        (ch->credits_owed + ch->rx_due_owed < threshold) || pendq_head_ready(ch) ||
+        (ch->credits < 1) || (ch->sq_free < 1)) {
+        return;
+    }
+    if (xfer_verbs_ch_rx_flush(ch) != 0) {
+        return;
+    }
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode              = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data            = htonl(credits_take(ch));
+    wr.num_sge             = 0;
+    wr.wr.rdma.remote_addr = ch->peer.ka_addr;
+    wr.wr.rdma.rkey        = ch->peer.ka_rkey;
+    ch->credits--;
+    xfer_verbs_ch_post_send(ch, &wr, NULL, 0);
+}
+
+void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
+{
+    while ((ch->state == XFER_VERBS_CH_CONNECTED) && !ucs_list_is_empty(&ch->pendq)) {
+        xfer_verbs_op_t *op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
+        int done;
+
+        if (op->post == XFER_VERBS_POST_MSG) {
+            if (!msg_postable(ch, op->ctrl)) {
+                ch->stats.credit_stalls += (ch->sq_free > 1);
+                break;
+            }
+            done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
+                   1 : -1;
+        } else {
+            done = post_rdma(ch, op);
+        }
+        if (done <= 0) {
+            break;      /* no room (0), or the channel failed (-1) and flushed the queue */
+        }
+        ucs_list_del(&op->list);
+        op->post = XFER_VERBS_POST_NONE;
+        if ((op->kind == XFER_VERBS_OP_CTRL) ||
+            ((op->kind == XFER_VERBS_OP_SEND) && (op->slot == UINT32_MAX))) {
+            /* copied or inline: the caller's buffer is free (eager sends complete now) */
+            xfer_verbs_op_complete(op, XFER_OK, op->payload_len, 0);
+        }
+    }
+    credits_return(ch);
+}
+
+int xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
+                           size_t payload_len)
+{
+    if ((ch->state != XFER_VERBS_CH_CONNECTED) || !ucs_list_is_empty(&ch->pendq) ||
+        !msg_postable(ch, 0)) {
+        return 0;
+    }
+    if (post_msg(ch, msg, msg_len, payload, payload_len) != 0) {
+        return -1;
+    }
+    credits_return(ch);
+    return 1;
+}
+
+void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op)
+{
+    ucs_list_add_tail(&ch->pendq, &op->list);
+    xfer_verbs_ch_progress_pending(ch);
+}
+
+xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                      const void *ext, size_t ext_len, const void *payload,
+                                      size_t payload_len)
+{
+    xfer_verbs_op_t *op;
+    xfer_verbs_wire_hdr_t h = *hdr;
+    size_t hdr_len;
+
+    if (ch->state == XFER_VERBS_CH_FAILED) {
+        return ch->fail_status;
+    }
+    op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_CTRL, NULL);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->msg_len = xfer_verbs_wire_hdr_len(h.type) + ext_len + payload_len;
+    if (op->msg_len > sizeof(op->msg_buf)) {
+        op->msg = malloc(op->msg_len);
+        if (op->msg == NULL) {
+            op->msg = op->msg_buf;
+            xfer_verbs_op_free(op);
+            return XFER_ERR_NO_MEMORY;
+        }
+    }
+    h.length = (uint32_t)(ext_len + payload_len);
+    hdr_len  = xfer_verbs_wire_pack_hdr(&h, op->msg);
+    if (ext_len > 0) {
+        memcpy(op->msg + hdr_len, ext, ext_len);
+    }
+    if (payload_len > 0) {
+        memcpy(op->msg + hdr_len + ext_len, payload, payload_len);
+    }
+    op->ctrl = 1;
+    op->post = XFER_VERBS_POST_MSG;
+    xfer_verbs_ch_submit(ch, op);
+    return XFER_OK;
+}
+
+void xfer_verbs_ch_credit_release(xfer_ep_h ch)
+{
+    if (ch->credits_held > 0) {
+        /* its slot may still wait for a repost: post first, then the credit may go back */
+        if (xfer_verbs_ch_rx_flush(ch) != 0) {
+            return;
+        }
+        ch->credits_held--;
+        ch->credits_owed++;
+        credits_return(ch);
+    }
+}
