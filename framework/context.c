@@ -28,6 +28,10 @@ static const xfer_param_desc_t fw_params[] = {
     {"BOOTSTRAP_TIMEOUT", XFER_PARAM_TIME, "10s",
      "Longest a connect or accept handshake may take before it fails with a timeout.",
      offsetof(xfer_fw_config_t, bootstrap_timeout), 0.001, 3600, NULL},
+    {"CLOSE_TIMEOUT", XFER_PARAM_TIME, "10s",
+     "Longest xfer_endpoint_close() (and context destroy) waits for what was already sent "
+     "to reach the peer before it closes anyway, cancelling the rest.",
+     offsetof(xfer_fw_config_t, close_timeout), 0, 3600, NULL},
     {"PROGRESS_THREAD", XFER_PARAM_BOOL, "n",
      "Run a thread that sleeps on the transports' file descriptors and progresses them, so "
      "operations move without the application calling xfer_progress().",

@@ -204,21 +204,18 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
     return XFER_OK;
 }
 
+static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn);
+static xfer_status_t op_finish(xfer_context_t *ctx, xfer_request_t *req, xfer_status_t status,
+                               size_t length, xfer_request_t **req_p);
+
+/* The transport's endpoint goes (what is still pending on it completes with
+ * XFER_ERR_CANCELED), then ours. */
 static void endpoint_destroy(xfer_endpoint_t *ep)
 {
     endpoint_stats_print(ep);
     ucs_list_del(&ep->list);
     ep->fw_iface->comp->ep_destroy(ep->ep);
     free(ep);
-}
-
-void xfer_endpoints_close_all(xfer_context_t *ctx)
-{
-    xfer_endpoint_t *ep, *tmp;
-
-    ucs_list_for_each_safe(ep, tmp, &ctx->endpoints, list) {
-        endpoint_destroy(ep);
-    }
 }
 
 const char *xfer_endpoint_transport(const xfer_endpoint_t *ep)
@@ -236,19 +233,195 @@ xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep)
     return ep ? ep->status : XFER_ERR_INVALID_PARAM;
 }
 
-void xfer_endpoint_close(xfer_endpoint_t *ep)
+/* ---- flush and close ----
+ *
+ * A close moves the endpoint from ctx->endpoints to ctx->closing and asks its transport to
+ * flush. The flush completes from inside the transport's progress, where the endpoint
+ * cannot be destroyed (the transport is walking its structures): the completion only marks
+ * it, and xfer_endpoints_closing_progress() - after the transports' progress - destroys the
+ * endpoint and completes the close request. A close whose flush does not end by its deadline
+ * is forced: what is left is cancelled. */
+
+static void close_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
+                           uint64_t tag)
+{
+    xfer_endpoint_t *ep = ucs_container_of(self, xfer_endpoint_t, flush_comp);
+
+    (void)length;
+    (void)tag;
+    ep->flush_done   = 1;
+    ep->flush_status = status;
+    xfer_wake_locked(ep->ctx);
+}
+
+static void close_finish(xfer_endpoint_t *ep, xfer_status_t status)
+{
+    xfer_request_t *req = ep->close_req;
+
+    endpoint_destroy(ep);
+    if (req != NULL) {
+        xfer_request_complete(req, status, 0, 0);
+    }
+}
+
+static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req)
+{
+    xfer_context_t *ctx             = ep->ctx;
+    const xfer_component_v1_t *comp = ep->fw_iface->comp;
+    xfer_status_t status;
+
+    ep->closing   = 1;
+    ep->close_req = req;
+    ucs_list_del(&ep->list);
+    ucs_list_add_tail(&ctx->closing, &ep->list);
+    if (ep->status != XFER_OK) {
+        close_finish(ep, ep->status);   /* failed: nothing more can be delivered */
+        return;
+    }
+    if ((flags & XFER_CLOSE_FLAG_FORCE) || (comp->ep_flush == NULL) ||
+        (ctx->fw_config.close_timeout <= 0)) {
+        close_finish(ep, XFER_OK);
+        return;
+    }
+    ep->flush_comp.cb = close_flush_cb;
+    status = comp->ep_flush(ep->ep, &ep->flush_comp);
+    if (status != XFER_INPROGRESS) {
+        close_finish(ep, status);       /* XFER_OK: nothing was outstanding */
+        return;
+    }
+    ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
+    xfer_wake_locked(ctx);
+}
+
+void xfer_endpoints_closing_progress(xfer_context_t *ctx)
+{
+    xfer_endpoint_t *ep, *tmp;
+    int64_t now = -1;
+
+    ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
+        if (ep->flush_done) {
+            close_finish(ep, ep->flush_status);
+        } else if (ep->status != XFER_OK) {
+            close_finish(ep, ep->status);
+        } else {
+            if (now < 0) {
+                now = xfer_now_ms();
+            }
+            if (now >= ep->close_deadline) {
+                xfer_log(XFER_LOG_WARN, EP_SUBSYS, "closing the endpoint to %s over %s: what "
+                         "was sent did not reach the peer within XFER_CLOSE_TIMEOUT=%gs; "
+                         "closing anyway, the rest is cancelled", ep->peer, ep->transport,
+                         ctx->fw_config.close_timeout);
+                close_finish(ep, XFER_ERR_TIMEOUT);
+            }
+        }
+    }
+}
+
+int xfer_endpoints_closing_timeout(xfer_context_t *ctx)
+{
+    int64_t first = INT64_MAX, now;
+    xfer_endpoint_t *ep;
+
+    if (ucs_list_is_empty(&ctx->closing)) {
+        return -1;
+    }
+    ucs_list_for_each(ep, &ctx->closing, list) {
+        if (ep->close_deadline < first) {
+            first = ep->close_deadline;
+        }
+    }
+    now = xfer_now_ms();
+    return (first <= now) ? 0 : (first - now > INT32_MAX) ? INT32_MAX : (int)(first - now);
+}
+
+void xfer_endpoints_close_all(xfer_context_t *ctx)
+{
+    xfer_endpoint_t *ep, *tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &ctx->endpoints, list) {
+        close_start(ep, 0, NULL);
+    }
+    while (!ucs_list_is_empty(&ctx->closing)) {
+        if (xfer_progress_locked(ctx) == 0) {
+            int ms = xfer_endpoints_closing_timeout(ctx);
+
+            xfer_sleep_locked(ctx, ((ms < 0) || (ms > 100)) ? 100 : (ms ? ms : 1));
+        }
+    }
+}
+
+xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags, xfer_request_cb_t cb,
+                                     void *user_data, xfer_request_t **req_p)
 {
     xfer_context_t *ctx;
+    xfer_request_t *req;
+    xfer_status_t status;
+
+    if ((ep == NULL) || (flags & ~(uint32_t)XFER_CLOSE_FLAG_FORCE)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_endpoint_close_nb: %s",
+                 (ep == NULL) ? "endpoint is NULL" : "unknown flags");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = ep->ctx;
+    xfer_ctx_lock(ctx);
+    status = xfer_api_check(ctx, "xfer_endpoint_close_nb", 0);
+    if (status != XFER_OK) {
+        goto out;
+    }
+    if (ep->closing) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "the endpoint to %s is already closing", ep->peer);
+        status = XFER_ERR_INVALID_PARAM;
+        goto out;
+    }
+    req = xfer_request_new(ctx, XFER_REQ_CLOSE, NULL, cb, user_data);
+    if (req == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    xfer_request_posted(req, req_p);
+    close_start(ep, flags, req);
+out:
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+void xfer_endpoint_close(xfer_endpoint_t *ep)
+{
+    xfer_request_t *req = NULL;
 
     if (ep == NULL) {
         return;
     }
-    ctx = ep->ctx;
-    xfer_ctx_lock(ctx);
-    if (xfer_api_check(ctx, "xfer_endpoint_close", 0) == XFER_OK) {
-        endpoint_destroy(ep);
+    if (xfer_in_callback) {
+        /* a callback must not wait: the close goes on in progress */
+        (void)xfer_endpoint_close_nb(ep, 0, NULL, NULL, NULL);
+        return;
     }
-    xfer_ctx_unlock(ctx);
+    if (xfer_endpoint_close_nb(ep, 0, NULL, NULL, &req) == XFER_OK) {
+        (void)xfer_request_wait(req, -1);   /* bounded by the close's deadline */
+        xfer_request_release(req);
+    }
+}
+
+xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, void *user_data,
+                                  xfer_request_t **req_p)
+{
+    xfer_request_t *req;
+    xfer_status_t status;
+
+    status = op_begin(ep, "xfer_endpoint_flush", (void*)xfer_endpoint_flush);
+    if (status != XFER_OK) {
+        return status;
+    }
+    req = xfer_request_new(ep->ctx, XFER_REQ_FLUSH, ep->fw_iface, cb, user_data);
+    if (req == NULL) {
+        xfer_ctx_unlock(ep->ctx);
+        return XFER_ERR_NO_MEMORY;
+    }
+    status = (ep->fw_iface->comp->ep_flush == NULL) ? XFER_OK :
+             ep->fw_iface->comp->ep_flush(ep->ep, &req->comp);
+    return op_finish(ep->ctx, req, status, 0, req_p);
 }
 
 /* ---- operations ---- */
@@ -267,6 +440,11 @@ static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
     if (status != XFER_OK) {
         xfer_ctx_unlock(ep->ctx);
         return status;
+    }
+    if (ep->closing) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s on an endpoint that was closed", op);
+        xfer_ctx_unlock(ep->ctx);
+        return XFER_ERR_INVALID_PARAM;
     }
     if (ep->status != XFER_OK) {
         xfer_log(XFER_LOG_DEBUG, EP_SUBSYS, "%s on a failed endpoint to %s: %s", op, ep->peer,

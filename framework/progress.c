@@ -157,6 +157,7 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
 
     ctx->wake_fd = -1;
     ucs_list_head_init(&ctx->endpoints);
+    ucs_list_head_init(&ctx->closing);
     ucs_list_head_init(&ctx->listeners);
     ucs_list_head_init(&ctx->rkeys);
     ucs_list_head_init(&ctx->mems);
@@ -292,6 +293,9 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
     }
+    if (!ucs_list_is_empty(&ctx->closing)) {
+        xfer_endpoints_closing_progress(ctx);
+    }
     /* user callbacks only now, after every transport has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {
         count += xfer_requests_dispatch(ctx);
@@ -359,6 +363,17 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
 
     if ((timeout_ms <= 0) || !ucs_list_is_empty(&ctx->ready)) {
         return;
+    }
+    if (!ucs_list_is_empty(&ctx->closing)) {
+        /* wake up for the nearest close deadline */
+        int until_close = xfer_endpoints_closing_timeout(ctx);
+
+        if (until_close == 0) {
+            return;
+        }
+        if ((until_close > 0) && (until_close < timeout_ms)) {
+            timeout_ms = until_close;
+        }
     }
     if (ctx->poller_busy) {
         cond_wait_ms(ctx, timeout_ms);

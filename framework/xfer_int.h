@@ -70,6 +70,7 @@ typedef struct xfer_fw_config {
     int         progress_thread;    /* XFER_PROGRESS_THREAD */
     uint64_t    max_key_len;        /* XFER_MAX_KEY_LEN */
     int         stats;              /* XFER_STATS: print endpoints' counters when they close */
+    double      close_timeout;      /* XFER_CLOSE_TIMEOUT, seconds */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -106,7 +107,8 @@ struct xfer_context {
     int                     destroying;     /* xfer_context_destroy runs: nothing new is posted */
     int                     thread_started;
     pthread_t               thread;         /* XFER_PROGRESS_THREAD */
-    ucs_list_link_t         endpoints;      /* xfer_endpoint_t */
+    ucs_list_link_t         endpoints;      /* xfer_endpoint_t, open */
+    ucs_list_link_t         closing;        /* xfer_endpoint_t flushing before they close */
     ucs_list_link_t         listeners;      /* xfer_listener_t */
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
@@ -119,7 +121,8 @@ struct xfer_context {
 };
 
 typedef enum {
-    XFER_REQ_PUT, XFER_REQ_GET, XFER_REQ_SEND, XFER_REQ_RECV, XFER_REQ_FETCH, XFER_REQ_PUBLISH
+    XFER_REQ_PUT, XFER_REQ_GET, XFER_REQ_SEND, XFER_REQ_RECV, XFER_REQ_FETCH, XFER_REQ_PUBLISH,
+    XFER_REQ_FLUSH, XFER_REQ_CLOSE
 } xfer_req_kind_t;
 
 struct xfer_request {
@@ -148,13 +151,20 @@ struct xfer_request {
 
 struct xfer_endpoint {
     xfer_context_t      *ctx;
-    ucs_list_link_t     list;
+    ucs_list_link_t     list;           /* ctx->endpoints, or ctx->closing */
     xfer_fw_iface_t     *fw_iface;
     xfer_ep_h           ep;
     uint64_t            peer_id;        /* the peer context's id */
     xfer_status_t       status;
     char                transport[XFER_NAME_MAX];
     char                peer[80];
+    /* closing: the user's handle is gone, the transport flushes (endpoint.c) */
+    int                 closing;
+    xfer_request_t      *close_req;
+    int64_t             close_deadline; /* xfer_now_ms() */
+    xfer_comp_t         flush_comp;
+    int                 flush_done;
+    xfer_status_t       flush_status;
 };
 
 struct xfer_mem {
@@ -279,7 +289,14 @@ xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *t
                                       const void *peer_addr, size_t peer_addr_len,
                                       int is_server, const char *peer, int64_t until,
                                       xfer_endpoint_t **ep_p, char *why, size_t why_size);
+/* Destroy: every endpoint closes as xfer_endpoint_close() does (flushing, bounded by
+ * XFER_CLOSE_TIMEOUT), progressing until all are gone. */
 void xfer_endpoints_close_all(xfer_context_t *ctx);
+/* Progress: finish the closes whose flush ended, whose endpoint failed or whose time ran
+ * out. Called after the transports' progress, before the callbacks. */
+void xfer_endpoints_closing_progress(xfer_context_t *ctx);
+/* Milliseconds until the nearest close deadline (a sleep must not pass it); -1: none. */
+int xfer_endpoints_closing_timeout(xfer_context_t *ctx);
 xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name);
 xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,
                                        const xfer_fetch_args_t *args);

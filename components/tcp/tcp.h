@@ -71,6 +71,7 @@ typedef enum {
     XFER_TCP_OP_PUT,
     XFER_TCP_OP_GET,
     XFER_TCP_OP_FETCH,
+    XFER_TCP_OP_FLUSH,
 } xfer_tcp_op_kind_t;
 
 #define XFER_TCP_OP_HDR_MAX (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUT_EXT_LEN)
@@ -93,6 +94,12 @@ struct xfer_tcp_op {
     void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
     void                *alloc_arg;
     xfer_tensor_t       *result;
+    uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
+    /* FLUSH: done once the bytes queued before it are acknowledged and the RMA operations
+     * posted before it (serial <= mark_rma) have completed */
+    uint64_t            mark_tx;
+    uint64_t            mark_rma;
+    uint64_t            pending_rma;
     xfer_tcp_tx_t       tx;         /* zero-copy frame of a large SEND or PUT */
     uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
 };
@@ -192,6 +199,12 @@ struct xfer_ep {
     xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
 
     ucs_list_link_t     txq;            /* xfer_tcp_tx_t, in wire order */
+    uint64_t            tx_queued;      /* bytes ever queued on txq */
+    uint64_t            tx_written;     /* ... and ever handed to the socket */
+    uint64_t            rma_serial;     /* PUT/GET operations ever posted */
+    ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
+    int                 in_flushing;    /* on iface->flushing */
+    ucs_list_link_t     flushing_link;
 
     xfer_tcp_rx_t       rx;
     uint8_t             *rbuf;          /* staging: [roff, rlen) is unparsed input */
@@ -235,6 +248,9 @@ struct xfer_iface {
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          failing;       /* eps whose failure is to be handled */
     ucs_list_link_t          notify;        /* failed eps, ep_failed pending */
+    ucs_list_link_t          flushing;      /* eps with flushes waiting */
+    int                      timerfd;       /* ticks while flushes wait for acknowledgements */
+    int                      timer_armed;
     char                     address[XFER_TCP_IFACE_ADDR_MAX];
     size_t                   address_len;
 };
@@ -270,6 +286,8 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
 void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
 /* Ask progress() to look at ep's input again (it was paused, or budget ran out). */
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep);
+/* ep has flushes that progress() must look at until they end. */
+void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep);
 
 /* ---- tcp_ep.c ------------------------------------------------------------------------------- */
 xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
@@ -277,6 +295,14 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
 xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
 xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
 void xfer_tcp_ep_destroy(xfer_ep_h ep);
+/* ep_flush(): see component.h. */
+xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+/* Complete the flushes of ep whose conditions now hold; how many. */
+unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep);
+/* End every flush of ep with status (it failed or closes). */
+void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status);
+/* The PUT or GET of this serial completed: flushes posted after it wait for one fewer. */
+void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress(). */
@@ -302,7 +328,9 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 /* A queue entry that will never be written (the ep failed or closes). */
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
-void xfer_tcp_ep_flush(xfer_ep_h ep);
+void xfer_tcp_ep_tx_write(xfer_ep_h ep);
+/* Bytes of ep's send queue that the peer's host has acknowledged, ever. */
+uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep);
 /* After queueing from a posting call: write now unless the socket is known to be full
  * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
 void xfer_tcp_ep_tx_post(xfer_ep_h ep);

@@ -235,4 +235,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .progress      = xfer_tcp_iface_progress,
     .event_fd      = xfer_tcp_iface_event_fd,
     .event_arm     = xfer_tcp_iface_event_arm,
+    .ep_flush      = xfer_tcp_ep_flush,
 };

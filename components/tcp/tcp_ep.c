@@ -66,6 +66,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->preqs);
+    ucs_list_head_init(&ep->flushes);
     ucs_list_add_tail(&iface->eps, &ep->list);
     *ep_p = ep;
     return XFER_OK;
@@ -169,7 +170,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
                 "limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
                 ep->is_server ? "server" : "client",
                 (unsigned long long)ep->limits.max_msg_size, ep->limits.max_key_len);
-    xfer_tcp_ep_flush(ep);     /* anything posted between create and connect */
+    xfer_tcp_ep_tx_write(ep);     /* anything posted between create and connect */
     return XFER_OK;
 }
 
@@ -255,6 +256,89 @@ void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx)
     ep->busy_slots--;
 }
 
+/* ---- flush -----------------------------------------------------------------------------------
+ *
+ * A flush is done once the peer's host has acknowledged every byte queued before it (the
+ * kernel's count of unacknowledged bytes, SIOCOUTQ, says how far that is) and the puts and
+ * gets posted before it have completed (a put completes with its PUT_ACK, so its data is in
+ * the target's memory). Acknowledgements raise no event: while flushes wait, the iface's
+ * timer looks again every millisecond. */
+
+xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
+{
+    xfer_status_t status = xfer_tcp_ep_check(ep);
+    uint64_t pending = 0;
+    xfer_tcp_op_t *op;
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (comp == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < ep->num_slots; i++) {
+        pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
+                   (ep->slots[i].kind == XFER_TCP_SLOT_GET);
+    }
+    if ((pending == 0) && ucs_list_is_empty(&ep->flushes) &&
+        (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued)) {
+        return XFER_OK;
+    }
+    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FLUSH, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->mark_tx     = ep->tx_queued;
+    op->mark_rma    = ep->rma_serial;
+    op->pending_rma = pending;
+    ucs_list_add_tail(&ep->flushes, &op->list);
+    xfer_tcp_iface_flushing_add(ep->iface, ep);
+    return XFER_INPROGRESS;
+}
+
+void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial)
+{
+    xfer_tcp_op_t *flush;
+
+    ucs_list_for_each(flush, &ep->flushes, list) {
+        if ((serial <= flush->mark_rma) && (flush->pending_rma > 0)) {
+            flush->pending_rma--;
+        }
+    }
+}
+
+unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
+{
+    xfer_tcp_op_t *op, *tmp;
+    unsigned count = 0;
+    uint64_t acked;
+
+    if (ucs_list_is_empty(&ep->flushes) || (ep->state != XFER_TCP_EP_CONNECTED)) {
+        return 0;
+    }
+    acked = xfer_tcp_ep_tx_acked(ep);
+    ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
+        if ((op->pending_rma == 0) && (acked >= op->mark_tx)) {
+            ucs_list_del(&op->list);
+            xfer_tcp_op_complete(op, XFER_OK, 0, 0);
+            count++;
+        }
+    }
+    return count;
+}
+
+void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status)
+{
+    while (!ucs_list_is_empty(&ep->flushes)) {
+        xfer_tcp_op_complete(ucs_list_extract_head(&ep->flushes, xfer_tcp_op_t, list), status,
+                             0, 0);
+    }
+    if (ep->in_flushing) {
+        ucs_list_del(&ep->flushing_link);
+        ep->in_flushing = 0;
+    }
+}
+
 /* ---- regions being deregistered ------------------------------------------------------------- */
 
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
@@ -306,6 +390,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         ep->fd = -1;
     }
     ep->state = XFER_TCP_EP_FAILED;
+    xfer_tcp_ep_flushes_fail(ep, status);
     while (!ucs_list_is_empty(&ep->txq)) {
         xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
     }
@@ -398,9 +483,8 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         return;
     }
     iface = ep->iface;
-    if (ep->state == XFER_TCP_EP_CONNECTED) {
-        xfer_tcp_ep_flush(ep);  /* best effort for what was already reported as sent */
-    }
+    /* what was reported sent is delivered by the framework's flush before it gets here (or
+     * the close was forced): nothing more is written */
     if (ep->state != XFER_TCP_EP_FAILED) {
         ep_teardown(ep, XFER_ERR_CANCELED);
     }

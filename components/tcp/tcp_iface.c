@@ -16,10 +16,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
-#define EPOLL_BATCH 64
+#define EPOLL_BATCH   64
+#define FLUSH_TICK_NS 1000000     /* 1 ms */
 
 /* "eth0=10.0.0.2,lo=127.0.0.1": informational, so a peer's logs can say where we are. */
 static void address_build(xfer_iface_h iface)
@@ -72,6 +74,69 @@ static uint64_t random_cookie(void)
     return cookie;
 }
 
+/* The flush timer: acknowledgements from the peer's host raise no event, so while flushes
+ * wait for them progress() looks again every FLUSH_TICK_NS. In the epoll set, disarmed. */
+static xfer_status_t timer_create_in_epoll(xfer_iface_h iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->timerfd};
+
+    iface->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (iface->timerfd < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "timerfd_create: %s", strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_ctl(timer): %s", strerror(errno));
+        close(iface->timerfd);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    return XFER_OK;
+}
+
+static void timer_arm(xfer_iface_h iface, int on)
+{
+    struct itimerspec its = {{0, 0}, {0, 0}};
+
+    if (iface->timer_armed == on) {
+        return;
+    }
+    if (on) {
+        its.it_interval.tv_nsec = FLUSH_TICK_NS;
+        its.it_value.tv_nsec    = FLUSH_TICK_NS;
+    }
+    if (timerfd_settime(iface->timerfd, 0, &its, NULL) == 0) {
+        iface->timer_armed = on;
+    }
+}
+
+void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep)
+{
+    if (!ep->in_flushing) {
+        ep->in_flushing = 1;
+        ucs_list_add_tail(&iface->flushing, &ep->flushing_link);
+        timer_arm(iface, 1);
+    }
+}
+
+/* Complete the flushes whose conditions hold; stop looking at eps that have none left. */
+static unsigned flushing_progress(xfer_iface_h iface)
+{
+    unsigned count = 0;
+    xfer_ep_h ep, tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->flushing, flushing_link) {
+        count += xfer_tcp_ep_flushes_check(ep);
+        if (ucs_list_is_empty(&ep->flushes)) {
+            ucs_list_del(&ep->flushing_link);
+            ep->in_flushing = 0;
+        }
+    }
+    if (ucs_list_is_empty(&iface->flushing)) {
+        timer_arm(iface, 0);
+    }
+    return count;
+}
+
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
 {
@@ -100,6 +165,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->rx_ready);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
+    ucs_list_head_init(&iface->flushing);
 
     iface->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (iface->epfd < 0) {
@@ -107,9 +173,13 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
         status = XFER_ERR_NO_RESOURCE;
         goto err_free;
     }
-    status = xfer_tcp_regions_init(iface);
+    status = timer_create_in_epoll(iface);
     if (status != XFER_OK) {
         goto err_close_epfd;
+    }
+    status = xfer_tcp_regions_init(iface);
+    if (status != XFER_OK) {
+        goto err_close_timer;
     }
     address_build(iface);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
@@ -117,6 +187,8 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     *iface_p = iface;
     return XFER_OK;
 
+err_close_timer:
+    close(iface->timerfd);
 err_close_epfd:
     close(iface->epfd);
 err_free:
@@ -173,6 +245,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     }
     releases_run(iface);
     xfer_tcp_regions_cleanup(iface);
+    close(iface->timerfd);
     close(iface->epfd);
     free(iface);
 }
@@ -210,6 +283,9 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
 
 void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
+    if ((op->serial != 0) && (op->ep != NULL)) {
+        xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
+    }
     op->status = status;
     op->length = length;
     op->tag    = tag;
@@ -273,7 +349,16 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
     }
     for (int i = 0; i < num; i++) {
+        if (events[i].data.ptr == &iface->timerfd) {
+            uint64_t ticks;
+
+            (void)!read(iface->timerfd, &ticks, sizeof(ticks));
+            continue;
+        }
         count += xfer_tcp_ep_handle_events(events[i].data.ptr, events[i].events);
+    }
+    if (!ucs_list_is_empty(&iface->flushing)) {
+        count += flushing_progress(iface);
     }
 
     while (!ucs_list_is_empty(&iface->notify)) {

@@ -212,6 +212,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         free(op);
         return status;
     }
+    op->serial = ++ep->rma_serial;
     rma.region = rkey->wire.region;
     rma.cookie = rkey->wire.cookie;
     rma.addr   = remote_addr;
@@ -272,6 +273,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
         free(op);
         return status;
     }
+    op->serial = ++ep->rma_serial;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN);
     if (p == NULL) {
         xfer_tcp_slot_free(ep, op->slot);

@@ -296,7 +296,7 @@ unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
         return 0;   /* failed earlier in this progress() */
     }
     if (events & EPOLLOUT) {
-        xfer_tcp_ep_flush(ep);
+        xfer_tcp_ep_tx_write(ep);
     }
     if ((ep->rx.state == XFER_TCP_RX_PAUSED) && (events & (EPOLLERR | EPOLLHUP))) {
         int err = 0;

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 static size_t tx_length(const xfer_tcp_tx_t *tx)
@@ -31,6 +33,7 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
         if ((tx->kind == XFER_TCP_TX_BUF) && (tx->cap - tx->iov[0].iov_len >= len)) {
             p = (uint8_t*)tx->iov[0].iov_base + tx->iov[0].iov_len;
             tx->iov[0].iov_len += len;
+            ep->tx_queued      += len;
             return p;
         }
     }
@@ -45,6 +48,7 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
     tx->iov[0].iov_base = tx + 1;
     tx->iov[0].iov_len  = len;
     ucs_list_add_tail(&ep->txq, &tx->list);
+    ep->tx_queued += len;
     return (uint8_t*)(tx + 1);
 }
 
@@ -52,6 +56,7 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     tx->sent = 0;
     ucs_list_add_tail(&ep->txq, &tx->list);
+    ep->tx_queued += tx_length(tx);
 }
 
 /* A queue entry was written completely. */
@@ -129,7 +134,7 @@ static void tx_advance(xfer_ep_h ep, size_t n)
     }
 }
 
-void xfer_tcp_ep_flush(xfer_ep_h ep)
+void xfer_tcp_ep_tx_write(xfer_ep_h ep)
 {
     struct iovec iov[XFER_TCP_IOV_MAX];
 
@@ -174,6 +179,7 @@ void xfer_tcp_ep_flush(xfer_ep_h ep)
             xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "send: %s", strerror(errno));
             return;
         }
+        ep->tx_written += (size_t)n;
         tx_advance(ep, (size_t)n);
         if ((size_t)n < total) {
             break;  /* the socket is full */
@@ -182,10 +188,22 @@ void xfer_tcp_ep_flush(xfer_ep_h ep)
     xfer_tcp_ep_update_events(ep);
 }
 
+uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
+{
+    int outq = 0;
+
+    /* SIOCOUTQ: bytes in the socket's send queue not yet acknowledged by the peer's host (on
+     * a Unix socket: not yet read by the peer) */
+    if ((ep->fd < 0) || (ioctl(ep->fd, SIOCOUTQ, &outq) != 0) || (outq < 0)) {
+        outq = 0;
+    }
+    return ((uint64_t)outq > ep->tx_written) ? 0 : ep->tx_written - (uint64_t)outq;
+}
+
 void xfer_tcp_ep_tx_post(xfer_ep_h ep)
 {
     if (!(ep->events & EPOLLOUT)) {
-        xfer_tcp_ep_flush(ep);
+        xfer_tcp_ep_tx_write(ep);
     }
 }
 

@@ -94,6 +94,7 @@ typedef enum {
     XFER_VERBS_OP_FETCH,    /* tensor fetch: carries TENSOR_REQUEST, completes the fetch */
     XFER_VERBS_OP_CTRL,     /* an internal message waiting for credits; no user completion */
     XFER_VERBS_OP_TWRITE,   /* a tensor's RDMA WRITE WITH IMMEDIATE; no user completion */
+    XFER_VERBS_OP_FLUSH,    /* ep_flush(): done once what was queued before it completed */
 } xfer_verbs_op_kind_t;
 
 /* What a queued op still has to post. */
@@ -101,6 +102,7 @@ typedef enum {
     XFER_VERBS_POST_NONE,
     XFER_VERBS_POST_MSG,    /* a message through the slots (needs a credit) */
     XFER_VERBS_POST_RDMA,   /* RDMA WRITE/READ chunks (needs send queue room) */
+    XFER_VERBS_POST_FLUSH,  /* a flush's place in the queue: what is before it is posted */
 } xfer_verbs_post_t;
 
 struct xfer_verbs_op {
@@ -143,6 +145,7 @@ struct xfer_verbs_op {
     int                  imm_pending;   /* TWRITE: the last chunk carries imm (may be 0 B) */
     uint32_t             imm;
     void                 *owner;    /* TWRITE: its xfer_verbs_rsp_t */
+    uint64_t             flush_seq; /* FLUSH: done when sq_done reaches it */
     xfer_tensor_t        *result;   /* FETCH */
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
 };                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
@@ -323,6 +326,7 @@ struct xfer_ep {
     }                     *wrs;
     uint32_t              wr_head, wr_tail;   /* ring of sq_len entries */
     ucs_list_link_t       pendq;        /* xfer_verbs_op_t waiting to be posted, in order */
+    ucs_list_link_t       flushes;      /* FLUSH ops past the queue, waiting on completions */
     unsigned              rd_inflight;  /* RDMA READs outstanding (max_rd_atomic) */
 
     xfer_verbs_slot_t     *slots;
@@ -438,6 +442,15 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
 xfer_status_t xfer_verbs_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
 xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
 void xfer_verbs_ep_destroy(xfer_ep_h ep);
+/* ep_flush(): see component.h. */
+xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+/* Complete the flushes that the send queue's completions (sq_done) have reached. */
+void xfer_verbs_ch_flushes_check(xfer_ep_h ch);
+/* End every flush of ch with status (it failed or closes). */
+void xfer_verbs_ch_flushes_fail(xfer_ep_h ch, xfer_status_t status);
+/* Post a signalled 8-byte RDMA WRITE to the peer's keepalive word: 0 posted, 1 no room in the
+ * send queue, -1 the channel failed. Its completion covers every send posted before it. */
+int xfer_verbs_ch_post_probe(xfer_ep_h ch);
 xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch);
 void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

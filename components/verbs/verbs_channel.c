@@ -37,7 +37,6 @@
 
 #define READY_BYTE          'R'
 #define CONNECT_WAIT_MAX    30.0    /* seconds to wait for the peer's ready byte */
-#define DESTROY_DRAIN_MAX   0.2     /* seconds ep_destroy waits for sends to complete */
 
 static uint32_t random_psn(void)
 {
@@ -183,6 +182,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         ch->id = ++iface->next_ch_id;
     }
     ucs_list_head_init(&ch->pendq);
+    ucs_list_head_init(&ch->flushes);
     ucs_list_head_init(&ch->rsps);
     ucs_list_head_init(&ch->meta_lru);
     kh_init_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
@@ -436,6 +436,7 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
         rop->rdma_inflight = 0;
         xfer_verbs_rdma_done(rop, status);
     }
+    xfer_verbs_ch_flushes_fail(ch, status);
     ucs_list_for_each_safe(op, tmp, &ch->pendq, list) {
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
@@ -601,22 +602,7 @@ void xfer_verbs_ch_timer(xfer_ep_h ch, double now)
  * so that its completion also covers every send posted before it. */
 static void probe(xfer_ep_h ch, double now)
 {
-    struct ibv_send_wr wr;
-    struct ibv_sge sge;
-
-    if (ch->sq_free < 2) {
-        return;
-    }
-    sge.addr   = (uintptr_t)ch->ka_word;
-    sge.length = 8;
-    sge.lkey   = ch->ka_mr->lkey;
-    memset(&wr, 0, sizeof(wr));
-    wr.opcode              = IBV_WR_RDMA_WRITE;
-    wr.sg_list             = &sge;
-    wr.num_sge             = 1;
-    wr.wr.rdma.remote_addr = ch->peer.ka_addr + 8;
-    wr.wr.rdma.rkey        = ch->peer.ka_rkey;
-    if (xfer_verbs_ch_post_send(ch, &wr, NULL, 1) == 0) {
+    if (xfer_verbs_ch_post_probe(ch) == 0) {
         ch->ka_pending    = 1;
         ch->last_activity = now;
     }
@@ -625,26 +611,13 @@ static void probe(xfer_ep_h ch, double now)
 void xfer_verbs_ep_destroy(xfer_ep_h ch)
 {
     xfer_iface_h iface;
-    double until;
 
     if (ch == NULL) {
         return;
     }
     iface = ch->iface;
-    /* best effort for what was reported sent: let the send queue drain a little */
-    until = xfer_verbs_now() + DESTROY_DRAIN_MAX;
-    while ((ch->state == XFER_VERBS_CH_CONNECTED) &&
-           ((ch->sq_done != ch->sq_posted) || !ucs_list_is_empty(&ch->pendq)) &&
-           (xfer_verbs_now() < until)) {
-        if ((ch->sq_done != ch->sq_posted) && (ch->unsignaled > 0) && (ch->sq_free > 0) &&
-            ucs_list_is_empty(&ch->pendq)) {
-            /* nothing signalled covers the last sends: ask with a probe */
-            if (!ch->ka_pending) {
-                probe(ch, xfer_verbs_now());
-            }
-        }
-        cq_drain_for(ch);
-    }
+    /* what was reported sent is delivered by the framework's flush before it gets here (or
+     * the close was forced): nothing more is waited for */
     if (ch->state != XFER_VERBS_CH_FAILED) {
         ch_teardown(ch, XFER_ERR_CANCELED);
     }

@@ -162,6 +162,9 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
     ch->sq_free  = ch->sq_len - (uint32_t)(ch->sq_posted - ch->sq_done);
     ch->tx_tail  = e->tx_head;
     ch->wr_tail++;
+    if (!ucs_list_is_empty(&ch->flushes)) {
+        xfer_verbs_ch_flushes_check(ch);
+    }
     if (op == NULL) {
         ch->ka_pending = 0;
         return;

@@ -262,12 +262,111 @@ static void credits_return(xfer_ep_h ch)
     xfer_verbs_ch_post_send(ch, &wr, NULL, 0);
 }
 
+int xfer_verbs_ch_post_probe(xfer_ep_h ch)
+{
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+
+    if (ch->sq_free < 2) {      /* one stays free for credit returns */
+        return 1;
+    }
+    sge.addr   = (uintptr_t)ch->ka_word;
+    sge.length = 8;
+    sge.lkey   = ch->ka_mr->lkey;
+    memset(&wr, 0, sizeof(wr));
+    wr.opcode              = IBV_WR_RDMA_WRITE;
+    wr.sg_list             = &sge;
+    wr.num_sge             = 1;
+    wr.wr.rdma.remote_addr = ch->peer.ka_addr + 8;
+    wr.wr.rdma.rkey        = ch->peer.ka_rkey;
+    return xfer_verbs_ch_post_send(ch, &wr, NULL, 1);
+}
+
+/* ---- flush ---------------------------------------------------------------------------------
+ *
+ * A flush takes its place in the channel's queue, so that everything queued before it is
+ * posted first. When it reaches the head it notes how many work requests have been posted
+ * (sq_posted) and waits for the completions to get there: RC completes in order, and a
+ * send's completion means the peer's device acknowledged it - the message is in one of the
+ * peer's receive buffers, the write in its memory. When the last sends went unsignalled, a
+ * probe (a signalled 8-byte write to the peer's keepalive word) is posted so that a
+ * completion covers them. */
+
+xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
+{
+    xfer_verbs_op_t *op;
+
+    if (ch->state == XFER_VERBS_CH_FAILED) {
+        return ch->fail_status;
+    }
+    if (comp == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (ucs_list_is_empty(&ch->pendq) && ucs_list_is_empty(&ch->flushes) &&
+        (ch->sq_done == ch->sq_posted)) {
+        return XFER_OK;
+    }
+    op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_FLUSH, comp);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->post = XFER_VERBS_POST_FLUSH;
+    xfer_verbs_ch_submit(ch, op);
+    return XFER_INPROGRESS;
+}
+
+/* The flush at the head of the queue: 1 when it moved on to wait for completions, 0 when
+ * the probe it needs has no room yet, -1 when the channel failed. */
+static int flush_reached(xfer_ep_h ch, xfer_verbs_op_t *op)
+{
+    if ((ch->unsignaled > 0) && (ch->sq_done != ch->sq_posted)) {
+        int ret = xfer_verbs_ch_post_probe(ch);
+
+        if (ret != 0) {
+            return (ret > 0) ? 0 : -1;
+        }
+    }
+    op->flush_seq = ch->sq_posted;
+    ucs_list_del(&op->list);
+    op->post = XFER_VERBS_POST_NONE;
+    ucs_list_add_tail(&ch->flushes, &op->list);
+    xfer_verbs_ch_flushes_check(ch);
+    return 1;
+}
+
+void xfer_verbs_ch_flushes_check(xfer_ep_h ch)
+{
+    while (!ucs_list_is_empty(&ch->flushes)) {
+        xfer_verbs_op_t *op = ucs_list_head(&ch->flushes, xfer_verbs_op_t, list);
+
+        if (ch->sq_done < op->flush_seq) {
+            return;     /* the later ones wait for more */
+        }
+        ucs_list_del(&op->list);
+        xfer_verbs_op_complete(op, XFER_OK, 0, 0);
+    }
+}
+
+void xfer_verbs_ch_flushes_fail(xfer_ep_h ch, xfer_status_t status)
+{
+    while (!ucs_list_is_empty(&ch->flushes)) {
+        xfer_verbs_op_complete(ucs_list_extract_head(&ch->flushes, xfer_verbs_op_t, list),
+                               status, 0, 0);
+    }
+}
+
 void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
 {
     while ((ch->state == XFER_VERBS_CH_CONNECTED) && !ucs_list_is_empty(&ch->pendq)) {
         xfer_verbs_op_t *op = ucs_list_head(&ch->pendq, xfer_verbs_op_t, list);
         int done;
 
+        if (op->post == XFER_VERBS_POST_FLUSH) {
+            if (flush_reached(ch, op) <= 0) {
+                break;
+            }
+            continue;   /* it left the queue by itself */
+        }
         if (op->post == XFER_VERBS_POST_MSG) {
             if (!msg_postable(ch, op->ctrl)) {
                 ch->stats.credit_stalls += (ch->sq_free > 1);

@@ -262,6 +262,15 @@ typedef struct xfer_component_v1 {
     int           (*event_fd)(xfer_iface_h iface);
     /* Arm event_fd; XFER_ERR_BUSY means "call progress() first, events are pending". */
     xfer_status_t (*event_arm)(xfer_iface_h iface);
+
+    /* Complete comp once everything posted on ep before this call that this side can finish
+     * alone has finished and everything it sent has been acknowledged by the peer's host
+     * (its memory, or the transport's receive buffers there): puts and gets complete, sent
+     * bytes and messages acknowledged. A send that waits for its receiver to pull it
+     * (rendezvous) is not waited for. XFER_OK when nothing is outstanding (comp will not be
+     * called), XFER_INPROGRESS, or an error. A failure of ep completes comp with its status,
+     * ep_destroy with XFER_ERR_CANCELED. NULL: flushing completes at once. */
+    xfer_status_t (*ep_flush)(xfer_ep_h ep, xfer_comp_t *comp);
 } xfer_component_v1_t;
 
 /*

@@ -253,7 +253,40 @@ XFER_API const char *xfer_endpoint_transport(const xfer_endpoint_t *ep);
 XFER_API const char *xfer_endpoint_peer(const xfer_endpoint_t *ep);
 /* XFER_OK while the connection works, else the error that broke it. */
 XFER_API xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep);
-/* Close the connection; operations still pending on it complete with XFER_ERR_CANCELED. */
+/*
+ * Flush: complete once every operation posted on ep before this call that this side can
+ * finish alone has finished, and everything it sent has been acknowledged by the peer's host
+ * (in the peer's memory, or in its transport's receive buffers), so that closing the
+ * endpoint or exiting loses none of it. Puts and gets complete; eager sends, large tcp sends
+ * and tensor answers are acknowledged. A rendezvous send (a large message over verbs, which
+ * the receiver pulls once it matches) is not waited for: it has not been reported complete.
+ * XFER_OK then, or the endpoint's error when it fails first. Non-blocking, like any other
+ * operation (UCX's ucp_ep_flush_nbx).
+ */
+XFER_API xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb,
+                                           void *user_data, xfer_request_t **req_p);
+
+enum {
+    /* Close at once: what is queued or on its way is dropped, and every pending operation
+     * completes with XFER_ERR_CANCELED (UCX's UCP_EP_CLOSE_FLAG_FORCE). */
+    XFER_CLOSE_FLAG_FORCE = 1u << 0,
+};
+
+/*
+ * Close ep without blocking; ep is invalid as soon as this returns. Without
+ * XFER_CLOSE_FLAG_FORCE the endpoint first flushes, for at most XFER_CLOSE_TIMEOUT, so that
+ * everything already reported complete reaches the peer; then the connection closes and the
+ * operations still pending (receives, fetches, rendezvous sends, whatever the timeout cut
+ * short) complete with XFER_ERR_CANCELED. The request completes with XFER_OK once the
+ * endpoint closed with everything delivered, XFER_ERR_TIMEOUT when the timeout forced it,
+ * or the endpoint's error when it had failed (then nothing more could be delivered).
+ */
+XFER_API xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags,
+                                              xfer_request_cb_t cb, void *user_data,
+                                              xfer_request_t **req_p);
+/* xfer_endpoint_close_nb() without flags, waiting (progressing) until the close is done, at
+ * most XFER_CLOSE_TIMEOUT. From a callback, which must not wait, it returns at once and the
+ * close goes on in progress. xfer_context_destroy() closes what is left the same way. */
 XFER_API void xfer_endpoint_close(xfer_endpoint_t *ep);
 
 /* One counter of an endpoint's transport, e.g. {"tx_TENSOR_REQUEST", 12}. */
