@@ -1,0 +1,415 @@
+/*
+ * The control protocol between xfer_perf's client and server, in tag messages on TAG_CTRL:
+ * the client connects, and for each message size sends the parameters (PARAMS), the server
+ * answers READY (with an rkey of its buffer for put/get), both run the test, the client says
+ * FIN and the server's ACK stops the clock and carries its verdict; BYE ends the session.
+ *
+ * Every control message, little-endian:
+ *   magic u32 | version u16 | kind u16 | status i32 (an xfer_status_t) | length u32 | payload
+ * PARAMS payload (client -> server, before each size):
+ *   test u32 | flags u32 | window u32 | reserved u32 | size u64 | iterations u64 | warmup u64 |
+ *   step_base u64
+ * READY (server -> client): an rkey blob for put/get tests, or on error a message.
+ * RKEY  (client -> server, put_lat): the client's rkey blob.
+ * FIN   (client -> server, end of a size) and ACK (the reply: on a verification failure the
+ *   status is an error and the payload says what); BYE ends the session and is ACKed too.
+ */
+#include "perf.h"
+
+#include <xfer/byteorder.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MSG_MAGIC    0x78667066u
+#define MSG_VERSION  1
+#define MSG_HDR_LEN  16
+#define PARAMS_LEN   48
+
+typedef enum { MSG_PARAMS = 1, MSG_READY, MSG_RKEY, MSG_FIN, MSG_ACK, MSG_BYE } msg_kind_t;
+
+static const char *msg_names[] = {"?", "PARAMS", "READY", "RKEY", "FIN", "ACK", "BYE"};
+
+/* ---- control messages ------------------------------------------------------------------------ */
+
+static int ctrl_send(perf_t *perf, msg_kind_t kind, xfer_status_t status, const void *payload,
+                     size_t len)
+{
+    uint8_t msg[MSG_MAX];
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    char what[64];
+
+    snprintf(what, sizeof(what), "sending %s", msg_names[kind]);
+    if (len > MSG_MAX - MSG_HDR_LEN) {
+        return perf_fail(what, XFER_ERR_OUT_OF_RANGE);
+    }
+    xfer_put_le32(msg, MSG_MAGIC);
+    xfer_put_le32(msg + 4, MSG_VERSION | ((uint32_t)kind << 16));
+    xfer_put_le32(msg + 8, (uint32_t)status);
+    xfer_put_le32(msg + 12, (uint32_t)len);
+    if (len > 0) {
+        memcpy(msg + MSG_HDR_LEN, payload, len);
+    }
+    st = xfer_tag_send(perf->ep, TAG_CTRL, msg, MSG_HDR_LEN + len, NULL, NULL, NULL, &req);
+    if (st != XFER_OK && st != XFER_INPROGRESS) {
+        return perf_fail(what, st);
+    }
+    if (req != NULL) {
+        st = perf_request_wait(req);
+        xfer_request_release(req);
+        if (st != XFER_OK) {
+            return perf_fail(what, st);
+        }
+    }
+    return 0;
+}
+
+/*
+ * Post the receive of the next control message ahead, before sending what it answers: a
+ * request/response pair should not depend on the unexpected queue.
+ */
+static int ctrl_post(perf_t *perf)
+{
+    xfer_status_t st;
+
+    st = xfer_tag_recv(perf->ctx, perf->ep, TAG_CTRL, TAG_FULL, perf->ctrl_buf,
+                       sizeof(perf->ctrl_buf), NULL, NULL, NULL, &perf->ctrl_req);
+    if (st != XFER_OK && st != XFER_INPROGRESS) {
+        perf->ctrl_req = NULL;
+        return perf_fail("posting the receive of a control message", st);
+    }
+    return 0;
+}
+
+/*
+ * Receive the next control message (posting its receive unless ctrl_post() did), which must
+ * be of kind `kind` (or BYE when bye_ok). The payload is copied to payload (up to MSG_MAX
+ * bytes) and NUL-terminated.
+ */
+static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind_p,
+                     xfer_status_t *status_p, uint8_t *payload, size_t *len_p)
+{
+    const uint8_t *msg = perf->ctrl_buf;
+    xfer_request_t *req;
+    xfer_status_t st;
+    uint32_t got_kind, len;
+    size_t n;
+    char what[64];
+
+    snprintf(what, sizeof(what), "waiting for %s from the peer", msg_names[kind]);
+    if (perf->ctrl_req == NULL && ctrl_post(perf) != 0) {
+        return -1;
+    }
+    req = perf->ctrl_req;
+    perf->ctrl_req = NULL;
+    st = perf_request_wait(req);
+    n = xfer_request_length(req);
+    if (st == XFER_ERR_TIMEOUT) {
+        xfer_request_cancel(req);
+    }
+    xfer_request_release(req);
+    if (st != XFER_OK) {
+        return perf_fail(what, st);
+    }
+    if (n < MSG_HDR_LEN || xfer_get_le32(msg) != MSG_MAGIC ||
+        (xfer_get_le32(msg + 4) & 0xffff) != MSG_VERSION) {
+        fprintf(stderr, "xfer_perf: %s: not an xfer_perf v%d control message (%zu bytes)\n",
+                what, MSG_VERSION, n);
+        return -1;
+    }
+    got_kind = xfer_get_le32(msg + 4) >> 16;
+    len = xfer_get_le32(msg + 12);
+    if (len != n - MSG_HDR_LEN ||
+        (got_kind != (uint32_t)kind && !(bye_ok && got_kind == MSG_BYE))) {
+        fprintf(stderr, "xfer_perf: %s: protocol error: got %s with %u payload bytes in a "
+                "%zu-byte message\n", what,
+                got_kind < sizeof(msg_names) / sizeof(msg_names[0]) ? msg_names[got_kind] : "?",
+                len, n);
+        return -1;
+    }
+    memcpy(payload, msg + MSG_HDR_LEN, len);
+    payload[len] = '\0';
+    *kind_p = (msg_kind_t)got_kind;
+    *status_p = (xfer_status_t)(int32_t)xfer_get_le32(msg + 8);
+    *len_p = len;
+    return 0;
+}
+
+static void params_encode(const perf_params_t *p, uint8_t *out)
+{
+    xfer_put_le32(out, p->test);
+    xfer_put_le32(out + 4, p->flags);
+    xfer_put_le32(out + 8, p->window);
+    xfer_put_le32(out + 12, 0);
+    xfer_put_le64(out + 16, p->size);
+    xfer_put_le64(out + 24, p->iters);
+    xfer_put_le64(out + 32, p->warmup);
+    xfer_put_le64(out + 40, p->step_base);
+}
+
+/* NULL when the parameters are usable, else why not. */
+static const char *params_decode(const uint8_t *in, size_t len, perf_params_t *p)
+{
+    if (len != PARAMS_LEN) {
+        return "PARAMS has the wrong length";
+    }
+    p->test = xfer_get_le32(in);
+    p->flags = xfer_get_le32(in + 4);
+    p->window = xfer_get_le32(in + 8);
+    p->size = xfer_get_le64(in + 16);
+    p->iters = xfer_get_le64(in + 24);
+    p->warmup = xfer_get_le64(in + 32);
+    p->step_base = xfer_get_le64(in + 40);
+    if (p->test >= TEST_LAST) {
+        return "unknown test";
+    }
+    if (p->size == 0 || p->size > MAX_SIZE) {
+        return "size out of range";
+    }
+    if (p->window == 0 || p->window > MAX_WINDOW ||
+        (uint64_t)p->window * p->size > WINDOW_BYTES_MAX + MAX_SIZE) {
+        return "window out of range";
+    }
+    if (p->iters == 0 || p->iters > (1ull << 32) || p->warmup > (1ull << 32)) {
+        return "iterations out of range";
+    }
+    return NULL;
+}
+
+/* ---- client ---------------------------------------------------------------------------------- */
+
+/* One size, the client's side; appends a row to perf->rows. 1: the data did not verify. */
+static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
+{
+    const options_t *o = &perf->opts;
+    perf_params_t *p = &perf->p;
+    uint8_t payload[MSG_MAX + 1];
+    uint64_t t_start, elapsed;
+    xfer_status_t st;
+    msg_kind_t kind;
+    size_t len;
+    void *blob;
+    int ret;
+
+    perf_params_init(o, size, *step, p);
+    *step += p->warmup + p->iters;
+    if (o->verbose) {
+        fprintf(stderr, "# %s %zu bytes: %" PRIu64 " iterations after %" PRIu64 " warm-up, "
+                "window %u\n", perf_tests[p->test].name, size, p->iters, p->warmup, p->window);
+    }
+
+    params_encode(p, payload);
+    if (ctrl_post(perf) != 0 ||
+        ctrl_send(perf, MSG_PARAMS, XFER_OK, payload, PARAMS_LEN) != 0 ||
+        perf_buffers_setup(perf, 1) != 0 ||
+        ctrl_recv(perf, MSG_READY, 0, &kind, &st, payload, &len) != 0) {
+        return -1;
+    }
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: the server cannot run %s with %zu bytes: %s (%s)\n",
+                perf_tests[p->test].name, size, (char *)payload, xfer_status_string(st));
+        return -1;
+    }
+    if (perf_tests[p->test].server_rkey &&
+        perf_rkey_take(perf, payload, len, perf_tests[p->test].bw ? p->window : 1) != 0) {
+        return -1;
+    }
+    if (p->test == TEST_PUT_LAT) {
+        st = xfer_rkey_pack(perf->mem, &blob, &len);
+        if (st != XFER_OK) {
+            return perf_fail("xfer_rkey_pack", st);
+        }
+        ret = ctrl_send(perf, MSG_RKEY, XFER_OK, blob, len);
+        xfer_rkey_blob_free(blob);
+        if (ret != 0) {
+            return -1;
+        }
+    }
+
+    if (perf_test_client_run(perf, &t_start) != 0) {
+        return -1;
+    }
+
+    /* the final handshake: the clock stops when the server has seen everything */
+    if (ctrl_post(perf) != 0 || ctrl_send(perf, MSG_FIN, XFER_OK, NULL, 0) != 0 ||
+        ctrl_recv(perf, MSG_ACK, 0, &kind, &st, payload, &len) != 0) {
+        return -1;
+    }
+    elapsed = perf_now_ns() - t_start;
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: the server reports: %s\n", (char *)payload);
+        return 1;
+    }
+    if (perf->verify_error[0] != '\0') {
+        fprintf(stderr, "xfer_perf: verification failed: %s\n", perf->verify_error);
+        return 1;
+    }
+    perf_result_compute(perf, elapsed, &perf->rows[perf->nrows]);
+    if (!o->json) {
+        perf_print_row(&perf->rows[perf->nrows]);
+    }
+    perf->nrows++;
+    return 0;
+}
+
+int perf_client_run(perf_t *perf)
+{
+    const options_t *o = &perf->opts;
+    char addr[300];
+    uint8_t payload[MSG_MAX + 1];
+    uint64_t step = 0;
+    xfer_status_t st;
+    msg_kind_t kind;
+    size_t len;
+    int failed = 0;
+
+    snprintf(addr, sizeof(addr), strchr(o->host, ':') ? "[%s]:%u" : "%s:%u", o->host, o->port);
+    st = xfer_connect(perf->ctx, addr, &perf->ep);
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: cannot connect to %s: %s\n", addr, xfer_status_string(st));
+        return -1;
+    }
+    if (!o->json) {
+        perf_print_header(perf, addr);
+    }
+    for (size_t size = o->sweep ? 1 : o->size; size <= (o->sweep ? SWEEP_MAX : o->size);
+         size *= 2) {
+        /* after an error operations may be pending: main() closes the endpoint first */
+        failed = client_run_size(perf, size, &step);
+        if (failed < 0) {
+            return -1;
+        }
+        perf_buffers_release(perf);
+        perf_buffers_free(perf);
+        if (failed) {
+            break;
+        }
+    }
+    if (ctrl_post(perf) != 0 || ctrl_send(perf, MSG_BYE, XFER_OK, NULL, 0) != 0 ||
+        ctrl_recv(perf, MSG_ACK, 0, &kind, &st, payload, &len) != 0) {
+        return -1;
+    }
+    if (o->json && !failed) {
+        perf_print_json(perf, addr);
+    }
+    perf_counters_print(perf);
+    return failed ? -1 : 0;
+}
+
+/* ---- server ---------------------------------------------------------------------------------- */
+
+/* One size, the server's side, after PARAMS. 1: the data did not verify (the client knows). */
+static int server_run_size(perf_t *perf)
+{
+    const perf_params_t *p = &perf->p;
+    uint8_t payload[MSG_MAX + 1];
+    xfer_status_t st;
+    msg_kind_t kind;
+    void *blob = NULL;
+    size_t len = 0;
+    int ret = 0;
+
+    if (perf->opts.verbose) {
+        printf("# %s, %" PRIu64 " bytes, %" PRIu64 " + %" PRIu64 " iterations, window %u%s\n",
+               perf_tests[p->test].name, p->size, p->warmup, p->iters, p->window,
+               (p->flags & PARAM_VERIFY) ? ", verify" : "");
+        fflush(stdout);
+    }
+    if (perf_buffers_setup(perf, 0) != 0) {
+        const char *why = "cannot allocate or register the buffers";
+
+        ctrl_send(perf, MSG_READY, XFER_ERR_NO_MEMORY, why, strlen(why));
+        return -1;
+    }
+    perf_test_server_prepare(perf);
+    if (perf_tests[p->test].server_rkey) {
+        st = xfer_rkey_pack(perf->mem, &blob, &len);
+        if (st != XFER_OK) {
+            ctrl_send(perf, MSG_READY, st, "xfer_rkey_pack failed", 21);
+            return perf_fail("xfer_rkey_pack", st);
+        }
+    }
+    ret = ctrl_send(perf, MSG_READY, XFER_OK, blob, len);
+    if (blob != NULL) {
+        xfer_rkey_blob_free(blob);
+    }
+    if (ret != 0) {
+        return -1;
+    }
+    if (p->test == TEST_PUT_LAT &&
+        (ctrl_recv(perf, MSG_RKEY, 0, &kind, &st, payload, &len) != 0 ||
+         perf_rkey_take(perf, payload, len, 1) != 0)) {
+        return -1;
+    }
+
+    ret = perf_test_server_run(perf);
+    if (ret != 0 || ctrl_recv(perf, MSG_FIN, 0, &kind, &st, payload, &len) != 0) {
+        return -1;
+    }
+    perf_test_server_check(perf);
+    if (perf->verify_error[0] != '\0') {
+        fprintf(stderr, "xfer_perf: verification failed: %s\n", perf->verify_error);
+        return ctrl_send(perf, MSG_ACK, XFER_ERR_PROTOCOL, perf->verify_error,
+                         strlen(perf->verify_error)) == 0 ? 1 : -1;
+    }
+    return ctrl_send(perf, MSG_ACK, XFER_OK, NULL, 0);
+}
+
+int perf_server_run(perf_t *perf)
+{
+    const options_t *o = &perf->opts;
+    uint8_t payload[MSG_MAX + 1];
+    char addr[32];
+    xfer_status_t st;
+    msg_kind_t kind;
+    const char *why;
+    size_t len;
+    int ret, failed = 0;
+
+    snprintf(addr, sizeof(addr), ":%u", o->port);
+    st = xfer_listen(perf->ctx, addr, &perf->listener);
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: cannot listen on port %u: %s\n", o->port,
+                xfer_status_string(st));
+        return -1;
+    }
+    printf("# xfer_perf server: listening on port %u\n", xfer_listener_port(perf->listener));
+    fflush(stdout);
+    st = xfer_accept(perf->listener, -1, &perf->ep);
+    if (st != XFER_OK) {
+        return perf_fail("xfer_accept", st);
+    }
+    printf("# client %s connected, transport %s\n", xfer_endpoint_peer(perf->ep),
+           xfer_endpoint_transport(perf->ep));
+    fflush(stdout);
+
+    for (;;) {
+        if (ctrl_recv(perf, MSG_PARAMS, 1, &kind, &st, payload, &len) != 0) {
+            return -1;
+        }
+        if (kind == MSG_BYE) {
+            break;
+        }
+        why = params_decode(payload, len, &perf->p);
+        if (why != NULL) {
+            fprintf(stderr, "xfer_perf: the client's parameters: %s\n", why);
+            ctrl_send(perf, MSG_READY, XFER_ERR_INVALID_PARAM, why, strlen(why));
+            return -1;
+        }
+        ret = server_run_size(perf);
+        if (ret < 0) {
+            return -1;  /* operations may be pending: main() closes the endpoint first */
+        }
+        failed |= ret;
+        perf_buffers_release(perf);
+        perf_buffers_free(perf);
+    }
+    if (ctrl_send(perf, MSG_ACK, XFER_OK, NULL, 0) != 0) {
+        return -1;
+    }
+    printf("# done%s\n", failed ? ", the data did not verify" : "");
+    perf_counters_print(perf);
+    return failed ? -1 : 0;
+}

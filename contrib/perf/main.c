@@ -1,0 +1,87 @@
+/*
+ * xfer_perf: bandwidth and latency between two processes over xfer, like ib_write_bw /
+ * ib_write_lat and ucx_perftest.
+ *
+ *   xfer_perf [-p PORT] [-x TRANSPORTS]       server: serves one client, then exits
+ *   xfer_perf [options] HOST                  client: runs the test and prints the table
+ *
+ * Before each message size the client sends the test parameters to the server in a tag
+ * message, so the server needs no options but -p (and -x to restrict what it offers).
+ *
+ * What the columns mean (MB = 10^6 bytes; BW average = bytes * iterations / time, MsgRate =
+ * iterations / time):
+ *   put_bw, get_bw, tag_bw, tensor_bw   WINDOW operations are kept in flight; the clock runs on
+ *       the client from the first timed operation until the server has acknowledged the end
+ *       (a final tag handshake), so it covers completion at the peer. t_typical and t_99% are
+ *       the median and 99th percentile of the time between consecutive completions; t_avg is
+ *       the whole time divided by the iterations.
+ *   tag_lat      ping-pong of tagged messages; t_* is half the round trip.
+ *   put_lat      ping-pong of puts, like ib_write_lat: each side puts into the other's buffer and
+ *       waits - calling xfer_progress() - for the last byte of its own buffer to change;
+ *       t_* is half the round trip. (It relies on the last byte landing last, as ib_write_lat
+ *       does; -V checks the rest of the buffer once the last byte has changed.)
+ *   tensor_lat   the server keeps (step i, "perf") published ahead; t_* is one whole fetch on
+ *       the client - request to the producer and data back into a registered buffer - not
+ *       halved.
+ *   For latency tests BW average = bytes / t_avg and MsgRate = 1 / t_avg.
+ *
+ * -V fills every buffer with a pattern that depends on the iteration and the offset and checks
+ * it where it lands; figures taken with -V include that work.
+ *
+ * Exit status: 0; 1 on an error or a verification failure (the message says which); 2 on a
+ * usage error.
+ *
+ * This file creates the context, runs the client's or the server's side and cleans up; perf.h
+ * says where the other parts live.
+ */
+#include "perf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+int main(int argc, char **argv)
+{
+    static perf_t perf;     /* large (the result rows): not on the stack */
+    xfer_status_t st;
+    int ret;
+
+    ret = perf_options_parse(argc, argv, &perf.opts);
+    if (ret != 0) {
+        return ret;
+    }
+    /* the client's offer restricts the negotiation; the server's what it accepts */
+    if (perf.opts.transports != NULL && setenv("XFER_TRANSPORTS", perf.opts.transports, 1) != 0) {
+        perror("xfer_perf: setenv");
+        return 1;
+    }
+    {
+        xfer_context_params_t params = {sizeof(params),
+                                         perf.opts.multi ? 0 : XFER_CONTEXT_FLAG_SERIALIZED};
+
+        st = xfer_context_create(&params, &perf.ctx);
+    }
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: cannot create a context: %s%s\n", xfer_status_string(st),
+                (st == XFER_ERR_INVALID_PARAM) ? " (check the XFER_* environment and -x; with "
+                "XFER_PROGRESS_THREAD=y use -T multi)" : "");
+        return 1;
+    }
+
+    ret = (perf.opts.host != NULL) ? perf_client_run(&perf) : perf_server_run(&perf);
+
+    /* after an error requests may be pending: closing the endpoint cancels them first */
+    perf_buffers_release_requests(&perf);
+    if (perf.ctrl_req != NULL) {
+        xfer_request_release(perf.ctrl_req);
+    }
+    if (perf.ep != NULL) {
+        xfer_endpoint_close(perf.ep);
+    }
+    perf_buffers_release(&perf);
+    if (perf.listener != NULL) {
+        xfer_listener_close(perf.listener);
+    }
+    xfer_context_destroy(perf.ctx);
+    perf_buffers_free(&perf);
+    return (ret == 0) ? 0 : 1;
+}

@@ -1,0 +1,214 @@
+/*
+ * xfer_perf's command line: the usage text, the options, the test table, and the parameters
+ * that the options give one message size (the defaults that depend on the test and the size).
+ */
+#include "perf.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_PORT      18515
+#define DEFAULT_WINDOW    16
+
+const perf_test_info_t perf_tests[TEST_LAST] = {
+    [TEST_PUT_BW]     = {"put_bw",     1, 1},
+    [TEST_GET_BW]     = {"get_bw",     1, 1},
+    [TEST_TAG_BW]     = {"tag_bw",     1, 0},
+    [TEST_TENSOR_BW]  = {"tensor_bw",  1, 0},
+    [TEST_PUT_LAT]    = {"put_lat",    0, 1},
+    [TEST_TAG_LAT]    = {"tag_lat",    0, 0},
+    [TEST_TENSOR_LAT] = {"tensor_lat", 0, 0},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: xfer_perf [options]         run the server (serves one client)\n"
+            "       xfer_perf [options] HOST    run a test against the server on HOST\n"
+            "Bandwidth and latency of xfer between two processes, like ib_write_bw and "
+            "ucx_perftest.\n"
+            "\n"
+            "  -p, --port PORT        TCP port of the server (default %d)\n"
+            "  -t, --test TEST        put_bw, get_bw, tag_bw (default), tensor_bw,\n"
+            "                         put_lat, tag_lat, tensor_lat\n"
+            "  -s, --size BYTES       message size; k, m, g suffixes are powers of 1024 "
+            "(default 65536)\n"
+            "  -a, --all              sweep the sizes 1, 2, 4, ... 8m\n"
+            "  -n, --iters N          timed iterations (default: depends on test and size)\n"
+            "      --warmup N         untimed iterations first (default: a tenth, at most 1000)\n"
+            "  -w, --window N         operations in flight in bandwidth tests (default %d; the\n"
+            "                         window shrinks so that it holds at most 256 MiB)\n"
+            "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
+            "  -T, --thread-mode MODE serialized (default: one thread, the context takes no\n"
+            "                         lock, as ucx_perftest's default) or multi (the lock a\n"
+            "                         threaded application pays; needed with\n"
+            "                         XFER_PROGRESS_THREAD=y)\n"
+            "  -V, --verify           fill buffers with a pattern and check it where it lands\n"
+            "  -j, --json             print the results as one JSON object\n"
+            "  -v, --verbose          say more, and print the endpoint's counters at the end\n"
+            "  -h, --help             this text\n"
+            "\n"
+            "Columns: BW average[MB/s] (MB = 10^6 bytes), MsgRate[Mpps], t_typical (median),\n"
+            "t_avg and t_99%% in usec: bandwidth tests time completions with WINDOW in flight;\n"
+            "tag_lat and put_lat report half a round trip, tensor_lat one whole fetch.\n"
+            "Only the client's -t -s -a -n -w -V matter: it sends them to the server.\n",
+            DEFAULT_PORT, DEFAULT_WINDOW);
+}
+
+static int parse_u64(const char *s, uint64_t max, int suffix, uint64_t *v_p)
+{
+    char *end;
+    unsigned long long v;
+    uint64_t mul = 1;
+
+    if (*s == '\0' || *s == '-') {
+        return -1;
+    }
+    v = strtoull(s, &end, 10);
+    if (suffix && *end != '\0' && end[1] == '\0') {
+        switch (*end) {
+        case 'k': case 'K': mul = 1ull << 10; end++; break;
+        case 'm': case 'M': mul = 1ull << 20; end++; break;
+        case 'g': case 'G': mul = 1ull << 30; end++; break;
+        default: break;
+        }
+    }
+    if (end == s || *end != '\0' || v > max / mul) {
+        return -1;
+    }
+    *v_p = v * mul;
+    return 0;
+}
+
+/* 0, or 2 on a usage error (the message printed); -h prints the usage and exits 0. */
+int perf_options_parse(int argc, char **argv, options_t *o)
+{
+    static const struct option long_opts[] = {
+        {"port",       required_argument, NULL, 'p'},
+        {"test",       required_argument, NULL, 't'},
+        {"size",       required_argument, NULL, 's'},
+        {"all",        no_argument,       NULL, 'a'},
+        {"iters",      required_argument, NULL, 'n'},
+        {"warmup",     required_argument, NULL, 'W'},
+        {"window",     required_argument, NULL, 'w'},
+        {"transports", required_argument, NULL, 'x'},
+        {"thread-mode", required_argument, NULL, 'T'},
+        {"verify",     no_argument,       NULL, 'V'},
+        {"json",       no_argument,       NULL, 'j'},
+        {"verbose",    no_argument,       NULL, 'v'},
+        {"help",       no_argument,       NULL, 'h'},
+        {NULL, 0, NULL, 0}
+    };
+    uint64_t v;
+    int c, size_given = 0;
+
+    *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
+                     .window = DEFAULT_WINDOW};
+    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:T:Vjvh", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (parse_u64(optarg, 65535, 0, &v) != 0) {
+                fprintf(stderr, "xfer_perf: -p: '%s' is not a port number\n", optarg);
+                return 2;
+            }
+            o->port = (unsigned)v;
+            break;
+        case 't':
+            for (o->test = 0; o->test < TEST_LAST; o->test++) {
+                if (strcmp(optarg, perf_tests[o->test].name) == 0) {
+                    break;
+                }
+            }
+            if (o->test == TEST_LAST) {
+                fprintf(stderr, "xfer_perf: -t: unknown test '%s' (put_bw, get_bw, tag_bw, "
+                        "tensor_bw, put_lat, tag_lat, tensor_lat)\n", optarg);
+                return 2;
+            }
+            break;
+        case 's':
+            if (parse_u64(optarg, MAX_SIZE, 1, &v) != 0 || v == 0) {
+                fprintf(stderr, "xfer_perf: -s: '%s' is not a size from 1 to 1g\n", optarg);
+                return 2;
+            }
+            o->size = v;
+            size_given = 1;
+            break;
+        case 'a': o->sweep = 1; break;
+        case 'n':
+            if (parse_u64(optarg, 1ull << 32, 0, &v) != 0 || v == 0) {
+                fprintf(stderr, "xfer_perf: -n: '%s' is not a count from 1 to 2^32\n", optarg);
+                return 2;
+            }
+            o->iters = v;
+            break;
+        case 'W':
+            if (parse_u64(optarg, 1ull << 32, 0, &v) != 0) {
+                fprintf(stderr, "xfer_perf: --warmup: '%s' is not a count\n", optarg);
+                return 2;
+            }
+            o->warmup = (int64_t)v;
+            break;
+        case 'w':
+            if (parse_u64(optarg, MAX_WINDOW, 0, &v) != 0 || v == 0) {
+                fprintf(stderr, "xfer_perf: -w: '%s' is not a window from 1 to %d\n", optarg,
+                        MAX_WINDOW);
+                return 2;
+            }
+            o->window = (unsigned)v;
+            break;
+        case 'x': o->transports = optarg; break;
+        case 'T':
+            if ((strcmp(optarg, "serialized") != 0) && (strcmp(optarg, "multi") != 0)) {
+                fprintf(stderr, "xfer_perf: -T: '%s' is not serialized or multi\n", optarg);
+                return 2;
+            }
+            o->multi = (strcmp(optarg, "multi") == 0);
+            break;
+        case 'V': o->verify = 1; break;
+        case 'j': o->json = 1; break;
+        case 'v': o->verbose = 1; break;
+        case 'h': usage(stdout); exit(0);
+        default:  usage(stderr); return 2;
+        }
+    }
+    if (optind + 1 < argc) {
+        fprintf(stderr, "xfer_perf: unexpected argument '%s'\n", argv[optind + 1]);
+        return 2;
+    }
+    if (o->sweep && size_given) {
+        fprintf(stderr, "xfer_perf: -a and -s exclude each other\n");
+        return 2;
+    }
+    o->host = (optind < argc) ? argv[optind] : NULL;
+    return 0;
+}
+
+static uint64_t default_iters(test_t t, size_t size)
+{
+    uint64_t n = (perf_tests[t].bw ? (1ull << 30) : (256ull << 20)) / size;
+    uint64_t lo = perf_tests[t].bw ? 200 : 100, hi = perf_tests[t].bw ? 100000 : 20000;
+
+    return (n < lo) ? lo : (n > hi) ? hi : n;
+}
+
+/*
+ * The client's parameters for one size: the window shrinks so that it holds at most
+ * WINDOW_BYTES_MAX, and -n and --warmup left out get defaults for the test and the size.
+ */
+void perf_params_init(const options_t *o, size_t size, uint64_t step_base, perf_params_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->test = o->test;
+    p->flags = o->verify ? PARAM_VERIFY : 0;
+    p->size = size;
+    p->window = o->window;
+    if (perf_tests[o->test].bw && (uint64_t)p->window * size > WINDOW_BYTES_MAX) {
+        p->window = (size >= WINDOW_BYTES_MAX) ? 1 : (uint32_t)(WINDOW_BYTES_MAX / size);
+    }
+    p->iters = o->iters ? o->iters : default_iters(o->test, size);
+    p->warmup = (o->warmup >= 0) ? (uint64_t)o->warmup :
+                (p->iters / 10 > 1000) ? 1000 : (p->iters / 10 ? p->iters / 10 : 1);
+    p->step_base = step_base;
+}

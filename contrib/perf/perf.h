@@ -1,0 +1,162 @@
+/*
+ * xfer_perf's shared types and the functions its parts give each other:
+ *   options.c   the command line, the test table, the parameters of one size
+ *   control.c   the control protocol: connection, PARAMS / READY / RKEY / FIN / ACK / BYE
+ *   tests.c     the test loops, the operations in flight and their clock
+ *   buffers.c   the resources of one size and the data pattern of -V
+ *   report.c    what is printed: the table, JSON, -v counters, error lines
+ *   main.c      the context, the side to run, the cleanup
+ */
+#ifndef XFER_PERF_H
+#define XFER_PERF_H
+
+#include <xfer/xfer.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_WINDOW        1024
+#define MAX_SIZE          (1ull << 30)
+#define SWEEP_MAX         (8ull << 20)
+#define WINDOW_BYTES_MAX  (256ull << 20)    /* per side: the window shrinks for large sizes */
+#define TIMEOUT_MS        60000             /* the longest wait for one operation or message */
+#define TENSOR_LAT_DEPTH  2                 /* tensor_lat: publishes the server keeps ahead */
+#define MAX_ROWS          64
+#define MSG_MAX           4096              /* the largest control message (control.c) */
+#define PARAM_VERIFY      (1u << 0)         /* perf_params_t.flags: -V */
+
+/* Tags: control messages on one tag (so they match in order), data on their own. */
+#define TAG_CTRL   0x7866706300000000ull    /* "xfpc" */
+#define TAG_DATA   0x7866706400000000ull    /* "xfpd" | iteration (tag_bw) */
+#define TAG_PING   0x7866706900000000ull
+#define TAG_PONG   0x7866706f00000000ull
+#define TAG_FULL   UINT64_MAX
+
+typedef enum {
+    TEST_PUT_BW, TEST_GET_BW, TEST_TAG_BW, TEST_TENSOR_BW,
+    TEST_PUT_LAT, TEST_TAG_LAT, TEST_TENSOR_LAT,
+    TEST_LAST
+} test_t;
+
+typedef struct perf_test_info {
+    const char *name;
+    int        bw;          /* WINDOW operations in flight; else a ping-pong */
+    int        server_rkey; /* the server sends the client an rkey of its buffer */
+} perf_test_info_t;
+
+extern const perf_test_info_t perf_tests[TEST_LAST];
+
+typedef struct options {
+    const char *host;       /* NULL: server */
+    unsigned   port;
+    test_t     test;
+    size_t     size;
+    int        sweep;
+    uint64_t   iters;       /* 0: a default for the size */
+    int64_t    warmup;      /* -1: a default for the iterations */
+    unsigned   window;
+    const char *transports;
+    int        verify;
+    int        json;
+    int        verbose;
+    int        multi;       /* -T multi: the context's lock, as a threaded application has */
+} options_t;
+
+/* The parameters of one size: the client sends them in PARAMS (control.c). */
+typedef struct perf_params {
+    uint32_t test;
+    uint32_t flags;
+    uint32_t window;
+    uint64_t size;
+    uint64_t iters;
+    uint64_t warmup;
+    uint64_t step_base;     /* tensor tests: first step of this size */
+} perf_params_t;
+
+/* One operation in flight. */
+typedef struct op_slot {
+    xfer_request_t *req;
+    xfer_status_t  status;
+    int            done;
+    uint64_t       t_done;  /* ns, set by the completion callback; 0 until known */
+} op_slot_t;
+
+typedef struct result {
+    uint64_t bytes;
+    uint64_t iters;
+    unsigned window;
+    double   bw_mbps;
+    double   mpps;
+    double   t_typical;
+    double   t_avg;
+    double   t_99;
+} result_t;
+
+typedef struct perf {
+    options_t       opts;
+    xfer_context_t  *ctx;
+    xfer_listener_t *listener;
+    xfer_endpoint_t *ep;
+    perf_params_t   p;              /* the size being run */
+    /* resources of one size; perf_buffers_release() undoes them */
+    uint8_t         *buf;           /* slots of p.size bytes */
+    size_t          nslots;
+    xfer_mem_t      *mem;
+    xfer_rkey_t     *rkey;          /* the peer's buffer */
+    op_slot_t       *ops;
+    double          *samples;       /* client: one per timed iteration, usec */
+    char            verify_error[256];
+    uint8_t         ctrl_buf[MSG_MAX];  /* the next control message lands here */
+    xfer_request_t  *ctrl_req;          /* its receive, when posted ahead */
+    result_t        rows[MAX_ROWS];
+    unsigned        nrows;
+} perf_t;
+
+/* Slot `slot` of this size's buffer, and of the peer's (through perf->rkey). */
+static inline uint8_t *perf_slot_buf(perf_t *perf, size_t slot)
+{
+    return perf->buf + slot * perf->p.size;
+}
+
+static inline uint64_t perf_rkey_slot_addr(perf_t *perf, size_t slot)
+{
+    return xfer_rkey_address(perf->rkey) + slot * perf->p.size;
+}
+
+/* options.c */
+int  perf_options_parse(int argc, char **argv, options_t *o);
+void perf_params_init(const options_t *o, size_t size, uint64_t step_base, perf_params_t *p);
+
+/* control.c */
+int perf_client_run(perf_t *perf);
+int perf_server_run(perf_t *perf);
+
+/* tests.c */
+uint64_t      perf_now_ns(void);
+xfer_status_t perf_request_wait(xfer_request_t *req);
+int           perf_test_client_run(perf_t *perf, uint64_t *t_start_p);
+void          perf_test_server_prepare(perf_t *perf);
+int           perf_test_server_run(perf_t *perf);
+void          perf_test_server_check(perf_t *perf);
+
+/* buffers.c */
+int      perf_buffers_setup(perf_t *perf, int client);
+void     perf_buffers_release_requests(perf_t *perf);
+void     perf_buffers_release(perf_t *perf);
+void     perf_buffers_free(perf_t *perf);
+int      perf_rkey_take(perf_t *perf, const uint8_t *blob, size_t len, size_t nslots);
+void     perf_pattern_fill(uint8_t *p, size_t len, uint64_t seed, uint64_t iter);
+void     perf_pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t seed,
+                            uint64_t iter, const char *what);
+void     perf_verify_fail(perf_t *perf, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* report.c */
+int  perf_fail(const char *what, xfer_status_t status);
+void perf_result_compute(perf_t *perf, uint64_t elapsed_ns, result_t *r);
+void perf_print_header(perf_t *perf, const char *addr);
+void perf_print_row(const result_t *r);
+void perf_print_json(perf_t *perf, const char *addr);
+void perf_counters_print(perf_t *perf);
+
+#endif
