@@ -52,6 +52,8 @@ for name in $names; do
         echo "$name: FAILED (exit $rc) after ${runs:-?} runs; log: $work/log"
         grep -E 'ERROR|fuzz check failed|SUMMARY|Test unit written' "$work/log" | head -5 || true
         echo "$name: the input: ${crash:-(none written; see the log)}"
+        # a broken property's message went to the closed stderr: the replay prints it
+        echo "$name: reproduce with $build/test/fuzz/replay_$name ${crash:-FILE}"
     else
         echo "$name: ok, ${runs:-?} runs in ${seconds} s, cov: ${cov:-?}"
     fi
