@@ -297,10 +297,19 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
                 return XFER_ERR_PROTOCOL;
             }
         }
-    } else if (resp->size != 0) {
-        snprintf(why, why_size, "failed TENSOR_RESP claims %" PRIu64 " bytes of data",
-                 resp->size);
-        return XFER_ERR_PROTOCOL;
+    } else {
+        /* a failure describes no tensor: every field of one is 0, as the sender packs it */
+        int described = (resp->size != 0) || (resp->dtype != 0) || (resp->rank != 0) ||
+                        (resp->is_dead != 0);
+
+        for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
+            described |= (resp->dims[i] != 0);
+        }
+        if (described) {
+            snprintf(why, why_size, "failed TENSOR_RESP describes a tensor (dtype %u, rank %u, "
+                     "%" PRIu64 " bytes)", resp->dtype, resp->rank, resp->size);
+            return XFER_ERR_PROTOCOL;
+        }
     }
     data_len = xfer_tcp_wire_tensor_data_len(hdr, resp);
     if ((data_len > limits->max_msg_size) ||

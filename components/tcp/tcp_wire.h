@@ -25,7 +25,8 @@
  * Request ids carry a generation in their upper 32 bits, so a response to a request that is no
  * longer outstanding is recognised as stale. A TENSOR_RESP answers every TENSOR_REQ exactly
  * once, also after a TENSOR_CANCEL (then with status XFER_ERR_CANCELED unless it was already
- * on its way). A dead tensor has size 0 and no data; dims past rank are 0.
+ * on its way). A dead tensor has size 0 and no data; dims past rank are 0. A failed
+ * TENSOR_RESP (status not 0) describes no tensor: its dtype, rank, is_dead, size and dims are 0.
  *
  * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
  * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 reserved:u8

@@ -1,0 +1,241 @@
+/*
+ * The tcp data-path frames (components/tcp/tcp_wire.c): the header and every extension, the
+ * endpoint address and the remote key.
+ *
+ * The whole input is offered as an endpoint address and as a remote key; each that parses is
+ * packed again and must parse to the same value (the key: the same bytes). Then the input is
+ * read as a stream of frames as the receive state machine reads it - a header, its type's
+ * extension, then past its length - and every header and extension that parses is packed
+ * again and must come out byte for byte as it went in. Finally the same bytes are read as a
+ * recipe for values that are packed and parsed back: parse(pack(x)) == x whenever the parser
+ * takes pack(x).
+ */
+#include "fuzz.h"
+#include "../../components/tcp/tcp_wire.h"
+
+#define MAX_MSG (1u << 20)
+#define MAX_KEY 64u
+
+static const xfer_tcp_wire_limits_t limits = {MAX_MSG, MAX_KEY};
+
+static void round_trip_addresses(const uint8_t *data, size_t size)
+{
+    xfer_tcp_wire_limits_t lim = {0, 0}, lim2 = {0, 0};
+    xfer_tcp_wire_rkey_t rkey, rkey2;
+    uint8_t buf[XFER_TCP_WIRE_RKEY_LEN];
+
+    if (xfer_tcp_wire_unpack_ep_addr(data, size, &lim) == XFER_OK) {
+        FUZZ_CHECK((size == 0) || (size == XFER_TCP_WIRE_EP_ADDR_LEN), "%zu-byte address", size);
+        xfer_tcp_wire_pack_ep_addr(&lim, buf);
+        FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) ==
+                   XFER_OK, "a packed endpoint address does not parse");
+        FUZZ_CHECK((lim.max_msg_size == lim2.max_msg_size) &&
+                   (lim.max_key_len == lim2.max_key_len), "endpoint address changed");
+    }
+    if (xfer_tcp_wire_unpack_rkey(data, size, &rkey) == XFER_OK) {
+        FUZZ_CHECK(rkey.addr + rkey.length >= rkey.addr, "a wrapping key parsed");
+        xfer_tcp_wire_pack_rkey(&rkey, buf);
+        FUZZ_CHECK(memcmp(buf, data, XFER_TCP_WIRE_RKEY_LEN) == 0, "remote key changed");
+        FUZZ_CHECK(xfer_tcp_wire_unpack_rkey(buf, sizeof(buf), &rkey2) == XFER_OK, "rkey");
+    }
+}
+
+/* The extension of a frame whose header parsed; ext has at least ext_len(type) bytes. */
+static void round_trip_ext(const xfer_tcp_wire_hdr_t *hdr, const uint8_t *ext, size_t avail)
+{
+    uint8_t buf[XFER_TCP_WIRE_TRESP_EXT_LEN];
+    xfer_tcp_wire_tensor_resp_t resp;
+    xfer_tcp_wire_tensor_req_t req;
+    xfer_tcp_wire_rma_t rma;
+    char why[FUZZ_WHY_LEN];
+    uint64_t data_len;
+
+    switch (hdr->type) {
+    case XFER_TCP_WIRE_PUT_REQ:
+        if ((avail < XFER_TCP_WIRE_PUT_EXT_LEN) ||
+            (xfer_tcp_wire_unpack_put_ext(ext, hdr, &rma, why, sizeof(why)) != XFER_OK)) {
+            return;
+        }
+        FUZZ_CHECK((rma.len <= MAX_MSG) && (rma.addr + rma.len >= rma.addr), "PUT range");
+        xfer_tcp_wire_pack_put_ext(&rma, buf);
+        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_PUT_EXT_LEN), "PUT_REQ extension changed");
+        break;
+    case XFER_TCP_WIRE_GET_REQ:
+        if ((avail < XFER_TCP_WIRE_GET_EXT_LEN) ||
+            (xfer_tcp_wire_unpack_get_ext(ext, hdr, &limits, &rma, why, sizeof(why)) !=
+             XFER_OK)) {
+            return;
+        }
+        FUZZ_CHECK((rma.len <= MAX_MSG) && (rma.addr + rma.len >= rma.addr), "GET range");
+        xfer_tcp_wire_pack_get_ext(&rma, buf);
+        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_GET_EXT_LEN), "GET_REQ extension changed");
+        break;
+    case XFER_TCP_WIRE_TENSOR_REQ:
+        if ((avail < XFER_TCP_WIRE_TREQ_EXT_LEN) ||
+            (xfer_tcp_wire_unpack_tensor_req_ext(ext, hdr, &limits, &req, why, sizeof(why)) !=
+             XFER_OK)) {
+            return;
+        }
+        FUZZ_CHECK(req.key_len <= MAX_KEY, "key of %u bytes", req.key_len);
+        xfer_tcp_wire_pack_tensor_req_ext(&req, buf);
+        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_TREQ_EXT_LEN), "TENSOR_REQ changed");
+        break;
+    case XFER_TCP_WIRE_TENSOR_RESP:
+        if ((avail < XFER_TCP_WIRE_TRESP_EXT_LEN) ||
+            (xfer_tcp_wire_unpack_tensor_resp_ext(ext, hdr, &limits, &resp, why, sizeof(why)) !=
+             XFER_OK)) {
+            return;
+        }
+        data_len = xfer_tcp_wire_tensor_data_len(hdr, &resp);
+        FUZZ_CHECK((resp.reason_len <= XFER_TCP_WIRE_MAX_REASON) && (data_len <= MAX_MSG) &&
+                   (hdr->length == XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len + data_len),
+                   "TENSOR_RESP parts do not add up");
+        FUZZ_CHECK((resp.rank <= XFER_TENSOR_MAX_RANK) && (resp.is_dead <= 1), "TENSOR_RESP");
+        xfer_tcp_wire_pack_tensor_resp_ext(&resp, buf);
+        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_TRESP_EXT_LEN), "TENSOR_RESP changed");
+        break;
+    default:
+        break;  /* no extension */
+    }
+}
+
+static void parse_stream(const uint8_t *data, size_t size)
+{
+    uint8_t buf[XFER_TCP_WIRE_HDR_LEN];
+    char why[FUZZ_WHY_LEN];
+
+    while (size >= XFER_TCP_WIRE_HDR_LEN) {
+        xfer_tcp_wire_hdr_t hdr;
+
+        if (xfer_tcp_wire_unpack_hdr(data, &limits, &hdr, why, sizeof(why)) != XFER_OK) {
+            return;
+        }
+        FUZZ_CHECK(strcmp(xfer_tcp_wire_type_name(hdr.type), "unknown") != 0, "type %u",
+                   hdr.type);
+        xfer_tcp_wire_pack_hdr(&hdr, buf);
+        FUZZ_CHECK(!memcmp(buf, data, XFER_TCP_WIRE_HDR_LEN), "header changed");
+        data += XFER_TCP_WIRE_HDR_LEN;
+        size -= XFER_TCP_WIRE_HDR_LEN;
+        round_trip_ext(&hdr, data, size);
+        if (hdr.length > size) {
+            return;
+        }
+        data += hdr.length;
+        size -= (size_t)hdr.length;
+    }
+}
+
+static void round_trip_values(const uint8_t *data, size_t size)
+{
+    fuzz_cursor_t c = {data, size};
+    uint8_t buf[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN];
+    uint8_t *ext = buf + XFER_TCP_WIRE_HDR_LEN;
+    xfer_tcp_wire_hdr_t hdr, hdr2;
+    xfer_tcp_wire_rma_t rma, rma2;
+    xfer_tcp_wire_tensor_req_t req, req2;
+    xfer_tcp_wire_tensor_resp_t resp, resp2;
+    xfer_tcp_wire_rkey_t rkey, rkey2;
+    xfer_tcp_wire_limits_t lim, lim2;
+    char why[FUZZ_WHY_LEN];
+
+    hdr.magic   = XFER_TCP_WIRE_MAGIC;
+    hdr.version = XFER_TCP_WIRE_VERSION;
+    hdr.type    = (uint8_t)(fuzz_take(&c, 1) % (XFER_TCP_WIRE_TYPE_LAST + 1));
+    hdr.status  = (int32_t)fuzz_take(&c, 4);
+    hdr.id      = fuzz_take(&c, 8);
+    hdr.length  = fuzz_take(&c, 8);
+    xfer_tcp_wire_pack_hdr(&hdr, buf);
+    if (xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) {
+        FUZZ_CHECK(!memcmp(&hdr, &hdr2, sizeof(hdr)), "header changed");
+    }
+
+    memset(&rma, 0, sizeof(rma));
+    rma.region = fuzz_take(&c, 8);
+    rma.cookie = fuzz_take(&c, 8);
+    rma.addr   = fuzz_take(&c, 8);
+    rma.len    = fuzz_take(&c, 3);
+    hdr.type   = XFER_TCP_WIRE_PUT_REQ;
+    hdr.status = 0;
+    hdr.length = XFER_TCP_WIRE_PUT_EXT_LEN + rma.len;
+    xfer_tcp_wire_pack_hdr(&hdr, buf);
+    xfer_tcp_wire_pack_put_ext(&rma, ext);
+    if ((xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) &&
+        (xfer_tcp_wire_unpack_put_ext(ext, &hdr2, &rma2, why, sizeof(why)) == XFER_OK)) {
+        FUZZ_CHECK(!memcmp(&rma, &rma2, sizeof(rma)), "PUT_REQ changed");
+    } else {
+        FUZZ_CHECK((rma.len > MAX_MSG) || (rma.addr + rma.len < rma.addr), "PUT_REQ refused");
+    }
+    hdr.type   = XFER_TCP_WIRE_GET_REQ;
+    hdr.length = XFER_TCP_WIRE_GET_EXT_LEN;
+    xfer_tcp_wire_pack_hdr(&hdr, buf);
+    xfer_tcp_wire_pack_get_ext(&rma, ext);
+    if ((xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) &&
+        (xfer_tcp_wire_unpack_get_ext(ext, &hdr2, &limits, &rma2, why, sizeof(why)) ==
+         XFER_OK)) {
+        FUZZ_CHECK(!memcmp(&rma, &rma2, sizeof(rma)), "GET_REQ changed");
+    } else {
+        FUZZ_CHECK((rma.len > MAX_MSG) || (rma.addr + rma.len < rma.addr), "GET_REQ refused");
+    }
+
+    req.step    = fuzz_take(&c, 8);
+    req.key_len = (uint32_t)fuzz_take(&c, 1);
+    hdr.type    = XFER_TCP_WIRE_TENSOR_REQ;
+    hdr.length  = XFER_TCP_WIRE_TREQ_EXT_LEN + req.key_len;
+    xfer_tcp_wire_pack_hdr(&hdr, buf);
+    xfer_tcp_wire_pack_tensor_req_ext(&req, ext);
+    if ((xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) &&
+        (xfer_tcp_wire_unpack_tensor_req_ext(ext, &hdr2, &limits, &req2, why, sizeof(why)) ==
+         XFER_OK)) {
+        FUZZ_CHECK((req.step == req2.step) && (req.key_len == req2.key_len), "TENSOR_REQ");
+    } else {
+        FUZZ_CHECK(req.key_len > MAX_KEY, "a %u-byte key refused", req.key_len);
+    }
+
+    memset(&resp, 0, sizeof(resp));
+    resp.dtype      = (uint16_t)fuzz_take(&c, 1);
+    resp.rank       = (uint8_t)(fuzz_take(&c, 1) % (XFER_TENSOR_MAX_RANK + 2));
+    resp.is_dead    = (uint8_t)(fuzz_take(&c, 1) % 3);
+    resp.reason_len = (uint32_t)fuzz_take(&c, 1);
+    for (unsigned i = 0; (i < resp.rank) && (i < XFER_TENSOR_MAX_RANK); i++) {
+        resp.dims[i] = (int64_t)(fuzz_take(&c, 1) % 8);
+    }
+    resp.size  = fuzz_take(&c, 2);
+    hdr.type   = XFER_TCP_WIRE_TENSOR_RESP;
+    hdr.status = (int32_t)(int8_t)fuzz_take(&c, 1);
+    hdr.length = XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len +
+                 xfer_tcp_wire_tensor_data_len(&hdr, &resp);
+    xfer_tcp_wire_pack_hdr(&hdr, buf);
+    xfer_tcp_wire_pack_tensor_resp_ext(&resp, ext);
+    if ((xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) &&
+        (xfer_tcp_wire_unpack_tensor_resp_ext(ext, &hdr2, &limits, &resp2, why, sizeof(why)) ==
+         XFER_OK)) {
+        FUZZ_CHECK(!memcmp(&resp, &resp2, sizeof(resp)), "TENSOR_RESP changed");
+    }
+
+    rkey.region = fuzz_take(&c, 8);
+    rkey.cookie = fuzz_take(&c, 8);
+    rkey.addr   = fuzz_take(&c, 8);
+    rkey.length = fuzz_take(&c, 8);
+    xfer_tcp_wire_pack_rkey(&rkey, buf);
+    if (xfer_tcp_wire_unpack_rkey(buf, XFER_TCP_WIRE_RKEY_LEN, &rkey2) == XFER_OK) {
+        FUZZ_CHECK(!memcmp(&rkey, &rkey2, sizeof(rkey)), "rkey changed");
+    } else {
+        FUZZ_CHECK(rkey.addr + rkey.length < rkey.addr, "a key that does not wrap refused");
+    }
+
+    lim.max_key_len  = (uint32_t)fuzz_take(&c, 4);
+    lim.max_msg_size = fuzz_take(&c, 8);
+    xfer_tcp_wire_pack_ep_addr(&lim, buf);
+    FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) == XFER_OK,
+               "a packed endpoint address does not parse");
+    FUZZ_CHECK((lim.max_key_len == lim2.max_key_len) && (lim.max_msg_size == lim2.max_msg_size),
+               "endpoint address changed");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    round_trip_addresses(data, size);
+    parse_stream(data, size);
+    round_trip_values(data, size);
+    return 0;
+}
