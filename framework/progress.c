@@ -22,25 +22,6 @@
 
 #define PROGRESS_SUBSYS "progress"
 
-__thread int xfer_in_callback;
-__thread int xfer_in_alloc;
-
-xfer_status_t xfer_api_refuse(const xfer_context_t *ctx, const char *fn, int posting)
-{
-    if (xfer_in_alloc) {
-        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "%s called from a tensor allocation "
-                 "callback, which runs inside the transport's receive path: refused (the "
-                 "callback may only allocate)", fn);
-        return XFER_ERR_BUSY;
-    }
-    if (posting && ctx->destroying) {
-        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "%s while the context is being destroyed: "
-                 "refused", fn);
-        return XFER_ERR_CANCELED;
-    }
-    return XFER_OK;
-}
-
 static void ep_failed_upcall(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason)
 {
     xfer_endpoint_t *ep = fw_ep;
