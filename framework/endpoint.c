@@ -629,6 +629,7 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
                             xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p)
 {
     xfer_fw_iface_t *fi;
+    int any = 0;
     xfer_request_t *req;
     xfer_status_t status;
 
@@ -648,16 +649,18 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         xfer_ctx_unlock(ctx);
         return status;
     }
-    /* A receive from any peer goes to the one transport this context's endpoints use; with
-     * several transports open, the first that supports tags (see README: one transport per
-     * any-source receive). */
+    /* A receive from one endpoint goes to its transport; one from any peer to the one
+     * transport with tags, or to each of them when there are several (tag_any.c). */
     fi = (ep != NULL) ? ep->fw_iface : NULL;
-    for (unsigned i = 0; (fi == NULL) && (i < ctx->num_ifaces); i++) {
+    if ((ep == NULL) && (xfer_tag_ifaces(ctx) > 1)) {
+        any = 1;
+    }
+    for (unsigned i = 0; (fi == NULL) && !any && (i < ctx->num_ifaces); i++) {
         if (ctx->ifaces[i].comp->tag_recv != NULL) {
             fi = &ctx->ifaces[i];
         }
     }
-    if (fi == NULL) {
+    if ((fi == NULL) && !any) {
         xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: no open transport supports tags");
         xfer_ctx_unlock(ctx);
         return XFER_ERR_UNSUPPORTED;
@@ -671,8 +674,12 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         req->mem = mem;
         mem->busy++;
     }
-    status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf, length,
-                                mem ? mem->memh[fi->index] : NULL, &req->comp);
+    if (any) {
+        status = xfer_tag_recv_any(ctx, req, tag, tag_mask, buf, length, mem);
+    } else {
+        status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf,
+                                    length, mem ? mem->memh[fi->index] : NULL, &req->comp);
+    }
     if (status == XFER_OK) {
         status = XFER_INPROGRESS;   /* a receive always completes through comp */
     }

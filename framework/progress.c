@@ -85,6 +85,7 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.tensor_withdraw = xfer_tensor_upcall_withdraw;
         params.tensor_release  = xfer_tensor_upcall_release;
         params.ep_failed       = ep_failed_upcall;
+        params.tag_claim       = xfer_tag_claim_upcall;
 
         fi->entry    = e;
         fi->comp     = comp;
@@ -191,8 +192,12 @@ static void requests_drain_for_destroy(xfer_context_t *ctx)
     xfer_request_t *req, *tmp;
 
     ucs_list_for_each_safe(req, tmp, &ctx->requests, list) {
-        if ((req->status == XFER_INPROGRESS) && !req->queued && (req->fw_iface != NULL) &&
-            (req->fw_iface->comp->cancel != NULL)) {
+        if ((req->status != XFER_INPROGRESS) || req->queued) {
+            continue;
+        }
+        if (req->any != NULL) {
+            (void)xfer_tag_any_cancel(req, XFER_ERR_CANCELED);
+        } else if ((req->fw_iface != NULL) && (req->fw_iface->comp->cancel != NULL)) {
             (void)req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
                                               XFER_ERR_CANCELED);
         }

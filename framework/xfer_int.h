@@ -141,6 +141,7 @@ struct xfer_request {
     xfer_request_cb_t   cb;
     void                *user_data;
     struct xfer_mem     *mem;           /* held busy until completion */
+    struct tag_any      *any;           /* a receive from any peer on several transports */
     int                 released;       /* free on completion */
     int                 in_callback;
     uint64_t            step;           /* fetch */
@@ -306,6 +307,18 @@ void xfer_mems_release_all(xfer_context_t *ctx);
 void xfer_rkeys_release_all(xfer_context_t *ctx);
 /* Is [buf, buf + length) inside mem? */
 int xfer_mem_covers(const xfer_mem_t *mem, const void *buf, size_t length);
+
+/* tag_any.c: receives from any peer when several transports carry tags */
+/* The open transports that carry tagged messages. */
+unsigned xfer_tag_ifaces(const xfer_context_t *ctx);
+/* Post req (a receive for any peer) to every tag transport; XFER_INPROGRESS or the error
+ * when no transport took it. */
+xfer_status_t xfer_tag_recv_any(xfer_context_t *ctx, xfer_request_t *req, uint64_t tag,
+                                uint64_t tag_mask, void *buf, size_t length, xfer_mem_t *mem);
+/* cancel() of such a receive: XFER_OK, or XFER_ERR_BUSY when a message is arriving. */
+xfer_status_t xfer_tag_any_cancel(xfer_request_t *req, xfer_status_t status);
+/* The transports' tag_claim upcall. */
+int xfer_tag_claim_upcall(void *fw_arg, xfer_comp_t *comp);
 
 /* tensor.c */
 xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx);

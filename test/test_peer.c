@@ -254,6 +254,19 @@ static int child_isolate(int ctl)
     return 3;
 }
 
+/* The transport a child's connection must agree on: the one it is allowed, when its options
+ * name one; else the suite's. */
+static const char *child_transport(const tp_opts_t *o)
+{
+    const char *t = o->transports;
+
+    if ((t != NULL) && (*t != '\0') && (*t != '^') && (strchr(t, ',') == NULL) &&
+        (strcmp(t, "all") != 0)) {
+        return t;
+    }
+    return tp_transport();
+}
+
 static void child_main(int ctl, int is_server, const char *address, tp_scenario_t fn, void *arg,
                        const tp_opts_t *opts)
 {
@@ -286,9 +299,9 @@ static void child_main(int ctl, int is_server, const char *address, tp_scenario_
         for (int i = 0; i < accepts; i++) {
             xfer_endpoint_t *ep = NULL;
             TP_CHECK_STATUS(xfer_accept(side.listener, TP_WAIT_MS, &ep), XFER_OK);
-            TP_CHECK(strcmp(xfer_endpoint_transport(ep), tp_transport()) == 0,
+            TP_CHECK(strcmp(xfer_endpoint_transport(ep), child_transport(&o)) == 0,
                      "server negotiated '%s', expected '%s'", xfer_endpoint_transport(ep),
-                     tp_transport());
+                     child_transport(&o));
             if (side.ep == NULL) {
                 side.ep = ep;
             }
@@ -298,9 +311,9 @@ static void child_main(int ctl, int is_server, const char *address, tp_scenario_
         TP_CHECK(status == (xfer_status_t)o.expect_connect, "connect returned %s, expected %s",
                  xfer_status_string(status), xfer_status_string(o.expect_connect));
         if (status == XFER_OK) {
-            TP_CHECK(strcmp(xfer_endpoint_transport(side.ep), tp_transport()) == 0,
+            TP_CHECK(strcmp(xfer_endpoint_transport(side.ep), child_transport(&o)) == 0,
                      "client negotiated '%s', expected '%s'",
-                     xfer_endpoint_transport(side.ep), tp_transport());
+                     xfer_endpoint_transport(side.ep), child_transport(&o));
         }
     }
 

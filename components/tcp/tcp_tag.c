@@ -17,6 +17,7 @@
  */
 #include "tcp.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,20 @@
 static int tag_matches(uint64_t msg_tag, uint64_t tag, uint64_t mask)
 {
     return ((msg_tag ^ tag) & mask) == 0;
+}
+
+/* A receive for any peer may be posted on other transports too: it is ours only if the
+ * framework says so (tag_claim), else it completes cancelled and matching goes on. */
+static int recv_claim(xfer_iface_h iface, xfer_tcp_op_t *op)
+{
+    const xfer_iface_params_t *p = &iface->params;
+
+    if ((p->size < offsetof(xfer_iface_params_t, tag_claim) + sizeof(p->tag_claim)) ||
+        (p->tag_claim == NULL) || p->tag_claim(p->fw_arg, op->comp)) {
+        return 1;
+    }
+    xfer_tcp_op_complete(op, XFER_ERR_CANCELED, 0, 0);
+    return 0;
 }
 
 /* Room was made in the unexpected queue, or a receive was posted: paused eps may go on. */
@@ -161,6 +176,9 @@ xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
             !tag_matches(ue->tag, tag, tag_mask)) {
             continue;
         }
+        if ((ep == NULL) && !recv_claim(iface, op)) {
+            return XFER_INPROGRESS;     /* another transport's: completed cancelled */
+        }
         if (ue->complete) {
             unexp_deliver(iface, ue, op);
         } else {
@@ -208,17 +226,20 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
     xfer_iface_h iface = ep->iface;
     uint64_t len       = ep->rx.hdr.length;
     uint64_t tag       = ep->rx.hdr.id;
+    xfer_tcp_op_t *op, *tmp;
     xfer_tcp_unexp_t *ue;
-    xfer_tcp_op_t *op;
 
     (void)ext;
-    ucs_list_for_each(op, &iface->posted, list) {
+    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
         size_t want;
 
         if (((op->ep != NULL) && (op->ep != ep)) || !tag_matches(tag, op->rtag, op->rmask)) {
             continue;
         }
         ucs_list_del(&op->list);
+        if ((op->ep == NULL) && !recv_claim(iface, op)) {
+            continue;
+        }
         op->ep        = ep;
         op->busy      = 1;
         ep->rx.op     = op;

@@ -19,6 +19,7 @@
 #include "verbs.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,20 @@ void xfer_verbs_unexp_drop_ch(xfer_iface_h iface, xfer_ep_h ch, int all)
     }
 }
 
+/* A receive for any peer may be posted on other transports too: it is ours only if the
+ * framework says so (tag_claim), else it completes cancelled and matching goes on. */
+static int recv_claim(xfer_iface_h iface, xfer_verbs_op_t *op)
+{
+    const xfer_iface_params_t *p = &iface->params;
+
+    if ((p->size < offsetof(xfer_iface_params_t, tag_claim) + sizeof(p->tag_claim)) ||
+        (p->tag_claim == NULL) || p->tag_claim(p->fw_arg, op->comp)) {
+        return 1;
+    }
+    xfer_verbs_op_complete(op, XFER_ERR_CANCELED, 0, 0);
+    return 0;
+}
+
 xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag,
                                   uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
                                   xfer_comp_t *comp)
@@ -215,6 +230,9 @@ xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag
     ucs_list_for_each(ue, &iface->unexp, list) {
         if (((ch != NULL) && (ue->ch != ch)) || !tag_matches(ue->tag, tag, tag_mask)) {
             continue;
+        }
+        if ((ch == NULL) && !recv_claim(iface, op)) {
+            return XFER_INPROGRESS;     /* another transport's: completed cancelled */
         }
         if (ue->rndv) {
             recv_read(op, ue->ch, ue->tag, ue->length, ue->sender_id, ue->addr, ue->rkey);
@@ -256,11 +274,14 @@ xfer_status_t xfer_verbs_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 
 static xfer_verbs_op_t *posted_match(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag)
 {
-    xfer_verbs_op_t *op;
+    xfer_verbs_op_t *op, *tmp;
 
-    ucs_list_for_each(op, &iface->posted, list) {
+    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
         if (((op->ch == NULL) || (op->ch == ch)) && tag_matches(tag, op->rtag, op->rmask)) {
             ucs_list_del(&op->list);
+            if ((op->ch == NULL) && !recv_claim(iface, op)) {
+                continue;
+            }
             return op;
         }
     }

@@ -160,6 +160,14 @@ typedef struct xfer_iface_params {
     /* An endpoint failed (peer gone, protocol error): its pending operations have been or
      * are being completed with status; reason says what happened. */
     void (*ep_failed)(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason);
+    /* A receive posted for any peer (tag_recv with ep == NULL) may be posted on several
+     * transports at once. Before a component binds a message to such a receive - a new
+     * message matching it, or it matching an unexpected message - it asks here: 1, the
+     * receive is this transport's; 0, another transport took it (or it was cancelled):
+     * complete comp with XFER_ERR_CANCELED and go on matching as if it were not posted.
+     * Exactly one transport ever gets 1 for a receive; the framework then cancels the
+     * receive on the others. Present when size covers it. */
+    int  (*tag_claim)(void *fw_arg, xfer_comp_t *comp);
 } xfer_iface_params_t;
 
 /* What the framework hands a component when it creates an endpoint. */

@@ -325,7 +325,9 @@ XFER_API xfer_status_t xfer_get(xfer_endpoint_t *ep, void *buf, size_t length, x
  * Tagged messages. A receive matches a message when (msg_tag & tag_mask) == (tag & tag_mask),
  * from any peer (ep == NULL) or from one endpoint. Messages that arrive before a matching
  * receive wait in an unexpected queue; messages from one peer match in the order they were
- * sent. A message longer than the receive buffer completes the receive with
+ * sent. A receive from any peer takes messages from the peers of every open transport (tcp
+ * and verbs peers alike): a message goes to the earliest posted receive that matches it. A
+ * message longer than the receive buffer completes the receive with
  * XFER_ERR_TRUNCATED, and xfer_request_length() gives the message's length. mem is optional
  * (NULL: the transport registers or copies as it needs). Zero-length messages work.
  * A send completes when its buffer may be reused.
