@@ -43,6 +43,16 @@ static const xfer_param_desc_t fw_params[] = {
     {"MAX_KEY_LEN", XFER_PARAM_UINT, "1024",
      "Longest tensor key, in bytes; longer keys are refused locally and from peers.",
      offsetof(xfer_fw_config_t, max_key_len), 1, 65535, NULL},
+    {"TENSOR_MAX_REQUESTS", XFER_PARAM_UINT, "4096",
+     "Requests from one peer that may wait for tensors not published yet; a request past it "
+     "is answered at once with XFER_ERR_NO_RESOURCE, so that a peer cannot make this side "
+     "hold without bound.",
+     offsetof(xfer_fw_config_t, tensor_max_requests), 1, 1 << 24, NULL},
+    {"TENSOR_REQUEST_TIMEOUT", XFER_PARAM_TIME, "600s",
+     "Longest a peer's request waits for its tensor to be published; then it is answered "
+     "with XFER_ERR_TIMEOUT (its fetch fails with that status). Steps aborted long ago, which "
+     "this side no longer remembers, end this way too.",
+     offsetof(xfer_fw_config_t, tensor_request_timeout), 0.001, 7 * 86400, NULL},
     {NULL}
 };
 

@@ -86,6 +86,7 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.tensor_release  = xfer_tensor_upcall_release;
         params.ep_failed       = ep_failed_upcall;
         params.tag_claim       = xfer_tag_claim_upcall;
+        params.max_tensor_requests = (uint32_t)ctx->fw_config.tensor_max_requests;
 
         fi->entry    = e;
         fi->comp     = comp;
@@ -282,6 +283,7 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
     if (!ucs_list_is_empty(&ctx->closing)) {
         xfer_endpoints_closing_progress(ctx);
     }
+    count += xfer_tensor_expire(ctx);
     /* user callbacks only now, after every transport has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {
         count += xfer_requests_dispatch(ctx);
@@ -350,15 +352,16 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
     if ((timeout_ms <= 0) || !ucs_list_is_empty(&ctx->ready)) {
         return;
     }
-    if (!ucs_list_is_empty(&ctx->closing)) {
-        /* wake up for the nearest close deadline */
-        int until_close = xfer_endpoints_closing_timeout(ctx);
+    /* wake up for the nearest deadline: a close, a peer's request waiting for a tensor */
+    for (int i = 0; i < 2; i++) {
+        int until = (i == 0) ? xfer_endpoints_closing_timeout(ctx) :
+                               xfer_tensor_expiry_timeout(ctx);
 
-        if (until_close == 0) {
+        if (until == 0) {
             return;
         }
-        if ((until_close > 0) && (until_close < timeout_ms)) {
-            timeout_ms = until_close;
+        if ((until > 0) && (until < timeout_ms)) {
+            timeout_ms = until;
         }
     }
     if (ctx->poller_busy) {

@@ -15,6 +15,7 @@
  * the step so that later requests and publishes for it fail as well.
  */
 #include "xfer_int.h"
+#include "sock.h"
 
 #include <ucs/datastruct/khash.h>
 
@@ -36,6 +37,8 @@ typedef struct publication {
 /* A peer's request waiting for a key. */
 typedef struct waiter_node {
     ucs_list_link_t         list;
+    ucs_list_link_t         age;            /* table->parked */
+    int64_t                 deadline;       /* xfer_now_ms(): answered XFER_ERR_TIMEOUT then */
     xfer_tensor_waiter_t    *waiter;
     struct slot             *slot;
 } waiter_node_t;
@@ -77,6 +80,7 @@ typedef struct xfer_tensor_table {
     khash_t(xfer_slot)      slots;
     khash_t(xfer_waiter)    waiters;        /* waiter pointer -> node, for withdraw */
     ucs_list_link_t         fetches;        /* pending xfer_request_t (fetch_list) */
+    ucs_list_link_t         parked;         /* waiter_node_t by arrival: oldest expires first */
     struct {
         uint64_t      step;
         xfer_status_t status;
@@ -119,6 +123,7 @@ xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx)
     }
     kh_init_inplace(xfer_waiter, &t->waiters);
     ucs_list_head_init(&t->fetches);
+    ucs_list_head_init(&t->parked);
     t->all_aborted = XFER_OK;
     ctx->tensors   = t;
     return XFER_OK;
@@ -322,6 +327,7 @@ static xfer_tensor_waiter_t *node_take(xfer_tensor_table_t *t, waiter_node_t *no
         kh_del(xfer_waiter, &t->waiters, it);
     }
     ucs_list_del(&node->list);
+    ucs_list_del(&node->age);
     free(node);
     return waiter;
 }
@@ -485,9 +491,53 @@ void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, si
         return;
     }
     kh_value(&t->waiters, it) = node;
-    node->waiter = waiter;
-    node->slot   = slot;
+    node->waiter   = waiter;
+    node->slot     = slot;
+    node->deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.tensor_request_timeout * 1000.0);
     ucs_list_add_tail(&slot->waiters, &node->list);
+    ucs_list_add_tail(&t->parked, &node->age);
+}
+
+unsigned xfer_tensor_expire(xfer_context_t *ctx)
+{
+    xfer_tensor_table_t *t = ctx->tensors;
+    unsigned count         = 0;
+    int64_t now;
+
+    if ((t == NULL) || ucs_list_is_empty(&t->parked)) {
+        return 0;
+    }
+    now = xfer_now_ms();
+    while (!ucs_list_is_empty(&t->parked)) {
+        waiter_node_t *node = ucs_list_head(&t->parked, waiter_node_t, age);
+        slot_t *slot        = node->slot;
+        xfer_tensor_waiter_t *waiter;
+
+        if (node->deadline > now) {
+            break;      /* the rest came later */
+        }
+        xfer_log(XFER_LOG_INFO, TENSOR_SUBSYS, "a peer's request for '%.64s' of step %llu "
+                 "waited XFER_TENSOR_REQUEST_TIMEOUT=%gs for a publish: answered with a "
+                 "timeout", slot->key, (unsigned long long)slot->step,
+                 ctx->fw_config.tensor_request_timeout);
+        waiter = node_take(t, node);
+        slot_maybe_free(t, slot);
+        waiter->ready(waiter, XFER_ERR_TIMEOUT, NULL, NULL);
+        count++;
+    }
+    return count;
+}
+
+int xfer_tensor_expiry_timeout(xfer_context_t *ctx)
+{
+    xfer_tensor_table_t *t = ctx->tensors;
+    int64_t left;
+
+    if ((t == NULL) || ucs_list_is_empty(&t->parked)) {
+        return -1;
+    }
+    left = ucs_list_head(&t->parked, waiter_node_t, age)->deadline - xfer_now_ms();
+    return (left <= 0) ? 0 : (left > INT32_MAX) ? INT32_MAX : (int)left;
 }
 
 void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter)

@@ -71,6 +71,8 @@ typedef struct xfer_fw_config {
     uint64_t    max_key_len;        /* XFER_MAX_KEY_LEN */
     int         stats;              /* XFER_STATS: print endpoints' counters when they close */
     double      close_timeout;      /* XFER_CLOSE_TIMEOUT, seconds */
+    uint64_t    tensor_max_requests;    /* XFER_TENSOR_MAX_REQUESTS, per peer */
+    double      tensor_request_timeout; /* XFER_TENSOR_REQUEST_TIMEOUT, seconds */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -332,6 +334,12 @@ xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step);
 void xfer_tensor_fetch_done(xfer_request_t *req);
 xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
                                     size_t *key_len_p);
+/* Answer the peers' requests that waited XFER_TENSOR_REQUEST_TIMEOUT with XFER_ERR_TIMEOUT;
+ * how many. Called from progress, after the transports. */
+unsigned xfer_tensor_expire(xfer_context_t *ctx);
+/* Milliseconds until the oldest waiting request expires (a sleep must not pass it); -1:
+ * none waits. */
+int xfer_tensor_expiry_timeout(xfer_context_t *ctx);
 
 /* log.c */
 void xfer_log_set_level(xfer_log_level_t level);

@@ -39,7 +39,13 @@ typedef struct xfer_tcp_config {
     uint64_t keepcnt;           /* KEEPCNT: unanswered probes before the peer is dead */
     double   user_timeout;      /* USER_TIMEOUT: TCP_USER_TIMEOUT, seconds; 0 = system */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes before pausing */
+    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one endpoint */
+    uint64_t max_backlog;       /* MAX_RESPONSE_BACKLOG: queued answers before input pauses */
 } xfer_tcp_config_t;
+
+/* What one buffered unexpected message or one queued answer costs beyond its bytes (its
+ * bookkeeping), so that the bounds also bound how many there are. */
+#define XFER_TCP_ENTRY_OVERHEAD 64
 
 typedef struct xfer_tcp_op  xfer_tcp_op_t;
 typedef struct xfer_tcp_preq xfer_tcp_preq_t;
@@ -61,6 +67,8 @@ typedef struct xfer_tcp_tx {
     size_t              cap;        /* TX_BUF: room of iov[0] */
     xfer_memh_h         memh;       /* GET_RESP: the region iov[1] points into, or NULL */
     void                *owned;     /* GET_RESP: a private copy of iov[1] (after dereg) */
+    uint64_t            resp;       /* what it counts in ep->resp_backlog (answers to the
+                                     * peer's requests) */
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -199,6 +207,11 @@ struct xfer_ep {
     xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
 
     ucs_list_link_t     txq;            /* xfer_tcp_tx_t, in wire order */
+    uint64_t            resp_backlog;   /* bytes of queued answers to the peer's requests */
+    int                 rx_blocked;     /* input not read while resp_backlog is too long */
+    int                 peer_closed;    /* EPOLLRDHUP: the peer sends nothing more, so what is
+                                         * left of its input is in the socket already */
+    uint64_t            unexp_bytes;    /* what this ep's unexpected messages cost */
     uint64_t            tx_queued;      /* bytes ever queued on txq */
     uint64_t            tx_written;     /* ... and ever handed to the socket */
     uint64_t            rma_serial;     /* PUT/GET operations ever posted */
@@ -216,6 +229,7 @@ struct xfer_ep {
     uint32_t            busy_slots;
 
     ucs_list_link_t     preqs;          /* xfer_tcp_preq_t waiting for ready() */
+    uint32_t            num_preqs;
 
     int                 in_ready;       /* on iface->rx_ready */
     int                 rx_drained;     /* a read this round came back short: the socket is
@@ -321,10 +335,14 @@ void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx);
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 
 /* ---- tcp_tx.c ------------------------------------------------------------------------------- */
-/* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory. */
-uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len);
-/* Queue an entry whose memory the caller owns (zero-copy frames). */
+/* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory.
+ * answer: it answers a request of the peer (it counts in ep->resp_backlog). */
+uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer);
+/* Queue an entry whose memory the caller owns (zero-copy frames); tx->resp says what it
+ * counts in ep->resp_backlog. */
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Bytes an answer of len frame bytes counts in ep->resp_backlog. */
+#define XFER_TCP_ANSWER_COST(_len) ((uint64_t)(_len) + XFER_TCP_ENTRY_OVERHEAD)
 /* A queue entry that will never be written (the ep failed or closes). */
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
@@ -343,6 +361,8 @@ void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
 void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status);
 /* Process input: up to XFER_TCP_RX_BUDGET frames; returns frames handled. */
 unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep);
+/* Bytes of ep's input that can be read now: staged and in the socket. */
+uint64_t xfer_tcp_ep_rx_available(xfer_ep_h ep);
 /* epoll reported events for ep. */
 unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events);
 

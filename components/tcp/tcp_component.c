@@ -59,10 +59,22 @@ static const xfer_param_desc_t tcp_params[] = {
      "(TCP_USER_TIMEOUT); 0 keeps the system default (many minutes of retransmissions).",
      offsetof(xfer_tcp_config_t, user_timeout), 0, 2000000, NULL},
     {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
-     "Bytes of tag messages that arrived before a matching receive, buffered per interface. "
-     "Beyond it an endpoint stops reading until receives are posted (unless it waits for "
-     "put/get/fetch responses, which are never held back); 'inf' buffers without limit.",
-     offsetof(xfer_tcp_config_t, max_unexpected), 0, 0, NULL},
+     "Bytes of tag messages that arrived before a matching receive, buffered per interface "
+     "(each counts 64 bytes more, so that the count is bounded too). Beyond it an endpoint "
+     "stops reading until receives are posted; one that waits for put/get/fetch answers "
+     "may go on to twice the limit first, so that answers are not held behind messages "
+     "nobody receives yet.",
+     offsetof(xfer_tcp_config_t, max_unexpected), 4096, 1ull << 40, NULL},
+    {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
+     "The same bound for one endpoint, so that a peer that floods messages nobody receives "
+     "pauses alone and the others' messages are still buffered.",
+     offsetof(xfer_tcp_config_t, max_unexpected_ep), 4096, 1ull << 40, NULL},
+    {"MAX_RESPONSE_BACKLOG", XFER_PARAM_SIZE, "64m",
+     "Bytes of answers to a peer's requests (put acknowledgements, get data, tensors) queued "
+     "and not yet written, each counting 64 bytes more; past it the endpoint stops reading "
+     "the peer's requests until half has gone, so that a peer that asks without reading "
+     "cannot make this side queue without bound.",
+     offsetof(xfer_tcp_config_t, max_backlog), 4096, 1ull << 40, NULL},
     {NULL}
 };
 

@@ -157,14 +157,14 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         return XFER_ERR_IO;
     }
     ep_tune(ep);
-    ev.events   = EPOLLIN;
+    ev.events   = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = ep;
     if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_ADD, ep->fd, &ev) != 0) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_ctl(ADD %d): %s", ep->fd,
                  strerror(errno));
         return XFER_ERR_NO_RESOURCE;
     }
-    ep->events = EPOLLIN;
+    ep->events = EPOLLIN | EPOLLRDHUP;
     ep->state  = XFER_TCP_EP_CONNECTED;
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p connected on fd %d (%s side, peer "
                 "limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
@@ -483,8 +483,15 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         return;
     }
     iface = ep->iface;
-    /* what was reported sent is delivered by the framework's flush before it gets here (or
-     * the close was forced): nothing more is written */
+    /* What was reported sent is delivered by the framework's flush before it gets here, or
+     * the close was forced. Bytes still unsent or unacknowledged now will never be: abort
+     * the connection (RST) instead of a FIN that would wait behind them - behind a peer that
+     * does not read, for as long as TCP_USER_TIMEOUT - so that the peer learns at once. */
+    if ((ep->state == XFER_TCP_EP_CONNECTED) && (xfer_tcp_ep_tx_acked(ep) < ep->tx_queued)) {
+        struct linger abort_now = {.l_onoff = 1, .l_linger = 0};
+
+        (void)setsockopt(ep->fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof(abort_now));
+    }
     if (ep->state != XFER_TCP_EP_FAILED) {
         ep_teardown(ep, XFER_ERR_CANCELED);
     }

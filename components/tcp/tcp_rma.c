@@ -218,7 +218,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     rma.addr   = remote_addr;
     rma.len    = length;
     if (length <= ep->iface->cfg->eager_threshold) {
-        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length);
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length, 0);
         if (p == NULL) {
             xfer_tcp_slot_free(ep, op->slot);
             free(op);
@@ -274,7 +274,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
         return status;
     }
     op->serial = ++ep->rma_serial;
-    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN);
+    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN, 0);
     if (p == NULL) {
         xfer_tcp_slot_free(ep, op->slot);
         free(op);
@@ -343,7 +343,7 @@ static xfer_status_t rx_put_req_done(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_tcp_wire_hdr_t ack = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_PUT_ACK, ep->rx.status, ep->rx.hdr.id, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
 
     if (p == NULL) {
         snprintf(why, why_size, "out of memory for a PUT_ACK");
@@ -381,7 +381,7 @@ static xfer_status_t get_resp_error(xfer_ep_h ep, xfer_status_t status, char *wh
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_GET_RESP, status, ep->rx.hdr.id, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
 
     if (p == NULL) {
         snprintf(why, why_size, "out of memory for a GET_RESP");
@@ -417,7 +417,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     hdr.length = rma.len;
     src        = memh->addr + (rma.addr - (uintptr_t)memh->addr);
     if (rma.len <= ep->iface->cfg->eager_threshold) {
-        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + rma.len);
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + rma.len, 1);
         if (p == NULL) {
             return get_resp_error(ep, XFER_ERR_NO_MEMORY, why, why_size);
         }
@@ -434,6 +434,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     }
     tx->kind            = XFER_TCP_TX_GET_RESP;
     tx->memh            = memh;
+    tx->resp            = XFER_TCP_ANSWER_COST(XFER_TCP_WIRE_HDR_LEN + rma.len);
     tx->iov[0].iov_base = tx + 1;
     tx->iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
     tx->iov[1].iov_base = (void*)src;

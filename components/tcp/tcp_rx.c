@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -202,6 +203,18 @@ static int rx_step(xfer_ep_h ep)
     for (;;) {
         switch (rx->state) {
         case XFER_TCP_RX_HDR:
+            if ((ep->resp_backlog > ep->iface->cfg->max_backlog) && !ep->peer_closed) {
+                /* the peer does not read what we answer: read no more of its requests
+                 * until half of it has gone (tx_write resumes) */
+                if (!ep->rx_blocked) {
+                    ep->rx_blocked = 1;
+                    xfer_tcp_ep_update_events(ep);
+                    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p pauses its input: "
+                                "%llu bytes of answers wait to be written", (void*)ep,
+                                (unsigned long long)ep->resp_backlog);
+                }
+                return 0;
+            }
             ret = rx_fill(ep, XFER_TCP_WIRE_HDR_LEN);
             if (ret <= 0) {
                 return ret;
@@ -290,6 +303,16 @@ unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
     return frames;
 }
 
+uint64_t xfer_tcp_ep_rx_available(xfer_ep_h ep)
+{
+    int queued = 0;
+
+    if ((ep->fd < 0) || (ioctl(ep->fd, FIONREAD, &queued) != 0) || (queued < 0)) {
+        queued = 0;
+    }
+    return (uint64_t)(ep->rlen - ep->roff) + (uint64_t)queued;
+}
+
 unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
 {
     if (ep->state != XFER_TCP_EP_CONNECTED) {
@@ -298,7 +321,14 @@ unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
     if (events & EPOLLOUT) {
         xfer_tcp_ep_tx_write(ep);
     }
-    if ((ep->rx.state == XFER_TCP_RX_PAUSED) && (events & (EPOLLERR | EPOLLHUP))) {
+    if ((events & EPOLLRDHUP) && !ep->peer_closed) {
+        /* the peer sends nothing more: what is left of its input is bounded by the socket's
+         * buffer, so input that waited for room may be read now, and its end seen */
+        ep->peer_closed = 1;
+        ep->rx_blocked  = 0;
+    }
+    if (((ep->rx.state == XFER_TCP_RX_PAUSED) || ep->rx_blocked) &&
+        (events & (EPOLLERR | EPOLLHUP))) {
         int err = 0;
         socklen_t len = sizeof(err);
 
@@ -307,7 +337,8 @@ unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
                          err ? ": " : "", err ? strerror(err) : "");
         return 1;
     }
-    if ((ep->state == XFER_TCP_EP_CONNECTED) && (events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+    if ((ep->state == XFER_TCP_EP_CONNECTED) &&
+        (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
         return xfer_tcp_ep_rx_progress(ep) + 1;
     }
     return 1;

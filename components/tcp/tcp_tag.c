@@ -10,10 +10,12 @@
  * Messages that arrived whole before their endpoint failed can still be received (a peer
  * may send its last word and close at once).
  *
- * Unexpected messages are buffered up to MAX_UNEXPECTED bytes per interface; beyond that an
- * endpoint stops reading (at a message boundary) until receives drain the queue - unless it
- * has put/get/fetch responses to wait for, which must never be held behind a message nobody
- * receives yet.
+ * Unexpected messages are buffered up to MAX_UNEXPECTED bytes per interface and
+ * MAX_UNEXPECTED_EP per endpoint (each message counting its bookkeeping too); beyond that an
+ * endpoint stops reading (at a message boundary) until receives drain the queue. One that
+ * waits for answers to its puts, gets or fetches - answers that must not be held behind a
+ * message nobody receives yet - may go on to twice the bounds; past that it pauses as well,
+ * so that a peer can never make this side buffer without bound, and says so in the log.
  */
 #include "tcp.h"
 
@@ -53,12 +55,36 @@ static void resume_paused(xfer_iface_h iface)
     }
 }
 
+/* What a buffered unexpected message counts against MAX_UNEXPECTED(_EP). */
+static uint64_t unexp_cost(uint64_t length)
+{
+    return length + XFER_TCP_ENTRY_OVERHEAD;
+}
+
 void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue)
 {
     ucs_list_del(&ue->list);
-    iface->unexp_bytes -= ue->length;
+    iface->unexp_bytes  -= unexp_cost(ue->length);
+    ue->ep->unexp_bytes -= unexp_cost(ue->length);
     free(ue);
     resume_paused(iface);
+}
+
+/* May a len-byte message that nothing receives yet be buffered? Within both bounds, yes. An
+ * endpoint that waits for answers to its puts, gets or fetches may go on to twice them:
+ * pausing its input would hold those answers behind a message nobody receives. Beyond that
+ * it pauses anyway - memory stays bounded - and the log says why its answers stall. */
+static int unexp_room(xfer_ep_h ep, uint64_t len)
+{
+    const xfer_tcp_config_t *cfg = ep->iface->cfg;
+    uint64_t iface_after         = ep->iface->unexp_bytes + unexp_cost(len);
+    uint64_t ep_after            = ep->unexp_bytes + unexp_cost(len);
+
+    if ((iface_after <= cfg->max_unexpected) && (ep_after <= cfg->max_unexpected_ep)) {
+        return 1;
+    }
+    return (ep->busy_slots > 0) && (iface_after <= 2 * cfg->max_unexpected) &&
+           (ep_after <= 2 * cfg->max_unexpected_ep);
 }
 
 /* A complete unexpected message meets its receive. */
@@ -114,7 +140,7 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     }
     if (length <= ep->iface->cfg->eager_threshold) {
         /* copied into the send buffer: done, the caller may reuse its buffer now */
-        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + length);
+        p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + length, 0);
         if (p == NULL) {
             return XFER_ERR_NO_MEMORY;
         }
@@ -248,7 +274,23 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
         xfer_tcp_rx_expect(ep, op->buf, want, len - want);
         return XFER_OK;
     }
-    if ((iface->unexp_bytes + len > iface->cfg->max_unexpected) && (ep->busy_slots == 0)) {
+    if (!unexp_room(ep, len) && ep->peer_closed) {
+        /* the peer sends nothing more: the rest of this message is in the socket already,
+         * or it never comes */
+        if (len > ep->rx.got + xfer_tcp_ep_rx_available(ep)) {
+            snprintf(why, why_size, "the peer closed the connection in the middle of a "
+                     "%llu-byte message", (unsigned long long)len);
+            return XFER_ERR_CONNECTION;
+        }
+    } else if (!unexp_room(ep, len)) {
+        if ((ep->rx.state != XFER_TCP_RX_PAUSED) && (ep->busy_slots > 0)) {
+            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "input from the %s pauses: %llu bytes of "
+                     "its messages (%llu in all) wait for receives (XFER_TCP_MAX_UNEXPECTED_EP, "
+                     "XFER_TCP_MAX_UNEXPECTED), and the answers to %u request(s) of ours are "
+                     "behind them until receives are posted", ep->is_server ? "client" :
+                     "server", (unsigned long long)ep->unexp_bytes,
+                     (unsigned long long)iface->unexp_bytes, ep->busy_slots);
+        }
         return XFER_ERR_BUSY;
     }
     ue = malloc(sizeof(*ue) + len);
@@ -263,7 +305,8 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
     ue->complete = 0;
     ue->recv     = NULL;
     ucs_list_add_tail(&iface->unexp, &ue->list);
-    iface->unexp_bytes += len;
+    iface->unexp_bytes += unexp_cost(len);
+    ep->unexp_bytes    += unexp_cost(len);
     ep->rx.unexp        = ue;
     xfer_tcp_rx_expect(ep, ue->data, len, 0);
     return XFER_OK;

@@ -16,6 +16,7 @@
 #include "tcp.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
         return status;
     }
     hdr.length = XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len;
-    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length);
+    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
     if (p == NULL) {
         xfer_tcp_slot_free(ep, op->slot);
         free(op);
@@ -102,7 +103,7 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             hdr.id     = ((uint64_t)slot->gen << 32) | i;
             xfer_tcp_op_complete(op, status, 0, 0);
             if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
-                p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN);
+                p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 0);
                 if (p == NULL) {
                     xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
                                            "TENSOR_CANCEL");
@@ -285,6 +286,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
     memcpy(preq->hdr + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN, why,
            resp.reason_len);
     preq->tx.kind            = XFER_TCP_TX_PREQ;
+    preq->tx.resp            = XFER_TCP_ANSWER_COST(hdr_len + data_len);
     preq->tx.iov[0].iov_base = preq->hdr;
     preq->tx.iov[0].iov_len  = hdr_len;
     preq->tx.iov[1].iov_base = (void*)data;
@@ -301,6 +303,7 @@ static void preq_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
     xfer_ep_h ep          = preq->ep;
 
     ucs_list_del(&preq->list);
+    ep->num_preqs--;
     if (ep->state == XFER_TCP_EP_CONNECTED) {
         preq_respond(preq, status, tensor, (status == XFER_OK) ? handle : NULL, NULL);
         return;
@@ -309,6 +312,18 @@ static void preq_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
     preq->handle         = (status == XFER_OK) ? handle : NULL;
     preq->release_status = ep->fail_status;
     ucs_list_add_tail(&ep->iface->releases, &preq->list);
+}
+
+/* How many of one peer's requests may wait for a publish (the framework's bound). */
+static uint32_t max_waiting(xfer_iface_h iface)
+{
+    const xfer_iface_params_t *p = &iface->params;
+
+    if ((p->size < offsetof(xfer_iface_params_t, max_tensor_requests) + sizeof(uint32_t)) ||
+        (p->max_tensor_requests == 0)) {
+        return UINT32_MAX;
+    }
+    return p->max_tensor_requests;
 }
 
 static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
@@ -354,12 +369,21 @@ static xfer_status_t rx_tensor_req_done(xfer_ep_h ep, char *why, size_t why_size
     (void)why_size;
     ep->rx.preq = NULL;
     preq->key[preq->key_len] = '\0';
-    ucs_list_add_tail(&ep->preqs, &preq->list);
     if (iface->params.tensor_request == NULL) {
-        ucs_list_del(&preq->list);
         preq_respond(preq, XFER_ERR_UNSUPPORTED, NULL, NULL, "this side serves no tensors");
         return XFER_OK;
     }
+    if (ep->num_preqs >= max_waiting(iface)) {
+        char reason[XFER_TCP_WIRE_MAX_REASON];
+
+        snprintf(reason, sizeof(reason), "%u of this peer's tensor requests already wait for "
+                 "a publish (XFER_TENSOR_MAX_REQUESTS)", ep->num_preqs);
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "refusing a tensor request: %s", reason);
+        preq_respond(preq, XFER_ERR_NO_RESOURCE, NULL, NULL, reason);
+        return XFER_OK;
+    }
+    ucs_list_add_tail(&ep->preqs, &preq->list);
+    ep->num_preqs++;
     /* preq may be answered - and sent - before this returns; it is freed only by progress() */
     iface->params.tensor_request(iface->params.fw_arg, preq->step, preq->key, preq->key_len,
                                  &preq->waiter);
@@ -381,6 +405,7 @@ static xfer_status_t rx_tensor_cancel_ext(xfer_ep_h ep, const uint8_t *ext, char
             continue;
         }
         ucs_list_del(&preq->list);
+        ep->num_preqs--;
         if (iface->params.tensor_withdraw != NULL) {
             iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
         }
@@ -408,6 +433,7 @@ void xfer_tcp_preq_withdraw_all(xfer_ep_h ep)
     while (!ucs_list_is_empty(&ep->preqs)) {
         xfer_tcp_preq_t *preq = ucs_list_extract_head(&ep->preqs, xfer_tcp_preq_t, list);
 
+        ep->num_preqs--;
         if (iface->params.tensor_withdraw != NULL) {
             iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
         }

@@ -22,8 +22,9 @@ static size_t tx_length(const xfer_tcp_tx_t *tx)
     return tx->iov[0].iov_len + tx->iov[1].iov_len;
 }
 
-uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
+uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
 {
+    uint64_t cost = answer ? XFER_TCP_ANSWER_COST(len) : 0;
     xfer_tcp_tx_t *tx;
     uint8_t *p;
     size_t cap;
@@ -33,7 +34,9 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
         if ((tx->kind == XFER_TCP_TX_BUF) && (tx->cap - tx->iov[0].iov_len >= len)) {
             p = (uint8_t*)tx->iov[0].iov_base + tx->iov[0].iov_len;
             tx->iov[0].iov_len += len;
+            tx->resp           += cost;
             ep->tx_queued      += len;
+            ep->resp_backlog   += cost;
             return p;
         }
     }
@@ -47,8 +50,10 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len)
     tx->cap            = cap;
     tx->iov[0].iov_base = tx + 1;
     tx->iov[0].iov_len  = len;
+    tx->resp            = cost;
     ucs_list_add_tail(&ep->txq, &tx->list);
-    ep->tx_queued += len;
+    ep->tx_queued    += len;
+    ep->resp_backlog += cost;
     return (uint8_t*)(tx + 1);
 }
 
@@ -56,7 +61,8 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     tx->sent = 0;
     ucs_list_add_tail(&ep->txq, &tx->list);
-    ep->tx_queued += tx_length(tx);
+    ep->tx_queued    += tx_length(tx);
+    ep->resp_backlog += tx->resp;
 }
 
 /* A queue entry was written completely. */
@@ -64,6 +70,7 @@ static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     xfer_tcp_op_t *op;
 
+    ep->resp_backlog -= tx->resp;
     switch (tx->kind) {
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
@@ -93,6 +100,7 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
     xfer_tcp_preq_t *preq;
     xfer_tcp_op_t *op;
 
+    ep->resp_backlog -= tx->resp;
     switch (tx->kind) {
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
@@ -181,6 +189,11 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
         }
         ep->tx_written += (size_t)n;
         tx_advance(ep, (size_t)n);
+        if (ep->rx_blocked && (ep->resp_backlog <= ep->iface->cfg->max_backlog / 2)) {
+            /* the peer reads its answers again: read its requests again */
+            ep->rx_blocked = 0;
+            xfer_tcp_iface_rx_kick(ep->iface, ep);
+        }
         if ((size_t)n < total) {
             break;  /* the socket is full */
         }
@@ -210,12 +223,12 @@ void xfer_tcp_ep_tx_post(xfer_ep_h ep)
 void xfer_tcp_ep_update_events(xfer_ep_h ep)
 {
     struct epoll_event ev = {0};
-    uint32_t events       = 0;
+    uint32_t events       = EPOLLRDHUP;     /* the peer's end, even while input waits */
 
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         return;
     }
-    if (ep->rx.state != XFER_TCP_RX_PAUSED) {
+    if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked) {
         events |= EPOLLIN;
     }
     if (!ucs_list_is_empty(&ep->txq)) {

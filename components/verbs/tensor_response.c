@@ -348,6 +348,18 @@ static void rsp_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
     rsp_event(rsp, RSP_EV_READY, &in);
 }
 
+/* How many of one peer's requests may be pending here (the framework's bound). */
+static uint32_t max_pending(xfer_iface_h iface)
+{
+    const xfer_iface_params_t *p = &iface->params;
+
+    if ((p->size < offsetof(xfer_iface_params_t, max_tensor_requests) + sizeof(uint32_t)) ||
+        (p->max_tensor_requests == 0)) {
+        return UINT32_MAX;
+    }
+    return p->max_tensor_requests;
+}
+
 static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                 const uint8_t *ext, char *why, size_t why_size)
 {
@@ -375,6 +387,18 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: a second TENSOR_REQUEST with the "
                  "pending index 0x%08" PRIx32 ": ignored", ch->qp->qp_num, (uint32_t)hdr->id);
         ch->stats.rejected++;
+        return XFER_OK;
+    }
+    if (kh_size(&ch->rsp_by_idx) >= max_pending(iface)) {
+        char reason[XFER_REASON_MAX];
+
+        snprintf(reason, sizeof(reason), "%u of this peer's tensor requests are already "
+                 "pending here (XFER_TENSOR_MAX_REQUESTS)", kh_size(&ch->rsp_by_idx));
+        xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "QP 0x%x: refusing a TENSOR_REQUEST: "
+                    "%s", ch->qp->qp_num, reason);
+        ch->stats.rejected++;
+        xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
+                                     XFER_ERR_NO_RESOURCE, reason);
         return XFER_OK;
     }
     /* malloc and clear the fixed part: glibc's calloc bypasses the per-thread cache, and

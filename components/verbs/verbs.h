@@ -74,6 +74,7 @@ typedef struct xfer_verbs_config {
     double   keepalive;         /* KEEPALIVE: probe an idle channel after this long */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
+    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one channel */
     uint64_t mrc_max_entries;   /* MR_CACHE_MAX_ENTRIES */
     uint64_t mrc_max_bytes;     /* MR_CACHE_MAX_BYTES */
     uint64_t meta_cache;        /* TENSOR_META_CACHE: tensor metadata kept per channel */
@@ -300,6 +301,7 @@ struct xfer_ep {
     uint32_t              rx_slots;
     uint32_t              credits_owed; /* consumed and reposted, not yet returned */
     uint32_t              credits_held; /* held back for unexpected messages over the cap */
+    uint64_t              unexp_bytes;  /* what this channel's unexpected messages cost */
     uint32_t              rx_batch;     /* reposts wait until this many are due ... */
     uint32_t              rx_due;       /* ... slots consumed, not reposted yet */
     uint32_t              rx_due_owed;  /* of those, how many become credits_owed */

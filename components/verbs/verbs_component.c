@@ -61,8 +61,13 @@ static const xfer_param_desc_t verbs_params[] = {
      "Largest tag message, put, get or tensor.", CFG(max_msg_size), 1,
      1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
     {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
-     "Bytes of unexpected messages kept before senders are slowed (credits held back).",
+     "Bytes of unexpected messages kept before senders are slowed (credits held back), "
+     "each message or rendezvous announcement counting its bookkeeping too.",
      CFG(max_unexpected), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},
+    {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
+     "The same bound for one peer's messages, so that a peer that floods messages nobody "
+     "receives is slowed alone.",
+     CFG(max_unexpected_ep), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},
     {"MR_CACHE_MAX_ENTRIES", XFER_PARAM_UINT, "1024",
      "Registrations of unregistered user buffers kept for reuse; 0 turns the cache off.",
      CFG(mrc_max_entries), 0, 1048576, NULL},

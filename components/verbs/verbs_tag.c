@@ -172,10 +172,18 @@ void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status)
     xfer_verbs_op_complete(op, status, op->length, op->tag);
 }
 
+/* What an unexpected message counts against MAX_UNEXPECTED(_EP): its data (none for a
+ * rendezvous announcement) and its bookkeeping, so that the count is bounded too. */
+static uint64_t unexp_cost(const xfer_verbs_unexp_t *ue)
+{
+    return sizeof(*ue) + (ue->rndv ? 0 : ue->length);
+}
+
 static void unexp_release(xfer_iface_h iface, xfer_verbs_unexp_t *ue)
 {
     ucs_list_del(&ue->list);
-    iface->unexp_bytes -= ue->rndv ? 0 : ue->length;
+    iface->unexp_bytes  -= unexp_cost(ue);
+    ue->ch->unexp_bytes -= unexp_cost(ue);
     if (ue->held_credit) {
         xfer_verbs_ch_credit_release(ue->ch);
     }
@@ -305,11 +313,15 @@ static xfer_status_t unexp_add(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
     ue->sender_id   = hdr->id;
     ue->addr        = (rts != NULL) ? rts->addr : 0;
     ue->rkey        = (rts != NULL) ? rts->rkey : 0;
-    ue->held_credit = (rts == NULL) && (iface->unexp_bytes + copy > iface->cfg->max_unexpected);
+    /* over either bound the sender is slowed: the credit of this message's slot goes back
+     * only when it is received */
+    ue->held_credit = (iface->unexp_bytes + unexp_cost(ue) > iface->cfg->max_unexpected) ||
+                      (ch->unexp_bytes + unexp_cost(ue) > iface->cfg->max_unexpected_ep);
     if (copy > 0) {
         memcpy(ue->data, data, copy);
     }
-    iface->unexp_bytes += copy;
+    iface->unexp_bytes += unexp_cost(ue);
+    ch->unexp_bytes    += unexp_cost(ue);
     ucs_list_add_tail(&iface->unexp, &ue->list);
     return ue->held_credit ? XFER_INPROGRESS : XFER_OK;
 }

@@ -168,6 +168,10 @@ typedef struct xfer_iface_params {
      * Exactly one transport ever gets 1 for a receive; the framework then cancels the
      * receive on the others. Present when size covers it. */
     int  (*tag_claim)(void *fw_arg, xfer_comp_t *comp);
+    /* Requests from one peer (endpoint) that may wait in tensor_request() for tensors not
+     * published yet; the component answers one past it at once with XFER_ERR_NO_RESOURCE
+     * and a reason. Present when size covers it. */
+    uint32_t max_tensor_requests;
 } xfer_iface_params_t;
 
 /* What the framework hands a component when it creates an endpoint. */
