@@ -51,10 +51,31 @@ static long status_kb(const char *field)
     return kb;
 }
 
-/* The peak resident memory grew by less than bound (bytes) since baseline_kb. */
+/* Why this process's resident memory says nothing about xfer's here, or NULL. */
+static const char *memory_unmeasurable(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return "AddressSanitizer keeps freed memory resident (its quarantine)";
+#else
+    if (getenv("XFERTEST_VALGRIND") != NULL) {
+        return "valgrind's own memory is in it";
+    }
+    return NULL;
+#endif
+}
+
+/* The peak resident memory grew by less than bound (bytes) since baseline_kb. The floods and
+ * the other peer's traffic are checked either way. */
 static void expect_peak_within(long baseline_kb, uint64_t bound, const char *what)
 {
-    long grown_kb = status_kb("VmHWM") - baseline_kb;
+    const char *why = memory_unmeasurable();
+    long grown_kb;
+
+    if (why != NULL) {
+        cr_log_warn("%s: peak memory not measured: %s", what, why);
+        return;
+    }
+    grown_kb = status_kb("VmHWM") - baseline_kb;
 
     cr_expect_lt((uint64_t)grown_kb * 1024, bound, "%s: this process grew by %ld MiB, the "
                  "bound allows %llu MiB", what, grown_kb / 1024,
