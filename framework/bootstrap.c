@@ -8,6 +8,7 @@
  * XFER_BOOTSTRAP_TIMEOUT, so a silent peer cannot hang the caller.
  */
 #include "xfer_int.h"
+#include "clock.h"
 #include "sock.h"
 #include "wire/bootstrap_wire.h"
 

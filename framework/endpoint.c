@@ -5,6 +5,7 @@
  * the endpoint's transport with a new request.
  */
 #include "xfer_int.h"
+#include "clock.h"
 #include "sock.h"
 #include "wire/bootstrap_wire.h"
 

@@ -1,5 +1,6 @@
 /* Socket helpers for the bootstrap (see sock.h). */
 #include "sock.h"
+#include "clock.h"
 #include "xfer_int.h"
 
 #include <arpa/inet.h>
@@ -12,16 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-int64_t xfer_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 xfer_status_t xfer_sock_parse(const char *address, int allow_any_port,
                               struct sockaddr_storage *ss, socklen_t *len_p,

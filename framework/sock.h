@@ -11,9 +11,6 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-int64_t xfer_now_ms(void);
-
 /* "host:port", "[v6addr]:port" or ":port"; port 0 is allowed when allow_any_port. */
 xfer_status_t xfer_sock_parse(const char *address, int allow_any_port,
                               struct sockaddr_storage *ss, socklen_t *len_p,
