@@ -288,7 +288,7 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     }
     xfer_boot_rx_init(&c->rx);
     xfer_boot_offer_build(ctx, &c->mine);
-    status = xfer_sock_connect(addrs->ai_addr, addrs->ai_addrlen, until, &fd, why, sizeof(why));
+    status = xfer_sock_connect_any(addrs, until, &fd, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }

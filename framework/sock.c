@@ -194,6 +194,45 @@ xfer_status_t xfer_sock_connect(const struct sockaddr *sa, socklen_t len, int64_
     return XFER_OK;
 }
 
+xfer_status_t xfer_sock_connect_any(const struct addrinfo *list, int64_t deadline_ms,
+                                    int *fd_p, char *why, size_t why_size)
+{
+    xfer_status_t status = XFER_ERR_INVALID_PARAM;
+    const struct addrinfo *ai;
+    char addr[INET6_ADDRSTRLEN + 16], last[512];
+    unsigned left = 0, tried = 0;
+    int64_t now, until;
+
+    snprintf(why, why_size, "no address to connect to");
+    for (ai = list; ai != NULL; ai = ai->ai_next) {
+        left++;
+    }
+    for (ai = list; ai != NULL; ai = ai->ai_next, left--) {
+        now = xfer_now_ms();
+        if ((now >= deadline_ms) && (tried > 0)) {
+            break;      /* the last failure says why; nothing is left for the rest */
+        }
+        until = now + (deadline_ms - now) / (int64_t)left;
+        addr_str(ai->ai_addr, addr, sizeof(addr));
+        status = xfer_sock_connect(ai->ai_addr, ai->ai_addrlen, until, fd_p, last,
+                                   sizeof(last));
+        tried++;
+        if (status == XFER_OK) {
+            return XFER_OK;
+        }
+        snprintf(why, why_size, "%s: %s", addr, last);
+        if (ai->ai_next != NULL) {
+            xfer_log(XFER_LOG_DEBUG, SOCK_SUBSYS, "%s; trying the next address", why);
+        }
+    }
+    if (tried > 1) {
+        size_t n = strlen(why);
+
+        snprintf(why + n, why_size - n, " (the last of %u addresses tried)", tried);
+    }
+    return status;
+}
+
 xfer_status_t xfer_sock_accept(int listen_fd, int *fd_p, char *peer, size_t peer_size,
                                char *why, size_t why_size)
 {

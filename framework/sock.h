@@ -1,8 +1,8 @@
 /*
- * Socket helpers for the bootstrap: address resolution, listen, connect, accept, and reads
- * and writes in two flavours - non-blocking ("what the socket takes now", for the listener's
- * handshakes) and blocking with a deadline (for the client's side), so that nothing waits
- * forever.
+ * Socket helpers for the bootstrap: address resolution, listen, connect (to each address a
+ * name resolves to, in turn), accept, and reads and writes in two flavours - non-blocking
+ * ("what the socket takes now", for the listener's handshakes) and blocking with a deadline
+ * (for the client's side), so that nothing waits forever.
  */
 #ifndef XFER_SOCK_H
 #define XFER_SOCK_H
@@ -25,6 +25,12 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
 /* A connected non-blocking socket to sa, or the reason there is none by the deadline. */
 xfer_status_t xfer_sock_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ms,
                                 int *fd_p, char *why, size_t why_size);
+/* Try each address of list in order until one connects (e.g. "localhost" as ::1, then
+ * 127.0.0.1). Each attempt gets an equal share of the time left, so that an address that
+ * drops packets cannot use up the deadline of those after it. Each failure is logged at
+ * debug level; why names the last one. */
+xfer_status_t xfer_sock_connect_any(const struct addrinfo *list, int64_t deadline_ms,
+                                    int *fd_p, char *why, size_t why_size);
 /* Take one waiting connection without blocking: XFER_OK (a non-blocking socket and the
  * peer's address as text), XFER_INPROGRESS when none is waiting, or the error. */
 xfer_status_t xfer_sock_accept(int listen_fd, int *fd_p, char *peer, size_t peer_size,

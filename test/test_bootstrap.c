@@ -8,15 +8,18 @@
  * client sending its HELLO one byte per xfer_accept() call, one closing halfway, must delay
  * no good client; the listener's descriptor drives a poll loop; no descriptor leaks. Some of
  * these play the client by hand in the test process (raw_*), one step at a time, so that
- * the order of events is the test's and not the scheduler's.
+ * the order of events is the test's and not the scheduler's. Also: connecting to a name
+ * that resolves to several addresses, and xfer_perf's server outliving bad clients.
  */
 #include "test_util.h"
+#include "../framework/sock.h"
 #include "../framework/wire/bootstrap_wire.h"
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -684,4 +687,71 @@ Test(bootstrap, poll_loop_on_the_listener_fd, .init = cr_redirect_stderr)
     cr_expect(strstr(log, "no handshake within XFER_BOOTSTRAP_TIMEOUT=2s, still waiting for "
                      "its HELLO (timed out)") != NULL, "%s", log);
     free(log);
+}
+
+/* ---- connecting to every address of a name --------------------------------------------------- */
+
+Test(bootstrap, localhost_reaches_a_server_on_ipv4_only)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    xfer_endpoint_t *ep = NULL;
+    listener_ctx_t s;
+    char addr[64];
+    pid_t good;
+
+    server_start(&s);   /* 127.0.0.1 only */
+    snprintf(addr, sizeof(addr), "localhost:%u", xfer_listener_port(s.listener));
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo("localhost", NULL, &hints, &res) == 0) {
+        /* where localhost is ::1 first, the client's first attempt is refused */
+        cr_log_info("localhost resolves to %s first", (res->ai_family == AF_INET6) ? "::1" :
+                    "127.0.0.1");
+        freeaddrinfo(res);
+    }
+    good = client_spawn(addr, "talpha", "talpha", XFER_OK);
+    ep   = accept_within(s.listener, 4000);
+    cr_expect_eq(child_exit(good), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+/* The loop itself, on a list made by hand: a refused address, then the listener's. This host
+ * may resolve no name to several addresses, so the test does not depend on one. */
+Test(bootstrap, connect_tries_each_address_in_turn)
+{
+    struct sockaddr_in refused = {0}, good = {0}, peer;
+    struct addrinfo second = {0}, first = {0};
+    socklen_t len = sizeof(peer);
+    listener_ctx_t s, gone;
+    char why[512];
+    int fd = -1;
+
+    server_start(&gone);
+    refused.sin_family      = AF_INET;
+    refused.sin_port        = htons(xfer_listener_port(gone.listener));
+    refused.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    server_stop(&gone);     /* nobody listens there now */
+    server_start(&s);
+    good                    = refused;
+    good.sin_port           = htons(xfer_listener_port(s.listener));
+
+    first.ai_family   = second.ai_family = AF_INET;
+    first.ai_socktype = second.ai_socktype = SOCK_STREAM;
+    first.ai_addrlen  = second.ai_addrlen = sizeof(struct sockaddr_in);
+    first.ai_addr     = (struct sockaddr*)&refused;
+    second.ai_addr    = (struct sockaddr*)&good;
+    first.ai_next     = &second;
+    cr_assert_eq(xfer_sock_connect_any(&first, (int64_t)now_ms() + 5000, &fd, why, sizeof(why)),
+                 XFER_OK, "%s", why);
+    cr_assert_eq(getpeername(fd, (struct sockaddr*)&peer, &len), 0);
+    cr_expect_eq(ntohs(peer.sin_port), xfer_listener_port(s.listener));
+    close(fd);
+
+    /* both refused: the error names the last address and how many were tried */
+    second.ai_addr = (struct sockaddr*)&refused;
+    cr_expect_eq(xfer_sock_connect_any(&first, (int64_t)now_ms() + 5000, &fd, why, sizeof(why)),
+                 XFER_ERR_CONNECTION);
+    cr_expect(strstr(why, "(the last of 2 addresses tried)") != NULL, "%s", why);
+    cr_expect(strstr(why, "127.0.0.1:") == why, "%s", why);
+    server_stop(&s);
 }

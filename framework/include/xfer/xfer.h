@@ -264,6 +264,8 @@ XFER_API void xfer_listener_close(xfer_listener_t *listener);
  */
 XFER_API xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms,
                                    xfer_endpoint_t **ep_p);
+/* Resolve address and try each of its addresses in turn (e.g. localhost as ::1, then
+ * 127.0.0.1) until one connects, then run the handshake; all within XFER_BOOTSTRAP_TIMEOUT. */
 XFER_API xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address,
                                     xfer_endpoint_t **ep_p);
 /* The transport the two sides agreed on, e.g. "tcp". */
