@@ -755,3 +755,108 @@ Test(bootstrap, connect_tries_each_address_in_turn)
     cr_expect(strstr(why, "127.0.0.1:") == why, "%s", why);
     server_stop(&s);
 }
+
+/* ---- xfer_perf's server ---------------------------------------------------------------------- */
+
+#define PERF_TAG_CTRL 0x7866706300000000ull     /* xfer_perf's control messages (perf.h) */
+
+static int count_in(const char *text, const char *what)
+{
+    int n = 0;
+
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++) {
+        n++;
+    }
+    return n;
+}
+
+/* A port scanner, a peer speaking HTTP, an xfer client that goes away before its parameters
+ * and one that sends a garbage control message: the server logs each and serves the real
+ * client that comes next. Every process runs under timeout(1). */
+Test(bootstrap, perf_server_outlives_bad_clients)
+{
+    static const char http[] = "GET / HTTP/1.0\r\n\r\n";
+    char cmd[1024], line[256], errpath[512], address[64], *out = NULL, *err;
+    xfer_endpoint_t *ep = NULL;
+    xfer_request_t *req = NULL;
+    const char *build = getenv("XFERTEST_BUILD_DIR");
+    xfer_context_t *ctx;
+    unsigned port = 0;
+    FILE *server, *f;
+    double end;
+    int fd, rc, done = 0;
+
+    cr_assert_not_null(build, "XFERTEST_BUILD_DIR is not set: run the tests with 'make check'");
+    unsetenv("XFER_TCP_IFACE");
+    setenv("XFER_TRANSPORTS", "tcp", 1);
+    snprintf(errpath, sizeof(errpath), "%s/perf_server.err", dir);
+    snprintf(cmd, sizeof(cmd), "timeout 50 %s/contrib/xfer_perf -x tcp -p 0 2>%s", build,
+             errpath);
+    server = popen(cmd, "r");
+    cr_assert_not_null(server);
+    cr_assert_not_null(fgets(line, sizeof(line), server), "the server printed nothing");
+    cr_assert_eq(sscanf(line, "# xfer_perf server: listening on port %u", &port), 1, "%s",
+                 line);
+    snprintf(address, sizeof(address), "127.0.0.1:%u", port);
+
+    /* connect and close; connect and speak HTTP */
+    {
+        struct sockaddr_in sa = {0};
+
+        sa.sin_family      = AF_INET;
+        sa.sin_port        = htons((uint16_t)port);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int i = 0; i < 2; i++) {
+            fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            cr_assert_eq(connect(fd, (struct sockaddr*)&sa, sizeof(sa)), 0);
+            if (i == 1) {
+                cr_assert_eq(write(fd, http, sizeof(http) - 1), (ssize_t)sizeof(http) - 1);
+            }
+            close(fd);
+        }
+    }
+    /* an xfer client that leaves before sending its parameters */
+    cr_assert_eq(tu_context(0, &ctx), XFER_OK);
+    cr_assert_eq(xfer_connect(ctx, address, &ep), XFER_OK);
+    xfer_endpoint_close(ep);
+    /* one that sends garbage on the control tag and waits for the server to drop it */
+    cr_assert_eq(xfer_connect(ctx, address, &ep), XFER_OK);
+    rc = xfer_tag_send(ep, PERF_TAG_CTRL, "garbage!", 8, NULL, NULL, NULL, &req);
+    cr_assert((rc == XFER_OK) || (rc == XFER_INPROGRESS), "%s", xfer_status_string(rc));
+    cr_assert_eq(xfer_request_wait(req, 10000), XFER_OK);
+    xfer_request_release(req);
+    for (end = now_ms() + 10000; xfer_endpoint_status(ep) == XFER_OK;) {
+        cr_assert_lt(now_ms(), end, "the server kept a client that sent garbage");
+        xfer_progress(ctx);
+        usleep(1000);
+    }
+    xfer_endpoint_close(ep);
+    xfer_context_destroy(ctx);
+
+    /* the real client is served, and the server exits after it, content */
+    snprintf(cmd, sizeof(cmd), "timeout 40 %s/contrib/xfer_perf -x tcp -t tag_lat -s 8 -n 100 "
+             "-p %u 127.0.0.1", build, port);
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 0, "the client failed:\n%s", out);
+    cr_expect(strstr(out, "tag_lat") != NULL, "%s", out);
+    free(out);
+    /* read its output to the end: a pipe closed early would kill it with SIGPIPE */
+    while (fgets(line, sizeof(line), server) != NULL) {
+        done |= (strncmp(line, "# done", 6) == 0);
+    }
+    rc = pclose(server);
+    f  = fopen(errpath, "r");
+    cr_assert_not_null(f);
+    err = calloc(1, 65536);
+    cr_assert_not_null(err);
+    (void)!fread(err, 1, 65535, f);
+    fclose(f);
+    cr_expect_eq(rc, 0, "the server did not end well (%d):\n%s", rc, err);
+    cr_expect(done, "the server did not say '# done'");
+    /* one xfer_accept call may meet both failures: the library logs each */
+    cr_expect_eq(count_in(err, "closing connection from 127.0.0.1:"), 2, "%s", err);
+    cr_expect_geq(count_in(err, "failed its handshake"), 1, "%s", err);
+    cr_expect_eq(count_in(err, "sent no valid parameters"), 2, "%s", err);
+    cr_expect(strstr(err, "not an xfer_perf v1 control message") != NULL, "%s", err);
+    free(err);
+}
