@@ -1,40 +1,28 @@
 /*
- * Bootstrap: listen, connect and accept over TCP, exchange HELLOs (each side's allowed
- * transports, best first, with their addresses), and let the server pick the first of the
- * client's transports that it also offers. Both sides learn the choice (ACCEPT) or why there
- * is none (REJECT, naming what each side offered). A peer that sends anything else - another
- * magic or version, a truncated or oversized frame, random bytes - has its connection closed
- * with a logged reason; the listener keeps working. Every step is bounded by
- * XFER_BOOTSTRAP_TIMEOUT, so a silent peer cannot hang the caller.
+ * Bootstrap: what the two sides share, and the client's side. Each side sends a HELLO (the
+ * transports it allows, best first, with their addresses); the server picks the first of the
+ * client's transports that it also offers and answers ACCEPT, or REJECT saying why there is
+ * none (naming what each side offered); then each side creates its endpoint of that transport
+ * and they exchange CONNECT frames (wire/bootstrap_wire.h). A peer that sends anything else -
+ * another magic or version, a truncated or oversized frame, random bytes - has its connection
+ * closed with a logged reason.
+ *
+ * xfer_connect() runs the client's side blocking, every step bounded by XFER_BOOTSTRAP_TIMEOUT
+ * so that a silent server cannot hang the caller; the server's side is listener.c.
  */
-#include "xfer_int.h"
+#include "bootstrap.h"
+#include "clock.h"
 #include "sock.h"
-#include "wire/bootstrap_wire.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define BOOT_SUBSYS "bootstrap"
-
-struct xfer_listener {
-    xfer_context_t  *ctx;
-    ucs_list_link_t list;       /* ctx->listeners: closed at context destroy */
-    int             fd;
-    uint16_t        port;
-};
-
-/* The two HELLOs of one handshake; ~17 KiB each, so off the stack. */
-typedef struct handshake {
-    xfer_wire_hello_t mine;
-    xfer_wire_hello_t theirs;
-} handshake_t;
-
-/* What this side offers: the open transports, best first (ctx->ifaces was opened in the
- * selection's rank order, XFER_TRANSPORTS honoured), each with its interface address. */
-static xfer_status_t build_offer(xfer_context_t *ctx, xfer_wire_hello_t *hello)
+void xfer_boot_offer_build(xfer_context_t *ctx, xfer_wire_hello_t *hello)
 {
+    /* ctx->ifaces was opened in the selection's rank order, XFER_TRANSPORTS honoured */
     memset(hello, 0, sizeof(*hello));
     xfer_ctx_lock(ctx);
     for (unsigned i = 0; (i < ctx->num_ifaces) && (hello->num < XFER_WIRE_MAX_TRANSPORTS); i++) {
@@ -50,11 +38,9 @@ static xfer_status_t build_offer(xfer_context_t *ctx, xfer_wire_hello_t *hello)
         hello->num++;
     }
     xfer_ctx_unlock(ctx);
-    return XFER_OK;
 }
 
-/* The peer's address for transport name, from its HELLO (NULL and 0 when it sent none). */
-static const void *peer_addr_of(const char *name, const xfer_wire_hello_t *theirs,
+const void *xfer_boot_peer_addr(const char *name, const xfer_wire_hello_t *theirs,
                                 size_t *len_p)
 {
     for (uint16_t i = 0; i < theirs->num; i++) {
@@ -67,326 +53,278 @@ static const void *peer_addr_of(const char *name, const xfer_wire_hello_t *their
     return NULL;
 }
 
-static int64_t deadline(const xfer_context_t *ctx)
+/* ---- receiving a frame ------------------------------------------------------------------- */
+
+void xfer_boot_rx_init(xfer_boot_rx_t *rx)
 {
-    return xfer_now_ms() + (int64_t)(ctx->fw_config.bootstrap_timeout * 1000.0);
+    memset(rx, 0, sizeof(*rx));
 }
 
-/* Receive one frame: header, validated, then exactly body_len bytes into a new buffer. */
-xfer_status_t xfer_boot_recv_frame(int fd, int64_t until, xfer_wire_header_t *hdr,
-                                   uint8_t **body_p, char *why, size_t why_size)
+void xfer_boot_rx_cleanup(xfer_boot_rx_t *rx)
 {
-    uint8_t head[XFER_WIRE_HEADER_LEN];
-    xfer_status_t status;
-    uint8_t *body;
-
-    status = xfer_sock_recv_all(fd, head, sizeof(head), until, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    status = xfer_wire_parse_header(head, sizeof(head), hdr, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    /* body_len is at most XFER_WIRE_MAX_BODY here: the header parser checked it */
-    body = malloc(hdr->body_len ? hdr->body_len : 1);
-    if (body == NULL) {
-        snprintf(why, why_size, "out of memory for a %u-byte frame", hdr->body_len);
-        return XFER_ERR_NO_MEMORY;
-    }
-    status = xfer_sock_recv_all(fd, body, hdr->body_len, until, why, why_size);
-    if (status != XFER_OK) {
-        free(body);
-        return status;
-    }
-    *body_p = body;
-    return XFER_OK;
+    free(rx->body);
+    rx->body = NULL;
 }
 
-static xfer_status_t recv_hello(int fd, int64_t until, xfer_wire_hello_t *hello, char *why,
-                                size_t why_size)
+/* why gets where in the frame the receive failed. */
+static xfer_status_t rx_failed(const xfer_boot_rx_t *rx, xfer_status_t status, char *why,
+                               size_t why_size)
 {
-    xfer_wire_header_t hdr;
-    xfer_status_t status;
-    uint8_t *body;
+    char cause[256];
 
-    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    if (hdr.type != XFER_WIRE_HELLO) {
-        snprintf(why, why_size, "expected HELLO, got frame type %u", hdr.type);
-        status = XFER_ERR_PROTOCOL;
+    snprintf(cause, sizeof(cause), "%s", why);
+    if (rx->got < XFER_WIRE_HEADER_LEN) {
+        snprintf(why, why_size, "%s after %zu of the %u bytes of a frame header", cause,
+                 rx->got, XFER_WIRE_HEADER_LEN);
     } else {
-        status = xfer_wire_parse_hello(body, hdr.body_len, hello, why, why_size);
+        snprintf(why, why_size, "%s after %zu bytes of a %zu-byte frame", cause, rx->got,
+                 (size_t)XFER_WIRE_HEADER_LEN + rx->hdr.body_len);
     }
-    free(body);
     return status;
 }
 
-static xfer_status_t send_hello(int fd, const xfer_wire_hello_t *hello, int64_t until,
-                                char *why, size_t why_size)
+xfer_status_t xfer_boot_rx_progress(int fd, xfer_boot_rx_t *rx, char *why, size_t why_size)
 {
-    uint8_t frame[XFER_WIRE_HEADER_LEN + 2 +
-                  XFER_WIRE_MAX_TRANSPORTS * (3 + XFER_WIRE_MAX_NAME + XFER_WIRE_MAX_ADDR)];
-    size_t len = sizeof(frame);
+    xfer_status_t status;
+    size_t n, want;
+
+    for (;;) {
+        if (rx->got < XFER_WIRE_HEADER_LEN) {
+            status = xfer_sock_recv_some(fd, rx->head + rx->got, XFER_WIRE_HEADER_LEN - rx->got,
+                                         &n, why, why_size);
+            if (status != XFER_OK) {
+                return rx_failed(rx, status, why, why_size);
+            }
+            if (n == 0) {
+                return XFER_INPROGRESS;
+            }
+            rx->got += n;
+            if (rx->got < XFER_WIRE_HEADER_LEN) {
+                continue;
+            }
+            status = xfer_wire_parse_header(rx->head, XFER_WIRE_HEADER_LEN, &rx->hdr, why,
+                                            why_size);
+            if (status != XFER_OK) {
+                return status;
+            }
+            /* at most XFER_WIRE_MAX_BODY: the header parser checked it */
+            rx->body = malloc(rx->hdr.body_len ? rx->hdr.body_len : 1);
+            if (rx->body == NULL) {
+                snprintf(why, why_size, "out of memory for a %u-byte frame", rx->hdr.body_len);
+                return XFER_ERR_NO_MEMORY;
+            }
+        }
+        want = XFER_WIRE_HEADER_LEN + (size_t)rx->hdr.body_len;
+        if (rx->got == want) {
+            return XFER_OK;
+        }
+        status = xfer_sock_recv_some(fd, rx->body + (rx->got - XFER_WIRE_HEADER_LEN),
+                                     want - rx->got, &n, why, why_size);
+        if (status != XFER_OK) {
+            return rx_failed(rx, status, why, why_size);
+        }
+        if (n == 0) {
+            return XFER_INPROGRESS;
+        }
+        rx->got += n;
+    }
+}
+
+xfer_status_t xfer_boot_rx_wait(int fd, int64_t until, xfer_boot_rx_t *rx, char *why,
+                                size_t why_size)
+{
     xfer_status_t status;
 
-    status = xfer_wire_pack_hello(hello, frame, &len);
-    if (status != XFER_OK) {
-        snprintf(why, why_size, "cannot pack HELLO: %s", xfer_status_string(status));
-        return status;
+    for (;;) {
+        status = xfer_boot_rx_progress(fd, rx, why, why_size);
+        if (status != XFER_INPROGRESS) {
+            return status;
+        }
+        status = xfer_sock_wait(fd, POLLIN, until, "receive", why, why_size);
+        if (status != XFER_OK) {
+            return status;
+        }
     }
-    return xfer_sock_send_all(fd, frame, len, until, why, why_size);
 }
 
-xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listener_t **listener_p)
+/* ---- the client's side ------------------------------------------------------------------- */
+
+/* What one xfer_connect() holds: ~40 KiB, so off the stack. */
+typedef struct client {
+    xfer_wire_hello_t   mine;
+    xfer_wire_hello_t   theirs;
+    xfer_wire_connect_t conn_mine;
+    xfer_wire_connect_t conn_theirs;
+    uint8_t             frame[XFER_WIRE_HELLO_FRAME_MAX];
+    xfer_boot_rx_t      rx;
+} client_t;
+
+/* Receive the next frame, which must be of type or alt (0: no alternative), named by what. */
+static xfer_status_t client_recv(int fd, int64_t until, client_t *c, uint16_t type,
+                                 uint16_t alt, const char *what, char *why, size_t why_size)
 {
-    struct sockaddr_storage ss;
-    xfer_listener_t *l;
     xfer_status_t status;
-    socklen_t len;
-    char why[256];
 
-    if ((ctx == NULL) || (listener_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
+    xfer_boot_rx_cleanup(&c->rx);
+    xfer_boot_rx_init(&c->rx);
+    status = xfer_boot_rx_wait(fd, until, &c->rx, why, why_size);
+    if ((status == XFER_OK) && (c->rx.hdr.type != type) &&
+        ((alt == 0) || (c->rx.hdr.type != alt))) {
+        snprintf(why, why_size, "expected %s, got frame type %u", what, c->rx.hdr.type);
+        status = XFER_ERR_PROTOCOL;
     }
-    status = xfer_sock_parse(address, 1, &ss, &len, why, sizeof(why));
-    if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "listen: %s", why);
-        return status;
-    }
-    l = calloc(1, sizeof(*l));
-    if (l == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    status = xfer_sock_listen(&ss, len, &l->fd, &l->port, why, sizeof(why));
-    if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "listen on %s: %s", address, why);
-        free(l);
-        return status;
-    }
-    l->ctx = ctx;
-    xfer_ctx_lock(ctx);
-    ucs_list_add_tail(&ctx->listeners, &l->list);
-    xfer_ctx_unlock(ctx);
-    xfer_log(XFER_LOG_DEBUG, BOOT_SUBSYS, "listening on %s (port %u)", address, l->port);
-    *listener_p = l;
-    return XFER_OK;
+    return status;
 }
 
-uint16_t xfer_listener_port(const xfer_listener_t *listener)
+/* The server's answer to our HELLO: the transport it chose (ACCEPT), which must be one we
+ * offered, or its refusal (REJECT) as the status and why. */
+static xfer_status_t client_answer(int fd, int64_t until, client_t *c, char *name, char *why,
+                                   size_t why_size)
 {
-    return listener ? listener->port : 0;
-}
-
-int xfer_listener_fd(const xfer_listener_t *listener)
-{
-    return listener ? listener->fd : -1;
-}
-
-void xfer_listener_close(xfer_listener_t *listener)
-{
-    xfer_context_t *ctx;
-
-    if (listener != NULL) {
-        ctx = listener->ctx;
-        xfer_ctx_lock(ctx);
-        ucs_list_del(&listener->list);
-        xfer_ctx_unlock(ctx);
-        close(listener->fd);
-        free(listener);
-    }
-}
-
-void xfer_listeners_close_all(xfer_context_t *ctx)
-{
-    xfer_listener_t *l, *tmp;
-
-    ucs_list_for_each_safe(l, tmp, &ctx->listeners, list) {
-        ucs_list_del(&l->list);
-        close(l->fd);
-        free(l);
-    }
-}
-
-xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoint_t **ep_p)
-{
-    uint8_t frame[XFER_WIRE_HEADER_LEN + XFER_WIRE_MAX_REASON + 8];
-    handshake_t *hs = NULL;
-    char why[512], reason[512], peer[80] = "?";
-    int64_t wait_until, until;
-    size_t len = sizeof(frame);
+    xfer_wire_reject_t rej;
     xfer_status_t status;
-    int idx, fd = -1;
-    const void *peer_addr;
-    size_t addr_len = 0;
+    int offered = 0;
 
-    if ((listener == NULL) || (ep_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
+    status = client_recv(fd, until, c, XFER_WIRE_HELLO, 0, "HELLO", why, why_size);
+    if (status == XFER_OK) {
+        status = xfer_wire_parse_hello(c->rx.body, c->rx.hdr.body_len, &c->theirs, why,
+                                       why_size);
     }
-    wait_until = (timeout_ms < 0) ? INT64_MAX : xfer_now_ms() + timeout_ms;
-    status     = xfer_sock_accept(listener->fd, wait_until, &fd, peer, sizeof(peer), why,
-                                  sizeof(why));
+    if (status == XFER_OK) {
+        status = client_recv(fd, until, c, XFER_WIRE_ACCEPT, XFER_WIRE_REJECT,
+                             "ACCEPT or REJECT", why, why_size);
+    }
     if (status != XFER_OK) {
-        if (status != XFER_ERR_TIMEOUT) {
-            xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "accept: %s", why);
+        return status;
+    }
+    if (c->rx.hdr.type == XFER_WIRE_REJECT) {
+        status = xfer_wire_parse_reject(c->rx.body, c->rx.hdr.body_len, &rej, why, why_size);
+        if (status == XFER_OK) {
+            snprintf(why, why_size, "server refused: %s", rej.reason);
+            status = (rej.status < 0) ? (xfer_status_t)rej.status : XFER_ERR_PROTOCOL;
         }
         return status;
     }
+    status = xfer_wire_parse_accept(c->rx.body, c->rx.hdr.body_len, name, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    for (uint16_t i = 0; i < c->mine.num; i++) {
+        offered |= (strcmp(c->mine.transports[i].name, name) == 0);
+    }
+    if (!offered) {
+        snprintf(why, why_size, "server chose '%s', which this side did not offer", name);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
 
-    until = deadline(listener->ctx);
-    hs    = malloc(sizeof(*hs));
-    if (hs == NULL) {
-        status = XFER_ERR_NO_MEMORY;
-        snprintf(why, sizeof(why), "out of memory");
-        goto err_close;
-    }
-    status = recv_hello(fd, until, &hs->theirs, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err_close;
-    }
-    status = build_offer(listener->ctx, &hs->mine);
-    if (status != XFER_OK) {
-        snprintf(why, sizeof(why), "cannot build the transport offer");
-        goto err_close;
-    }
-    status = send_hello(fd, &hs->mine, until, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err_close;
-    }
+/* Create our endpoint of the chosen transport, exchange CONNECT frames, connect it. */
+static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until, client_t *c,
+                                      const char *name, const char *address,
+                                      xfer_endpoint_t **ep_p, char *why, size_t why_size)
+{
+    size_t len = sizeof(c->frame), addr_len;
+    const void *peer_addr = xfer_boot_peer_addr(name, &c->theirs, &addr_len);
+    xfer_endpoint_t *ep;
+    xfer_status_t status;
 
-    idx = xfer_wire_negotiate(&hs->theirs, &hs->mine, reason, sizeof(reason));
-    if (idx < 0) {
-        xfer_wire_pack_reject(XFER_ERR_UNREACHABLE, reason, frame, &len);
-        xfer_sock_send_all(fd, frame, len, until, why, sizeof(why));
-        snprintf(why, sizeof(why), "%s", reason);
-        status = XFER_ERR_UNREACHABLE;
-        goto err_close;
+    status = xfer_endpoint_prepare(ctx, fd, name, peer_addr, addr_len, 0, address,
+                                   &c->conn_mine, &ep, why, why_size);
+    if (status != XFER_OK) {
+        return status;
     }
-    status = xfer_wire_pack_accept(hs->theirs.transports[idx].name, frame, &len);
+    status = xfer_wire_pack_connect(&c->conn_mine, c->frame, &len);
+    if (status != XFER_OK) {
+        snprintf(why, why_size, "cannot pack CONNECT: %s", xfer_status_string(status));
+        goto err_discard;
+    }
+    status = xfer_sock_send_all(fd, c->frame, len, until, why, why_size);
     if (status == XFER_OK) {
-        status = xfer_sock_send_all(fd, frame, len, until, why, sizeof(why));
+        status = client_recv(fd, until, c, XFER_WIRE_CONNECT, 0, "CONNECT", why, why_size);
+    }
+    if (status == XFER_OK) {
+        status = xfer_wire_parse_connect(c->rx.body, c->rx.hdr.body_len, &c->conn_theirs, why,
+                                         why_size);
+    }
+    if (status == XFER_OK) {
+        status = xfer_endpoint_complete(ep, &c->conn_theirs, why, why_size);
     }
     if (status != XFER_OK) {
-        goto err_close;
+        goto err_discard;
     }
-    peer_addr = peer_addr_of(hs->theirs.transports[idx].name, &hs->theirs, &addr_len);
-    status    = xfer_endpoint_establish(listener->ctx, fd, hs->theirs.transports[idx].name,
-                                        peer_addr, addr_len, 1, peer, until, ep_p, why,
-                                        sizeof(why));
-    if (status != XFER_OK) {
-        goto err_close;
-    }
-    xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "accepted %s over %s", peer,
-             xfer_endpoint_transport(*ep_p));
-    close(fd);      /* the transport keeps its own descriptor if it wants the connection */
-    free(hs);
+    *ep_p = ep;
     return XFER_OK;
 
-err_close:
-    xfer_log(XFER_LOG_WARN, BOOT_SUBSYS, "closing connection from %s: %s (%s)", peer, why,
-             xfer_status_string(status));
-    close(fd);
-    free(hs);
+err_discard:
+    xfer_endpoint_discard(ep);
     return status;
 }
 
 xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoint_t **ep_p)
 {
     char why[1200], name[XFER_WIRE_MAX_NAME + 1];
-    handshake_t *hs = NULL;
-    struct sockaddr_storage ss;
-    xfer_wire_header_t hdr;
-    xfer_wire_reject_t rej;
+    struct addrinfo *addrs = NULL;
+    client_t *c            = NULL;
     xfer_status_t status;
-    uint8_t *body = NULL;
-    socklen_t len;
+    size_t len;
     int64_t until;
-    int fd = -1, offered = 0;
-    const void *peer_addr;
-    size_t addr_len = 0;
+    int fd = -1;
 
     if ((ctx == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    status = xfer_sock_parse(address, 0, &ss, &len, why, sizeof(why));
+    status = xfer_sock_resolve(address, 0, &addrs, why, sizeof(why));
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "connect: %s", why);
+        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "connect: %s", why);
         return status;
     }
-    until = deadline(ctx);
-    hs    = malloc(sizeof(*hs));
-    if (hs == NULL) {
+    until = xfer_now_ms() + (int64_t)(ctx->fw_config.bootstrap_timeout * 1000.0);
+    c     = malloc(sizeof(*c));
+    if (c == NULL) {
         status = XFER_ERR_NO_MEMORY;
         snprintf(why, sizeof(why), "out of memory");
         goto err;
     }
-    status = build_offer(ctx, &hs->mine);
-    if (status != XFER_OK) {
-        snprintf(why, sizeof(why), "cannot build the transport offer");
-        goto err;
-    }
-    status = xfer_sock_connect(&ss, len, until, &fd, why, sizeof(why));
+    xfer_boot_rx_init(&c->rx);
+    xfer_boot_offer_build(ctx, &c->mine);
+    status = xfer_sock_connect_any(addrs, until, &fd, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }
-    status = send_hello(fd, &hs->mine, until, why, sizeof(why));
+    len    = sizeof(c->frame);
+    status = xfer_wire_pack_hello(&c->mine, c->frame, &len);
+    if (status != XFER_OK) {
+        snprintf(why, sizeof(why), "cannot pack HELLO: %s", xfer_status_string(status));
+        goto err;
+    }
+    status = xfer_sock_send_all(fd, c->frame, len, until, why, sizeof(why));
+    if (status == XFER_OK) {
+        status = client_answer(fd, until, c, name, why, sizeof(why));
+    }
+    if (status == XFER_OK) {
+        status = client_establish(ctx, fd, until, c, name, address, ep_p, why, sizeof(why));
+    }
     if (status != XFER_OK) {
         goto err;
     }
-    status = recv_hello(fd, until, &hs->theirs, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err;
-    }
-    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err;
-    }
-    if (hdr.type == XFER_WIRE_REJECT) {
-        status = xfer_wire_parse_reject(body, hdr.body_len, &rej, why, sizeof(why));
-        if (status == XFER_OK) {
-            snprintf(why, sizeof(why), "server refused: %s", rej.reason);
-            status = (rej.status < 0) ? (xfer_status_t)rej.status : XFER_ERR_PROTOCOL;
-        }
-        goto err;
-    }
-    if (hdr.type != XFER_WIRE_ACCEPT) {
-        snprintf(why, sizeof(why), "expected ACCEPT or REJECT, got frame type %u", hdr.type);
-        status = XFER_ERR_PROTOCOL;
-        goto err;
-    }
-    status = xfer_wire_parse_accept(body, hdr.body_len, name, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err;
-    }
-    for (uint16_t i = 0; i < hs->mine.num; i++) {
-        offered |= (strcmp(hs->mine.transports[i].name, name) == 0);
-    }
-    if (!offered) {
-        snprintf(why, sizeof(why), "server chose '%s', which this side did not offer", name);
-        status = XFER_ERR_PROTOCOL;
-        goto err;
-    }
-    peer_addr = peer_addr_of(name, &hs->theirs, &addr_len);
-    status    = xfer_endpoint_establish(ctx, fd, name, peer_addr, addr_len, 0, address, until,
-                                        ep_p, why, sizeof(why));
-    if (status != XFER_OK) {
-        goto err;
-    }
-    xfer_log(XFER_LOG_INFO, BOOT_SUBSYS, "connected to %s over %s", address, name);
-    close(fd);
-    free(body);
-    free(hs);
+    xfer_log(XFER_LOG_INFO, XFER_BOOT_SUBSYS, "connected to %s over %s", address, name);
+    close(fd);      /* the transport keeps its own descriptor if it wants the connection */
+    xfer_boot_rx_cleanup(&c->rx);
+    free(c);
+    freeaddrinfo(addrs);
     return XFER_OK;
 
 err:
-    xfer_log(XFER_LOG_ERROR, BOOT_SUBSYS, "connect to %s: %s (%s)", address, why,
+    xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "connect to %s: %s (%s)", address, why,
              xfer_status_string(status));
     if (fd >= 0) {
         close(fd);
     }
-    free(body);
-    free(hs);
+    if (c != NULL) {
+        xfer_boot_rx_cleanup(&c->rx);
+        free(c);
+    }
+    freeaddrinfo(addrs);
     return status;
 }

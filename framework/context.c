@@ -26,8 +26,14 @@ static const xfer_param_desc_t fw_params[] = {
      "the install directory.",
      offsetof(xfer_fw_config_t, component_path), 0, 0, NULL},
     {"BOOTSTRAP_TIMEOUT", XFER_PARAM_TIME, "10s",
-     "Longest a connect or accept handshake may take before it fails with a timeout.",
+     "Longest a connect handshake, or the handshake of one accepted connection (counted "
+     "from its accept), may take before it fails with a timeout.",
      offsetof(xfer_fw_config_t, bootstrap_timeout), 0.001, 3600, NULL},
+    {"BOOTSTRAP_MAX_PENDING", XFER_PARAM_UINT, "64",
+     "Most handshakes a listener carries on at once. At the bound a new connection closes "
+     "the oldest unfinished one (logged), so that slow or silent clients cannot lock out a "
+     "good one; each holds a socket and at most two frames of the bootstrap protocol.",
+     offsetof(xfer_fw_config_t, bootstrap_max_pending), 1, 65536, NULL},
     {"CLOSE_TIMEOUT", XFER_PARAM_TIME, "10s",
      "Longest xfer_endpoint_close() (and context destroy) waits for what was already sent "
      "to reach the peer before it closes anyway, cancelling the rest.",

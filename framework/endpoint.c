@@ -5,7 +5,7 @@
  * the endpoint's transport with a new request.
  */
 #include "xfer_int.h"
-#include "sock.h"
+#include "clock.h"
 #include "wire/bootstrap_wire.h"
 
 #include <inttypes.h>
@@ -27,46 +27,12 @@ xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name)
     return NULL;
 }
 
-/* Exchange CONNECT frames: send ours, read theirs (which must be the next frame). */
-static xfer_status_t exchange_connect(int fd, const xfer_wire_connect_t *mine,
-                                      xfer_wire_connect_t *theirs, int64_t until, char *why,
-                                      size_t why_size)
+xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *transport,
+                                    const void *peer_addr, size_t peer_addr_len, int is_server,
+                                    const char *peer, xfer_wire_connect_t *mine,
+                                    xfer_endpoint_t **ep_p, char *why, size_t why_size)
 {
-    uint8_t frame[XFER_WIRE_HEADER_LEN + 16 + XFER_WIRE_MAX_ADDR], *body = NULL;
-    size_t len = sizeof(frame);
-    xfer_wire_header_t hdr;
-    xfer_status_t status;
-
-    status = xfer_wire_pack_connect(mine, frame, &len);
-    if (status != XFER_OK) {
-        snprintf(why, why_size, "cannot pack CONNECT: %s", xfer_status_string(status));
-        return status;
-    }
-    status = xfer_sock_send_all(fd, frame, len, until, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    status = xfer_boot_recv_frame(fd, until, &hdr, &body, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    if (hdr.type != XFER_WIRE_CONNECT) {
-        snprintf(why, why_size, "expected CONNECT, got frame type %u", hdr.type);
-        status = XFER_ERR_PROTOCOL;
-    } else {
-        status = xfer_wire_parse_connect(body, hdr.body_len, theirs, why, why_size);
-    }
-    free(body);
-    return status;
-}
-
-xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *transport,
-                                      const void *peer_addr, size_t peer_addr_len,
-                                      int is_server, const char *peer, int64_t until,
-                                      xfer_endpoint_t **ep_p, char *why, size_t why_size)
-{
-    xfer_wire_connect_t *conn = NULL;
-    xfer_endpoint_t *ep       = NULL;
+    xfer_endpoint_t *ep = NULL;
     xfer_ep_params_t params;
     xfer_fw_iface_t *fi;
     xfer_status_t status;
@@ -79,9 +45,8 @@ xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *t
         status = XFER_ERR_INTERNAL;
         goto out;
     }
-    ep   = calloc(1, sizeof(*ep));
-    conn = calloc(2, sizeof(*conn));    /* [0] ours, [1] theirs */
-    if ((ep == NULL) || (conn == NULL)) {
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL) {
         snprintf(why, why_size, "out of memory");
         status = XFER_ERR_NO_MEMORY;
         goto out;
@@ -105,55 +70,69 @@ xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *t
                  xfer_status_string(status));
         goto out;
     }
-    addr_len = sizeof(conn[0].addr);
+    memset(mine, 0, sizeof(*mine));
+    addr_len = sizeof(mine->addr);
     if (fi->comp->ep_address == NULL) {
         addr_len = 0;
     } else {
-        status = fi->comp->ep_address(ep->ep, conn[0].addr, &addr_len);
+        status = fi->comp->ep_address(ep->ep, mine->addr, &addr_len);
         if ((status != XFER_OK) || (addr_len > XFER_WIRE_MAX_ADDR)) {
             snprintf(why, why_size, "%s could not give its endpoint address: %s", transport,
                      xfer_status_string(status));
             status = (status == XFER_OK) ? XFER_ERR_INTERNAL : status;
-            goto out_destroy;
+            fi->comp->ep_destroy(ep->ep);
+            goto out;
         }
     }
-    conn[0].context_id = ctx->id;
-    conn[0].addr_len   = (uint16_t)addr_len;
-    /* the handshake blocks on the socket: let other threads use the context meanwhile */
+    mine->context_id = ctx->id;
+    mine->addr_len   = (uint16_t)addr_len;
+    *ep_p = ep;
+    ep    = NULL;
+
+out:
     xfer_ctx_unlock(ctx);
-    status = exchange_connect(fd, &conn[0], &conn[1], until, why, why_size);
+    free(ep);
+    return status;
+}
+
+xfer_status_t xfer_endpoint_complete(xfer_endpoint_t *ep, const xfer_wire_connect_t *theirs,
+                                     char *why, size_t why_size)
+{
+    xfer_context_t *ctx = ep->ctx;
+    xfer_fw_iface_t *fi = ep->fw_iface;
+    xfer_status_t status = XFER_OK;
+
     xfer_ctx_lock(ctx);
-    if (status != XFER_OK) {
-        goto out_destroy;
-    }
-    if ((conn[1].context_id == 0) || (conn[1].context_id == ctx->id)) {
+    if ((theirs->context_id == 0) || (theirs->context_id == ctx->id)) {
         snprintf(why, why_size, "peer context id %016llx is invalid or equals ours",
-                 (unsigned long long)conn[1].context_id);
+                 (unsigned long long)theirs->context_id);
         status = XFER_ERR_PROTOCOL;
-        goto out_destroy;
+        goto out;
     }
-    ep->peer_id = conn[1].context_id;
+    ep->peer_id = theirs->context_id;
     if (fi->comp->ep_connect != NULL) {
-        status = fi->comp->ep_connect(ep->ep, conn[1].addr, conn[1].addr_len);
+        status = fi->comp->ep_connect(ep->ep, theirs->addr, theirs->addr_len);
         if (status != XFER_OK) {
-            snprintf(why, why_size, "%s could not connect the endpoint: %s", transport,
+            snprintf(why, why_size, "%s could not connect the endpoint: %s", ep->transport,
                      xfer_status_string(status));
-            goto out_destroy;
+            goto out;
         }
     }
     ucs_list_add_tail(&ctx->endpoints, &ep->list);
     xfer_wake_locked(ctx);
-    *ep_p = ep;
-    ep    = NULL;
-    goto out;
-
-out_destroy:
-    fi->comp->ep_destroy(ep->ep);
 out:
     xfer_ctx_unlock(ctx);
-    free(ep);
-    free(conn);
     return status;
+}
+
+void xfer_endpoint_discard(xfer_endpoint_t *ep)
+{
+    xfer_context_t *ctx = ep->ctx;
+
+    xfer_ctx_lock(ctx);
+    ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_ctx_unlock(ctx);
+    free(ep);
 }
 
 #define EP_COUNTERS_MAX 128

@@ -11,7 +11,7 @@
  * release - the transport is not in the middle of anything.
  */
 #include "xfer_int.h"
-#include "sock.h"
+#include "clock.h"
 
 #include <limits.h>
 #include <stddef.h>

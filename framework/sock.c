@@ -1,31 +1,23 @@
 /* Socket helpers for the bootstrap (see sock.h). */
 #include "sock.h"
+#include "clock.h"
 #include "xfer_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-int64_t xfer_now_ms(void)
-{
-    struct timespec ts;
+#define SOCK_SUBSYS "bootstrap"
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-xfer_status_t xfer_sock_parse(const char *address, int allow_any_port,
-                              struct sockaddr_storage *ss, socklen_t *len_p,
-                              char *why, size_t why_size)
+xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
+                                struct addrinfo **list_p, char *why, size_t why_size)
 {
     struct addrinfo hints = {0}, *res = NULL;
     char host[256], *end;
@@ -83,12 +75,33 @@ xfer_status_t xfer_sock_parse(const char *address, int allow_any_port,
     if ((ret != 0) || (res == NULL)) {
         snprintf(why, why_size, "'%s': cannot resolve '%s': %s", address, host,
                  gai_strerror(ret));
+        if (res != NULL) {
+            freeaddrinfo(res);
+        }
         return XFER_ERR_INVALID_PARAM;
     }
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len_p = res->ai_addrlen;
-    freeaddrinfo(res);
+    *list_p = res;
     return XFER_OK;
+}
+
+/* "1.2.3.4:80" or "[::1]:80" */
+static void addr_str(const struct sockaddr *sa, char *buf, size_t size)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6*)sa;
+
+        inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof(host));
+        snprintf(buf, size, "[%s]:%u", host, ntohs(sin6->sin6_port));
+    } else if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in*)sa;
+
+        inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
+        snprintf(buf, size, "%s:%u", host, ntohs(sin->sin_port));
+    } else {
+        snprintf(buf, size, "(address family %d)", sa->sa_family);
+    }
 }
 
 static void sock_tune(int fd)
@@ -98,24 +111,25 @@ static void sock_tune(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-xfer_status_t xfer_sock_listen(const struct sockaddr_storage *ss, socklen_t len, int *fd_p,
+xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
                                uint16_t *port_p, char *why, size_t why_size)
 {
     struct sockaddr_storage bound;
     socklen_t bound_len = sizeof(bound);
-    int one = 1, fd;
+    int one = 1, fd, err;
 
-    fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         snprintf(why, why_size, "socket(): %s", strerror(errno));
         return XFER_ERR_IO;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if ((bind(fd, (const struct sockaddr*)ss, len) != 0) || (listen(fd, 128) != 0) ||
+    if ((bind(fd, sa, len) != 0) || (listen(fd, 128) != 0) ||
         (getsockname(fd, (struct sockaddr*)&bound, &bound_len) != 0)) {
-        snprintf(why, why_size, "bind/listen: %s", strerror(errno));
+        err = errno;
+        snprintf(why, why_size, "bind/listen: %s", strerror(err));
         close(fd);
-        return (errno == EADDRINUSE) ? XFER_ERR_BUSY : XFER_ERR_IO;
+        return (err == EADDRINUSE) ? XFER_ERR_BUSY : XFER_ERR_IO;
     }
     *port_p = ntohs((bound.ss_family == AF_INET6) ?
                     ((struct sockaddr_in6*)&bound)->sin6_port :
@@ -124,9 +138,8 @@ xfer_status_t xfer_sock_listen(const struct sockaddr_storage *ss, socklen_t len,
     return XFER_OK;
 }
 
-/* Wait for events on fd until the deadline; XFER_ERR_TIMEOUT when it passes. */
-static xfer_status_t wait_fd(int fd, short events, int64_t deadline_ms, char *why,
-                             size_t why_size, const char *what)
+xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms, const char *what,
+                             char *why, size_t why_size)
 {
     struct pollfd pfd = {fd, events, 0};
 
@@ -149,22 +162,22 @@ static xfer_status_t wait_fd(int fd, short events, int64_t deadline_ms, char *wh
     }
 }
 
-xfer_status_t xfer_sock_connect(const struct sockaddr_storage *ss, socklen_t len,
-                                int64_t deadline_ms, int *fd_p, char *why, size_t why_size)
+xfer_status_t xfer_sock_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ms,
+                                int *fd_p, char *why, size_t why_size)
 {
     socklen_t err_len = sizeof(int);
     xfer_status_t status;
     int fd, err = 0;
 
-    fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         snprintf(why, why_size, "socket(): %s", strerror(errno));
         return XFER_ERR_IO;
     }
-    if ((connect(fd, (const struct sockaddr*)ss, len) != 0) && (errno != EINPROGRESS)) {
+    if ((connect(fd, sa, len) != 0) && (errno != EINPROGRESS)) {
         err = errno;
     } else {
-        status = wait_fd(fd, POLLOUT, deadline_ms, why, why_size, "connect");
+        status = xfer_sock_wait(fd, POLLOUT, deadline_ms, "connect", why, why_size);
         if (status != XFER_OK) {
             close(fd);
             return status;
@@ -181,13 +194,50 @@ xfer_status_t xfer_sock_connect(const struct sockaddr_storage *ss, socklen_t len
     return XFER_OK;
 }
 
-xfer_status_t xfer_sock_accept(int listen_fd, int64_t deadline_ms, int *fd_p,
-                               char *peer, size_t peer_size, char *why, size_t why_size)
+xfer_status_t xfer_sock_connect_any(const struct addrinfo *list, int64_t deadline_ms,
+                                    int *fd_p, char *why, size_t why_size)
+{
+    xfer_status_t status = XFER_ERR_INVALID_PARAM;
+    const struct addrinfo *ai;
+    char addr[INET6_ADDRSTRLEN + 16], last[512];
+    unsigned left = 0, tried = 0;
+    int64_t now, until;
+
+    snprintf(why, why_size, "no address to connect to");
+    for (ai = list; ai != NULL; ai = ai->ai_next) {
+        left++;
+    }
+    for (ai = list; ai != NULL; ai = ai->ai_next, left--) {
+        now = xfer_now_ms();
+        if ((now >= deadline_ms) && (tried > 0)) {
+            break;      /* the last failure says why; nothing is left for the rest */
+        }
+        until = now + (deadline_ms - now) / (int64_t)left;
+        addr_str(ai->ai_addr, addr, sizeof(addr));
+        status = xfer_sock_connect(ai->ai_addr, ai->ai_addrlen, until, fd_p, last,
+                                   sizeof(last));
+        tried++;
+        if (status == XFER_OK) {
+            return XFER_OK;
+        }
+        snprintf(why, why_size, "%s: %s", addr, last);
+        if (ai->ai_next != NULL) {
+            xfer_log(XFER_LOG_DEBUG, SOCK_SUBSYS, "%s; trying the next address", why);
+        }
+    }
+    if (tried > 1) {
+        size_t n = strlen(why);
+
+        snprintf(why + n, why_size - n, " (the last of %u addresses tried)", tried);
+    }
+    return status;
+}
+
+xfer_status_t xfer_sock_accept(int listen_fd, int *fd_p, char *peer, size_t peer_size,
+                               char *why, size_t why_size)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    xfer_status_t status;
-    char host[INET6_ADDRSTRLEN] = "?";
     int fd;
 
     for (;;) {
@@ -196,27 +246,75 @@ xfer_status_t xfer_sock_accept(int listen_fd, int64_t deadline_ms, int *fd_p,
         if (fd >= 0) {
             break;
         }
-        if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR) &&
-            (errno != ECONNABORTED)) {
+        switch (errno) {
+        case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+        case EWOULDBLOCK:
+#endif
+            return XFER_INPROGRESS;
+        case EINTR:
+        case ECONNABORTED:      /* the client gave up while it waited: take the next */
+        case EPROTO:
+            continue;
+        case EMFILE:
+        case ENFILE:
+        case ENOBUFS:
+        case ENOMEM:
+            snprintf(why, why_size, "accept(): %s", strerror(errno));
+            return XFER_ERR_NO_RESOURCE;
+        default:
             snprintf(why, why_size, "accept(): %s", strerror(errno));
             return XFER_ERR_IO;
         }
-        status = wait_fd(listen_fd, POLLIN, deadline_ms, why, why_size, "accept a connection");
-        if (status != XFER_OK) {
-            return status;
-        }
     }
-    if (ss.ss_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((struct sockaddr_in6*)&ss)->sin6_addr, host, sizeof(host));
-        snprintf(peer, peer_size, "[%s]:%u", host,
-                 ntohs(((struct sockaddr_in6*)&ss)->sin6_port));
-    } else {
-        inet_ntop(AF_INET, &((struct sockaddr_in*)&ss)->sin_addr, host, sizeof(host));
-        snprintf(peer, peer_size, "%s:%u", host, ntohs(((struct sockaddr_in*)&ss)->sin_port));
-    }
+    addr_str((const struct sockaddr*)&ss, peer, peer_size);
     sock_tune(fd);
     *fd_p = fd;
     return XFER_OK;
+}
+
+xfer_status_t xfer_sock_send_some(int fd, const void *buf, size_t len, size_t *done_p,
+                                  char *why, size_t why_size)
+{
+    ssize_t n;
+
+    do {
+        n = send(fd, buf, len, MSG_NOSIGNAL);
+    } while ((n < 0) && (errno == EINTR));
+    if (n >= 0) {
+        *done_p = (size_t)n;
+        return XFER_OK;
+    }
+    if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+        *done_p = 0;
+        return XFER_OK;
+    }
+    snprintf(why, why_size, "send: %s", strerror(errno));
+    return XFER_ERR_CONNECTION;
+}
+
+xfer_status_t xfer_sock_recv_some(int fd, void *buf, size_t len, size_t *done_p,
+                                  char *why, size_t why_size)
+{
+    ssize_t n;
+
+    do {
+        n = recv(fd, buf, len, 0);
+    } while ((n < 0) && (errno == EINTR));
+    if (n > 0) {
+        *done_p = (size_t)n;
+        return XFER_OK;
+    }
+    if (n == 0) {
+        snprintf(why, why_size, "peer closed the connection");
+        return XFER_ERR_CONNECTION;
+    }
+    if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+        *done_p = 0;
+        return XFER_OK;
+    }
+    snprintf(why, why_size, "recv: %s", strerror(errno));
+    return XFER_ERR_CONNECTION;
 }
 
 xfer_status_t xfer_sock_send_all(int fd, const void *buf, size_t len, int64_t deadline_ms,
@@ -224,51 +322,18 @@ xfer_status_t xfer_sock_send_all(int fd, const void *buf, size_t len, int64_t de
 {
     const char *p = buf;
     xfer_status_t status;
+    size_t n;
 
     while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n > 0) {
-            p   += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if ((n < 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
-            snprintf(why, why_size, "send: %s", strerror(errno));
-            return XFER_ERR_CONNECTION;
-        }
-        status = wait_fd(fd, POLLOUT, deadline_ms, why, why_size, "send");
+        status = xfer_sock_send_some(fd, p, len, &n, why, why_size);
         if (status != XFER_OK) {
             return status;
         }
-    }
-    return XFER_OK;
-}
-
-xfer_status_t xfer_sock_recv_all(int fd, void *buf, size_t len, int64_t deadline_ms,
-                                 char *why, size_t why_size)
-{
-    char *p     = buf;
-    size_t want = len;
-    xfer_status_t status;
-
-    while (len > 0) {
-        ssize_t n = recv(fd, p, len, 0);
-        if (n > 0) {
-            p   += n;
-            len -= (size_t)n;
-            continue;
-        }
-        if (n == 0) {
-            snprintf(why, why_size, "peer closed the connection after %zu of %zu bytes",
-                     want - len, want);
-            return XFER_ERR_CONNECTION;
-        }
-        if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
-            snprintf(why, why_size, "recv: %s", strerror(errno));
-            return XFER_ERR_CONNECTION;
-        }
-        status = wait_fd(fd, POLLIN, deadline_ms, why, why_size, "receive");
-        if (status != XFER_OK) {
+        p   += n;
+        len -= n;
+        if ((n == 0) &&
+            ((status = xfer_sock_wait(fd, POLLOUT, deadline_ms, "send", why, why_size)) !=
+             XFER_OK)) {
             return status;
         }
     }

@@ -67,6 +67,7 @@ typedef struct xfer_fw_config {
     const char  *transports;        /* XFER_TRANSPORTS, "" = all */
     const char  *component_path;    /* XFER_COMPONENT_PATH */
     double      bootstrap_timeout;  /* XFER_BOOTSTRAP_TIMEOUT, seconds */
+    uint64_t    bootstrap_max_pending; /* XFER_BOOTSTRAP_MAX_PENDING, per listener */
     int         progress_thread;    /* XFER_PROGRESS_THREAD */
     uint64_t    max_key_len;        /* XFER_MAX_KEY_LEN */
     int         stats;              /* XFER_STATS: print endpoints' counters when they close */
@@ -279,19 +280,25 @@ void xfer_requests_free_all(xfer_context_t *ctx);
 xfer_status_t xfer_request_pool_init(xfer_context_t *ctx);
 void xfer_request_pool_cleanup(xfer_context_t *ctx);
 
-/* bootstrap.c */
+/* listener.c */
+/* Close every listener of ctx and the handshakes in progress on them. */
 void xfer_listeners_close_all(xfer_context_t *ctx);
-/* Receive one bootstrap frame: its header, validated, then exactly body_len bytes into a new
- * buffer (*body_p, for the caller to free). */
-struct xfer_wire_header;
-xfer_status_t xfer_boot_recv_frame(int fd, int64_t until, struct xfer_wire_header *hdr,
-                                   uint8_t **body_p, char *why, size_t why_size);
 
 /* endpoint.c */
-xfer_status_t xfer_endpoint_establish(xfer_context_t *ctx, int fd, const char *transport,
-                                      const void *peer_addr, size_t peer_addr_len,
-                                      int is_server, const char *peer, int64_t until,
-                                      xfer_endpoint_t **ep_p, char *why, size_t why_size);
+/* An endpoint is made around the bootstrap's CONNECT exchange, in steps that never block, so
+ * that the listener can interleave many handshakes: prepare creates the transport's endpoint
+ * on the bootstrap socket and fills this side's CONNECT (mine); complete takes the peer's
+ * CONNECT, connects the transport's endpoint and lists it in the context; discard undoes a
+ * prepared endpoint whose handshake failed. */
+struct xfer_wire_connect;
+xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *transport,
+                                    const void *peer_addr, size_t peer_addr_len, int is_server,
+                                    const char *peer, struct xfer_wire_connect *mine,
+                                    xfer_endpoint_t **ep_p, char *why, size_t why_size);
+xfer_status_t xfer_endpoint_complete(xfer_endpoint_t *ep,
+                                     const struct xfer_wire_connect *theirs, char *why,
+                                     size_t why_size);
+void xfer_endpoint_discard(xfer_endpoint_t *ep);
 /* Destroy: every endpoint closes as xfer_endpoint_close() does (flushing, bounded by
  * XFER_CLOSE_TIMEOUT), progressing until all are gone. */
 void xfer_endpoints_close_all(xfer_context_t *ctx);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -460,21 +459,6 @@ Test(faults, context_destroy_with_everything_still_open)
     free(big);
 }
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int n  = 0;
-
-    while ((d != NULL) && ((de = readdir(d)) != NULL)) {
-        n += (de->d_name[0] != '.');
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    return n;
-}
-
 #define CHURN 40
 
 /* Accept CHURN connections one after the other; echo one message on each, then close it. */
@@ -516,14 +500,14 @@ Test(faults, connection_churn_leaks_no_descriptors)
         xfer_endpoint_t *ep;
 
         if (i == 5) {
-            before = count_fds();   /* after any lazily opened descriptors */
+            before = tu_fd_count();   /* after any lazily opened descriptors */
         }
         ep = tp_connect(ctx, &p);
         tp_echo_ping(ctx, ep, (uint64_t)i, 1000 + (size_t)i);
         xfer_endpoint_close(ep);
     }
-    cr_expect_eq(count_fds(), before, "%d descriptors open after %d more connections, %d "
-                 "before", count_fds(), CHURN - 5, before);
+    cr_expect_eq(tu_fd_count(), before, "%d descriptors open after %d more connections, %d "
+                 "before", tu_fd_count(), CHURN - 5, before);
     tp_child_expect_ok(&p, 30);
     xfer_context_destroy(ctx);
 }

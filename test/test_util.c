@@ -135,6 +135,21 @@ const char *tu_selected(const xfer_selection_t *sel)
     return NULL;
 }
 
+int tu_fd_count(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n  = 0;
+
+    while ((d != NULL) && ((de = readdir(d)) != NULL)) {
+        n += (de->d_name[0] != '.');
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
 int tu_run(const char *cmd, int merge_stderr, char **output_p)
 {
     char *full, *out = NULL;

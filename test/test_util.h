@@ -32,6 +32,9 @@ const char *tu_selected(const xfer_selection_t *sel);
  * (malloc'd, NUL-terminated, at most 64 KiB). */
 char *tu_read_redirected_stderr(void);
 
+/* How many descriptors this process has open (/proc/self/fd), to check for leaks. */
+int tu_fd_count(void);
+
 /* Run a shell command; returns its exit status and a malloc'd copy of what it printed
  * (stdout, and stderr when merge_stderr). */
 int tu_run(const char *cmd, int merge_stderr, char **output_p);

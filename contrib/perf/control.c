@@ -13,6 +13,8 @@
  * RKEY  (client -> server, put_lat): the client's rkey blob.
  * FIN   (client -> server, end of a size) and ACK (the reply: on a verification failure the
  *   status is an error and the payload says what); BYE ends the session and is ACKed too.
+ * A client whose first message is not valid PARAMS (or BYE) is dropped and the server accepts
+ * the next one.
  */
 #include "perf.h"
 
@@ -21,6 +23,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MSG_MAGIC    0x78667066u
 #define MSG_VERSION  1
@@ -357,39 +360,25 @@ static int server_run_size(perf_t *perf)
     return ctrl_send(perf, MSG_ACK, XFER_OK, NULL, 0);
 }
 
-int perf_server_run(perf_t *perf)
+/* One client's session. *served_p: it sent valid parameters (or BYE at once), so it is the
+ * client this server runs for and whatever happens next is the run's outcome; a failure
+ * before that only drops the client. */
+static int server_session(perf_t *perf, int *served_p)
 {
-    const options_t *o = &perf->opts;
     uint8_t payload[MSG_MAX + 1];
-    char addr[32];
     xfer_status_t st;
     msg_kind_t kind;
     const char *why;
     size_t len;
     int ret, failed = 0;
 
-    snprintf(addr, sizeof(addr), ":%u", o->port);
-    st = xfer_listen(perf->ctx, addr, &perf->listener);
-    if (st != XFER_OK) {
-        fprintf(stderr, "xfer_perf: cannot listen on port %u: %s\n", o->port,
-                xfer_status_string(st));
-        return -1;
-    }
-    printf("# xfer_perf server: listening on port %u\n", xfer_listener_port(perf->listener));
-    fflush(stdout);
-    st = xfer_accept(perf->listener, -1, &perf->ep);
-    if (st != XFER_OK) {
-        return perf_fail("xfer_accept", st);
-    }
-    printf("# client %s connected, transport %s\n", xfer_endpoint_peer(perf->ep),
-           xfer_endpoint_transport(perf->ep));
-    fflush(stdout);
-
+    *served_p = 0;
     for (;;) {
         if (ctrl_recv(perf, MSG_PARAMS, 1, &kind, &st, payload, &len) != 0) {
             return -1;
         }
         if (kind == MSG_BYE) {
+            *served_p = 1;
             break;
         }
         why = params_decode(payload, len, &perf->p);
@@ -398,6 +387,7 @@ int perf_server_run(perf_t *perf)
             ctrl_send(perf, MSG_READY, XFER_ERR_INVALID_PARAM, why, strlen(why));
             return -1;
         }
+        *served_p = 1;
         ret = server_run_size(perf);
         if (ret < 0) {
             return -1;  /* operations may be pending: main() closes the endpoint first */
@@ -412,4 +402,56 @@ int perf_server_run(perf_t *perf)
     printf("# done%s\n", failed ? ", the data did not verify" : "");
     perf_counters_print(perf);
     return failed ? -1 : 0;
+}
+
+/*
+ * Serve one client, then return. A connection that fails its handshake (a port scanner,
+ * a peer of another version or with no transport in common) or a client that sends no valid
+ * parameters (garbage, or it goes away first) is logged and dropped, and the server waits for
+ * the next: a stray connection must not end a benchmark.
+ */
+int perf_server_run(perf_t *perf)
+{
+    const options_t *o = &perf->opts;
+    char addr[32], peer[96];
+    xfer_status_t st;
+    int ret, served;
+
+    snprintf(addr, sizeof(addr), ":%u", o->port);
+    st = xfer_listen(perf->ctx, addr, &perf->listener);
+    if (st != XFER_OK) {
+        fprintf(stderr, "xfer_perf: cannot listen on port %u: %s\n", o->port,
+                xfer_status_string(st));
+        return -1;
+    }
+    printf("# xfer_perf server: listening on port %u\n", xfer_listener_port(perf->listener));
+    fflush(stdout);
+    for (;;) {
+        st = xfer_accept(perf->listener, -1, &perf->ep);
+        if (st != XFER_OK) {
+            /* the library's log line said who and why */
+            fprintf(stderr, "xfer_perf: a connection failed its handshake (%s); waiting for "
+                    "the next client\n", xfer_status_string(st));
+            if (st == XFER_ERR_NO_RESOURCE || st == XFER_ERR_IO) {
+                usleep(100000);     /* the listener itself may lack descriptors: no spinning */
+            }
+            continue;
+        }
+        snprintf(peer, sizeof(peer), "%s", xfer_endpoint_peer(perf->ep));
+        printf("# client %s connected, transport %s\n", peer,
+               xfer_endpoint_transport(perf->ep));
+        fflush(stdout);
+        ret = server_session(perf, &served);
+        if (served) {
+            return ret;
+        }
+        fprintf(stderr, "xfer_perf: client %s sent no valid parameters; waiting for the next "
+                "client\n", peer);
+        if (perf->ctrl_req != NULL) {
+            xfer_request_release(perf->ctrl_req);
+            perf->ctrl_req = NULL;
+        }
+        xfer_endpoint_close(perf->ep);
+        perf->ep = NULL;
+    }
 }

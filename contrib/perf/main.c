@@ -5,6 +5,9 @@
  *   xfer_perf [-p PORT] [-x TRANSPORTS]       server: serves one client, then exits
  *   xfer_perf [options] HOST                  client: runs the test and prints the table
  *
+ * The server skips, with a line on stderr, connections that fail their handshake and clients
+ * that send no valid parameters: a port scanner does not end a benchmark.
+ *
  * Before each message size the client sends the test parameters to the server in a tag
  * message, so the server needs no options but -p (and -x to restrict what it offers).
  *

@@ -25,7 +25,9 @@ const perf_test_info_t perf_tests[TEST_LAST] = {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: xfer_perf [options]         run the server (serves one client)\n"
+            "Usage: xfer_perf [options]         run the server (serves one client; skips\n"
+            "                                   connections that fail the handshake or send\n"
+            "                                   no valid parameters)\n"
             "       xfer_perf [options] HOST    run a test against the server on HOST\n"
             "Bandwidth and latency of xfer between two processes, like ib_write_bw and "
             "ucx_perftest.\n"

@@ -33,6 +33,13 @@
 #define XFER_WIRE_MAX_ADDR       1024u
 #define XFER_WIRE_MAX_REASON     1024u
 
+/* The longest frame of each type, header included. */
+#define XFER_WIRE_HELLO_FRAME_MAX   (XFER_WIRE_HEADER_LEN + 2u + XFER_WIRE_MAX_TRANSPORTS * \
+                                     (1u + XFER_WIRE_MAX_NAME + 2u + XFER_WIRE_MAX_ADDR))
+#define XFER_WIRE_ACCEPT_FRAME_MAX  (XFER_WIRE_HEADER_LEN + 1u + XFER_WIRE_MAX_NAME)
+#define XFER_WIRE_REJECT_FRAME_MAX  (XFER_WIRE_HEADER_LEN + 4u + XFER_WIRE_MAX_REASON)
+#define XFER_WIRE_CONNECT_FRAME_MAX (XFER_WIRE_HEADER_LEN + 10u + XFER_WIRE_MAX_ADDR)
+
 typedef enum {
     XFER_WIRE_HELLO  = 1,
     XFER_WIRE_ACCEPT = 2,

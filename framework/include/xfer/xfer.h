@@ -228,23 +228,44 @@ XFER_API void xfer_request_release(xfer_request_t *req);
  * best first. The server picks the first of the client's transports that it also offers; if
  * they share none, both sides fail with XFER_ERR_UNREACHABLE and a log line naming what each
  * side offered. The chosen transport then connects its own endpoint (it may carry its
- * traffic on the bootstrap connection itself, as tcp does). Every handshake step is bounded
- * by XFER_BOOTSTRAP_TIMEOUT. A peer that is not an xfer peer of the same protocol version is
- * refused with XFER_ERR_PROTOCOL; the listener keeps working.
+ * traffic on the bootstrap connection itself, as tcp does). A handshake is bounded by
+ * XFER_BOOTSTRAP_TIMEOUT (on the server, from its accept). A peer that is not an xfer peer of
+ * the same protocol version is refused with XFER_ERR_PROTOCOL; the listener keeps working.
  */
 typedef struct xfer_listener xfer_listener_t;
 
-/* address: "host:port", "[v6]:port" or ":port"; port 0 picks a free port. */
+/* address: "host:port", "[v6]:port" or ":port"; port 0 picks a free port. A name that
+ * resolves to several addresses is listened on at the first. */
 XFER_API xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address,
                                    xfer_listener_t **listener_p);
 XFER_API uint16_t xfer_listener_port(const xfer_listener_t *listener);
-/* Readable when a connection is waiting; for poll/epoll loops. */
+/* For poll/epoll loops: an epoll descriptor (pollable) holding the listening socket, the
+ * sockets of the handshakes in progress and a timer for their deadlines. It is readable when
+ * xfer_accept() has something to do - a connection waits, a handshake can move on, or one is
+ * past its deadline - and then xfer_accept(listener, 0, &ep) does it without waiting. */
 XFER_API int xfer_listener_fd(const xfer_listener_t *listener);
+/* Closes the handshakes in progress too. */
 XFER_API void xfer_listener_close(xfer_listener_t *listener);
 
-/* Wait up to timeout_ms (-1: forever) for a connection, then run the handshake. */
+/*
+ * Serve the listener for up to timeout_ms (0: only what is ready now; -1: no limit): take the
+ * connections that wait and move every handshake whose peer has sent or can take the next
+ * step. Handshakes run side by side, each on its own socket with its own deadline, so a slow
+ * or silent client delays no other.
+ *   XFER_OK                 *ep_p is the first that completed; the others go on in later calls.
+ *   XFER_ERR_TIMEOUT        none completed in time (or a handshake passed its deadline).
+ *   another error           a handshake failed - the peer refused, was refused
+ *                           (XFER_ERR_UNREACHABLE), sent garbage, went away - and none
+ *                           completed. Its connection is closed with a log line saying who
+ *                           and why; the listener keeps working: call again.
+ * At most XFER_BOOTSTRAP_MAX_PENDING handshakes are in progress per listener: a connection
+ * beyond that closes the oldest (XFER_ERR_NO_RESOURCE), which bounds what clients can make
+ * the server hold.
+ */
 XFER_API xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms,
                                    xfer_endpoint_t **ep_p);
+/* Resolve address and try each of its addresses in turn (e.g. localhost as ::1, then
+ * 127.0.0.1) until one connects, then run the handshake; all within XFER_BOOTSTRAP_TIMEOUT. */
 XFER_API xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address,
                                     xfer_endpoint_t **ep_p);
 /* The transport the two sides agreed on, e.g. "tcp". */
