@@ -274,6 +274,17 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     if ((ctx == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
+    if (xfer_in_callback) {
+        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "xfer_connect from a callback, which must "
+                 "not wait: refused");
+        return XFER_ERR_BUSY;
+    }
+    xfer_ctx_lock(ctx);
+    status = xfer_api_check(ctx, "xfer_connect", 1);
+    xfer_ctx_unlock(ctx);
+    if (status != XFER_OK) {
+        return status;
+    }
     status = xfer_sock_resolve(address, 0, &addrs, why, sizeof(why));
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "connect: %s", why);

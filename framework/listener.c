@@ -615,9 +615,19 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
     if ((listener == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    ctx   = listener->ctx;
+    ctx = listener->ctx;
+    if (xfer_in_callback && (timeout_ms != 0)) {
+        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "xfer_accept with a timeout from a "
+                 "callback, which must not wait; use a timeout of 0");
+        return XFER_ERR_BUSY;
+    }
     until = (timeout_ms < 0) ? INT64_MAX : xfer_now_ms() + timeout_ms;
     xfer_ctx_lock(ctx);
+    status = xfer_api_check(ctx, "xfer_accept", 1);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        return status;
+    }
     for (;;) {
         status = listener_pass(listener, ep_p);
         if (status != XFER_INPROGRESS) {

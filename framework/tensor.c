@@ -15,7 +15,7 @@
  * the step so that later requests and publishes for it fail as well.
  */
 #include "xfer_int.h"
-#include "sock.h"
+#include "clock.h"
 
 #include <ucs/datastruct/khash.h>
 
