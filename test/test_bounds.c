@@ -72,7 +72,8 @@ static void expect_peak_within(long baseline_kb, uint64_t bound, const char *wha
     long grown_kb;
 
     if (why != NULL) {
-        cr_log_warn("%s: peak memory not measured: %s", what, why);
+        /* on stderr, not cr_log_warn: Criterion 2.4 exits non-zero after a warning */
+        fprintf(stderr, "[note] %s: peak memory not measured: %s\n", what, why);
         return;
     }
     grown_kb = status_kb("VmHWM") - baseline_kb;
