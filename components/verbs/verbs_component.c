@@ -1,6 +1,7 @@
 /*
  * The verbs component: RDMA verbs (InfiniBand, RoCE, Soft-RoCE) through libibverbs. This file
- * holds the descriptor, the parameter table and query(); verbs.h lists where the rest lives.
+ * holds the descriptor, the parameter table, what XFER_VERBS_MR_CACHE allows, and query();
+ * verbs.h lists where the rest lives.
  */
 #include "config.h"
 
@@ -73,7 +74,8 @@ static const xfer_param_desc_t verbs_params[] = {
      "old address never meets an old registration; where it cannot (UCX_MEM_EVENTS=no, hooks "
      "libucm cannot install, a memory checker's malloc), and with off, each such buffer is "
      "registered for its operation and deregistered at its completion, which costs an "
-     "ibv_reg_mr and an ibv_dereg_mr per operation. xfer_info shows which (mr_cache).",
+     "ibv_reg_mr and an ibv_dereg_mr per operation. xfer_info shows the outcome as each "
+     "port's mr_cache.",
      CFG(mr_cache), 0, 0, mr_cache_values},
     {"MR_CACHE_MAX_ENTRIES", XFER_PARAM_UINT, "1024",
      "Registrations of unregistered user buffers kept for reuse; 0 turns the cache off.",
