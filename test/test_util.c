@@ -1,3 +1,5 @@
+#include "config.h"
+
 #include "test_util.h"
 
 #include <criterion/criterion.h>
@@ -11,6 +13,10 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifdef HAVE_VALGRIND_MEMCHECK_H
+#include <valgrind/valgrind.h>
+#endif
 
 static void copy_file(const char *src, const char *dst)
 {
@@ -212,4 +218,15 @@ char *tu_read_redirected_stderr(void)
     n = fread(buf, 1, 65535, cr_get_redirected_stderr());
     buf[n] = '\0';
     return buf;
+}
+
+int tu_malloc_is_checkers(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+    return 1;
+#elif defined(HAVE_VALGRIND_MEMCHECK_H)
+    return RUNNING_ON_VALGRIND != 0;
+#else
+    return 0;
+#endif
 }

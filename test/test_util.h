@@ -41,5 +41,8 @@ int tu_run(const char *cmd, int merge_stderr, char **output_p);
 /* Does the host have RDMA devices / a CUDA driver? Used to pick the expected answer. */
 int tu_host_has_rdma(void);
 int tu_host_has_cuda_driver(void);
+/* Does a memory checker's allocator serve malloc() in this process (the test built with
+ * AddressSanitizer, or run under valgrind)? Its free() unmaps where libucm does not see it. */
+int tu_malloc_is_checkers(void);
 
 #endif

@@ -4,6 +4,10 @@
  * message counts are read from the endpoints' counters, on both sides: a first fetch takes
  * three control messages, the steady state exactly one message and one write.
  *
+ * The MR cache, read from the same counters: a fetch destination used again is a hit, one
+ * unmapped and mapped again at the same address a miss; with XFER_VERBS_MR_CACHE=off (and
+ * under a memory checker, where the cache is off too) every fetch registers.
+ *
  * Corrupted messages: RC's CRCs stop corruption on the wire, so the damage is done on
  * purpose by the sender just before posting (XFER_VERBS_TEST_CORRUPT, set in the consumer's
  * environment only after the producer child was forked) - a test double for a fault that
@@ -16,7 +20,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -485,4 +491,71 @@ Test(verbs_tensor, peer_killed_mid_fetch)
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
     cr_expect_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+}
+
+/* ---- the MR cache and a fetch destination ------------------------------------------------- */
+
+#define DEST_LEN (64u << 10)
+
+/* Four fetches into one destination at a fixed address, the third after it was unmapped and
+ * mapped again; want_misses[i] is the cache misses fetch i may cost. */
+static void fetches_into_one_destination(const uint64_t *want_misses)
+{
+    static const int64_t dims[] = {DEST_LEN};
+    xfer_counter_t c[NC];
+    tp_peer_t p;
+    char *dst = mmap(NULL, DEST_LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+    cr_assert_neq(dst, MAP_FAILED, "mmap: %s", strerror(errno));
+    tp_start(&p, srv_producer, NULL);
+    for (int i = 0; i < 4; i++) {
+        spec_t sp = spec_make(1 + (uint64_t)i, "dest", XFER_DTYPE_UINT8, 1, dims, 60 + i);
+        xfer_fetch_params_t fp = {sizeof(fp), dst, DEST_LEN, NULL, NULL, NULL};
+        xfer_request_t *req = NULL;
+        uint64_t hits, misses;
+        size_t n;
+
+        if (i == 2) {
+            cr_assert_eq(munmap(dst, DEST_LEN), 0);
+            cr_assert_eq(mmap(dst, DEST_LEN, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0),
+                         (void *)dst, "no new mapping at the old address");
+        }
+        n      = ep_counters(p.ep, c, NC);
+        hits   = counter_of(c, n, "mr_cache_hits");
+        misses = counter_of(c, n, "mr_cache_misses");
+        publish_ok(&p, &sp);
+        cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, sp.step, sp.key, &fp, NULL, NULL, &req)));
+        cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "fetch %d", i + 1);
+        xfer_request_release(req);
+        cr_expect_eq(tp_check_pattern(dst, DEST_LEN, sp.seed), -1, "fetch %d: wrong data",
+                     i + 1);
+        n = ep_counters(p.ep, c, NC);
+        cr_expect_eq(counter_of(c, n, "mr_cache_misses") - misses, want_misses[i],
+                     "fetch %d: %llu cache misses, expected %llu", i + 1,
+                     (unsigned long long)(counter_of(c, n, "mr_cache_misses") - misses),
+                     (unsigned long long)want_misses[i]);
+        cr_expect_eq(counter_of(c, n, "mr_cache_hits") - hits, 1 - want_misses[i],
+                     "fetch %d: hits", i + 1);
+    }
+    publishes_expect(&p, 4, XFER_OK);
+    producer_done(&p);
+    munmap(dst, DEST_LEN);
+}
+
+Test(verbs_tensor, mr_cache_serves_a_destination_until_it_is_unmapped)
+{
+    static const uint64_t cached[]   = {1, 0, 1, 0};
+    static const uint64_t uncached[] = {1, 1, 1, 1};
+
+    unsetenv("XFER_VERBS_MR_CACHE");
+    fetches_into_one_destination(tu_malloc_is_checkers() ? uncached : cached);
+}
+
+Test(verbs_tensor, mr_cache_off_registers_every_destination)
+{
+    static const uint64_t uncached[] = {1, 1, 1, 1};
+
+    setenv("XFER_VERBS_MR_CACHE", "off", 1);
+    fetches_into_one_destination(uncached);
 }

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Inside the guest: run test/test_<suite> for each argument (suite:test runs one test) and
-# report each suite's time; exit non-zero when any failed. Usage: verbs_suites.sh BUILD SUITE...
+# report each suite's time; exit non-zero when any failed. An argument NAME=VALUE exports
+# NAME for the suites after it. Usage: verbs_suites.sh BUILD [NAME=VALUE | SUITE]...
 # XFERTEST_VALGRIND=1 runs each suite and every process it forks under memcheck (test/valgrind.supp);
 # an error or a definite leak in any of them fails the test, and the logs go to
 # XFERTEST_VALGRIND_LOGS (default /tmp/xfer-vg on the host: the guest's own /tmp is private).
@@ -47,6 +48,11 @@ if [[ -n ${XFERTEST_VALGRIND:-} ]]; then
     export LD_LIBRARY_PATH=$build/framework/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 for arg in "$@"; do
+    if [[ $arg == *=* ]]; then
+        export "${arg?}"
+        echo "== from here on: $arg"
+        continue
+    fi
     suite=${arg%%:*}
     filter=()
     if [[ $arg == *:* ]]; then

@@ -7,6 +7,7 @@
  *   verbs_slots.c    a channel's outstanding exchanges, found again by the peer's answer
  *   verbs_counters.c a channel's counters by name
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
+ *   verbs_unmapq.c   the ranges the process unmaps, reported by libucm, for the MR cache
  *   verbs_rma.c      registered memory, remote keys, put and get
  *   verbs_tag.c      tagged messages: eager through the slots, rendezvous by RDMA READ
  *   tensor_wire.c    the tensor messages' extensions (tensor_wire.h)
@@ -75,10 +76,16 @@ typedef struct xfer_verbs_config {
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one channel */
+    int      mr_cache;          /* MR_CACHE: XFER_VERBS_MR_CACHE_AUTO or _OFF */
     uint64_t mrc_max_entries;   /* MR_CACHE_MAX_ENTRIES */
     uint64_t mrc_max_bytes;     /* MR_CACHE_MAX_BYTES */
     uint64_t meta_cache;        /* TENSOR_META_CACHE: tensor metadata kept per channel */
 } xfer_verbs_config_t;
+
+enum {
+    XFER_VERBS_MR_CACHE_AUTO,   /* cache while libucm reports every unmapping */
+    XFER_VERBS_MR_CACHE_OFF,    /* register per operation */
+};
 
 typedef struct xfer_verbs_op    xfer_verbs_op_t;
 typedef struct xfer_verbs_treq  xfer_verbs_treq_t;
@@ -413,6 +420,12 @@ static inline uint64_t xfer_verbs_wr_id(xfer_ep_h ch, uint32_t low)
 {
     return ((uint64_t)ch->id << 32) | low;
 }
+
+/* ---- verbs_component.c ------------------------------------------------------------------------ */
+/* Whether registrations of buffers the user did not register may be cached under cfg in this
+ * process: 1, or 0 with why filled (turned off, or unmap reports that cannot cover the heap).
+ * Whether libucm delivers the reports is known once a cache subscribes. */
+int xfer_verbs_mr_cache_allowed(const xfer_verbs_config_t *cfg, char *why, size_t why_size);
 
 /* ---- verbs_adapter.c -------------------------------------------------------------------------- */
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,

@@ -232,10 +232,48 @@ static void corrupt_setup(xfer_iface_h iface)
              "message will be damaged on purpose (a test)", spec);
 }
 
+/*
+ * The MR cache for buffers the user did not register: cached only where libucm's unmap reports
+ * cover the process (verbs_mrcache.c says why). Where they do not, say so once per process, and
+ * what it costs: a warning when libucm was wanted and failed, information when the user or a
+ * memory checker turned caching off.
+ */
+static xfer_status_t mrc_setup(xfer_iface_h iface)
+{
+    static int said;
+    xfer_verbs_mrc_params_t mrc_params;
+    char why[XFER_REASON_MAX];
+    xfer_log_level_t level = XFER_LOG_INFO;
+    const char *refused;
+    xfer_status_t status;
+
+    mrc_params.pd          = iface->pd;
+    mrc_params.access      = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                             IBV_ACCESS_REMOTE_WRITE;
+    mrc_params.max_entries = xfer_verbs_mr_cache_allowed(iface->cfg, why, sizeof(why)) ?
+                             iface->cfg->mrc_max_entries : 0;
+    mrc_params.max_bytes   = iface->cfg->mrc_max_bytes;
+    status = xfer_verbs_mrc_create(&mrc_params, &iface->mrc);
+    if (status != XFER_OK) {
+        return status;
+    }
+    refused = xfer_verbs_mrc_uncached_why(iface->mrc);
+    if ((refused != NULL) && (mrc_params.max_entries > 0)) {
+        snprintf(why, sizeof(why), "%s", refused);
+        level = XFER_LOG_WARN;
+    }
+    if ((refused != NULL) && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+        xfer_log(level, XFER_VERBS_SUBSYS, "registrations of buffers not registered with "
+                 "xfer_mem_register are not cached (%s): each operation on one registers it "
+                 "and deregisters it at completion (ibv_reg_mr + ibv_dereg_mr per operation)",
+                 why);
+    }
+    return XFER_OK;
+}
+
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
                                     xfer_iface_h *iface_p)
 {
-    xfer_verbs_mrc_params_t mrc_params;
     xfer_iface_h iface;
     xfer_status_t status;
 
@@ -292,12 +330,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
                  strerror(errno));
         goto err;
     }
-    mrc_params.pd          = iface->pd;
-    mrc_params.access      = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_WRITE;
-    mrc_params.max_entries = iface->cfg->mrc_max_entries;
-    mrc_params.max_bytes   = iface->cfg->mrc_max_bytes;
-    status = xfer_verbs_mrc_create(&mrc_params, &iface->mrc);
+    status = mrc_setup(iface);
     if (status != XFER_OK) {
         goto err;
     }

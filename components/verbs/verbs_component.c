@@ -1,16 +1,20 @@
 /*
  * The verbs component: RDMA verbs (InfiniBand, RoCE, Soft-RoCE) through libibverbs. This file
- * holds the descriptor, the parameter table and query(); verbs.h lists where the rest lives.
+ * holds the descriptor, the parameter table, what XFER_VERBS_MR_CACHE allows, and query();
+ * verbs.h lists where the rest lives.
  */
 #include "config.h"
 
 #include "verbs.h"
 #include "verbs_devices.h"
+#include "verbs_unmapq.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 static const char *const mtu_values[] = {"auto", "256", "512", "1024", "2048", "4096", NULL};
+static const char *const mr_cache_values[] = {"auto", "off", NULL};
 
 #define CFG(_f) offsetof(xfer_verbs_config_t, _f)
 
@@ -68,6 +72,16 @@ static const xfer_param_desc_t verbs_params[] = {
      "The same bound for one peer's messages, so that a peer that floods messages nobody "
      "receives is slowed alone.",
      CFG(max_unexpected_ep), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},
+    {"MR_CACHE", XFER_PARAM_ENUM, "auto",
+     "Registrations of buffers the user did not register (tag messages, published tensors, "
+     "fetch destinations given without xfer_mem_register): auto keeps them for reuse while "
+     "libucm (UCX) reports every unmapping in the process, so that memory mapped again at an "
+     "old address never meets an old registration; where it cannot (UCX_MEM_EVENTS=no, hooks "
+     "libucm cannot install, a memory checker's malloc), and with off, each such buffer is "
+     "registered for its operation and deregistered at its completion, which costs an "
+     "ibv_reg_mr and an ibv_dereg_mr per operation. xfer_info shows the outcome as each "
+     "port's mr_cache.",
+     CFG(mr_cache), 0, 0, mr_cache_values},
     {"MR_CACHE_MAX_ENTRIES", XFER_PARAM_UINT, "1024",
      "Registrations of unregistered user buffers kept for reuse; 0 turns the cache off.",
      CFG(mrc_max_entries), 0, 1048576, NULL},
@@ -81,6 +95,57 @@ static const xfer_param_desc_t verbs_params[] = {
     {NULL}
 };
 
+int xfer_verbs_mr_cache_allowed(const xfer_verbs_config_t *cfg, char *why, size_t why_size)
+{
+    if (cfg->mr_cache == XFER_VERBS_MR_CACHE_OFF) {
+        xfer_reason_set(why, why_size, "XFER_VERBS_MR_CACHE=off");
+        return 0;
+    }
+    if (cfg->mrc_max_entries == 0) {
+        xfer_reason_set(why, why_size, "XFER_VERBS_MR_CACHE_MAX_ENTRIES=0");
+        return 0;
+    }
+    return xfer_verbs_unmapq_complete(why, why_size);
+}
+
+/* What an iface opened now would do with unregistered buffers: subscribes to libucm's unmap
+ * reports for a moment to find out. */
+static void mr_cache_describe(const xfer_verbs_config_t *cfg, char *text, size_t size)
+{
+    char why[XFER_REASON_MAX];
+    xfer_verbs_unmapq_t *q;
+
+    if (xfer_verbs_mr_cache_allowed(cfg, why, sizeof(why)) &&
+        (xfer_verbs_unmapq_create(&q, why, sizeof(why)) == XFER_OK)) {
+        xfer_verbs_unmapq_destroy(q);
+        snprintf(text, size, "on: libucm reports unmapped memory");
+    } else {
+        xfer_reason_set(text, size, "off (registered per operation): %s", why);
+    }
+}
+
+/* Put key = value among dev's attributes before its GIDs, which may fill the table (the last
+ * GID then makes room). */
+static void attr_insert_before_gids(xfer_device_attr_t *dev, const char *key,
+                                    const char *value)
+{
+    uint32_t at = 0;
+
+    while ((at < dev->num_attrs) && (strncmp(dev->attrs[at].key, "gid[", 4) != 0)) {
+        at++;
+    }
+    if (at >= XFER_DEVICE_ATTR_MAX) {
+        return;
+    }
+    if (dev->num_attrs == XFER_DEVICE_ATTR_MAX) {
+        dev->num_attrs--;
+    }
+    memmove(&dev->attrs[at + 1], &dev->attrs[at], (dev->num_attrs - at) * sizeof(dev->attrs[0]));
+    snprintf(dev->attrs[at].key, sizeof(dev->attrs[at].key), "%s", key);
+    snprintf(dev->attrs[at].value, sizeof(dev->attrs[at].value), "%s", value);
+    dev->num_attrs++;
+}
+
 static xfer_status_t verbs_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_verbs_config_t *cfg = config;
@@ -91,6 +156,14 @@ static xfer_status_t verbs_query(const void *config, xfer_component_attr_t *attr
     status = xfer_verbs_describe_ports(cfg->device, attr, &found, &active, &best_mbs);
     if (status != XFER_OK) {
         return status;
+    }
+    if (attr->num_devices > 0) {
+        char text[sizeof(attr->devices[0].attrs[0].value)];
+
+        mr_cache_describe(cfg, text, sizeof(text));
+        for (uint32_t d = 0; d < attr->num_devices; d++) {
+            attr_insert_before_gids(&attr->devices[d], "mr_cache", text);
+        }
     }
     if (found == 0) {
         xfer_reason_set(attr->reason, sizeof(attr->reason), "no RDMA devices found");

@@ -1,25 +1,42 @@
 /*
  * The verbs memory-region cache (contract in verbs_mrcache.h).
  *
- * Design. Cached registrations are page-aligned, non-overlapping ranges kept in libucs's page
- * table (ucs_pgtable: a radix tree over addresses), so a lookup is one descent for the address
- * of the buffer and a hit is "the region holding the first byte also holds the last one". A
- * miss that overlaps cached regions registers their union with the request (as UCX's rcache
- * merges) and retires the overlapped regions: the page table cannot hold overlapping ranges,
- * and the union serves every buffer the old regions served.
+ * What is at stake. The verbs component registers buffers the user never registered: the
+ * source of a tag send or of a tensor published without a copy, the destination of a receive
+ * or of a fetch. A registration pins the pages mapped at its addresses when it is made. If the
+ * program unmaps them (munmap, or free() of a block malloc() had mapped on its own) and later
+ * gets other memory at the same address, an entry found by address would make the device move
+ * the old pages: data from or into memory the program no longer owns. So entries are kept only
+ * while libucm reports every unmapping in the process (verbs_unmapq.c), and every get() and
+ * put() first drops the entries that overlap the ranges reported since the last look. Without
+ * those reports the cache caches nothing: each get registers, each put deregisters.
+ *
+ * Why a report always comes first. libucm runs the handler inside munmap() (and its kin)
+ * before the system call, and the range is in the queue when the handler returns. Other memory
+ * can be mapped at that address only after the system call, and a buffer in it can reach get()
+ * only after it was mapped; so the get() that looks that buffer up takes the range from the
+ * queue first and drops the stale entry before the lookup. A range reported while a get() is
+ * registering (another thread unmapping a buffer still in use, a bug of the program) is taken
+ * by the next get() or put() and drops what was registered, as it should.
+ *
+ * Structure. Cached registrations are page-aligned, non-overlapping ranges kept in libucs's
+ * page table (ucs_pgtable: a radix tree over addresses), so a lookup is one descent for the
+ * address of the buffer and a hit is "the region holding the first byte also holds the last
+ * one". A miss that overlaps cached regions registers their union with the request (as UCX's
+ * rcache merges) and retires the overlapped regions: the page table cannot hold overlapping
+ * ranges, and the union serves every buffer the old regions served.
  *
  * Every entry sits on exactly one list: lru (cached, nobody holds it; the head is the least
  * recently put), inuse (cached and held) or detached (held but out of the lookup: invalidated
- * or merged away while in use, or registered with caching off). A detached entry is
- * deregistered when its last holder puts it; only lru entries are ever evicted, so a region is
- * never deregistered under an operation in flight.
+ * or merged away while in use, or registered uncached). A detached entry is deregistered when
+ * its last holder puts it; only lru entries are ever evicted, so a region is never
+ * deregistered under an operation in flight.
  *
- * Why not ucs_rcache (UCX 1.13): ucs_rcache_create() always registers a libucm event handler
- * (libucm then patches mmap/munmap in the process), it learns about freed memory only through
- * those hooks and offers no "invalidate this address range" call (only one region at a time),
- * its byte bound counts held regions too, and its optional PFN check ends in ucs_fatal(). The
- * contract here needs exact range invalidation driven by the user, a byte bound on unheld
- * entries only, no hooks in the process and no abort; its page table alone fits.
+ * Why not ucs_rcache (UCX 1.13), which also learns of unmaps from libucm: ucs_rcache_create()
+ * fails when the reports cannot be had, where this cache must keep working uncached; it offers
+ * no "invalidate this address range" call for the user's deregistrations (only one region at
+ * a time); its byte bound counts held regions too; and its optional PFN check ends in
+ * ucs_fatal(). Its page table alone fits.
  *
  * ucs_pgtable calls ucs_fatal() if its directory allocator returns NULL. A library must not
  * abort, so directories come from a reserve that is topped up (with a failure we can report)
@@ -28,6 +45,7 @@
 #include "config.h"
 
 #include "verbs_mrcache.h"
+#include "verbs_unmapq.h"
 
 #include <xfer/component.h>
 
@@ -75,6 +93,8 @@ struct xfer_verbs_mrc {
     xfer_verbs_mrc_stats_t  stats;
     mrc_spare_dir_t         *spare;
     unsigned                num_spare;
+    xfer_verbs_unmapq_t     *unmapq;        /* NULL: caching nothing */
+    char                    uncached_why[XFER_REASON_MAX];
 };
 
 static xfer_verbs_mrc_t *mrc_of_pgtable(const ucs_pgtable_t *pgtable)
@@ -213,6 +233,70 @@ static void trim(xfer_verbs_mrc_t *mrc)
     }
 }
 
+/* Drop the cached entries overlapping [start, end) (end > start); returns how many. */
+static unsigned invalidate_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
+                                 const char *why)
+{
+    ucs_list_link_t found;
+    mrc_entry_t *entry, *tmp;
+    unsigned n = 0;
+
+    collect(mrc, start, end, &found);
+    ucs_list_for_each_safe(entry, tmp, &found, scratch) {
+        xfer_log_at(XFER_LOG_DEBUG, MRC_SUBSYS, "invalidate [0x%" PRIxPTR ", 0x%" PRIxPTR
+                    ") (%s)%s", entry->pub.start, entry->pub.end, why,
+                    (entry->holders > 0) ? ", held: deregistered at its last put" : "");
+        entry_uncache(mrc, entry);
+        mrc->stats.invalidations++;
+        n++;
+    }
+    return n;
+}
+
+/* Take every entry out of the lookup. */
+static void uncache_all(xfer_verbs_mrc_t *mrc)
+{
+    mrc_entry_t *entry, *tmp;
+
+    ucs_list_for_each_safe(entry, tmp, &mrc->lru, link) {
+        entry_uncache(mrc, entry);
+        mrc->stats.invalidations++;
+    }
+    ucs_list_for_each_safe(entry, tmp, &mrc->inuse, link) {
+        entry_uncache(mrc, entry);
+        mrc->stats.invalidations++;
+    }
+}
+
+/*
+ * Drop the entries over memory unmapped since the last look (why this is in time: the top of
+ * this file). Whatever this frees or deregisters may unmap in turn; those reports are queued
+ * apart from the ranges being read here and are taken the next time.
+ */
+static void unmaps_apply(xfer_verbs_mrc_t *mrc)
+{
+    const xfer_verbs_range_t *ranges;
+    unsigned n;
+    int lost;
+
+    if (mrc->unmapq == NULL) {
+        return;
+    }
+    n = xfer_verbs_unmapq_take(mrc->unmapq, &ranges, &lost);
+    mrc->stats.unmaps += n;
+    if (lost) {
+        xfer_log_at(XFER_LOG_DEBUG, MRC_SUBSYS, "more than %u unmapped ranges since the last "
+                    "look: dropping all %" PRIu64 " cached registrations",
+                    XFER_VERBS_UNMAPQ_LEN, mrc->stats.entries);
+        uncache_all(mrc);
+        mrc->stats.flushes++;
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        invalidate_range(mrc, ranges[i].start, ranges[i].end, "unmapped");
+    }
+}
+
 /* ---- registration --------------------------------------------------------------------------- */
 
 /* EFAULT: the range is not mapped (or not accessible as asked); the rest is lack of resources
@@ -239,8 +323,8 @@ static int register_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
 
 /*
  * Register [start, end) grown to pages and to every cached region it overlaps. If the union
- * cannot be registered (an overlapped region's memory may have been unmapped without being
- * invalidated), fall back to the request's own pages.
+ * cannot be registered (an overlapped region's memory may have been unmapped since the
+ * reports were last taken), fall back to the request's own pages.
  */
 static xfer_status_t register_miss(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
                                    int cacheable, ucs_list_link_t *found, mrc_entry_t *entry)
@@ -344,6 +428,12 @@ xfer_status_t xfer_verbs_mrc_create(const xfer_verbs_mrc_params_t *params,
         free(mrc);
         return XFER_ERR_NO_MEMORY;
     }
+    if (params->max_entries == 0) {
+        xfer_reason_set(mrc->uncached_why, sizeof(mrc->uncached_why), "max_entries is 0");
+    } else if (xfer_verbs_unmapq_create(&mrc->unmapq, mrc->uncached_why,
+                                        sizeof(mrc->uncached_why)) != XFER_OK) {
+        mrc->unmapq = NULL;
+    }
     *mrc_p = mrc;
     return XFER_OK;
 }
@@ -371,6 +461,9 @@ void xfer_verbs_mrc_destroy(xfer_verbs_mrc_t *mrc)
     if (mrc == NULL) {
         return;
     }
+    /* First: what is freed below may unmap, and no report may run into a freed cache. */
+    xfer_verbs_unmapq_destroy(mrc->unmapq);
+    mrc->unmapq = NULL;
     held = free_list(mrc, &mrc->inuse) + free_list(mrc, &mrc->detached);
     if (held > 0) {
         xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "mrc_destroy: %u memory region(s) still held; "
@@ -402,7 +495,8 @@ xfer_status_t xfer_verbs_mrc_get(xfer_verbs_mrc_t *mrc, const void *addr, size_t
         return XFER_ERR_INVALID_PARAM;
     }
     end       = start + length;
-    cacheable = (mrc->params.max_entries > 0);
+    cacheable = (mrc->unmapq != NULL);
+    unmaps_apply(mrc);
 
     if (cacheable) {
         region = ucs_pgtable_lookup(&mrc->pgtable, start);
@@ -458,6 +552,7 @@ void xfer_verbs_mrc_put(xfer_verbs_mrc_t *mrc, xfer_verbs_mr_t *mr)
                  ") is not held", mr->start, mr->end);
         return;
     }
+    unmaps_apply(mrc);      /* unpins unmapped pages early; may detach this very entry */
     if (--entry->holders > 0) {
         return;
     }
@@ -476,25 +571,17 @@ unsigned xfer_verbs_mrc_invalidate(xfer_verbs_mrc_t *mrc, const void *addr, size
 {
     uintptr_t start = (uintptr_t)addr;
     uintptr_t end;
-    ucs_list_link_t found;
-    mrc_entry_t *entry, *tmp;
-    unsigned n = 0;
 
     if ((mrc == NULL) || (length == 0)) {
         return 0;
     }
     end = (length > UINTPTR_MAX - start) ? UINTPTR_MAX : start + length;
+    return invalidate_range(mrc, start, end, "deregistered");
+}
 
-    collect(mrc, start, end, &found);
-    ucs_list_for_each_safe(entry, tmp, &found, scratch) {
-        xfer_log_at(XFER_LOG_DEBUG, MRC_SUBSYS, "invalidate [0x%" PRIxPTR ", 0x%" PRIxPTR
-                    ")%s", entry->pub.start, entry->pub.end,
-                    (entry->holders > 0) ? " (held: deregistered at its last put)" : "");
-        entry_uncache(mrc, entry);
-        mrc->stats.invalidations++;
-        n++;
-    }
-    return n;
+const char *xfer_verbs_mrc_uncached_why(const xfer_verbs_mrc_t *mrc)
+{
+    return ((mrc == NULL) || (mrc->unmapq != NULL)) ? NULL : mrc->uncached_why;
 }
 
 void xfer_verbs_mrc_stats(const xfer_verbs_mrc_t *mrc, xfer_verbs_mrc_stats_t *stats)

@@ -7,9 +7,13 @@
  * either bound, entries nobody holds are evicted least recently used first. Entries in use
  * (held by an operation in flight) are never evicted or deregistered under it.
  *
- * Invalidation: xfer_verbs_mrc_invalidate() drops every entry that overlaps a range (the user
- * deregistered or is about to free that memory). Entries still held are taken out of the
- * lookup at once and deregistered when their last holder puts them.
+ * Invalidation: every entry overlapping memory the process unmaps is dropped before the next
+ * lookup (libucm reports the unmapping, verbs_unmapq.h), and xfer_verbs_mrc_invalidate() drops
+ * every entry that overlaps a range the user deregistered. Entries still held are taken out of
+ * the lookup at once and deregistered when their last holder puts them.
+ *
+ * Without unmap reports the cache caches nothing (every get registers, every put
+ * deregisters): xfer_verbs_mrc_uncached_why() says why.
  *
  * Not thread-safe: the component is serialised by the framework.
  */
@@ -38,12 +42,18 @@ typedef struct xfer_verbs_mr {
 } xfer_verbs_mr_t;
 
 typedef struct xfer_verbs_mrc_stats {
-    uint64_t hits, misses, evictions, invalidations;
+    uint64_t hits, misses, evictions;
+    uint64_t invalidations;      /* entries dropped by unmap reports or invalidate() */
+    uint64_t unmaps;             /* unmapped ranges taken from the reports */
+    uint64_t flushes;            /* the reports overflowed: every entry was dropped */
     uint64_t entries, bytes;     /* now cached (held or not) */
 } xfer_verbs_mrc_stats_t;
 
+/* A cache that cannot have unmap reports is still created, caching nothing. */
 xfer_status_t xfer_verbs_mrc_create(const xfer_verbs_mrc_params_t *params,
                                     xfer_verbs_mrc_t **mrc_p);
+/* NULL when the cache caches; else why every get registers and every put deregisters. */
+const char *xfer_verbs_mrc_uncached_why(const xfer_verbs_mrc_t *mrc);
 /* Deregisters everything; entries still held are reported with a warning and freed. */
 void xfer_verbs_mrc_destroy(xfer_verbs_mrc_t *mrc);
 /* Find or register a region covering [addr, addr + length) and hold it. length 0 is refused
