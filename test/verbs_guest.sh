@@ -21,7 +21,7 @@ rc=0
 # the parameterised suites, unchanged, then the verbs-specific ones, then remap again with
 # the MR cache off (every unregistered buffer registered per operation)
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
-    memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache \
+    memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache verbs_unmap \
     verbs verbs_tensor anypeer XFER_VERBS_MR_CACHE=off remap || rc=1
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
     verbs:link_down || rc=1
