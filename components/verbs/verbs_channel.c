@@ -266,8 +266,9 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ch, void *buf, size_t *len_p)
     if ((int)a.max_rd_atomic > ch->iface->dev_attr.max_qp_rd_atom) {
         a.max_rd_atomic = (uint32_t)ch->iface->dev_attr.max_qp_rd_atom;
     }
-    a.ka_addr = (uintptr_t)ch->ka_word;
-    a.ka_rkey = ch->ka_mr->rkey;
+    a.ka_addr    = (uintptr_t)ch->ka_word;
+    a.ka_rkey    = ch->ka_mr->rkey;
+    a.rdma_chunk = ch->iface->rdma_chunk;
     xfer_verbs_wire_pack_ep_addr(&a, buf);
     *len_p = XFER_VERBS_WIRE_EP_ADDR_LEN;
     return XFER_OK;
