@@ -160,6 +160,10 @@ void tp_echo_stop(xfer_endpoint_t *ep);
  * or -1. */
 void tp_fill_pattern(void *buf, size_t len, uint64_t seed);
 ssize_t tp_check_pattern(const void *buf, size_t len, uint64_t seed);
+/* The same for bytes [off, off + len) of a pattern that starts at buf (the bytes a transfer
+ * that starts at buf puts there), so that parts of a buffer can be filled and checked alone. */
+void tp_fill_pattern_at(void *buf, size_t off, size_t len, uint64_t seed);
+ssize_t tp_check_pattern_at(const void *buf, size_t off, size_t len, uint64_t seed);
 /* Milliseconds on a monotonic clock. */
 double tp_now_ms(void);
 

@@ -20,7 +20,7 @@ export XFERTEST_TRANSPORT=verbs
 rc=0
 # the parameterised suites, unchanged, then the verbs-specific ones
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
-    memory rma tag tensor faults threads progress callbacks close verbs_mrcache verbs \
+    memory rma tag tensor faults threads progress callbacks close sizes verbs_mrcache verbs \
     verbs_tensor verbs_chunks || rc=1
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
     verbs:link_down || rc=1
