@@ -472,9 +472,14 @@ void tp_send(tp_peer_t *peer, uint64_t v)
 
 uint64_t tp_recv(tp_peer_t *peer)
 {
+    return tp_recv_within(peer, TP_WAIT_MS);
+}
+
+uint64_t tp_recv_within(tp_peer_t *peer, int timeout_ms)
+{
     uint64_t v = 0;
 
-    if (tp_ctl_recv_u64(peer->ctl, &v, TP_WAIT_MS) != 0) {
+    if (tp_ctl_recv_u64(peer->ctl, &v, timeout_ms) != 0) {
         ctl_failed(peer, "receive");
     }
     return v;

@@ -131,6 +131,8 @@ int tp_ctl_ready(int fd, int timeout_ms);
 /* Parent-side versions that assert, and name the child's fate when it went away. */
 void tp_send(tp_peer_t *peer, uint64_t v);
 uint64_t tp_recv(tp_peer_t *peer);
+/* tp_recv() for a peer whose answer may take longer than TP_WAIT_MS. */
+uint64_t tp_recv_within(tp_peer_t *peer, int timeout_ms);
 void tp_send_blob(tp_peer_t *peer, const void *buf, size_t len);
 void *tp_recv_blob(tp_peer_t *peer, size_t *len_p);
 

@@ -74,6 +74,22 @@ static void parent_check(const char *what, const void *buf, uint64_t len, double
                  bad);
 }
 
+/* A word from the peer, who may be busy with 4 GiB (registering it takes long somewhere). */
+static uint64_t big_recv(tp_peer_t *p)
+{
+    return tp_recv_within(p, TP_BIG_WAIT_MS);
+}
+
+/* tp_finish(), with the time a peer may need to let go of 4 GiB. */
+static void big_finish(tp_peer_t *p)
+{
+    xfer_endpoint_close(p->ep);
+    xfer_context_destroy(p->ctx);
+    p->ep  = NULL;
+    p->ctx = NULL;
+    tp_child_expect_ok(p, TP_BIG_WAIT_MS / 1000);
+}
+
 /* The parent's start: its big buffer and a peer running fn. */
 static char *big_start(tp_peer_t *p, tp_scenario_t fn)
 {
@@ -133,7 +149,7 @@ static void tag_one(tp_peer_t *p, char *buf, uint64_t len, int unexpected)
         cr_assert(TP_POSTED(st), "tag_recv: %s", xfer_status_string(st));
     }
     tp_send(p, len | (unexpected ? UNEXPECTED : 0));
-    cr_assert_eq(tp_recv(p), 1, "the peer did not post its send");
+    cr_assert_eq(big_recv(p), 1, "the peer did not post its send");
     if (unexpected) {
         /* the header arrives with no receive and more bytes than the unexpected queue
          * holds: the input waits for this receive */
@@ -150,7 +166,7 @@ static void tag_one(tp_peer_t *p, char *buf, uint64_t len, int unexpected)
     cr_assert_eq(xfer_request_tag(req), len);
     xfer_request_release(req);
     parent_check(unexpected ? "unexpected tag message" : "tag message", buf, len, t0);
-    cr_assert_eq((int64_t)tp_recv(p), XFER_OK, "the peer's send failed");
+    cr_assert_eq((int64_t)big_recv(p), XFER_OK, "the peer's send failed");
 }
 
 Test(sizes, tag_messages_on_both_sides_of_4_gib)
@@ -163,7 +179,7 @@ Test(sizes, tag_messages_on_both_sides_of_4_gib)
     }
     tag_one(&p, buf, TP_BIG_MAX, 1);
     tp_send(&p, 0);
-    tp_finish(&p);
+    big_finish(&p);
     tp_big_unmap(buf);
 }
 
@@ -222,7 +238,7 @@ static void rma_start(rma_t *r)
     size_t len;
 
     r->local = big_start(&r->peer, srv_target);
-    r->base  = tp_recv(&r->peer);
+    r->base  = big_recv(&r->peer);
     blob     = tp_recv_blob(&r->peer, &len);
     cr_assert_eq(xfer_rkey_unpack(r->peer.ep, blob, len, &r->rkey), XFER_OK);
     free(blob);
@@ -236,7 +252,7 @@ static void rma_finish(rma_t *r)
     cr_assert_eq(xfer_mem_deregister(r->mem), XFER_OK);
     xfer_rkey_destroy(r->rkey);
     tp_send(&r->peer, CMD_DONE);
-    tp_finish(&r->peer);
+    big_finish(&r->peer);
     tp_big_unmap(r->local);
 }
 
@@ -249,7 +265,7 @@ static void target_cmd(rma_t *r, uint64_t cmd, uint64_t len, int with_seed)
     if (with_seed) {
         tp_send(&r->peer, seed_of(len));
     }
-    reply = tp_recv(&r->peer);
+    reply = big_recv(&r->peer);
     cr_assert_eq(reply, 1, "the target's %llu bytes: byte %llu is wrong",
                  (unsigned long long)len, (unsigned long long)(reply - 2));
 }
@@ -383,7 +399,7 @@ static void fetch_one(tp_peer_t *p, char *buf, uint64_t len, uint64_t step, int 
     tp_send(p, len);
     tp_send(p, seed_of(len));
     tp_send(p, step);
-    st = (xfer_status_t)(int64_t)tp_recv(p);
+    st = (xfer_status_t)(int64_t)big_recv(p);
     cr_assert(TP_POSTED(st), "publish of %llu bytes: %s", (unsigned long long)len,
               xfer_status_string(st));
     t0 = tp_now_ms();
@@ -406,7 +422,7 @@ static void fetch_one(tp_peer_t *p, char *buf, uint64_t len, uint64_t step, int 
                   "bytes", a.calls, a.size);
     }
     parent_check(alloc ? "fetch into an allocation" : "fetch", buf, len, t0);
-    cr_assert_eq((int64_t)tp_recv(p), XFER_OK, "the publish did not end with the fetch");
+    cr_assert_eq((int64_t)big_recv(p), XFER_OK, "the publish did not end with the fetch");
 }
 
 Test(sizes, tensor_fetches_on_both_sides_of_4_gib)
@@ -419,6 +435,6 @@ Test(sizes, tensor_fetches_on_both_sides_of_4_gib)
     }
     fetch_one(&p, buf, TP_BIG_MAX, NUM_SIZES, 1);
     tp_send(&p, CMD_DONE);
-    tp_finish(&p);
+    big_finish(&p);
     tp_big_unmap(buf);
 }
