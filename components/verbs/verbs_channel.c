@@ -589,8 +589,13 @@ void xfer_verbs_ch_timer(xfer_ep_h ch, double now)
     }
     if ((ch->state == XFER_VERBS_CH_WAIT_PEER) &&
         (now - ch->last_activity > CONNECT_WAIT_MAX)) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_TIMEOUT, "the peer did not finish connecting within "
-                           "%.0f s", CONNECT_WAIT_MAX);
+        /* the peer's byte may wait behind this tick: a process that did not progress for so
+         * long (registering gigabytes, say) must not take its own delay for the peer's */
+        xfer_verbs_ch_sock_event(ch);
+        if (ch->state == XFER_VERBS_CH_WAIT_PEER) {
+            xfer_verbs_ch_fail(ch, XFER_ERR_TIMEOUT, "the peer did not finish connecting "
+                               "within %.0f s", CONNECT_WAIT_MAX);
+        }
         return;
     }
     if ((ch->state == XFER_VERBS_CH_CONNECTED) && !ch->ka_pending &&
