@@ -24,7 +24,7 @@ static void setup(void)
     tp_env();
 }
 
-TestSuite(sizes, .init = setup, .timeout = 900);
+TestSuite(sizes, .init = setup, .timeout = 1800);
 
 static const uint64_t sizes[] = TP_BIG_SIZES;
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
