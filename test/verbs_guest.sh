@@ -18,9 +18,10 @@ fi
 
 export XFERTEST_TRANSPORT=verbs
 rc=0
-# the parameterised suites, unchanged, then the verbs-specific ones
+# the parameterised suites, unchanged, then the verbs-specific ones (not test_sizes: its 4 GiB
+# buffers do not fit this guest; test/README.md says how to run it in a larger one)
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
-    memory rma tag tensor faults threads progress callbacks close sizes verbs_mrcache verbs \
+    memory rma tag tensor faults threads progress callbacks close verbs_mrcache verbs \
     verbs_tensor verbs_chunks || rc=1
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
     verbs:link_down || rc=1
