@@ -24,7 +24,8 @@
 #define TP_BIG_SIZES  {0xffffffffull, 0x100000000ull, 0x100000001ull}
 #define TP_BIG_MAX    0x100000001ull
 #define TP_BIG_MAP    ((size_t)TP_BIG_MAX + TP_BIG_GUARD)
-/* Bytes of MemAvailable a test asks for: one side's buffer, the other's probes, slack. */
+/* Bytes of MemAvailable a test asks for over tcp: one side's buffer, the other's probes,
+ * slack; over a transport that registers (pins) memory, another TP_BIG_MAP. */
 #define TP_BIG_NEED   ((uint64_t)TP_BIG_MAP + (512ull << 20))
 /* A transfer of 4 GiB takes seconds over tcp, over two minutes over Soft-RoCE in the guest
  * (about 32 MB/s): a wait allows five minutes, a test's peer half an hour. */
@@ -32,7 +33,7 @@
 #define TP_BIG_ALARM_S  1800
 
 /* Skip the calling test where it cannot run, with a line on stderr saying why: under valgrind
- * (XFERTEST_VALGRIND), or with less than TP_BIG_NEED bytes of MemAvailable - looked at once
+ * (XFERTEST_VALGRIND), or with less MemAvailable than it needs (TP_BIG_NEED) - looked at once
  * this process holds the machine's lock for big transfers (a file in /tmp), which it keeps
  * until it exits. Otherwise raise the transport's message limit (XFER_<TRANSPORT>_MAX_MSG_SIZE,
  * inherited by the peers it forks) past TP_BIG_MAX. Call it before tp_start(). */
