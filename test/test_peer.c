@@ -485,9 +485,14 @@ void tp_send(tp_peer_t *peer, uint64_t v)
 
 uint64_t tp_recv(tp_peer_t *peer)
 {
+    return tp_recv_within(peer, TP_WAIT_MS);
+}
+
+uint64_t tp_recv_within(tp_peer_t *peer, int timeout_ms)
+{
     uint64_t v = 0;
 
-    if (tp_ctl_recv_u64(peer->ctl, &v, TP_WAIT_MS) != 0) {
+    if (tp_ctl_recv_u64(peer->ctl, &v, timeout_ms) != 0) {
         ctl_failed(peer, "receive");
     }
     return v;
@@ -603,31 +608,45 @@ static uint64_t mix(uint64_t seed, uint64_t w)
     return z ^ (z >> 31);
 }
 
-void tp_fill_pattern(void *buf, size_t len, uint64_t seed)
+void tp_fill_pattern_at(void *buf, size_t off, size_t len, uint64_t seed)
 {
     uint8_t *p = buf;
 
-    for (size_t w = 0; w * 8 < len; w++) {
-        uint64_t v = mix(seed, w);
-        size_t n   = ((len - w * 8) < 8) ? (len - w * 8) : 8;
-        memcpy(p + w * 8, &v, n);
+    for (size_t i = off; i < off + len;) {
+        uint64_t v = mix(seed, i / 8);
+        size_t n   = ((off + len - i) < 8 - i % 8) ? (off + len - i) : 8 - i % 8;
+
+        memcpy(p + i, (const uint8_t*)&v + i % 8, n);
+        i += n;
     }
+}
+
+ssize_t tp_check_pattern_at(const void *buf, size_t off, size_t len, uint64_t seed)
+{
+    const uint8_t *p = buf;
+
+    for (size_t i = off; i < off + len;) {
+        uint64_t v = mix(seed, i / 8);
+        size_t n   = ((off + len - i) < 8 - i % 8) ? (off + len - i) : 8 - i % 8;
+
+        if (memcmp(p + i, (const uint8_t*)&v + i % 8, n) != 0) {
+            for (size_t j = 0; j < n; j++) {
+                if (p[i + j] != ((const uint8_t*)&v)[i % 8 + j]) {
+                    return (ssize_t)(i + j);
+                }
+            }
+        }
+        i += n;
+    }
+    return -1;
+}
+
+void tp_fill_pattern(void *buf, size_t len, uint64_t seed)
+{
+    tp_fill_pattern_at(buf, 0, len, seed);
 }
 
 ssize_t tp_check_pattern(const void *buf, size_t len, uint64_t seed)
 {
-    const uint8_t *p = buf;
-
-    for (size_t w = 0; w * 8 < len; w++) {
-        uint64_t v = mix(seed, w);
-        size_t n   = ((len - w * 8) < 8) ? (len - w * 8) : 8;
-        if (memcmp(p + w * 8, &v, n) != 0) {
-            for (size_t i = 0; i < n; i++) {
-                if (p[w * 8 + i] != ((const uint8_t*)&v)[i]) {
-                    return (ssize_t)(w * 8 + i);
-                }
-            }
-        }
-    }
-    return -1;
+    return tp_check_pattern_at(buf, 0, len, seed);
 }

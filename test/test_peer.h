@@ -131,6 +131,8 @@ int tp_ctl_ready(int fd, int timeout_ms);
 /* Parent-side versions that assert, and name the child's fate when it went away. */
 void tp_send(tp_peer_t *peer, uint64_t v);
 uint64_t tp_recv(tp_peer_t *peer);
+/* tp_recv() for a peer whose answer may take longer than TP_WAIT_MS. */
+uint64_t tp_recv_within(tp_peer_t *peer, int timeout_ms);
 void tp_send_blob(tp_peer_t *peer, const void *buf, size_t len);
 void *tp_recv_blob(tp_peer_t *peer, size_t *len_p);
 
@@ -160,6 +162,10 @@ void tp_echo_stop(xfer_endpoint_t *ep);
  * or -1. */
 void tp_fill_pattern(void *buf, size_t len, uint64_t seed);
 ssize_t tp_check_pattern(const void *buf, size_t len, uint64_t seed);
+/* The same for bytes [off, off + len) of a pattern that starts at buf (the bytes a transfer
+ * that starts at buf puts there), so that parts of a buffer can be filled and checked alone. */
+void tp_fill_pattern_at(void *buf, size_t off, size_t len, uint64_t seed);
+ssize_t tp_check_pattern_at(const void *buf, size_t off, size_t len, uint64_t seed);
 /* Milliseconds on a monotonic clock. */
 double tp_now_ms(void);
 

@@ -2,7 +2,8 @@
  * The tensor protocol's wire format (components/verbs/tensor_wire.c) on its own, no device
  * needed: every message round-trips; every truncated, extended or lying message is refused
  * with a reason; random bytes never crash a parser; request indices keep slot and generation
- * apart and never set the immediate's tensor flag.
+ * apart and never set the immediate's tensor flag; sizes and dimensions around 2^32 keep
+ * every bit, and a size cut to 32 bits no longer matches its shape.
  */
 #include "../components/verbs/tensor_wire.h"
 
@@ -309,4 +310,69 @@ Test(tensor_wire, request_indices_keep_slot_and_generation_apart)
                  0);
     cr_assert_neq(xfer_tensor_idx_make(5, 1), xfer_tensor_idx_make(5, 2),
                   "a stale index of the same slot differs");
+}
+
+Test(tensor_wire, sizes_and_dimensions_around_32_bits_round_trip)
+{
+    static const uint64_t sizes[] = {
+        0xffffffffull, 0x100000000ull, 0x100000001ull, 0x1ffffffffull, UINT64_MAX,
+    };
+    uint8_t buf[512];
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        /* uint8 of that many elements; bytes of that size (the size alone says it) */
+        xfer_tensor_wire_meta_t u8 = {.dtype = XFER_DTYPE_UINT8, .rank = 1,
+                                      .size = sizes[i], .dims = {(int64_t)sizes[i]}};
+        xfer_tensor_wire_meta_t by = {.dtype = XFER_DTYPE_BYTES, .rank = 2, .size = sizes[i],
+                                      .dims = {1, 3}};
+        const xfer_tensor_wire_meta_t *ms[] = {&u8, &by};
+
+        if (sizes[i] > INT64_MAX) {
+            u8.rank = 2;        /* 2^64 - 1 = (2^32 + 1) x (2^32 - 1) */
+            u8.dims[0] = 0x100000001ll;
+            u8.dims[1] = 0xffffffffll;
+        }
+        for (unsigned j = 0; j < 2; j++) {
+            xfer_tensor_wire_meta_t back;
+            xfer_tensor_wire_req_t r;
+            size_t n = xfer_tensor_wire_pack_meta(ms[j], buf);
+
+            cr_assert_eq(xfer_tensor_wire_unpack_meta(buf, n, &back, why, sizeof(why)),
+                         XFER_OK, "0x%llx bytes: %s", (unsigned long long)sizes[i], why);
+            cr_assert_eq(back.size, sizes[i]);
+            cr_assert(xfer_tensor_wire_meta_equal(&back, ms[j]));
+            cr_assert_eq(xfer_tensor_wire_data_len(&back), sizes[i]);
+            n = req_build(buf, ms[j], "big");
+            cr_assert_eq(xfer_tensor_wire_unpack_req(buf, n, MAX_KEY, &r, why, sizeof(why)),
+                         XFER_OK, "%s", why);
+            cr_assert_eq(r.expect.size, sizes[i], "the expectation's size");
+        }
+        /* the size cut to its low 32 bits no longer matches the shape */
+        if (sizes[i] <= UINT32_MAX) {
+            continue;
+        }
+        u8.size = (uint32_t)sizes[i];
+        xfer_tensor_wire_pack_meta(&u8, buf);
+        cr_assert_eq(xfer_tensor_wire_unpack_meta(buf, 12 + 8 * u8.rank, &u8, why,
+                                                  sizeof(why)), XFER_ERR_PROTOCOL,
+                     "0x%llx elements of 1 byte claiming 0x%llx bytes",
+                     (unsigned long long)sizes[i], (unsigned long long)(uint32_t)sizes[i]);
+    }
+}
+
+Test(tensor_wire, a_shape_past_64_bits_is_refused)
+{
+    xfer_tensor_wire_meta_t m = {.dtype = XFER_DTYPE_FLOAT32, .rank = 2, .size = 0,
+                                 .dims = {0x100000000ll, 0x100000000ll}};
+    uint8_t buf[XFER_TENSOR_WIRE_META_MAX];
+    size_t n = xfer_tensor_wire_pack_meta(&m, buf);
+
+    cr_assert_eq(xfer_tensor_wire_unpack_meta(buf, n, &m, why, sizeof(why)), XFER_ERR_PROTOCOL);
+    cr_assert(strstr(why, "overflows") != NULL, "%s", why);
+    /* 2^62 four-byte elements: the elements fit 64 bits, their bytes do not */
+    m.rank    = 1;
+    m.dims[0] = 1ll << 62;
+    m.size    = 0;
+    n = xfer_tensor_wire_pack_meta(&m, buf);
+    cr_assert_eq(xfer_tensor_wire_unpack_meta(buf, n, &m, why, sizeof(why)), XFER_ERR_PROTOCOL);
 }

@@ -5,11 +5,15 @@
  * every message shorter than its header, or whose length lies, is refused with a reason;
  * another version or an unknown type is XFER_ERR_UNSUPPORTED with what could be read;
  * random bytes never crash the parser (and never read past what arrived: the buffers are
- * exactly as long as the message, for the sanitizers and valgrind to see).
+ * exactly as long as the message, for the sanitizers and valgrind to see). The endpoint
+ * address round-trips and refuses a peer of another version by name; the 64-bit sizes of the
+ * headers, the address and the remote key keep every bit around 2^32, and the length of a
+ * transfer's last RDMA chunk is right on both sides of every 32-bit boundary.
  */
 #include "../components/verbs/verbs_wire.h"
 
 #include <criterion/criterion.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,16 +21,23 @@ TestSuite(verbs_wire, .timeout = 60);
 
 static char why[256];
 
-/* Unpack the first len bytes of msg from a heap copy of exactly len bytes. */
-static xfer_status_t unpack(const uint8_t *msg, size_t len, xfer_verbs_wire_hdr_t *hdr)
+/* A heap copy of exactly len bytes of msg (why cleared for the parser to come). */
+static uint8_t *exact_copy(const uint8_t *msg, size_t len)
 {
     uint8_t *copy = malloc(len ? len : 1);
-    xfer_status_t st;
 
     cr_assert_not_null(copy);
     memcpy(copy, msg, len);
     why[0] = '\0';
-    st     = xfer_verbs_wire_unpack_hdr(copy, len, hdr, why, sizeof(why));
+    return copy;
+}
+
+/* Unpack the first len bytes of msg from a heap copy of exactly len bytes. */
+static xfer_status_t unpack(const uint8_t *msg, size_t len, xfer_verbs_wire_hdr_t *hdr)
+{
+    uint8_t *copy    = exact_copy(msg, len);
+    xfer_status_t st = xfer_verbs_wire_unpack_hdr(copy, len, hdr, why, sizeof(why));
+
     free(copy);
     return st;
 }
@@ -195,5 +206,174 @@ Test(verbs_wire, random_bytes_never_crash)
             cr_assert_eq(xfer_verbs_wire_hdr_len(r.type) + r.length, len,
                          "an accepted message's header and length cover what arrived");
         }
+    }
+}
+
+/* Sizes on both sides of the 32-bit boundaries, and the largest. */
+static const uint64_t sizes32[] = {
+    0x7fffffffull, 0x80000000ull, 0x80000001ull, 0xffffffffull, 0x100000000ull,
+    0x100000001ull, 0x1ffffffffull, 0x200000001ull, UINT64_MAX - 1, UINT64_MAX,
+};
+#define NUM_SIZES32 (sizeof(sizes32) / sizeof(sizes32[0]))
+
+Test(verbs_wire, header_sizes_keep_every_bit_past_32)
+{
+    static const unsigned types[] = {XFER_VERBS_MSG_RTS, XFER_VERBS_MSG_TENSOR_RE_REQUEST};
+    uint8_t msg[XFER_VERBS_WIRE_HDR_LEN + XFER_VERBS_WIRE_RTS_LEN];
+
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t i = 0; i < NUM_SIZES32; i++) {
+            xfer_verbs_wire_hdr_t h = {.type = (uint8_t)types[t], .length = 16,
+                                       .id = sizes32[i], .tag = sizes32[i],
+                                       .size = sizes32[i]}, r;
+
+            memset(msg, 0, sizeof(msg));
+            xfer_verbs_wire_pack_hdr(&h, msg);
+            cr_assert_eq(unpack(msg, sizeof(msg), &r), XFER_OK, "%s", why);
+            cr_assert(r.size == sizes32[i] && r.id == sizes32[i] && r.tag == sizes32[i],
+                      "%s of size 0x%llx came back as 0x%llx", xfer_verbs_msg_name(types[t]),
+                      (unsigned long long)sizes32[i], (unsigned long long)r.size);
+        }
+    }
+}
+
+static xfer_verbs_wire_ep_addr_t ep_addr_good(void)
+{
+    xfer_verbs_wire_ep_addr_t a = {.qpn = 0x123456, .psn = 0xabcdef, .rx_slots = 128,
+                                   .seg_size = 8192, .max_msg_size = 1ull << 31,
+                                   .max_key_len = 256, .max_rd_atomic = 16,
+                                   .ka_addr = 0x7f0000001000ull, .ka_rkey = 0x99,
+                                   .rdma_chunk = 1u << 30};
+    return a;
+}
+
+static xfer_status_t unpack_ep(const uint8_t *buf, size_t len, xfer_verbs_wire_ep_addr_t *a)
+{
+    uint8_t *copy    = exact_copy(buf, len);
+    xfer_status_t st = xfer_verbs_wire_unpack_ep_addr(copy, len, a, why, sizeof(why));
+
+    free(copy);
+    return st;
+}
+
+Test(verbs_wire, the_endpoint_address_round_trips_with_its_chunk_size)
+{
+    static const uint32_t chunks[] = {1, 4096, 4097, 1u << 30, 1u << 31, UINT32_MAX};
+    uint8_t buf[XFER_VERBS_WIRE_EP_ADDR_LEN + 1];
+
+    for (size_t i = 0; i < NUM_SIZES32; i++) {
+        xfer_verbs_wire_ep_addr_t a = ep_addr_good(), r;
+
+        a.max_msg_size = sizes32[i];
+        a.ka_addr      = sizes32[NUM_SIZES32 - 1 - i];
+        a.rdma_chunk   = chunks[i % (sizeof(chunks) / sizeof(chunks[0]))];
+        memset(buf, 0xee, sizeof(buf));
+        xfer_verbs_wire_pack_ep_addr(&a, buf);
+        cr_assert_eq(buf[XFER_VERBS_WIRE_EP_ADDR_LEN], 0xee, "packed past the address");
+        cr_assert_eq(unpack_ep(buf, XFER_VERBS_WIRE_EP_ADDR_LEN, &r), XFER_OK, "%s", why);
+        cr_assert(r.qpn == a.qpn && r.psn == a.psn && r.rx_slots == a.rx_slots &&
+                  r.seg_size == a.seg_size && r.max_key_len == a.max_key_len &&
+                  r.max_rd_atomic == a.max_rd_atomic && r.ka_rkey == a.ka_rkey,
+                  "the 32-bit fields changed");
+        cr_assert_eq(r.max_msg_size, a.max_msg_size);
+        cr_assert_eq(r.ka_addr, a.ka_addr);
+        cr_assert_eq(r.rdma_chunk, a.rdma_chunk);
+        /* a byte more or less is not an address */
+        cr_assert_eq(unpack_ep(buf, XFER_VERBS_WIRE_EP_ADDR_LEN + 1, &r), XFER_ERR_PROTOCOL);
+        cr_assert_eq(unpack_ep(buf, XFER_VERBS_WIRE_EP_ADDR_LEN - 1, &r), XFER_ERR_PROTOCOL);
+    }
+}
+
+Test(verbs_wire, an_endpoint_address_of_another_version_is_refused_by_name)
+{
+    xfer_verbs_wire_ep_addr_t a = ep_addr_good(), r;
+    uint8_t buf[XFER_VERBS_WIRE_EP_ADDR_LEN];
+
+    /* version 4 and earlier: 48 bytes that begin with the QP number */
+    memset(buf, 0x11, sizeof(buf));
+    cr_assert_eq(unpack_ep(buf, XFER_VERBS_WIRE_EP_ADDR_V4_LEN, &r), XFER_ERR_UNSUPPORTED);
+    cr_assert(strstr(why, "version 4 or earlier") != NULL, "%s", why);
+
+    /* a later version, whatever its length */
+    xfer_verbs_wire_pack_ep_addr(&a, buf);
+    buf[2] = XFER_VERBS_WIRE_VERSION + 1;
+    for (size_t len = 4; len <= sizeof(buf); len += 4) {
+        cr_assert_eq(unpack_ep(buf, len, &r), XFER_ERR_UNSUPPORTED, "%zu bytes", len);
+        cr_assert(strstr(why, "wire version") != NULL, "%s", why);
+    }
+
+    /* this version, but not an address: magic, reserved bytes, a chunk of 0 */
+    xfer_verbs_wire_pack_ep_addr(&a, buf);
+    buf[0] ^= 0xff;
+    cr_assert_eq(unpack_ep(buf, sizeof(buf), &r), XFER_ERR_PROTOCOL);
+    cr_assert(strstr(why, "magic") != NULL, "%s", why);
+    xfer_verbs_wire_pack_ep_addr(&a, buf);
+    buf[3] = 1;
+    cr_assert_eq(unpack_ep(buf, sizeof(buf), &r), XFER_ERR_PROTOCOL);
+    xfer_verbs_wire_pack_ep_addr(&a, buf);
+    buf[55] = 1;
+    cr_assert_eq(unpack_ep(buf, sizeof(buf), &r), XFER_ERR_PROTOCOL);
+    a.rdma_chunk = 0;
+    xfer_verbs_wire_pack_ep_addr(&a, buf);
+    cr_assert_eq(unpack_ep(buf, sizeof(buf), &r), XFER_ERR_PROTOCOL);
+    cr_assert(strstr(why, "rdma_chunk 0") != NULL, "%s", why);
+}
+
+Test(verbs_wire, the_last_chunk_on_both_sides_of_32_bits)
+{
+    static const struct {
+        uint64_t len;
+        uint32_t chunk;
+        uint64_t last;
+    } cases[] = {
+        {0, 4096, 0},                       /* only the immediate */
+        {1, 4096, 1},
+        {4095, 4096, 4095},
+        {4096, 4096, 4096},                 /* one full chunk */
+        {4097, 4096, 1},
+        {300 * 4096ull, 4096, 4096},        /* many full chunks */
+        {300 * 4096ull + 1, 4096, 1},
+        {0xffffffffull, 1u << 30, (1u << 30) - 1},
+        {0x100000000ull, 1u << 30, 1u << 30},
+        {0x100000001ull, 1u << 30, 1},
+        {0xffffffffull, 1u << 31, (1u << 31) - 1},
+        {0x100000000ull, 1u << 31, 1u << 31},
+        {0x100000001ull, 1u << 31, 1},
+        {0xffffffffull, UINT32_MAX, UINT32_MAX},
+        {0x100000000ull, UINT32_MAX, 1},
+        {0x100000000ull, 3, 1},             /* 2^32 - 1 is a multiple of 3 */
+        {0x100000001ull, 3, 2},
+        {UINT64_MAX, 1u << 30, (1u << 30) - 1},
+        {UINT64_MAX, 4096, 4095},
+        {UINT64_MAX, 1, 1},
+        {UINT64_MAX, UINT32_MAX, UINT32_MAX},   /* 2^64 - 1 is a multiple of 2^32 - 1 */
+    };
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t got = xfer_verbs_wire_last_chunk(cases[i].len, cases[i].chunk);
+
+        cr_assert_eq(got, cases[i].last, "last chunk of %llu bytes in chunks of %u: %llu, "
+                     "expected %llu", (unsigned long long)cases[i].len, cases[i].chunk,
+                     (unsigned long long)got, (unsigned long long)cases[i].last);
+        cr_assert(got <= UINT32_MAX, "a chunk's length fits a completion's byte_len");
+    }
+}
+
+Test(verbs_wire, remote_key_lengths_keep_every_bit_past_32)
+{
+    uint8_t buf[XFER_VERBS_WIRE_RKEY_LEN];
+
+    for (size_t i = 0; i < NUM_SIZES32; i++) {
+        xfer_verbs_wire_rkey_t k = {.rkey = 0x1234, .addr = 0, .length = sizes32[i]}, r;
+
+        xfer_verbs_wire_pack_rkey(&k, buf);
+        cr_assert_eq(xfer_verbs_wire_unpack_rkey(buf, sizeof(buf), &r), XFER_OK);
+        cr_assert_eq(r.length, sizes32[i]);
+        /* the same length from an address it would wrap past is refused */
+        k.addr = UINT64_MAX - sizes32[i] + 2;
+        xfer_verbs_wire_pack_rkey(&k, buf);
+        cr_assert_eq(xfer_verbs_wire_unpack_rkey(buf, sizeof(buf), &r), XFER_ERR_INVALID_PARAM,
+                     "0x%llx+0x%llx wraps", (unsigned long long)k.addr,
+                     (unsigned long long)k.length);
     }
 }

@@ -430,16 +430,23 @@ static void result_fill(xfer_tensor_t *t, const xfer_tensor_wire_meta_t *m, void
     }
 }
 
+/* The write's completion reports only its last chunk (the one with the immediate): it must
+ * be the last of the chunks the producer's endpoint address announced, for the size due. */
 static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
 {
     uint64_t expect = xfer_tensor_wire_data_len(&treq->meta);
+    uint32_t chunk  = treq->ch->peer.rdma_chunk;
+    uint64_t last   = xfer_verbs_wire_last_chunk(expect, chunk);
 
-    if ((treq->meta.flags & XFER_TENSOR_META_NONE) || (in->byte_len != expect)) {
-        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': the producer wrote %" PRIu32
-                 " bytes where %" PRIu64 " were due%s", treq->key, in->byte_len, expect,
+    if ((treq->meta.flags & XFER_TENSOR_META_NONE) || (in->byte_len != last)) {
+        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': the producer's write ended "
+                 "with a chunk of %" PRIu32 " bytes where a %" PRIu64 "-byte tensor in chunks "
+                 "of %" PRIu32 " ends with %" PRIu64 "%s", treq->key, in->byte_len, expect,
+                 chunk, last,
                  (treq->meta.flags & XFER_TENSOR_META_NONE) ? " (no metadata known)" : "");
         treq_complete(treq, XFER_ERR_PROTOCOL, 0);
     } else {
+        treq->ch->stats.rx_write_bytes += expect;
         if (treq->buf != NULL) {
             XFER_VERBS_DEVICE_WROTE(treq->buf, (expect < treq->capacity) ? expect :
                                                treq->capacity);

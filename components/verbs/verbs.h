@@ -74,6 +74,7 @@ typedef struct xfer_verbs_config {
     uint64_t max_rd_atomic;     /* MAX_RD_ATOMIC: RDMA READs in flight per channel */
     double   keepalive;         /* KEEPALIVE: probe an idle channel after this long */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
+    uint64_t rdma_chunk;        /* RDMA_CHUNK: bytes of one RDMA WRITE or READ work request */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one channel */
     int      mr_cache;          /* MR_CACHE: XFER_VERBS_MR_CACHE_AUTO or _OFF */
@@ -374,6 +375,8 @@ struct xfer_iface {
     struct ibv_port_attr      port_attr;
     struct ibv_device_attr    dev_attr;
     uint32_t                  max_inline;
+    uint32_t                  rdma_chunk;   /* RDMA_CHUNK, at most the port's largest
+                                             * message: longer transfers are split */
     xfer_verbs_mrc_t          *mrc;
     int                       epfd;         /* comp channel, timer, channels' sockets */
     int                       timerfd;
@@ -545,7 +548,8 @@ xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 /* Consumer side of META_DATA_UPDATE and of an ERROR_STATUS about our request. */
 xfer_status_t xfer_verbs_treq_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                  const uint8_t *ext, char *why, size_t why_size);
-/* A tensor write's immediate (the index, flag cleared) arrived with byte_len bytes. */
+/* A tensor write's immediate (the index, flag cleared) arrived on its last chunk, of
+ * byte_len bytes. */
 void xfer_verbs_treq_write_arrived(xfer_ep_h ch, uint32_t idx, uint32_t byte_len);
 /* The channel failed or closes: every fetch on it completes with status. */
 void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status);

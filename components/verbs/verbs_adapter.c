@@ -335,6 +335,12 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
         goto err;
     }
     iface->max_inline = (uint32_t)iface->cfg->max_inline;
+    /* a work request's scatter entry holds at most the port's largest message (0: says
+     * nothing) */
+    iface->rdma_chunk = (uint32_t)iface->cfg->rdma_chunk;
+    if ((iface->port_attr.max_msg_sz > 0) && (iface->port_attr.max_msg_sz < iface->rdma_chunk)) {
+        iface->rdma_chunk = iface->port_attr.max_msg_sz;
+    }
     corrupt_setup(iface);
     address_build(iface);
     xfer_log_at(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "opened %s (GID index %d, MTU %d, %s)",

@@ -266,8 +266,9 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ch, void *buf, size_t *len_p)
     if ((int)a.max_rd_atomic > ch->iface->dev_attr.max_qp_rd_atom) {
         a.max_rd_atomic = (uint32_t)ch->iface->dev_attr.max_qp_rd_atom;
     }
-    a.ka_addr = (uintptr_t)ch->ka_word;
-    a.ka_rkey = ch->ka_mr->rkey;
+    a.ka_addr    = (uintptr_t)ch->ka_word;
+    a.ka_rkey    = ch->ka_mr->rkey;
+    a.rdma_chunk = ch->iface->rdma_chunk;
     xfer_verbs_wire_pack_ep_addr(&a, buf);
     *len_p = XFER_VERBS_WIRE_EP_ADDR_LEN;
     return XFER_OK;
@@ -588,8 +589,13 @@ void xfer_verbs_ch_timer(xfer_ep_h ch, double now)
     }
     if ((ch->state == XFER_VERBS_CH_WAIT_PEER) &&
         (now - ch->last_activity > CONNECT_WAIT_MAX)) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_TIMEOUT, "the peer did not finish connecting within "
-                           "%.0f s", CONNECT_WAIT_MAX);
+        /* the peer's byte may wait behind this tick: a process that did not progress for so
+         * long (registering gigabytes, say) must not take its own delay for the peer's */
+        xfer_verbs_ch_sock_event(ch);
+        if (ch->state == XFER_VERBS_CH_WAIT_PEER) {
+            xfer_verbs_ch_fail(ch, XFER_ERR_TIMEOUT, "the peer did not finish connecting "
+                               "within %.0f s", CONNECT_WAIT_MAX);
+        }
         return;
     }
     if ((ch->state == XFER_VERBS_CH_CONNECTED) && !ch->ka_pending &&

@@ -64,6 +64,11 @@ static const xfer_param_desc_t verbs_params[] = {
     {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "2g",
      "Largest tag message, put, get or tensor.", CFG(max_msg_size), 1,
      1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
+    {"RDMA_CHUNK", XFER_PARAM_SIZE, "1g",
+     "Bytes of one RDMA WRITE or READ work request: longer puts, gets, rendezvous reads and "
+     "tensor writes are split into chunks of this size (lowered to the port's largest "
+     "message). The endpoint address tells the peer, which checks a tensor's last chunk by "
+     "it.", CFG(rdma_chunk), 4096, 2048.0 * 1024.0 * 1024.0, NULL},
     {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
      "Bytes of unexpected messages kept before senders are slowed (credits held back), "
      "each message or rendezvous announcement counting its bookkeeping too.",

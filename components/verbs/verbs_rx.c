@@ -206,8 +206,8 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
             if (rx_repost(ch, idx, 1) != 0) {
                 return;
             }
-            ch->stats.rx_writes++;
-            ch->stats.rx_write_bytes += wc->byte_len;
+            ch->stats.rx_writes++;  /* its bytes count once it is checked: the completion
+                                     * reports only the last chunk */
             xfer_verbs_treq_write_arrived(ch, ntohl(wc->imm_data) & ~XFER_TENSOR_IMM_FLAG,
                                           wc->byte_len);
         } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {

@@ -162,16 +162,15 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
     return xfer_verbs_ch_post_send(ch, &wr, NULL, 0);
 }
 
-/* Post RDMA chunks of op while the send queue has room; 1 when all are posted. A tensor
- * write's last chunk (maybe of 0 bytes) carries its immediate: it consumes a receive at the
- * peer, so it waits for a credit like a message. */
+/* Post RDMA chunks of op (XFER_VERBS_RDMA_CHUNK bytes each, the last one the rest) while
+ * the send queue has room; 1 when all are posted. A tensor write's last chunk (maybe of 0
+ * bytes) carries its immediate: it consumes a receive at the peer, so it waits for a credit
+ * like a message. The peer checks that chunk's length against the chunk size our endpoint
+ * address told it (xfer_verbs_wire_last_chunk). */
 static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
 {
-    size_t chunk = ch->iface->port_attr.max_msg_sz;
+    size_t chunk = ch->iface->rdma_chunk;
 
-    if ((chunk == 0) || (chunk > (1u << 30))) {
-        chunk = 1u << 30;
-    }
     while ((op->rdma_posted < op->rdma_len) || op->imm_pending) {
         size_t len = op->rdma_len - op->rdma_posted;
         struct ibv_sge sge;

@@ -195,42 +195,66 @@ xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
 
 void xfer_verbs_wire_pack_ep_addr(const xfer_verbs_wire_ep_addr_t *a, uint8_t *buf)
 {
-    xfer_put_le32(buf, a->qpn);
-    xfer_put_le32(buf + 4, a->psn);
-    xfer_put_le32(buf + 8, a->rx_slots);
-    xfer_put_le32(buf + 12, a->seg_size);
-    xfer_put_le64(buf + 16, a->max_msg_size);
-    xfer_put_le32(buf + 24, a->max_key_len);
-    xfer_put_le32(buf + 28, a->max_rd_atomic);
-    xfer_put_le64(buf + 32, a->ka_addr);
-    xfer_put_le32(buf + 40, a->ka_rkey);
-    xfer_put_le32(buf + 44, 0);
+    xfer_put_le16(buf, XFER_VERBS_WIRE_MAGIC);
+    buf[2] = XFER_VERBS_WIRE_VERSION;
+    buf[3] = 0;
+    xfer_put_le32(buf + 4, a->qpn);
+    xfer_put_le32(buf + 8, a->psn);
+    xfer_put_le32(buf + 12, a->rx_slots);
+    xfer_put_le32(buf + 16, a->seg_size);
+    xfer_put_le32(buf + 20, a->max_key_len);
+    xfer_put_le64(buf + 24, a->max_msg_size);
+    xfer_put_le32(buf + 32, a->max_rd_atomic);
+    xfer_put_le32(buf + 36, a->ka_rkey);
+    xfer_put_le64(buf + 40, a->ka_addr);
+    xfer_put_le32(buf + 48, a->rdma_chunk);
+    xfer_put_le32(buf + 52, 0);
 }
 
 xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
                                              xfer_verbs_wire_ep_addr_t *a, char *why,
                                              size_t why_size)
 {
+    /* the version first: another version may have another length */
+    if ((len >= 4) && (xfer_get_le16(buf) == XFER_VERBS_WIRE_MAGIC) &&
+        (buf[2] != XFER_VERBS_WIRE_VERSION)) {
+        snprintf(why, why_size, "the peer speaks verbs wire version %u, this side %u", buf[2],
+                 XFER_VERBS_WIRE_VERSION);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    if (len == XFER_VERBS_WIRE_EP_ADDR_V4_LEN) {
+        snprintf(why, why_size, "endpoint address of %zu bytes: the peer speaks verbs wire "
+                 "version 4 or earlier, this side %u", len, XFER_VERBS_WIRE_VERSION);
+        return XFER_ERR_UNSUPPORTED;
+    }
     if (len != XFER_VERBS_WIRE_EP_ADDR_LEN) {
         snprintf(why, why_size, "endpoint address of %zu bytes, expected %u", len,
                  XFER_VERBS_WIRE_EP_ADDR_LEN);
         return XFER_ERR_PROTOCOL;
     }
-    a->qpn           = xfer_get_le32(buf);
-    a->psn           = xfer_get_le32(buf + 4);
-    a->rx_slots      = xfer_get_le32(buf + 8);
-    a->seg_size      = xfer_get_le32(buf + 12);
-    a->max_msg_size  = xfer_get_le64(buf + 16);
-    a->max_key_len   = xfer_get_le32(buf + 24);
-    a->max_rd_atomic = xfer_get_le32(buf + 28);
-    a->ka_addr       = xfer_get_le64(buf + 32);
-    a->ka_rkey       = xfer_get_le32(buf + 40);
+    if ((xfer_get_le16(buf) != XFER_VERBS_WIRE_MAGIC) || (buf[3] != 0) ||
+        (xfer_get_le32(buf + 52) != 0)) {
+        snprintf(why, why_size, "endpoint address: bad magic 0x%04x or reserved bytes not 0",
+                 xfer_get_le16(buf));
+        return XFER_ERR_PROTOCOL;
+    }
+    a->qpn           = xfer_get_le32(buf + 4);
+    a->psn           = xfer_get_le32(buf + 8);
+    a->rx_slots      = xfer_get_le32(buf + 12);
+    a->seg_size      = xfer_get_le32(buf + 16);
+    a->max_key_len   = xfer_get_le32(buf + 20);
+    a->max_msg_size  = xfer_get_le64(buf + 24);
+    a->max_rd_atomic = xfer_get_le32(buf + 32);
+    a->ka_rkey       = xfer_get_le32(buf + 36);
+    a->ka_addr       = xfer_get_le64(buf + 40);
+    a->rdma_chunk    = xfer_get_le32(buf + 48);
     if ((a->qpn == 0) || (a->qpn > 0xffffff) || (a->psn > 0xffffff) || (a->rx_slots < 8) ||
         (a->rx_slots > 65536) || (a->seg_size < 256) || (a->seg_size > (1u << 20)) ||
-        (a->max_rd_atomic == 0) || (a->max_msg_size == 0)) {
+        (a->max_rd_atomic == 0) || (a->max_msg_size == 0) || (a->rdma_chunk == 0)) {
         snprintf(why, why_size, "endpoint address out of range: qpn 0x%" PRIx32 " psn 0x%"
-                 PRIx32 " slots %" PRIu32 " segment %" PRIu32 " rd_atomic %" PRIu32, a->qpn,
-                 a->psn, a->rx_slots, a->seg_size, a->max_rd_atomic);
+                 PRIx32 " slots %" PRIu32 " segment %" PRIu32 " rd_atomic %" PRIu32
+                 " max_msg_size %" PRIu64 " rdma_chunk %" PRIu32, a->qpn, a->psn, a->rx_slots,
+                 a->seg_size, a->max_rd_atomic, a->max_msg_size, a->rdma_chunk);
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;

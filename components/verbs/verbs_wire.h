@@ -52,10 +52,12 @@
 #include <stdint.h>
 
 #define XFER_VERBS_WIRE_MAGIC    0x5856u
-#define XFER_VERBS_WIRE_VERSION  4u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
+#define XFER_VERBS_WIRE_VERSION  5u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
                                          * 3: a 16-byte header for eager TAG messages;
                                          * 4: a 24-byte header and compact metadata for
-                                         *    TENSOR_REQUEST */
+                                         *    TENSOR_REQUEST;
+                                         * 5: the endpoint address carries magic, version
+                                         *    and the RDMA chunk size */
 #define XFER_VERBS_WIRE_HDR_LEN  40u     /* the header of every type but TAG, TENSOR_REQUEST */
 #define XFER_VERBS_WIRE_TAG_HDR_LEN 16u  /* an eager TAG message's header */
 #define XFER_VERBS_WIRE_TREQ_HDR_LEN 24u /* a TENSOR_REQUEST's header */
@@ -90,9 +92,24 @@ typedef struct xfer_verbs_wire_rts {
 } xfer_verbs_wire_rts_t;
 
 /* What each side learns from the other's iface address (from HELLO) and endpoint address
- * (from CONNECT). */
+ * (from CONNECT).
+ *
+ * The endpoint address (56 bytes) starts with the magic and the wire version, so that a peer
+ * of another version is refused when the endpoints connect, before any message:
+ *
+ *   0  u16 magic 0x5856   2 u8 version   3 u8 reserved (0)
+ *   4  u32 qpn            8 u32 psn     12 u32 rx_slots      16 u32 seg_size
+ *  20  u32 max_key_len   24 u64 max_msg_size                 32 u32 max_rd_atomic
+ *  36  u32 ka_rkey       40 u64 ka_addr
+ *  48  u32 rdma_chunk    52 u32 reserved (0)
+ *
+ * rdma_chunk is the length of every RDMA WRITE this side posts but a transfer's last: a
+ * tensor's write with immediate rides on that last chunk, whose length - all the consumer's
+ * completion reports - follows from the tensor's size (xfer_verbs_wire_last_chunk). (Up to
+ * version 4 the address was 48 bytes, without magic, version or chunk size.) */
 #define XFER_VERBS_WIRE_IFACE_ADDR_LEN 32u
-#define XFER_VERBS_WIRE_EP_ADDR_LEN    48u
+#define XFER_VERBS_WIRE_EP_ADDR_LEN    56u
+#define XFER_VERBS_WIRE_EP_ADDR_V4_LEN 48u  /* a peer of version 4 or earlier */
 
 typedef struct xfer_verbs_wire_iface_addr {
     uint8_t  gid[16];
@@ -115,8 +132,16 @@ typedef struct xfer_verbs_wire_ep_addr {
     uint32_t max_rd_atomic;  /* reads the responder serves at once */
     uint64_t ka_addr;        /* keepalive word: a peer RDMA-writes it to probe the channel */
     uint32_t ka_rkey;
-    uint32_t reserved;
+    uint32_t rdma_chunk;     /* bytes of each RDMA WRITE but a transfer's last (not 0) */
 } xfer_verbs_wire_ep_addr_t;
+
+/* The length of the last of the RDMA WRITEs that carry len bytes in chunks of chunk bytes
+ * (chunk > 0): the rest after the full chunks, a full chunk when nothing is left, and 0 for
+ * len 0 (a write of only the immediate). The length a tensor write's completion must report. */
+static inline uint64_t xfer_verbs_wire_last_chunk(uint64_t len, uint32_t chunk)
+{
+    return (len == 0) ? 0 : ((len - 1) % chunk) + 1;
+}
 
 /* The header's length for a message of this type. */
 static inline size_t xfer_verbs_wire_hdr_len(unsigned type)
@@ -148,6 +173,9 @@ void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint
 xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
                                                 xfer_verbs_wire_iface_addr_t *a);
 void xfer_verbs_wire_pack_ep_addr(const xfer_verbs_wire_ep_addr_t *a, uint8_t *buf);
+/* XFER_ERR_UNSUPPORTED (why says so) for a peer of another wire version - one whose address
+ * has this magic and another version, or the 48 bytes of version 4 and earlier;
+ * XFER_ERR_PROTOCOL for anything else that does not hold. */
 xfer_status_t xfer_verbs_wire_unpack_ep_addr(const uint8_t *buf, size_t len,
                                              xfer_verbs_wire_ep_addr_t *a, char *why,
                                              size_t why_size);

@@ -32,7 +32,8 @@ static void check_same_ep_addr(const xfer_verbs_wire_ep_addr_t *a,
     FUZZ_CHECK((a->qpn == b->qpn) && (a->psn == b->psn) && (a->rx_slots == b->rx_slots) &&
                (a->seg_size == b->seg_size) && (a->max_msg_size == b->max_msg_size) &&
                (a->max_key_len == b->max_key_len) && (a->max_rd_atomic == b->max_rd_atomic) &&
-               (a->ka_addr == b->ka_addr) && (a->ka_rkey == b->ka_rkey),
+               (a->ka_addr == b->ka_addr) && (a->ka_rkey == b->ka_rkey) &&
+               (a->rdma_chunk == b->rdma_chunk),
                "endpoint address changed");
 }
 
@@ -185,6 +186,7 @@ static void round_trip_values(const uint8_t *data, size_t size)
     ea.max_rd_atomic = (uint32_t)fuzz_take(&c, 1);
     ea.ka_addr       = fuzz_take(&c, 8);
     ea.ka_rkey       = (uint32_t)fuzz_take(&c, 4);
+    ea.rdma_chunk    = (uint32_t)fuzz_take(&c, 4);
     xfer_verbs_wire_pack_ep_addr(&ea, buf);
     if (xfer_verbs_wire_unpack_ep_addr(buf, XFER_VERBS_WIRE_EP_ADDR_LEN, &ea2, why,
                                        sizeof(why)) == XFER_OK) {

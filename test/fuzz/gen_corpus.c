@@ -487,6 +487,7 @@ static void gen_verbs(void)
     ea.max_rd_atomic = 16;
     ea.ka_addr       = 0x7f0000005000ull;
     ea.ka_rkey       = 0x55;
+    ea.rdma_chunk    = 1 << 30;
     xfer_verbs_wire_pack_ep_addr(&ea, room(XFER_VERBS_WIRE_EP_ADDR_LEN));
     save("verbs_wire", "ep_addr");
     xfer_verbs_wire_pack_rkey(&k, room(XFER_VERBS_WIRE_RKEY_LEN));
