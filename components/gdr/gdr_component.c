@@ -2,7 +2,8 @@
  * The gdr component: GPUDirect RDMA, i.e. verbs moving CUDA device memory. It needs both a
  * CUDA GPU and an RDMA device. The CUDA driver (libcuda.so.1) is loaded at run time with
  * dlopen so that this component, and every machine without a GPU, still loads and reports
- * exactly what is missing. The data path arrives with a later issue; no capability is claimed.
+ * exactly what is missing. It has no data path yet, so it claims no capability: selection
+ * never picks it, and xfer_info shows the GPUs and RDMA ports it found.
  */
 #include "config.h"
 
@@ -187,7 +188,7 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 
     if ((gpus > 0) && (rdma_why[0] == '\0')) {
         attr->available     = 1;
-        attr->caps          = 0; /* the GPU data path arrives with a later issue */
+        attr->caps          = 0; /* no data path: nothing to select it for */
         attr->latency_us    = 5.0;
         attr->bandwidth_mbs = best_mbs;
         return XFER_OK;
