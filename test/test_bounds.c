@@ -77,7 +77,8 @@ static void expect_peak_within(long baseline_kb, uint64_t bound, const char *wha
         return;
     }
     grown_kb = status_kb("VmHWM") - baseline_kb;
-
+    cr_log_info("%s: peak memory grew by %ld KiB, the bound is %llu KiB", what, grown_kb,
+                (unsigned long long)(bound / 1024));
     cr_expect_lt((uint64_t)grown_kb * 1024, bound, "%s: this process grew by %ld MiB, the "
                  "bound allows %llu MiB", what, grown_kb / 1024,
                  (unsigned long long)(bound / MIB));
