@@ -6,7 +6,7 @@
 #ifndef XFERTEST_BOOTSTRAP_FIXTURE_H
 #define XFERTEST_BOOTSTRAP_FIXTURE_H
 
-#include <xfer.h>
+#include <xfer/xfer.h>
 
 #include <sys/types.h>
 
