@@ -3,6 +3,7 @@
  * the introspection calls of xfer/info.h.
  */
 #include "xfer_int.h"
+#include "cuda_driver.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -59,6 +60,11 @@ static const xfer_param_desc_t fw_params[] = {
      "with XFER_ERR_TIMEOUT (its fetch fails with that status). Steps aborted long ago, which "
      "this side no longer remembers, end this way too.",
      offsetof(xfer_fw_config_t, tensor_request_timeout), 0.001, 7 * 86400, NULL},
+    {"CUDA_LIB", XFER_PARAM_STRING, "libcuda.so.1",
+     "The CUDA driver library, loaded with dlopen on the first registration of CUDA memory "
+     "(never before, so that a process without device memory does not initialise CUDA). The "
+     "first context of a process chooses it.",
+     offsetof(xfer_fw_config_t, cuda_lib), 0, 0, NULL},
     {NULL}
 };
 
@@ -201,6 +207,7 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
     /* The params' config struct is the framework config. */
     ctx->fw_config = *(xfer_fw_config_t*)ctx->fw_params.config;
     xfer_log_set_level((xfer_log_level_t)ctx->fw_config.log_level);
+    xfer_cuda_lib_set(ctx->fw_config.cuda_lib);
     if ((flags & XFER_CONTEXT_FLAG_SERIALIZED) &&
         (ctx->fw_config.progress_thread || (flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD))) {
         xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "XFER_CONTEXT_FLAG_SERIALIZED with a progress "

@@ -10,8 +10,13 @@
  *
  * (big-endian). Unpacking checks every length, that the owner is the endpoint's peer and that
  * the endpoint's transport has a blob, before the component sees its part.
+ *
+ * Before any transport sees a buffer, its type is found (mem_type.c) and checked against the
+ * one the caller gave; the registration keeps what was found (for CUDA memory the device,
+ * context, buffer id and allocation) and hands it to transports that take it.
  */
 #include "xfer_int.h"
+#include "cuda_driver.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +45,97 @@ static void mem_dereg_all(xfer_mem_t *mem)
     free(mem);
 }
 
+static const char *mem_type_name(xfer_mem_type_t type)
+{
+    switch (type) {
+    case XFER_MEM_HOST: return "XFER_MEM_HOST";
+    case XFER_MEM_CUDA: return "XFER_MEM_CUDA";
+    default:            return "XFER_MEM_AUTO";
+    }
+}
+
+/* Find what the range is and check it against what the caller said; attr_p gets the type
+ * resolved. Only a registration that says CUDA loads and initialises the driver. */
+static xfer_status_t mem_resolve(void *addr, size_t length, xfer_mem_type_t type,
+                                 xfer_mem_attr_t *attr_p)
+{
+    char why[XFER_REASON_MAX];
+    xfer_mem_attr_t attr;
+    xfer_status_t status;
+
+    if (type == XFER_MEM_CUDA) {
+        status = xfer_cuda_init(why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as "
+                     "XFER_MEM_CUDA: %s", length, addr, why);
+            return status;
+        }
+    }
+    status = xfer_mem_detect(addr, length, &attr, why, sizeof(why));
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as %s: %s",
+                 length, addr, mem_type_name(type), why);
+        return status;
+    }
+    if ((type != XFER_MEM_AUTO) && (type != attr.type)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as %s: it is %s "
+                 "(%s); register it as %s or XFER_MEM_AUTO", length, addr, mem_type_name(type),
+                 (attr.type == XFER_MEM_CUDA) ? "CUDA device memory" : "host memory", attr.how,
+                 mem_type_name(attr.type));
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (attr.type == XFER_MEM_CUDA) {
+        status = xfer_cuda_sync_memops(&attr, why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p: %s", length,
+                     addr, why);
+            return status;
+        }
+    }
+    xfer_log(XFER_LOG_DEBUG, MEM_SUBSYS, "%zu bytes at %p are %s: %s", length, addr,
+             mem_type_name(attr.type), attr.how);
+    *attr_p = attr;
+    return XFER_OK;
+}
+
+/* CUDA memory goes only to transports that move it; with none open it is refused. */
+static xfer_status_t mem_check_cuda_ifaces(xfer_context_t *ctx, const xfer_mem_attr_t *attr)
+{
+    unsigned cuda_ifaces = 0;
+
+    if (attr->type != XFER_MEM_CUDA) {
+        return XFER_OK;
+    }
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        cuda_ifaces += !!(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
+    }
+    if (cuda_ifaces == 0) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register CUDA memory (%s): no open "
+                 "transport moves CUDA memory (xfer_info -s says why)", attr->how);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    return XFER_OK;
+}
+
+static xfer_status_t mem_reg_iface(xfer_fw_iface_t *fi, xfer_mem_t *mem, xfer_memh_h *memh_p)
+{
+    xfer_mem_reg_params_t params;
+
+    if (fi->comp->mem_reg_params == NULL) {
+        return fi->comp->mem_reg(fi->iface, mem->addr, mem->length, mem->attr.type, memh_p);
+    }
+    params.size   = sizeof(params);
+    params.addr   = mem->addr;
+    params.length = mem->length;
+    params.attr   = &mem->attr;
+    return fi->comp->mem_reg_params(fi->iface, &params, memh_p);
+}
+
 xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
                                 xfer_mem_type_t type, xfer_mem_t **mem_p)
 {
     xfer_status_t status = XFER_OK;
+    xfer_mem_attr_t attr;
     xfer_mem_t *mem;
 
     if ((ctx == NULL) || (addr == NULL) || (length == 0) || (mem_p == NULL)) {
@@ -51,10 +143,14 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
                  (length == 0) ? "length is 0" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((type != XFER_MEM_HOST) && (type != XFER_MEM_CUDA)) {
+    if ((type != XFER_MEM_HOST) && (type != XFER_MEM_CUDA) && (type != XFER_MEM_AUTO)) {
         xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_register: unknown memory type %d",
                  (int)type);
         return XFER_ERR_INVALID_PARAM;
+    }
+    status = mem_resolve(addr, length, type, &attr);
+    if (status != XFER_OK) {
+        return status;
     }
     mem = calloc(1, sizeof(*mem));
     if (mem == NULL) {
@@ -63,45 +159,31 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
     xfer_ctx_lock(ctx);
     status = xfer_api_check(ctx, "xfer_mem_register", 1);
     if (status != XFER_OK) {
-        xfer_ctx_unlock(ctx);
-        free(mem);
-        return status;
+        goto err_unlock;
+    }
+    status = mem_check_cuda_ifaces(ctx, &attr);
+    if (status != XFER_OK) {
+        goto err_unlock;
     }
     mem->memh = calloc(ctx->num_ifaces + 1, sizeof(*mem->memh));
     if (mem->memh == NULL) {
-        xfer_ctx_unlock(ctx);
-        free(mem);
-        return XFER_ERR_NO_MEMORY;
+        status = XFER_ERR_NO_MEMORY;
+        goto err_unlock;
     }
     mem->ctx    = ctx;
     mem->addr   = addr;
     mem->length = length;
-    mem->type   = type;
-    if (type == XFER_MEM_CUDA) {
-        unsigned cuda_ifaces = 0;
-
-        for (unsigned i = 0; i < ctx->num_ifaces; i++) {
-            cuda_ifaces += !!(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
-        }
-        if (cuda_ifaces == 0) {
-            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register CUDA memory: no open "
-                     "transport moves CUDA memory (xfer_info -s says why)");
-            free(mem->memh);
-            free(mem);
-            xfer_ctx_unlock(ctx);
-            return XFER_ERR_UNSUPPORTED;
-        }
-    }
+    mem->attr   = attr;
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         xfer_fw_iface_t *fi = &ctx->ifaces[i];
 
-        if (fi->comp->mem_reg == NULL) {
+        if ((fi->comp->mem_reg == NULL) && (fi->comp->mem_reg_params == NULL)) {
             continue;
         }
-        if ((type == XFER_MEM_CUDA) && !(fi->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
+        if ((attr.type == XFER_MEM_CUDA) && !(fi->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
             continue;
         }
-        status = fi->comp->mem_reg(fi->iface, addr, length, type, &mem->memh[i]);
+        status = mem_reg_iface(fi, mem, &mem->memh[i]);
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
                      fi->entry->name, length, addr, xfer_status_string(status));
@@ -115,6 +197,11 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
     xfer_ctx_unlock(ctx);
     *mem_p = mem;
     return XFER_OK;
+
+err_unlock:
+    xfer_ctx_unlock(ctx);
+    free(mem);
+    return status;
 }
 
 xfer_status_t xfer_mem_deregister(xfer_mem_t *mem)
@@ -161,6 +248,11 @@ void *xfer_mem_address(const xfer_mem_t *mem)
 size_t xfer_mem_length(const xfer_mem_t *mem)
 {
     return mem ? mem->length : 0;
+}
+
+xfer_mem_type_t xfer_mem_type(const xfer_mem_t *mem)
+{
+    return mem ? mem->attr.type : XFER_MEM_HOST;
 }
 
 /* ---- packing ---- */

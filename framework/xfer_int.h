@@ -74,6 +74,7 @@ typedef struct xfer_fw_config {
     double      close_timeout;      /* XFER_CLOSE_TIMEOUT, seconds */
     uint64_t    tensor_max_requests;    /* XFER_TENSOR_MAX_REQUESTS, per peer */
     double      tensor_request_timeout; /* XFER_TENSOR_REQUEST_TIMEOUT, seconds */
+    const char  *cuda_lib;          /* XFER_CUDA_LIB */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -176,7 +177,7 @@ struct xfer_mem {
     ucs_list_link_t     list;
     void                *addr;
     size_t              length;
-    xfer_mem_type_t     type;
+    xfer_mem_attr_t     attr;           /* what the memory was found to be (mem_type.c) */
     unsigned            busy;           /* outstanding operations using it */
     xfer_memh_h         *memh;          /* per ctx->ifaces[i] */
 };

@@ -201,6 +201,31 @@ typedef struct xfer_fetch_args {
     xfer_tensor_t *result;          /* the component fills it before completing with XFER_OK */
 } xfer_fetch_args_t;
 
+/* ---- memory attributes ---------------------------------------------------------------------- */
+
+/*
+ * What a buffer is, as xfer_mem_detect() finds it. CUDA device memory carries the identity of
+ * its allocation: a buffer freed and allocated again at the same address gets another
+ * buffer_id, so a cache keyed by address must compare it before reusing a registration.
+ */
+typedef struct xfer_mem_attr {
+    xfer_mem_type_t type;           /* XFER_MEM_HOST or XFER_MEM_CUDA, never AUTO */
+    int             cuda_device;    /* device ordinal; -1 for host memory */
+    void            *cuda_context;  /* CUcontext of the allocation; NULL for host memory */
+    uint64_t        cuda_buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID; 0 for host memory */
+    uint64_t        alloc_base;     /* CUDA: the allocation holding the range; host: 0 */
+    uint64_t        alloc_length;
+    char            how[96];        /* how the type was found, for log lines */
+} xfer_mem_attr_t;
+
+/* What the framework hands mem_reg_params(). */
+typedef struct xfer_mem_reg_params {
+    uint32_t              size;     /* sizeof(xfer_mem_reg_params_t) of the caller's build */
+    void                  *addr;
+    size_t                length;
+    const xfer_mem_attr_t *attr;    /* type resolved (never AUTO); valid during the call */
+} xfer_mem_reg_params_t;
+
 /* ---- the component struct, ABI v1 ----------------------------------------------------------- */
 
 typedef struct xfer_component_v1 {
@@ -283,6 +308,12 @@ typedef struct xfer_component_v1 {
      * called), XFER_INPROGRESS, or an error. A failure of ep completes comp with its status,
      * ep_destroy with XFER_ERR_CANCELED. NULL: flushing completes at once. */
     xfer_status_t (*ep_flush)(xfer_ep_h ep, xfer_comp_t *comp);
+
+    /* Register memory with what the framework found out about it (xfer_mem_reg_params_t:
+     * its type, and for CUDA memory the device, context, buffer id and allocation). When set,
+     * the framework calls it instead of mem_reg; NULL: mem_reg is called. */
+    xfer_status_t (*mem_reg_params)(xfer_iface_h iface, const struct xfer_mem_reg_params *params,
+                                    xfer_memh_h *memh_p);
 } xfer_component_v1_t;
 
 /*
@@ -325,6 +356,86 @@ XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, con
 XFER_API xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, const int64_t *dims,
                                               uint64_t size, int is_dead, char *why,
                                               size_t why_size);
+
+/* ---- CUDA driver ---------------------------------------------------------------------------- */
+
+/*
+ * The CUDA driver API, loaded by libxfer with dlopen (XFER_CUDA_LIB, default libcuda.so.1) in
+ * one place for the framework and every component, so that nothing links against CUDA and a
+ * host without a GPU runs everything else. The types are the driver's own in plain C: CUresult
+ * and CUdevice are int, CUdeviceptr is unsigned long long, CUcontext, CUstream and CUevent
+ * are pointers. Entries resolve to the symbols cuda.h maps the names to (cuMemAlloc_v2...).
+ * The table grows at its end; size says how far a build's table goes.
+ */
+typedef unsigned long long xfer_cu_ptr_t;
+
+typedef struct xfer_cuda_driver {
+    uint32_t    size;               /* sizeof(xfer_cuda_driver_t) of libxfer's build */
+    int         version;            /* cuDriverGetVersion(): 1000 * major + 10 * minor */
+    const char  *library;           /* the file that was loaded */
+    int (*init)(unsigned flags);
+    int (*driver_get_version)(int *version);
+    int (*get_error_name)(int result, const char **name);
+    int (*get_error_string)(int result, const char **text);
+    int (*device_get_count)(int *count);
+    int (*device_get)(int *device, int ordinal);
+    int (*device_get_name)(char *name, int len, int device);
+    int (*device_get_pci_bus_id)(char *bus_id, int len, int device);
+    int (*device_get_attribute)(int *value, int attribute, int device);
+    int (*device_primary_ctx_retain)(void **cu_ctx, int device);
+    int (*device_primary_ctx_release)(int device);
+    int (*ctx_get_current)(void **cu_ctx);
+    int (*ctx_set_current)(void *cu_ctx);
+    int (*pointer_get_attributes)(unsigned num, int *attributes, void **data, xfer_cu_ptr_t ptr);
+    int (*pointer_set_attribute)(const void *value, int attribute, xfer_cu_ptr_t ptr);
+    int (*mem_get_address_range)(xfer_cu_ptr_t *base, size_t *size, xfer_cu_ptr_t ptr);
+    int (*mem_alloc)(xfer_cu_ptr_t *ptr, size_t size);
+    int (*mem_free)(xfer_cu_ptr_t ptr);
+    int (*mem_host_alloc)(void **ptr, size_t size, unsigned flags);
+    int (*mem_free_host)(void *ptr);
+    int (*memcpy_htod)(xfer_cu_ptr_t dst, const void *src, size_t size);
+    int (*memcpy_dtoh)(void *dst, xfer_cu_ptr_t src, size_t size);
+    int (*memcpy_async)(xfer_cu_ptr_t dst, xfer_cu_ptr_t src, size_t size, void *stream);
+    int (*memcpy_htod_async)(xfer_cu_ptr_t dst, const void *src, size_t size, void *stream);
+    int (*memcpy_dtoh_async)(void *dst, xfer_cu_ptr_t src, size_t size, void *stream);
+    int (*stream_create)(void **stream, unsigned flags);
+    int (*stream_destroy)(void *stream);
+    int (*stream_synchronize)(void *stream);
+    int (*event_create)(void **event, unsigned flags);
+    int (*event_record)(void *event, void *stream);
+    int (*event_query)(void *event);
+    int (*event_destroy)(void *event);
+    /* NULL with a driver older than CUDA 11.7 (no DMA-BUF export). */
+    int (*mem_get_handle_for_address_range)(void *handle, xfer_cu_ptr_t ptr, size_t size,
+                                            int handle_type, unsigned long long flags);
+} xfer_cuda_driver_t;
+
+/* The driver table, loading the library on the first call; cuInit is not called (see
+ * xfer_cuda_init). NULL with why filled when the library cannot be loaded or lacks an entry
+ * point (too old). Safe from any thread. */
+XFER_API const xfer_cuda_driver_t *xfer_cuda_driver(char *why, size_t why_size);
+
+/* cuInit(0), once per process, for code about to use device memory. XFER_ERR_UNAVAILABLE with
+ * why filled when the driver cannot be loaded or initialised. */
+XFER_API xfer_status_t xfer_cuda_init(char *why, size_t why_size);
+
+/* The driver's state without loading it, one line: not loaded yet, loaded (version), or why
+ * loading failed. For query() and xfer_info, which must not load or initialise CUDA. */
+XFER_API void xfer_cuda_describe(char *buf, size_t size);
+
+/* A driver result as "NAME: text" (e.g. "CUDA_ERROR_NO_DEVICE: no CUDA-capable device is
+ * detected"), into buf. */
+XFER_API const char *xfer_cuda_result_string(int result, char *buf, size_t size);
+
+/*
+ * Find what [addr, addr + length) is, without loading or initialising CUDA: when the driver
+ * is not loaded in this process, or loaded but not initialised, no device memory exists and
+ * the range is host memory. Otherwise the driver is asked (cuPointerGetAttributes) about both
+ * ends. XFER_ERR_INVALID_PARAM with why filled when the range is not one kind of memory: it
+ * runs past the end of its CUDA allocation, or starts in host and ends in device memory.
+ */
+XFER_API xfer_status_t xfer_mem_detect(const void *addr, size_t length, xfer_mem_attr_t *attr_p,
+                                       char *why, size_t why_size);
 
 #ifdef __cplusplus
 }

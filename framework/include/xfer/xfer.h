@@ -157,9 +157,20 @@ XFER_API unsigned xfer_progress(xfer_context_t *ctx);
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
+/*
+ * What a registered buffer is. The type is checked: host memory registered as XFER_MEM_CUDA,
+ * or CUDA device memory as XFER_MEM_HOST, is refused (XFER_ERR_INVALID_PARAM, the log says
+ * what the memory is). XFER_MEM_AUTO finds out; xfer_mem_type() says what it found. Checking
+ * host memory neither loads nor initialises CUDA: a process in which CUDA is not initialised
+ * has no device memory. XFER_MEM_CUDA loads the driver (XFER_CUDA_LIB, default libcuda.so.1)
+ * and initialises it; without one it fails with XFER_ERR_UNAVAILABLE, naming the library and
+ * why. CUDA memory is registered only when an open transport moves it (XFER_CAP_MEM_CUDA;
+ * xfer_info -s says which). The range must lie in one CUDA allocation.
+ */
 typedef enum {
-    XFER_MEM_HOST = 0,
-    XFER_MEM_CUDA = 1,      /* with a transport that has XFER_CAP_MEM_CUDA (a later release) */
+    XFER_MEM_HOST = 0,      /* CPU-addressable: malloc, mmap, pinned, CUDA managed memory */
+    XFER_MEM_CUDA = 1,      /* CUDA device memory (cuMemAlloc, cudaMalloc) */
+    XFER_MEM_AUTO = 2,      /* whichever of the two the range is */
 } xfer_mem_type_t;
 
 typedef struct xfer_mem  xfer_mem_t;    /* a registered local buffer */
@@ -172,6 +183,8 @@ XFER_API xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t
 XFER_API xfer_status_t xfer_mem_deregister(xfer_mem_t *mem);
 XFER_API void  *xfer_mem_address(const xfer_mem_t *mem);
 XFER_API size_t xfer_mem_length(const xfer_mem_t *mem);
+/* XFER_MEM_HOST or XFER_MEM_CUDA: what the buffer was found to be (never XFER_MEM_AUTO). */
+XFER_API xfer_mem_type_t xfer_mem_type(const xfer_mem_t *mem);
 
 /*
  * Pack what a peer needs to put to and get from this buffer into a self-describing blob
