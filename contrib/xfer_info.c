@@ -62,13 +62,22 @@ static const char *state_name(xfer_component_state_t state)
 
 /* ---- text ------------------------------------------------------------------------------------ */
 
+/* The CUDA driver's state, told without loading it: xfer_info does not initialise CUDA, and
+ * gdr found its GPUs in sysfs. */
+static const char *cuda_line(char *buf, size_t size)
+{
+    xfer_cuda_describe(buf, size);
+    return buf;
+}
+
 static void text_components(const xfer_context_t *ctx)
 {
-    char caps[256];
+    char caps[256], cuda[XFER_REASON_MAX];
 
     printf("# xfer %d.%d, plug-in ABI v%u\n", XFER_VERSION_MAJOR, XFER_VERSION_MINOR,
            XFER_COMPONENT_ABI_V1);
     printf("# component search path: %s\n", xfer_component_search_path(ctx));
+    printf("# CUDA driver: %s\n", cuda_line(cuda, sizeof(cuda)));
     for (size_t i = 0; i < xfer_component_count(ctx); i++) {
         xfer_component_info_t info;
         const xfer_component_attr_t *attr;
@@ -352,6 +361,7 @@ static void json_errors(const char *errors)
 
 int main(int argc, char **argv)
 {
+    char cuda[XFER_REASON_MAX];
     static const struct option long_opts[] = {
         {"config", no_argument, NULL, 'c'},
         {"select", no_argument, NULL, 's'},
@@ -394,6 +404,7 @@ int main(int argc, char **argv)
         printf("{\"version\":\"%d.%d\",\"abi\":%u,", XFER_VERSION_MAJOR, XFER_VERSION_MINOR,
                XFER_COMPONENT_ABI_V1);
         json_kv("search_path", xfer_component_search_path(ctx), 1);
+        json_kv("cuda_driver", cuda_line(cuda, sizeof(cuda)), 1);
         if (opts.components) {
             json_components(ctx);
             sep = 1;

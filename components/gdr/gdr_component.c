@@ -1,172 +1,167 @@
 /*
  * The gdr component: GPUDirect RDMA, i.e. verbs moving CUDA device memory. It needs both a
- * CUDA GPU and an RDMA device. The CUDA driver (libcuda.so.1) is loaded at run time with
- * dlopen so that this component, and every machine without a GPU, still loads and reports
- * exactly what is missing. It has no data path yet, so it claims no capability: selection
- * never picks it, and xfer_info shows the GPUs and RDMA ports it found.
+ * CUDA GPU and an RDMA device. query() finds the GPUs without the CUDA driver: NVIDIA display
+ * and 3D controllers on the PCI bus (sysfs), the kernel driver's version from
+ * /proc/driver/nvidia/version and nvidia_peermem from /sys/module. It neither loads libcuda
+ * nor calls cuInit, so that a process which never touches device memory does not initialise
+ * CUDA (the framework loads the driver on the first registration of CUDA memory); what only
+ * the initialised driver knows, such as DMA-BUF support, is reported as unknown until then.
+ * It has no data path yet, so it claims no capability: selection never picks it, and
+ * xfer_info shows the GPUs and RDMA ports it found.
  */
 #include "config.h"
 
 #include "../verbs/verbs_devices.h"
 
-#include <cuda.h>
-#include <dlfcn.h>
-#include <ctype.h>
+#include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#define GDR_PCI_DIR       "/sys/bus/pci/devices"
+#define GDR_NVIDIA_VENDOR 0x10de
+#define GDR_PCI_CLASS_DISPLAY 0x03  /* base class: VGA, 3D and other display controllers */
+
 typedef struct xfer_gdr_config {
-    char *cuda_lib;     /* the driver library to dlopen */
     char *device;       /* RDMA device filter, as for verbs */
 } xfer_gdr_config_t;
 
 static const xfer_param_desc_t gdr_params[] = {
-    {"CUDA_LIB", XFER_PARAM_STRING, "libcuda.so.1",
-     "CUDA driver library loaded at run time.",
-     offsetof(xfer_gdr_config_t, cuda_lib), 0, 0, NULL},
     {"DEVICE", XFER_PARAM_STRING, "",
      "RDMA device and port for GPU memory, as 'dev' or 'dev:port'; empty means any active port.",
      offsetof(xfer_gdr_config_t, device), 0, 0, NULL},
     {NULL}
 };
 
-/* The few driver entry points query() needs, resolved with dlsym. */
-typedef struct cuda_driver {
-    void     *handle;
-    CUresult (*init)(unsigned int);
-    CUresult (*driver_version)(int*);
-    CUresult (*device_count)(int*);
-    CUresult (*device_get)(CUdevice*, int);
-    CUresult (*device_name)(char*, int, CUdevice);
-    CUresult (*device_pci_bus_id)(char*, int, CUdevice);
-    CUresult (*device_attribute)(int*, CUdevice_attribute, CUdevice);
-    CUresult (*error_name)(CUresult, const char**);
-} cuda_driver_t;
-
-static int cuda_driver_load(const char *lib, cuda_driver_t *drv, char *why, size_t size)
+/* One hexadecimal or decimal number from a sysfs file; -1 when it cannot be read. */
+static long sysfs_long(const char *dir, const char *file)
 {
-    const char *err;
-
-    memset(drv, 0, sizeof(*drv));
-    dlerror();
-    drv->handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (drv->handle == NULL) {
-        err = dlerror();
-        if ((err != NULL) && (strstr(err, "No such file") != NULL)) {
-            xfer_reason_set(why, size, "%s not found (no NVIDIA driver on this host)", lib);
-        } else {
-            xfer_reason_set(why, size, "cannot load %s: %s", lib, err ? err : "unknown error");
-        }
-        return 0;
-    }
-#define RESOLVE(_field, _sym) \
-    if ((*(void**)&drv->_field = dlsym(drv->handle, _sym)) == NULL) { \
-        xfer_reason_set(why, size, "%s lacks %s (driver too old?)", lib, _sym); \
-        dlclose(drv->handle); \
-        drv->handle = NULL; \
-        return 0; \
-    }
-    RESOLVE(init, "cuInit");
-    RESOLVE(driver_version, "cuDriverGetVersion");
-    RESOLVE(device_count, "cuDeviceGetCount");
-    RESOLVE(device_get, "cuDeviceGet");
-    RESOLVE(device_name, "cuDeviceGetName");
-    RESOLVE(device_pci_bus_id, "cuDeviceGetPCIBusId");
-    RESOLVE(device_attribute, "cuDeviceGetAttribute");
-    RESOLVE(error_name, "cuGetErrorName");
-#undef RESOLVE
-    return 1;
-}
-
-static const char *cu_error(const cuda_driver_t *drv, CUresult res)
-{
-    const char *name = NULL;
-
-    if ((drv->error_name == NULL) || (drv->error_name(res, &name) != CUDA_SUCCESS) ||
-        (name == NULL)) {
-        return "unknown CUDA error";
-    }
-    return name;
-}
-
-static int pci_numa_node(const char *bus_id)
-{
-    char path[128], lower[32];
-    int node = -1;
+    char path[512];
+    long value = -1;
     FILE *f;
 
-    for (size_t i = 0; i + 1 < sizeof(lower); i++) {
-        lower[i] = (char)tolower((unsigned char)bus_id[i]);
-        if (bus_id[i] == '\0') {
-            break;
-        }
-    }
-    lower[sizeof(lower) - 1] = '\0';
-    snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", lower);
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
     f = fopen(path, "r");
     if (f != NULL) {
-        if (fscanf(f, "%d", &node) != 1) {
-            node = -1;
+        if (fscanf(f, "%li", &value) != 1) {
+            value = -1;
         }
         fclose(f);
     }
-    return node;
+    return value;
 }
 
-/* Describe the GPUs; returns how many there are, or -1 with why set. */
-static int describe_gpus(const xfer_gdr_config_t *cfg, xfer_component_attr_t *attr, char *why,
-                         size_t size)
+/* The kernel driver bound to a PCI device ("nvidia", "vfio-pci"), or "none". */
+static void pci_bound_driver(const char *dir, char *buf, size_t size)
 {
-    cuda_driver_t drv;
-    int count = 0, version = 0;
-    CUresult res;
+    char path[512], target[512];
+    const char *slash;
+    ssize_t len;
 
-    if (!cuda_driver_load(cfg->cuda_lib, &drv, why, size)) {
-        return -1;
+    xfer_reason_set(path, sizeof(path), "%s/driver", dir);
+    len = readlink(path, target, sizeof(target) - 1);
+    if (len <= 0) {
+        xfer_reason_set(buf, size, "none");
+        return;
     }
-    res = drv.init(0);
-    if (res != CUDA_SUCCESS) {
-        xfer_reason_set(why, size, "cuInit failed: %s", cu_error(&drv, res));
-        count = -1;
-        goto out;
-    }
-    drv.driver_version(&version);
-    res = drv.device_count(&count);
-    if ((res != CUDA_SUCCESS) || (count == 0)) {
-        xfer_reason_set(why, size, "no CUDA devices found (%s)",
-                        (res == CUDA_SUCCESS) ? "count is 0" : cu_error(&drv, res));
-        count = (res == CUDA_SUCCESS) ? 0 : -1;
-        goto out;
-    }
-    for (int i = 0; (i < count) && (attr->num_devices < XFER_DEVICE_MAX); i++) {
-        xfer_device_attr_t *dev = &attr->devices[attr->num_devices];
-        char name[96] = "", bus[32] = "";
-        int dmabuf = 0;
-        CUdevice cudev;
+    target[len] = '\0';
+    slash       = strrchr(target, '/');
+    xfer_reason_set(buf, size, "%s", (slash != NULL) ? slash + 1 : target);
+}
 
-        if (drv.device_get(&cudev, i) != CUDA_SUCCESS) {
+/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." -> "550.54.15". */
+static int nvidia_kernel_version(char *buf, size_t size)
+{
+    char line[512], *p, *end;
+    FILE *f = fopen("/proc/driver/nvidia/version", "r");
+    int found = 0;
+
+    if (f == NULL) {
+        return 0;
+    }
+    if ((fgets(line, sizeof(line), f) != NULL) &&
+        ((p = strstr(line, "Kernel Module")) != NULL)) {
+        p += strlen("Kernel Module");
+        p += strspn(p, " \t");
+        end = p + strcspn(p, " \t\n");
+        *end = '\0';
+        if (*p != '\0') {
+            snprintf(buf, size, "%s", p);
+            found = 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* The kernel's peer-memory client for NVIDIA GPUs (what ibv_reg_mr on device memory needs
+ * without DMA-BUF), as NCCL and UCX look for it. */
+static const char *peermem_state(void)
+{
+    static const char *const paths[] = {
+        "/sys/module/nvidia_peermem", "/sys/kernel/mm/memory_peers/nv_mem/version",
+        "/sys/module/nv_peer_mem",
+    };
+
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        if (access(paths[i], F_OK) == 0) {
+            return "loaded";
+        }
+    }
+    return "not loaded";
+}
+
+/* Describe the NVIDIA GPUs on the PCI bus; returns how many there are. */
+static int describe_gpus(xfer_component_attr_t *attr)
+{
+    char kver[64] = "", driver_line[XFER_REASON_MAX];
+    int have_kver = nvidia_kernel_version(kver, sizeof(kver));
+    struct dirent *de;
+    int count = 0;
+    DIR *dir;
+
+    xfer_cuda_describe(driver_line, sizeof(driver_line));
+    dir = opendir(GDR_PCI_DIR);
+    if (dir == NULL) {
+        return 0;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        char path[512], bound[64];
+        xfer_device_attr_t *dev;
+        long pci_class;
+
+        if (de->d_name[0] == '.') {
             continue;
         }
-        attr->num_devices++;
+        snprintf(path, sizeof(path), "%s/%s", GDR_PCI_DIR, de->d_name);
+        pci_class = sysfs_long(path, "class");
+        if ((sysfs_long(path, "vendor") != GDR_NVIDIA_VENDOR) || (pci_class < 0) ||
+            (((pci_class >> 16) & 0xff) != GDR_PCI_CLASS_DISPLAY)) {
+            continue;
+        }
+        count++;
+        if (attr->num_devices >= XFER_DEVICE_MAX) {
+            continue;
+        }
+        dev = &attr->devices[attr->num_devices++];
         memset(dev, 0, sizeof(*dev));
-        drv.device_name(name, sizeof(name), cudev);
-        drv.device_pci_bus_id(bus, sizeof(bus), cudev);
-        drv.device_attribute(&dmabuf, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, cudev);
-        snprintf(dev->name, sizeof(dev->name), "cuda%d", i);
+        snprintf(dev->name, sizeof(dev->name), "gpu%d", count - 1);
         snprintf(dev->kind, sizeof(dev->kind), "gpu");
-        dev->numa_node = pci_numa_node(bus);
-        xfer_device_attr_add(dev, "model", "%s", name);
-        xfer_device_attr_add(dev, "pci", "%s", bus);
-        xfer_device_attr_add(dev, "driver", "%d.%d", version / 1000, (version % 1000) / 10);
-        xfer_device_attr_add(dev, "dmabuf", "%s", dmabuf ? "yes" : "no");
-        xfer_device_attr_add(dev, "nvidia_peermem", "%s",
-                             (access("/sys/module/nvidia_peermem", F_OK) == 0) ? "loaded" :
-                             "not loaded");
+        dev->numa_node = (int)sysfs_long(path, "numa_node");
+        pci_bound_driver(path, bound, sizeof(bound));
+        xfer_device_attr_add(dev, "pci", "%s", de->d_name);
+        xfer_device_attr_add(dev, "pci_id", "%04lx:%04lx", (long)GDR_NVIDIA_VENDOR,
+                             sysfs_long(path, "device"));
+        xfer_device_attr_add(dev, "kernel_driver", "%s", bound);
+        xfer_device_attr_add(dev, "driver_version", "%s", have_kver ? kver :
+                             "unknown (/proc/driver/nvidia/version absent)");
+        xfer_device_attr_add(dev, "nvidia_peermem", "%s", peermem_state());
+        xfer_device_attr_add(dev, "dmabuf", "unknown until first use (needs cuInit)");
+        xfer_device_attr_add(dev, "cuda_driver", "%s", driver_line);
+        xfer_device_attr_add(dev, "found_by", "sysfs " GDR_PCI_DIR " (CUDA not initialised)");
     }
-out:
-    dlclose(drv.handle);
+    closedir(dir);
     return count;
 }
 
@@ -178,7 +173,15 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
     double best_mbs;
     int gpus;
 
-    gpus = describe_gpus(cfg, attr, gpu_why, sizeof(gpu_why));
+    gpus = describe_gpus(attr);
+    if (gpus == 0) {
+        char kver[64];
+
+        xfer_reason_set(gpu_why, sizeof(gpu_why), "no NVIDIA GPU on the PCI bus (%s, read "
+                        "without the CUDA driver)%s", GDR_PCI_DIR,
+                        nvidia_kernel_version(kver, sizeof(kver)) ? "" :
+                        ", no NVIDIA kernel driver");
+    }
     xfer_verbs_describe_ports(cfg->device, attr, &found, &active, &best_mbs);
     if (found == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no RDMA devices found");
