@@ -65,9 +65,12 @@ Test(info, lists_components_with_status)
         expect_contains(out, "# Component: verbs");
         expect_contains(out, "status:   unavailable: no RDMA devices found");
     }
+    /* xfer_info neither loads nor initialises CUDA; gdr finds GPUs in sysfs */
+    expect_contains(out, "# CUDA driver: libcuda.so.1 not loaded");
     if (!tu_host_has_cuda_driver()) {
         expect_contains(out, "# Component: gdr");
-        expect_contains(out, "unavailable: libcuda.so.1 not found");
+        expect_contains(out, "unavailable: no NVIDIA GPU on the PCI bus (/sys/bus/pci/devices, "
+                        "read without the CUDA driver)");
     }
     free(out);
 }
