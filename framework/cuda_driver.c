@@ -116,7 +116,7 @@ static void driver_load(void)
         err = dlerror();
         if ((err != NULL) && (strstr(err, "No such file") != NULL)) {
             xfer_reason_set(load_why, sizeof(load_why), "%s not found (no NVIDIA driver on this "
-                            "host; XFER_CUDA_LIB names another library)", cuda_lib);
+                            "host, or XFER_CUDA_LIB names a missing file)", cuda_lib);
         } else {
             xfer_reason_set(load_why, sizeof(load_why), "cannot load %s: %s", cuda_lib,
                             (err != NULL) ? err : "unknown error");
