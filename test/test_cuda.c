@@ -151,7 +151,7 @@ static int srv_auto(tp_side_t *s)
 
 Test(cuda, auto_host_memory_moves_by_put_and_tag_without_loading_the_driver)
 {
-    char *src = malloc(BUF_LEN), *msg = malloc(BUF_LEN), how[XFER_REASON_MAX];
+    char *src, *msg, how[XFER_REASON_MAX];
     xfer_mem_t *smem, *mmem, *hmem;
     xfer_rkey_t *rkey;
     xfer_request_t *req;
@@ -161,10 +161,13 @@ Test(cuda, auto_host_memory_moves_by_put_and_tag_without_loading_the_driver)
     size_t blob_len;
     void *blob;
 
+    tp_start(&peer, srv_auto, NULL);
+    /* allocated after the fork, so that the child does not inherit (and leak) them */
+    src = malloc(BUF_LEN);
+    msg = malloc(BUF_LEN);
     cr_assert((src != NULL) && (msg != NULL));
     tp_fill_pattern(src, BUF_LEN, 11);
     tp_fill_pattern(msg, BUF_LEN, 12);
-    tp_start(&peer, srv_auto, NULL);
     cr_assert_eq(xfer_mem_register(peer.ctx, src, BUF_LEN, XFER_MEM_AUTO, &smem), XFER_OK);
     cr_assert_eq(xfer_mem_register(peer.ctx, msg, BUF_LEN, XFER_MEM_AUTO, &mmem), XFER_OK);
     cr_assert_eq(xfer_mem_register(peer.ctx, msg, BUF_LEN, XFER_MEM_HOST, &hmem), XFER_OK);
