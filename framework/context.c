@@ -65,6 +65,16 @@ static const xfer_param_desc_t fw_params[] = {
      "(never before, so that a process without device memory does not initialise CUDA). The "
      "first context of a process chooses it.",
      offsetof(xfer_fw_config_t, cuda_lib), 0, 0, NULL},
+    {"STAGING_CHUNK", XFER_PARAM_SIZE, "4m",
+     "Bytes of one chunk of the staging pipeline, which moves device memory over a transport "
+     "that cannot touch it (put and get of CUDA memory over tcp, or verbs without GPUDirect) "
+     "through pinned host buffers of this size.",
+     offsetof(xfer_fw_config_t, staging_chunk), 1024, (double)(1ull << 30), NULL},
+    {"STAGING_DEPTH", XFER_PARAM_UINT, "4",
+     "Pinned host buffers of the staging pipeline: chunks in flight at once in a context "
+     "(the copy of one overlaps the transfer of another). Allocated and registered on the "
+     "first staged operation, released when the context is destroyed.",
+     offsetof(xfer_fw_config_t, staging_depth), 1, 256, NULL},
     {NULL}
 };
 

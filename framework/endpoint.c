@@ -6,6 +6,7 @@
  */
 #include "xfer_int.h"
 #include "clock.h"
+#include "staging.h"
 #include "wire/bootstrap_wire.h"
 
 #include <inttypes.h>
@@ -193,6 +194,9 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
 {
     endpoint_stats_print(ep);
     ucs_list_del(&ep->list);
+    if (ep->staged_ops > 0) {
+        xfer_staging_ep_destroy(ep);
+    }
     ep->fw_iface->comp->ep_destroy(ep->ep);
     free(ep);
 }
@@ -243,11 +247,23 @@ static void close_finish(xfer_endpoint_t *ep, xfer_status_t status)
     }
 }
 
+/* Ask the transport to flush what was posted; the close finishes when it has. */
+static void close_flush(xfer_endpoint_t *ep)
+{
+    xfer_status_t status;
+
+    ep->flush_deferred = 0;
+    ep->flush_comp.cb  = close_flush_cb;
+    status = ep->fw_iface->comp->ep_flush(ep->ep, &ep->flush_comp);
+    if (status != XFER_INPROGRESS) {
+        close_finish(ep, status);       /* XFER_OK: nothing was outstanding */
+    }
+}
+
 static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req)
 {
     xfer_context_t *ctx             = ep->ctx;
     const xfer_component_v1_t *comp = ep->fw_iface->comp;
-    xfer_status_t status;
 
     ep->closing   = 1;
     ep->close_req = req;
@@ -262,13 +278,13 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
         close_finish(ep, XFER_OK);
         return;
     }
-    ep->flush_comp.cb = close_flush_cb;
-    status = comp->ep_flush(ep->ep, &ep->flush_comp);
-    if (status != XFER_INPROGRESS) {
-        close_finish(ep, status);       /* XFER_OK: nothing was outstanding */
-        return;
-    }
     ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
+    if (ep->staged_ops > 0) {
+        /* staged puts and gets post their chunks still: flush after the last one */
+        ep->flush_deferred = 1;
+    } else {
+        close_flush(ep);
+    }
     xfer_wake_locked(ctx);
 }
 
@@ -280,6 +296,8 @@ void xfer_endpoints_closing_progress(xfer_context_t *ctx)
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
             close_finish(ep, ep->flush_status);
+        } else if (ep->flush_deferred && (ep->staged_ops == 0) && (ep->status == XFER_OK)) {
+            close_flush(ep);
         } else if (ep->status != XFER_OK) {
             close_finish(ep, ep->status);
         } else {
@@ -470,7 +488,8 @@ static xfer_status_t rma_check(xfer_endpoint_t *ep, const char *op, const void *
                  "(xfer_mem_register); got none", op);
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((mem->ctx != ep->ctx) || (mem->memh[ep->fw_iface->index] == NULL)) {
+    if ((mem->ctx != ep->ctx) ||
+        ((mem->memh[ep->fw_iface->index] == NULL) && !mem->staged)) {
         xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the memory was registered with another "
                  "context or is not registered with %s", op, ep->transport);
         return XFER_ERR_INVALID_PARAM;
@@ -527,6 +546,11 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
     }
     req->mem = mem;
     mem->busy++;
+    if (__builtin_expect(mem->memh[ep->fw_iface->index] == NULL, 0)) {
+        /* memory this transport cannot touch (rma_check let only staged memory through) */
+        status = xfer_staging_rma(ep, req, is_put, buf, length, mem, remote_addr, rkey);
+        return op_finish(ep->ctx, req, status, length, req_p);
+    }
     comp   = ep->fw_iface->comp;
     status = is_put ? comp->put(ep->ep, buf, length, mem->memh[ep->fw_iface->index],
                                 remote_addr, rkey->rkey, &req->comp) :
@@ -572,6 +596,29 @@ static xfer_status_t tag_mem_check(xfer_context_t *ctx, const char *op, const vo
     return XFER_OK;
 }
 
+/* Memory that transport fi (NULL: every tag transport of ctx) cannot touch is not staged for
+ * tags. */
+static xfer_status_t tag_mem_staged_check(const xfer_context_t *ctx, const char *op,
+                                          const xfer_mem_t *mem, const xfer_fw_iface_t *fi)
+{
+    if ((mem == NULL) || !mem->staged) {
+        return XFER_OK;
+    }
+    for (unsigned i = 0; (fi == NULL) && (i < ctx->num_ifaces); i++) {
+        if ((ctx->ifaces[i].comp->tag_recv != NULL) && (mem->memh[i] == NULL)) {
+            fi = &ctx->ifaces[i];
+        }
+    }
+    if ((fi != NULL) && (mem->memh[fi->index] == NULL)) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: %s memory cannot be sent or received by "
+                 "tag over %s, which cannot touch it; put and get stage it through host "
+                 "memory, tagged messages do not", op,
+                 (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "staged", fi->entry->name);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    return XFER_OK;
+}
+
 xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, size_t length,
                             xfer_mem_t *mem, xfer_request_cb_t cb, void *user_data,
                             xfer_request_t **req_p)
@@ -584,6 +631,9 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         return status;
     }
     status = tag_mem_check(ep->ctx, "xfer_tag_send", buf, length, mem);
+    if (status == XFER_OK) {
+        status = tag_mem_staged_check(ep->ctx, "xfer_tag_send", mem, ep->fw_iface);
+    }
     if (status != XFER_OK) {
         xfer_ctx_unlock(ep->ctx);
         return status;
@@ -643,6 +693,11 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: no open transport supports tags");
         xfer_ctx_unlock(ctx);
         return XFER_ERR_UNSUPPORTED;
+    }
+    status = tag_mem_staged_check(ctx, "xfer_tag_recv", mem, fi);
+    if (status != XFER_OK) {
+        xfer_ctx_unlock(ctx);
+        return status;
     }
     req = xfer_request_new(ctx, XFER_REQ_RECV, fi, cb, user_data);
     if (req == NULL) {

@@ -18,6 +18,7 @@
 #include "xfer_int.h"
 #include "cuda_driver.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,23 +99,37 @@ static xfer_status_t mem_resolve(void *addr, size_t length, xfer_mem_type_t type
     return XFER_OK;
 }
 
-/* CUDA memory goes only to transports that move it; with none open it is refused. */
-static xfer_status_t mem_check_cuda_ifaces(xfer_context_t *ctx, const xfer_mem_attr_t *attr)
+/* Memory a transport cannot touch (CUDA memory, where the transport lacks
+ * XFER_CAP_MEM_CUDA) is registered only with the transports that move it; the others stage
+ * puts and gets of it through host buffers (staging.c). It is refused when no open
+ * transport does either. */
+static xfer_status_t mem_check_staged_ifaces(xfer_context_t *ctx, const xfer_mem_attr_t *attr)
 {
-    unsigned cuda_ifaces = 0;
+    unsigned usable = 0;
 
-    if (attr->type != XFER_MEM_CUDA) {
-        return XFER_OK;
-    }
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
-        cuda_ifaces += !!(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
+        uint64_t caps = ctx->ifaces[i].entry->attr.caps;
+
+        usable += ((caps & XFER_CAP_MEM_CUDA) && (attr->type == XFER_MEM_CUDA)) ||
+                  (caps & (XFER_CAP_PUT | XFER_CAP_GET));
     }
-    if (cuda_ifaces == 0) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register CUDA memory (%s): no open "
-                 "transport moves CUDA memory (xfer_info -s says why)", attr->how);
+    if (usable == 0) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %s memory (%s): no open "
+                 "transport moves it or has put/get to stage it through host memory "
+                 "(xfer_info -s says why)", (attr->type == XFER_MEM_CUDA) ? "CUDA" : "staged",
+                 attr->how);
         return XFER_ERR_UNSUPPORTED;
     }
     return XFER_OK;
+}
+
+/* Whether transport fi takes a registration of mem itself (else staging.c moves it). */
+static int mem_iface_direct(const xfer_fw_iface_t *fi, const xfer_mem_t *mem)
+{
+    if (!mem->staged) {
+        return 1;
+    }
+    return (mem->attr.type == XFER_MEM_CUDA) && (fi->entry->attr.caps & XFER_CAP_MEM_CUDA);
 }
 
 static xfer_status_t mem_reg_iface(xfer_fw_iface_t *fi, xfer_mem_t *mem, xfer_memh_h *memh_p)
@@ -161,9 +176,13 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
     if (status != XFER_OK) {
         goto err_unlock;
     }
-    status = mem_check_cuda_ifaces(ctx, &attr);
-    if (status != XFER_OK) {
-        goto err_unlock;
+    /* CUDA memory, and host memory under the suites' hook (staging_test.h) */
+    mem->staged = (attr.type == XFER_MEM_CUDA) || ctx->staging_host;
+    if (mem->staged) {
+        status = mem_check_staged_ifaces(ctx, &attr);
+        if (status != XFER_OK) {
+            goto err_unlock;
+        }
     }
     mem->memh = calloc(ctx->num_ifaces + 1, sizeof(*mem->memh));
     if (mem->memh == NULL) {
@@ -180,7 +199,7 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
         if ((fi->comp->mem_reg == NULL) && (fi->comp->mem_reg_params == NULL)) {
             continue;
         }
-        if ((attr.type == XFER_MEM_CUDA) && !(fi->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
+        if (!mem_iface_direct(fi, mem)) {
             continue;
         }
         status = mem_reg_iface(fi, mem, &mem->memh[i]);
@@ -202,6 +221,52 @@ err_unlock:
     xfer_ctx_unlock(ctx);
     free(mem);
     return status;
+}
+
+xfer_status_t xfer_mem_register_internal(xfer_context_t *ctx, void *addr, size_t length,
+                                         xfer_mem_t **mem_p)
+{
+    xfer_mem_t *mem = calloc(1, sizeof(*mem));
+
+    if (mem == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    mem->memh = calloc(ctx->num_ifaces + 1, sizeof(*mem->memh));
+    if (mem->memh == NULL) {
+        free(mem);
+        return XFER_ERR_NO_MEMORY;
+    }
+    mem->ctx              = ctx;
+    mem->addr             = addr;
+    mem->length           = length;
+    mem->attr.type        = XFER_MEM_HOST;
+    mem->attr.cuda_device = -1;
+    snprintf(mem->attr.how, sizeof(mem->attr.how), "xfer's staging buffers");
+    ucs_list_head_init(&mem->list);
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        xfer_fw_iface_t *fi = &ctx->ifaces[i];
+        xfer_status_t status;
+
+        if ((fi->comp->mem_reg == NULL) && (fi->comp->mem_reg_params == NULL)) {
+            continue;
+        }
+        status = mem_reg_iface(fi, mem, &mem->memh[i]);
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes of staging "
+                     "buffers at %p: %s", fi->entry->name, length, addr,
+                     xfer_status_string(status));
+            mem->memh[i] = NULL;
+            mem_dereg_all(mem);
+            return status;
+        }
+    }
+    *mem_p = mem;
+    return XFER_OK;
+}
+
+void xfer_mem_deregister_internal(xfer_mem_t *mem)
+{
+    mem_dereg_all(mem);
 }
 
 xfer_status_t xfer_mem_deregister(xfer_mem_t *mem)
@@ -395,8 +460,11 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
         goto malformed;
     }
     if (part == NULL) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s",
-                 ep->transport);
+        /* memory.c registers CUDA memory only with the transports that move it */
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s: the "
+                 "peer's buffer is not registered with it (CUDA memory is registered only "
+                 "with transports that move CUDA memory; staging serves the local buffer "
+                 "of a put or get, not the remote one)", ep->transport);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = calloc(1, sizeof(*rkey));
@@ -440,6 +508,15 @@ size_t xfer_rkey_length(const xfer_rkey_t *rkey)
     return rkey ? rkey->length : 0;
 }
 
+static void rkey_free(xfer_rkey_t *rkey)
+{
+    ucs_list_del(&rkey->list);
+    if (rkey->fw_iface->comp->rkey_release != NULL) {
+        rkey->fw_iface->comp->rkey_release(rkey->fw_iface->iface, rkey->rkey);
+    }
+    free(rkey);
+}
+
 void xfer_rkey_destroy(xfer_rkey_t *rkey)
 {
     xfer_context_t *ctx;
@@ -449,12 +526,19 @@ void xfer_rkey_destroy(xfer_rkey_t *rkey)
     }
     ctx = rkey->ctx;
     xfer_ctx_lock(ctx);
-    ucs_list_del(&rkey->list);
-    if (rkey->fw_iface->comp->rkey_release != NULL) {
-        rkey->fw_iface->comp->rkey_release(rkey->fw_iface->iface, rkey->rkey);
+    if (rkey->busy > 0) {
+        rkey->destroyed = 1;    /* a staged operation posts with it still; it frees it */
+    } else {
+        rkey_free(rkey);
     }
     xfer_ctx_unlock(ctx);
-    free(rkey);
+}
+
+void xfer_rkey_put(xfer_rkey_t *rkey)
+{
+    if ((--rkey->busy == 0) && rkey->destroyed) {
+        rkey_free(rkey);
+    }
 }
 
 void xfer_rkeys_release_all(xfer_context_t *ctx)
@@ -462,10 +546,6 @@ void xfer_rkeys_release_all(xfer_context_t *ctx)
     xfer_rkey_t *rkey, *tmp;
 
     ucs_list_for_each_safe(rkey, tmp, &ctx->rkeys, list) {
-        ucs_list_del(&rkey->list);
-        if (rkey->fw_iface->comp->rkey_release != NULL) {
-            rkey->fw_iface->comp->rkey_release(rkey->fw_iface->iface, rkey->rkey);
-        }
-        free(rkey);
+        rkey_free(rkey);
     }
 }

@@ -10,6 +10,7 @@
  * (a completion a component queued in software, a send posted from another thread).
  */
 #include "xfer_int.h"
+#include "staging.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -246,6 +247,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
     }
     if (ctx->req_mp_ready) {
         requests_drain_for_destroy(ctx);
+        xfer_staging_destroy(ctx);
         requests_detach_mems(ctx);
     }
     xfer_rkeys_release_all(ctx);
@@ -279,6 +281,9 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
 
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
+    }
+    if (ctx->staging != NULL) {
+        count += xfer_staging_progress(ctx);
     }
     if (!ucs_list_is_empty(&ctx->closing)) {
         xfer_endpoints_closing_progress(ctx);
@@ -350,6 +355,20 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
     uint64_t count;
 
     if ((timeout_ms <= 0) || !ucs_list_is_empty(&ctx->ready)) {
+        return;
+    }
+    /* A copy of the staging pipeline lands without an fd event: poll for it, letting go of
+     * the lock for a moment so that a thread that polls here does not lock out the others. */
+    if ((ctx->staging != NULL) && xfer_staging_copying(ctx)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        xfer_ctx_cond_wait(ctx, &ts);
         return;
     }
     /* wake up for the nearest deadline: a close, a peer's request waiting for a tensor */

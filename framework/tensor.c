@@ -617,6 +617,13 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
                  "buffer or belongs to another context");
         return XFER_ERR_INVALID_PARAM;
     }
+    if ((params->mem != NULL) && params->mem->staged &&
+        (params->mem->memh[ep->fw_iface->index] == NULL)) {
+        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: %s cannot touch the "
+                 "destination (%s); tensors are not staged through host memory",
+                 ep->transport, params->mem->attr.how);
+        return XFER_ERR_UNSUPPORTED;
+    }
     xfer_ctx_lock(ctx);
     status = xfer_api_check(ctx, "xfer_tensor_fetch", 1);
     if (status != XFER_OK) {

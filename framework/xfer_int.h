@@ -75,6 +75,8 @@ typedef struct xfer_fw_config {
     uint64_t    tensor_max_requests;    /* XFER_TENSOR_MAX_REQUESTS, per peer */
     double      tensor_request_timeout; /* XFER_TENSOR_REQUEST_TIMEOUT, seconds */
     const char  *cuda_lib;          /* XFER_CUDA_LIB */
+    uint64_t    staging_chunk;      /* XFER_STAGING_CHUNK, bytes */
+    uint64_t    staging_depth;      /* XFER_STAGING_DEPTH, bounce buffers */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -122,6 +124,8 @@ struct xfer_context {
     ucs_mpool_t             req_mp;         /* where they come from */
     int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
+    struct xfer_staging     *staging;       /* staging.c; NULL until first needed */
+    int                     staging_host;   /* xfer_staging_test_host(): host memory staged */
 };
 
 typedef enum {
@@ -170,6 +174,8 @@ struct xfer_endpoint {
     xfer_comp_t         flush_comp;
     int                 flush_done;
     xfer_status_t       flush_status;
+    int                 flush_deferred; /* closing: the flush waits for staged_ops to end */
+    unsigned            staged_ops;     /* staging.c operations still using it */
 };
 
 struct xfer_mem {
@@ -179,6 +185,7 @@ struct xfer_mem {
     size_t              length;
     xfer_mem_attr_t     attr;           /* what the memory was found to be (mem_type.c) */
     unsigned            busy;           /* outstanding operations using it */
+    int                 staged;         /* NULL memh = moved through staging.c there */
     xfer_memh_h         *memh;          /* per ctx->ifaces[i] */
 };
 
@@ -190,6 +197,8 @@ struct xfer_rkey {
     uint64_t            owner_id;
     uint64_t            addr;
     uint64_t            length;
+    unsigned            busy;           /* staged operations still using it */
+    int                 destroyed;      /* xfer_rkey_destroy came while busy */
 };
 
 /* Required of a transport before it is offered to a peer. */
@@ -315,6 +324,13 @@ xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,
 /* memory.c */
 void xfer_mems_release_all(xfer_context_t *ctx);
 void xfer_rkeys_release_all(xfer_context_t *ctx);
+/* The staging pool's registration: host memory, with every open transport, outside
+ * ctx->mems (the user neither sees nor deregisters it). */
+xfer_status_t xfer_mem_register_internal(xfer_context_t *ctx, void *addr, size_t length,
+                                         xfer_mem_t **mem_p);
+void xfer_mem_deregister_internal(xfer_mem_t *mem);
+/* A staged operation is done with rkey: free it when xfer_rkey_destroy came meanwhile. */
+void xfer_rkey_put(xfer_rkey_t *rkey);
 /* Is [buf, buf + length) inside mem? */
 int xfer_mem_covers(const xfer_mem_t *mem, const void *buf, size_t length);
 
