@@ -164,8 +164,12 @@ XFER_API unsigned xfer_progress(xfer_context_t *ctx);
  * host memory neither loads nor initialises CUDA: a process in which CUDA is not initialised
  * has no device memory. XFER_MEM_CUDA loads the driver (XFER_CUDA_LIB, default libcuda.so.1)
  * and initialises it; without one it fails with XFER_ERR_UNAVAILABLE, naming the library and
- * why. CUDA memory is registered only when an open transport moves it (XFER_CAP_MEM_CUDA;
- * xfer_info -s says which). The range must lie in one CUDA allocation.
+ * why. The range must lie in one CUDA allocation. CUDA memory is registered with the open
+ * transports that move it (XFER_CAP_MEM_CUDA; xfer_info -s says which); on the others put
+ * and get of it are staged through pinned host buffers (XFER_STAGING_CHUNK,
+ * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it are refused, and a peer
+ * cannot put to or get from it over them (its remote key has no part for them). It is
+ * refused when no open transport moves or stages it.
  */
 typedef enum {
     XFER_MEM_HOST = 0,      /* CPU-addressable: malloc, mmap, pinned, CUDA managed memory */
