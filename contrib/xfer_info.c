@@ -134,6 +134,50 @@ static void text_params(const xfer_context_t *ctx)
     }
 }
 
+/* The current value of a framework parameter, "?" when there is none. */
+static const char *param_value(const xfer_context_t *ctx, const char *env_name)
+{
+    xfer_param_info_t info;
+
+    for (size_t i = 0; i < xfer_param_count(ctx); i++) {
+        if ((xfer_param_get(ctx, i, &info) == XFER_OK) &&
+            (strcmp(info.env_name, env_name) == 0)) {
+            return info.value;
+        }
+    }
+    return "?";
+}
+
+/* The transport that stages CUDA memory when none moves it: the best with host put and get
+ * (framework/staging.c); NULL when there is none, or when one moves CUDA memory itself. */
+static const char *cuda_staged_by(const xfer_context_t *ctx, char *name, size_t size)
+{
+    static const xfer_select_req_t req = {XFER_CAP_MEM_HOST | XFER_CAP_PUT | XFER_CAP_GET, 0};
+    xfer_selection_t sel;
+    const char *found = NULL;
+
+    if (xfer_select(ctx, &select_cases[1].req, &sel) == XFER_OK) {
+        for (size_t i = 0; i < sel.num_entries; i++) {
+            if (sel.entries[i].rank == 0) {
+                xfer_selection_release(&sel);
+                return NULL;
+            }
+        }
+        xfer_selection_release(&sel);
+    }
+    if (xfer_select(ctx, &req, &sel) != XFER_OK) {
+        return NULL;
+    }
+    for (size_t i = 0; (found == NULL) && (i < sel.num_entries); i++) {
+        if (sel.entries[i].rank == 0) {
+            snprintf(name, size, "%s", sel.entries[i].name);
+            found = name;
+        }
+    }
+    xfer_selection_release(&sel);
+    return found;
+}
+
 static void text_select(const xfer_context_t *ctx)
 {
     char caps[128];
@@ -166,6 +210,16 @@ static void text_select(const xfer_context_t *ctx)
             }
         }
         xfer_selection_release(&sel);
+    }
+    {
+        char name[XFER_NAME_MAX];
+
+        if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
+            printf("# cuda memory, staged: put/get through %s and pinned host buffers "
+                   "(XFER_STAGING_CHUNK=%s x XFER_STAGING_DEPTH=%s); tagged messages and "
+                   "tensors of CUDA memory are not moved\n", name,
+                   param_value(ctx, "XFER_STAGING_CHUNK"), param_value(ctx, "XFER_STAGING_DEPTH"));
+        }
     }
 }
 
@@ -332,6 +386,11 @@ static void json_select(const xfer_context_t *ctx)
         json_caps(select_cases[c].req.required_caps);
         printf(",");
         json_kv("selected", chosen, 1);
+        if (c == 1) {
+            char name[XFER_NAME_MAX];
+
+            json_kv("staged", cuda_staged_by(ctx, name, sizeof(name)), 1);
+        }
         printf("\"ranking\":");
         json_select_entries(&sel, 1);
         printf(",\"rejected\":");

@@ -156,6 +156,9 @@ Test(info, select_explains_choice_and_rejections)
     cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
     expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
+    /* ... so put and get of CUDA memory are staged through the best host transport */
+    expect_contains(out, "# cuda memory, staged: put/get through talpha and pinned host "
+                         "buffers (XFER_STAGING_CHUNK=4m x XFER_STAGING_DEPTH=4)");
     expect_contains(out, "not selected: talpha: lacks capabilities: Supported: "
                          "PUT|GET|TAG|TENSOR|MEM_HOST|INTER_HOST / Requested: MEM_CUDA");
     expect_contains(out, "not selected: tcp: lacks capabilities: Supported: "
@@ -166,6 +169,7 @@ Test(info, select_explains_choice_and_rejections)
     free(out);
     cr_expect_eq(info_jq(env, "-s", ".selection.host.selected == \"talpha\""), 0);
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
+    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);
     cr_expect_eq(info_jq(env, "-s", "[.selection.cuda.rejected[].name] | index(\"talpha\") != "
                          "null"), 0);
 }
