@@ -47,9 +47,9 @@
  * tensor fetch into device memory stages the producer's write into a bounce buffer that the
  * consumer copies up. Both reuse this pool and the copy engines.
  *
- * CUDA contexts. The stream and events live in the context of the first staged memory; an
- * operation on memory of another context is refused (a stream per context is the way to
- * lift it).
+ * CUDA contexts. The stream and events live in the context of the first staged memory (its
+ * device's primary context for stream-ordered allocations, which have none); an operation
+ * on memory of another context is refused (a stream per context is the way to lift it).
  */
 #include "staging.h"
 #include "cuda_driver.h"
@@ -103,6 +103,7 @@ struct xfer_staging {
     size_t                  chunk;
     unsigned                depth;
     xfer_copier_t           copier;
+    void                    *cu_ctx;        /* the CUDA context of the memory it serves */
     char                    *pool;
     xfer_mem_t              *pool_mem;      /* its registrations */
     staging_slot_t          *slots;
@@ -140,8 +141,8 @@ static xfer_status_t pool_create(xfer_staging_t *st, const xfer_mem_t *mem)
 
     status = st->test_host ?
              xfer_copier_open_host(&st->copier, st->depth, st->test_delay, why, sizeof(why)) :
-             xfer_copier_open_cuda(&st->copier, st->depth, mem->attr.cuda_context, why,
-                                   sizeof(why));
+             xfer_copier_open_cuda(&st->copier, st->depth, mem->attr.cuda_context,
+                                   mem->attr.cuda_device, why, sizeof(why));
     if (status != XFER_OK) {
         goto err;
     }
@@ -168,6 +169,7 @@ static xfer_status_t pool_create(xfer_staging_t *st, const xfer_mem_t *mem)
         st->slots[i].buf   = st->pool + (size_t)i * st->chunk;
         st->slots[i].state = SLOT_FREE;
     }
+    st->cu_ctx           = mem->attr.cuda_context;
     st->num_free         = st->depth;
     st->stats.pool_slots = st->depth;
     st->ready            = 1;
@@ -466,11 +468,11 @@ xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_
             return status;
         }
     }
-    if (!st->test_host && (mem->attr.cuda_context != st->copier.cu_ctx)) {
+    if (!st->test_host && (mem->attr.cuda_context != st->cu_ctx)) {
         xfer_log(XFER_LOG_ERROR, STAGING_SUBSYS, "%s of CUDA memory over %s: the memory "
-                 "belongs to CUDA context %p, the staging stream to %p; staging serves one "
-                 "context per xfer context", op_name, ep->transport, mem->attr.cuda_context,
-                 st->copier.cu_ctx);
+                 "belongs to CUDA context %p, the staging stream to the memory of %p; "
+                 "staging serves one CUDA context per xfer context", op_name, ep->transport,
+                 mem->attr.cuda_context, st->cu_ctx);
         return XFER_ERR_UNSUPPORTED;
     }
     op = calloc(1, sizeof(*op));

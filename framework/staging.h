@@ -44,6 +44,8 @@ struct xfer_copier {
     /* CUDA */
     const xfer_cuda_driver_t *cu;
     void                     *cu_ctx;       /* the context the stream and events live in */
+    int                      primary_device;/* >= 0: cu_ctx is this device's retained
+                                             * primary context */
     void                     *stream;
     void                     **events;      /* one per slot */
     /* host memcpy */
@@ -51,10 +53,11 @@ struct xfer_copier {
     unsigned                 host_delay;    /* polls before a copy lands */
 };
 
-/* Open a copy engine with num_slots slots. CUDA: a stream and events in cu_ctx (the context
- * of the memory being staged). */
+/* Open a copy engine with num_slots slots. CUDA: a stream and events in cu_ctx, the context
+ * of the memory being staged; NULL (stream-ordered allocations have none) takes device's
+ * primary context. */
 xfer_status_t xfer_copier_open_cuda(xfer_copier_t *c, unsigned num_slots, void *cu_ctx,
-                                    char *why, size_t why_size);
+                                    int device, char *why, size_t why_size);
 xfer_status_t xfer_copier_open_host(xfer_copier_t *c, unsigned num_slots, unsigned delay,
                                     char *why, size_t why_size);
 

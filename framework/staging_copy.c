@@ -131,8 +131,7 @@ static void cuda_close(xfer_copier_t *c)
     if (cu_enter(c, &saved) != CUDA_SUCCESS) {
         xfer_log(XFER_LOG_WARN, "staging", "cannot enter the staging stream's CUDA context "
                  "to release it");
-        free(c->events);
-        return;
+        goto out;
     }
     if (c->stream != NULL) {
         (void)c->cu->stream_synchronize(c->stream);
@@ -146,9 +145,14 @@ static void cuda_close(xfer_copier_t *c)
         (void)c->cu->stream_destroy(c->stream);
     }
     cu_leave(c, saved);
+out:
     free(c->events);
     c->events = NULL;
     c->stream = NULL;
+    if (c->primary_device >= 0) {
+        (void)c->cu->device_primary_ctx_release(c->primary_device);
+        c->primary_device = -1;
+    }
 }
 
 static const xfer_copier_ops_t cuda_ops = {
@@ -161,7 +165,7 @@ static const xfer_copier_ops_t cuda_ops = {
 };
 
 xfer_status_t xfer_copier_open_cuda(xfer_copier_t *c, unsigned num_slots, void *cu_ctx,
-                                    char *why, size_t why_size)
+                                    int device, char *why, size_t why_size)
 {
     const xfer_cuda_driver_t *cu = xfer_cuda_driver(why, why_size);
     const char *call             = "cuCtxSetCurrent";
@@ -172,19 +176,29 @@ xfer_status_t xfer_copier_open_cuda(xfer_copier_t *c, unsigned num_slots, void *
         return XFER_ERR_UNAVAILABLE;
     }
     memset(c, 0, sizeof(*c));
-    c->ops       = &cuda_ops;
-    c->num_slots = num_slots;
-    c->cu        = cu;
-    c->cu_ctx    = cu_ctx;
-    c->events    = calloc(num_slots, sizeof(*c->events));
+    c->ops            = &cuda_ops;
+    c->num_slots      = num_slots;
+    c->cu             = cu;
+    c->cu_ctx         = cu_ctx;
+    c->primary_device = -1;
+    c->events         = calloc(num_slots, sizeof(*c->events));
     if (c->events == NULL) {
         xfer_reason_set(why, why_size, "out of memory");
         return XFER_ERR_NO_MEMORY;
     }
+    if (cu_ctx == NULL) {
+        res = cu->device_primary_ctx_retain(&c->cu_ctx, device);
+        if (res != CUDA_SUCCESS) {
+            free(c->events);
+            return cu_fail(c, "cuDevicePrimaryCtxRetain", res, why, why_size);
+        }
+        c->primary_device = device;
+    }
     res = cu_enter(c, &saved);
     if (res != CUDA_SUCCESS) {
-        free(c->events);
-        return cu_fail(c, call, res, why, why_size);
+        cu_fail(c, call, res, why, why_size);
+        cuda_close(c);
+        return XFER_ERR_IO;
     }
     call = "cuStreamCreate";
     res  = cu->stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
