@@ -472,6 +472,72 @@ Test(staging, context_destroy_with_a_pipeline_in_flight)
     tp_child_expect_ok(&t.peer, 20);
 }
 
+/* A forced close in the middle of a get cancels it: its callback runs once with
+ * XFER_ERR_CANCELED, no bounce buffer stays held, the memory can be deregistered, and the
+ * pool serves a new endpoint. */
+Test(staging, a_forced_close_mid_pipeline_cancels_once)
+{
+    const size_t len = 128 * CHUNK;
+    xfer_staging_stats_t st;
+    xfer_request_t *req = NULL;
+    double end;
+    seen_t s;
+    stg_t t;
+
+    memset(&s, 0, sizeof(s));
+    stg_start(&t, 4, 30);
+    s.ctx = t.peer.ctx;
+    cr_assert_eq(xfer_get(t.peer.ep, t.local + SLACK, len, t.mem, t.base, t.rkey, seen_cb, &s,
+                          NULL), XFER_OK);
+    end = tp_now_ms() + TP_WAIT_MS;
+    do {
+        xfer_progress(t.peer.ctx);
+        xfer_staging_test_stats(t.peer.ctx, &st);
+    } while ((st.chunks < 2) && (tp_now_ms() < end));
+    cr_assert_lt(st.chunks, chunks_of(len), "the pipeline ended before the close");
+    cr_assert_eq(xfer_endpoint_close_nb(t.peer.ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL, &req),
+                 XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    progress_until_calls(t.peer.ctx, &s, 1);
+    cr_expect_eq(s.status, XFER_ERR_CANCELED, "status %s", xfer_status_string(s.status));
+    tp_progress_for(t.peer.ctx, 20);
+    cr_expect_eq(s.calls, 1);
+    xfer_staging_test_stats(t.peer.ctx, &st);
+    cr_expect_eq(st.in_flight, 0, "bounce buffers held after the close");
+    cr_expect_eq(st.ops_failed, 1);
+    xfer_rkey_destroy(t.rkey);
+    cr_expect_eq(xfer_mem_deregister(t.mem), XFER_OK, "the cancelled get holds the memory");
+    tp_send(&t.peer, CMD_DONE);
+    cr_expect_eq(tp_child_wait(&t.peer, 20), 0);
+    free(t.local);
+    xfer_context_destroy(t.peer.ctx);
+    close(t.peer.ctl);
+}
+
+/* A put or get of no bytes through the pipeline completes at once, moving nothing. */
+Test(staging, zero_bytes)
+{
+    xfer_staging_stats_t before, after;
+    xfer_request_t *req = NULL;
+    stg_t t;
+
+    stg_start(&t, 2, 1);
+    remote_fill(&t, 13);
+    xfer_staging_test_stats(t.peer.ctx, &before);
+    cr_assert_eq(xfer_put(t.peer.ep, t.local + SLACK, 0, t.mem, t.base, t.rkey, NULL, NULL,
+                          &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    req = NULL;
+    cr_assert_eq(xfer_get(t.peer.ep, t.local + SLACK, 0, t.mem, t.base, t.rkey, NULL, NULL,
+                          &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    xfer_staging_test_stats(t.peer.ctx, &after);
+    cr_expect_eq(after.ops - before.ops, 2);
+    cr_expect_eq(after.chunks, before.chunks);
+    remote_check(&t, 0, 0, 0, 13, "nothing moved");
+    stg_finish(&t);
+}
+
 /* The remote key may be destroyed while a staged operation still posts with it. */
 Test(staging, the_remote_key_outlives_its_destroy_while_in_use)
 {
