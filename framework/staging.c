@@ -16,7 +16,8 @@
  * context destroy. Slots are the only bound: at most DEPTH chunks are in flight in the whole
  * context; operations take free slots in the order they were posted.
  *
- * One operation. Chunk k of a put: copy device -> slot (cuMemcpyDtoHAsync on xfer's own
+ * One operation. Chunks are XFER_STAGING_CHUNK bytes, or the transport's largest message
+ * when that is smaller. Chunk k of a put: copy device -> slot (cuMemcpyDtoHAsync on xfer's own
  * stream, an event recorded after it), and once cuEventQuery says it landed, a host put of
  * the slot to remote_addr + k * CHUNK; the slot is free when that put completes. Chunk k of
  * a get: a host get of remote_addr + k * CHUNK into a slot, then copy slot -> device
@@ -89,6 +90,7 @@ typedef struct staging_op {
     char                *local;
     uint64_t            remote;
     size_t              length;
+    size_t              chunk;      /* bytes per chunk: the pool's, or less */
     size_t              next;       /* offset of the next chunk to start */
     size_t              done;       /* bytes of chunks whose both stages finished */
     unsigned            active;     /* slots it holds */
@@ -310,7 +312,7 @@ static int op_start_chunks(xfer_staging_t *st, staging_op_t *op)
         }
         slot->op     = op;
         slot->offset = op->next;
-        slot->length = (op->length - op->next < st->chunk) ? op->length - op->next : st->chunk;
+        slot->length = (op->length - op->next < op->chunk) ? op->length - op->next : op->chunk;
         op->next    += slot->length;
         op->active++;
         st->num_free--;
@@ -451,6 +453,7 @@ xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_
     xfer_staging_t *st  = staging_get(ctx);
     xfer_status_t status;
     staging_op_t *op;
+    uint64_t limit;
 
     if (st == NULL) {
         return XFER_ERR_NO_MEMORY;
@@ -487,6 +490,9 @@ xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_
     op->remote = remote_addr;
     op->length = length;
     op->status = XFER_OK;
+    /* a transport that moves less at once than a bounce buffer holds gets smaller chunks */
+    limit      = ep->fw_iface->entry->attr.limits.max_msg_size;
+    op->chunk  = ((limit > 0) && (limit < st->chunk)) ? (size_t)limit : st->chunk;
     rkey->busy++;
     ep->staged_ops++;
     ucs_list_add_tail(&st->ops, &op->list);

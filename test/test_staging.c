@@ -538,6 +538,34 @@ Test(staging, zero_bytes)
     stg_finish(&t);
 }
 
+/* A transport whose largest message is smaller than a bounce buffer gets chunks of its
+ * size: every byte arrives, in more chunks. */
+Test(staging, chunks_shrink_to_the_transports_largest_message)
+{
+    const size_t len = 3 * CHUNK + 100, small = CHUNK / 4;
+    xfer_staging_stats_t before, after;
+    xfer_request_t *req = NULL;
+    char env[64];
+    stg_t t;
+
+    if (strcmp(tp_transport(), "tcp") != 0) {
+        cr_skip_test("sets the tcp transport's XFER_TCP_MAX_MSG_SIZE");
+    }
+    snprintf(env, sizeof(env), "%zu", small);
+    setenv("XFER_TCP_MAX_MSG_SIZE", env, 1);
+    stg_start(&t, 2, 1);
+    remote_fill(&t, 14);
+    tp_fill_pattern(t.local + SLACK, RLEN, 15);
+    xfer_staging_test_stats(t.peer.ctx, &before);
+    cr_assert_eq(xfer_put(t.peer.ep, t.local + SLACK, len, t.mem, t.base, t.rkey, NULL, NULL,
+                          &req), XFER_OK);
+    cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    xfer_staging_test_stats(t.peer.ctx, &after);
+    cr_expect_eq(after.chunks - before.chunks, (len + small - 1) / small);
+    remote_check(&t, 0, len, 15, 14, "put in the transport's chunks");
+    stg_finish(&t);
+}
+
 /* The remote key may be destroyed while a staged operation still posts with it. */
 Test(staging, the_remote_key_outlives_its_destroy_while_in_use)
 {
