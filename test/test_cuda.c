@@ -279,8 +279,9 @@ static xfer_cu_ptr_t gpu_alloc(gpu_t *g, size_t len)
     return p;
 }
 
-/* A registration of device memory either succeeds as CUDA memory, or - while no open
- * transport moves CUDA memory - is refused for that reason alone. */
+/* A registration of device memory either succeeds as CUDA memory (moved by a transport, or
+ * staged through host memory by put and get), or - when no open transport moves or stages
+ * it - is refused for that reason alone. */
 static void expect_cuda_registration(gpu_t *g, void *p, size_t len, xfer_mem_type_t type)
 {
     xfer_mem_t *mem = NULL;
