@@ -41,12 +41,18 @@
  * a notification says it is there - which one-sided operations do not give it.
  *
  * Tagged messages and tensors of device memory are refused on such transports (endpoint.c,
- * tensor.c) with a reason. Their staging, designed but not built: a tag send of device
- * memory becomes a header message (length, chunk count) and chunks as sub-sends on an
- * internal tag space reserved per endpoint, each chunk copied to a bounce buffer before its
- * send and, at the receiver, from its bounce buffer to the device after its receive; a
- * tensor fetch into device memory stages the producer's write into a bounce buffer that the
- * consumer copies up. Both reuse this pool and the copy engines.
+ * tensor.c) with a reason. Their staging is designed, not built. The send side needs only
+ * this pipeline: a message whose source is device memory is sent from bounce buffers, chunk
+ * by chunk, as one message (a transport that takes a message in several pieces - a "source
+ * callback" asked for the next piece - or, without one, sub-sends on a tag space reserved
+ * for xfer after a header giving the length). The receive side cannot be done above the
+ * transport alone: the receiver neither knows the length before the match nor may it split
+ * a message the sender sent whole, so a receive into device memory needs a component hook -
+ * a "destination callback" that the transport asks for where the next piece of a matched
+ * message lands (a bounce slot), and tells when it landed (then copied up). tcp already reads
+ * a message in pieces into its destination, verbs' rendezvous reads it in RDMA chunks, so
+ * both fit it. A tensor fetch into device memory uses the same hook on the consumer; a
+ * publish of device memory stages the producer's side through the pool before its send.
  *
  * CUDA contexts. The stream and events live in the context of the first staged memory (its
  * device's primary context for stream-ordered allocations, which have none); an operation
