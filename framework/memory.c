@@ -390,6 +390,16 @@ xfer_status_t xfer_rkey_pack(xfer_mem_t *mem, void **blob_p, size_t *length_p)
         p += 2 + blob_len;
         num++;
     }
+    if ((num == 0) && mem->staged) {
+        /* no transport has it: a peer's put or get would find nothing to address */
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot pack a remote key for %zu bytes at %p "
+                 "(%s): no open transport moves this memory itself, and staging serves only "
+                 "the local buffer of a put or get, never the remote one", mem->length,
+                 mem->addr, mem->attr.how);
+        xfer_ctx_unlock(ctx);
+        free(buf);
+        return XFER_ERR_UNSUPPORTED;
+    }
     buf[4] = (uint8_t)num;
     xfer_ctx_unlock(ctx);
     *blob_p   = buf;

@@ -588,12 +588,17 @@ Test(staging, the_remote_key_outlives_its_destroy_while_in_use)
 }
 
 /* Tagged messages of memory the transport cannot touch are refused, not staged, and not
- * handed to the transport. */
-Test(staging, tagged_messages_of_staged_memory_are_refused)
+ * handed to the transport; so is a remote key for it, since only the local side of a put or
+ * get is staged. */
+Test(staging, tags_and_remote_keys_of_staged_memory_are_refused)
 {
+    void *blob = NULL;
+    size_t len = 0;
     stg_t t;
 
     stg_start(&t, 2, 0);
+    cr_expect_eq(xfer_rkey_pack(t.mem, &blob, &len), XFER_ERR_UNSUPPORTED);
+    cr_expect_null(blob);
     cr_expect_eq(xfer_tag_send(t.peer.ep, 1, t.local + SLACK, 64, t.mem, NULL, NULL, NULL),
                  XFER_ERR_UNSUPPORTED);
     cr_expect_eq(xfer_tag_recv(t.peer.ctx, t.peer.ep, 1, ~0ull, t.local + SLACK, 64, t.mem,
