@@ -9,8 +9,13 @@
  * ordering of copies and transfers, the transfers themselves, failures and teardown are the
  * library's own code over real sockets. Its copies land only some polls after they start, so
  * a pipeline that sent a bounce buffer before its copy landed, or completed before its last
- * copy, moves wrong bytes and fails the byte-for-byte checks (guards included). The same put
- * and get over real CUDA memory run where there is a GPU and skip with the reason elsewhere.
+ * copy, moves wrong bytes and fails the byte-for-byte checks (guards included).
+ *
+ * Put and get of CUDA memory (XFER_MEM_CUDA, the CUDA copy engine) run twice: over the GPU's
+ * driver where there is one (they skip with the reason elsewhere), and over
+ * test/plugins/fake_cuda.c, a stand-in for the driver library and the GPU behind it - the
+ * other test double here, for the same absent GPU - whose device memory no CPU access can
+ * reach and whose copies land late.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -608,7 +613,7 @@ Test(staging, tags_and_remote_keys_of_staged_memory_are_refused)
     stg_finish(&t);
 }
 
-/* ---- real CUDA memory ------------------------------------------------------------------------ */
+/* ---- CUDA memory ---------------------------------------------------------------------------- */
 
 typedef struct gpu {
     const xfer_cuda_driver_t *drv;
@@ -616,7 +621,8 @@ typedef struct gpu {
     void                     *cu_ctx;
 } gpu_t;
 
-/* CUDA on device 0 through libxfer's driver table, or skip with the reason. */
+/* CUDA on device 0 through libxfer's driver table, or skip with the reason. Call it after
+ * the peer is forked: a child of a process that initialised CUDA cannot use the driver. */
 static void gpu_open(gpu_t *g)
 {
     char why[XFER_REASON_MAX];
@@ -639,66 +645,102 @@ static void gpu_open(gpu_t *g)
 }
 
 /* Put from and get into device memory over a transport without MEM_CUDA, sizes around the
- * chunk, at depths 1 and 4; the device buffer's guards are checked through the driver. */
-Test(staging, put_and_get_of_cuda_memory)
+ * chunk, from an odd offset of the allocation; the whole allocation (guards included) is
+ * read back through the driver after each get. */
+static void cuda_put_get(unsigned depth)
 {
     static const size_t sizes[] = {1, CHUNK - 1, CHUNK, CHUNK + 1, 10 * CHUNK + 1};
     const size_t dlen = 16 * CHUNK, doff = 5;
-    char *host = malloc(dlen), *back = malloc(dlen), *want = malloc(ALEN);
+    char *host = malloc(dlen), *back = malloc(dlen), *want = malloc(ALEN), val[16];
+    xfer_staging_stats_t st;
     xfer_cu_ptr_t dptr = 0;
     xfer_mem_t *dmem;
+    void *blob;
+    size_t blen;
     gpu_t g;
+    stg_t t;
 
     cr_assert(host && back && want);
+    snprintf(val, sizeof(val), "%u", depth);
+    setenv("XFER_STAGING_DEPTH", val, 1);
+    tp_start(&t.peer, srv_target, NULL);
     gpu_open(&g);
-    for (unsigned depth = 1; depth <= 4; depth += 3) {
-        char val[16];
-        stg_t t;
-        void *blob;
-        size_t blen;
+    t.base = tp_recv(&t.peer);
+    blob   = tp_recv_blob(&t.peer, &blen);
+    cr_assert_eq(xfer_rkey_unpack(t.peer.ep, blob, blen, &t.rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(g.drv->mem_alloc(&dptr, dlen), 0);
+    cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)dptr, dlen, XFER_MEM_CUDA,
+                                   &dmem), XFER_OK);
+    cr_assert_eq(xfer_mem_type(dmem), XFER_MEM_CUDA);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t len = sizes[i];
+        xfer_request_t *req = NULL;
 
-        snprintf(val, sizeof(val), "%u", depth);
-        setenv("XFER_STAGING_DEPTH", val, 1);
-        tp_start(&t.peer, srv_target, NULL);
-        t.base = tp_recv(&t.peer);
-        blob   = tp_recv_blob(&t.peer, &blen);
-        cr_assert_eq(xfer_rkey_unpack(t.peer.ep, blob, blen, &t.rkey), XFER_OK);
-        free(blob);
-        cr_assert_eq(g.drv->mem_alloc(&dptr, dlen), 0);
-        cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)dptr, dlen, XFER_MEM_CUDA,
-                                       &dmem), XFER_OK);
-        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-            size_t len = sizes[i];
-            xfer_request_t *req = NULL;
+        tp_fill_pattern(host, dlen, 30 + i);
+        tp_fill_pattern(host + doff, len, 40 + i);
+        cr_assert_eq(g.drv->memcpy_htod(dptr, host, dlen), 0);
+        remote_fill(&t, 31);
+        cr_assert_eq(xfer_put(t.peer.ep, (void*)(uintptr_t)(dptr + doff), len, dmem,
+                              t.base + ROFF, t.rkey, NULL, NULL, &req), XFER_OK);
+        cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+        remote_check(&t, ROFF, len, 40 + i, 31, "put from device memory");
 
-            tp_fill_pattern(host, dlen, 30 + i);
-            tp_fill_pattern(host + doff, len, 40 + i);
-            cr_assert_eq(g.drv->memcpy_htod(dptr, host, dlen), 0);
-            remote_fill(&t, 31);
-            cr_assert_eq(xfer_put(t.peer.ep, (void*)(uintptr_t)(dptr + doff), len, dmem,
-                                  t.base + ROFF, t.rkey, NULL, NULL, &req), XFER_OK);
-            cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
-            remote_check(&t, ROFF, len, 40 + i, 31, "put from device memory");
-
-            remote_fill(&t, 32);
-            req = NULL;
-            cr_assert_eq(xfer_get(t.peer.ep, (void*)(uintptr_t)(dptr + doff), len, dmem,
-                                  t.base + ROFF, t.rkey, NULL, NULL, &req), XFER_OK);
-            cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
-            cr_assert_eq(g.drv->memcpy_dtoh(back, dptr, dlen), 0);
-            tp_fill_pattern(want, ALEN, 32);
-            memcpy(host + doff, want + SLACK + ROFF, len);
-            cr_expect(memcmp(back, host, dlen) == 0, "get of %zu bytes into device memory "
-                      "at depth %u", len, depth);
-        }
-        cr_expect_eq(xfer_mem_deregister(dmem), XFER_OK);
-        cr_assert_eq(g.drv->mem_free(dptr), 0);
-        tp_send(&t.peer, CMD_DONE);
-        xfer_rkey_destroy(t.rkey);
-        tp_finish(&t.peer);
+        remote_fill(&t, 32);
+        req = NULL;
+        cr_assert_eq(xfer_get(t.peer.ep, (void*)(uintptr_t)(dptr + doff), len, dmem,
+                              t.base + ROFF, t.rkey, NULL, NULL, &req), XFER_OK);
+        cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+        cr_assert_eq(g.drv->memcpy_dtoh(back, dptr, dlen), 0);
+        tp_fill_pattern(want, ALEN, 32);
+        memcpy(host + doff, want + SLACK + ROFF, len);
+        cr_expect(memcmp(back, host, dlen) == 0, "get of %zu bytes into device memory at "
+                  "depth %u", len, depth);
     }
+    xfer_staging_test_stats(t.peer.ctx, &st);
+    cr_expect_eq(st.pool_slots, depth);
+    cr_expect_eq(st.max_in_flight, depth);
+    cr_expect_eq(st.in_flight, 0);
+    cr_expect_eq(xfer_mem_deregister(dmem), XFER_OK);
+    cr_assert_eq(g.drv->mem_free(dptr), 0);
+    tp_send(&t.peer, CMD_DONE);
+    xfer_rkey_destroy(t.rkey);
+    tp_finish(&t.peer);
     g.drv->device_primary_ctx_release(g.device);
     free(host);
     free(back);
     free(want);
+}
+
+/* Over the GPU's own driver; skips where there is none. */
+Test(staging, put_and_get_of_cuda_memory_depth_1) { cuda_put_get(1); }
+Test(staging, put_and_get_of_cuda_memory_depth_4) { cuda_put_get(4); }
+
+/*
+ * The same through test/plugins/fake_cuda.c, a stand-in for the GPU's driver that is the only
+ * test double here: registration of XFER_MEM_CUDA, detection, and the staging pipeline's
+ * CUDA copy engine (its stream, events polled until ready, context switches) run as they do
+ * on a GPU. Its device memory is not CPU-addressable (PROT_NONE), so a transport handed it
+ * instead of a bounce buffer would fault.
+ */
+static void fake_driver(void)
+{
+    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
+    char path[4096];
+
+    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
+    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
+    setenv("XFER_CUDA_LIB", path, 1);
+}
+
+Test(staging, put_and_get_through_the_cuda_copy_engine_depth_1)
+{
+    fake_driver();
+    cuda_put_get(1);
+}
+
+Test(staging, put_and_get_through_the_cuda_copy_engine_depth_3)
+{
+    fake_driver();
+    cuda_put_get(3);
 }

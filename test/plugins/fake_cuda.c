@@ -1,0 +1,449 @@
+/*
+ * A stand-in for the CUDA driver library, for test_staging on hosts without a GPU: loaded
+ * through XFER_CUDA_LIB, it lets the framework's own CUDA code - memory detection,
+ * registration of XFER_MEM_CUDA, the staging pipeline's CUDA copy engine with its stream,
+ * events and context switches - run against the driver API as libxfer calls it. It stands in
+ * for the GPU alone; nothing of xfer is replaced.
+ *
+ * "Device memory" is an address range reserved PROT_NONE, as a device pointer is not
+ * CPU-addressable: a transport that touched it instead of staging it would fault. Its bytes
+ * live in a host shadow that only the copy functions reach. Asynchronous copies queue on
+ * their stream and run one per three cuEventQuery calls (all at cuStreamSynchronize), so an
+ * event reports NOT_READY until the copies before it ran, like a copy engine that takes its
+ * time: a pipeline that used a bounce buffer before its event said so moves wrong bytes.
+ * Only what libxfer uses is implemented; the rest fails with CUDA_ERROR_NOT_SUPPORTED.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+    SUCCESS             = 0,
+    INVALID_VALUE       = 1,
+    NOT_INITIALIZED     = 3,
+    INVALID_CONTEXT     = 201,
+    INVALID_HANDLE      = 400,
+    NOT_READY           = 600,
+    NOT_SUPPORTED       = 801,
+};
+
+#define MAX_ALLOCS  64
+#define MAX_QUEUED  1024
+
+typedef unsigned long long cu_ptr_t;
+
+typedef struct alloc {
+    char               *base;      /* the PROT_NONE range handed out */
+    char               *shadow;    /* its bytes */
+    size_t             size;
+    unsigned long long buffer_id;
+    int                host;       /* cuMemHostAlloc: real host memory, no shadow */
+} alloc_t;
+
+typedef struct copy {
+    void       *dst;
+    const void *src;
+    size_t     len;
+    uint64_t   seq;
+} copy_t;
+
+typedef struct stream {
+    copy_t     queue[MAX_QUEUED];
+    unsigned   head, tail;         /* queue[head..tail) are pending */
+    uint64_t   submitted, done;    /* copies ever queued, ever run */
+} stream_t;
+
+typedef struct event {
+    stream_t   *stream;
+    uint64_t   seq;                /* done when stream->done reaches it */
+} event_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int             initialised;
+static alloc_t         allocs[MAX_ALLOCS];
+static unsigned long long next_buffer_id = 1;
+static int             primary_token;   /* the one context: its address */
+static int             primary_refs;
+static __thread void   *current;
+static unsigned        query_count;     /* cuEventQuery calls, guarded by lock */
+
+static alloc_t *find(const void *p)
+{
+    for (int i = 0; i < MAX_ALLOCS; i++) {
+        alloc_t *a = &allocs[i];
+
+        if ((a->base != NULL) && ((const char*)p >= a->base) &&
+            ((const char*)p < a->base + a->size)) {
+            return a;
+        }
+    }
+    return NULL;
+}
+
+/* Where the bytes at p really are: the shadow of device memory, or p itself. */
+static void *real(const void *p)
+{
+    alloc_t *a = find(p);
+
+    return ((a != NULL) && !a->host) ? a->shadow + ((const char*)p - a->base) : (void*)p;
+}
+
+EXPORT int cuInit(unsigned flags)
+{
+    (void)flags;
+    initialised = 1;
+    return SUCCESS;
+}
+
+EXPORT int cuDriverGetVersion(int *v)
+{
+    *v = 12040;
+    return SUCCESS;
+}
+
+EXPORT int cuGetErrorName(int res, const char **name)
+{
+    *name = (res == NOT_READY) ? "CUDA_ERROR_NOT_READY" : "CUDA_ERROR_FAKE";
+    return SUCCESS;
+}
+
+EXPORT int cuGetErrorString(int res, const char **text)
+{
+    (void)res;
+    *text = "an error of the test's stand-in driver";
+    return SUCCESS;
+}
+
+EXPORT int cuDeviceGetCount(int *count)
+{
+    *count = initialised ? 1 : 0;
+    return initialised ? SUCCESS : NOT_INITIALIZED;
+}
+
+EXPORT int cuDeviceGet(int *dev, int ordinal)
+{
+    *dev = 0;
+    return (ordinal == 0) ? SUCCESS : INVALID_VALUE;
+}
+
+EXPORT int cuDeviceGetName(char *name, int len, int dev)
+{
+    (void)dev;
+    strncpy(name, "stand-in GPU", (size_t)len);
+    return SUCCESS;
+}
+
+EXPORT int cuDeviceGetPCIBusId(char *id, int len, int dev)
+{
+    (void)dev;
+    strncpy(id, "0000:00:00.0", (size_t)len);
+    return SUCCESS;
+}
+
+EXPORT int cuDeviceGetAttribute(int *v, int attr, int dev)
+{
+    (void)attr;
+    (void)dev;
+    *v = 0;
+    return SUCCESS;
+}
+
+EXPORT int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    (void)dev;
+    pthread_mutex_lock(&lock);
+    primary_refs++;
+    pthread_mutex_unlock(&lock);
+    *ctx = &primary_token;
+    return SUCCESS;
+}
+
+EXPORT int cuDevicePrimaryCtxRelease_v2(int dev)
+{
+    (void)dev;
+    pthread_mutex_lock(&lock);
+    primary_refs--;
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = current;
+    return SUCCESS;
+}
+
+EXPORT int cuCtxSetCurrent(void *ctx)
+{
+    if ((ctx != NULL) && (ctx != &primary_token)) {
+        return INVALID_CONTEXT;
+    }
+    current = ctx;
+    return SUCCESS;
+}
+
+EXPORT int cuPointerGetAttributes(unsigned num, int *attrs, void **data, cu_ptr_t ptr)
+{
+    alloc_t *a;
+
+    if (!initialised) {
+        return NOT_INITIALIZED;
+    }
+    pthread_mutex_lock(&lock);
+    a = find((const void*)(uintptr_t)ptr);
+    for (unsigned i = 0; i < num; i++) {
+        switch (attrs[i]) {
+        case 1: *(void**)data[i] = a ? (void*)&primary_token : NULL; break;      /* CONTEXT */
+        case 2: *(unsigned*)data[i] = a ? (a->host ? 1u : 2u) : 0u; break;      /* TYPE */
+        case 7: *(unsigned long long*)data[i] = a ? a->buffer_id : 0; break;    /* BUFFER_ID */
+        case 8: *(int*)data[i] = 0; break;                                      /* MANAGED */
+        case 9: *(int*)data[i] = a ? 0 : -1; break;                             /* ORDINAL */
+        default: break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuPointerSetAttribute(const void *value, int attr, cu_ptr_t ptr)
+{
+    (void)value;
+    (void)attr;
+    return find((const void*)(uintptr_t)ptr) ? SUCCESS : INVALID_VALUE;
+}
+
+EXPORT int cuMemGetAddressRange_v2(cu_ptr_t *base, size_t *size, cu_ptr_t ptr)
+{
+    alloc_t *a;
+
+    pthread_mutex_lock(&lock);
+    a = find((const void*)(uintptr_t)ptr);
+    if (a != NULL) {
+        *base = (uintptr_t)a->base;
+        *size = a->size;
+    }
+    pthread_mutex_unlock(&lock);
+    return a ? SUCCESS : INVALID_VALUE;
+}
+
+static int alloc_new(size_t size, int host, void **p)
+{
+    int res = INVALID_VALUE;
+
+    pthread_mutex_lock(&lock);
+    for (int i = 0; (i < MAX_ALLOCS) && (res != SUCCESS); i++) {
+        alloc_t *a = &allocs[i];
+
+        if (a->base != NULL) {
+            continue;
+        }
+        a->base = mmap(NULL, size, host ? PROT_READ | PROT_WRITE : PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        a->shadow = host ? NULL : malloc(size);
+        if ((a->base == MAP_FAILED) || (!host && (a->shadow == NULL))) {
+            if (a->base != MAP_FAILED) {
+                munmap(a->base, size);
+            }
+            free(a->shadow);
+            memset(a, 0, sizeof(*a));
+            break;
+        }
+        a->size      = size;
+        a->host      = host;
+        a->buffer_id = next_buffer_id++;
+        *p           = a->base;
+        res          = SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+static int alloc_free(void *p)
+{
+    alloc_t *a;
+
+    pthread_mutex_lock(&lock);
+    a = find(p);
+    if ((a == NULL) || (a->base != p)) {
+        pthread_mutex_unlock(&lock);
+        return INVALID_VALUE;
+    }
+    munmap(a->base, a->size);
+    free(a->shadow);
+    memset(a, 0, sizeof(*a));
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuMemAlloc_v2(cu_ptr_t *ptr, size_t size)
+{
+    void *p  = NULL;
+    int res;
+
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    res = alloc_new(size, 0, &p);
+    *ptr = (uintptr_t)p;
+    return res;
+}
+
+EXPORT int cuMemFree_v2(cu_ptr_t ptr)
+{
+    return alloc_free((void*)(uintptr_t)ptr);
+}
+
+EXPORT int cuMemHostAlloc(void **p, size_t size, unsigned flags)
+{
+    (void)flags;
+    return (current == NULL) ? INVALID_CONTEXT : alloc_new(size, 1, p);
+}
+
+EXPORT int cuMemFreeHost(void *p)
+{
+    return alloc_free(p);
+}
+
+static int copy_now(void *dst, const void *src, size_t len)
+{
+    pthread_mutex_lock(&lock);
+    memcpy(real(dst), real(src), len);
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuMemcpyHtoD_v2(cu_ptr_t dst, const void *src, size_t len)
+{
+    return copy_now((void*)(uintptr_t)dst, src, len);
+}
+
+EXPORT int cuMemcpyDtoH_v2(void *dst, cu_ptr_t src, size_t len)
+{
+    return copy_now(dst, (const void*)(uintptr_t)src, len);
+}
+
+/* Run the oldest queued copy of s; 0 when none was queued. */
+static int stream_step(stream_t *s)
+{
+    copy_t *c;
+
+    if (s->head == s->tail) {
+        return 0;
+    }
+    c = &s->queue[s->head % MAX_QUEUED];
+    memcpy(real(c->dst), real(c->src), c->len);
+    s->head++;
+    s->done++;
+    return 1;
+}
+
+static int enqueue(void *stream, void *dst, const void *src, size_t len)
+{
+    stream_t *s = stream;
+    int res     = SUCCESS;
+
+    if ((s == NULL) || (current == NULL)) {
+        return (s == NULL) ? INVALID_HANDLE : INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&lock);
+    if (s->tail - s->head >= MAX_QUEUED) {
+        res = NOT_SUPPORTED;
+    } else {
+        s->queue[s->tail % MAX_QUEUED] = (copy_t){dst, src, len, ++s->submitted};
+        s->tail++;
+    }
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+EXPORT int cuMemcpyAsync(cu_ptr_t dst, cu_ptr_t src, size_t len, void *stream)
+{
+    return enqueue(stream, (void*)(uintptr_t)dst, (const void*)(uintptr_t)src, len);
+}
+
+EXPORT int cuMemcpyHtoDAsync_v2(cu_ptr_t dst, const void *src, size_t len, void *stream)
+{
+    return enqueue(stream, (void*)(uintptr_t)dst, src, len);
+}
+
+EXPORT int cuMemcpyDtoHAsync_v2(void *dst, cu_ptr_t src, size_t len, void *stream)
+{
+    return enqueue(stream, dst, (const void*)(uintptr_t)src, len);
+}
+
+EXPORT int cuStreamCreate(void **stream, unsigned flags)
+{
+    (void)flags;
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    *stream = calloc(1, sizeof(stream_t));
+    return (*stream != NULL) ? SUCCESS : INVALID_VALUE;
+}
+
+EXPORT int cuStreamSynchronize(void *stream)
+{
+    pthread_mutex_lock(&lock);
+    while (stream_step(stream)) {
+    }
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuStreamDestroy_v2(void *stream)
+{
+    cuStreamSynchronize(stream);
+    free(stream);
+    return SUCCESS;
+}
+
+EXPORT int cuEventCreate(void **event, unsigned flags)
+{
+    (void)flags;
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    *event = calloc(1, sizeof(event_t));
+    return (*event != NULL) ? SUCCESS : INVALID_VALUE;
+}
+
+EXPORT int cuEventRecord(void *event, void *stream)
+{
+    event_t *e = event;
+
+    if ((e == NULL) || (stream == NULL)) {
+        return INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&lock);
+    e->stream = stream;
+    e->seq    = e->stream->submitted;
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+EXPORT int cuEventQuery(void *event)
+{
+    event_t *e = event;
+    int res;
+
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    pthread_mutex_lock(&lock);
+    if ((e->stream != NULL) && (e->stream->done < e->seq) && ((++query_count % 3) == 0)) {
+        stream_step(e->stream);     /* the copy engine moves one copy per three looks */
+    }
+    res = ((e->stream == NULL) || (e->stream->done >= e->seq)) ? SUCCESS : NOT_READY;
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+EXPORT int cuEventDestroy_v2(void *event)
+{
+    free(event);
+    return SUCCESS;
+}
