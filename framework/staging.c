@@ -36,9 +36,10 @@
  * The remote side. A put or get whose REMOTE buffer is CUDA memory on a transport without
  * the cap is not staged: that memory has no part for the transport in its remote key
  * (memory.c registers it only with transports that move it), so xfer_rkey_unpack refuses it
- * and says why; with no such transport open at all, xfer_rkey_pack already refuses. Staging the target side needs the target's framework to act on arrival -
- * a host shadow registered in its place, landed data copied to the device before a flush or
- * a notification says it is there - which one-sided operations do not give it.
+ * and says why; with no such transport open at all, xfer_rkey_pack already refuses. Staging
+ * the target side needs the target's framework to act on arrival - a host shadow registered
+ * in its place, landed data copied to the device before a flush or a notification says it
+ * is there - which one-sided operations do not give it.
  *
  * Tagged messages and tensors of device memory are refused on such transports (endpoint.c,
  * tensor.c) with a reason. Their staging is designed, not built. The send side needs only
