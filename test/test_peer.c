@@ -14,6 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+int tp_slowdown(void)
+{
+    return (getenv("XFERTEST_VALGRIND") != NULL) ? 3 : 1;
+}
+
 const char *tp_transport(void)
 {
     const char *t = getenv("XFERTEST_TRANSPORT");
