@@ -602,6 +602,21 @@ void tp_echo_stop(xfer_endpoint_t *ep)
     xfer_request_release(req);
 }
 
+void tp_another_peer_works(xfer_context_t *ctx, const size_t *lens)
+{
+    xfer_endpoint_t *ep;
+    tp_peer_t q;
+
+    tp_server_spawn(&q, tp_echo_server, NULL, NULL);
+    ep = tp_connect(ctx, &q);
+    for (uint64_t i = 0; lens[i] != 0; i++) {
+        tp_echo_ping(ctx, ep, 77 + i, lens[i]);
+    }
+    tp_echo_stop(ep);
+    tp_child_expect_ok(&q, 30);
+    xfer_endpoint_close(ep);
+}
+
 /* ---- data ------------------------------------------------------------------------------------ */
 
 static uint64_t mix(uint64_t seed, uint64_t w)

@@ -158,6 +158,9 @@ int tp_echo_server(tp_side_t *side);
 void tp_echo_ping(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag, size_t len);
 /* Tell an echo server to stop (does not wait for the process). */
 void tp_echo_stop(xfer_endpoint_t *ep);
+/* The process still works after a fault: a new echo peer answers a ping of each length in
+ * lens (0-terminated); asserts it. */
+void tp_another_peer_works(xfer_context_t *ctx, const size_t *lens);
 
 /* ---- data ------------------------------------------------------------------------------------ */
 
