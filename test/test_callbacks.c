@@ -90,20 +90,6 @@ static void progress_until_all_called(xfer_context_t *ctx, const call_t *c, int 
     }
 }
 
-/* The process still works: a new peer answers a ping. */
-static void another_peer_works(xfer_context_t *ctx)
-{
-    tp_peer_t q;
-    xfer_endpoint_t *ep;
-
-    tp_server_spawn(&q, tp_echo_server, NULL, NULL);
-    ep = tp_connect(ctx, &q);
-    tp_echo_ping(ctx, ep, 77, 100000);
-    tp_echo_stop(ep);
-    tp_child_expect_ok(&q, 30);
-    xfer_endpoint_close(ep);
-}
-
 /* ---- children -------------------------------------------------------------------------------- */
 
 /* On a word from the parent: send one 64-byte message with that tag; then stop progressing
@@ -205,7 +191,7 @@ Test(callbacks, a_callback_closes_its_own_endpoint_with_operations_pending)
               "a 64 MiB send to a peer that stopped progressing cannot have completed");
     tp_recv(&p);
     tp_send(&p, 0);
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
     tp_finish(&p);
     free(big);
 }
@@ -284,7 +270,7 @@ Test(callbacks, a_publish_callback_closes_endpoints_in_the_middle_of_a_teardown)
     for (int i = 0; i < PENDING; i++) {
         cr_expect_eq(sender_recvs[i].status, XFER_ERR_CANCELED);
     }
-    another_peer_works(ctx);
+    tp_another_peer_works(ctx, (const size_t[]){100000, 0});
     xfer_context_destroy(ctx);
     tp_send(&sender, 0);
     tp_child_expect_ok(&sender, 30);
@@ -568,7 +554,7 @@ Test(callbacks, callbacks_of_a_dead_peer_close_its_endpoint)
         cr_expect(d->calls[i].status < 0, "receive %d: %s", i,
                   xfer_status_string(d->calls[i].status));
     }
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
     xfer_context_destroy(p.ctx);
     free(d);
 }

@@ -63,20 +63,6 @@ static xfer_status_t expect_failure(xfer_request_t *req, const char *what)
     return s;
 }
 
-/* The process still works: a new peer answers a ping. */
-static void another_peer_works(xfer_context_t *ctx)
-{
-    tp_peer_t q;
-    xfer_endpoint_t *ep;
-
-    tp_server_spawn(&q, tp_echo_server, NULL, NULL);
-    ep = tp_connect(ctx, &q);
-    tp_echo_ping(ctx, ep, 77, 100000);
-    tp_echo_stop(ep);
-    tp_child_expect_ok(&q, 30);
-    xfer_endpoint_close(ep);
-}
-
 /* Post a receive for a 64 MiB message and never progress it: whatever the transport, the
  * message stays in the middle of its way until the kill. */
 static int srv_stall_receiving(tp_side_t *s)
@@ -131,7 +117,7 @@ Test(faults, peer_killed_in_the_middle_of_a_64_mib_message)
     xfer_request_release(send);
     xfer_request_release(recv_ep);
 
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
     cr_expect_eq(xfer_request_cancel(recv_any), XFER_OK);
     cr_expect_eq(xfer_request_wait(recv_any, TP_WAIT_MS), XFER_ERR_CANCELED);
     xfer_request_release(recv_any);
@@ -215,7 +201,7 @@ Test(faults, peer_killed_with_many_puts_in_flight)
     cr_expect_neq(xfer_endpoint_status(p.ep), XFER_OK);
     xfer_rkey_destroy(rkey);
     cr_expect_eq(xfer_mem_deregister(mem), XFER_OK, "nothing uses the buffer any more");
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
     free(buf);
@@ -362,7 +348,7 @@ Test(faults, server_excluding_our_transport_is_unreachable_from_both_sides)
     s = (xfer_status_t)(int64_t)tp_recv(&p);
     cr_expect_eq(s, XFER_ERR_UNREACHABLE, "the server's accept: %s", xfer_status_string(s));
     tp_child_expect_ok(&p, 30);
-    another_peer_works(ctx);
+    tp_another_peer_works(ctx, (const size_t[]){100000, 0});
     xfer_context_destroy(ctx);
 }
 

@@ -14,6 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+int tp_slowdown(void)
+{
+    return (getenv("XFERTEST_VALGRIND") != NULL) ? 3 : 1;
+}
+
 const char *tp_transport(void)
 {
     const char *t = getenv("XFERTEST_TRANSPORT");
@@ -595,6 +600,21 @@ void tp_echo_stop(xfer_endpoint_t *ep)
     cr_assert(TP_POSTED(s), "stop: %s", xfer_status_string(s));
     cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
     xfer_request_release(req);
+}
+
+void tp_another_peer_works(xfer_context_t *ctx, const size_t *lens)
+{
+    xfer_endpoint_t *ep;
+    tp_peer_t q;
+
+    tp_server_spawn(&q, tp_echo_server, NULL, NULL);
+    ep = tp_connect(ctx, &q);
+    for (uint64_t i = 0; lens[i] != 0; i++) {
+        tp_echo_ping(ctx, ep, 77 + i, lens[i]);
+    }
+    tp_echo_stop(ep);
+    tp_child_expect_ok(&q, 30);
+    xfer_endpoint_close(ep);
 }
 
 /* ---- data ------------------------------------------------------------------------------------ */

@@ -618,21 +618,6 @@ static xfer_status_t expect_failure(xfer_request_t *req, double t_kill, int fail
     return s;
 }
 
-/* The process still works: a new peer answers pings, eager and rendezvous. */
-static void another_peer_works(xfer_context_t *ctx)
-{
-    tp_peer_t q;
-    xfer_endpoint_t *ep;
-
-    tp_server_spawn(&q, tp_echo_server, NULL, NULL);
-    ep = tp_connect(ctx, &q);
-    tp_echo_ping(ctx, ep, 77, 100);
-    tp_echo_ping(ctx, ep, 78, 300000);
-    tp_echo_stop(ep);
-    tp_child_expect_ok(&q, 30);
-    xfer_endpoint_close(ep);
-}
-
 Test(verbs, peer_killed_midtransfer)
 {
     char *in = malloc(KILL_LEN), *out = malloc(KILL_LEN);
@@ -729,7 +714,7 @@ Test(verbs, peer_killed_midtransfer)
     xfer_request_release(pending);
 
     /* the same context reaches a fresh peer */
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100, 300000, 0});
     cr_expect_eq(xfer_request_cancel(any), XFER_OK);
     cr_expect_eq(xfer_request_wait(any, TP_WAIT_MS), XFER_ERR_CANCELED);
     xfer_request_release(any);
@@ -737,7 +722,7 @@ Test(verbs, peer_killed_midtransfer)
     xfer_context_destroy(p.ctx);
     /* and so does a new context */
     p.ctx = tp_context(0);
-    another_peer_works(p.ctx);
+    tp_another_peer_works(p.ctx, (const size_t[]){100, 300000, 0});
     xfer_context_destroy(p.ctx);
     free(in);
     free(out);
