@@ -9,6 +9,7 @@
  * refused, ranges past an allocation refused, a re-allocated buffer told apart by its buffer
  * id, pinned host memory is host memory. The GPU tests skip with a one-line reason elsewhere.
  */
+#include "gpu_fixture.h"
 #include "test_peer.h"
 #include "test_util.h"
 
@@ -242,27 +243,17 @@ typedef struct gpu {
     void                     *cu_ctx;
 } gpu_t;
 
-/* Initialise CUDA on device 0 through libxfer's driver table, or skip with the reason. */
+/* CUDA on device 0 (or the test skips), and a context. */
 static void gpu_open(gpu_t *g)
 {
-    char why[XFER_REASON_MAX];
-    int count = 0;
+    tg_gpu_t d;
 
     memset(g, 0, sizeof(*g));
-    if (xfer_cuda_init(why, sizeof(why)) != XFER_OK) {
-        fprintf(stderr, "test_cuda: skipped: %s\n", why);
-        cr_skip_test("%s", why);
-    }
-    g->drv = xfer_cuda_driver(why, sizeof(why));
-    cr_assert_not_null(g->drv, "%s", why);
-    if ((g->drv->device_get_count(&count) != 0) || (count == 0)) {
-        fprintf(stderr, "test_cuda: skipped: no CUDA device\n");
-        cr_skip_test("no CUDA device");
-    }
-    cr_assert_eq(g->drv->device_get(&g->device, 0), 0);
-    cr_assert_eq(g->drv->device_primary_ctx_retain(&g->cu_ctx, g->device), 0);
-    cr_assert_eq(g->drv->ctx_set_current(g->cu_ctx), 0);
-    g->ctx = tp_context(0);
+    tg_gpu_open(&d, "test_cuda");
+    g->drv    = d.drv;
+    g->device = d.device;
+    g->cu_ctx = d.cu_ctx;
+    g->ctx    = tp_context(0);
 }
 
 static void gpu_close(gpu_t *g)

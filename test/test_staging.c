@@ -17,6 +17,7 @@
  * other test double here, for the same absent GPU - whose device memory no CPU access can
  * reach and whose copies land late.
  */
+#include "gpu_fixture.h"
 #include "test_peer.h"
 #include "test_util.h"
 #include "staging_test.h"
@@ -615,33 +616,12 @@ Test(staging, tags_and_remote_keys_of_staged_memory_are_refused)
 
 /* ---- CUDA memory ---------------------------------------------------------------------------- */
 
-typedef struct gpu {
-    const xfer_cuda_driver_t *drv;
-    int                      device;
-    void                     *cu_ctx;
-} gpu_t;
+typedef tg_gpu_t gpu_t;
 
-/* CUDA on device 0 through libxfer's driver table, or skip with the reason. Call it after
- * the peer is forked: a child of a process that initialised CUDA cannot use the driver. */
+/* CUDA on device 0, or the test skips. Call it after the peer is forked (gpu_fixture.h). */
 static void gpu_open(gpu_t *g)
 {
-    char why[XFER_REASON_MAX];
-    int count = 0;
-
-    memset(g, 0, sizeof(*g));
-    if (xfer_cuda_init(why, sizeof(why)) != XFER_OK) {
-        fprintf(stderr, "test_staging: skipped: %s\n", why);
-        cr_skip_test("%s", why);
-    }
-    g->drv = xfer_cuda_driver(why, sizeof(why));
-    cr_assert_not_null(g->drv, "%s", why);
-    if ((g->drv->device_get_count(&count) != 0) || (count == 0)) {
-        fprintf(stderr, "test_staging: skipped: no CUDA device\n");
-        cr_skip_test("no CUDA device");
-    }
-    cr_assert_eq(g->drv->device_get(&g->device, 0), 0);
-    cr_assert_eq(g->drv->device_primary_ctx_retain(&g->cu_ctx, g->device), 0);
-    cr_assert_eq(g->drv->ctx_set_current(g->cu_ctx), 0);
+    tg_gpu_open(g, "test_staging");
 }
 
 /* Put from and get into device memory over a transport without MEM_CUDA, sizes around the
