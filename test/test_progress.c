@@ -26,6 +26,14 @@ TestSuite(progress, .init = setup, .timeout = 60);
 
 #define ALL (~0ull)
 
+/* The CPU time a sleeping wait may use out of wall ms; a spinning one uses all of it. Under
+ * valgrind its translation of code run for the first time and its own scheduler add a share
+ * that is not xfer's (a quarter to a third of the wall time in the emulated guest). */
+static double sleep_cpu_bound(double wall, double share)
+{
+    return wall * ((getenv("XFERTEST_VALGRIND") != NULL) ? 0.6 : share);
+}
+
 static double cpu_ms(void)
 {
     struct rusage ru;
@@ -76,7 +84,7 @@ Test(progress, wait_sleeps_and_a_timed_out_request_stays_completable)
     cr_assert_eq(s, XFER_ERR_TIMEOUT, "%s", xfer_status_string(s));
     cr_expect_geq(wall, 480, "returned after %.0f ms of a 500 ms timeout", wall);
     cr_expect_lt(wall, 2500, "returned after %.0f ms of a 500 ms timeout", wall);
-    cr_expect_lt(cpu, wall * 0.2, "a 500 ms wait for nothing used %.0f ms of CPU in %.0f ms: it "
+    cr_expect_lt(cpu, sleep_cpu_bound(wall, 0.2), "a 500 ms wait for nothing used %.0f ms of CPU in %.0f ms: it "
                  "spins instead of sleeping", cpu, wall);
     cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS, "the timed-out request is pending");
 
@@ -116,7 +124,7 @@ Test(progress, wait_wakes_promptly_when_the_message_comes)
     cr_assert_eq(s, XFER_OK, "%s", xfer_status_string(s));
     cr_expect_geq(wall, 350, "completed after %.0f ms, before the peer sent", wall);
     cr_expect_lt(wall, 2000, "took %.0f ms to notice a message sent after 400 ms", wall);
-    cr_expect_lt(cpu, wall * 0.25, "%.0f ms of CPU in a %.0f ms wait", cpu, wall);
+    cr_expect_lt(cpu, sleep_cpu_bound(wall, 0.25), "%.0f ms of CPU in a %.0f ms wait", cpu, wall);
     cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 400), -1);
     xfer_request_release(req);
 
@@ -286,7 +294,7 @@ Test(progress, a_serialized_context_sleeps_wakes_and_reposts_from_a_callback)
     wall = tp_now_ms() - t0;
     cpu  = cpu_ms() - c0;
     cr_expect_geq(wall, 280, "returned after %.0f ms of a 300 ms timeout", wall);
-    cr_expect_lt(cpu, wall * 0.2, "%.0f ms of CPU in a %.0f ms wait: it spins", cpu, wall);
+    cr_expect_lt(cpu, sleep_cpu_bound(wall, 0.2), "%.0f ms of CPU in a %.0f ms wait: it spins", cpu, wall);
 
     tp_send(&p, 200);
     cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
@@ -362,7 +370,7 @@ Test(progress, destroy_stops_the_progress_thread_promptly)
 
     cpu0 = cpu_ms();
     usleep(300000);
-    cr_expect_lt(cpu_ms() - cpu0, 60, "an idle progress thread used %.0f ms of CPU in 300 ms",
+    cr_expect_lt(cpu_ms() - cpu0, sleep_cpu_bound(300, 0.2), "an idle progress thread used %.0f ms of CPU in 300 ms",
                  cpu_ms() - cpu0);
     t0 = tp_now_ms();
     xfer_context_destroy(ctx);
