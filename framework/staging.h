@@ -58,6 +58,10 @@ struct xfer_copier {
  * primary context. */
 xfer_status_t xfer_copier_open_cuda(xfer_copier_t *c, unsigned num_slots, void *cu_ctx,
                                     int device, char *why, size_t why_size);
+/* A copy that has landed when it returns, in the CUDA engine's context (cuMemcpyDtoH/HtoD);
+ * the host side may be any host memory. */
+xfer_status_t xfer_copier_sync_cuda(xfer_copier_t *c, void *dst, const void *src, size_t len,
+                                    xfer_staging_dir_t dir, char *why, size_t why_size);
 xfer_status_t xfer_copier_open_host(xfer_copier_t *c, unsigned num_slots, unsigned delay,
                                     char *why, size_t why_size);
 

@@ -155,6 +155,26 @@ out:
     }
 }
 
+xfer_status_t xfer_copier_sync_cuda(xfer_copier_t *c, void *dst, const void *src, size_t len,
+                                    xfer_staging_dir_t dir, char *why, size_t why_size)
+{
+    const char *call = "cuCtxSetCurrent";
+    void *saved;
+    int res = cu_enter(c, &saved);
+
+    if (res == CUDA_SUCCESS) {
+        if (dir == XFER_STAGING_TO_HOST) {
+            call = "cuMemcpyDtoH";
+            res  = c->cu->memcpy_dtoh(dst, (xfer_cu_ptr_t)(uintptr_t)src, len);
+        } else {
+            call = "cuMemcpyHtoD";
+            res  = c->cu->memcpy_htod((xfer_cu_ptr_t)(uintptr_t)dst, src, len);
+        }
+        cu_leave(c, saved);
+    }
+    return (res == CUDA_SUCCESS) ? XFER_OK : cu_fail(c, call, res, why, why_size);
+}
+
 static const xfer_copier_ops_t cuda_ops = {
     .name       = "cuda",
     .host_alloc = cuda_host_alloc,

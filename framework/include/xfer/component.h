@@ -437,6 +437,43 @@ XFER_API const char *xfer_cuda_result_string(int result, char *buf, size_t size)
 XFER_API xfer_status_t xfer_mem_detect(const void *addr, size_t length, xfer_mem_attr_t *attr_p,
                                        char *why, size_t why_size);
 
+/*
+ * Copies between CUDA device memory and pinned host buffers, for a transport that moves device
+ * memory through host memory of its own (tcp): num_slots bounce buffers of slot_size bytes,
+ * pinned by the driver, and a non-blocking stream of xfer's own in the CUDA context of the
+ * memory it was opened for, one event per slot. A copy starts at once and is asked about with
+ * xfer_devcopy_poll(), never waited for; the engine serves one context (memory of another is
+ * refused with xfer_devcopy_serves()). Calls are serialised by the framework as every call
+ * into a component is.
+ */
+typedef struct xfer_devcopy xfer_devcopy_t;
+
+/* Open an engine for memory of attr (XFER_MEM_CUDA); XFER_OK or an error with why filled. */
+XFER_API xfer_status_t xfer_devcopy_open(const xfer_mem_attr_t *attr, unsigned num_slots,
+                                         size_t slot_size, xfer_devcopy_t **dc_p, char *why,
+                                         size_t why_size);
+/* Wait for the copies in flight and release the stream, events and bounce buffers. */
+XFER_API void xfer_devcopy_close(xfer_devcopy_t *dc);
+/* 1 when dc copies memory of attr (the same CUDA context). */
+XFER_API int xfer_devcopy_serves(const xfer_devcopy_t *dc, const xfer_mem_attr_t *attr);
+/* The bounce buffer of slot (slot_size bytes). */
+XFER_API void *xfer_devcopy_buf(xfer_devcopy_t *dc, unsigned slot);
+/* Start copying len bytes from the slot's buffer to device memory at dst (to_device = 1), or
+ * from device memory at dev into the slot's buffer (to_device = 0); dev is the device
+ * address. One copy per slot at a time. */
+XFER_API xfer_status_t xfer_devcopy_start(xfer_devcopy_t *dc, unsigned slot, void *dev,
+                                          size_t len, int to_device, char *why,
+                                          size_t why_size);
+/* XFER_OK once the slot's copy landed (or none was started), XFER_INPROGRESS, or the copy's
+ * error with why filled. */
+XFER_API xfer_status_t xfer_devcopy_poll(xfer_devcopy_t *dc, unsigned slot, char *why,
+                                         size_t why_size);
+/* A copy that completes before the call returns, between device memory and any host memory
+ * (small or rare data: an eager message, an unexpected message landing in device memory). */
+XFER_API xfer_status_t xfer_devcopy_sync(xfer_devcopy_t *dc, void *dst, const void *src,
+                                         size_t len, int to_device, char *why,
+                                         size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif
