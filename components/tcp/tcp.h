@@ -41,7 +41,11 @@ typedef struct xfer_tcp_config {
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes before pausing */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one endpoint */
     uint64_t max_backlog;       /* MAX_RESPONSE_BACKLOG: queued answers before input pauses */
+    uint64_t cuda_chunk;        /* CUDA_CHUNK: bytes of one bounce buffer for device memory */
+    uint64_t cuda_depth;        /* CUDA_DEPTH: bounce buffers for each direction */
 } xfer_tcp_config_t;
+
+#define XFER_TCP_CUDA_DEPTH_MAX 16
 
 /* What one buffered unexpected message or one queued answer costs beyond its bytes (its
  * bookkeeping), so that the bounds also bound how many there are. */
@@ -69,6 +73,12 @@ typedef struct xfer_tcp_tx {
     void                *owned;     /* GET_RESP: a private copy of iov[1] (after dereg) */
     uint64_t            resp;       /* what it counts in ep->resp_backlog (answers to the
                                      * peer's requests) */
+    /* iov[1] is CUDA memory: it is written from bounce buffers (tcp_cuda.c) holding the
+     * chunks [first, next) in order, one per entry of ring */
+    int                 dev;
+    unsigned            ring[XFER_TCP_CUDA_DEPTH_MAX];
+    unsigned            ring_head, ring_count;
+    size_t              first, next;
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -95,6 +105,7 @@ struct xfer_tcp_op {
     uint64_t            tag;
     int                 busy;       /* data is arriving: too late to cancel */
     int                 tx_pending; /* its zero-copy frame is still in the send queue */
+    int                 cuda;       /* buf is CUDA memory (tcp_cuda.c moves it) */
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer, FETCH caller buffer */
     size_t              len;        /* its length (FETCH: capacity) */
@@ -191,6 +202,13 @@ typedef struct xfer_tcp_rx {
     xfer_tcp_preq_t     *preq;      /* tensor request whose key is arriving */
     xfer_memh_h         memh;       /* PUT target region */
     uint64_t            size;       /* TENSOR_RESP: the tensor's size */
+    /* dest is CUDA memory: the payload is read into bounce buffers, each copied to
+     * dest + dbase once full (tcp_cuda.c); the frame is done once every copy landed */
+    int                 dev;
+    unsigned            dslot;      /* the bounce buffer being filled, or UINT_MAX */
+    size_t              dfill;      /* its bytes */
+    size_t              dbase;      /* where in dest they go */
+    unsigned            dcopies;    /* copies of this frame in flight */
 } xfer_tcp_rx_t;
 
 struct xfer_ep {
@@ -239,11 +257,32 @@ struct xfer_ep {
     ucs_list_link_t     failing_link;
     int                 in_notify;      /* on iface->notify */
     ucs_list_link_t     notify_link;
+    int                 in_devwait;     /* on iface->cuda.waiting */
+    ucs_list_link_t     devwait_link;
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
 
 struct kh_xfer_tcp_mem_s;
+
+/* The bounce buffers through which CUDA memory moves (tcp_cuda.c): slots [0, depth) receive,
+ * [depth, 2 * depth) send, so that a send waiting for the socket never holds up receiving. */
+typedef enum {
+    XFER_TCP_DSLOT_FREE,
+    XFER_TCP_DSLOT_FILL,        /* receive: being filled from the socket */
+    XFER_TCP_DSLOT_COPY,        /* a copy in flight (to the device, or from it) */
+    XFER_TCP_DSLOT_READY,       /* send: the chunk landed, to be written */
+} xfer_tcp_dslot_state_t;
+
+typedef struct xfer_tcp_cuda {
+    xfer_devcopy_t          *dc;        /* opened on the first registration of CUDA memory */
+    size_t                  chunk;
+    unsigned                depth;
+    xfer_tcp_dslot_state_t  state[2 * XFER_TCP_CUDA_DEPTH_MAX];
+    xfer_ep_h               owner[2 * XFER_TCP_CUDA_DEPTH_MAX];  /* receive: whose frame */
+    ucs_list_link_t         waiting;    /* eps waiting for a bounce buffer or a copy */
+    int                     changed;    /* a buffer was freed: wake the waiting eps */
+} xfer_tcp_cuda_t;
 
 struct xfer_iface {
     const xfer_tcp_config_t  *cfg;
@@ -265,6 +304,7 @@ struct xfer_iface {
     ucs_list_link_t          flushing;      /* eps with flushes waiting */
     int                      timerfd;       /* ticks while flushes wait for acknowledgements */
     int                      timer_armed;
+    xfer_tcp_cuda_t          cuda;
     char                     address[XFER_TCP_IFACE_ADDR_MAX];
     size_t                   address_len;
 };
@@ -273,6 +313,7 @@ struct xfer_memh {
     uint64_t id;
     uint8_t  *addr;
     size_t   length;
+    int      cuda;      /* CUDA memory, moved through iface->cuda */
 };
 
 struct xfer_rkey {
@@ -357,6 +398,11 @@ void xfer_tcp_ep_update_events(xfer_ep_h ep);
 /* ---- tcp_rx.c ------------------------------------------------------------------------------- */
 /* Set up the payload phase of the frame being received. */
 void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
+/* The same, dest being CUDA memory (tcp_cuda.c reads it through bounce buffers). */
+void xfer_tcp_rx_expect_device(xfer_ep_h ep, void *dest, size_t want, uint64_t drain);
+/* One read into iov: 1 with *n_p bytes, 0 to wait (nothing there, or a read this round came
+ * back short so the socket is empty), -1 when the ep failed. */
+int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p);
 /* Whatever the frame being received was doing ends with status. */
 void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status);
 /* Process input: up to XFER_TCP_RX_BUDGET frames; returns frames handled. */
@@ -394,6 +440,9 @@ xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
 void xfer_tcp_regions_cleanup(xfer_iface_h iface);
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+/* CUDA memory is taken (moved through tcp_cuda.c); host memory as mem_reg. */
+xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                      xfer_memh_h *memh_p);
 void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
 xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p);
@@ -416,5 +465,50 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 /* Release what the producer side of ep holds: withdraw waiters, release queued tensors. */
 void xfer_tcp_preq_withdraw_all(xfer_ep_h ep);
 void xfer_tcp_preq_free(xfer_tcp_preq_t *preq);
+
+/* ---- tcp_cuda.c ----------------------------------------------------------------------------- */
+void xfer_tcp_cuda_init(xfer_iface_h iface);
+void xfer_tcp_cuda_cleanup(xfer_iface_h iface);
+/* Accept CUDA memory of attr: open the copy engine, or check that it serves attr's context. */
+xfer_status_t xfer_tcp_cuda_accept(xfer_iface_h iface, const xfer_mem_attr_t *attr, char *why,
+                                   size_t why_size);
+/* What [p, p + len) is, for buffers that come without a registration (a tensor's data, a
+ * fetch's allocation): 1 CUDA memory (accepted), 0 host memory, -1 an error with why. */
+int xfer_tcp_cuda_detect(xfer_iface_h iface, const void *p, size_t len, char *why,
+                         size_t why_size);
+/* Whether an operation's buffer is CUDA memory: its registration says, else detection. */
+int xfer_tcp_buf_is_cuda(xfer_iface_h iface, const void *p, size_t len, xfer_memh_h memh,
+                         char *why, size_t why_size);
+/* A copy between CUDA and host memory that has landed when it returns. */
+xfer_status_t xfer_tcp_cuda_copy(xfer_iface_h iface, void *dst, const void *src, size_t len,
+                                 int to_device, char *why, size_t why_size);
+/* Small data out of CUDA memory, into a malloc'd copy (free it) before it is queued, so that
+ * a failed copy leaves nothing half-queued. */
+xfer_status_t xfer_tcp_cuda_copy_small(xfer_iface_h iface, const void *src, size_t len,
+                                       void **copy_p, char *why, size_t why_size);
+/* Receive: the payload into rx.dest through bounce buffers: 1 = every byte landed, 0 = wait,
+ * -1 = the ep failed. */
+int xfer_tcp_cuda_rx_data(xfer_ep_h ep);
+/* The receive side of ep ends: the bounce buffer it fills is freed, copies in flight are
+ * waited for (they write into the caller's memory, which is reported free after this). */
+void xfer_tcp_cuda_rx_quiesce(xfer_ep_h ep);
+/* The region of a put arriving at ep is deregistered: nothing more is copied into it. */
+void xfer_tcp_cuda_rx_forget(xfer_ep_h ep);
+/* Send: start copying tx's next chunks into free bounce buffers. */
+void xfer_tcp_cuda_tx_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Add to iov the landed part of tx's data from data offset skip on; 1 when more of it is not
+ * there yet (nothing after it may be written), 0 when all of it was added. */
+int xfer_tcp_cuda_tx_gather(xfer_ep_h ep, xfer_tcp_tx_t *tx, size_t skip, struct iovec *iov,
+                            int max, int *cnt_p, size_t *total_p);
+/* tx->sent advanced: free the bounce buffers written, copy the next chunks. */
+void xfer_tcp_cuda_tx_advance(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* tx leaves the queue: its bounce buffers are free. */
+void xfer_tcp_cuda_tx_release(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Land copies, wake the endpoints waiting for them; how many landed. */
+unsigned xfer_tcp_cuda_progress(xfer_iface_h iface);
+/* 1 when a copy is in flight: the iface must not sleep on its fd. */
+int xfer_tcp_cuda_busy(xfer_iface_h iface);
+/* ep goes: off the waiting list. */
+void xfer_tcp_cuda_ep_forget(xfer_ep_h ep);
 
 #endif

@@ -75,6 +75,14 @@ static const xfer_param_desc_t tcp_params[] = {
      "the peer's requests until half has gone, so that a peer that asks without reading "
      "cannot make this side queue without bound.",
      offsetof(xfer_tcp_config_t, max_backlog), 4096, 1ull << 40, NULL},
+    {"CUDA_CHUNK", XFER_PARAM_SIZE, "1m",
+     "Bytes of one pinned bounce buffer through which CUDA device memory is read from and "
+     "written to the socket; the copy of one overlaps the socket's work on the next.",
+     offsetof(xfer_tcp_config_t, cuda_chunk), 4096, 1ull << 30, NULL},
+    {"CUDA_DEPTH", XFER_PARAM_UINT, "4",
+     "Bounce buffers for CUDA memory in each direction (receive, send) of an iface, allocated "
+     "on the first registration of CUDA memory.",
+     offsetof(xfer_tcp_config_t, cuda_depth), 2, XFER_TCP_CUDA_DEPTH_MAX, NULL},
     {NULL}
 };
 
@@ -205,8 +213,10 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
         return XFER_OK;
     }
     attr->available = 1;
+    /* CUDA memory passes bounce buffers (tcp_cuda.c); the driver is loaded only once such
+     * memory is registered, never here */
     attr->caps      = XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR |
-                      XFER_CAP_MEM_HOST | XFER_CAP_INTER_HOST;
+                      XFER_CAP_MEM_HOST | XFER_CAP_MEM_CUDA | XFER_CAP_INTER_HOST;
     attr->limits.max_msg_size   = cfg->max_msg_size;
     attr->limits.max_eager_size = cfg->eager_threshold;
     attr->limits.max_key_len    = 0;    /* the framework's XFER_MAX_KEY_LEN applies */
@@ -248,4 +258,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .event_fd      = xfer_tcp_iface_event_fd,
     .event_arm     = xfer_tcp_iface_event_arm,
     .ep_flush      = xfer_tcp_ep_flush,
+    .mem_reg_params = xfer_tcp_mem_reg_params,
 };

@@ -348,6 +348,9 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
 
     if (rx->memh == memh) {
         /* a put is arriving into it: the rest is drained and the put refused */
+        if (rx->dev) {
+            xfer_tcp_cuda_rx_forget(ep);
+        }
         rx->drain += rx->want - rx->got;
         rx->want   = rx->got;
         rx->memh   = NULL;
@@ -367,7 +370,20 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
                                    tx->iov[1].iov_len);
             return;
         }
-        memcpy(copy, tx->iov[1].iov_base, tx->iov[1].iov_len);
+        if (memh->cuda) {
+            char why[XFER_REASON_MAX] = "";
+
+            if (xfer_tcp_cuda_copy(ep->iface, copy, tx->iov[1].iov_base, tx->iov[1].iov_len,
+                                   0, why, sizeof(why)) != XFER_OK) {
+                free(copy);
+                xfer_tcp_ep_fail_later(ep, XFER_ERR_IO, "copy of a get response from a "
+                                       "deregistered CUDA region: %s", why);
+                return;
+            }
+            xfer_tcp_cuda_tx_release(ep, tx);   /* written from the copy from now on */
+        } else {
+            memcpy(copy, tx->iov[1].iov_base, tx->iov[1].iov_len);
+        }
         tx->iov[1].iov_base = copy;
         tx->owned           = copy;
         tx->memh            = NULL;
@@ -498,6 +514,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     if (ep->in_ready) {
         ucs_list_del(&ep->ready_link);
     }
+    xfer_tcp_cuda_ep_forget(ep);
     if (ep->in_failing) {
         ucs_list_del(&ep->failing_link);
     }

@@ -166,6 +166,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->flushing);
+    xfer_tcp_cuda_init(iface);
 
     iface->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (iface->epfd < 0) {
@@ -244,6 +245,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
         deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
     }
     releases_run(iface);
+    xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
     close(iface->timerfd);
     close(iface->epfd);
@@ -334,6 +336,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         xfer_tcp_ep_fail_deferred(ep);
         count++;
     }
+    count += xfer_tcp_cuda_progress(iface);
 
     /* only the endpoints queued now: one that runs out of budget again waits its turn */
     for (n = ucs_list_length(&iface->rx_ready); (n > 0) && !ucs_list_is_empty(&iface->rx_ready);
@@ -390,7 +393,7 @@ xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
     if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->failing) ||
-        !ucs_list_is_empty(&iface->notify)) {
+        !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface)) {
         return XFER_ERR_BUSY;
     }
     return XFER_OK;

@@ -63,6 +63,7 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     memh->id     = iface->next_region++;
     memh->addr   = addr;
     memh->length = length;
+    memh->cuda   = 0;
     it = kh_put(xfer_tcp_mem, iface->regions, memh->id, &ret);
     if (ret < 0) {
         free(memh);
@@ -71,6 +72,33 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     kh_value(iface->regions, it) = memh;
     *memh_p = memh;
     return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                      xfer_memh_h *memh_p)
+{
+    char why[XFER_REASON_MAX] = "";
+    xfer_status_t status;
+
+    if ((iface == NULL) || (params == NULL) || (params->attr == NULL) ||
+        (params->size < offsetof(xfer_mem_reg_params_t, attr) + sizeof(params->attr))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (params->attr->type != XFER_MEM_CUDA) {
+        return xfer_tcp_mem_reg(iface, params->addr, params->length, params->attr->type,
+                                memh_p);
+    }
+    status = xfer_tcp_cuda_accept(iface, params->attr, why, sizeof(why));
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "cannot register %zu bytes of CUDA memory: "
+                 "%s", params->length, why);
+        return status;
+    }
+    status = xfer_tcp_mem_reg(iface, params->addr, params->length, XFER_MEM_HOST, memh_p);
+    if (status == XFER_OK) {
+        (*memh_p)->cuda = 1;
+    }
+    return status;
 }
 
 void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
@@ -188,15 +216,22 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_PUT_REQ, 0, 0,
                                XFER_TCP_WIRE_PUT_EXT_LEN + (uint64_t)length};
+    char why[XFER_REASON_MAX] = "";
     xfer_tcp_wire_rma_t rma;
+    void *bounce = NULL;
     xfer_status_t status;
     xfer_tcp_op_t *op;
     uint8_t *p;
+    int cuda;
 
-    (void)memh;
     status = rma_check(ep, "put", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
+    }
+    cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
+    if (cuda < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "put: %s", why);
+        return XFER_ERR_INVALID_PARAM;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
@@ -205,10 +240,21 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->buf = (void*)buf;
-    op->len = length;
+    op->buf  = (void*)buf;
+    op->len  = length;
+    op->cuda = cuda;
+    if (cuda && (length <= ep->iface->cfg->eager_threshold)) {
+        status = xfer_tcp_cuda_copy_small(ep->iface, buf, length, &bounce, why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "put from CUDA memory: %s", why);
+            free(op);
+            return status;
+        }
+        buf = bounce;
+    }
     status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_PUT, op, &hdr.id);
     if (status != XFER_OK) {
+        free(bounce);
         free(op);
         return status;
     }
@@ -221,6 +267,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length, 0);
         if (p == NULL) {
             xfer_tcp_slot_free(ep, op->slot);
+            free(bounce);
             free(op);
             return XFER_ERR_NO_MEMORY;
         }
@@ -229,6 +276,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         if (length > 0) {
             memcpy(p + XFER_TCP_OP_HDR_MAX, buf, length);
         }
+        free(bounce);
     } else {
         xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
         xfer_tcp_wire_pack_put_ext(&rma, op->hdr + XFER_TCP_WIRE_HDR_LEN);
@@ -237,6 +285,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         op->tx.iov[0].iov_len  = XFER_TCP_OP_HDR_MAX;
         op->tx.iov[1].iov_base = (void*)buf;
         op->tx.iov[1].iov_len  = length;
+        op->tx.dev             = cuda;
         op->tx_pending         = 1;
         xfer_tcp_ep_tx_push(ep, &op->tx);
     }
@@ -249,12 +298,13 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_GET_REQ, 0, 0, XFER_TCP_WIRE_GET_EXT_LEN};
+    char why[XFER_REASON_MAX] = "";
     xfer_tcp_wire_rma_t rma;
     xfer_status_t status;
     xfer_tcp_op_t *op;
     uint8_t *p;
+    int cuda;
 
-    (void)memh;
     status = rma_check(ep, "get", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
@@ -262,12 +312,18 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
+    cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
+    if (cuda < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "get: %s", why);
+        return XFER_ERR_INVALID_PARAM;
+    }
     op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_GET, comp);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->buf = buf;
-    op->len = length;
+    op->buf  = buf;
+    op->len  = length;
+    op->cuda = cuda;
     status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_GET, op, &hdr.id);
     if (status != XFER_OK) {
         free(op);
@@ -335,7 +391,12 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         return XFER_OK;
     }
     ep->rx.memh = memh;
-    xfer_tcp_rx_expect(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr), rma.len, 0);
+    if (memh->cuda) {
+        xfer_tcp_rx_expect_device(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr),
+                                  rma.len, 0);
+    } else {
+        xfer_tcp_rx_expect(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr), rma.len, 0);
+    }
     return XFER_OK;
 }
 
@@ -422,7 +483,14 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
             return get_resp_error(ep, XFER_ERR_NO_MEMORY, why, why_size);
         }
         xfer_tcp_wire_pack_hdr(&hdr, p);
-        if (rma.len > 0) {
+        if ((rma.len > 0) && memh->cuda) {
+            /* the frame is queued: a copy that fails leaves it unsendable, so the ep fails */
+            status = xfer_tcp_cuda_copy(ep->iface, p + XFER_TCP_WIRE_HDR_LEN, src, rma.len, 0,
+                                        why, why_size);
+            if (status != XFER_OK) {
+                return status;
+            }
+        } else if (rma.len > 0) {
             memcpy(p + XFER_TCP_WIRE_HDR_LEN, src, rma.len);
         }
         return XFER_OK;
@@ -439,6 +507,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     tx->iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
     tx->iov[1].iov_base = (void*)src;
     tx->iov[1].iov_len  = rma.len;
+    tx->dev             = memh->cuda;
     xfer_tcp_wire_pack_hdr(&hdr, tx + 1);
     xfer_tcp_ep_tx_push(ep, tx);
     return XFER_OK;
@@ -464,7 +533,11 @@ static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why
     op->busy      = 1;
     ep->rx.op     = op;
     ep->rx.status = ep->rx.hdr.status;
-    xfer_tcp_rx_expect(ep, op->buf, ep->rx.hdr.length, 0);
+    if (op->cuda) {
+        xfer_tcp_rx_expect_device(ep, op->buf, ep->rx.hdr.length, 0);
+    } else {
+        xfer_tcp_rx_expect(ep, op->buf, ep->rx.hdr.length, 0);
+    }
     return XFER_OK;
 }
 

@@ -11,6 +11,7 @@
 #include "tcp.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -41,6 +42,15 @@ void xfer_tcp_rx_expect(xfer_ep_h ep, void *dest, size_t want, uint64_t drain)
     ep->rx.drain = drain;
 }
 
+void xfer_tcp_rx_expect_device(xfer_ep_h ep, void *dest, size_t want, uint64_t drain)
+{
+    xfer_tcp_rx_expect(ep, dest, want, drain);
+    ep->rx.dev     = 1;
+    ep->rx.dslot   = UINT_MAX;
+    ep->rx.dfill   = 0;
+    ep->rx.dcopies = 0;
+}
+
 static void rx_reset(xfer_ep_h ep)
 {
     memset(&ep->rx, 0, sizeof(ep->rx));
@@ -51,6 +61,9 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
 {
     xfer_tcp_rx_t *rx = &ep->rx;
 
+    if (rx->dev) {
+        xfer_tcp_cuda_rx_quiesce(ep);   /* before the destination is reported free */
+    }
     if ((rx->op != NULL) && (rx->op->kind == XFER_TCP_OP_RECV)) {
         xfer_tcp_op_complete(rx->op, status, 0, 0);
     }   /* a GET or FETCH op is completed with the outstanding requests */
@@ -87,9 +100,7 @@ static int rx_read_error(xfer_ep_h ep, ssize_t ret)
     return -1;
 }
 
-/* One read into iov: 1 with *n_p bytes, 0 to wait (nothing there, or a read this round came
- * back short so the socket is empty), -1 when the ep failed. */
-static int rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
+int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
 {
     size_t space = 0;
     ssize_t ret;
@@ -128,7 +139,7 @@ static int rx_fill(xfer_ep_h ep, size_t n)
         }
         iov.iov_base = ep->rbuf + ep->rlen;
         iov.iov_len  = XFER_TCP_RX_BUF_LEN - ep->rlen;
-        ret          = rx_read(ep, &iov, 1, &got);
+        ret          = xfer_tcp_ep_rx_read(ep, &iov, 1, &got);
         if (ret <= 0) {
             return ret;
         }
@@ -145,6 +156,12 @@ static int rx_data(xfer_ep_h ep)
     size_t n;
     int ret;
 
+    if (rx->dev) {
+        ret = xfer_tcp_cuda_rx_data(ep);
+        if (ret <= 0) {
+            return ret;
+        }
+    }
     while (rx->got < rx->want) {
         size_t avail = ep->rlen - ep->roff;
 
@@ -160,7 +177,7 @@ static int rx_data(xfer_ep_h ep)
         iov[0].iov_len  = rx->want - rx->got;
         iov[1].iov_base = ep->rbuf;
         iov[1].iov_len  = XFER_TCP_RX_BUF_LEN;
-        ret = rx_read(ep, iov, 2, &n);
+        ret = xfer_tcp_ep_rx_read(ep, iov, 2, &n);
         if (ret <= 0) {
             return ret;
         }
@@ -183,7 +200,7 @@ static int rx_data(xfer_ep_h ep)
         ep->roff = ep->rlen = 0;
         iov[0].iov_base = ep->rbuf;
         iov[0].iov_len  = XFER_TCP_RX_BUF_LEN;
-        ret = rx_read(ep, iov, 1, &ep->rlen);
+        ret = xfer_tcp_ep_rx_read(ep, iov, 1, &ep->rlen);
         if (ret <= 0) {
             return ret;
         }

@@ -90,14 +90,21 @@ static int unexp_room(xfer_ep_h ep, uint64_t len)
 /* A complete unexpected message meets its receive. */
 static void unexp_deliver(xfer_iface_h iface, xfer_tcp_unexp_t *ue, xfer_tcp_op_t *op)
 {
-    size_t n = (ue->length < op->len) ? ue->length : op->len;
+    size_t n             = (ue->length < op->len) ? ue->length : op->len;
+    xfer_status_t status = (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
+    char why[XFER_REASON_MAX] = "";
 
-    if (n > 0) {
+    if ((n > 0) && op->cuda) {
+        if (xfer_tcp_cuda_copy(iface, op->buf, ue->data, n, 1, why, sizeof(why)) != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "a %zu-byte message for a receive into "
+                     "CUDA memory is lost: %s", n, why);
+            status = XFER_ERR_IO;
+        }
+    } else if (n > 0) {
         memcpy(op->buf, ue->data, n);
     }
     op->ep = ue->ep;
-    xfer_tcp_op_complete(op, (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, ue->length,
-                         ue->tag);
+    xfer_tcp_op_complete(op, status, ue->length, ue->tag);
     xfer_tcp_unexp_release(iface, ue);
 }
 
@@ -120,16 +127,22 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, XFER_TCP_WIRE_TAG,
                                0, tag, length};
+    char why[XFER_REASON_MAX] = "";
     xfer_status_t status;
     xfer_tcp_op_t *op;
+    int cuda;
     uint8_t *p;
 
-    (void)memh;
     status = xfer_tcp_ep_check(ep);
     if (status != XFER_OK) {
         return status;
     }
     if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
+    if (cuda < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag send: %s", why);
         return XFER_ERR_INVALID_PARAM;
     }
     if (length > ep->limits.max_msg_size) {
@@ -140,14 +153,27 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     }
     if (length <= ep->iface->cfg->eager_threshold) {
         /* copied into the send buffer: done, the caller may reuse its buffer now */
+        void *bounce = NULL;
+
+        if (cuda && (length > 0)) {
+            status = xfer_tcp_cuda_copy_small(ep->iface, buf, length, &bounce, why,
+                                              sizeof(why));
+            if (status != XFER_OK) {
+                xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag send from CUDA memory: %s", why);
+                return status;
+            }
+            buf = bounce;
+        }
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + length, 0);
         if (p == NULL) {
+            free(bounce);
             return XFER_ERR_NO_MEMORY;
         }
         xfer_tcp_wire_pack_hdr(&hdr, p);
         if (length > 0) {
             memcpy(p + XFER_TCP_WIRE_HDR_LEN, buf, length);
         }
+        free(bounce);
         xfer_tcp_ep_tx_post(ep);
         return XFER_OK;
     }
@@ -163,6 +189,8 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     op->tx.iov[0].iov_len  = XFER_TCP_WIRE_HDR_LEN;
     op->tx.iov[1].iov_base = (void*)buf;
     op->tx.iov[1].iov_len  = length;
+    op->tx.dev             = cuda;
+    op->cuda               = cuda;
     op->tx_pending         = 1;
     xfer_tcp_ep_tx_push(ep, &op->tx);
     xfer_tcp_ep_tx_post(ep);
@@ -173,13 +201,19 @@ xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
                                 uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
                                 xfer_comp_t *comp)
 {
+    char why[XFER_REASON_MAX] = "";
     xfer_tcp_unexp_t *ue;
     xfer_status_t status;
     xfer_tcp_op_t *op;
+    int cuda;
 
-    (void)memh;
     if ((iface == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0)) ||
         ((ep != NULL) && (ep->iface != iface))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    cuda = xfer_tcp_buf_is_cuda(iface, buf, length, memh, why, sizeof(why));
+    if (cuda < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag receive: %s", why);
         return XFER_ERR_INVALID_PARAM;
     }
     if (ep != NULL) {
@@ -194,6 +228,7 @@ xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
     }
     op->buf   = buf;
     op->len   = length;
+    op->cuda  = cuda;
     op->rtag  = tag;
     op->rmask = tag_mask;
 
@@ -271,7 +306,11 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
         ep->rx.op     = op;
         want          = (len < op->len) ? (size_t)len : op->len;
         ep->rx.status = (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
-        xfer_tcp_rx_expect(ep, op->buf, want, len - want);
+        if (op->cuda) {
+            xfer_tcp_rx_expect_device(ep, op->buf, want, len - want);
+        } else {
+            xfer_tcp_rx_expect(ep, op->buf, want, len - want);
+        }
         return XFER_OK;
     }
     if (!unexp_room(ep, len) && ep->peer_closed) {

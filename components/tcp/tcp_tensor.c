@@ -50,6 +50,18 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
+    if (args->buffer != NULL) {
+        char why[XFER_REASON_MAX] = "";
+        int cuda = xfer_tcp_buf_is_cuda(ep->iface, args->buffer, args->capacity, args->memh,
+                                        why, sizeof(why));
+
+        if (cuda < 0) {
+            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch: %s", why);
+            free(op);
+            return XFER_ERR_INVALID_PARAM;
+        }
+        op->cuda = cuda;
+    }
     op->buf       = args->buffer;
     op->len       = args->buffer ? args->capacity : 0;
     op->alloc     = args->alloc;
@@ -127,6 +139,7 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
     xfer_status_t status;
     uint64_t data_len;
     xfer_tensor_t *t;
+    int dev;
     xfer_tcp_op_t *op;
 
     if ((slot == NULL) ||
@@ -181,6 +194,8 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
         if (data_len > op->len) {
             rx->status = XFER_ERR_TRUNCATED;
             xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        } else if (op->cuda) {
+            xfer_tcp_rx_expect_device(ep, op->buf, (size_t)data_len, 0);
         } else {
             xfer_tcp_rx_expect(ep, op->buf, (size_t)data_len, 0);
         }
@@ -189,9 +204,18 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
 
         meta.data = NULL;
         t->data   = op->alloc(op->alloc_arg, &meta);
+        dev = (t->data == NULL) ? 0 :
+              xfer_tcp_cuda_detect(ep->iface, t->data, (size_t)data_len, why, why_size);
         if (t->data == NULL) {
             rx->status = XFER_ERR_NO_MEMORY;
             xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        } else if (dev < 0) {
+            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch into an allocated buffer: "
+                     "%s", why);
+            rx->status = XFER_ERR_INVALID_PARAM;
+            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
+        } else if (dev) {
+            xfer_tcp_rx_expect_device(ep, t->data, (size_t)data_len, 0);
         } else {
             xfer_tcp_rx_expect(ep, t->data, (size_t)data_len, 0);
         }
@@ -230,6 +254,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
     xfer_tcp_wire_tensor_resp_t resp;
     char why[XFER_TCP_WIRE_MAX_REASON + 1];
     const void *data = NULL;
+    int dev = 0;
     uint64_t data_len = 0;
     size_t hdr_len;
 
@@ -255,6 +280,11 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
             status = XFER_ERR_INVALID_PARAM;
             snprintf(why, sizeof(why), "tensor of %" PRIu64 " bytes has no data",
                      tensor->size);
+        } else if (!is_dead &&
+                   ((dev = xfer_tcp_cuda_detect(ep->iface, tensor->data, tensor->size, why,
+                                                sizeof(why))) < 0)) {
+            status = XFER_ERR_INVALID_PARAM;
+            dev    = 0;
         } else {
             resp.dtype   = (uint16_t)tensor->dtype;
             resp.rank    = (uint8_t)tensor->rank;
@@ -291,6 +321,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
     preq->tx.iov[0].iov_len  = hdr_len;
     preq->tx.iov[1].iov_base = (void*)data;
     preq->tx.iov[1].iov_len  = (size_t)data_len;
+    preq->tx.dev             = dev && (data_len > 0);
     xfer_tcp_ep_tx_push(ep, &preq->tx);
     xfer_tcp_ep_tx_post(ep);
 }

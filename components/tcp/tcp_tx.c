@@ -63,6 +63,12 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     ucs_list_add_tail(&ep->txq, &tx->list);
     ep->tx_queued    += tx_length(tx);
     ep->resp_backlog += tx->resp;
+    if (tx->dev) {
+        /* device data: its first chunks start copying now, while what is before it goes */
+        tx->ring_head = tx->ring_count = 0;
+        tx->first     = tx->next = 0;
+        xfer_tcp_cuda_tx_fill(ep, tx);
+    }
 }
 
 /* A queue entry was written completely. */
@@ -71,6 +77,9 @@ static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     xfer_tcp_op_t *op;
 
     ep->resp_backlog -= tx->resp;
+    if (tx->dev) {
+        xfer_tcp_cuda_tx_release(ep, tx);
+    }
     switch (tx->kind) {
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
@@ -101,6 +110,9 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
     xfer_tcp_op_t *op;
 
     ep->resp_backlog -= tx->resp;
+    if (tx->dev) {
+        xfer_tcp_cuda_tx_release(ep, tx);
+    }
     switch (tx->kind) {
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
@@ -134,6 +146,9 @@ static void tx_advance(xfer_ep_h ep, size_t n)
 
         if (n < left) {
             tx->sent += n;
+            if (tx->dev) {
+                xfer_tcp_cuda_tx_advance(ep, tx);
+            }
             return;
         }
         n -= left;
@@ -152,6 +167,7 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
     while (!ucs_list_is_empty(&ep->txq)) {
         struct msghdr msg = {0};
         size_t total      = 0;
+        int waiting       = 0;  /* device data not copied yet: nothing after it goes */
         xfer_tcp_tx_t *tx;
         int cnt = 0;
         ssize_t n;
@@ -159,6 +175,26 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
         ucs_list_for_each(tx, &ep->txq, list) {
             size_t skip = tx->sent;
 
+            if (tx->dev) {
+                int ret;
+
+                if (skip < tx->iov[0].iov_len) {
+                    iov[cnt].iov_base = (uint8_t*)tx->iov[0].iov_base + skip;
+                    iov[cnt].iov_len  = tx->iov[0].iov_len - skip;
+                    total            += iov[cnt].iov_len;
+                    cnt++;
+                    skip = 0;
+                } else {
+                    skip -= tx->iov[0].iov_len;
+                }
+                ret     = xfer_tcp_cuda_tx_gather(ep, tx, skip, iov, XFER_TCP_IOV_MAX, &cnt,
+                                                  &total);
+                waiting = (ret == 1);
+                if ((ret != 0) || (cnt >= XFER_TCP_IOV_MAX)) {
+                    break;
+                }
+                continue;
+            }
             for (int i = 0; (i < 2) && (cnt < XFER_TCP_IOV_MAX); i++) {
                 if (skip >= tx->iov[i].iov_len) {
                     skip -= tx->iov[i].iov_len;
@@ -173,6 +209,9 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
             if (cnt >= XFER_TCP_IOV_MAX) {
                 break;
             }
+        }
+        if (cnt == 0) {
+            break;      /* waiting for a copy from device memory */
         }
         msg.msg_iov    = iov;
         msg.msg_iovlen = (size_t)cnt;
@@ -194,8 +233,8 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
             ep->rx_blocked = 0;
             xfer_tcp_iface_rx_kick(ep->iface, ep);
         }
-        if ((size_t)n < total) {
-            break;  /* the socket is full */
+        if (((size_t)n < total) || waiting) {
+            break;  /* the socket is full, or what follows waits for a copy */
         }
     }
     xfer_tcp_ep_update_events(ep);
