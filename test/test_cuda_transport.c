@@ -1,0 +1,430 @@
+/*
+ * CUDA device memory moved by a transport that takes it itself (tcp: through bounce buffers
+ * of its own, components/tcp/tcp_cuda.c), between two processes, both sides in device
+ * memory: tagged messages (expected and unexpected, eager and large), puts into and gets from
+ * a peer's device region, and a tensor published from device memory and fetched into device
+ * memory (a caller buffer and an allocation callback's). Every byte is checked through the
+ * driver, on the side it landed on.
+ *
+ * Each scenario runs twice: over the GPU's own driver (it skips where there is none) and over
+ * test/plugins/fake_cuda.c, a stand-in for the driver that is the only test double here: its
+ * device memory is not CPU-addressable (PROT_NONE), so a transport that touched it instead of
+ * a bounce buffer would fault, and its copies land only after several event queries, so a
+ * buffer written or reused before its copy landed moves wrong bytes. Small bounce buffers
+ * (XFER_TCP_CUDA_CHUNK=4k, two per direction) make every large transfer wait for copies.
+ * A transport without MEM_CUDA (verbs, which stages puts and gets only) skips the suite: the
+ * peer cannot give out a remote key of its device memory there.
+ */
+#include "gpu_fixture.h"
+#include "test_peer.h"
+
+#include <xfer/info.h>
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAXLEN  (1u << 20)
+#define TAG     0x5100u
+
+static const size_t sizes[] = {1, 100, 4095, 4096, 4097, 3 * 4096 + 5, 65536 + 7, MAXLEN - 3};
+
+enum {
+    CMD_DONE = 1,
+    CMD_ECHO,       /* len, tag: post a receive into D (reply 1), send it back with tag + 1
+                     * (reply 2) */
+    CMD_FILL,       /* seed: pattern(seed) into all of D */
+    CMD_CHECK,      /* off, len, seed: D[off, off + len) holds pattern(seed) */
+    CMD_PUBLISH,    /* step, len, seed: publish D[0, len) = pattern(seed) as "t", wait until
+                     * it was fetched */
+};
+
+static void setup(void)
+{
+    tp_env();
+    setenv("XFER_TCP_CUDA_CHUNK", "4k", 1);
+    setenv("XFER_TCP_CUDA_DEPTH", "2", 1);
+    unsetenv("XFER_CUDA_LIB");
+}
+
+TestSuite(cuda_transport, .init = setup, .timeout = 240);
+
+/* ---- the peer -------------------------------------------------------------------------------- */
+
+static uint64_t ctl_u64(tp_side_t *s)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    return v;
+}
+
+static int srv_device(tp_side_t *s)
+{
+    char why[XFER_REASON_MAX];
+    const xfer_cuda_driver_t *drv;
+    char *host = malloc(MAXLEN);
+    xfer_cu_ptr_t dptr = 0;
+    void *cu_ctx, *blob;
+    xfer_mem_t *mem;
+    size_t len;
+
+    TP_CHECK(host != NULL, "malloc");
+    if (xfer_cuda_init(why, sizeof(why)) != XFER_OK) {
+        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");  /* no GPU: the parent skips */
+        free(host);
+        return 0;
+    }
+    drv = xfer_cuda_driver(why, sizeof(why));
+    TP_CHECK(drv != NULL, "%s", why);
+    TP_CHECK(drv->device_primary_ctx_retain(&cu_ctx, 0) == 0, "primary context");
+    TP_CHECK(drv->ctx_set_current(cu_ctx) == 0, "set context");
+    TP_CHECK(drv->mem_alloc(&dptr, MAXLEN) == 0, "cuMemAlloc");
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, (void*)(uintptr_t)dptr, MAXLEN, XFER_MEM_CUDA,
+                                      &mem), XFER_OK);
+    if (xfer_rkey_pack(mem, &blob, &len) != XFER_OK) {
+        /* the transport does not move CUDA memory itself: the parent skips */
+        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
+        TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+        TP_CHECK(drv->mem_free(dptr) == 0, "cuMemFree");
+        drv->device_primary_ctx_release(0);
+        free(host);
+        return 0;
+    }
+    TP_CHECK(tp_ctl_send_u64(s->ctl, dptr) == 0, "ctl");
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    for (;;) {
+        xfer_request_t *req = NULL;
+        uint64_t cmd, a, b, c;
+
+        TP_CHECK(tp_progress_until_ctl(s, 120000) == 0, "no command from the parent");
+        cmd = ctl_u64(s);
+        if (cmd == CMD_DONE) {
+            break;
+        }
+        switch (cmd) {
+        case CMD_ECHO:
+            a = ctl_u64(s);
+            b = ctl_u64(s);
+            TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, s->ep, b, UINT64_MAX, (void*)(uintptr_t)dptr,
+                                             a, mem, NULL, NULL, &req)), "tag recv");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+            TP_CHECK(xfer_request_length(req) == a, "received %zu bytes of %llu",
+                     xfer_request_length(req), (unsigned long long)a);
+            xfer_request_release(req);
+            req = NULL;
+            TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, b + 1, (void*)(uintptr_t)dptr, a, mem,
+                                             NULL, NULL, &req)), "tag send");
+            if (req != NULL) {
+                TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+                xfer_request_release(req);
+            }
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 2) == 0, "ctl");
+            break;
+        case CMD_FILL:
+            tp_fill_pattern(host, MAXLEN, ctl_u64(s));
+            TP_CHECK(drv->memcpy_htod(dptr, host, MAXLEN) == 0, "cuMemcpyHtoD");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            break;
+        case CMD_CHECK: {
+            ssize_t bad;
+
+            a = ctl_u64(s);
+            b = ctl_u64(s);
+            c = ctl_u64(s);
+            TP_CHECK(drv->memcpy_dtoh(host, dptr + a, b) == 0, "cuMemcpyDtoH");
+            bad = tp_check_pattern(host, b, c);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, (bad < 0) ? 1 : (uint64_t)bad + 2) == 0, "ctl");
+            break;
+        }
+        case CMD_PUBLISH: {
+            xfer_tensor_t t = {XFER_DTYPE_UINT8, 1, {0}, 0, NULL, 0};
+
+            a = ctl_u64(s);
+            b = ctl_u64(s);
+            tp_fill_pattern(host, b, ctl_u64(s));
+            TP_CHECK(drv->memcpy_htod(dptr, host, b) == 0, "cuMemcpyHtoD");
+            t.dims[0] = (int64_t)b;
+            t.size    = b;
+            t.data    = (void*)(uintptr_t)dptr;
+            TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, 0, NULL, NULL, &req)),
+                     "publish");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+            xfer_request_release(req);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 2) == 0, "ctl");
+            break;
+        }
+        default:
+            TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
+        }
+    }
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    TP_CHECK(drv->mem_free(dptr) == 0, "cuMemFree");
+    drv->device_primary_ctx_release(0);
+    free(host);
+    return 0;
+}
+
+/* ---- this side ------------------------------------------------------------------------------- */
+
+typedef struct dev_test {
+    tp_peer_t     peer;
+    tg_gpu_t      gpu;
+    xfer_cu_ptr_t src, dst;         /* this side's device buffers */
+    xfer_mem_t    *src_mem, *dst_mem;
+    uint64_t      remote;           /* the peer's device region */
+    xfer_rkey_t   *rkey;
+    char          *host;
+} dev_test_t;
+
+/* Whether ep's transport moves CUDA memory itself. */
+static int transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
+{
+    const char *name = xfer_endpoint_transport(ep);
+    xfer_component_info_t info;
+
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
+            (strcmp(info.name, name) == 0)) {
+            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
+        }
+    }
+    return 0;
+}
+
+static void fake_driver(void)
+{
+    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
+    char path[4096];
+
+    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
+    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
+    setenv("XFER_CUDA_LIB", path, 1);
+}
+
+static void dt_start(dev_test_t *t)
+{
+    void *blob;
+    size_t blen;
+
+    memset(t, 0, sizeof(*t));
+    t->host = malloc(MAXLEN);
+    cr_assert_not_null(t->host);
+    tp_start(&t->peer, srv_device, NULL);
+    t->remote = tp_recv(&t->peer);
+    if (t->remote == 0) {
+        const char *why = transport_moves_cuda(t->peer.ctx, t->peer.ep) ?
+                          "the peer found no usable CUDA device" :
+                          "the transport does not move CUDA memory itself (test_staging "
+                          "covers its puts and gets)";
+
+        tp_finish(&t->peer);
+        fprintf(stderr, "cuda_transport: skipped: %s\n", why);
+        cr_skip_test("%s", why);
+    }
+    blob = tp_recv_blob(&t->peer, &blen);
+    tg_gpu_open(&t->gpu, "cuda_transport");
+    cr_assert_eq(xfer_rkey_unpack(t->peer.ep, blob, blen, &t->rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(t->gpu.drv->mem_alloc(&t->src, MAXLEN), 0);
+    cr_assert_eq(t->gpu.drv->mem_alloc(&t->dst, MAXLEN), 0);
+    cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->src, MAXLEN, XFER_MEM_CUDA,
+                                   &t->src_mem), XFER_OK);
+    cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->dst, MAXLEN, XFER_MEM_CUDA,
+                                   &t->dst_mem), XFER_OK);
+}
+
+static void dt_finish(dev_test_t *t)
+{
+    cr_expect_eq(xfer_mem_deregister(t->src_mem), XFER_OK);
+    cr_expect_eq(xfer_mem_deregister(t->dst_mem), XFER_OK);
+    cr_expect_eq(t->gpu.drv->mem_free(t->src), 0);
+    cr_expect_eq(t->gpu.drv->mem_free(t->dst), 0);
+    xfer_rkey_destroy(t->rkey);
+    tp_send(&t->peer, CMD_DONE);
+    tp_finish(&t->peer);
+    t->gpu.drv->device_primary_ctx_release(t->gpu.device);
+    free(t->host);
+}
+
+/* pattern(seed) into this side's device buffer at ptr. */
+static void dev_fill(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed)
+{
+    tp_fill_pattern(t->host, len, seed);
+    cr_assert_eq(t->gpu.drv->memcpy_htod(ptr, t->host, len), 0);
+}
+
+/* Whether this side's device memory at ptr holds pattern(seed); -1 when it does. */
+static ssize_t dev_check(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed)
+{
+    cr_assert_eq(t->gpu.drv->memcpy_dtoh(t->host, ptr, len), 0);
+    return tp_check_pattern(t->host, len, seed);
+}
+
+/* A command of three arguments (CMD_CHECK), and its answer. */
+static uint64_t peer_cmd(dev_test_t *t, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c)
+{
+    tp_send(&t->peer, cmd);
+    tp_send(&t->peer, a);
+    tp_send(&t->peer, b);
+    tp_send(&t->peer, c);
+    return tp_recv(&t->peer);
+}
+
+static void wait_ok(xfer_status_t s, xfer_request_t *req, const char *what, size_t len)
+{
+    cr_assert(TP_POSTED(s), "%s of %zu bytes: %s", what, len, xfer_status_string(s));
+    cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK, "%s of %zu bytes", what, len);
+}
+
+/* A message from device memory here to device memory there and back. unexpected: sent before
+ * the peer posts its receive, so that it waits in the peer's unexpected queue. */
+static void tags(int unexpected)
+{
+    dev_test_t t;
+
+    dt_start(&t);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t len = sizes[i];
+        uint64_t tag = TAG + 2 * i;
+        xfer_request_t *sreq = NULL, *rreq = NULL;
+        xfer_status_t s;
+
+        dev_fill(&t, t.src, len, 100 + i);
+        dev_fill(&t, t.dst, len, 7);
+        cr_assert(TP_POSTED(xfer_tag_recv(t.peer.ctx, t.peer.ep, tag + 1, UINT64_MAX,
+                                          (void*)(uintptr_t)t.dst, len, t.dst_mem, NULL, NULL,
+                                          &rreq)));
+        if (unexpected) {
+            s = xfer_tag_send(t.peer.ep, tag, (void*)(uintptr_t)t.src, len, t.src_mem, NULL,
+                              NULL, &sreq);
+            wait_ok(s, sreq, "unexpected send", len);
+            tp_progress_for(t.peer.ctx, 20);
+            tp_send(&t.peer, CMD_ECHO);
+            tp_send(&t.peer, len);
+            tp_send(&t.peer, tag);
+            cr_assert_eq(tp_recv(&t.peer), 1);
+        } else {
+            tp_send(&t.peer, CMD_ECHO);
+            tp_send(&t.peer, len);
+            tp_send(&t.peer, tag);
+            cr_assert_eq(tp_recv(&t.peer), 1);
+            s = xfer_tag_send(t.peer.ep, tag, (void*)(uintptr_t)t.src, len, t.src_mem, NULL,
+                              NULL, &sreq);
+            wait_ok(s, sreq, "send", len);
+        }
+        wait_ok(XFER_INPROGRESS, rreq, "echo", len);
+        cr_expect_eq(tp_recv(&t.peer), 2);
+        cr_expect_eq(dev_check(&t, t.dst, len, 100 + i), -1, "%s message of %zu bytes came "
+                     "back wrong", unexpected ? "an unexpected" : "a", len);
+    }
+    dt_finish(&t);
+}
+
+/* Puts from device memory here into the peer's device region, gets back from it. */
+static void rma(void)
+{
+    dev_test_t t;
+
+    dt_start(&t);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t len = sizes[i], off = (len + 3 <= MAXLEN) ? 3 : 0;
+        xfer_request_t *req = NULL;
+        xfer_status_t s;
+
+        dev_fill(&t, t.src, len, 200 + i);
+        s = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, len, t.src_mem, t.remote + off, t.rkey,
+                     NULL, NULL, &req);
+        wait_ok(s, req, "put", len);
+        cr_expect_eq(peer_cmd(&t, CMD_CHECK, off, len, 200 + i), 1, "put of %zu bytes into "
+                     "the peer's device memory", len);
+
+        tp_send(&t.peer, CMD_FILL);
+        tp_send(&t.peer, 300 + i);
+        cr_assert_eq(tp_recv(&t.peer), 1);
+        dev_fill(&t, t.dst, len, 8);
+        req = NULL;
+        s   = xfer_get(t.peer.ep, (void*)(uintptr_t)t.dst, len, t.dst_mem, t.remote, t.rkey,
+                       NULL, NULL, &req);
+        wait_ok(s, req, "get", len);
+        cr_expect_eq(dev_check(&t, t.dst, len, 300 + i), -1, "get of %zu bytes from the "
+                     "peer's device memory", len);
+    }
+    dt_finish(&t);
+}
+
+static void *alloc_device(const xfer_tensor_t *meta, void *arg)
+{
+    dev_test_t *t = arg;
+    xfer_cu_ptr_t p = 0;
+
+    /* inside the transport's receive path: allocation only, as the API allows */
+    if (t->gpu.drv->mem_alloc(&p, meta->size ? meta->size : 1) != 0) {
+        return NULL;
+    }
+    return (void*)(uintptr_t)p;
+}
+
+/* A tensor in the peer's device memory, fetched into device memory here: a registered
+ * caller buffer, then a buffer an allocation callback returns. */
+static void tensors(void)
+{
+    dev_test_t t;
+    uint64_t step = 1;
+
+    dt_start(&t);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        size_t len = sizes[i];
+
+        for (int use_alloc = 0; use_alloc < 2; use_alloc++, step++) {
+            xfer_fetch_params_t fp = {sizeof(fp), NULL, 0, NULL, NULL, NULL};
+            const xfer_tensor_t *got;
+            xfer_request_t *req = NULL;
+            xfer_status_t s;
+
+            if (use_alloc) {
+                fp.alloc     = alloc_device;
+                fp.alloc_arg = &t;
+            } else {
+                fp.buffer   = (void*)(uintptr_t)t.dst;
+                fp.capacity = MAXLEN;
+                fp.mem      = t.dst_mem;
+            }
+            tp_send(&t.peer, CMD_PUBLISH);
+            tp_send(&t.peer, step);
+            tp_send(&t.peer, len);
+            tp_send(&t.peer, 400 + i);
+            cr_assert_eq(tp_recv(&t.peer), 1);
+            s = xfer_tensor_fetch(t.peer.ep, step, "t", &fp, NULL, NULL, &req);
+            wait_ok(s, req, use_alloc ? "fetch into an allocation" : "fetch", len);
+            got = xfer_request_tensor(req);
+            cr_assert_not_null(got);
+            cr_expect_eq(got->size, len);
+            cr_expect_eq(dev_check(&t, (xfer_cu_ptr_t)(uintptr_t)got->data, len, 400 + i), -1,
+                         "tensor of %zu bytes fetched %s", len,
+                         use_alloc ? "into an allocation" : "into a registered buffer");
+            if (use_alloc) {
+                cr_expect_eq(t.gpu.drv->mem_free((xfer_cu_ptr_t)(uintptr_t)got->data), 0);
+            }
+            xfer_request_release(req);
+            cr_expect_eq(tp_recv(&t.peer), 2);
+        }
+    }
+    dt_finish(&t);
+}
+
+/* Over the GPU's own driver; skip where there is none. */
+Test(cuda_transport, tags_expected) { tags(0); }
+Test(cuda_transport, tags_unexpected) { tags(1); }
+Test(cuda_transport, put_and_get) { rma(); }
+Test(cuda_transport, tensors) { tensors(); }
+
+/* Over the stand-in driver (see the top of the file). */
+Test(cuda_transport, tags_expected_stand_in) { fake_driver(); tags(0); }
+Test(cuda_transport, tags_unexpected_stand_in) { fake_driver(); tags(1); }
+Test(cuda_transport, put_and_get_stand_in) { fake_driver(); rma(); }
+Test(cuda_transport, tensors_stand_in) { fake_driver(); tensors(); }
