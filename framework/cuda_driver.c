@@ -10,6 +10,8 @@
 #include "cuda_driver.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,6 +30,9 @@ static void            *cuda_handle;
 static xfer_cuda_driver_t cuda_drv;         /* valid when cuda_handle != NULL */
 static char            load_why[XFER_REASON_MAX];
 static char            init_why[XFER_REASON_MAX];
+/* xfer_cuda_in_process(): its answer, for the loader's load/unload counts it was found at */
+static unsigned long long seen_adds = ~0ull, seen_subs = ~0ull;
+static int             seen_found;
 
 void xfer_cuda_lib_set(const char *lib)
 {
@@ -37,6 +42,7 @@ void xfer_cuda_lib_set(const char *lib)
     pthread_mutex_lock(&cuda_lock);
     if (!load_done) {
         snprintf(cuda_lib, sizeof(cuda_lib), "%s", lib);
+        seen_adds = seen_subs = ~0ull;  /* another file name: look again */
     } else if (strcmp(lib, cuda_lib) != 0) {
         xfer_log(XFER_LOG_DEBUG, CUDA_SUBSYS, "XFER_CUDA_LIB=%s ignored: the driver was "
                  "already looked for as %s in this process", lib, cuda_lib);
@@ -44,18 +50,70 @@ void xfer_cuda_lib_set(const char *lib)
     pthread_mutex_unlock(&cuda_lock);
 }
 
+/* What dl_iterate_phdr() found: the loader's load/unload counts, and whether an object of the
+ * driver library's file name is loaded. */
+typedef struct lib_scan {
+    const char         *base;       /* NULL: read the counts only */
+    unsigned long long adds, subs;
+    int                counted;
+    int                found;
+} lib_scan_t;
+
+static int lib_scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    lib_scan_t *scan = arg;
+    const char *name, *slash;
+
+    if (!scan->counted) {
+        scan->counted = size >= offsetof(struct dl_phdr_info, dlpi_subs) +
+                                sizeof(info->dlpi_subs);
+        if (scan->counted) {
+            scan->adds = info->dlpi_adds;
+            scan->subs = info->dlpi_subs;
+        }
+    }
+    if (scan->base == NULL) {
+        return 1;
+    }
+    name  = (info->dlpi_name != NULL) ? info->dlpi_name : "";
+    slash = strrchr(name, '/');
+    if (strcmp(slash ? slash + 1 : name, scan->base) == 0) {
+        scan->found = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/*
+ * Whether the driver library is mapped, asked on data paths for buffers that come without a
+ * registration: dlopen(RTLD_NOLOAD) of a bare name searches the library path on every call
+ * (tens of microseconds), so the loaded objects are scanned instead, and only again after
+ * the loader's load or unload count changed.
+ */
 int xfer_cuda_in_process(void)
 {
-    void *handle;
+    lib_scan_t scan = {NULL, 0, 0, 0, 0};
+    const char *slash;
+    int found;
 
     pthread_mutex_lock(&cuda_lock);
-    handle = dlopen(cuda_lib, RTLD_LAZY | RTLD_NOLOAD);
-    pthread_mutex_unlock(&cuda_lock);
-    if (handle == NULL) {
-        return 0;
+    dl_iterate_phdr(lib_scan_cb, &scan);
+    if (scan.counted && (scan.adds == seen_adds) && (scan.subs == seen_subs)) {
+        found = seen_found;
+    } else {
+        slash     = strrchr(cuda_lib, '/');
+        scan.base = slash ? slash + 1 : cuda_lib;
+        scan.counted = 0;
+        dl_iterate_phdr(lib_scan_cb, &scan);
+        found = scan.found;
+        if (scan.counted) {
+            seen_adds  = scan.adds;
+            seen_subs  = scan.subs;
+            seen_found = found;
+        }
     }
-    dlclose(handle);
-    return 1;
+    pthread_mutex_unlock(&cuda_lock);
+    return found;
 }
 
 /* Entry points and the symbol each resolves to; optional ones may be missing. */
