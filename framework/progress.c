@@ -45,10 +45,13 @@ static void iface_close(xfer_fw_iface_t *fi)
     fi->entry->fw_iface = NULL;
 }
 
-/* Open every available, allowed transport that can serve an endpoint. */
+/* Open every available, allowed transport that can serve an endpoint, ranked for what every
+ * endpoint carries - host memory. Moving CUDA memory is not counted: tcp does it through
+ * bounce buffers and must not outrank verbs for it, and a transport that moves it by
+ * GPUDirect carries host memory as fast as the verbs it is built on. */
 static xfer_status_t ifaces_open(xfer_context_t *ctx)
 {
-    const xfer_select_req_t req = {XFER_OFFER_CAPS, XFER_CAP_ALL};
+    const xfer_select_req_t req = {XFER_OFFER_CAPS, XFER_CAP_ALL & ~XFER_CAP_MEM_CUDA};
     xfer_selection_t sel;
     xfer_status_t status;
 
