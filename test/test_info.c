@@ -148,30 +148,37 @@ Test(info, select_explains_choice_and_rejections)
     char env[1200], *out;
 
     dir = tu_plugin_dir((const char *[]){"talpha", NULL});
-    /* talpha has tcp's capabilities and outranks it on its estimate; neither moves CUDA
-     * memory */
+    /* talpha has tcp's capabilities but CUDA memory and outranks it on its estimate: it
+     * carries host memory, tcp (which moves CUDA memory through bounce buffers) CUDA memory */
     snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s "
              "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST,INTER_HOST "
              "XFER_TALPHA_BANDWIDTH=1000000", dir);
     cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
-    expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
-    /* ... so put and get of CUDA memory are staged through the best host transport */
-    expect_contains(out, "# cuda memory, staged: put/get through talpha and pinned host "
-                         "buffers (XFER_STAGING_CHUNK=4m x XFER_STAGING_DEPTH=4)");
+    expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: tcp");
     expect_contains(out, "not selected: talpha: lacks capabilities: Supported: "
-                         "PUT|GET|TAG|TENSOR|MEM_HOST|INTER_HOST / Requested: MEM_CUDA");
-    expect_contains(out, "not selected: tcp: lacks capabilities: Supported: "
                          "PUT|GET|TAG|TENSOR|MEM_HOST|INTER_HOST / Requested: MEM_CUDA");
     if (!tu_host_has_rdma()) {
         expect_contains(out, "not selected: verbs: unavailable: no RDMA devices found");
     }
     free(out);
     cr_expect_eq(info_jq(env, "-s", ".selection.host.selected == \"talpha\""), 0);
-    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
-    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);
+    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == \"tcp\""), 0);
     cr_expect_eq(info_jq(env, "-s", "[.selection.cuda.rejected[].name] | index(\"talpha\") != "
                          "null"), 0);
+
+    /* with talpha alone, nothing moves CUDA memory: put and get of it are staged through the
+     * best host transport */
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TRANSPORTS=talpha "
+             "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST,INTER_HOST "
+             "XFER_TALPHA_BANDWIDTH=1000000", dir);
+    cr_assert_eq(info(env, "-s", 0, &out), 0);
+    expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
+    expect_contains(out, "# cuda memory, staged: put/get through talpha and pinned host "
+                         "buffers (XFER_STAGING_CHUNK=4m x XFER_STAGING_DEPTH=4)");
+    free(out);
+    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
+    cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);
 }
 
 Test(info, json_is_valid_and_complete)
@@ -181,7 +188,7 @@ Test(info, json_is_valid_and_complete)
     cr_expect_eq(info_jq(NULL, "-c -s", "has(\"parameters\") and has(\"selection\")"), 0);
     cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"tcp\") | "
                          "(.devices | length) > 0 and .capabilities == [\"PUT\", \"GET\", \"TAG\", "
-                         "\"TENSOR\", \"MEM_HOST\", \"INTER_HOST\"]"), 0);
+                         "\"TENSOR\", \"MEM_HOST\", \"MEM_CUDA\", \"INTER_HOST\"]"), 0);
     if (!tu_host_has_rdma()) {
         cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"verbs\") | "
                              ".reason == \"no RDMA devices found\""), 0);
