@@ -400,7 +400,9 @@ static void tensors(void)
             tp_send(&t.peer, 400 + i);
             cr_assert_eq(tp_recv(&t.peer), 1);
             s = xfer_tensor_fetch(t.peer.ep, step, "t", &fp, NULL, NULL, &req);
-            wait_ok(s, req, use_alloc ? "fetch into an allocation" : "fetch", len);
+            cr_assert(TP_POSTED(s), "fetch of %zu bytes: %s", len, xfer_status_string(s));
+            cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "fetch of %zu bytes %s",
+                         len, use_alloc ? "into an allocation" : "into a registered buffer");
             got = xfer_request_tensor(req);
             cr_assert_not_null(got);
             cr_expect_eq(got->size, len);
