@@ -6,6 +6,8 @@
  *   verbs_rx.c       a channel's receives, their batched reposts, and its completions
  *   verbs_slots.c    a channel's outstanding exchanges, found again by the peer's answer
  *   verbs_counters.c a channel's counters by name
+ *   verbs_params.c   the parameters' enumerations (the table is verbs_params.h) and what
+ *                    XFER_VERBS_MR_CACHE allows
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
  *   verbs_unmapq.c   the ranges the process unmaps, reported by libucm, for the MR cache
  *   verbs_rma.c      registered memory, remote keys, put and get
