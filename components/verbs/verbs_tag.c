@@ -41,6 +41,18 @@ static int eager_send(const xfer_iface_h iface, size_t length, xfer_memh_h memh)
     return (length <= eager_max(iface)) && ((length == 0) || !xfer_verbs_memh_on_gpu(memh));
 }
 
+/* A buffer without a registration may be copied by the CPU (eager) or registered through the
+ * MR cache: where the component moves GPU memory (iface->devmem), it checks first that the
+ * buffer is host memory. */
+static xfer_status_t unregistered_check(xfer_iface_h iface, const void *buf, size_t length,
+                                        xfer_memh_h memh)
+{
+    if ((memh != NULL) || (iface->devmem == NULL) || (length == 0)) {
+        return XFER_OK;
+    }
+    return iface->devmem->unregistered(iface, buf, length);
+}
+
 xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, size_t length,
                                   xfer_memh_h memh, xfer_comp_t *comp)
 {
@@ -53,6 +65,10 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
     }
     if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
         return XFER_ERR_INVALID_PARAM;
+    }
+    status = unregistered_check(ch->iface, buf, length, memh);
+    if (status != XFER_OK) {
+        return status;
     }
     if (length > ch->max_msg_size) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tag send of %zu bytes exceeds the message "
@@ -240,6 +256,9 @@ xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag
     xfer_verbs_op_t *op;
 
     if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (unregistered_check(iface, buf, length, memh) != XFER_OK) {
         return XFER_ERR_INVALID_PARAM;
     }
     op = xfer_verbs_op_new(iface, ch, XFER_VERBS_OP_RECV, comp);
