@@ -248,7 +248,7 @@ static void text_select(const xfer_context_t *ctx)
         xfer_selection_release(&sel);
     }
     {
-        char name[XFER_NAME_MAX], gdr_why[XFER_REASON_MAX + 32];
+        char name[XFER_NAME_MAX], gdr_why[XFER_REASON_MAX * 2 + 48];
 
         if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
             printf("# cuda memory, staged: put/get through %s and pinned host buffers "
