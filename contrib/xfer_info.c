@@ -178,6 +178,42 @@ static const char *cuda_staged_by(const xfer_context_t *ctx, char *name, size_t 
     return found;
 }
 
+/* ": gdr, which would, is not selected: REASON" when gdr is among the rejected for CUDA
+ * memory; "" otherwise. */
+static const char *gdr_not_selected(const xfer_context_t *ctx, char *buf, size_t size)
+{
+    xfer_selection_t sel;
+
+    buf[0] = '\0';
+    if (xfer_select(ctx, &select_cases[1].req, &sel) != XFER_OK) {
+        return buf;
+    }
+    for (size_t i = 0; i < sel.num_entries; i++) {
+        if ((sel.entries[i].rank < 0) && (strcmp(sel.entries[i].name, "gdr") == 0)) {
+            snprintf(buf, size, ": gdr, which would, is not selected: %s",
+                     sel.entries[i].reason);
+        }
+    }
+    xfer_selection_release(&sel);
+    return buf;
+}
+
+/* Whether gdr is the transport selected for CUDA memory. */
+static int cuda_direct_is_gdr(const xfer_context_t *ctx)
+{
+    xfer_selection_t sel;
+    int gdr = 0;
+
+    if (xfer_select(ctx, &select_cases[1].req, &sel) != XFER_OK) {
+        return 0;
+    }
+    for (size_t i = 0; i < sel.num_entries; i++) {
+        gdr |= (sel.entries[i].rank == 0) && (strcmp(sel.entries[i].name, "gdr") == 0);
+    }
+    xfer_selection_release(&sel);
+    return gdr;
+}
+
 static void text_select(const xfer_context_t *ctx)
 {
     char caps[128];
@@ -212,13 +248,23 @@ static void text_select(const xfer_context_t *ctx)
         xfer_selection_release(&sel);
     }
     {
-        char name[XFER_NAME_MAX];
+        char name[XFER_NAME_MAX], gdr_why[XFER_REASON_MAX * 2 + 48];
 
         if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
             printf("# cuda memory, staged: put/get through %s and pinned host buffers "
                    "(XFER_STAGING_CHUNK=%s x XFER_STAGING_DEPTH=%s); tagged messages and "
                    "tensors of CUDA memory are not moved\n", name,
                    param_value(ctx, "XFER_STAGING_CHUNK"), param_value(ctx, "XFER_STAGING_DEPTH"));
+            printf("#   why: no open transport moves CUDA memory itself%s\n",
+                   gdr_not_selected(ctx, gdr_why, sizeof(gdr_why)));
+        } else if (cuda_direct_is_gdr(ctx)) {
+            printf("# cuda memory, direct: gdr registers it with its RDMA device (DMA-BUF "
+                   "first, XFER_GDR_DMABUF=%s; then nvidia-peermem, XFER_GDR_PEERMEM=%s) and "
+                   "flushes what the device wrote into it before a transfer completes "
+                   "(XFER_GDR_FLUSH=%s); a buffer neither way registers is staged through "
+                   "host buffers over gdr, the reason logged when it is registered\n",
+                   param_value(ctx, "XFER_GDR_DMABUF"), param_value(ctx, "XFER_GDR_PEERMEM"),
+                   param_value(ctx, "XFER_GDR_FLUSH"));
         }
     }
 }

@@ -123,7 +123,9 @@ static xfer_status_t mem_check_staged_ifaces(xfer_context_t *ctx, const xfer_mem
     return XFER_OK;
 }
 
-/* Whether transport fi takes a registration of mem itself (else staging.c moves it). */
+/* Whether transport fi is asked to take a registration of mem itself (else staging.c moves
+ * it). One that moves CUDA memory may still decline a buffer (XFER_ERR_UNSUPPORTED: no way to
+ * register it with its device), which is then staged there too. */
 static int mem_iface_direct(const xfer_fw_iface_t *fi, const xfer_mem_t *mem)
 {
     if (!mem->staged) {
@@ -203,6 +205,16 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
             continue;
         }
         status = mem_reg_iface(fi, mem, &mem->memh[i]);
+        if ((status == XFER_ERR_UNSUPPORTED) && mem->staged) {
+            /* a transport that moves CUDA memory where it can (gdr) but not this memory: it
+             * logged why, and its puts and gets of it are staged as on tcp and verbs */
+            xfer_log(XFER_LOG_INFO, MEM_SUBSYS, "%s does not take %zu bytes at %p (%s): "
+                     "staged through host memory there", fi->entry->name, length, addr,
+                     attr.how);
+            mem->memh[i] = NULL;
+            status       = XFER_OK;
+            continue;
+        }
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
                      fi->entry->name, length, addr, xfer_status_string(status));

@@ -181,6 +181,64 @@ Test(info, select_explains_choice_and_rejections)
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);
 }
 
+/* An NVIDIA display-class device on the PCI bus, found as gdr finds it. */
+static int host_has_nvidia_gpu(void)
+{
+    char cmd[] = "grep -l '^0x10de$' /sys/bus/pci/devices/*/vendor 2>/dev/null | "
+                 "sed 's/vendor$/class/' | xargs -r grep -l '^0x03' 2>/dev/null | head -1";
+    char *out;
+    int found;
+
+    tu_run(cmd, 0, &out);
+    found = (out != NULL) && (out[0] != '\0');
+    free(out);
+    return found;
+}
+
+/* No GPU: gdr is unavailable and says so; CUDA memory is staged through the transport that
+ * moves host memory best (verbs where an RDMA port is active, tcp elsewhere), and -s says
+ * why. Run in the Soft-RoCE guest too, where verbs stages it. */
+Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
+{
+    char want[256], *out;
+
+    if (host_has_nvidia_gpu()) {
+        cr_skip_test("this host has an NVIDIA GPU");
+    }
+    cr_assert_eq(info(NULL, NULL, 0, &out), 0);
+    expect_contains(out, "# Component: gdr");
+    expect_contains(out, "unavailable: no NVIDIA GPU on the PCI bus");
+    free(out);
+    cr_assert_eq(info(NULL, "-s", 0, &out), 0);
+    expect_contains(out, "#   not selected: gdr: unavailable: no NVIDIA GPU on the PCI bus");
+    snprintf(want, sizeof(want), "# cuda memory, staged: put/get through %s and pinned host "
+             "buffers", tu_host_has_rdma() ? "verbs" : "tcp");
+    expect_contains(out, want);
+    expect_contains(out, "#   why: no open transport moves CUDA memory itself: gdr, which "
+                         "would, is not selected: unavailable: no NVIDIA GPU on the PCI bus");
+    free(out);
+    cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"gdr\") | .status == "
+                         "\"unavailable\" and .capabilities == []"), 0);
+}
+
+/* gdr's parameters are the verbs ones under its own name, and its own. */
+Test(info, gdr_parameters_include_the_verbs_ones)
+{
+    char *out;
+
+    cr_assert_eq(info(NULL, "-c", 0, &out), 0);
+    expect_contains(out, "XFER_GDR_TX_QUEUE_LEN");
+    expect_contains(out, "XFER_GDR_MR_CACHE");
+    expect_contains(out, "XFER_GDR_FLUSH");
+    expect_contains(out, "XFER_GDR_DMABUF");
+    expect_contains(out, "XFER_GDR_PEERMEM");
+    expect_contains(out, "XFER_VERBS_TX_QUEUE_LEN");
+    free(out);
+    cr_expect_neq(info("XFER_GDR_FLUSH=sometimes", NULL, 1, &out), 0);
+    expect_contains(out, "XFER_GDR_FLUSH");
+    free(out);
+}
+
 Test(info, json_is_valid_and_complete)
 {
     cr_expect_eq(info_jq(NULL, NULL, ".abi == 1 and (.components | length) >= 1 and "

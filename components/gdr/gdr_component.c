@@ -6,12 +6,15 @@
  * nor calls cuInit, so that a process which never touches device memory does not initialise
  * CUDA (the framework loads the driver on the first registration of CUDA memory); what only
  * the initialised driver knows, such as DMA-BUF support, is reported as unknown until then.
- * It has no data path yet, so it claims no capability: selection never picks it, and
- * xfer_info shows the GPUs and RDMA ports it found.
+ * Its data path is the verbs component's code under this descriptor (gdr.h): it claims what
+ * verbs claims and CUDA memory, where a GPU, an active RDMA port and a way to register device
+ * memory (DMA-BUF, or nvidia-peermem) can be there; xfer_info shows what it found.
  */
 #include "config.h"
 
+#include "gdr.h"
 #include "../verbs/verbs_devices.h"
+#include "../verbs/verbs_params.h"
 
 #include <dirent.h>
 #include <stddef.h>
@@ -23,14 +26,25 @@
 #define GDR_NVIDIA_VENDOR 0x10de
 #define GDR_PCI_CLASS_DISPLAY 0x03  /* base class: VGA, 3D and other display controllers */
 
-typedef struct xfer_gdr_config {
-    char *device;       /* RDMA device filter, as for verbs */
-} xfer_gdr_config_t;
+static const char *const flush_values[] = {"auto", "on", "off", NULL};
 
+/* The verbs parameters first (XFER_GDR_DEVICE, XFER_GDR_TX_QUEUE_LEN, ...), then gdr's own. */
 static const xfer_param_desc_t gdr_params[] = {
-    {"DEVICE", XFER_PARAM_STRING, "",
-     "RDMA device and port for GPU memory, as 'dev' or 'dev:port'; empty means any active port.",
-     offsetof(xfer_gdr_config_t, device), 0, 0, NULL},
+    XFER_VERBS_PARAM_ENTRIES
+    {"FLUSH", XFER_PARAM_ENUM, "auto",
+     "Flush data the NIC wrote into GPU memory (a 1-byte RDMA READ on a loopback QP) before a "
+     "receive, get or tensor fetch into it completes: auto does unless the GPU reports that "
+     "it orders GPUDirect RDMA writes for its own use (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_"
+     "WRITES_ORDERING), on always, off never.",
+     offsetof(xfer_gdr_config_t, flush), 0, 0, flush_values},
+    {"DMABUF", XFER_PARAM_BOOL, "y",
+     "Register GPU memory by DMA-BUF (cuMemGetHandleForAddressRange, ibv_reg_dmabuf_mr) where "
+     "the GPU and the RDMA device support it.",
+     offsetof(xfer_gdr_config_t, dmabuf), 0, 0, NULL},
+    {"PEERMEM", XFER_PARAM_BOOL, "y",
+     "Register GPU memory by ibv_reg_mr on the device pointer where nvidia_peermem is loaded "
+     "(after DMA-BUF).",
+     offsetof(xfer_gdr_config_t, peermem), 0, 0, NULL},
     {NULL}
 };
 
@@ -165,6 +179,24 @@ static int describe_gpus(xfer_component_attr_t *attr)
     return count;
 }
 
+/* Whether no way to register GPU memory can work here: DMA-BUF turned off and no peer-memory
+ * client to use. Whether DMA-BUF works is known only once the driver is initialised. */
+static int strategy_ruled_out(const xfer_gdr_config_t *cfg, char *why, size_t why_size)
+{
+    char peermem_why[128];
+
+    if (cfg->dmabuf) {
+        return 0;
+    }
+    if (cfg->peermem && xfer_gdr_peermem_loaded(peermem_why, sizeof(peermem_why))) {
+        return 0;
+    }
+    xfer_reason_set(why, why_size, "no way to register GPU memory with the NIC: "
+                    "XFER_GDR_DMABUF=n and %s", cfg->peermem ? peermem_why :
+                    "XFER_GDR_PEERMEM=n");
+    return 1;
+}
+
 static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_gdr_config_t *cfg = config;
@@ -182,18 +214,23 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
                         nvidia_kernel_version(kver, sizeof(kver)) ? "" :
                         ", no NVIDIA kernel driver");
     }
-    xfer_verbs_describe_ports(cfg->device, attr, &found, &active, &best_mbs);
+    xfer_verbs_describe_ports(cfg->verbs.device, attr, &found, &active, &best_mbs);
     if (found == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no RDMA devices found");
     } else if (active == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no matching RDMA port is ACTIVE");
     }
 
-    if ((gpus > 0) && (rdma_why[0] == '\0')) {
-        attr->available     = 1;
-        attr->caps          = 0; /* no data path: nothing to select it for */
-        attr->latency_us    = 5.0;
-        attr->bandwidth_mbs = best_mbs;
+    if ((gpus > 0) && (rdma_why[0] == '\0') && !strategy_ruled_out(cfg, gpu_why,
+                                                                     sizeof(gpu_why))) {
+        attr->available             = 1;
+        attr->caps                  = XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG |
+                                      XFER_CAP_TENSOR | XFER_CAP_MEM_HOST |
+                                      XFER_CAP_MEM_CUDA | XFER_CAP_INTER_HOST;
+        attr->limits.max_msg_size   = cfg->verbs.max_msg_size;
+        attr->limits.max_eager_size = cfg->verbs.seg_size - XFER_VERBS_WIRE_TAG_HDR_LEN;
+        attr->latency_us            = 3.0;  /* the verbs data path */
+        attr->bandwidth_mbs         = best_mbs;
         return XFER_OK;
     }
     xfer_reason_set(attr->reason, sizeof(attr->reason), "%s%s%s", gpu_why,
@@ -202,12 +239,40 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 }
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
-    .abi_version = XFER_COMPONENT_ABI_V1,
-    .size        = sizeof(xfer_component_v1_t),
-    .name        = "gdr",
-    .version     = PACKAGE_VERSION,
-    .description = "GPUDirect RDMA: verbs on CUDA device memory (driver loaded at run time)",
-    .params      = gdr_params,
-    .config_size = sizeof(xfer_gdr_config_t),
-    .query       = gdr_query,
+    .abi_version    = XFER_COMPONENT_ABI_V1,
+    .size           = sizeof(xfer_component_v1_t),
+    .name           = "gdr",
+    .version        = PACKAGE_VERSION,
+    .description    = "GPUDirect RDMA: verbs on CUDA device memory (driver loaded at run time)",
+    .params         = gdr_params,
+    .config_size    = sizeof(xfer_gdr_config_t),
+    .query          = gdr_query,
+    .iface_open     = xfer_gdr_iface_open,
+    .iface_close    = xfer_gdr_iface_close,
+    .iface_address  = xfer_verbs_iface_address,
+    .ep_create      = xfer_verbs_ep_create,
+    .ep_address     = xfer_verbs_ep_address,
+    .ep_connect     = xfer_verbs_ep_connect,
+    .ep_destroy     = xfer_verbs_ep_destroy,
+    .mem_reg        = xfer_verbs_mem_reg,
+    .mem_dereg      = xfer_gdr_mem_dereg,
+    .rkey_pack      = xfer_verbs_rkey_pack,
+    .rkey_unpack    = xfer_verbs_rkey_unpack,
+    .rkey_release   = xfer_verbs_rkey_release,
+    .put            = xfer_verbs_put,
+    .get            = xfer_verbs_get,
+    .tag_send       = xfer_verbs_tag_send,
+    .tag_recv       = xfer_verbs_tag_recv,
+    .tensor_fetch   = xfer_verbs_tensor_fetch,
+    .cancel         = xfer_verbs_cancel,
+    .progress       = xfer_verbs_iface_progress,
+    .event_fd       = xfer_verbs_iface_event_fd,
+    .event_arm      = xfer_verbs_iface_event_arm,
+    .ep_flush       = xfer_verbs_ep_flush,
+    .mem_reg_params = xfer_gdr_mem_reg_params,
+};
+
+XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {
+    .size        = sizeof(xfer_component_stats_v1_t),
+    .ep_counters = xfer_verbs_ep_counters,
 };

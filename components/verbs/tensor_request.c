@@ -273,6 +273,12 @@ static xfer_status_t dest_set(xfer_verbs_treq_t *treq, void *buf, size_t capacit
     if (treq->memh != NULL) {
         treq->rkey = treq->memh->mr->rkey;
     } else {
+        if (treq->ch->iface->devmem != NULL) {
+            status = treq->ch->iface->devmem->unregistered(treq->ch->iface, buf, capacity);
+            if (status != XFER_OK) {
+                return status;
+            }
+        }
         status = xfer_verbs_ch_mrc_get(treq->ch, buf, capacity, &op->mr);
         if (status != XFER_OK) {
             return status;
@@ -437,6 +443,7 @@ static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
     uint64_t expect = xfer_tensor_wire_data_len(&treq->meta);
     uint32_t chunk  = treq->ch->peer.rdma_chunk;
     uint64_t last   = xfer_verbs_wire_last_chunk(expect, chunk);
+    xfer_status_t status;
 
     if ((treq->meta.flags & XFER_TENSOR_META_NONE) || (in->byte_len != last)) {
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': the producer's write ended "
@@ -445,6 +452,12 @@ static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
                  chunk, last,
                  (treq->meta.flags & XFER_TENSOR_META_NONE) ? " (no metadata known)" : "");
         treq_complete(treq, XFER_ERR_PROTOCOL, 0);
+    } else if ((expect > 0) && xfer_verbs_memh_on_gpu(treq->memh) &&
+               ((status = treq->ch->iface->devmem->landed(treq->ch->iface, treq->memh,
+                                                          treq->buf, (size_t)expect)) !=
+                XFER_OK)) {
+        /* the tensor is in GPU memory but not yet known to be visible there */
+        treq_complete(treq, status, 0);
     } else {
         treq->ch->stats.rx_write_bytes += expect;
         if (treq->buf != NULL) {

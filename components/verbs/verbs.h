@@ -6,6 +6,8 @@
  *   verbs_rx.c       a channel's receives, their batched reposts, and its completions
  *   verbs_slots.c    a channel's outstanding exchanges, found again by the peer's answer
  *   verbs_counters.c a channel's counters by name
+ *   verbs_params.c   the parameters' enumerations (the table is verbs_params.h) and what
+ *                    XFER_VERBS_MR_CACHE allows
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
  *   verbs_unmapq.c   the ranges the process unmaps, reported by libucm, for the MR cache
  *   verbs_rma.c      registered memory, remote keys, put and get
@@ -356,6 +358,26 @@ struct xfer_ep {
     int                   ka_pending;
 };
 
+/* ---- device memory ---------------------------------------------------------------------------- */
+
+/*
+ * What a component that registers GPU memory with this code (gdr) does where the verbs code
+ * would touch a buffer with the CPU or complete a transfer into it. The verbs component has
+ * none (iface->devmem == NULL): its memory is host memory, and every check below is false.
+ */
+typedef struct xfer_verbs_devmem_ops {
+    /* The NIC wrote [buf, buf + len) of memh's GPU memory: make the data visible to the GPU
+     * (flush) before the operation completes. XFER_OK, or why not in the log. */
+    xfer_status_t (*landed)(xfer_iface_h iface, xfer_memh_h memh, void *buf, size_t len);
+    /* Copy len bytes of host memory to dst in memh's GPU memory (an eager message). */
+    xfer_status_t (*copy_in)(xfer_iface_h iface, xfer_memh_h memh, void *dst, const void *src,
+                             size_t len);
+    /* A buffer the user did not register is about to be registered through the MR cache:
+     * XFER_OK for host memory, an error (and a log line) for GPU memory, which the cache,
+     * keyed by address and kept fresh by unmap reports, cannot serve. */
+    xfer_status_t (*unregistered)(xfer_iface_h iface, const void *buf, size_t len);
+} xfer_verbs_devmem_ops_t;
+
 /* ---- interface (the adapter) ------------------------------------------------------------------ */
 
 struct xfer_iface {
@@ -401,11 +423,22 @@ struct xfer_iface {
      * damaged HOW (type, version, short, field) before it goes */
     uint8_t                   corrupt_type;
     char                      corrupt_how[16];
+    const xfer_verbs_devmem_ops_t *devmem;  /* gdr's; NULL in verbs */
+    void                      *devmem_arg;  /* the component's own state for devmem */
 };
 
 struct xfer_memh {
     struct ibv_mr *mr;
+    void          *devmem;      /* GPU memory registered by gdr (its own record), or NULL:
+                                 * host memory. The CPU never reads or writes GPU memory. */
 };
+
+/* Whether memh is GPU memory: the CPU must not touch it, and data the NIC wrote into it is
+ * flushed before it is reported (iface->devmem). */
+static inline int xfer_verbs_memh_on_gpu(const struct xfer_memh *memh)
+{
+    return (memh != NULL) && (memh->devmem != NULL);
+}
 
 struct xfer_rkey {
     uint64_t addr;

@@ -781,6 +781,12 @@ xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh)
         op->lkey = memh->mr->lkey;
         return XFER_OK;
     }
+    if (op->iface->devmem != NULL) {
+        status = op->iface->devmem->unregistered(op->iface, op->buf, op->len);
+        if (status != XFER_OK) {
+            return status;
+        }
+    }
     status = xfer_verbs_mrc_get(op->iface->mrc, op->buf, op->len, &op->mr);
     if (status == XFER_OK) {
         op->lkey = op->mr->mr->lkey;

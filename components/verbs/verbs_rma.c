@@ -135,6 +135,7 @@ static xfer_status_t rma(xfer_ep_h ch, xfer_verbs_op_kind_t kind, int opcode, vo
     op->raddr    = remote_addr;
     op->rkey     = rkey->rkey;
     op->rdma_len = length;
+    op->memh     = memh;
     status       = xfer_verbs_op_lkey(op, memh);
     if (status != XFER_OK) {
         xfer_verbs_op_free(op);
@@ -177,6 +178,10 @@ void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status)
         xfer_verbs_rsp_write_done(op, status);
         break;
     default:
+        if ((status == XFER_OK) && (op->opcode == IBV_WR_RDMA_READ) &&
+            xfer_verbs_memh_on_gpu(op->memh)) {
+            status = op->iface->devmem->landed(op->iface, op->memh, op->buf, op->rdma_len);
+        }
         xfer_verbs_op_complete(op, status, (status == XFER_OK) ? op->rdma_len : 0, 0);
         break;
     }

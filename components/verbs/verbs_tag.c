@@ -34,6 +34,25 @@ static size_t eager_max(const xfer_iface_h iface)
     return iface->cfg->seg_size - XFER_VERBS_WIRE_TAG_HDR_LEN;
 }
 
+/* Whether a send goes eagerly: small enough, and not from GPU memory, which the CPU cannot
+ * copy into a message slot (it goes by rendezvous: the receiver reads it). */
+static int eager_send(const xfer_iface_h iface, size_t length, xfer_memh_h memh)
+{
+    return (length <= eager_max(iface)) && ((length == 0) || !xfer_verbs_memh_on_gpu(memh));
+}
+
+/* A buffer without a registration may be copied by the CPU (eager) or registered through the
+ * MR cache: where the component moves GPU memory (iface->devmem), it checks first that the
+ * buffer is host memory. */
+static xfer_status_t unregistered_check(xfer_iface_h iface, const void *buf, size_t length,
+                                        xfer_memh_h memh)
+{
+    if ((memh != NULL) || (iface->devmem == NULL) || (length == 0)) {
+        return XFER_OK;
+    }
+    return iface->devmem->unregistered(iface, buf, length);
+}
+
 xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, size_t length,
                                   xfer_memh_h memh, xfer_comp_t *comp)
 {
@@ -47,13 +66,17 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
     if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
+    status = unregistered_check(ch->iface, buf, length, memh);
+    if (status != XFER_OK) {
+        return status;
+    }
     if (length > ch->max_msg_size) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tag send of %zu bytes exceeds the message "
                  "limit of %" PRIu64 " bytes (XFER_VERBS_MAX_MSG_SIZE, here or at the peer)",
                  length, ch->max_msg_size);
         return XFER_ERR_OUT_OF_RANGE;
     }
-    if (length <= eager_max(ch->iface)) {
+    if (eager_send(ch->iface, length, memh)) {
         uint8_t msg[XFER_VERBS_WIRE_TAG_HDR_LEN];
         int posted;
 
@@ -71,7 +94,7 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
     }
     op->buf = (void*)buf;
     op->len = length;
-    if (length <= eager_max(ch->iface)) {
+    if (eager_send(ch->iface, length, memh)) {
         op->payload     = buf;
         op->payload_len = length;
     } else {
@@ -115,13 +138,19 @@ static void fin_send(xfer_ep_h ch, uint64_t id, xfer_status_t status)
 static void recv_deliver(xfer_verbs_op_t *op, xfer_ep_h ch, uint64_t tag, const void *data,
                          size_t length)
 {
-    size_t n = (length < op->len) ? length : op->len;
+    size_t n             = (length < op->len) ? length : op->len;
+    xfer_status_t status = (length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
 
-    if (n > 0) {
+    if ((n > 0) && xfer_verbs_memh_on_gpu(op->memh)) {
+        xfer_status_t copied = op->iface->devmem->copy_in(op->iface, op->memh, op->buf, data,
+                                                          n);
+
+        status = (copied != XFER_OK) ? copied : status;
+    } else if (n > 0) {
         memcpy(op->buf, data, n);
     }
     op->ch = ch;
-    xfer_verbs_op_complete(op, (length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, length, tag);
+    xfer_verbs_op_complete(op, status, length, tag);
 }
 
 /* A receive met a rendezvous: read what fits from the sender's buffer. */
@@ -166,6 +195,9 @@ void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status)
 {
     ucs_list_del(&op->busy_link);
     fin_send(op->ch, op->peer_id, status);
+    if ((status == XFER_OK) && (op->rdma_len > 0) && xfer_verbs_memh_on_gpu(op->memh)) {
+        status = op->iface->devmem->landed(op->iface, op->memh, op->buf, op->rdma_len);
+    }
     if ((status == XFER_OK) && (op->length > op->len)) {
         status = XFER_ERR_TRUNCATED;
     }
@@ -224,6 +256,9 @@ xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag
     xfer_verbs_op_t *op;
 
     if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (unregistered_check(iface, buf, length, memh) != XFER_OK) {
         return XFER_ERR_INVALID_PARAM;
     }
     op = xfer_verbs_op_new(iface, ch, XFER_VERBS_OP_RECV, comp);

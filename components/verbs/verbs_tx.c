@@ -191,9 +191,11 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
         wr.num_sge             = (len > 0) ? 1 : 0;
         wr.wr.rdma.remote_addr = op->raddr + op->rdma_posted;
         wr.wr.rdma.rkey        = op->rkey;
-        if ((op->opcode == IBV_WR_RDMA_WRITE) && (len > 0) && (len <= ch->iface->max_inline)) {
+        if ((op->opcode == IBV_WR_RDMA_WRITE) && (len > 0) && (len <= ch->iface->max_inline) &&
+            !xfer_verbs_memh_on_gpu(op->memh)) {
             /* a small write goes inside the work request, as ib_write_lat's does: the
-             * device need not fetch it through the key */
+             * device need not fetch it through the key (the CPU copies it: not from GPU
+             * memory) */
             wr.send_flags = IBV_SEND_INLINE;
         }
         if (op->imm_pending && (op->rdma_posted + len == op->rdma_len)) {
