@@ -148,24 +148,56 @@ static const char *param_value(const xfer_context_t *ctx, const char *env_name)
     return "?";
 }
 
-/* The transport that stages CUDA memory when none moves it: the best with host put and get
- * (framework/staging.c); NULL when there is none, or when one moves CUDA memory itself. */
-static const char *cuda_staged_by(const xfer_context_t *ctx, char *name, size_t size)
+/* The transport endpoints use - the best for host memory, as the framework offers them -
+ * and its capabilities; NULL when there is none. */
+static const char *endpoint_transport(const xfer_context_t *ctx, char *name, size_t size,
+                                      uint64_t *caps_p)
 {
-    static const xfer_select_req_t req = {XFER_CAP_MEM_HOST | XFER_CAP_PUT | XFER_CAP_GET, 0};
     xfer_selection_t sel;
     const char *found = NULL;
 
-    if (xfer_select(ctx, &select_cases[1].req, &sel) == XFER_OK) {
-        for (size_t i = 0; i < sel.num_entries; i++) {
-            if (sel.entries[i].rank == 0) {
-                xfer_selection_release(&sel);
-                return NULL;
-            }
-        }
-        xfer_selection_release(&sel);
+    if (xfer_select(ctx, &select_cases[0].req, &sel) != XFER_OK) {
+        return NULL;
     }
-    if (xfer_select(ctx, &req, &sel) != XFER_OK) {
+    for (size_t i = 0; (found == NULL) && (i < sel.num_entries); i++) {
+        if (sel.entries[i].rank == 0) {
+            snprintf(name, size, "%s", sel.entries[i].name);
+            found = name;
+        }
+    }
+    xfer_selection_release(&sel);
+    for (size_t i = 0; (found != NULL) && (i < xfer_component_count(ctx)); i++) {
+        xfer_component_info_t info;
+
+        if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
+            (strcmp(info.name, found) == 0)) {
+            *caps_p = info.attr->caps;
+        }
+    }
+    return found;
+}
+
+/* The transport that stages CUDA memory: the one endpoints use, when it does not move CUDA
+ * memory itself but has put and get (framework/staging.c); NULL otherwise. */
+static const char *cuda_staged_by(const xfer_context_t *ctx, char *name, size_t size)
+{
+    uint64_t caps = 0;
+
+    if ((endpoint_transport(ctx, name, size, &caps) == NULL) || (caps & XFER_CAP_MEM_CUDA) ||
+        ((caps & (XFER_CAP_PUT | XFER_CAP_GET)) != (XFER_CAP_PUT | XFER_CAP_GET))) {
+        return NULL;
+    }
+    return name;
+}
+
+/* The transport selected for CUDA memory (one that moves it itself), into name; NULL when
+ * none is. */
+static const char *cuda_mover(const xfer_context_t *ctx, char *name, size_t size)
+{
+    xfer_selection_t sel;
+    const char *found = NULL;
+
+    if (xfer_select(ctx, &select_cases[1].req, &sel) != XFER_OK) {
         return NULL;
     }
     for (size_t i = 0; (found == NULL) && (i < sel.num_entries); i++) {
@@ -250,12 +282,29 @@ static void text_select(const xfer_context_t *ctx)
     {
         char name[XFER_NAME_MAX], gdr_why[XFER_REASON_MAX * 2 + 48];
 
+        char mover[XFER_NAME_MAX];
+        uint64_t ep_caps = 0;
+
         if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
             printf("# cuda memory, staged: put/get through %s and pinned host buffers "
                    "(XFER_STAGING_CHUNK=%s x XFER_STAGING_DEPTH=%s); tagged messages and "
                    "tensors of CUDA memory are not moved\n", name,
                    param_value(ctx, "XFER_STAGING_CHUNK"), param_value(ctx, "XFER_STAGING_DEPTH"));
-            printf("#   why: no open transport moves CUDA memory itself%s\n",
+            if (cuda_mover(ctx, mover, sizeof(mover)) != NULL) {
+                printf("#   why: endpoints use %s, the best for host memory, which does not "
+                       "move CUDA memory itself; %s does (XFER_TRANSPORTS=%s)%s\n", name,
+                       mover, mover, gdr_not_selected(ctx, gdr_why, sizeof(gdr_why)));
+            } else {
+                printf("#   why: no open transport moves CUDA memory itself%s\n",
+                       gdr_not_selected(ctx, gdr_why, sizeof(gdr_why)));
+            }
+        } else if ((endpoint_transport(ctx, name, sizeof(name), &ep_caps) != NULL) &&
+                   (strcmp(name, "tcp") == 0) && (ep_caps & XFER_CAP_MEM_CUDA)) {
+            printf("# cuda memory, through bounce buffers: tcp copies it to and from pinned "
+                   "host buffers (XFER_TCP_CUDA_CHUNK=%s, XFER_TCP_CUDA_DEPTH=%s each way), "
+                   "the copies overlapping the socket; put, get, tagged messages and tensors\n",
+                   param_value(ctx, "XFER_TCP_CUDA_CHUNK"), param_value(ctx, "XFER_TCP_CUDA_DEPTH"));
+            printf("#   why: tcp cannot hand device memory to the socket%s\n",
                    gdr_not_selected(ctx, gdr_why, sizeof(gdr_why)));
         } else if (cuda_direct_is_gdr(ctx)) {
             printf("# cuda memory, direct: gdr registers it with its RDMA device (DMA-BUF "

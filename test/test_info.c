@@ -195,9 +195,10 @@ static int host_has_nvidia_gpu(void)
     return found;
 }
 
-/* No GPU: gdr is unavailable and says so; CUDA memory is staged through the transport that
- * moves host memory best (verbs where an RDMA port is active, tcp elsewhere), and -s says
- * why. Run in the Soft-RoCE guest too, where verbs stages it. */
+/* No GPU: gdr is unavailable and says so; CUDA memory goes with the transport endpoints use:
+ * tcp moves it through its bounce buffers, verbs (where an RDMA port is active) stages puts
+ * and gets of it; -s says which and why. Run in the Soft-RoCE guest too, where verbs stages
+ * it. */
 Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
 {
     char want[256], *out;
@@ -211,11 +212,21 @@ Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
     free(out);
     cr_assert_eq(info(NULL, "-s", 0, &out), 0);
     expect_contains(out, "#   not selected: gdr: unavailable: no NVIDIA GPU on the PCI bus");
-    snprintf(want, sizeof(want), "# cuda memory, staged: put/get through %s and pinned host "
-             "buffers", tu_host_has_rdma() ? "verbs" : "tcp");
-    expect_contains(out, want);
-    expect_contains(out, "#   why: no open transport moves CUDA memory itself: gdr, which "
-                         "would, is not selected: unavailable: no NVIDIA GPU on the PCI bus");
+    if (tu_host_has_rdma()) {
+        /* verbs endpoints stage it; tcp would move it through its bounce buffers */
+        snprintf(want, sizeof(want), "# cuda memory, staged: put/get through verbs and pinned "
+                 "host buffers");
+        expect_contains(out, want);
+        expect_contains(out, "#   why: endpoints use verbs, the best for host memory, which "
+                             "does not move CUDA memory itself; tcp does (XFER_TRANSPORTS=tcp): "
+                             "gdr, which would, is not selected: unavailable: no NVIDIA GPU on "
+                             "the PCI bus");
+    } else {
+        expect_contains(out, "# cuda memory, through bounce buffers: tcp copies it to and from "
+                             "pinned host buffers");
+        expect_contains(out, "#   why: tcp cannot hand device memory to the socket: gdr, which "
+                             "would, is not selected: unavailable: no NVIDIA GPU on the PCI bus");
+    }
     free(out);
     cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"gdr\") | .status == "
                          "\"unavailable\" and .capabilities == []"), 0);
