@@ -70,10 +70,11 @@ static void pci_bound_driver(const char *dir, char *buf, size_t size)
     xfer_reason_set(buf, size, "%s", (slash != NULL) ? slash + 1 : target);
 }
 
-/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." -> "550.54.15". */
-static int nvidia_kernel_version(char *buf, size_t size)
+/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." -> "550.54.15", or
+ * "... NVIDIA UNIX Open Kernel Module for x86_64  550.54.15 ..." (*open_p = 1 for this one). */
+static int nvidia_kernel_version(char *buf, size_t size, int *open_p)
 {
-    char line[512], *p, *end;
+    char line[512], *p, *save = NULL;
     FILE *f = fopen("/proc/driver/nvidia/version", "r");
     int found = 0;
 
@@ -82,13 +83,15 @@ static int nvidia_kernel_version(char *buf, size_t size)
     }
     if ((fgets(line, sizeof(line), f) != NULL) &&
         ((p = strstr(line, "Kernel Module")) != NULL)) {
-        p += strlen("Kernel Module");
-        p += strspn(p, " \t");
-        end = p + strcspn(p, " \t\n");
-        *end = '\0';
-        if (*p != '\0') {
-            snprintf(buf, size, "%s", p);
-            found = 1;
+        *open_p = (strstr(line, "Open Kernel Module") != NULL);
+        /* the first word after it that reads as a version: past "for x86_64" */
+        for (p = strtok_r(p + strlen("Kernel Module"), " \t\n", &save); p != NULL;
+             p = strtok_r(NULL, " \t\n", &save)) {
+            if ((*p >= '0') && (*p <= '9') && (strchr(p, '.') != NULL)) {
+                snprintf(buf, size, "%s", p);
+                found = 1;
+                break;
+            }
         }
     }
     fclose(f);
@@ -116,7 +119,7 @@ static const char *peermem_state(void)
 static int describe_gpus(xfer_component_attr_t *attr)
 {
     char kver[64] = "", driver_line[XFER_REASON_MAX];
-    int have_kver = nvidia_kernel_version(kver, sizeof(kver));
+    int open_module = 0, have_kver = nvidia_kernel_version(kver, sizeof(kver), &open_module);
     struct dirent *de;
     int count = 0;
     DIR *dir;
@@ -154,8 +157,9 @@ static int describe_gpus(xfer_component_attr_t *attr)
         xfer_device_attr_add(dev, "pci_id", "%04lx:%04lx", (long)GDR_NVIDIA_VENDOR,
                              sysfs_long(path, "device"));
         xfer_device_attr_add(dev, "kernel_driver", "%s", bound);
-        xfer_device_attr_add(dev, "driver_version", "%s", have_kver ? kver :
-                             "unknown (/proc/driver/nvidia/version absent)");
+        xfer_device_attr_add(dev, "driver_version", "%s%s", have_kver ? kver :
+                             "unknown (/proc/driver/nvidia/version absent)",
+                             (have_kver && open_module) ? " (open kernel module)" : "");
         xfer_device_attr_add(dev, "nvidia_peermem", "%s", peermem_state());
         xfer_device_attr_add(dev, "dmabuf", "unknown until first use (needs cuInit)");
         xfer_device_attr_add(dev, "cuda_driver", "%s", driver_line);
@@ -176,10 +180,11 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
     gpus = describe_gpus(attr);
     if (gpus == 0) {
         char kver[64];
+        int open_module;
 
         xfer_reason_set(gpu_why, sizeof(gpu_why), "no NVIDIA GPU on the PCI bus (%s, read "
                         "without the CUDA driver)%s", GDR_PCI_DIR,
-                        nvidia_kernel_version(kver, sizeof(kver)) ? "" :
+                        nvidia_kernel_version(kver, sizeof(kver), &open_module) ? "" :
                         ", no NVIDIA kernel driver");
     }
     xfer_verbs_describe_ports(cfg->device, attr, &found, &active, &best_mbs);
