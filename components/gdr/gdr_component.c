@@ -7,17 +7,21 @@
  * CUDA (the framework loads the driver on the first registration of CUDA memory); what only
  * the initialised driver knows, such as DMA-BUF support, is reported as unknown until then.
  * It has no data path yet, so it claims no capability: selection never picks it, and
- * xfer_info shows the GPUs and RDMA ports it found.
+ * xfer_info shows the GPUs and RDMA ports it found and, per GPU, the port closest to it and
+ * how its memory would reach that port (gdr_topo.c).
  */
 #include "config.h"
 
+#include "gdr_topo.h"
 #include "../verbs/verbs_devices.h"
 
 #include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/utsname.h>
 
 #define GDR_PCI_DIR       "/sys/bus/pci/devices"
 #define GDR_NVIDIA_VENDOR 0x10de
@@ -25,12 +29,20 @@
 
 typedef struct xfer_gdr_config {
     char *device;       /* RDMA device filter, as for verbs */
+    int  level;         /* farthest xfer_gdr_path_t for GPUDirect RDMA */
 } xfer_gdr_config_t;
 
 static const xfer_param_desc_t gdr_params[] = {
     {"DEVICE", XFER_PARAM_STRING, "",
      "RDMA device and port for GPU memory, as 'dev' or 'dev:port'; empty means any active port.",
      offsetof(xfer_gdr_config_t, device), 0, 0, NULL},
+    {"LEVEL", XFER_PARAM_ENUM, "PXB",
+     "Farthest PCIe distance between a GPU and the NIC closest to it at which GPU memory is "
+     "registered with the NIC; farther, it is staged through host memory. PIX: one PCIe "
+     "switch, PXB: several switches, PHB: through the CPU's host bridge, SYS: across CPU "
+     "sockets (NCCL's names). The default is NCCL's (NCCL_NET_GDR_LEVEL): peer-to-peer DMA "
+     "through the CPU's root complex is on many hosts slower than staging.",
+     offsetof(xfer_gdr_config_t, level), 0, 0, xfer_gdr_level_names},
     {NULL}
 };
 
@@ -169,6 +181,35 @@ static int describe_gpus(xfer_component_attr_t *attr)
     return count;
 }
 
+/* For each GPU described, the RDMA port closest to it and how its memory would reach it
+ * (gdr_topo.c), from what the kernel says without the CUDA driver. */
+static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr_t *attr)
+{
+    xfer_gdr_reg_facts_t facts = {.open_module = -1, .driver_major = -1};
+    char kver[64];
+    struct utsname uts;
+    xfer_gdr_topo_t *topo;
+
+    if (nvidia_kernel_version(kver, sizeof(kver), &facts.open_module)) {
+        facts.driver_major = atoi(kver);
+    }
+    facts.peermem = (strcmp(peermem_state(), "loaded") == 0);
+    if ((uname(&uts) != 0) ||
+        (sscanf(uts.release, "%d.%d", &facts.linux_major, &facts.linux_minor) != 2)) {
+        facts.linux_major = facts.linux_minor = 0;
+    }
+    if (xfer_gdr_topo_open(NULL, &topo) != XFER_OK) {
+        return;
+    }
+    for (uint32_t d = 0; d < attr->num_devices; d++) {
+        if (strcmp(attr->devices[d].kind, "gpu") == 0) {
+            xfer_gdr_topo_describe_gpu(topo, (xfer_gdr_path_t)cfg->level, &facts, attr,
+                                       &attr->devices[d]);
+        }
+    }
+    xfer_gdr_topo_close(topo);
+}
+
 static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_gdr_config_t *cfg = config;
@@ -192,6 +233,9 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
         snprintf(rdma_why, sizeof(rdma_why), "no RDMA devices found");
     } else if (active == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no matching RDMA port is ACTIVE");
+    }
+    if (gpus > 0) {
+        describe_gdr_paths(cfg, attr);
     }
 
     if ((gpus > 0) && (rdma_why[0] == '\0')) {
