@@ -22,9 +22,11 @@
 #include "../components/gdr/gdr_topo.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GPU_SWITCH   "0000:05:00.0"   /* PIX from mlx5_0 */
 #define GPU_SWITCHES "0000:09:00.0"   /* PXB from mlx5_0 */
@@ -224,6 +226,48 @@ Test(gdr_topo, host_tree_loads_without_a_gpu_runtime)
     expect_contains(why, "nosuchdev0 has no PCI path");
     cr_expect_not(maps_contain("libcuda"), "loading the host's tree mapped libcuda");
     cr_expect_not(maps_contain("libnvidia-ml"), "loading the host's tree mapped NVML");
+    xfer_gdr_topo_close(host);
+}
+
+/* The first RDMA device of this host that sysfs places under /devices/virtual (rxe, siw). */
+static int host_virtual_rdma(char *name, size_t size)
+{
+    char path[512], target[512];
+    struct dirent *de;
+    int found = 0;
+    DIR *d    = opendir("/sys/class/infiniband");
+
+    while (!found && (d != NULL) && ((de = readdir(d)) != NULL)) {
+        ssize_t len;
+
+        snprintf(path, sizeof(path), "/sys/class/infiniband/%s", de->d_name);
+        len = readlink(path, target, sizeof(target) - 1);
+        if ((de->d_name[0] != '.') && (len > 0)) {
+            target[len] = '\0';
+            found       = (strstr(target, "/virtual/") != NULL);
+            snprintf(name, size, "%s", de->d_name);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return found;
+}
+
+Test(gdr_topo, host_software_device_is_said_so)
+{
+    xfer_gdr_topo_t *host;
+    char dev[256], why[XFER_REASON_MAX], expect[300];
+
+    if (!host_virtual_rdma(dev, sizeof(dev))) {
+        cr_skip_test("no software RDMA device here (the Soft-RoCE guest has rxe0)");
+    }
+    unsetenv("HWLOC_XMLFILE");
+    cr_assert_eq(xfer_gdr_topo_open(NULL, &host), XFER_OK);
+    cr_expect_eq(xfer_gdr_topo_path(host, "0000:00:00.0", dev, why, sizeof(why)),
+                 XFER_GDR_PATH_NONE, "%s", why);
+    snprintf(expect, sizeof(expect), "%s has no PCI path (software RDMA device)", dev);
+    cr_expect_str_eq(why, expect);
     xfer_gdr_topo_close(host);
 }
 
