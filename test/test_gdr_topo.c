@@ -20,8 +20,10 @@
 #include "test_util.h"
 
 #include "../components/gdr/gdr_topo.h"
+#include "../components/verbs/verbs_devices.h"
 
 #include <criterion/criterion.h>
+#include <infiniband/verbs.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,10 @@
 #define GPU_ROOT     "0000:0a:00.0"   /* PHB from mlx5_0: the same host bridge */
 #define GPU_OTHER_HB "0000:21:00.0"   /* PHB from mlx5_0: another host bridge, same package */
 #define GPU_SOCKET1  "0000:82:00.0"   /* SYS from mlx5_0, PHB from mlx5_1 and mlx5_2 */
+
+/* a port's state as verbs_devices.c writes it */
+#define ACTIVE ibv_port_state_str(IBV_PORT_ACTIVE)
+#define DOWN   ibv_port_state_str(IBV_PORT_DOWN)
 
 static xfer_gdr_topo_t *topo;
 static xfer_component_attr_t *attr;
@@ -271,12 +277,29 @@ Test(gdr_topo, host_software_device_is_said_so)
     xfer_gdr_topo_close(host);
 }
 
+Test(gdr_topo, ports_as_verbs_describes_them_are_understood)
+{
+    unsigned found, active;
+    xfer_gdr_choice_t choice;
+    double mbs;
+
+    /* the query's own port list (verbs_devices.c), not one written here */
+    cr_assert_eq(xfer_verbs_describe_ports("", attr, &found, &active, &mbs), XFER_OK);
+    if (active == 0) {
+        cr_skip_test("no active RDMA port here (the Soft-RoCE guest has rxe0:1)");
+    }
+    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_SYS, &choice);
+    cr_assert_geq(choice.port, 0, "none of %u active ports was taken as active: %s", active,
+                  choice.why);
+    cr_expect_str_eq(attr->devices[choice.port].kind, "rdma");
+}
+
 Test(gdr_topo, closest_active_port_wins)
 {
     xfer_gdr_choice_t choice;
 
-    add_port("mlx5_1:1", "PORT_ACTIVE");    /* SYS from GPU_SWITCH, listed first */
-    add_port("mlx5_0:1", "PORT_ACTIVE");    /* PIX */
+    add_port("mlx5_1:1", ACTIVE);    /* SYS from GPU_SWITCH, listed first */
+    add_port("mlx5_0:1", ACTIVE);    /* PIX */
     xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_PXB, &choice);
     cr_expect_eq(choice.port, 1);
     cr_expect_eq(choice.path, XFER_GDR_PATH_PIX);
@@ -287,8 +310,8 @@ Test(gdr_topo, inactive_port_is_not_chosen)
 {
     xfer_gdr_choice_t choice;
 
-    add_port("mlx5_0:1", "PORT_DOWN");
-    add_port("mlx5_1:1", "PORT_ACTIVE");
+    add_port("mlx5_0:1", DOWN);
+    add_port("mlx5_1:1", ACTIVE);
     xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_SYS, &choice);
     cr_expect_eq(choice.port, 1);
     cr_expect_eq(choice.path, XFER_GDR_PATH_SYS);
@@ -299,16 +322,16 @@ Test(gdr_topo, tie_goes_to_the_first_port)
 {
     xfer_gdr_choice_t choice;
 
-    add_port("mlx5_2:1", "PORT_ACTIVE");    /* both PHB from GPU_SOCKET1 */
-    add_port("mlx5_1:1", "PORT_ACTIVE");
+    add_port("mlx5_2:1", ACTIVE);    /* both PHB from GPU_SOCKET1 */
+    add_port("mlx5_1:1", ACTIVE);
     xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_GDR_PATH_PXB, &choice);
     cr_expect_eq(choice.port, 0);
     cr_expect_eq(choice.path, XFER_GDR_PATH_PHB);
     cr_expect_not(choice.within_level, "PHB is beyond PXB");
 
     attr->num_devices = 0;
-    add_port("mlx5_1:1", "PORT_ACTIVE");
-    add_port("mlx5_2:1", "PORT_ACTIVE");
+    add_port("mlx5_1:1", ACTIVE);
+    add_port("mlx5_2:1", ACTIVE);
     xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_GDR_PATH_PHB, &choice);
     cr_expect_eq(choice.port, 0);
     cr_expect(choice.within_level);
@@ -318,7 +341,7 @@ Test(gdr_topo, level_cuts_off_with_the_reason)
 {
     xfer_device_attr_t *gpu;
 
-    add_port("mlx5_0:1", "PORT_ACTIVE");
+    add_port("mlx5_0:1", ACTIVE);
     gpu = add_gpu(GPU_SOCKET1, "nvidia");
     xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PHB, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "nic"), "mlx5_0:1, SYS: across the CPU interconnect (NUMA "
@@ -347,7 +370,7 @@ Test(gdr_topo, software_port_means_staging)
 {
     xfer_device_attr_t *gpu;
 
-    add_port("rxe0:1", "PORT_ACTIVE");
+    add_port("rxe0:1", ACTIVE);
     gpu = add_gpu(GPU_SWITCH, "nvidia");
     xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_SYS, &all_ways, attr, gpu);
     expect_contains(attr_of(gpu, "nic"), "rxe0:1: rxe0 has no PCI path");
@@ -358,7 +381,7 @@ Test(gdr_topo, no_active_port_means_staging)
 {
     xfer_device_attr_t *gpu;
 
-    add_port("mlx5_0:1", "PORT_DOWN");
+    add_port("mlx5_0:1", DOWN);
     gpu = add_gpu(GPU_SWITCH, "nvidia");
     xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_SYS, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "nic"), "none: no active RDMA port");
@@ -371,7 +394,7 @@ static const char *plan_with(const xfer_gdr_reg_facts_t *facts, const char *boun
     xfer_device_attr_t *gpu;
 
     attr->num_devices = 0;
-    add_port("mlx5_0:1", "PORT_ACTIVE");
+    add_port("mlx5_0:1", ACTIVE);
     gpu = add_gpu(GPU_SWITCH, bound);
     xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PXB, facts, attr, gpu);
     return attr_of(gpu, "gdr_plan");

@@ -22,6 +22,7 @@
 
 #include "gdr_topo.h"
 
+#include <infiniband/verbs.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -330,7 +331,7 @@ void xfer_gdr_topo_choose(const xfer_gdr_topo_t *topo, const char *gpu_pci,
         xfer_gdr_path_t path;
 
         if ((strcmp(dev->kind, "rdma") != 0) || (state == NULL) ||
-            (strcmp(state, "PORT_ACTIVE") != 0)) {
+            (strcmp(state, ibv_port_state_str(IBV_PORT_ACTIVE)) != 0)) {
             continue;
         }
         snprintf(name, sizeof(name), "%s", dev->name);

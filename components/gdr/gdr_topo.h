@@ -68,8 +68,8 @@ typedef struct xfer_gdr_choice {
 } xfer_gdr_choice_t;
 
 /*
- * Choose among the ACTIVE RDMA ports in attr->devices (kind "rdma", named "dev:port", as
- * verbs_devices.c describes them) the one closest to gpu_pci; ties go to the first in device
+ * Choose among the active RDMA ports in attr->devices (kind "rdma", named "dev:port", state
+ * as ibv_port_state_str() words it: verbs_devices.c describes them so) the one closest to gpu_pci; ties go to the first in device
  * order. level is XFER_GDR_LEVEL (PIX..SYS).
  */
 void xfer_gdr_topo_choose(const xfer_gdr_topo_t *topo, const char *gpu_pci,
