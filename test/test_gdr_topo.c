@@ -13,9 +13,10 @@
  *     root ports 80:01.0 - mlx5_1, 80:02.0 - GPU 82:00.0, 80:03.0 - mlx5_2
  *
  * The RDMA ports the choice ranges over are written here as verbs_devices.c writes them
- * into a query's result, since the devices of an XML topology are not on this host; the
- * component's own query, which takes them from libibverbs and the GPUs from sysfs, is
- * covered by test_info.c and test_cuda.c.
+ * into a query's result, since the devices of an XML topology are not on this host; one test
+ * takes the host's real ports from verbs_devices.c, and one the host's real software device
+ * (both run in the Soft-RoCE guest, rxe0, and skip elsewhere). The component's own query,
+ * which takes the GPUs from sysfs, is covered by test_info.c and test_cuda.c.
  */
 #include "test_util.h"
 
