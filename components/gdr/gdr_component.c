@@ -199,6 +199,7 @@ static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr
         facts.linux_major = facts.linux_minor = 0;
     }
     if (xfer_gdr_topo_open(NULL, &topo) != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, "gdr", "out of memory: GPUs are listed without their NIC");
         return;
     }
     for (uint32_t d = 0; d < attr->num_devices; d++) {
