@@ -75,6 +75,31 @@ Test(info, lists_components_with_status)
     free(out);
 }
 
+Test(info, gdr_shows_each_gpus_nic_and_plan)
+{
+    char *out;
+
+    cr_assert_eq(info(NULL, "-c", 0, &out), 0);
+    if (strstr(out, "XFER_GDR_") == NULL) {
+        free(out);
+        cr_skip_test("the gdr component is not built here");
+    }
+    expect_contains(out, "type enum, range PIX|PXB|PHB|SYS, default 'PXB', from default\n"
+                         "XFER_GDR_LEVEL=PXB\n");
+    free(out);
+    cr_assert_eq(info("XFER_GDR_LEVEL=phb", "-c", 0, &out), 0);
+    expect_contains(out, "from environment\nXFER_GDR_LEVEL=phb\n");
+    free(out);
+    cr_expect_eq(info("XFER_GDR_LEVEL=NVL", NULL, 1, &out), 1);
+    expect_contains(out, "XFER_GDR_LEVEL='NVL': not one of the allowed values");
+    free(out);
+    /* every GPU gdr finds says which NIC, how far, and how its memory would move (on a
+     * host without a GPU there is none, and the reason above says so) */
+    cr_expect_eq(info_jq(NULL, NULL, "[.components[] | select(.name==\"gdr\") | .devices[] | "
+                         "select(.kind==\"gpu\") | .attributes | has(\"nic\") and "
+                         "has(\"gdr_plan\") and has(\"topology\")] | all"), 0);
+}
+
 Test(info, misspelled_transport_fails_with_suggestion)
 {
     char *out;

@@ -33,6 +33,7 @@ typedef struct xfer_gdr_config {
     int                 flush;      /* FLUSH: XFER_GDR_FLUSH_* */
     int                 dmabuf;     /* DMABUF: 0 = do not try DMA-BUF */
     int                 peermem;    /* PEERMEM: 0 = do not try nvidia-peermem */
+    int                 level;      /* LEVEL: farthest xfer_gdr_path_t for GPUDirect RDMA */
 } xfer_gdr_config_t;
 
 /* ---- gdr_mem.c ------------------------------------------------------------------------------ */

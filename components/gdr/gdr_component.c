@@ -8,19 +8,23 @@
  * the initialised driver knows, such as DMA-BUF support, is reported as unknown until then.
  * Its data path is the verbs component's code under this descriptor (gdr.h): it claims what
  * verbs claims and CUDA memory, where a GPU, an active RDMA port and a way to register device
- * memory (DMA-BUF, or nvidia-peermem) can be there; xfer_info shows what it found.
+ * memory (DMA-BUF, or nvidia-peermem) can be there; xfer_info shows what it found and, per
+ * GPU, the port closest to it and how its memory would reach that port (gdr_topo.c).
  */
 #include "config.h"
 
 #include "gdr.h"
+#include "gdr_topo.h"
 #include "../verbs/verbs_devices.h"
 #include "../verbs/verbs_params.h"
 
 #include <dirent.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/utsname.h>
 
 #define GDR_PCI_DIR       "/sys/bus/pci/devices"
 #define GDR_NVIDIA_VENDOR 0x10de
@@ -45,6 +49,13 @@ static const xfer_param_desc_t gdr_params[] = {
      "Register GPU memory by ibv_reg_mr on the device pointer where nvidia_peermem is loaded "
      "(after DMA-BUF).",
      offsetof(xfer_gdr_config_t, peermem), 0, 0, NULL},
+    {"LEVEL", XFER_PARAM_ENUM, "PXB",
+     "Farthest PCIe distance between a GPU and the NIC closest to it at which GPU memory is "
+     "registered with the NIC; farther, it is staged through host memory. PIX: one PCIe "
+     "switch, PXB: several switches, PHB: through the CPU's host bridge, SYS: across CPU "
+     "sockets (NCCL's names). The default is NCCL's (NCCL_NET_GDR_LEVEL): peer-to-peer DMA "
+     "through the CPU's root complex is on many hosts slower than staging.",
+     offsetof(xfer_gdr_config_t, level), 0, 0, xfer_gdr_level_names},
     {NULL}
 };
 
@@ -84,10 +95,11 @@ static void pci_bound_driver(const char *dir, char *buf, size_t size)
     xfer_reason_set(buf, size, "%s", (slash != NULL) ? slash + 1 : target);
 }
 
-/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." -> "550.54.15". */
-static int nvidia_kernel_version(char *buf, size_t size)
+/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ..." -> "550.54.15", or
+ * "... NVIDIA UNIX Open Kernel Module for x86_64  550.54.15 ..." (*open_p = 1 for this one). */
+static int nvidia_kernel_version(char *buf, size_t size, int *open_p)
 {
-    char line[512], *p, *end;
+    char line[512], *p, *save = NULL;
     FILE *f = fopen("/proc/driver/nvidia/version", "r");
     int found = 0;
 
@@ -96,13 +108,15 @@ static int nvidia_kernel_version(char *buf, size_t size)
     }
     if ((fgets(line, sizeof(line), f) != NULL) &&
         ((p = strstr(line, "Kernel Module")) != NULL)) {
-        p += strlen("Kernel Module");
-        p += strspn(p, " \t");
-        end = p + strcspn(p, " \t\n");
-        *end = '\0';
-        if (*p != '\0') {
-            snprintf(buf, size, "%s", p);
-            found = 1;
+        *open_p = (strstr(line, "Open Kernel Module") != NULL);
+        /* the first word after it that reads as a version: past "for x86_64" */
+        for (p = strtok_r(p + strlen("Kernel Module"), " \t\n", &save); p != NULL;
+             p = strtok_r(NULL, " \t\n", &save)) {
+            if ((*p >= '0') && (*p <= '9') && (strchr(p, '.') != NULL)) {
+                snprintf(buf, size, "%s", p);
+                found = 1;
+                break;
+            }
         }
     }
     fclose(f);
@@ -130,7 +144,7 @@ static const char *peermem_state(void)
 static int describe_gpus(xfer_component_attr_t *attr)
 {
     char kver[64] = "", driver_line[XFER_REASON_MAX];
-    int have_kver = nvidia_kernel_version(kver, sizeof(kver));
+    int open_module = 0, have_kver = nvidia_kernel_version(kver, sizeof(kver), &open_module);
     struct dirent *de;
     int count = 0;
     DIR *dir;
@@ -168,8 +182,9 @@ static int describe_gpus(xfer_component_attr_t *attr)
         xfer_device_attr_add(dev, "pci_id", "%04lx:%04lx", (long)GDR_NVIDIA_VENDOR,
                              sysfs_long(path, "device"));
         xfer_device_attr_add(dev, "kernel_driver", "%s", bound);
-        xfer_device_attr_add(dev, "driver_version", "%s", have_kver ? kver :
-                             "unknown (/proc/driver/nvidia/version absent)");
+        xfer_device_attr_add(dev, "driver_version", "%s%s", have_kver ? kver :
+                             "unknown (/proc/driver/nvidia/version absent)",
+                             (have_kver && open_module) ? " (open kernel module)" : "");
         xfer_device_attr_add(dev, "nvidia_peermem", "%s", peermem_state());
         xfer_device_attr_add(dev, "dmabuf", "unknown until first use (needs cuInit)");
         xfer_device_attr_add(dev, "cuda_driver", "%s", driver_line);
@@ -197,6 +212,36 @@ static int strategy_ruled_out(const xfer_gdr_config_t *cfg, char *why, size_t wh
     return 1;
 }
 
+/* For each GPU described, the RDMA port closest to it and how its memory would reach it
+ * (gdr_topo.c), from what the kernel says without the CUDA driver. */
+static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr_t *attr)
+{
+    xfer_gdr_reg_facts_t facts = {.open_module = -1, .driver_major = -1};
+    char kver[64];
+    struct utsname uts;
+    xfer_gdr_topo_t *topo;
+
+    if (nvidia_kernel_version(kver, sizeof(kver), &facts.open_module)) {
+        facts.driver_major = atoi(kver);
+    }
+    facts.peermem = (strcmp(peermem_state(), "loaded") == 0);
+    if ((uname(&uts) != 0) ||
+        (sscanf(uts.release, "%d.%d", &facts.linux_major, &facts.linux_minor) != 2)) {
+        facts.linux_major = facts.linux_minor = 0;
+    }
+    if (xfer_gdr_topo_open(NULL, &topo) != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, "gdr", "out of memory: GPUs are listed without their NIC");
+        return;
+    }
+    for (uint32_t d = 0; d < attr->num_devices; d++) {
+        if (strcmp(attr->devices[d].kind, "gpu") == 0) {
+            xfer_gdr_topo_describe_gpu(topo, (xfer_gdr_path_t)cfg->level, &facts, attr,
+                                       &attr->devices[d]);
+        }
+    }
+    xfer_gdr_topo_close(topo);
+}
+
 static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_gdr_config_t *cfg = config;
@@ -208,10 +253,11 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
     gpus = describe_gpus(attr);
     if (gpus == 0) {
         char kver[64];
+        int open_module;
 
         xfer_reason_set(gpu_why, sizeof(gpu_why), "no NVIDIA GPU on the PCI bus (%s, read "
                         "without the CUDA driver)%s", GDR_PCI_DIR,
-                        nvidia_kernel_version(kver, sizeof(kver)) ? "" :
+                        nvidia_kernel_version(kver, sizeof(kver), &open_module) ? "" :
                         ", no NVIDIA kernel driver");
     }
     xfer_verbs_describe_ports(cfg->verbs.device, attr, &found, &active, &best_mbs);
@@ -219,6 +265,9 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
         snprintf(rdma_why, sizeof(rdma_why), "no RDMA devices found");
     } else if (active == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no matching RDMA port is ACTIVE");
+    }
+    if (gpus > 0) {
+        describe_gdr_paths(cfg, attr);
     }
 
     if ((gpus > 0) && (rdma_why[0] == '\0') && !strategy_ruled_out(cfg, gpu_why,
