@@ -14,6 +14,7 @@
  *   the test starts, with the reason, and both processes end;
  * - without a driver (a missing library, one that is not a CUDA driver, a device it does
  *   not have) -m cuda fails with one line that says what was tried and why.
+ * Also contrib/bench/gpu_attrs, which bench_gpu.sh runs, over the same stand-in driver.
  */
 #include "test_util.h"
 
@@ -313,4 +314,38 @@ Test(perf, server_without_a_driver_refuses_cuda_with_the_reason)
     cr_expect(strstr(r.client_out, "# memory: client host, server host\n") != NULL, "%s",
               r.client_out);
     perf_run_free(&r);
+}
+
+/* ---- bench_gpu.sh's report of the driver's attributes --------------------------------------- */
+
+Test(perf, gpu_attrs_reports_each_attribute_or_why_not)
+{
+    static const char *const attrs[] = {
+        "DMA_BUF_SUPPORTED ", "GPU_DIRECT_RDMA_SUPPORTED ",
+        "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS ", "GPU_DIRECT_RDMA_WRITES_ORDERING ",
+        "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED ",
+    };
+    char cmd[2048], *out;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd), "env XFER_CUDA_LIB=%s %s/contrib/bench/gpu_attrs", fake_cuda(),
+             build_dir());
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 0, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, "CUDA driver API 12.4, 1 device\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "device 0: stand-in GPU, PCI 0000:00:00.0") != NULL, "%s", out);
+    cr_expect_eq(count_lines(out, "  "), 5, "%s", out);
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        cr_expect(strstr(out, attrs[i]) != NULL, "no %s in:\n%s", attrs[i], out);
+    }
+    free(out);
+
+    snprintf(cmd, sizeof(cmd), "env XFER_CUDA_LIB=/nonexistent/libcuda.so.1 "
+             "%s/contrib/bench/gpu_attrs", build_dir());
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 1, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, "gpu_attrs: cannot load the CUDA driver library "
+                     "/nonexistent/libcuda.so.1: ") != NULL, "%s", out);
+    cr_expect_eq(count_lines(out, ""), 1, "%s", out);
+    free(out);
 }
