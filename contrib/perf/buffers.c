@@ -44,10 +44,6 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
             snprintf(why, why_size, "cannot clear the cuda buffers (cuMemsetD8 failed)");
             return XFER_ERR_IO;
         }
-        if ((p->flags & PARAM_VERIFY) && (perf->scratch = malloc(p->size)) == NULL) {
-            snprintf(why, why_size, "cannot allocate a host copy of one slot");
-            return XFER_ERR_NO_MEMORY;
-        }
     } else {
         if (posix_memalign(&buf, 4096, bytes) != 0) {
             snprintf(why, why_size, "cannot allocate %zu bytes of buffers", bytes);
@@ -203,15 +199,31 @@ static void pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t s
 
 /* ---- the slots' bytes ------------------------------------------------------------------------ */
 
+/* The host copy of one slot that CUDA memory is filled and read through, made on first use. */
+static uint8_t *scratch_get(perf_t *perf)
+{
+    if (perf->scratch == NULL) {
+        perf->scratch = malloc(perf->p.size);
+        if (perf->scratch == NULL) {
+            perf_verify_fail(perf, "cannot allocate a host copy of one %" PRIu64 "-byte slot",
+                             perf->p.size);
+        }
+    }
+    return perf->scratch;
+}
+
 /*
- * -V's pattern into the first len bytes of slot, and checked there. CUDA memory is filled
- * and read through perf->scratch; a copy that fails is a failure of the data, reported
- * with it at the end of the size.
+ * The pattern into the first len bytes of slot, and checked there. CUDA memory is filled and
+ * read through a host copy; a copy that fails is a failure of the data, reported with it at
+ * the end of the size.
  */
 void perf_slot_fill(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter)
 {
     if (perf->buf_mem != PERF_MEM_CUDA) {
         pattern_fill(perf_slot_buf(perf, slot), len, seed, iter);
+        return;
+    }
+    if (scratch_get(perf) == NULL) {
         return;
     }
     pattern_fill(perf->scratch, len, seed, iter);
@@ -226,6 +238,9 @@ void perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint6
 {
     if (perf->buf_mem != PERF_MEM_CUDA) {
         pattern_check(perf, perf_slot_buf(perf, slot), len, seed, iter, what);
+        return;
+    }
+    if (scratch_get(perf) == NULL) {
         return;
     }
     if (perf_cuda_to_host(perf->scratch, perf_slot_buf(perf, slot), len) != 0) {

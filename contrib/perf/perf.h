@@ -118,7 +118,7 @@ typedef struct perf {
     uint8_t         *buf;           /* slots of p.size bytes */
     size_t          nslots;
     perf_mem_t      buf_mem;        /* where buf lives */
-    uint8_t         *scratch;       /* -V on cuda buffers: a host copy of one slot */
+    uint8_t         *scratch;       /* cuda buffers: a host copy of one slot (buffers.c) */
     xfer_mem_t      *mem;
     xfer_rkey_t     *rkey;          /* the peer's buffer */
     op_slot_t       *ops;
