@@ -1,7 +1,8 @@
 /*
- * The resources of one message size - the buffer slots and their registration, the peer's
- * rkey, the operation slots, the client's samples - and the data pattern that -V writes into
- * the slots and checks where it lands.
+ * The resources of one message size - the buffer slots (host or CUDA memory, -m) and their
+ * registration, the peer's rkey, the operation slots, the client's samples - the data
+ * pattern that -V writes into the slots and checks where it lands, and the slots' bytes as
+ * the tests reach them: directly in host memory, through a host copy in CUDA memory.
  */
 #include "perf.h"
 
@@ -14,10 +15,12 @@
 
 /* ---- the resources of one size ------------------------------------------------------------- */
 
-int perf_buffers_setup(perf_t *perf, int client)
+/* XFER_OK, or an error with the reason in why (the server sends both to the client). */
+xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why_size)
 {
     const perf_params_t *p = &perf->p;
     xfer_status_t st;
+    size_t bytes;
     void *buf;
 
     if (perf_tests[p->test].bw) {
@@ -27,27 +30,46 @@ int perf_buffers_setup(perf_t *perf, int client)
     } else {
         perf->nslots = 2;   /* ping-pong: [0] the peer writes here, [1] we send from here */
     }
-    if (posix_memalign(&buf, 4096, perf->nslots * p->size) != 0) {
-        return perf_fail("allocating the buffers", XFER_ERR_NO_MEMORY);
-    }
-    memset(buf, 0, perf->nslots * p->size);    /* fault the pages in before the clock runs */
-    perf->buf = buf;
-    perf->ops = calloc(perf->nslots, sizeof(*perf->ops));
-    if (perf->ops == NULL) {
-        return perf_fail("allocating the requests", XFER_ERR_NO_MEMORY);
-    }
-    if (client) {
-        perf->samples = calloc(p->iters, sizeof(*perf->samples));
-        if (perf->samples == NULL) {
-            return perf_fail("allocating the samples", XFER_ERR_NO_MEMORY);
+    bytes         = perf->nslots * p->size;
+    perf->buf_mem = (perf_mem_t)p->mem[client ? SIDE_CLIENT : SIDE_SERVER];
+    if (perf->buf_mem == PERF_MEM_CUDA) {
+        if (perf_cuda_open(perf->opts.cuda_device, why, why_size) != 0) {
+            return XFER_ERR_UNAVAILABLE;
         }
+        if (perf_cuda_alloc(bytes, &buf, why, why_size) != 0) {
+            return XFER_ERR_NO_MEMORY;
+        }
+        perf->buf = buf;
+        if (perf_cuda_memset(buf, 0, bytes) != 0) {
+            snprintf(why, why_size, "cannot clear the cuda buffers (cuMemsetD8 failed)");
+            return XFER_ERR_IO;
+        }
+    } else {
+        if (posix_memalign(&buf, 4096, bytes) != 0) {
+            snprintf(why, why_size, "cannot allocate %zu bytes of buffers", bytes);
+            return XFER_ERR_NO_MEMORY;
+        }
+        memset(buf, 0, bytes);  /* fault the pages in before the clock runs */
+        perf->buf = buf;
     }
-    st = xfer_mem_register(perf->ctx, perf->buf, perf->nslots * p->size, XFER_MEM_HOST,
+    perf->ops = calloc(perf->nslots, sizeof(*perf->ops));
+    if (client && (perf->ops != NULL)) {
+        perf->samples = calloc(p->iters, sizeof(*perf->samples));
+    }
+    if ((perf->ops == NULL) || (client && (perf->samples == NULL))) {
+        snprintf(why, why_size, "cannot allocate the requests and samples");
+        return XFER_ERR_NO_MEMORY;
+    }
+    st = xfer_mem_register(perf->ctx, perf->buf, bytes,
+                           (perf->buf_mem == PERF_MEM_CUDA) ? XFER_MEM_CUDA : XFER_MEM_HOST,
                            &perf->mem);
     if (st != XFER_OK) {
-        return perf_fail("xfer_mem_register", st);
+        snprintf(why, why_size, "xfer_mem_register of %zu bytes of %s memory: %s%s", bytes,
+                 perf_mem_names[perf->buf_mem], xfer_status_string(st),
+                 (perf->buf_mem == PERF_MEM_CUDA) ? " (xfer's log line says why)" : "");
+        return st;
     }
-    return 0;
+    return XFER_OK;
 }
 
 /* Release the operations' requests; one still pending is freed by xfer when it ends. */
@@ -84,9 +106,15 @@ void perf_buffers_free(perf_t *perf)
 {
     free(perf->samples);
     free(perf->ops);
-    free(perf->buf);
+    free(perf->scratch);
+    if (perf->buf_mem == PERF_MEM_CUDA) {
+        perf_cuda_free(perf->buf);
+    } else {
+        free(perf->buf);
+    }
     perf->samples = NULL;
     perf->ops = NULL;
+    perf->scratch = NULL;
     perf->buf = NULL;
 }
 
@@ -131,7 +159,7 @@ static uint64_t pattern_word(uint64_t seed, uint64_t iter, uint64_t word)
     return htole64(x);
 }
 
-void perf_pattern_fill(uint8_t *p, size_t len, uint64_t seed, uint64_t iter)
+static void pattern_fill(uint8_t *p, size_t len, uint64_t seed, uint64_t iter)
 {
     size_t off;
     uint64_t w;
@@ -146,8 +174,8 @@ void perf_pattern_fill(uint8_t *p, size_t len, uint64_t seed, uint64_t iter)
     }
 }
 
-void perf_pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t seed,
-                        uint64_t iter, const char *what)
+static void pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t seed,
+                          uint64_t iter, const char *what)
 {
     uint8_t expect[8];
     size_t off, n, i;
@@ -167,4 +195,87 @@ void perf_pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t see
                          p[off + i], expect[i]);
         return;
     }
+}
+
+/* ---- the slots' bytes ------------------------------------------------------------------------ */
+
+/* The host copy of one slot that CUDA memory is filled and read through, made on first use. */
+static uint8_t *scratch_get(perf_t *perf)
+{
+    if (perf->scratch == NULL) {
+        perf->scratch = malloc(perf->p.size);
+        if (perf->scratch == NULL) {
+            perf_verify_fail(perf, "cannot allocate a host copy of one %" PRIu64 "-byte slot",
+                             perf->p.size);
+        }
+    }
+    return perf->scratch;
+}
+
+/*
+ * The pattern into the first len bytes of slot, and checked there. CUDA memory is filled and
+ * read through a host copy; a copy that fails is a failure of the data, reported with it at
+ * the end of the size.
+ */
+void perf_slot_fill(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter)
+{
+    if (perf->buf_mem != PERF_MEM_CUDA) {
+        pattern_fill(perf_slot_buf(perf, slot), len, seed, iter);
+        return;
+    }
+    if (scratch_get(perf) == NULL) {
+        return;
+    }
+    pattern_fill(perf->scratch, len, seed, iter);
+    if (perf_cuda_from_host(perf_slot_buf(perf, slot), perf->scratch, len) != 0) {
+        perf_verify_fail(perf, "iteration %" PRIu64 ": cannot fill the cuda slot %zu", iter,
+                         slot);
+    }
+}
+
+void perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter,
+                     const char *what)
+{
+    if (perf->buf_mem != PERF_MEM_CUDA) {
+        pattern_check(perf, perf_slot_buf(perf, slot), len, seed, iter, what);
+        return;
+    }
+    if (scratch_get(perf) == NULL) {
+        return;
+    }
+    if (perf_cuda_to_host(perf->scratch, perf_slot_buf(perf, slot), len) != 0) {
+        perf_verify_fail(perf, "%s: iteration %" PRIu64 ": cannot read the cuda slot %zu back",
+                         what, iter, slot);
+        return;
+    }
+    pattern_check(perf, perf->scratch, len, seed, iter, what);
+}
+
+void perf_slot_zero(perf_t *perf, size_t slot)
+{
+    if (perf->buf_mem != PERF_MEM_CUDA) {
+        memset(perf_slot_buf(perf, slot), 0, perf->p.size);
+    } else if (perf_cuda_memset(perf_slot_buf(perf, slot), 0, perf->p.size) != 0) {
+        perf_verify_fail(perf, "cannot clear the cuda slot %zu", slot);
+    }
+}
+
+/* One byte of a slot (put_lat's marker); 0 or -1 (the reason printed). */
+int perf_slot_byte_set(perf_t *perf, size_t slot, size_t off, uint8_t value)
+{
+    if (perf->buf_mem == PERF_MEM_CUDA) {
+        return perf_cuda_from_host(perf_slot_buf(perf, slot) + off, &value, 1);
+    }
+    perf_slot_buf(perf, slot)[off] = value;
+    return 0;
+}
+
+int perf_slot_byte_get(perf_t *perf, size_t slot, size_t off, uint8_t *value_p)
+{
+    if (perf->buf_mem == PERF_MEM_CUDA) {
+        return perf_cuda_to_host(value_p, perf_slot_buf(perf, slot) + off, 1);
+    }
+    /* the peer's put lands behind the compiler's back */
+    *value_p = *(volatile uint8_t*)(perf_slot_buf(perf, slot) + off);
+    return 0;
 }

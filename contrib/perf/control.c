@@ -7,9 +7,12 @@
  * Every control message, little-endian:
  *   magic u32 | version u16 | kind u16 | status i32 (an xfer_status_t) | length u32 | payload
  * PARAMS payload (client -> server, before each size):
- *   test u32 | flags u32 | window u32 | reserved u32 | size u64 | iterations u64 | warmup u64 |
- *   step_base u64
- * READY (server -> client): an rkey blob for put/get tests, or on error a message.
+ *   test u32 | flags u32 | window u32 | client memory u8 | server memory u8 | reserved u16 |
+ *   size u64 | iterations u64 | warmup u64 | step_base u64
+ *   (memory: a perf_mem_t, -m; the server allocates its buffers where the client says, as
+ *   ucx_perftest's server takes the client's parameters)
+ * READY (server -> client): an rkey blob for put/get tests, or on error a message (the
+ *   server cannot allocate or register its buffers, or its memory cannot take its part).
  * RKEY  (client -> server, put_lat): the client's rkey blob.
  * FIN   (client -> server, end of a size) and ACK (the reply: on a verification failure the
  *   status is an error and the payload says what); BYE ends the session and is ACKed too.
@@ -26,7 +29,7 @@
 #include <unistd.h>
 
 #define MSG_MAGIC    0x78667066u
-#define MSG_VERSION  1
+#define MSG_VERSION  2     /* 2: PARAMS carries the memory types */
 #define MSG_HDR_LEN  16
 #define PARAMS_LEN   48
 
@@ -145,7 +148,9 @@ static void params_encode(const perf_params_t *p, uint8_t *out)
     xfer_put_le32(out, p->test);
     xfer_put_le32(out + 4, p->flags);
     xfer_put_le32(out + 8, p->window);
-    xfer_put_le32(out + 12, 0);
+    out[12] = p->mem[SIDE_CLIENT];
+    out[13] = p->mem[SIDE_SERVER];
+    xfer_put_le16(out + 14, 0);
     xfer_put_le64(out + 16, p->size);
     xfer_put_le64(out + 24, p->iters);
     xfer_put_le64(out + 32, p->warmup);
@@ -161,6 +166,8 @@ static const char *params_decode(const uint8_t *in, size_t len, perf_params_t *p
     p->test = xfer_get_le32(in);
     p->flags = xfer_get_le32(in + 4);
     p->window = xfer_get_le32(in + 8);
+    p->mem[SIDE_CLIENT] = in[12];
+    p->mem[SIDE_SERVER] = in[13];
     p->size = xfer_get_le64(in + 16);
     p->iters = xfer_get_le64(in + 24);
     p->warmup = xfer_get_le64(in + 32);
@@ -178,22 +185,49 @@ static const char *params_decode(const uint8_t *in, size_t len, perf_params_t *p
     if (p->iters == 0 || p->iters > (1ull << 32) || p->warmup > (1ull << 32)) {
         return "iterations out of range";
     }
+    if (p->mem[SIDE_CLIENT] >= PERF_MEM_LAST || p->mem[SIDE_SERVER] >= PERF_MEM_LAST) {
+        return "unknown memory type";
+    }
     return NULL;
+}
+
+/* Why xfer_rkey_pack failed, and what that means for CUDA memory. */
+static void rkey_pack_why(perf_t *perf, const char *side, xfer_status_t st, char *why,
+                          size_t why_size)
+{
+    snprintf(why, why_size, "xfer_rkey_pack of the %s's %s buffer: %s%s", side,
+             perf_mem_names[perf->buf_mem], xfer_status_string(st),
+             (perf->buf_mem == PERF_MEM_CUDA) ?
+             ": the peer's put or get cannot reach cuda memory over a transport that does "
+             "not move it itself (xfer stages only the initiator's buffer; its log line "
+             "says more)" : "");
+}
+
+/* "xfer_perf: the SIDE cannot run TEST with SIZE bytes: WHY" */
+static void cannot_run(perf_t *perf, const char *side, const char *why)
+{
+    fprintf(stderr, "xfer_perf: the %s cannot run %s with %" PRIu64 " bytes: %s\n", side,
+            perf_tests[perf->p.test].name, perf->p.size, why);
 }
 
 /* ---- client ---------------------------------------------------------------------------------- */
 
-/* One size, the client's side; appends a row to perf->rows. 1: the data did not verify. */
+/*
+ * One size, the client's side; appends a row to perf->rows. -1: a failure that leaves the
+ * session broken (main closes the endpoint); 1: this size did not run or its data did not
+ * verify, and the session can end with BYE.
+ */
 static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
 {
     const options_t *o = &perf->opts;
     perf_params_t *p = &perf->p;
     uint8_t payload[MSG_MAX + 1];
     uint64_t t_start, elapsed;
+    char why[512];
     xfer_status_t st;
     msg_kind_t kind;
-    size_t len;
-    void *blob;
+    size_t len, blob_len = 0;
+    void *blob = NULL;
     int ret;
 
     perf_params_init(o, size, *step, p);
@@ -203,28 +237,42 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
                 "window %u\n", perf_tests[p->test].name, size, p->iters, p->warmup, p->window);
     }
 
+    /* this side's buffers, and put_lat's key to them, before the server is asked: what
+     * cannot run here ends the session cleanly */
+    st = XFER_ERR_UNSUPPORTED;
+    if (perf_test_mem_check(perf, 1, why, sizeof(why)) == 0) {
+        st = perf_buffers_setup(perf, 1, why, sizeof(why));
+    }
+    if (st == XFER_OK && p->test == TEST_PUT_LAT) {
+        st = xfer_rkey_pack(perf->mem, &blob, &blob_len);
+        if (st != XFER_OK) {
+            rkey_pack_why(perf, "client", st, why, sizeof(why));
+        }
+    }
+    if (st != XFER_OK) {
+        cannot_run(perf, "client", why);
+        return 1;
+    }
+
     params_encode(p, payload);
     if (ctrl_post(perf) != 0 ||
         ctrl_send(perf, MSG_PARAMS, XFER_OK, payload, PARAMS_LEN) != 0 ||
-        perf_buffers_setup(perf, 1) != 0 ||
         ctrl_recv(perf, MSG_READY, 0, &kind, &st, payload, &len) != 0) {
+        xfer_rkey_blob_free(blob);
         return -1;
     }
     if (st != XFER_OK) {
-        fprintf(stderr, "xfer_perf: the server cannot run %s with %zu bytes: %s (%s)\n",
-                perf_tests[p->test].name, size, (char *)payload, xfer_status_string(st));
+        cannot_run(perf, "server", (char *)payload);
+        xfer_rkey_blob_free(blob);
         return -1;
     }
     if (perf_tests[p->test].server_rkey &&
         perf_rkey_take(perf, payload, len, perf_tests[p->test].bw ? p->window : 1) != 0) {
+        xfer_rkey_blob_free(blob);
         return -1;
     }
-    if (p->test == TEST_PUT_LAT) {
-        st = xfer_rkey_pack(perf->mem, &blob, &len);
-        if (st != XFER_OK) {
-            return perf_fail("xfer_rkey_pack", st);
-        }
-        ret = ctrl_send(perf, MSG_RKEY, XFER_OK, blob, len);
+    if (blob != NULL) {
+        ret = ctrl_send(perf, MSG_RKEY, XFER_OK, blob, blob_len);
         xfer_rkey_blob_free(blob);
         if (ret != 0) {
             return -1;
@@ -308,6 +356,7 @@ static int server_run_size(perf_t *perf)
 {
     const perf_params_t *p = &perf->p;
     uint8_t payload[MSG_MAX + 1];
+    char why[512];
     xfer_status_t st;
     msg_kind_t kind;
     void *blob = NULL;
@@ -320,20 +369,31 @@ static int server_run_size(perf_t *perf)
                (p->flags & PARAM_VERIFY) ? ", verify" : "");
         fflush(stdout);
     }
-    if (perf_buffers_setup(perf, 0) != 0) {
-        const char *why = "cannot allocate or register the buffers";
-
-        ctrl_send(perf, MSG_READY, XFER_ERR_NO_MEMORY, why, strlen(why));
-        return -1;
+    /* what this side cannot run is refused in READY, with the reason */
+    st = XFER_ERR_UNSUPPORTED;
+    if (perf_test_mem_check(perf, 0, why, sizeof(why)) == 0) {
+        st = perf_buffers_setup(perf, 0, why, sizeof(why));
     }
-    perf_test_server_prepare(perf);
-    if (perf_tests[p->test].server_rkey) {
+    if (st == XFER_OK && perf_tests[p->test].server_rkey) {
         st = xfer_rkey_pack(perf->mem, &blob, &len);
         if (st != XFER_OK) {
-            ctrl_send(perf, MSG_READY, st, "xfer_rkey_pack failed", 21);
-            return perf_fail("xfer_rkey_pack", st);
+            rkey_pack_why(perf, "server", st, why, sizeof(why));
         }
     }
+    if (st != XFER_OK) {
+        cannot_run(perf, "server", why);
+        ctrl_send(perf, MSG_READY, st, why, strlen(why));
+        return -1;
+    }
+    if (!perf->mem_reported) {
+        printf("# memory: client %s, server %s%s%s\n", perf_mem_names[p->mem[SIDE_CLIENT]],
+               perf_mem_names[p->mem[SIDE_SERVER]],
+               (perf->buf_mem == PERF_MEM_CUDA) ? " " : "",
+               (perf->buf_mem == PERF_MEM_CUDA) ? perf_cuda_device_name() : "");
+        fflush(stdout);
+        perf->mem_reported = 1;
+    }
+    perf_test_server_prepare(perf);
     ret = ctrl_send(perf, MSG_READY, XFER_OK, blob, len);
     if (blob != NULL) {
         xfer_rkey_blob_free(blob);

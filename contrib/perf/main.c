@@ -31,6 +31,12 @@
  * -V fills every buffer with a pattern that depends on the iteration and the offset and checks
  * it where it lands; figures taken with -V include that work.
  *
+ * -m cuda puts a side's buffers in CUDA device memory (cuda_mem.c), registered as
+ * XFER_MEM_CUDA; -V fills and checks them through host copies. The client's -m names both
+ * sides and travels in PARAMS, as ucx_perftest's server takes the client's parameters; each
+ * side picks its own GPU (--cuda-device). A side whose memory cannot take its part of a test
+ * (control.c, tests.c) refuses it before it starts, saying why.
+ *
  * Exit status: 0; 1 on an error or a verification failure (the message says which); 2 on a
  * usage error.
  *
@@ -51,6 +57,16 @@ int main(int argc, char **argv)
     ret = perf_options_parse(argc, argv, &perf.opts);
     if (ret != 0) {
         return ret;
+    }
+    /* the client's CUDA buffers need the driver: without one, say so before connecting
+     * (the server loads it when a client asks for cuda memory on its side) */
+    if (perf.opts.host != NULL && perf.opts.mem[SIDE_CLIENT] == PERF_MEM_CUDA) {
+        char why[512];
+
+        if (perf_cuda_open(perf.opts.cuda_device, why, sizeof(why)) != 0) {
+            fprintf(stderr, "xfer_perf: -m cuda: %s\n", why);
+            return 1;
+        }
     }
     /* the client's offer restricts the negotiation; the server's what it accepts */
     if (perf.opts.transports != NULL && setenv("XFER_TRANSPORTS", perf.opts.transports, 1) != 0) {
@@ -86,5 +102,6 @@ int main(int argc, char **argv)
     }
     xfer_context_destroy(perf.ctx);
     perf_buffers_free(&perf);
+    perf_cuda_close();
     return (ret == 0) ? 0 : 1;
 }

@@ -12,6 +12,11 @@
 #define DEFAULT_PORT      18515
 #define DEFAULT_WINDOW    16
 
+const char *const perf_mem_names[PERF_MEM_LAST] = {
+    [PERF_MEM_HOST] = "host",
+    [PERF_MEM_CUDA] = "cuda",
+};
+
 const perf_test_info_t perf_tests[TEST_LAST] = {
     [TEST_PUT_BW]     = {"put_bw",     1, 1},
     [TEST_GET_BW]     = {"get_bw",     1, 1},
@@ -43,6 +48,16 @@ static void usage(FILE *f)
             "  -w, --window N         operations in flight in bandwidth tests (default %d; the\n"
             "                         window shrinks so that it holds at most 256 MiB)\n"
             "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
+            "  -m, --mem TYPE[,TYPE]  where the buffers live: host (default) or cuda (CUDA\n"
+            "                         device memory, cuMemAlloc); one TYPE for both sides, or\n"
+            "                         the client's (local) then the server's (remote), like\n"
+            "                         ucx_perftest -m. Over a transport without MEM_CUDA xfer\n"
+            "                         stages put and get of cuda memory (on the client's side\n"
+            "                         only) and refuses the rest: xfer_perf says which and\n"
+            "                         why. The driver is loaded with dlopen: XFER_CUDA_LIB,\n"
+            "                         else libcuda.so.1\n"
+            "      --cuda-device N    this side's GPU for cuda buffers (default 0); each side\n"
+            "                         takes its own\n"
             "  -T, --thread-mode MODE serialized (default: one thread, the context takes no\n"
             "                         lock, as ucx_perftest's default) or multi (the lock a\n"
             "                         threaded application pays; needed with\n"
@@ -55,7 +70,8 @@ static void usage(FILE *f)
             "Columns: BW average[MB/s] (MB = 10^6 bytes), MsgRate[Mpps], t_typical (median),\n"
             "t_avg and t_99%% in usec: bandwidth tests time completions with WINDOW in flight;\n"
             "tag_lat and put_lat report half a round trip, tensor_lat one whole fetch.\n"
-            "Only the client's -t -s -a -n -w -V matter: it sends them to the server.\n",
+            "Only the client's -t -s -a -n -w -V -m matter: it sends them to the server, as\n"
+            "ucx_perftest's client sends its parameters (the server's own are ignored).\n",
             DEFAULT_PORT, DEFAULT_WINDOW);
 }
 
@@ -84,6 +100,37 @@ static int parse_u64(const char *s, uint64_t max, int suffix, uint64_t *v_p)
     return 0;
 }
 
+static int parse_mem_type(const char *s, size_t len, perf_mem_t *mem_p)
+{
+    for (int m = 0; m < PERF_MEM_LAST; m++) {
+        if ((strlen(perf_mem_names[m]) == len) && (strncmp(s, perf_mem_names[m], len) == 0)) {
+            *mem_p = (perf_mem_t)m;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* -m TYPE (both sides) or -m CLIENT,SERVER */
+static int parse_mem(const char *s, perf_mem_t mem[2])
+{
+    const char *comma = strchr(s, ',');
+    perf_mem_t m[2];
+
+    if (comma == NULL) {
+        if (parse_mem_type(s, strlen(s), &m[0]) != 0) {
+            return -1;
+        }
+        m[1] = m[0];
+    } else if ((parse_mem_type(s, (size_t)(comma - s), &m[0]) != 0) ||
+               (parse_mem_type(comma + 1, strlen(comma + 1), &m[1]) != 0)) {
+        return -1;
+    }
+    mem[SIDE_CLIENT] = m[0];
+    mem[SIDE_SERVER] = m[1];
+    return 0;
+}
+
 /* 0, or 2 on a usage error (the message printed); -h prints the usage and exits 0. */
 int perf_options_parse(int argc, char **argv, options_t *o)
 {
@@ -96,6 +143,8 @@ int perf_options_parse(int argc, char **argv, options_t *o)
         {"warmup",     required_argument, NULL, 'W'},
         {"window",     required_argument, NULL, 'w'},
         {"transports", required_argument, NULL, 'x'},
+        {"mem",        required_argument, NULL, 'm'},
+        {"cuda-device", required_argument, NULL, 'D'},
         {"thread-mode", required_argument, NULL, 'T'},
         {"verify",     no_argument,       NULL, 'V'},
         {"json",       no_argument,       NULL, 'j'},
@@ -108,7 +157,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
 
     *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW};
-    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:T:Vjvh", long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:m:T:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (parse_u64(optarg, 65535, 0, &v) != 0) {
@@ -161,6 +210,21 @@ int perf_options_parse(int argc, char **argv, options_t *o)
             o->window = (unsigned)v;
             break;
         case 'x': o->transports = optarg; break;
+        case 'm':
+            if (parse_mem(optarg, o->mem) != 0) {
+                fprintf(stderr, "xfer_perf: -m: '%s' is not TYPE or TYPE,TYPE with each TYPE "
+                        "host or cuda\n", optarg);
+                return 2;
+            }
+            break;
+        case 'D':
+            if (parse_u64(optarg, 1023, 0, &v) != 0) {
+                fprintf(stderr, "xfer_perf: --cuda-device: '%s' is not a device number\n",
+                        optarg);
+                return 2;
+            }
+            o->cuda_device = (int)v;
+            break;
         case 'T':
             if ((strcmp(optarg, "serialized") != 0) && (strcmp(optarg, "multi") != 0)) {
                 fprintf(stderr, "xfer_perf: -T: '%s' is not serialized or multi\n", optarg);
@@ -206,6 +270,8 @@ void perf_params_init(const options_t *o, size_t size, uint64_t step_base, perf_
     p->flags = o->verify ? PARAM_VERIFY : 0;
     p->size = size;
     p->window = o->window;
+    p->mem[SIDE_CLIENT] = (uint8_t)o->mem[SIDE_CLIENT];
+    p->mem[SIDE_SERVER] = (uint8_t)o->mem[SIDE_SERVER];
     if (perf_tests[o->test].bw && (uint64_t)p->window * size > WINDOW_BYTES_MAX) {
         p->window = (size >= WINDOW_BYTES_MAX) ? 1 : (uint32_t)(WINDOW_BYTES_MAX / size);
     }

@@ -3,7 +3,8 @@
  *   options.c   the command line, the test table, the parameters of one size
  *   control.c   the control protocol: connection, PARAMS / READY / RKEY / FIN / ACK / BYE
  *   tests.c     the test loops, the operations in flight and their clock
- *   buffers.c   the resources of one size and the data pattern of -V
+ *   buffers.c   the resources of one size, the data pattern of -V, the slots' bytes
+ *   cuda_mem.c  CUDA device memory (-m cuda): the driver loaded with dlopen
  *   report.c    what is printed: the table, JSON, -v counters, error lines
  *   main.c      the context, the side to run, the cleanup
  */
@@ -38,6 +39,18 @@ typedef enum {
     TEST_LAST
 } test_t;
 
+/* Where a side's buffers live (-m); the values travel in PARAMS. */
+typedef enum {
+    PERF_MEM_HOST = 0,
+    PERF_MEM_CUDA = 1,
+    PERF_MEM_LAST
+} perf_mem_t;
+
+/* The two sides, as -m names them: the client's buffers are local, the server's remote. */
+enum { SIDE_CLIENT = 0, SIDE_SERVER = 1 };
+
+extern const char *const perf_mem_names[PERF_MEM_LAST];
+
 typedef struct perf_test_info {
     const char *name;
     int        bw;          /* WINDOW operations in flight; else a ping-pong */
@@ -60,6 +73,8 @@ typedef struct options {
     int        json;
     int        verbose;
     int        multi;       /* -T multi: the context's lock, as a threaded application has */
+    perf_mem_t mem[2];      /* -m: [SIDE_CLIENT], [SIDE_SERVER] */
+    int        cuda_device; /* --cuda-device: this process's GPU for cuda buffers */
 } options_t;
 
 /* The parameters of one size: the client sends them in PARAMS (control.c). */
@@ -67,6 +82,7 @@ typedef struct perf_params {
     uint32_t test;
     uint32_t flags;
     uint32_t window;
+    uint8_t  mem[2];        /* perf_mem_t of [SIDE_CLIENT], [SIDE_SERVER] */
     uint64_t size;
     uint64_t iters;
     uint64_t warmup;
@@ -101,18 +117,22 @@ typedef struct perf {
     /* resources of one size; perf_buffers_release() undoes them */
     uint8_t         *buf;           /* slots of p.size bytes */
     size_t          nslots;
+    perf_mem_t      buf_mem;        /* where buf lives */
+    uint8_t         *scratch;       /* cuda buffers: a host copy of one slot (buffers.c) */
     xfer_mem_t      *mem;
     xfer_rkey_t     *rkey;          /* the peer's buffer */
     op_slot_t       *ops;
     double          *samples;       /* client: one per timed iteration, usec */
     char            verify_error[256];
+    int             mem_reported;   /* the server printed the memory types */
     uint8_t         ctrl_buf[MSG_MAX];  /* the next control message lands here */
     xfer_request_t  *ctrl_req;          /* its receive, when posted ahead */
     result_t        rows[MAX_ROWS];
     unsigned        nrows;
 } perf_t;
 
-/* Slot `slot` of this size's buffer, and of the peer's (through perf->rkey). */
+/* Slot `slot` of this size's buffer, and of the peer's (through perf->rkey). A cuda slot is
+ * a device address: its bytes are reached through the perf_slot_* functions (buffers.c). */
 static inline uint8_t *perf_slot_buf(perf_t *perf, size_t slot)
 {
     return perf->buf + slot * perf->p.size;
@@ -138,18 +158,32 @@ int           perf_test_client_run(perf_t *perf, uint64_t *t_start_p);
 void          perf_test_server_prepare(perf_t *perf);
 int           perf_test_server_run(perf_t *perf);
 void          perf_test_server_check(perf_t *perf);
+int           perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size);
 
 /* buffers.c */
-int      perf_buffers_setup(perf_t *perf, int client);
+xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why_size);
 void     perf_buffers_release_requests(perf_t *perf);
 void     perf_buffers_release(perf_t *perf);
 void     perf_buffers_free(perf_t *perf);
 int      perf_rkey_take(perf_t *perf, const uint8_t *blob, size_t len, size_t nslots);
-void     perf_pattern_fill(uint8_t *p, size_t len, uint64_t seed, uint64_t iter);
-void     perf_pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t seed,
-                            uint64_t iter, const char *what);
 void     perf_verify_fail(perf_t *perf, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+void     perf_slot_fill(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter);
+void     perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter,
+                         const char *what);
+void     perf_slot_zero(perf_t *perf, size_t slot);
+int      perf_slot_byte_set(perf_t *perf, size_t slot, size_t off, uint8_t value);
+int      perf_slot_byte_get(perf_t *perf, size_t slot, size_t off, uint8_t *value_p);
+
+/* cuda_mem.c: 0, or -1 with the reason in why (open) or on stderr (the rest) */
+int         perf_cuda_open(int device, char *why, size_t why_size);
+void        perf_cuda_close(void);
+const char  *perf_cuda_device_name(void);
+int         perf_cuda_alloc(size_t size, void **ptr_p, char *why, size_t why_size);
+void        perf_cuda_free(void *ptr);
+int         perf_cuda_memset(void *dst, uint8_t value, size_t len);
+int         perf_cuda_to_host(void *dst, const void *src, size_t len);
+int         perf_cuda_from_host(void *dst, const void *src, size_t len);
 
 /* report.c */
 int  perf_fail(const char *what, xfer_status_t status);

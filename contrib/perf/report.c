@@ -59,6 +59,10 @@ void perf_print_header(perf_t *perf, const char *addr)
         printf("# verify %s; t_* = %s (MB = 10^6 bytes)\n", o->verify ? "on" : "off",
                (t == TEST_TENSOR_LAT) ? "one whole fetch" : "half a round trip");
     }
+    printf("# memory: client %s%s%s, server %s\n", perf_mem_names[o->mem[SIDE_CLIENT]],
+           (o->mem[SIDE_CLIENT] == PERF_MEM_CUDA) ? " " : "",
+           (o->mem[SIDE_CLIENT] == PERF_MEM_CUDA) ? perf_cuda_device_name() : "",
+           perf_mem_names[o->mem[SIDE_SERVER]]);
     printf("%-10s %-13s %-18s %-15s %-17s %-13s %s\n", "#bytes", "#iterations",
            "BW average[MB/s]", "MsgRate[Mpps]", "t_typical[usec]", "t_avg[usec]", "t_99%[usec]");
     fflush(stdout);
@@ -93,6 +97,9 @@ void perf_print_json(perf_t *perf, const char *addr)
     printf(",\"transport\":");
     json_string(xfer_endpoint_transport(perf->ep));
     printf(",\"thread_mode\":\"%s\"", perf->opts.multi ? "multi" : "serialized");
+    printf(",\"memory\":{\"client\":\"%s\",\"server\":\"%s\"}",
+           perf_mem_names[perf->opts.mem[SIDE_CLIENT]],
+           perf_mem_names[perf->opts.mem[SIDE_SERVER]]);
     printf(",\"verify\":%s,\"mb\":1000000,\"results\":[", perf->opts.verify ? "true" : "false");
     for (unsigned i = 0; i < perf->nrows; i++) {
         const result_t *r = &perf->rows[i];

@@ -1,9 +1,12 @@
 /*
  * The test loops: the window engine of the bandwidth tests (and of tensor_lat's server), the
  * ping-pongs of the latency tests, what each test posts and checks, and the clock and the
- * waiting that time them. Each side runs its part of one size between READY and FIN.
+ * waiting that time them. Each side runs its part of one size between READY and FIN. Also
+ * which memory each side's part can use.
  */
 #include "perf.h"
+
+#include <xfer/info.h>
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -172,7 +175,7 @@ static xfer_status_t put_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_
     uint8_t *buf = perf_slot_buf(perf, slot);
 
     if (perf->p.flags & PARAM_VERIFY) {
-        perf_pattern_fill(buf, perf->p.size, SEED_CLIENT, iter);
+        perf_slot_fill(perf, slot, perf->p.size, SEED_CLIENT, iter);
     }
     return xfer_put(perf->ep, buf, perf->p.size, perf->mem, perf_rkey_slot_addr(perf, slot),
                     perf->rkey, op_cb, op, &op->req);
@@ -183,7 +186,7 @@ static xfer_status_t get_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_
     uint8_t *buf = perf_slot_buf(perf, slot);
 
     if (perf->p.flags & PARAM_VERIFY) {
-        memset(buf, 0, perf->p.size);
+        perf_slot_zero(perf, slot);
     }
     return xfer_get(perf->ep, buf, perf->p.size, perf->mem, perf_rkey_slot_addr(perf, slot),
                     perf->rkey, op_cb, op, &op->req);
@@ -193,8 +196,7 @@ static void get_done(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
 {
     if (perf->p.flags & PARAM_VERIFY) {
         /* the server's buffer never changes: slot s holds the pattern of "iteration" s */
-        perf_pattern_check(perf, perf_slot_buf(perf, slot), perf->p.size, SEED_SERVER, slot,
-                           "get_bw");
+        perf_slot_check(perf, slot, perf->p.size, SEED_SERVER, slot, "get_bw");
     }
 }
 
@@ -204,7 +206,7 @@ static xfer_status_t tag_send_post(perf_t *perf, size_t slot, uint64_t iter, op_
     uint8_t *buf = perf_slot_buf(perf, slot);
 
     if (perf->p.flags & PARAM_VERIFY) {
-        perf_pattern_fill(buf, perf->p.size, SEED_CLIENT, iter);
+        perf_slot_fill(perf, slot, perf->p.size, SEED_CLIENT, iter);
     }
     return xfer_tag_send(perf->ep, TAG_DATA | (iter & 0xffffffffu), buf, perf->p.size,
                          perf->mem, op_cb, op, &op->req);
@@ -223,8 +225,7 @@ static void tag_recv_done(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *o
         perf_verify_fail(perf, "tag_bw: iteration %" PRIu64 ": received %zu bytes, expected %"
                          PRIu64, iter, xfer_request_length(op->req), perf->p.size);
     } else if (perf->p.flags & PARAM_VERIFY) {
-        perf_pattern_check(perf, perf_slot_buf(perf, slot), perf->p.size, SEED_CLIENT, iter,
-                           "tag_bw");
+        perf_slot_check(perf, slot, perf->p.size, SEED_CLIENT, iter, "tag_bw");
     }
 }
 
@@ -235,7 +236,7 @@ static xfer_status_t publish_post(perf_t *perf, size_t slot, uint64_t iter, op_s
                        .size = perf->p.size, .data = perf_slot_buf(perf, slot)};
 
     if (perf->p.flags & PARAM_VERIFY) {
-        perf_pattern_fill(t.data, perf->p.size, SEED_SERVER, iter);
+        perf_slot_fill(perf, slot, perf->p.size, SEED_SERVER, iter);
     }
     return xfer_tensor_publish(perf->ctx, perf->p.step_base + iter, PERF_KEY, &t, 0, op_cb, op,
                                &op->req);
@@ -269,7 +270,7 @@ static void fetch_done(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
                          "buffer %p", name, perf->p.step_base + iter, t->data,
                          (void *)perf_slot_buf(perf, slot));
     } else if (perf->p.flags & PARAM_VERIFY) {
-        perf_pattern_check(perf, t->data, perf->p.size, SEED_SERVER, iter, name);
+        perf_slot_check(perf, slot, perf->p.size, SEED_SERVER, iter, name);
     }
 }
 
@@ -297,7 +298,7 @@ static int tag_lat_run(perf_t *perf, int client)
             }
         }
         if (client && (p->flags & PARAM_VERIFY)) {
-            perf_pattern_fill(sbuf, p->size, sseed, i);
+            perf_slot_fill(perf, 1, p->size, sseed, i);
         }
         t0 = perf_now_ns();
         if (client) {
@@ -320,13 +321,13 @@ static int tag_lat_run(perf_t *perf, int client)
         }
         op_release(r);
         if (p->flags & PARAM_VERIFY) {
-            perf_pattern_check(perf, rbuf, p->size, rseed, i, "tag_lat");
+            perf_slot_check(perf, 0, p->size, rseed, i, "tag_lat");
         }
         if (!client) {
             /* the reply first: the next ping cannot come back sooner than a round trip, and
              * the receive is posted by then (or the ping waits, unexpected, for it) */
             if (p->flags & PARAM_VERIFY) {
-                perf_pattern_fill(sbuf, p->size, sseed, i);
+                perf_slot_fill(perf, 1, p->size, sseed, i);
             }
             op_reset(s);
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
@@ -359,14 +360,20 @@ static uint8_t put_lat_marker(uint64_t iter)
     return (uint8_t)(iter % 255 + 1);   /* never 0, the initial value; changes every iteration */
 }
 
-/* Progress until the last byte of our buffer reads m. */
+/* Progress until the last byte of our buffer reads m (in CUDA memory: a copy per look). */
 static int put_lat_wait(perf_t *perf, uint8_t m, uint64_t iter)
 {
-    volatile uint8_t *last = perf_slot_buf(perf, 0) + perf->p.size - 1;
     uint64_t deadline = 0;
     unsigned n = 0;
+    uint8_t last;
 
-    while (*last != m) {
+    for (;;) {
+        if (perf_slot_byte_get(perf, 0, perf->p.size - 1, &last) != 0) {
+            return -1;
+        }
+        if (last == m) {
+            break;
+        }
         xfer_progress(perf->ctx);
         if ((++n & 0xfff) == 0) {
             if (xfer_endpoint_status(perf->ep) != XFER_OK) {
@@ -403,14 +410,15 @@ static int put_lat_run(perf_t *perf, int client)
                 return -1;
             }
             if (p->flags & PARAM_VERIFY) {
-                perf_pattern_check(perf, perf_slot_buf(perf, 0), p->size - 1, rseed, i,
-                                   "put_lat");
+                perf_slot_check(perf, 0, p->size - 1, rseed, i, "put_lat");
             }
         }
         if (p->flags & PARAM_VERIFY) {
-            perf_pattern_fill(sbuf, p->size - 1, sseed, i);
+            perf_slot_fill(perf, 1, p->size - 1, sseed, i);
         }
-        sbuf[p->size - 1] = put_lat_marker(i);
+        if (perf_slot_byte_set(perf, 1, p->size - 1, put_lat_marker(i)) != 0) {
+            return -1;
+        }
         if (client) {
             t0 = perf_now_ns();
         }
@@ -431,8 +439,7 @@ static int put_lat_run(perf_t *perf, int client)
             }
             t1 = perf_now_ns();
             if (p->flags & PARAM_VERIFY) {
-                perf_pattern_check(perf, perf_slot_buf(perf, 0), p->size - 1, rseed, i,
-                                   "put_lat");
+                perf_slot_check(perf, 0, p->size - 1, rseed, i, "put_lat");
             }
             if (i >= p->warmup) {
                 perf->samples[i - p->warmup] = (double)(t1 - t0) / 2e3;
@@ -521,7 +528,7 @@ void perf_test_server_prepare(perf_t *perf)
 {
     if (perf->p.test == TEST_GET_BW) {
         for (size_t s = 0; s < perf->nslots; s++) {
-            perf_pattern_fill(perf_slot_buf(perf, s), perf->p.size, SEED_SERVER, s);
+            perf_slot_fill(perf, s, perf->p.size, SEED_SERVER, s);
         }
     }
 }
@@ -559,8 +566,73 @@ void perf_test_server_check(perf_t *perf)
 
     if (p->test == TEST_PUT_BW && (p->flags & PARAM_VERIFY)) {
         for (uint64_t s = 0; s < perf->nslots && s < total; s++) {
-            perf_pattern_check(perf, perf_slot_buf(perf, s), p->size, SEED_CLIENT,
-                               s + (total - 1 - s) / p->window * p->window, "put_bw");
+            perf_slot_check(perf, s, p->size, SEED_CLIENT,
+                            s + (total - 1 - s) / p->window * p->window, "put_bw");
         }
+    }
+}
+
+/* ---- memory types ---------------------------------------------------------------------------- */
+
+/* 1 when the endpoint's transport moves CUDA memory itself (XFER_CAP_MEM_CUDA). */
+static int transport_moves_cuda(perf_t *perf)
+{
+    const char *name = xfer_endpoint_transport(perf->ep);
+    xfer_component_info_t info;
+
+    for (size_t i = 0; i < xfer_component_count(perf->ctx); i++) {
+        if ((xfer_component_get(perf->ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
+            (strcmp(info.name, name) == 0)) {
+            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Whether this side's memory can take its part of the test, asked before the test starts, so
+ * that a refusal reaches the other side as a message and not as operations that never come.
+ * It follows what xfer.h says: over a transport that cannot touch CUDA memory, put and get
+ * of it are staged through host memory, tagged messages and tensor fetches of it are refused;
+ * xfer_tensor_publish takes no registration, so it publishes host memory. A put or get into
+ * the peer's CUDA memory is refused by xfer itself, at xfer_rkey_pack.
+ * 0, or -1 with the reason in why.
+ */
+int perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size)
+{
+    const char *side = client ? "client" : "server";
+    const char *transport = xfer_endpoint_transport(perf->ep);
+
+    if (perf->p.mem[client ? SIDE_CLIENT : SIDE_SERVER] != PERF_MEM_CUDA) {
+        return 0;
+    }
+    switch (perf->p.test) {
+    case TEST_PUT_BW:
+    case TEST_GET_BW:
+    case TEST_PUT_LAT:
+        return 0;
+    case TEST_TENSOR_BW:
+    case TEST_TENSOR_LAT:
+        if (!client) {
+            snprintf(why, why_size, "the server would publish cuda memory, and "
+                     "xfer_tensor_publish takes host memory only (it has no memory "
+                     "registration to say otherwise)");
+            return -1;
+        }
+        if (transport_moves_cuda(perf)) {
+            return 0;
+        }
+        snprintf(why, why_size, "the client would fetch into cuda memory, which %s cannot "
+                 "touch (it lacks MEM_CUDA), and xfer does not stage tensors through host "
+                 "memory", transport);
+        return -1;
+    default:
+        if (transport_moves_cuda(perf)) {
+            return 0;
+        }
+        snprintf(why, why_size, "the %s's buffers would be cuda memory, which %s cannot touch "
+                 "(it lacks MEM_CUDA), and xfer stages only put and get of it through host "
+                 "memory, not tagged messages", side, transport);
+        return -1;
     }
 }

@@ -11,7 +11,8 @@
  * their stream and run one per three cuEventQuery calls (all at cuStreamSynchronize), so an
  * event reports NOT_READY until the copies before it ran, like a copy engine that takes its
  * time: a pipeline that used a bounce buffer before its event said so moves wrong bytes.
- * Only what libxfer uses is implemented; the rest fails with CUDA_ERROR_NOT_SUPPORTED.
+ * Only what libxfer and xfer_perf (-m cuda: cuMemAlloc, cuMemsetD8, synchronous copies) use
+ * is implemented; the rest are missing symbols.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -314,6 +315,20 @@ static int copy_now(void *dst, const void *src, size_t len)
     memcpy(real(dst), real(src), len);
     pthread_mutex_unlock(&lock);
     return SUCCESS;
+}
+
+EXPORT int cuMemsetD8_v2(cu_ptr_t dst, unsigned char value, size_t len)
+{
+    pthread_mutex_lock(&lock);
+    memset(real((void*)(uintptr_t)dst), value, len);
+    pthread_mutex_unlock(&lock);
+    return SUCCESS;
+}
+
+/* Synchronous copies and memsets land before they return: nothing is left to wait for. */
+EXPORT int cuCtxSynchronize(void)
+{
+    return (current == NULL) ? INVALID_CONTEXT : SUCCESS;
 }
 
 EXPORT int cuMemcpyHtoD_v2(cu_ptr_t dst, const void *src, size_t len)

@@ -1,0 +1,351 @@
+/*
+ * xfer_perf with CUDA buffers (-m), run as two processes over tcp on loopback: the server
+ * and the client are the real tool, the CUDA driver is test/plugins/fake_cuda.c through
+ * XFER_CUDA_LIB - a stand-in for the GPU alone, whose device memory no CPU access reaches
+ * (PROT_NONE): a tool that filled, checked or polled a cuda buffer through its pointer
+ * instead of through the driver would crash, and one that registered it as host memory
+ * would be refused by xfer.
+ *
+ * - put_bw and get_bw from cuda memory to host memory move through xfer's staging pipeline
+ *   with -V (the pattern written through the driver, checked on the far side and, for get,
+ *   read back through the driver), at every size of -a and at sizes across several chunks;
+ * - what xfer does not stage over tcp - tags and tensors of cuda memory, a peer's put or get
+ *   into cuda memory, a publish of cuda memory - is refused by the side concerned before
+ *   the test starts, with the reason, and both processes end;
+ * - without a driver (a missing library, one that is not a CUDA driver, a device it does
+ *   not have) -m cuda fails with one line that says what was tried and why.
+ * Also contrib/bench/gpu_attrs, which bench_gpu.sh runs, over the same stand-in driver.
+ */
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+TestSuite(perf, .timeout = 240);
+
+typedef struct perf_server {
+    FILE     *out;
+    unsigned port;
+    char     errpath[256];
+} perf_server_t;
+
+typedef struct perf_run {
+    int  client_rc;
+    char *client_out;       /* stdout and stderr */
+    int  server_rc;
+    char *server_out;       /* stdout */
+    char *server_err;
+} perf_run_t;
+
+static const char *build_dir(void)
+{
+    const char *build = getenv("XFERTEST_BUILD_DIR");
+
+    cr_assert_not_null(build, "XFERTEST_BUILD_DIR is not set: run the tests with 'make check'");
+    return build;
+}
+
+/* The stand-in driver library, for XFER_CUDA_LIB. */
+static const char *fake_cuda(void)
+{
+    static char path[1024];
+    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
+
+    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
+    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
+    cr_assert_eq(access(path, R_OK), 0, "%s is missing", path);
+    return path;
+}
+
+static char *slurp(const char *path)
+{
+    char *text = calloc(1, 65536);
+    FILE *f    = fopen(path, "r");
+
+    cr_assert_not_null(text);
+    cr_assert_not_null(f, "%s", path);
+    (void)!fread(text, 1, 65535, f);
+    fclose(f);
+    return text;
+}
+
+/* Start a server on a port of the kernel's choosing, with `env` (VAR=value ...) before it. */
+static void server_start(perf_server_t *s, const char *env)
+{
+    char cmd[2048], line[256];
+
+    snprintf(s->errpath, sizeof(s->errpath), "/tmp/xfertest_perf.%d.err", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "timeout 120 env %s %s/contrib/xfer_perf -x tcp -p 0 2>%s", env,
+             build_dir(), s->errpath);
+    s->out = popen(cmd, "r");
+    cr_assert_not_null(s->out);
+    cr_assert_not_null(fgets(line, sizeof(line), s->out), "the server printed nothing:\n%s",
+                       slurp(s->errpath));
+    cr_assert_eq(sscanf(line, "# xfer_perf server: listening on port %u", &s->port), 1, "%s",
+                 line);
+}
+
+/* Read the server's output to its end (a pipe closed early would kill it) and its status. */
+static void server_finish(perf_server_t *s, perf_run_t *r)
+{
+    size_t len = 0, cap = 65536;
+    char line[1024];
+    int status;
+
+    r->server_out = calloc(1, cap);
+    cr_assert_not_null(r->server_out);
+    while (fgets(line, sizeof(line), s->out) != NULL) {
+        if (len + strlen(line) < cap) {
+            memcpy(r->server_out + len, line, strlen(line) + 1);
+            len += strlen(line);
+        }
+    }
+    status       = pclose(s->out);
+    r->server_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r->server_err = slurp(s->errpath);
+    unlink(s->errpath);
+}
+
+/* One client run against a fresh server: `senv` before the server, `cenv` and `args` for
+ * the client. */
+static void perf_run(const char *senv, const char *cenv, const char *args, perf_run_t *r)
+{
+    perf_server_t s;
+    char cmd[2048];
+
+    server_start(&s, senv);
+    snprintf(cmd, sizeof(cmd), "timeout 100 env %s %s/contrib/xfer_perf -x tcp -p %u %s "
+             "127.0.0.1", cenv, build_dir(), s.port, args);
+    r->client_rc = tu_run(cmd, 1, &r->client_out);
+    server_finish(&s, r);
+}
+
+static void perf_run_free(perf_run_t *r)
+{
+    free(r->client_out);
+    free(r->server_out);
+    free(r->server_err);
+}
+
+static int count_lines(const char *text, const char *prefix)
+{
+    int n = 0;
+
+    for (const char *p = text; p != NULL && *p != '\0'; p = strchr(p, '\n'), p = p ? p + 1 : p) {
+        n += (strncmp(p, prefix, strlen(prefix)) == 0);
+    }
+    return n;
+}
+
+static void expect_ran(const perf_run_t *r, const char *what)
+{
+    cr_expect_eq(r->client_rc, 0, "%s: the client failed (%d):\n%s", what, r->client_rc,
+                 r->client_out);
+    cr_expect_eq(r->server_rc, 0, "%s: the server failed (%d):\n%s%s", what, r->server_rc,
+                 r->server_out, r->server_err);
+    cr_expect(strstr(r->server_out, "# done\n") != NULL, "%s:\n%s", what, r->server_out);
+}
+
+/* ---- cuda memory that xfer stages ----------------------------------------------------------- */
+
+static void cuda_to_host(const char *test)
+{
+    char env[1200], args[256];
+    perf_run_t r;
+
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
+
+    /* every size of the sweep, 1 B to 8 MiB, two of them more than one 4 MiB chunk */
+    snprintf(args, sizeof(args), "-t %s -m cuda,host -a -n 8 --warmup 2 -V", test);
+    perf_run(env, env, args, &r);
+    expect_ran(&r, test);
+    cr_expect(strstr(r.client_out, "# memory: client cuda device 0 (stand-in GPU), server "
+                     "host\n") != NULL, "%s", r.client_out);
+    cr_expect(strstr(r.server_out, "# memory: client cuda, server host\n") != NULL, "%s",
+              r.server_out);
+    cr_expect_eq(count_lines(r.client_out, "8388608 "), 1, "%s", r.client_out);
+    cr_expect_eq(count_lines(r.client_out, "1 "), 1, "%s", r.client_out);
+    perf_run_free(&r);
+
+    /* odd sizes across many small chunks, a window of them in flight */
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s XFER_STAGING_CHUNK=64k", fake_cuda());
+    snprintf(args, sizeof(args), "-t %s -m cuda,host -s 300001 -n 40 -w 4 -V --json", test);
+    perf_run(env, env, args, &r);
+    expect_ran(&r, test);
+    cr_expect(strstr(r.client_out, "\"memory\":{\"client\":\"cuda\",\"server\":\"host\"}") !=
+              NULL, "%s", r.client_out);
+    cr_expect(strstr(r.client_out, "\"bytes\":300001,\"iterations\":40,\"window\":4") != NULL,
+              "%s", r.client_out);
+    perf_run_free(&r);
+}
+
+Test(perf, put_bw_from_cuda_memory) { cuda_to_host("put_bw"); }
+Test(perf, get_bw_into_cuda_memory) { cuda_to_host("get_bw"); }
+
+/* ---- what tcp does not move: refused before the test, with the reason ----------------------- */
+
+typedef struct refusal {
+    const char *test;
+    const char *mem;
+    int        by_client;   /* the client refuses (and ends with BYE); else the server */
+    const char *why;        /* in the refusing side's line */
+} refusal_t;
+
+static const refusal_t refusals[] = {
+    {"tag_bw",     "cuda,host", 1, "the client's buffers would be cuda memory, which tcp "
+                                   "cannot touch (it lacks MEM_CUDA)"},
+    {"tag_bw",     "host,cuda", 0, "the server's buffers would be cuda memory, which tcp "
+                                   "cannot touch (it lacks MEM_CUDA)"},
+    {"tag_lat",    "cuda",      1, "xfer stages only put and get of it through host memory, "
+                                   "not tagged messages"},
+    {"tensor_bw",  "cuda,host", 1, "the client would fetch into cuda memory, which tcp cannot "
+                                   "touch"},
+    {"tensor_lat", "host,cuda", 0, "the server would publish cuda memory, and "
+                                   "xfer_tensor_publish takes host memory only"},
+    {"put_bw",     "host,cuda", 0, "xfer_rkey_pack of the server's cuda buffer: operation not "
+                                   "supported: the peer's put or get cannot reach cuda memory"},
+    {"get_bw",     "cuda",      0, "xfer_rkey_pack of the server's cuda buffer"},
+    {"put_lat",    "cuda,host", 1, "xfer_rkey_pack of the client's cuda buffer: operation not "
+                                   "supported"},
+};
+
+Test(perf, what_tcp_does_not_move_is_refused_with_the_reason)
+{
+    char env[1200], args[256], line[1024];
+    perf_run_t r;
+
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
+    for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+        const refusal_t *c = &refusals[i];
+
+        snprintf(args, sizeof(args), "-t %s -m %s -s 4096 -n 10", c->test, c->mem);
+        snprintf(line, sizeof(line), "xfer_perf: the %s cannot run %s with 4096 bytes: ",
+                 c->by_client ? "client" : "server", c->test);
+        perf_run(env, env, args, &r);
+        cr_expect_eq(r.client_rc, 1, "%s -m %s: client %d:\n%s", c->test, c->mem, r.client_rc,
+                     r.client_out);
+        cr_expect(strstr(r.client_out, line) != NULL, "%s -m %s: no '%s' in:\n%s", c->test,
+                  c->mem, line, r.client_out);
+        cr_expect(strstr(r.client_out, c->why) != NULL, "%s -m %s: no '%s' in:\n%s", c->test,
+                  c->mem, c->why, r.client_out);
+        cr_expect_eq(count_lines(r.client_out, "xfer_perf: "), 1, "%s -m %s:\n%s", c->test,
+                     c->mem, r.client_out);
+        if (c->by_client) {
+            /* nothing was asked of the server: the session ends with BYE */
+            cr_expect_eq(r.server_rc, 0, "%s -m %s: server %d:\n%s", c->test, c->mem,
+                         r.server_rc, r.server_err);
+            cr_expect(strstr(r.server_out, "# done\n") != NULL, "%s", r.server_out);
+        } else {
+            /* the server says it too, and ends */
+            cr_expect_eq(r.server_rc, 1, "%s -m %s: server %d:\n%s", c->test, c->mem,
+                         r.server_rc, r.server_err);
+            cr_expect(strstr(r.server_err, line) != NULL, "%s -m %s:\n%s", c->test, c->mem,
+                      r.server_err);
+        }
+        perf_run_free(&r);
+    }
+}
+
+/* ---- no driver ------------------------------------------------------------------------------ */
+
+/* The client fails before it connects: no server is needed, nothing listens on port 1. */
+static void client_without_driver(const char *env, const char *args, const char *expect)
+{
+    char cmd[2048], *out;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd), "timeout 30 env %s %s/contrib/xfer_perf -x tcp -p 1 %s "
+             "127.0.0.1", env, build_dir(), args);
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 1, "%s: %d:\n%s", cmd, rc, out);
+    cr_expect(strncmp(out, "xfer_perf: -m cuda: ", 20) == 0, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, expect) != NULL, "%s: no '%s' in:\n%s", cmd, expect, out);
+    cr_expect_eq(count_lines(out, ""), 1, "one line, not:\n%s", out);
+    free(out);
+}
+
+Test(perf, cuda_without_a_driver_fails_in_one_line)
+{
+    char env[1200], lib[1024];
+
+    client_without_driver("XFER_CUDA_LIB=/nonexistent/libcuda.so.1", "-m cuda",
+                          "cannot load the CUDA driver library /nonexistent/libcuda.so.1 (from "
+                          "XFER_CUDA_LIB): /nonexistent/libcuda.so.1: cannot open shared "
+                          "object file");
+    /* a real library that is not a CUDA driver: a test plug-in of xfer */
+    snprintf(lib, sizeof(lib), "%s/xfer_tgood.so", getenv("XFERTEST_PLUGIN_DIR"));
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", lib);
+    client_without_driver(env, "-m cuda,host", "is not a usable CUDA driver library: it has no "
+                          "cuInit");
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
+    client_without_driver(env, "-m cuda --cuda-device 3", "--cuda-device 3: the driver sees 1 "
+                          "device");
+    if (!tu_host_has_cuda_driver()) {
+        client_without_driver("XFER_CUDA_LIB=", "-m cuda", "cannot load the CUDA driver "
+                              "library libcuda.so.1 (the default; XFER_CUDA_LIB may name "
+                              "another)");
+    }
+}
+
+/* A server without a driver refuses a client that asks it for cuda memory, and says why;
+ * host memory on both sides never needs one. */
+Test(perf, server_without_a_driver_refuses_cuda_with_the_reason)
+{
+    char env[1200];
+    perf_run_t r;
+
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
+    perf_run("XFER_CUDA_LIB=/nonexistent/libcuda.so.1", env, "-t put_bw -m host,cuda -s 4096",
+             &r);
+    cr_expect_eq(r.client_rc, 1, "%s", r.client_out);
+    cr_expect(strstr(r.client_out, "xfer_perf: the server cannot run put_bw with 4096 bytes: "
+                     "cannot load the CUDA driver library /nonexistent/libcuda.so.1") != NULL,
+              "%s", r.client_out);
+    cr_expect_eq(r.server_rc, 1, "%s", r.server_err);
+    perf_run_free(&r);
+
+    perf_run("XFER_CUDA_LIB=/nonexistent/libcuda.so.1", "XFER_CUDA_LIB=/nonexistent/libcuda.so.1",
+             "-t put_bw -m host -s 4096 -n 10 -V", &r);
+    expect_ran(&r, "-m host without a driver");
+    cr_expect(strstr(r.client_out, "# memory: client host, server host\n") != NULL, "%s",
+              r.client_out);
+    perf_run_free(&r);
+}
+
+/* ---- bench_gpu.sh's report of the driver's attributes --------------------------------------- */
+
+Test(perf, gpu_attrs_reports_each_attribute_or_why_not)
+{
+    static const char *const attrs[] = {
+        "DMA_BUF_SUPPORTED ", "GPU_DIRECT_RDMA_SUPPORTED ",
+        "GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS ", "GPU_DIRECT_RDMA_WRITES_ORDERING ",
+        "GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED ",
+    };
+    char cmd[2048], *out;
+    int rc;
+
+    snprintf(cmd, sizeof(cmd), "env XFER_CUDA_LIB=%s %s/contrib/bench/gpu_attrs", fake_cuda(),
+             build_dir());
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 0, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, "CUDA driver API 12.4, 1 device\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "device 0: stand-in GPU, PCI 0000:00:00.0") != NULL, "%s", out);
+    cr_expect_eq(count_lines(out, "  "), 5, "%s", out);
+    for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
+        cr_expect(strstr(out, attrs[i]) != NULL, "no %s in:\n%s", attrs[i], out);
+    }
+    free(out);
+
+    snprintf(cmd, sizeof(cmd), "env XFER_CUDA_LIB=/nonexistent/libcuda.so.1 "
+             "%s/contrib/bench/gpu_attrs", build_dir());
+    rc = tu_run(cmd, 1, &out);
+    cr_expect_eq(rc, 1, "%s:\n%s", cmd, out);
+    cr_expect(strstr(out, "gpu_attrs: cannot load the CUDA driver library "
+                     "/nonexistent/libcuda.so.1: ") != NULL, "%s", out);
+    cr_expect_eq(count_lines(out, ""), 1, "%s", out);
+    free(out);
+}
