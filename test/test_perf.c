@@ -61,6 +61,14 @@ static const char *fake_cuda(void)
     return path;
 }
 
+/* The transport the runs use: XFERTEST_TRANSPORT (verbs in the guest), tcp by default. */
+static const char *transport(void)
+{
+    const char *t = getenv("XFERTEST_TRANSPORT");
+
+    return ((t != NULL) && (t[0] != '\0')) ? t : "tcp";
+}
+
 static char *slurp(const char *path)
 {
     char *text = calloc(1, 65536);
@@ -79,8 +87,8 @@ static void server_start(perf_server_t *s, const char *env)
     char cmd[2048], line[256];
 
     snprintf(s->errpath, sizeof(s->errpath), "/tmp/xfertest_perf.%d.err", (int)getpid());
-    snprintf(cmd, sizeof(cmd), "timeout 120 env %s %s/contrib/xfer_perf -x tcp -p 0 2>%s", env,
-             build_dir(), s->errpath);
+    snprintf(cmd, sizeof(cmd), "timeout 120 env %s %s/contrib/xfer_perf -x %s -p 0 2>%s", env,
+             build_dir(), transport(), s->errpath);
     s->out = popen(cmd, "r");
     cr_assert_not_null(s->out);
     cr_assert_not_null(fgets(line, sizeof(line), s->out), "the server printed nothing:\n%s",
@@ -118,8 +126,8 @@ static void perf_run(const char *senv, const char *cenv, const char *args, perf_
     char cmd[2048];
 
     server_start(&s, senv);
-    snprintf(cmd, sizeof(cmd), "timeout 100 env %s %s/contrib/xfer_perf -x tcp -p %u %s "
-             "127.0.0.1", cenv, build_dir(), s.port, args);
+    snprintf(cmd, sizeof(cmd), "timeout 100 env %s %s/contrib/xfer_perf -x %s -p %u %s "
+             "127.0.0.1", cenv, build_dir(), transport(), s.port, args);
     r->client_rc = tu_run(cmd, 1, &r->client_out);
     server_finish(&s, r);
 }
@@ -186,6 +194,31 @@ static void cuda_to_host(const char *test)
 Test(perf, put_bw_from_cuda_memory) { cuda_to_host("put_bw"); }
 Test(perf, get_bw_into_cuda_memory) { cuda_to_host("get_bw"); }
 
+/* Every test with both sides' buffers in CUDA memory, over a transport that moves it (tcp,
+ * through its bounce buffers, made small here so that a message spans many), data checked. */
+Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
+{
+    static const char *const tests[] = {"tag_bw", "tag_lat", "put_bw", "get_bw", "put_lat",
+                                        "tensor_bw", "tensor_lat"};
+    char env[1200], args[256];
+    perf_run_t r;
+
+    if (strcmp(transport(), "tcp") != 0) {
+        fprintf(stderr, "perf: skipped: %s does not move CUDA memory itself\n", transport());
+        cr_skip_test("%s lacks MEM_CUDA", transport());
+    }
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s XFER_TCP_CUDA_CHUNK=64k XFER_TCP_CUDA_DEPTH=2",
+             fake_cuda());
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        snprintf(args, sizeof(args), "-t %s -m cuda -s 300001 -n 6 --warmup 1 -V", tests[i]);
+        perf_run(env, env, args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect(strstr(r.client_out, "# memory: client cuda device 0 (stand-in GPU), server "
+                         "cuda\n") != NULL, "%s: %s", tests[i], r.client_out);
+        perf_run_free(&r);
+    }
+}
+
 /* ---- what tcp does not move: refused before the test, with the reason ----------------------- */
 
 typedef struct refusal {
@@ -196,16 +229,16 @@ typedef struct refusal {
 } refusal_t;
 
 static const refusal_t refusals[] = {
-    {"tag_bw",     "cuda,host", 1, "the client's buffers would be cuda memory, which tcp "
-                                   "cannot touch (it lacks MEM_CUDA)"},
-    {"tag_bw",     "host,cuda", 0, "the server's buffers would be cuda memory, which tcp "
-                                   "cannot touch (it lacks MEM_CUDA)"},
+    {"tag_bw",     "cuda,host", 1, "the client's buffers would be cuda memory, which %s cannot "
+                                   "touch (it lacks MEM_CUDA)"},
+    {"tag_bw",     "host,cuda", 0, "the server's buffers would be cuda memory, which %s cannot "
+                                   "touch (it lacks MEM_CUDA)"},
     {"tag_lat",    "cuda",      1, "xfer stages only put and get of it through host memory, "
                                    "not tagged messages"},
-    {"tensor_bw",  "cuda,host", 1, "the client would fetch into cuda memory, which tcp cannot "
+    {"tensor_bw",  "cuda,host", 1, "the client would fetch into cuda memory, which %s cannot "
                                    "touch"},
-    {"tensor_lat", "host,cuda", 0, "the server would publish cuda memory, and "
-                                   "xfer_tensor_publish takes host memory only"},
+    {"tensor_lat", "host,cuda", 0, "the server would publish cuda memory, which %s cannot "
+                                   "touch"},
     {"put_bw",     "host,cuda", 0, "xfer_rkey_pack of the server's cuda buffer: operation not "
                                    "supported: the peer's put or get cannot reach cuda memory"},
     {"get_bw",     "cuda",      0, "xfer_rkey_pack of the server's cuda buffer"},
@@ -213,14 +246,24 @@ static const refusal_t refusals[] = {
                                    "supported"},
 };
 
-Test(perf, what_tcp_does_not_move_is_refused_with_the_reason)
+/* Over a transport without MEM_CUDA (verbs: the guest runs this suite over it), what it
+ * cannot move is refused before the test starts, by the side concerned, in one line. tcp
+ * moves CUDA memory itself, so there the test has nothing to refuse. */
+Test(perf, what_the_transport_does_not_move_is_refused_with_the_reason)
 {
-    char env[1200], args[256], line[1024];
+    char env[1200], args[256], line[1024], why[512];
     perf_run_t r;
 
+    if (strcmp(transport(), "tcp") == 0) {
+        fprintf(stderr, "perf: skipped: tcp moves CUDA memory itself, nothing is refused "
+                "(the guest runs this over verbs)\n");
+        cr_skip_test("tcp moves CUDA memory itself");
+    }
     snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
         const refusal_t *c = &refusals[i];
+
+        snprintf(why, sizeof(why), c->why, transport());
 
         snprintf(args, sizeof(args), "-t %s -m %s -s 4096 -n 10", c->test, c->mem);
         snprintf(line, sizeof(line), "xfer_perf: the %s cannot run %s with 4096 bytes: ",
@@ -230,8 +273,8 @@ Test(perf, what_tcp_does_not_move_is_refused_with_the_reason)
                      r.client_out);
         cr_expect(strstr(r.client_out, line) != NULL, "%s -m %s: no '%s' in:\n%s", c->test,
                   c->mem, line, r.client_out);
-        cr_expect(strstr(r.client_out, c->why) != NULL, "%s -m %s: no '%s' in:\n%s", c->test,
-                  c->mem, c->why, r.client_out);
+        cr_expect(strstr(r.client_out, why) != NULL, "%s -m %s: no '%s' in:\n%s", c->test,
+                  c->mem, why, r.client_out);
         cr_expect_eq(count_lines(r.client_out, "xfer_perf: "), 1, "%s -m %s:\n%s", c->test,
                      c->mem, r.client_out);
         if (c->by_client) {

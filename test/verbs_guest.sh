@@ -25,7 +25,7 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # 4 GiB buffers do not fit this guest (below, a guest of its own)
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
     memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache verbs_unmap \
-    verbs verbs_tensor verbs_chunks anypeer $gdr XFER_VERBS_MR_CACHE=off remap || rc=1
+    verbs verbs_tensor verbs_chunks anypeer staging perf $gdr XFER_VERBS_MR_CACHE=off remap || rc=1
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
     verbs:link_down || rc=1
 # a tensor of 2^32 + 1 bytes (test_sizes): over verbs both sides' 4 GiB are registered, so

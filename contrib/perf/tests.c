@@ -592,10 +592,10 @@ static int transport_moves_cuda(perf_t *perf)
 /*
  * Whether this side's memory can take its part of the test, asked before the test starts, so
  * that a refusal reaches the other side as a message and not as operations that never come.
- * It follows what xfer.h says: over a transport that cannot touch CUDA memory, put and get
- * of it are staged through host memory, tagged messages and tensor fetches of it are refused;
- * xfer_tensor_publish takes no registration, so it publishes host memory. A put or get into
- * the peer's CUDA memory is refused by xfer itself, at xfer_rkey_pack.
+ * It follows what xfer.h says: a transport with MEM_CUDA (tcp, gdr) moves CUDA memory in
+ * every test; over one without it, put and get of it are staged through host memory, tagged
+ * messages and tensors of it are refused, and a put or get into the peer's CUDA memory is
+ * refused by xfer itself, at xfer_rkey_pack.
  * 0, or -1 with the reason in why.
  */
 int perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size)
@@ -613,18 +613,12 @@ int perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size)
         return 0;
     case TEST_TENSOR_BW:
     case TEST_TENSOR_LAT:
-        if (!client) {
-            snprintf(why, why_size, "the server would publish cuda memory, and "
-                     "xfer_tensor_publish takes host memory only (it has no memory "
-                     "registration to say otherwise)");
-            return -1;
-        }
         if (transport_moves_cuda(perf)) {
             return 0;
         }
-        snprintf(why, why_size, "the client would fetch into cuda memory, which %s cannot "
-                 "touch (it lacks MEM_CUDA), and xfer does not stage tensors through host "
-                 "memory", transport);
+        snprintf(why, why_size, "the %s would %s cuda memory, which %s cannot touch (it lacks "
+                 "MEM_CUDA), and xfer does not stage tensors through host memory",
+                 side, client ? "fetch into" : "publish", transport);
         return -1;
     default:
         if (transport_moves_cuda(perf)) {
