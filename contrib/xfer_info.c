@@ -148,15 +148,14 @@ static const char *param_value(const xfer_context_t *ctx, const char *env_name)
     return "?";
 }
 
-/* The transport endpoints use - the best for host memory, as the framework offers them -
- * and its capabilities; NULL when there is none. */
-static const char *endpoint_transport(const xfer_context_t *ctx, char *name, size_t size,
-                                      uint64_t *caps_p)
+/* The transport ranked first for req, into name; NULL when none is. */
+static const char *selected_name(const xfer_context_t *ctx, const xfer_select_req_t *req,
+                                 char *name, size_t size)
 {
     xfer_selection_t sel;
     const char *found = NULL;
 
-    if (xfer_select(ctx, &select_cases[0].req, &sel) != XFER_OK) {
+    if (xfer_select(ctx, req, &sel) != XFER_OK) {
         return NULL;
     }
     for (size_t i = 0; (found == NULL) && (i < sel.num_entries); i++) {
@@ -166,6 +165,16 @@ static const char *endpoint_transport(const xfer_context_t *ctx, char *name, siz
         }
     }
     xfer_selection_release(&sel);
+    return found;
+}
+
+/* The transport endpoints use - the best for host memory, as the framework offers them -
+ * and its capabilities; NULL when there is none. */
+static const char *endpoint_transport(const xfer_context_t *ctx, char *name, size_t size,
+                                      uint64_t *caps_p)
+{
+    const char *found = selected_name(ctx, &select_cases[0].req, name, size);
+
     for (size_t i = 0; (found != NULL) && (i < xfer_component_count(ctx)); i++) {
         xfer_component_info_t info;
 
@@ -194,20 +203,7 @@ static const char *cuda_staged_by(const xfer_context_t *ctx, char *name, size_t 
  * none is. */
 static const char *cuda_mover(const xfer_context_t *ctx, char *name, size_t size)
 {
-    xfer_selection_t sel;
-    const char *found = NULL;
-
-    if (xfer_select(ctx, &select_cases[1].req, &sel) != XFER_OK) {
-        return NULL;
-    }
-    for (size_t i = 0; (found == NULL) && (i < sel.num_entries); i++) {
-        if (sel.entries[i].rank == 0) {
-            snprintf(name, size, "%s", sel.entries[i].name);
-            found = name;
-        }
-    }
-    xfer_selection_release(&sel);
-    return found;
+    return selected_name(ctx, &select_cases[1].req, name, size);
 }
 
 /* ": gdr, which would, is not selected: REASON" when gdr is among the rejected for CUDA

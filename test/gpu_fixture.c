@@ -5,6 +5,7 @@
 
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tg_gpu_open(tg_gpu_t *g, const char *suite)
@@ -26,4 +27,28 @@ void tg_gpu_open(tg_gpu_t *g, const char *suite)
     cr_assert_eq(g->drv->device_get(&g->device, 0), 0);
     cr_assert_eq(g->drv->device_primary_ctx_retain(&g->cu_ctx, g->device), 0);
     cr_assert_eq(g->drv->ctx_set_current(g->cu_ctx), 0);
+}
+
+int tg_transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
+{
+    const char *name = xfer_endpoint_transport(ep);
+    xfer_component_info_t info;
+
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
+            (strcmp(info.name, name) == 0)) {
+            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
+        }
+    }
+    return 0;
+}
+
+void tg_use_stand_in_driver(void)
+{
+    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
+    char path[4096];
+
+    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
+    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
+    setenv("XFER_CUDA_LIB", path, 1);
 }

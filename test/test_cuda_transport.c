@@ -181,29 +181,9 @@ typedef struct dev_test {
     char          *host;
 } dev_test_t;
 
-/* Whether ep's transport moves CUDA memory itself. */
-static int transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
-{
-    const char *name = xfer_endpoint_transport(ep);
-    xfer_component_info_t info;
-
-    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
-        if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
-            (strcmp(info.name, name) == 0)) {
-            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
-        }
-    }
-    return 0;
-}
-
 static void fake_driver(void)
 {
-    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
-    char path[4096];
-
-    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
-    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
-    setenv("XFER_CUDA_LIB", path, 1);
+    tg_use_stand_in_driver();
 }
 
 static void dt_start(dev_test_t *t)
@@ -217,7 +197,7 @@ static void dt_start(dev_test_t *t)
     tp_start(&t->peer, srv_device, NULL);
     t->remote = tp_recv(&t->peer);
     if (t->remote == 0) {
-        const char *why = transport_moves_cuda(t->peer.ctx, t->peer.ep) ?
+        const char *why = tg_transport_moves_cuda(t->peer.ctx, t->peer.ep) ?
                           "the peer found no usable CUDA device" :
                           "the transport does not move CUDA memory itself (test_staging "
                           "covers its puts and gets)";

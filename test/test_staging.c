@@ -625,22 +625,6 @@ static void gpu_open(gpu_t *g)
     tg_gpu_open(g, "test_staging");
 }
 
-/* Whether ep's transport moves CUDA memory itself (tcp, through bounce buffers of its own)
- * rather than through the staging pipeline (verbs without GPUDirect). */
-static int transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
-{
-    const char *name = xfer_endpoint_transport(ep);
-    xfer_component_info_t info;
-
-    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
-        if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
-            (strcmp(info.name, name) == 0)) {
-            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
-        }
-    }
-    return 0;
-}
-
 /* Put from and get into device memory, sizes around the chunk, from an odd offset of the
  * allocation; the whole allocation (guards included) is read back through the driver after
  * each get. A transport without MEM_CUDA moves it through the staging pipeline, DEPTH chunks
@@ -696,7 +680,7 @@ static void cuda_put_get(unsigned depth)
                   "depth %u", len, depth);
     }
     xfer_staging_test_stats(t.peer.ctx, &st);
-    if (transport_moves_cuda(t.peer.ctx, t.peer.ep)) {
+    if (tg_transport_moves_cuda(t.peer.ctx, t.peer.ep)) {
         cr_expect_eq(st.pool_slots, 0, "%s moves CUDA memory itself, yet the staging pool "
                      "was made", xfer_endpoint_transport(t.peer.ep));
     } else {
@@ -728,12 +712,7 @@ Test(staging, put_and_get_of_cuda_memory_depth_4) { cuda_put_get(4); }
  */
 static void fake_driver(void)
 {
-    const char *dir = getenv("XFERTEST_PLUGIN_DIR");
-    char path[4096];
-
-    cr_assert_not_null(dir, "XFERTEST_PLUGIN_DIR is not set");
-    snprintf(path, sizeof(path), "%s/fakecuda.so", dir);
-    setenv("XFER_CUDA_LIB", path, 1);
+    tg_use_stand_in_driver();
 }
 
 Test(staging, put_and_get_through_the_cuda_copy_engine_depth_1)
