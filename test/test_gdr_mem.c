@@ -16,6 +16,7 @@
 #include "test_util.h"
 
 #include "../components/gdr/gdr.h"
+#include "../components/gdr/gdr_topo.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -305,12 +306,78 @@ Test(gdr_mem, device_memory_registers_or_says_why)
         cr_expect(!strcmp(info.how, "dma-buf") || !strcmp(info.how, "peermem"));
         cr_expect_eq(info.buffer_id, attr.cuda_buffer_id);
         ibv_dereg_mr(mr);
-    } else {
+    } else if ((strstr(why, "XFER_GDR_LEVEL") == NULL) && (strstr(why, "no PCI path") == NULL)) {
         cr_expect_eq(status, XFER_ERR_UNSUPPORTED);
         expect_contains(why, "DMA-BUF: ");
         expect_contains(why, "peermem: ");
+    } else {
+        cr_expect_eq(status, XFER_ERR_UNSUPPORTED, "%s", why);  /* the NIC is too far */
     }
     gpu.drv->mem_free(dptr);
     rdma_close(&r);
     xfer_context_destroy(ctx);
+}
+
+/* The NIC's distance from the GPU (test/topo/two_sockets.xml, the stand-in driver placing its
+ * GPU at 0000:05:00.0, one PCIe switch from mlx5_0 and on the other socket from mlx5_1) is
+ * held against XFER_GDR_LEVEL before any way of registering is tried. */
+static xfer_status_t reg_at_distance(const char *nic, int level, char *why, size_t why_size)
+{
+    const char *src = getenv("XFERTEST_SRC_DIR");
+    const xfer_cuda_driver_t *drv;
+    xfer_mem_reg_params_t params;
+    xfer_gdr_memh_t info;
+    xfer_mem_attr_t attr;
+    xfer_context_t *ctx;
+    struct ibv_mr *mr = NULL;
+    xfer_gdr_mem_t gm;
+    xfer_cu_ptr_t dptr;
+    xfer_status_t status;
+    char xml[4096];
+
+    cr_assert_not_null(src, "XFERTEST_SRC_DIR is set by make check");
+    snprintf(xml, sizeof(xml), "%s/test/topo/two_sockets.xml", src);
+    setenv("HWLOC_XMLFILE", xml, 1);
+    setenv("FAKE_CUDA_PCI_BUS_ID", "0000:05:00.0", 1);
+    drv = fake_driver(&ctx);
+    strategy_without_nic(&gm, XFER_GDR_FLUSH_AUTO);
+    snprintf(gm.dev_name, sizeof(gm.dev_name), "%s", nic);
+    gm.level = level;
+    cr_assert_eq(drv->mem_alloc(&dptr, 1 << 20), 0);
+    cr_assert_eq(xfer_mem_detect((void*)(uintptr_t)dptr, 4096, &attr, why, why_size), XFER_OK);
+    params.size   = sizeof(params);
+    params.addr   = (void*)(uintptr_t)dptr;
+    params.length = 4096;
+    params.attr   = &attr;
+    status = xfer_gdr_mem_reg(&gm, &params, &mr, &info, why, why_size);
+    cr_expect_null(mr);
+    drv->mem_free(dptr);
+    xfer_context_destroy(ctx);
+    unsetenv("HWLOC_XMLFILE");
+    unsetenv("FAKE_CUDA_PCI_BUS_ID");
+    return status;
+}
+
+Test(gdr_mem, a_nic_beyond_the_level_is_declined_with_the_distance)
+{
+    char why[XFER_REASON_MAX];
+
+    /* SYS, beyond PXB: declined for the distance, before DMA-BUF or peermem is looked at */
+    cr_expect_eq(reg_at_distance("mlx5_1", XFER_GDR_PATH_PXB, why, sizeof(why)),
+                 XFER_ERR_UNSUPPORTED);
+    expect_contains(why, "mlx5_1 is SYS from GPU 0 (0000:05:00.0), beyond XFER_GDR_LEVEL=PXB");
+    cr_expect(strstr(why, "DMA-BUF: ") == NULL, "%s", why);
+
+    /* the same NIC with the level at SYS: the distance allows it, the ways are tried (and
+     * neither works with the stand-in) */
+    cr_expect_eq(reg_at_distance("mlx5_1", XFER_GDR_PATH_SYS, why, sizeof(why)),
+                 XFER_ERR_UNSUPPORTED);
+    cr_expect(strstr(why, "XFER_GDR_LEVEL") == NULL, "%s", why);
+    expect_contains(why, "DMA-BUF: ");
+
+    /* PIX, within PXB */
+    cr_expect_eq(reg_at_distance("mlx5_0", XFER_GDR_PATH_PXB, why, sizeof(why)),
+                 XFER_ERR_UNSUPPORTED);
+    cr_expect(strstr(why, "XFER_GDR_LEVEL") == NULL, "%s", why);
+    expect_contains(why, "DMA-BUF: ");
 }

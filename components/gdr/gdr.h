@@ -45,6 +45,8 @@ typedef struct xfer_gdr_gpu {
     char dmabuf_why[128];
     int  flush;                 /* data the NIC wrote needs the flush before use */
     char flush_why[128];
+    int  too_far;               /* the NIC is beyond XFER_GDR_LEVEL from it: 1 with far_why */
+    char far_why[192];
 } xfer_gdr_gpu_t;
 
 /* The registration strategy on one protection domain. */
@@ -52,6 +54,7 @@ typedef struct xfer_gdr_mem {
     struct ibv_pd  *pd;
     char           dev_name[64];
     int            flush_mode;      /* XFER_GDR_FLUSH_* */
+    int            level;           /* XFER_GDR_LEVEL: farthest xfer_gdr_path_t registered */
     int            nic_dmabuf;      /* the RDMA device accepts DMA-BUF fds: 1, or 0: nic_why */
     char           nic_why[128];
     int            peermem;         /* a peer-memory client for NVIDIA GPUs is loaded: 1, or 0 */

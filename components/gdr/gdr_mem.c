@@ -19,6 +19,7 @@
  * initialised the driver (query() never does).
  */
 #include "gdr.h"
+#include "gdr_topo.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ void xfer_gdr_mem_init(xfer_gdr_mem_t *gm, struct ibv_pd *pd, const char *dev_na
     memset(gm, 0, sizeof(*gm));
     gm->pd         = pd;
     gm->flush_mode = (cfg != NULL) ? cfg->flush : XFER_GDR_FLUSH_AUTO;
+    gm->level      = (cfg != NULL) ? cfg->level : XFER_GDR_PATH_PXB;
     snprintf(gm->dev_name, sizeof(gm->dev_name), "%s", dev_name);
     if ((cfg != NULL) && !cfg->dmabuf) {
         xfer_reason_set(gm->nic_why, sizeof(gm->nic_why), "XFER_GDR_DMABUF=n");
@@ -88,6 +90,47 @@ void xfer_gdr_mem_init(xfer_gdr_mem_t *gm, struct ibv_pd *pd, const char *dev_na
         xfer_reason_set(gm->peermem_why, sizeof(gm->peermem_why), "XFER_GDR_PEERMEM=n");
     } else {
         gm->peermem = xfer_gdr_peermem_loaded(gm->peermem_why, sizeof(gm->peermem_why));
+    }
+}
+
+static int sysfs_has_rdma_device(const char *dev_name)
+{
+    char path[256];
+
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s", dev_name);
+    return access(path, F_OK) == 0;
+}
+
+/* How far the NIC is from GPU ordinal in the PCIe tree (gdr_topo.c): beyond XFER_GDR_LEVEL, or
+ * with no PCI path at all (a software RDMA device), its memory is not registered with the NIC
+ * but staged, as NCCL does beyond NCCL_NET_GDR_LEVEL. An unknown distance (no topology) does
+ * not stop it: the registration then says whether the NIC reaches the GPU. */
+static void gpu_distance(xfer_gdr_mem_t *gm, const xfer_cuda_driver_t *drv, int dev,
+                         int ordinal, xfer_gdr_gpu_t *gpu)
+{
+    unsigned domain, bus, slot, func;
+    char bus_id[32], pci[32], why[160] = "";
+    xfer_gdr_topo_t *topo;
+    xfer_gdr_path_t path;
+
+    if ((drv->device_get_pci_bus_id(bus_id, sizeof(bus_id), dev) != 0) ||
+        (sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &func) != 4) ||
+        (xfer_gdr_topo_open(NULL, &topo) != XFER_OK)) {
+        return;
+    }
+    snprintf(pci, sizeof(pci), "%04x:%02x:%02x.%x", domain, bus, slot, func);
+    path = xfer_gdr_topo_path(topo, pci, gm->dev_name, why, sizeof(why));
+    xfer_gdr_topo_close(topo);
+    if ((path == XFER_GDR_PATH_NONE) && sysfs_has_rdma_device(gm->dev_name)) {
+        /* a software device the kernel lists (rxe, siw): no DMA to a GPU at all */
+        gpu->too_far = 1;
+        xfer_reason_set(gpu->far_why, sizeof(gpu->far_why), "%s has no PCI path to GPU %d "
+                        "(%s): %s", gm->dev_name, ordinal, pci, why);
+    } else if ((path <= XFER_GDR_PATH_SYS) && ((int)path > gm->level)) {
+        gpu->too_far = 1;
+        xfer_reason_set(gpu->far_why, sizeof(gpu->far_why), "%s is %s from GPU %d (%s), beyond "
+                        "XFER_GDR_LEVEL=%s: %s", gm->dev_name, xfer_gdr_level_names[path],
+                        ordinal, pci, xfer_gdr_level_names[gm->level], why);
     }
 }
 
@@ -116,6 +159,9 @@ static void gpu_learn(xfer_gdr_mem_t *gm, const xfer_cuda_driver_t *drv, int ord
                         (res != 0) ? xfer_cuda_result_string(res, text, sizeof(text)) : "0");
     } else {
         gpu->dmabuf = 1;
+    }
+    if (drv->device_get(&dev, ordinal) == 0) {
+        gpu_distance(gm, drv, dev, ordinal, gpu);
     }
 
     switch (gm->flush_mode) {
@@ -242,6 +288,10 @@ xfer_status_t xfer_gdr_mem_reg(xfer_gdr_mem_t *gm, const xfer_mem_reg_params_t *
                  gpu->flush_why);
     }
 
+    if (gpu->too_far) {
+        xfer_reason_set(why, why_size, "%s", gpu->far_why);
+        return XFER_ERR_UNSUPPORTED;
+    }
     if (!gpu->dmabuf) {
         xfer_reason_set(dmabuf_why, sizeof(dmabuf_why), "%s", gpu->dmabuf_why);
     } else if (!gm->nic_dmabuf) {

@@ -16,6 +16,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -138,10 +139,16 @@ EXPORT int cuDeviceGetName(char *name, int len, int dev)
     return SUCCESS;
 }
 
+/* FAKE_CUDA_PCI_BUS_ID places the GPU in a test's PCI topology (HWLOC_XMLFILE). */
 EXPORT int cuDeviceGetPCIBusId(char *id, int len, int dev)
 {
+    const char *where = getenv("FAKE_CUDA_PCI_BUS_ID");
+
     (void)dev;
-    strncpy(id, "0000:00:00.0", (size_t)len);
+    if ((len <= 0) || (id == NULL)) {
+        return INVALID_VALUE;
+    }
+    snprintf(id, (size_t)len, "%s", (where != NULL) ? where : "0000:00:00.0");
     return SUCCESS;
 }
 
