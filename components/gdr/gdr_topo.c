@@ -21,6 +21,7 @@
 #include "config.h"
 
 #include "gdr_topo.h"
+#include "../verbs/verbs_devices.h"
 
 #include <infiniband/verbs.h>
 #include <limits.h>
@@ -48,11 +49,6 @@ struct xfer_gdr_topo {
 
 #ifdef HAVE_HWLOC
 
-/* hwloc discovery components that would load a GPU runtime (CUDA, NVML, OpenCL, ROCm
- * SMI, Level Zero) or open an X display; the PCI tree alone says where devices are. */
-static const char *const gpu_components[] = {"cuda", "nvml", "opencl", "rsmi", "levelzero",
-                                             "gl"};
-
 static void load_hwloc(xfer_gdr_topo_t *topo, const char *xml_path)
 {
     unsigned version = hwloc_get_api_version();
@@ -65,22 +61,14 @@ static void load_hwloc(xfer_gdr_topo_t *topo, const char *xml_path)
         return;
     }
     hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-#if HWLOC_API_VERSION >= 0x00020100
-    /* -1 for a component this hwloc was built without, which is as good */
-    for (size_t i = 0; i < sizeof(gpu_components) / sizeof(gpu_components[0]); i++) {
-        (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
-                                            gpu_components[i]);
-    }
-#else
     /* an XML tree excludes every other discovery component, the GPU ones too */
-    if (xml_path == NULL) {
+    if ((xfer_verbs_hwloc_without_gpu_runtimes(t) != 0) && (xml_path == NULL)) {
         hwloc_topology_destroy(t);
         xfer_reason_set(topo->source, sizeof(topo->source), "distance unknown (hwloc %u.%u "
                         "cannot be kept from initialising CUDA; 2.1 or later can)",
                         version >> 16, (version >> 8) & 0xff);
         return;
     }
-#endif
     if ((xml_path != NULL) && (hwloc_topology_set_xml(t, xml_path) != 0)) {
         xfer_reason_set(topo->source, sizeof(topo->source),
                         "distance unknown (hwloc cannot read %s: %m)", xml_path);

@@ -8,12 +8,33 @@
 
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 
 #ifdef HAVE_HWLOC
 #include <hwloc.h>
 #include <hwloc/openfabrics-verbs.h>
+#endif
+
+#ifdef HAVE_HWLOC
+int xfer_verbs_hwloc_without_gpu_runtimes(hwloc_topology_t t)
+{
+#if HWLOC_API_VERSION >= 0x00020100
+    static const char *const gpu_components[] = {"cuda", "nvml", "opencl", "rsmi",
+                                                 "levelzero", "gl"};
+
+    /* -1 for a component this hwloc was built without, which is as good */
+    for (size_t i = 0; i < sizeof(gpu_components) / sizeof(gpu_components[0]); i++) {
+        (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
+                                            gpu_components[i]);
+    }
+    return 0;
+#else
+    (void)t;
+    return -1;
+#endif
+}
 #endif
 
 /* Per-lane signalling rates in Gb/s (ibv_port_attr.active_speed), and widths in lanes. */
@@ -121,7 +142,10 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
     hwloc_topology_t t;
     if (hwloc_topology_init(&t) == 0) {
         hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-        if (hwloc_topology_load(t) == 0) {
+        if ((xfer_verbs_hwloc_without_gpu_runtimes(t) != 0) && (getenv("HWLOC_XMLFILE") == NULL)) {
+            /* an old hwloc could initialise CUDA: the NUMA node is not worth it */
+            hwloc_topology_destroy(t);
+        } else if (hwloc_topology_load(t) == 0) {
             topo = t;
         } else {
             hwloc_topology_destroy(t);
