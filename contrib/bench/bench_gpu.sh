@@ -4,9 +4,10 @@
 # xfer_info -s), then the figures, the ratios and whether the aim is met:
 #   put_bw, get_bw over tcp loopback at 64 MiB and 1 GiB, xfer_perf -m cuda against -m host
 #            (the same run, alternating, median of REPEAT): aim at 64 MiB
-#            cuda / host >= 0.8 for the judged memory pair: cuda,cuda where xfer runs it,
-#            else cuda,host (over tcp xfer stages the initiator's CUDA memory only, and
-#            xfer_perf says so: the refusal is printed)
+#            cuda / host >= 0.8 for the judged memory pair: cuda,cuda where xfer runs it
+#            (tcp moves CUDA memory on both sides through its bounce buffers), else
+#            cuda,host (a transport that stages the initiator's CUDA memory only; xfer_perf
+#            says so: the refusal is printed)
 #   ucx_perftest -m cuda (UCX_TLS=tcp,cuda_copy) tag_bw and ucp_put_bw at 64 MiB, beside,
 #            with its own cuda / host ratio - when its CUDA module is installed; else a line
 #            says it is skipped and why
