@@ -21,9 +21,11 @@
 #include <xfer/info.h>
 
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAXLEN  (1u << 20)
 #define TAG     0x5100u
@@ -38,6 +40,8 @@ enum {
     CMD_CHECK,      /* off, len, seed: D[off, off + len) holds pattern(seed) */
     CMD_PUBLISH,    /* step, len, seed: publish D[0, len) = pattern(seed) as "t", wait until
                      * it was fetched */
+    CMD_STALL_SENDING, /* len, tag: post a send of len host bytes (reply 1), then stop
+                        * progressing until killed */
 };
 
 static void setup(void)
@@ -158,6 +162,20 @@ static int srv_device(tp_side_t *s)
             TP_CHECK(tp_ctl_send_u64(s->ctl, 2) == 0, "ctl");
             break;
         }
+        case CMD_STALL_SENDING: {
+            char *big;
+
+            a   = ctl_u64(s);
+            b   = ctl_u64(s);
+            big = malloc(a);
+            TP_CHECK(big != NULL, "malloc");
+            memset(big, 0x5a, a);
+            TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, b, big, a, NULL, NULL, NULL, &req)),
+                     "tag send");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
+            return 1;
+        }
         default:
             TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
         }
@@ -261,46 +279,47 @@ static void wait_ok(xfer_status_t s, xfer_request_t *req, const char *what, size
     cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK, "%s of %zu bytes", what, len);
 }
 
-/* A message from device memory here to device memory there and back. unexpected: sent before
- * the peer posts its receive, so that it waits in the peer's unexpected queue. */
+/* A message of len bytes from device memory here to device memory there and back, checked.
+ * unexpected: sent before the peer posts its receive, so that it waits in the peer's
+ * unexpected queue. */
+static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, uint64_t seed)
+{
+    xfer_request_t *sreq = NULL, *rreq = NULL;
+    xfer_status_t s;
+
+    dev_fill(t, t->src, len, seed);
+    dev_fill(t, t->dst, len, 7);
+    cr_assert(TP_POSTED(xfer_tag_recv(t->peer.ctx, t->peer.ep, tag + 1, UINT64_MAX,
+                                      (void*)(uintptr_t)t->dst, len, t->dst_mem, NULL, NULL,
+                                      &rreq)));
+    if (unexpected) {
+        s = xfer_tag_send(t->peer.ep, tag, (void*)(uintptr_t)t->src, len, t->src_mem, NULL,
+                          NULL, &sreq);
+        wait_ok(s, sreq, "unexpected send", len);
+        tp_progress_for(t->peer.ctx, 20);
+    }
+    tp_send(&t->peer, CMD_ECHO);
+    tp_send(&t->peer, len);
+    tp_send(&t->peer, tag);
+    cr_assert_eq(tp_recv(&t->peer), 1);
+    if (!unexpected) {
+        s = xfer_tag_send(t->peer.ep, tag, (void*)(uintptr_t)t->src, len, t->src_mem, NULL,
+                          NULL, &sreq);
+        wait_ok(s, sreq, "send", len);
+    }
+    wait_ok(XFER_INPROGRESS, rreq, "echo", len);
+    cr_expect_eq(tp_recv(&t->peer), 2);
+    cr_expect_eq(dev_check(t, t->dst, len, seed), -1, "%s message of %zu bytes came back "
+                 "wrong", unexpected ? "an unexpected" : "a", len);
+}
+
 static void tags(int unexpected)
 {
     dev_test_t t;
 
     dt_start(&t);
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        size_t len = sizes[i];
-        uint64_t tag = TAG + 2 * i;
-        xfer_request_t *sreq = NULL, *rreq = NULL;
-        xfer_status_t s;
-
-        dev_fill(&t, t.src, len, 100 + i);
-        dev_fill(&t, t.dst, len, 7);
-        cr_assert(TP_POSTED(xfer_tag_recv(t.peer.ctx, t.peer.ep, tag + 1, UINT64_MAX,
-                                          (void*)(uintptr_t)t.dst, len, t.dst_mem, NULL, NULL,
-                                          &rreq)));
-        if (unexpected) {
-            s = xfer_tag_send(t.peer.ep, tag, (void*)(uintptr_t)t.src, len, t.src_mem, NULL,
-                              NULL, &sreq);
-            wait_ok(s, sreq, "unexpected send", len);
-            tp_progress_for(t.peer.ctx, 20);
-            tp_send(&t.peer, CMD_ECHO);
-            tp_send(&t.peer, len);
-            tp_send(&t.peer, tag);
-            cr_assert_eq(tp_recv(&t.peer), 1);
-        } else {
-            tp_send(&t.peer, CMD_ECHO);
-            tp_send(&t.peer, len);
-            tp_send(&t.peer, tag);
-            cr_assert_eq(tp_recv(&t.peer), 1);
-            s = xfer_tag_send(t.peer.ep, tag, (void*)(uintptr_t)t.src, len, t.src_mem, NULL,
-                              NULL, &sreq);
-            wait_ok(s, sreq, "send", len);
-        }
-        wait_ok(XFER_INPROGRESS, rreq, "echo", len);
-        cr_expect_eq(tp_recv(&t.peer), 2);
-        cr_expect_eq(dev_check(&t, t.dst, len, 100 + i), -1, "%s message of %zu bytes came "
-                     "back wrong", unexpected ? "an unexpected" : "a", len);
+        echo_check(&t, sizes[i], TAG + 2 * i, unexpected, 100 + i);
     }
     dt_finish(&t);
 }
@@ -410,3 +429,76 @@ Test(cuda_transport, tags_expected_stand_in) { fake_driver(); tags(0); }
 Test(cuda_transport, tags_unexpected_stand_in) { fake_driver(); tags(1); }
 Test(cuda_transport, put_and_get_stand_in) { fake_driver(); rma(); }
 Test(cuda_transport, tensors_stand_in) { fake_driver(); tensors(); }
+
+/* The sender dies in the middle of a 16 MiB message that this side receives into device
+ * memory through the bounce buffers: the receive fails once, with the connection's error,
+ * its copies landed before it is reported; the bounce buffers serve the next peer. */
+#define DIE_LEN (16u << 20)
+
+typedef struct calls {
+    int           n;
+    xfer_status_t status;
+} calls_t;
+
+static void count_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    calls_t *c = arg;
+
+    (void)req;
+    c->n++;
+    c->status = status;
+}
+
+Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_stand_in)
+{
+    xfer_cu_ptr_t big = 0;
+    xfer_request_t *rreq = NULL;
+    calls_t calls = {0};
+    xfer_mem_t *big_mem;
+    xfer_status_t s;
+    dev_test_t t;
+
+    fake_driver();
+    dt_start(&t);
+    cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);
+    cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
+                                   &big_mem), XFER_OK);
+    cr_assert(TP_POSTED(xfer_tag_recv(t.peer.ctx, t.peer.ep, TAG, UINT64_MAX,
+                                      (void*)(uintptr_t)big, DIE_LEN, big_mem, count_cb, &calls,
+                                      &rreq)));
+    tp_send(&t.peer, CMD_STALL_SENDING);
+    tp_send(&t.peer, DIE_LEN);
+    tp_send(&t.peer, TAG);
+    cr_assert_eq(tp_recv(&t.peer), 1);
+    tp_progress_for(t.peer.ctx, 200);
+    cr_assert_eq(xfer_request_test(rreq), XFER_INPROGRESS,
+                 "16 MiB cannot have come from a sender that stopped progressing");
+    cr_assert_eq(kill(t.peer.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&t.peer, 10), 128 + SIGKILL);
+    close(t.peer.ctl);
+    t.peer.ctl = -1;
+
+    s = xfer_request_wait(rreq, TP_WAIT_MS);
+    cr_expect(s < 0, "the receive ended with %s although its sender died",
+              xfer_status_string(s));
+    cr_expect_neq(s, XFER_ERR_TIMEOUT);
+    cr_expect_eq(calls.n, 1, "the receive's callback ran %d times", calls.n);
+    xfer_request_release(rreq);
+    cr_expect_eq(xfer_mem_deregister(big_mem), XFER_OK);
+    cr_expect_eq(t.gpu.drv->mem_free(big), 0);
+    cr_expect_eq(xfer_mem_deregister(t.src_mem), XFER_OK);
+    cr_expect_eq(xfer_mem_deregister(t.dst_mem), XFER_OK);
+    cr_expect_eq(t.gpu.drv->mem_free(t.src), 0);
+    cr_expect_eq(t.gpu.drv->mem_free(t.dst), 0);
+    xfer_rkey_destroy(t.rkey);
+    xfer_endpoint_close(t.peer.ep);
+    xfer_context_destroy(t.peer.ctx);
+    t.gpu.drv->device_primary_ctx_release(t.gpu.device);
+    free(t.host);
+
+    /* a new peer: device memory moves both ways through the bounce buffers again */
+    dt_start(&t);
+    echo_check(&t, 3 * 4096 + 5, TAG, 0, 500);
+    echo_check(&t, 65536 + 7, TAG + 2, 1, 501);
+    dt_finish(&t);
+}
