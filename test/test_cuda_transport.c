@@ -42,6 +42,7 @@ enum {
                      * it was fetched */
     CMD_STALL_SENDING, /* len, tag: post a send of len host bytes (reply 1), then stop
                         * progressing until killed */
+    CMD_STALL,      /* reply 1, then stop progressing until killed */
 };
 
 static void setup(void)
@@ -176,6 +177,10 @@ static int srv_device(tp_side_t *s)
             tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
             return 1;
         }
+        case CMD_STALL:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
+            return 1;
         default:
             TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
         }
@@ -500,5 +505,103 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
     dt_start(&t);
     echo_check(&t, 3 * 4096 + 5, TAG, 0, 500);
     echo_check(&t, 65536 + 7, TAG + 2, 1, 501);
+    dt_finish(&t);
+}
+
+/* A peer of the same context whose process stops progressing (killed at the end). */
+typedef struct stalled {
+    tp_peer_t   peer;
+    xfer_cu_ptr_t rx_buf;           /* device memory this side receives its message into */
+    xfer_mem_t  *rx_mem;
+    xfer_request_t *rx_req, *tx_req;
+} stalled_t;
+
+/* Fork the peer: before this side initialises CUDA (fork after cuInit is not safe). */
+static void stalled_spawn(stalled_t *p)
+{
+    memset(p, 0, sizeof(*p));
+    tp_server_spawn(&p->peer, srv_device, NULL, NULL);
+}
+
+static void stalled_connect(dev_test_t *t, stalled_t *p)
+{
+    void *blob;
+    size_t blen;
+
+    p->peer.ep = tp_connect(t->peer.ctx, &p->peer);
+    cr_assert_neq(tp_recv(&p->peer), 0);
+    blob = tp_recv_blob(&p->peer, &blen);
+    free(blob);
+    cr_assert_eq(t->gpu.drv->mem_alloc(&p->rx_buf, DIE_LEN), 0);
+    cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)p->rx_buf, DIE_LEN,
+                                   XFER_MEM_CUDA, &p->rx_mem), XFER_OK);
+}
+
+static void stalled_kill(dev_test_t *t, stalled_t *p)
+{
+    cr_assert_eq(kill(p->peer.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&p->peer, 10), 128 + SIGKILL);
+    close(p->peer.ctl);
+    for (int i = 0; i < 2; i++) {
+        xfer_request_t *req = i ? p->tx_req : p->rx_req;
+
+        if (req != NULL) {
+            cr_expect(xfer_request_wait(req, TP_WAIT_MS) < 0, "a transfer with a killed "
+                      "peer succeeded");
+            xfer_request_release(req);
+        }
+    }
+    xfer_endpoint_close(p->peer.ep);
+    cr_expect_eq(xfer_mem_deregister(p->rx_mem), XFER_OK);
+    cr_expect_eq(t->gpu.drv->mem_free(p->rx_buf), 0);
+}
+
+/* Every bounce buffer held by transfers with peers that stopped (XFER_TCP_CUDA_DEPTH=2: a
+ * send to A whose socket is full holds both send buffers; receives from A and B, half
+ * arrived, hold both receive buffers): device memory still moves both ways with a third
+ * peer, through buffers of its endpoint, instead of waiting for peers that may never go on. */
+Test(cuda_transport, transfers_with_stalled_peers_do_not_hold_up_another_stand_in)
+{
+    xfer_cu_ptr_t big = 0;
+    xfer_mem_t *big_mem;
+    stalled_t a, b;
+    dev_test_t t;
+
+    fake_driver();
+    stalled_spawn(&a);
+    stalled_spawn(&b);
+    dt_start(&t);
+    stalled_connect(&t, &a);
+    stalled_connect(&t, &b);
+    cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);
+    cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
+                                   &big_mem), XFER_OK);
+    /* receives from A and B whose senders stop half way */
+    for (int i = 0; i < 2; i++) {
+        stalled_t *p = i ? &b : &a;
+
+        cr_assert(TP_POSTED(xfer_tag_recv(t.peer.ctx, p->peer.ep, TAG, UINT64_MAX,
+                                          (void*)(uintptr_t)p->rx_buf, DIE_LEN, p->rx_mem,
+                                          NULL, NULL, &p->rx_req)));
+        tp_send(&p->peer, CMD_STALL_SENDING);
+        tp_send(&p->peer, DIE_LEN);
+        tp_send(&p->peer, TAG);
+        cr_assert_eq(tp_recv(&p->peer), 1);
+    }
+    /* a send to A, which reads nothing */
+    cr_assert(TP_POSTED(xfer_tag_send(a.peer.ep, TAG, (void*)(uintptr_t)big, DIE_LEN, big_mem,
+                                      NULL, NULL, &a.tx_req)));
+    tp_progress_for(t.peer.ctx, 300);
+    cr_assert_eq(xfer_request_test(a.rx_req), XFER_INPROGRESS);
+    cr_assert_eq(xfer_request_test(b.rx_req), XFER_INPROGRESS);
+    cr_assert_eq(xfer_request_test(a.tx_req), XFER_INPROGRESS);
+
+    echo_check(&t, 65536 + 7, TAG + 10, 0, 600);
+    echo_check(&t, 3 * 4096 + 5, TAG + 12, 1, 601);
+
+    stalled_kill(&t, &a);
+    stalled_kill(&t, &b);
+    cr_expect_eq(xfer_mem_deregister(big_mem), XFER_OK);
+    cr_expect_eq(t.gpu.drv->mem_free(big), 0);
     dt_finish(&t);
 }

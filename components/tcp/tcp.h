@@ -79,6 +79,10 @@ typedef struct xfer_tcp_tx {
     unsigned            ring[XFER_TCP_CUDA_DEPTH_MAX];
     unsigned            ring_head, ring_count;
     size_t              first, next;
+    /* with every send buffer taken by other frames: one chunk copied into a buffer of its
+     * own, [first, first + spill_len), before the ring's */
+    uint8_t             *spill;
+    size_t              spill_len;
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -259,6 +263,8 @@ struct xfer_ep {
     ucs_list_link_t     notify_link;
     int                 in_devwait;     /* on iface->cuda.waiting */
     ucs_list_link_t     devwait_link;
+    uint8_t             *rx_spill;      /* receive: a chunk of its own when every receive
+                                         * buffer of the iface is taken (tcp_cuda.c) */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */

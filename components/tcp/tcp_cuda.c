@@ -17,8 +17,12 @@
  * queued after the frame is written before it, so the wire order is kept.
  *
  * The two directions have their own buffers: a send that waits for a peer to read never
- * takes the buffers a receive needs to drain the socket. A copy in flight has no file
- * descriptor, so while one is the iface tells the framework not to sleep (event_arm).
+ * takes the buffers a receive needs to drain the socket. A frame never waits for a buffer
+ * another endpoint holds: those may be held until that endpoint's peer reads or sends more,
+ * which may itself wait for this frame. A frame that finds every buffer taken moves one
+ * chunk at a time through a buffer of its own endpoint with synchronous copies ("spill"),
+ * slower but bounded by one chunk per such frame. A copy in flight has no file descriptor,
+ * so while one is the iface tells the framework not to sleep (event_arm).
  * Small data - an eager message, an unexpected message matched into device memory, a
  * deregistered region's answer - is copied at once (xfer_tcp_cuda_copy).
  */
@@ -28,7 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DSLOT_NONE UINT_MAX
+#define DSLOT_NONE  UINT_MAX
+#define DSLOT_SPILL (UINT_MAX - 1)    /* the endpoint's own buffer, ep->rx_spill */
 
 void xfer_tcp_cuda_init(xfer_iface_h iface)
 {
@@ -133,6 +138,8 @@ void xfer_tcp_cuda_ep_forget(xfer_ep_h ep)
         ucs_list_del(&ep->devwait_link);
         ep->in_devwait = 0;
     }
+    free(ep->rx_spill);
+    ep->rx_spill = NULL;
 }
 
 static int is_rx_slot(const xfer_tcp_cuda_t *cu, unsigned slot)
@@ -206,9 +213,15 @@ unsigned xfer_tcp_cuda_progress(xfer_iface_h iface)
     }
     landed = land_all(iface);
     if ((landed > 0) || cu->changed) {
+        ucs_list_link_t woken;
+
+        /* the endpoints waiting now: one that has to wait again goes on the list anew */
         cu->changed = 0;
-        while (!ucs_list_is_empty(&cu->waiting)) {
-            xfer_ep_h ep = ucs_list_extract_head(&cu->waiting, struct xfer_ep, devwait_link);
+        ucs_list_head_init(&woken);
+        ucs_list_splice_tail(&woken, &cu->waiting);
+        ucs_list_head_init(&cu->waiting);
+        while (!ucs_list_is_empty(&woken)) {
+            xfer_ep_h ep = ucs_list_extract_head(&woken, struct xfer_ep, devwait_link);
 
             ep->in_devwait = 0;
             xfer_tcp_iface_rx_kick(iface, ep);
@@ -247,9 +260,18 @@ static int rx_slot_flush(xfer_ep_h ep)
     unsigned slot       = rx->dslot;
     xfer_status_t status;
 
+    rx->dslot = DSLOT_NONE;
+    if (slot == DSLOT_SPILL) {
+        status = xfer_devcopy_sync(cu->dc, rx->dest + rx->dbase, ep->rx_spill, rx->dfill, 1,
+                                   why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_tcp_ep_fail(ep, XFER_ERR_IO, "copy into CUDA memory: %s", why);
+            return -1;
+        }
+        return 1;
+    }
     status = xfer_devcopy_start(cu->dc, slot, rx->dest + rx->dbase, rx->dfill, 1, why,
                                 sizeof(why));
-    rx->dslot = DSLOT_NONE;
     if (status != XFER_OK) {
         cu->state[slot] = XFER_TCP_DSLOT_FREE;
         cu->owner[slot] = NULL;
@@ -274,17 +296,26 @@ int xfer_tcp_cuda_rx_data(xfer_ep_h ep)
         if (rx->dslot == DSLOT_NONE) {
             unsigned slot = slot_find_free(ep->iface, 0, cu->depth);
 
-            if (slot == DSLOT_NONE) {
-                wait_for_copies(ep);
-                return 0;
+            if ((slot == DSLOT_NONE) && (ep->rx_spill == NULL)) {
+                ep->rx_spill = malloc(cu->chunk);
+                if (ep->rx_spill == NULL) {
+                    xfer_tcp_ep_fail(ep, XFER_ERR_NO_MEMORY, "out of memory for a %zu-byte "
+                                     "buffer receiving into CUDA memory", cu->chunk);
+                    return -1;
+                }
             }
-            cu->state[slot] = XFER_TCP_DSLOT_FILL;
-            cu->owner[slot] = ep;
-            rx->dslot       = slot;
-            rx->dfill       = 0;
-            rx->dbase       = rx->got;
+            if (slot == DSLOT_NONE) {
+                slot = DSLOT_SPILL;     /* every receive buffer is taken: not waited for */
+            } else {
+                cu->state[slot] = XFER_TCP_DSLOT_FILL;
+                cu->owner[slot] = ep;
+            }
+            rx->dslot = slot;
+            rx->dfill = 0;
+            rx->dbase = rx->got;
         }
-        buf  = (uint8_t*)xfer_devcopy_buf(cu->dc, rx->dslot) + rx->dfill;
+        buf  = ((rx->dslot == DSLOT_SPILL) ? ep->rx_spill :
+                (uint8_t*)xfer_devcopy_buf(cu->dc, rx->dslot)) + rx->dfill;
         room = cu->chunk - rx->dfill;
         if (room > rx->want - rx->got) {
             room = rx->want - rx->got;
@@ -360,12 +391,12 @@ void xfer_tcp_cuda_rx_forget(xfer_ep_h ep)
     xfer_tcp_cuda_t *cu = &ep->iface->cuda;
     xfer_tcp_rx_t *rx   = &ep->rx;
 
-    if (rx->dslot != DSLOT_NONE) {
+    if ((rx->dslot != DSLOT_NONE) && (rx->dslot != DSLOT_SPILL)) {
         cu->state[rx->dslot] = XFER_TCP_DSLOT_FREE;
         cu->owner[rx->dslot] = NULL;
         cu->changed          = 1;
-        rx->dslot            = DSLOT_NONE;
     }
+    rx->dslot = DSLOT_NONE;
     rx->dfill = 0;
 }
 
@@ -413,6 +444,39 @@ int xfer_tcp_cuda_tx_gather(xfer_ep_h ep, xfer_tcp_tx_t *tx, size_t skip, struct
     size_t off          = tx->first;
 
     xfer_tcp_cuda_tx_fill(ep, tx);
+    if ((tx->ring_count == 0) && (tx->spill_len == 0) && (tx->next < len)) {
+        /* every send buffer is taken by other frames: one chunk through a buffer of its own
+         * rather than waiting for them */
+        char why[XFER_REASON_MAX] = "";
+        size_t n = (len - tx->next < cu->chunk) ? len - tx->next : cu->chunk;
+
+        if ((tx->spill == NULL) && ((tx->spill = malloc(cu->chunk)) == NULL)) {
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a %zu-byte "
+                                   "buffer sending from CUDA memory", cu->chunk);
+            return 1;
+        }
+        if (xfer_devcopy_sync(cu->dc, tx->spill, (uint8_t*)tx->iov[1].iov_base + tx->next, n, 0,
+                              why, sizeof(why)) != XFER_OK) {
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_IO, "copy from CUDA memory: %s", why);
+            return 1;
+        }
+        tx->spill_len = n;
+        tx->next     += n;
+    }
+    if (tx->spill_len > 0) {
+        if (skip < off + tx->spill_len) {
+            size_t from = (skip > off) ? skip - off : 0;
+
+            if (*cnt_p >= max) {
+                return 2;
+            }
+            iov[*cnt_p].iov_base = tx->spill + from;
+            iov[*cnt_p].iov_len  = tx->spill_len - from;
+            *total_p            += tx->spill_len - from;
+            (*cnt_p)++;
+        }
+        off += tx->spill_len;
+    }
     for (unsigned i = 0; i < tx->ring_count; i++) {
         unsigned slot = tx->ring[(tx->ring_head + i) % XFER_TCP_CUDA_DEPTH_MAX];
         size_t clen   = (len - off < cu->chunk) ? len - off : cu->chunk;
@@ -451,7 +515,11 @@ void xfer_tcp_cuda_tx_advance(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     size_t done         = (tx->sent > hdr) ? tx->sent - hdr : 0;
     size_t len          = tx_data_len(tx);
 
-    while (tx->ring_count > 0) {
+    if ((tx->spill_len > 0) && (done >= tx->first + tx->spill_len)) {
+        tx->first    += tx->spill_len;
+        tx->spill_len = 0;
+    }
+    while ((tx->spill_len == 0) && (tx->ring_count > 0)) {
         unsigned slot = tx->ring[tx->ring_head];
         size_t clen   = (len - tx->first < cu->chunk) ? len - tx->first : cu->chunk;
 
@@ -484,4 +552,7 @@ void xfer_tcp_cuda_tx_release(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     }
     cu->changed = 1;
     tx->dev     = 0;
+    free(tx->spill);
+    tx->spill     = NULL;
+    tx->spill_len = 0;
 }

@@ -67,6 +67,8 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         /* device data: its first chunks start copying now, while what is before it goes */
         tx->ring_head = tx->ring_count = 0;
         tx->first     = tx->next = 0;
+        tx->spill     = NULL;
+        tx->spill_len = 0;
         xfer_tcp_cuda_tx_fill(ep, tx);
     }
 }
