@@ -576,6 +576,9 @@ Test(cuda_transport, transfers_with_stalled_peers_do_not_hold_up_another_stand_i
     cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);
     cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
                                    &big_mem), XFER_OK);
+    for (size_t off = 0; off < DIE_LEN; off += MAXLEN) {
+        dev_fill(&t, big + off, MAXLEN, 700 + off / MAXLEN);
+    }
     /* receives from A and B whose senders stop half way */
     for (int i = 0; i < 2; i++) {
         stalled_t *p = i ? &b : &a;
