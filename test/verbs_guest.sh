@@ -18,6 +18,11 @@ fi
 
 export XFERTEST_TRANSPORT=verbs
 rc=0
+# one line per failed guest, which CI's digest of the failures picks up
+failed() {
+    echo "== verbs_guest: $1 FAILED (exit $2; 124: it ran out of time)"
+    rc=1
+}
 gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 [[ -x $build/test/test_gdr_mem ]] && gdr=gdr_mem
 # the parameterised suites, unchanged, then the verbs-specific ones, then remap again with
@@ -25,9 +30,10 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # 4 GiB buffers do not fit this guest (below, a guest of its own)
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
     memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache verbs_unmap \
-    verbs verbs_tensor verbs_chunks anypeer staging perf $gdr XFER_VERBS_MR_CACHE=off remap || rc=1
+    verbs verbs_tensor verbs_chunks anypeer staging perf $gdr XFER_VERBS_MR_CACHE=off remap ||
+    failed "the suites' guest" $?
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
-    verbs:link_down || rc=1
+    verbs:link_down || failed "the two-host guest" $?
 # a tensor of 2^32 + 1 bytes (test_sizes): over verbs both sides' 4 GiB are registered, so
 # pinned; a guest of its own with the memory for them, when the host has it to spare
 big_mib=10240
@@ -37,6 +43,6 @@ if ((avail_mib < big_mib + 1024)); then
         "available"
 else
     "$guest" --memory "$big_mib" --timeout 900 -- "$src/test/verbs_suites.sh" "$build" \
-        sizes:a_tensor_of_4_gib_and_a_byte_into_an_allocation || rc=1
+        sizes:a_tensor_of_4_gib_and_a_byte_into_an_allocation || failed "the 10 GiB guest" $?
 fi
 exit $rc
