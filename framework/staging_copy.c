@@ -162,13 +162,23 @@ xfer_status_t xfer_copier_sync_cuda(xfer_copier_t *c, void *dst, const void *src
     void *saved;
     int res = cu_enter(c, &saved);
 
+    /* On the engine's stream, waited for: after every copy started before it. A copy on
+     * the legacy stream (cuMemcpyHtoD) would not wait for those - the stream is non-blocking -
+     * so a later, smaller write to the same device bytes could land first and be overwritten
+     * by an earlier one, and a reader polling the last byte could see it before the rest. */
     if (res == CUDA_SUCCESS) {
         if (dir == XFER_STAGING_TO_HOST) {
-            call = "cuMemcpyDtoH";
-            res  = c->cu->memcpy_dtoh(dst, (xfer_cu_ptr_t)(uintptr_t)src, len);
+            call = "cuMemcpyDtoHAsync";
+            res  = c->cu->memcpy_dtoh_async(dst, (xfer_cu_ptr_t)(uintptr_t)src, len,
+                                            c->stream);
         } else {
-            call = "cuMemcpyHtoD";
-            res  = c->cu->memcpy_htod((xfer_cu_ptr_t)(uintptr_t)dst, src, len);
+            call = "cuMemcpyHtoDAsync";
+            res  = c->cu->memcpy_htod_async((xfer_cu_ptr_t)(uintptr_t)dst, src, len,
+                                            c->stream);
+        }
+        if (res == CUDA_SUCCESS) {
+            call = "cuStreamSynchronize";
+            res  = c->cu->stream_synchronize(c->stream);
         }
         cu_leave(c, saved);
     }
