@@ -284,7 +284,8 @@ static void text_select(const xfer_context_t *ctx)
         if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
             printf("# cuda memory, staged: put/get through %s and pinned host buffers "
                    "(XFER_STAGING_CHUNK=%s x XFER_STAGING_DEPTH=%s); tagged messages and "
-                   "tensors of CUDA memory are not moved\n", name,
+                   "tensors through a host buffer of their size; a peer's put or get cannot "
+                   "reach it\n", name,
                    param_value(ctx, "XFER_STAGING_CHUNK"), param_value(ctx, "XFER_STAGING_DEPTH"));
             if (cuda_mover(ctx, mover, sizeof(mover)) != NULL) {
                 printf("#   why: endpoints use %s, the best for host memory, which does not "

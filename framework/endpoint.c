@@ -596,27 +596,23 @@ static xfer_status_t tag_mem_check(xfer_context_t *ctx, const char *op, const vo
     return XFER_OK;
 }
 
-/* Memory that transport fi (NULL: every tag transport of ctx) cannot touch is not staged for
- * tags. */
-static xfer_status_t tag_mem_staged_check(const xfer_context_t *ctx, const char *op,
-                                          const xfer_mem_t *mem, const xfer_fw_iface_t *fi)
+/* Whether a message of mem goes through host memory (staging_msg.c): transport fi, or one of
+ * ctx's tag transports when fi is NULL (a receive from any peer), cannot touch it. */
+static int tag_mem_staged(const xfer_context_t *ctx, const xfer_mem_t *mem,
+                          const xfer_fw_iface_t *fi)
 {
     if ((mem == NULL) || !mem->staged) {
-        return XFER_OK;
+        return 0;
     }
-    for (unsigned i = 0; (fi == NULL) && (i < ctx->num_ifaces); i++) {
-        if ((ctx->ifaces[i].comp->tag_recv != NULL) && (mem->memh[i] == NULL)) {
-            fi = &ctx->ifaces[i];
+    if (fi != NULL) {
+        return xfer_msg_staged(mem, fi);
+    }
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        if ((ctx->ifaces[i].comp->tag_recv != NULL) && xfer_msg_staged(mem, &ctx->ifaces[i])) {
+            return 1;
         }
     }
-    if ((fi != NULL) && (mem->memh[fi->index] == NULL)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: %s memory cannot be sent or received by "
-                 "tag over %s, which cannot touch it; put and get stage it through host "
-                 "memory, tagged messages do not", op,
-                 (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "staged", fi->entry->name);
-        return XFER_ERR_UNSUPPORTED;
-    }
-    return XFER_OK;
+    return 0;
 }
 
 xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, size_t length,
@@ -625,15 +621,14 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
 {
     xfer_request_t *req;
     xfer_status_t status;
+    xfer_memh_h memh;
+    void *host;
 
     status = op_begin(ep, "xfer_tag_send", ep ? (void*)ep->fw_iface->comp->tag_send : NULL);
     if (status != XFER_OK) {
         return status;
     }
     status = tag_mem_check(ep->ctx, "xfer_tag_send", buf, length, mem);
-    if (status == XFER_OK) {
-        status = tag_mem_staged_check(ep->ctx, "xfer_tag_send", mem, ep->fw_iface);
-    }
     if (status != XFER_OK) {
         xfer_ctx_unlock(ep->ctx);
         return status;
@@ -643,13 +638,22 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
     }
+    memh = (mem != NULL) ? mem->memh[ep->fw_iface->index] : NULL;
+    if (tag_mem_staged(ep->ctx, mem, ep->fw_iface)) {
+        /* the transport cannot touch it: it sends a host copy */
+        status = xfer_msg_stage_send(req, buf, length, mem, &host);
+        if (status != XFER_OK) {
+            xfer_request_discard(req);
+            xfer_ctx_unlock(ep->ctx);
+            return status;
+        }
+        buf = host;
+    }
     if (mem != NULL) {
         req->mem = mem;
         mem->busy++;
     }
-    status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length,
-                                          mem ? mem->memh[ep->fw_iface->index] : NULL,
-                                          &req->comp);
+    status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length, memh, &req->comp);
     return op_finish(ep->ctx, req, status, length, req_p);
 }
 
@@ -661,6 +665,8 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
     int any = 0;
     xfer_request_t *req;
     xfer_status_t status;
+    xfer_mem_t *post = mem;     /* the registration the transport is given */
+    void *host;
 
     if ((ctx == NULL) || ((ep != NULL) && (ep->ctx != ctx))) {
         xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: %s", ctx ? "endpoint belongs to "
@@ -694,25 +700,31 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         xfer_ctx_unlock(ctx);
         return XFER_ERR_UNSUPPORTED;
     }
-    status = tag_mem_staged_check(ctx, "xfer_tag_recv", mem, fi);
-    if (status != XFER_OK) {
-        xfer_ctx_unlock(ctx);
-        return status;
-    }
     req = xfer_request_new(ctx, XFER_REQ_RECV, fi, cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ctx);
         return XFER_ERR_NO_MEMORY;
+    }
+    if (tag_mem_staged(ctx, mem, fi)) {
+        /* the transport cannot touch it: received into host memory, then copied up */
+        status = xfer_msg_stage_recv(req, buf, length, mem, &host);
+        if (status != XFER_OK) {
+            xfer_request_discard(req);
+            xfer_ctx_unlock(ctx);
+            return status;
+        }
+        buf  = host;
+        post = NULL;
     }
     if (mem != NULL) {
         req->mem = mem;
         mem->busy++;
     }
     if (any) {
-        status = xfer_tag_recv_any(ctx, req, tag, tag_mask, buf, length, mem);
+        status = xfer_tag_recv_any(ctx, req, tag, tag_mask, buf, length, post);
     } else {
         status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf,
-                                    length, mem ? mem->memh[fi->index] : NULL, &req->comp);
+                                    length, post ? post->memh[fi->index] : NULL, &req->comp);
     }
     if (status == XFER_OK) {
         status = XFER_INPROGRESS;   /* a receive always completes through comp */

@@ -266,6 +266,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         }
     }
     xfer_requests_free_all(ctx);
+    xfer_msg_stage_cleanup(ctx);
     xfer_request_pool_cleanup(ctx);
     xfer_ctx_unlock(ctx);
     free(ctx->ifaces);

@@ -12,6 +12,7 @@
  */
 #include "xfer_int.h"
 #include "clock.h"
+#include "staging.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -79,6 +80,7 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
 
 static void request_free(xfer_request_t *req)
 {
+    xfer_msg_stage_free(req);
     ucs_list_del(&req->list);
     ucs_mpool_put(req);
 }
@@ -139,6 +141,7 @@ void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t
      * xfer_request_test() answers without progress */
     req->status = XFER_OK;
     req->length = length;
+    xfer_msg_stage_free(req);       /* a send's host copy: the transport is done with it */
     request_mem_release(req);
     if (req_p != NULL) {
         *req_p = req;
@@ -156,6 +159,9 @@ void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t len
                  xfer_status_string(req->queued ? req->result : req->status),
                  xfer_status_string(status));
         return;
+    }
+    if (req->stage != NULL) {
+        xfer_msg_stage_end(req, &status, &length);
     }
     if (req->kind == XFER_REQ_FETCH) {
         xfer_tensor_fetch_done(req);

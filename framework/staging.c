@@ -41,19 +41,14 @@
  * in its place, landed data copied to the device before a flush or a notification says it
  * is there - which one-sided operations do not give it.
  *
- * Tagged messages and tensors of device memory are refused on such transports (endpoint.c,
- * tensor.c) with a reason. Their staging is designed, not built. The send side needs only
- * this pipeline: a message whose source is device memory is sent from bounce buffers, chunk
- * by chunk, as one message (a transport that takes a message in several pieces - a "source
- * callback" asked for the next piece - or, without one, sub-sends on a tag space reserved
- * for xfer after a header giving the length). The receive side cannot be done above the
- * transport alone: the receiver neither knows the length before the match nor may it split
- * a message the sender sent whole, so a receive into device memory needs a component hook -
- * a "destination callback" that the transport asks for where the next piece of a matched
- * message lands (a bounce slot), and tells when it landed (then copied up). tcp already reads
- * a message in pieces into its destination, verbs' rendezvous reads it in RDMA chunks, so
- * both fit it. A tensor fetch into device memory uses the same hook on the consumer; a
- * publish of device memory stages the producer's side through the pool before its send.
+ * Tagged messages and tensors of device memory on such transports move whole through a host
+ * buffer of their own size (staging_msg.c), not through this pipeline. Pipelining them would
+ * take more than the framework: the receiver neither knows the length before the match nor
+ * may it split a message the sender sent whole, so a receive into device memory needs a
+ * component hook - a "destination callback" that the transport asks for where the next piece
+ * of a matched message lands (a bounce slot), and tells when it landed (then copied up). tcp
+ * already reads a message in pieces into its destination, verbs' rendezvous reads it in RDMA
+ * chunks, so both fit it; the send side would take a "source callback" the same way.
  *
  * CUDA contexts. The stream and events live in the context of the first staged memory (its
  * device's primary context for stream-ordered allocations, which have none); an operation
@@ -590,5 +585,7 @@ void xfer_staging_test_stats(xfer_context_t *ctx, xfer_staging_stats_t *stats_p)
     } else {
         stats_p->chunk_size = ctx->fw_config.staging_chunk;
     }
+    stats_p->msgs       = ctx->msg_stats[0];
+    stats_p->msg_copies = ctx->msg_stats[1];
     xfer_ctx_unlock(ctx);
 }

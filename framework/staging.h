@@ -58,8 +58,9 @@ struct xfer_copier {
  * primary context. */
 xfer_status_t xfer_copier_open_cuda(xfer_copier_t *c, unsigned num_slots, void *cu_ctx,
                                     int device, char *why, size_t why_size);
-/* A copy that has landed when it returns, in the CUDA engine's context (cuMemcpyDtoH/HtoD);
- * the host side may be any host memory. */
+/* A copy that has landed when it returns, in the CUDA engine's context, ordered after every
+ * copy the engine started before (its stream, synchronised); the host side may be any host
+ * memory. */
 xfer_status_t xfer_copier_sync_cuda(xfer_copier_t *c, void *dst, const void *src, size_t len,
                                     xfer_staging_dir_t dir, char *why, size_t why_size);
 xfer_status_t xfer_copier_open_host(xfer_copier_t *c, unsigned num_slots, unsigned delay,
@@ -87,5 +88,33 @@ void xfer_staging_ep_destroy(xfer_endpoint_t *ep);
 /* Context destroy, after the endpoints: wait for copies, fail what is left, release the
  * pool (its registrations and pinned memory) and the copy engine. */
 void xfer_staging_destroy(xfer_context_t *ctx);
+
+/* ---- messages and tensors, staged whole (staging_msg.c) ------------------------------------ */
+
+typedef struct xfer_msg_stage xfer_msg_stage_t;
+
+/* Whether transport fi cannot touch mem, so that a message of it is staged. */
+int xfer_msg_staged(const xfer_mem_t *mem, const xfer_fw_iface_t *fi);
+/* A send of mem's buf: a host copy made now (req owns it until it ends) in *host_p. */
+xfer_status_t xfer_msg_stage_send(xfer_request_t *req, const void *buf, size_t length,
+                                  const xfer_mem_t *mem, void **host_p);
+/* A receive into mem's buf: a host buffer of length bytes to post instead, in *host_p. */
+xfer_status_t xfer_msg_stage_recv(xfer_request_t *req, void *buf, size_t length,
+                                  const xfer_mem_t *mem, void **host_p);
+/* Whether a fetch over ep with params goes through host memory; then xfer_msg_stage_fetch
+ * turns args into an allocation of a host buffer once the tensor's size is known. */
+int xfer_msg_stage_fetch_needed(const xfer_endpoint_t *ep, const xfer_fetch_params_t *params);
+xfer_status_t xfer_msg_stage_fetch(xfer_request_t *req, const xfer_fetch_params_t *params,
+                                   xfer_fetch_args_t *args);
+/* req (req->stage set) ended with *status_p: what arrived is copied where it belongs (the
+ * status becomes the copy's failure, if any), the host buffer freed. */
+void xfer_msg_stage_end(xfer_request_t *req, xfer_status_t *status_p, size_t *length_p);
+void xfer_msg_stage_free(xfer_request_t *req);
+/* A tensor published in ctx: a host copy of its data in *copy_p when asked (copy_asked) or
+ * when it is device memory that an open transport cannot touch; else NULL. */
+xfer_status_t xfer_msg_stage_publish(xfer_context_t *ctx, const xfer_tensor_t *tensor,
+                                     int copy_asked, void **copy_p);
+/* Context destroy, after every request: the copy engines. */
+void xfer_msg_stage_cleanup(xfer_context_t *ctx);
 
 #endif /* XFER_STAGING_H */

@@ -21,6 +21,9 @@ typedef struct xfer_staging_stats {
     unsigned max_in_flight; /* most held at once */
     unsigned pool_slots;    /* bounce buffers in the pool; 0 until the first staged op */
     size_t   chunk_size;    /* XFER_STAGING_CHUNK */
+    /* tagged messages and tensors staged whole (staging_msg.c) */
+    uint64_t msgs;          /* sends, receives, fetches and publishes through host memory */
+    uint64_t msg_copies;    /* copies between them and the memory they stand for */
 } xfer_staging_stats_t;
 
 /*

@@ -16,6 +16,7 @@
  */
 #include "xfer_int.h"
 #include "clock.h"
+#include "staging.h"
 
 #include <ucs/datastruct/khash.h>
 
@@ -395,18 +396,16 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     if (tensor->is_dead) {
         pub->tensor.size = 0;
         pub->tensor.data = NULL;
-    } else if ((flags & XFER_PUBLISH_COPY) && (tensor->size > 0)) {
-        if (tensor->size > SIZE_MAX) {
-            status = XFER_ERR_NO_MEMORY;
+    } else {
+        /* a copy when asked, or of device memory a transport here cannot touch */
+        status = xfer_msg_stage_publish(ctx, tensor, (flags & XFER_PUBLISH_COPY) != 0,
+                                        &pub->copy);
+        if (status != XFER_OK) {
             goto out_slot;
         }
-        pub->copy = malloc((size_t)tensor->size);
-        if (pub->copy == NULL) {
-            status = XFER_ERR_NO_MEMORY;
-            goto out_slot;
+        if (pub->copy != NULL) {
+            pub->tensor.data = pub->copy;
         }
-        memcpy(pub->copy, tensor->data, (size_t)tensor->size);
-        pub->tensor.data = pub->copy;
     }
     pub->req = xfer_request_new(ctx, XFER_REQ_PUBLISH, NULL, cb, user_data);
     if (pub->req == NULL) {
@@ -565,9 +564,8 @@ void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status
 
 /* ---- consumer side ---- */
 
-static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
+void *xfer_tensor_fetch_alloc(xfer_request_t *req, const xfer_tensor_t *meta)
 {
-    xfer_request_t *req = alloc_arg;
     void *buf;
 
     xfer_in_callback++;
@@ -576,6 +574,11 @@ static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
     xfer_in_alloc--;
     xfer_in_callback--;
     return buf;
+}
+
+static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
+{
+    return xfer_tensor_fetch_alloc(alloc_arg, meta);
 }
 
 void xfer_tensor_fetch_done(xfer_request_t *req)
@@ -616,13 +619,6 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
         xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: mem does not cover the "
                  "buffer or belongs to another context");
         return XFER_ERR_INVALID_PARAM;
-    }
-    if ((params->mem != NULL) && params->mem->staged &&
-        (params->mem->memh[ep->fw_iface->index] == NULL)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: %s cannot touch the "
-                 "destination (%s); tensors are not staged through host memory",
-                 ep->transport, params->mem->attr.how);
-        return XFER_ERR_UNSUPPORTED;
     }
     xfer_ctx_lock(ctx);
     status = xfer_api_check(ctx, "xfer_tensor_fetch", 1);
@@ -667,6 +663,14 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
     args.alloc     = params->alloc ? fetch_alloc : NULL;
     args.alloc_arg = req;
     args.result    = &req->tensor;
+    if (xfer_msg_stage_fetch_needed(ep, params)) {
+        /* a destination the transport cannot touch: through host memory (staging_msg.c) */
+        status = xfer_msg_stage_fetch(req, params, &args);
+        if (status != XFER_OK) {
+            xfer_request_discard(req);
+            goto out;
+        }
+    }
     status = xfer_endpoint_fetch_post(ep, req, &args);
     if ((status == XFER_OK) || (status == XFER_INPROGRESS)) {
         ucs_list_add_tail(&ctx->tensors->fetches, &req->fetch_list);

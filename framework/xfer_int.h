@@ -126,6 +126,8 @@ struct xfer_context {
     struct xfer_tensor_table *tensors;
     struct xfer_staging     *staging;       /* staging.c; NULL until first needed */
     int                     staging_host;   /* xfer_staging_test_host(): host memory staged */
+    struct msg_copier       *msg_copiers;   /* staging_msg.c's copy engines, per CUDA context */
+    uint64_t                msg_stats[2];   /* staging_msg.c: messages staged, copies */
 };
 
 typedef enum {
@@ -150,6 +152,7 @@ struct xfer_request {
     void                *user_data;
     struct xfer_mem     *mem;           /* held busy until completion */
     struct tag_any      *any;           /* a receive from any peer on several transports */
+    struct xfer_msg_stage *stage;       /* a message or tensor staged whole (staging_msg.c) */
     int                 released;       /* free on completion */
     int                 in_callback;
     uint64_t            step;           /* fetch */
@@ -356,6 +359,8 @@ void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status
 /* Fetch-side bookkeeping: is the step aborted here (returns the status or XFER_OK)? */
 xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step);
 void xfer_tensor_fetch_done(xfer_request_t *req);
+/* Run the fetch's allocation callback (req->alloc) as the API allows it to run. */
+void *xfer_tensor_fetch_alloc(xfer_request_t *req, const xfer_tensor_t *meta);
 xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
                                     size_t *key_len_p);
 /* Answer the peers' requests that waited XFER_TENSOR_REQUEST_TIMEOUT with XFER_ERR_TIMEOUT;

@@ -12,10 +12,14 @@
  * a bounce buffer would fault, and its copies land only after several event queries, so a
  * buffer written or reused before its copy landed moves wrong bytes. Small bounce buffers
  * (XFER_TCP_CUDA_CHUNK=4k, two per direction) make every large transfer wait for copies.
- * A transport without MEM_CUDA (verbs, which stages puts and gets only) skips the suite: the
- * peer cannot give out a remote key of its device memory there.
+ * Over a transport without MEM_CUDA (verbs without GPUDirect) the framework stages what the
+ * transport cannot touch: tagged messages and tensors through host buffers of their own
+ * (framework/staging_msg.c) - the same scenarios, the same checks; puts and gets into a
+ * peer's device memory skip there (no remote key exists for it; test_staging covers the
+ * staged puts and gets of this side's), and so do the two tests of tcp's bounce buffers.
  */
 #include "gpu_fixture.h"
+#include "staging_test.h"
 #include "test_peer.h"
 
 #include <xfer/info.h>
@@ -38,11 +42,14 @@ enum {
                      * (reply 2) */
     CMD_FILL,       /* seed: pattern(seed) into all of D */
     CMD_CHECK,      /* off, len, seed: D[off, off + len) holds pattern(seed) */
-    CMD_PUBLISH,    /* step, len, seed: publish D[0, len) = pattern(seed) as "t", wait until
-                     * it was fetched */
+    CMD_PUBLISH,    /* step, len, seed, copy: publish D[0, len) = pattern(seed) as "t"
+                     * (copy: with XFER_PUBLISH_COPY, D changed right after), wait until it
+                     * was fetched */
     CMD_STALL_SENDING, /* len, tag: post a send of len host bytes (reply 1), then stop
                         * progressing until killed */
     CMD_STALL,      /* reply 1, then stop progressing until killed */
+    CMD_WATCH,      /* len, seed: D[0, len) = something else (reply 1); progress until the
+                     * last byte is pattern(seed)'s, then reply 2 if all of it is, else 3 */
 };
 
 static void setup(void)
@@ -88,18 +95,16 @@ static int srv_device(tp_side_t *s)
     TP_CHECK(drv->mem_alloc(&dptr, MAXLEN) == 0, "cuMemAlloc");
     TP_CHECK_STATUS(xfer_mem_register(s->ctx, (void*)(uintptr_t)dptr, MAXLEN, XFER_MEM_CUDA,
                                       &mem), XFER_OK);
-    if (xfer_rkey_pack(mem, &blob, &len) != XFER_OK) {
-        /* the transport does not move CUDA memory itself: the parent skips */
-        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
-        TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
-        TP_CHECK(drv->mem_free(dptr) == 0, "cuMemFree");
-        drv->device_primary_ctx_release(0);
-        free(host);
-        return 0;
-    }
     TP_CHECK(tp_ctl_send_u64(s->ctl, dptr) == 0, "ctl");
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
+    if (xfer_rkey_pack(mem, &blob, &len) != XFER_OK) {
+        /* the transport does not move CUDA memory itself: no puts and gets into it (only the
+         * initiator's side of those is staged), tags and tensors through host memory */
+        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
+    } else {
+        TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+        TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+        xfer_rkey_blob_free(blob);
+    }
     for (;;) {
         xfer_request_t *req = NULL;
         uint64_t cmd, a, b, c;
@@ -150,13 +155,23 @@ static int srv_device(tp_side_t *s)
 
             a = ctl_u64(s);
             b = ctl_u64(s);
-            tp_fill_pattern(host, b, ctl_u64(s));
+            c = ctl_u64(s);
+            tp_fill_pattern(host, b, c);
             TP_CHECK(drv->memcpy_htod(dptr, host, b) == 0, "cuMemcpyHtoD");
             t.dims[0] = (int64_t)b;
             t.size    = b;
             t.data    = (void*)(uintptr_t)dptr;
-            TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, 0, NULL, NULL, &req)),
-                     "publish");
+            if (ctl_u64(s) != 0) {
+                /* XFER_PUBLISH_COPY: the tensor is copied at once; the device buffer is the
+                 * caller's again and changes before anyone fetches */
+                TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, XFER_PUBLISH_COPY,
+                                                       NULL, NULL, &req)), "publish");
+                tp_fill_pattern(host, b, c + 1000);
+                TP_CHECK(drv->memcpy_htod(dptr, host, b) == 0, "cuMemcpyHtoD");
+            } else {
+                TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, 0, NULL, NULL,
+                                                       &req)), "publish");
+            }
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
             TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
             xfer_request_release(req);
@@ -176,6 +191,34 @@ static int srv_device(tp_side_t *s)
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
             tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
             return 1;
+        }
+        case CMD_WATCH: {
+            char last = 0;
+            double end;
+
+            a = ctl_u64(s);
+            b = ctl_u64(s);
+            TP_CHECK(a > 0 && a <= MAXLEN, "length");
+            tp_fill_pattern(host, a, b);
+            c = (uint8_t)host[a - 1];
+            for (uint64_t other = b + 1000; (uint8_t)host[a - 1] == c; other++) {
+                tp_fill_pattern(host, a, other);
+            }
+            TP_CHECK(drv->memcpy_htod(dptr, host, a) == 0, "cuMemcpyHtoD");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            /* let the put pile up in the socket: it is then read in one go, more of it than
+             * there are bounce buffers */
+            usleep(100 * 1000);
+            end = tp_now_ms() + TP_WAIT_MS;
+            do {
+                TP_CHECK(tp_now_ms() < end, "the put's last byte never came");
+                xfer_progress(s->ctx);
+                TP_CHECK(drv->memcpy_dtoh(&last, dptr + a - 1, 1) == 0, "cuMemcpyDtoH");
+            } while ((uint8_t)last != c);
+            TP_CHECK(drv->memcpy_dtoh(host, dptr, a) == 0, "cuMemcpyDtoH");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, (tp_check_pattern(host, a, b) < 0) ? 2 : 3) == 0,
+                     "ctl");
+            break;
         }
         case CMD_STALL:
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
@@ -220,25 +263,38 @@ static void dt_start(dev_test_t *t)
     tp_start(&t->peer, srv_device, NULL);
     t->remote = tp_recv(&t->peer);
     if (t->remote == 0) {
-        const char *why = tg_transport_moves_cuda(t->peer.ctx, t->peer.ep) ?
-                          "the peer found no usable CUDA device" :
-                          "the transport does not move CUDA memory itself (test_staging "
-                          "covers its puts and gets)";
-
         tp_finish(&t->peer);
-        fprintf(stderr, "cuda_transport: skipped: %s\n", why);
-        cr_skip_test("%s", why);
+        fprintf(stderr, "cuda_transport: skipped: the peer found no usable CUDA device\n");
+        cr_skip_test("the peer found no usable CUDA device");
     }
-    blob = tp_recv_blob(&t->peer, &blen);
+    if (tp_recv(&t->peer) != 0) {
+        blob = tp_recv_blob(&t->peer, &blen);
+        cr_assert_eq(xfer_rkey_unpack(t->peer.ep, blob, blen, &t->rkey), XFER_OK);
+        free(blob);
+    }
     tg_gpu_open(&t->gpu, "cuda_transport");
-    cr_assert_eq(xfer_rkey_unpack(t->peer.ep, blob, blen, &t->rkey), XFER_OK);
-    free(blob);
     cr_assert_eq(t->gpu.drv->mem_alloc(&t->src, MAXLEN), 0);
     cr_assert_eq(t->gpu.drv->mem_alloc(&t->dst, MAXLEN), 0);
     cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->src, MAXLEN, XFER_MEM_CUDA,
                                    &t->src_mem), XFER_OK);
     cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->dst, MAXLEN, XFER_MEM_CUDA,
                                    &t->dst_mem), XFER_OK);
+}
+
+/* Where the transport moves device memory itself nothing was staged; elsewhere every
+ * message and tensor of it went through host memory of the framework's. */
+static void expect_staged(dev_test_t *t, uint64_t at_least)
+{
+    xfer_staging_stats_t st;
+
+    xfer_staging_test_stats(t->peer.ctx, &st);
+    if (tg_transport_moves_cuda(t->peer.ctx, t->peer.ep)) {
+        cr_expect_eq(st.msgs, 0, "%s moves CUDA memory, yet %llu messages were staged",
+                     xfer_endpoint_transport(t->peer.ep), (unsigned long long)st.msgs);
+    } else {
+        cr_expect_geq(st.msgs, at_least, "%llu messages staged over %s",
+                      (unsigned long long)st.msgs, xfer_endpoint_transport(t->peer.ep));
+    }
 }
 
 static void dt_finish(dev_test_t *t)
@@ -290,7 +346,7 @@ static void wait_ok(xfer_status_t s, xfer_request_t *req, const char *what, size
 static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, uint64_t seed)
 {
     xfer_request_t *sreq = NULL, *rreq = NULL;
-    xfer_status_t s;
+    xfer_status_t s = XFER_ERR_INTERNAL;
 
     dev_fill(t, t->src, len, seed);
     dev_fill(t, t->dst, len, 7);
@@ -298,9 +354,10 @@ static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, 
                                       (void*)(uintptr_t)t->dst, len, t->dst_mem, NULL, NULL,
                                       &rreq)));
     if (unexpected) {
+        /* a large one completes only once the peer matched it (a rendezvous) */
         s = xfer_tag_send(t->peer.ep, tag, (void*)(uintptr_t)t->src, len, t->src_mem, NULL,
                           NULL, &sreq);
-        wait_ok(s, sreq, "unexpected send", len);
+        cr_assert(TP_POSTED(s), "unexpected send of %zu bytes: %s", len, xfer_status_string(s));
         tp_progress_for(t->peer.ctx, 20);
     }
     tp_send(&t->peer, CMD_ECHO);
@@ -310,8 +367,8 @@ static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, 
     if (!unexpected) {
         s = xfer_tag_send(t->peer.ep, tag, (void*)(uintptr_t)t->src, len, t->src_mem, NULL,
                           NULL, &sreq);
-        wait_ok(s, sreq, "send", len);
     }
+    wait_ok(s, sreq, unexpected ? "unexpected send" : "send", len);
     wait_ok(XFER_INPROGRESS, rreq, "echo", len);
     cr_expect_eq(tp_recv(&t->peer), 2);
     cr_expect_eq(dev_check(t, t->dst, len, seed), -1, "%s message of %zu bytes came back "
@@ -326,7 +383,19 @@ static void tags(int unexpected)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         echo_check(&t, sizes[i], TAG + 2 * i, unexpected, 100 + i);
     }
+    expect_staged(&t, 2 * (sizeof(sizes) / sizeof(sizes[0])));    /* a send, a receive */
     dt_finish(&t);
+}
+
+/* A test of the way tcp moves device memory (its bounce buffers); elsewhere it skips. */
+static void tcp_bounce_only(dev_test_t *t)
+{
+    if (!tg_transport_moves_cuda(t->peer.ctx, t->peer.ep)) {
+        fprintf(stderr, "cuda_transport: skipped: %s does not move CUDA memory itself\n",
+                xfer_endpoint_transport(t->peer.ep));
+        dt_finish(t);
+        cr_skip_test("the transport does not move CUDA memory itself");
+    }
 }
 
 /* Puts from device memory here into the peer's device region, gets back from it. */
@@ -335,6 +404,15 @@ static void rma(void)
     dev_test_t t;
 
     dt_start(&t);
+    if (t.rkey == NULL) {
+        const char *why = "the transport does not move CUDA memory itself: a peer's device "
+                          "memory takes no puts or gets (test_staging covers staged puts and "
+                          "gets from and into this side's)";
+
+        dt_finish(&t);
+        fprintf(stderr, "cuda_transport: skipped: %s\n", why);
+        cr_skip_test("%s", why);
+    }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t len = sizes[i], off = (len + 3 <= MAXLEN) ? 3 : 0;
         xfer_request_t *req = NULL;
@@ -361,6 +439,38 @@ static void rma(void)
     dt_finish(&t);
 }
 
+/* A put into the peer's device memory that the peer watches land, as a put_lat benchmark
+ * does: once the last byte is there, every byte before it is. tcp copies the chunks to the
+ * device through its bounce buffers, asynchronously, and a chunk that finds them all busy
+ * synchronously: a synchronous copy that did not wait for the copies before it landed
+ * first, and the last byte could be seen before the bytes ahead of it. */
+static void puts_land_in_order(void)
+{
+    dev_test_t t;
+
+    dt_start(&t);
+    if (t.rkey == NULL) {
+        dt_finish(&t);
+        cr_skip_test("no puts into the peer's device memory over this transport");
+    }
+    for (uint64_t round = 0; round < 8; round++) {
+        size_t len = (round % 2) ? MAXLEN - 1 : 65535;     /* all of it fits the socket */
+        xfer_request_t *req = NULL;
+
+        dev_fill(&t, t.src, len, 800 + round);
+        tp_send(&t.peer, CMD_WATCH);
+        tp_send(&t.peer, len);
+        tp_send(&t.peer, 800 + round);
+        cr_assert_eq(tp_recv(&t.peer), 1);
+        cr_assert(TP_POSTED(xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, len, t.src_mem,
+                                     t.remote, t.rkey, NULL, NULL, &req)));
+        wait_ok(XFER_INPROGRESS, req, "put", len);
+        cr_expect_eq(tp_recv(&t.peer), 2, "round %llu: the peer saw the last byte of the put "
+                     "before the bytes ahead of it", (unsigned long long)round);
+    }
+    dt_finish(&t);
+}
+
 static void *alloc_device(const xfer_tensor_t *meta, void *arg)
 {
     dev_test_t *t = arg;
@@ -374,7 +484,8 @@ static void *alloc_device(const xfer_tensor_t *meta, void *arg)
 }
 
 /* A tensor in the peer's device memory, fetched into device memory here: a registered
- * caller buffer, then a buffer an allocation callback returns. */
+ * caller buffer, then a buffer an allocation callback returns (that one published with
+ * XFER_PUBLISH_COPY, the device buffer changed right after). */
 static void tensors(void)
 {
     dev_test_t t;
@@ -402,6 +513,7 @@ static void tensors(void)
             tp_send(&t.peer, step);
             tp_send(&t.peer, len);
             tp_send(&t.peer, 400 + i);
+            tp_send(&t.peer, use_alloc);    /* XFER_PUBLISH_COPY of device memory */
             cr_assert_eq(tp_recv(&t.peer), 1);
             s = xfer_tensor_fetch(t.peer.ep, step, "t", &fp, NULL, NULL, &req);
             cr_assert(TP_POSTED(s), "fetch of %zu bytes: %s", len, xfer_status_string(s));
@@ -420,6 +532,7 @@ static void tensors(void)
             cr_expect_eq(tp_recv(&t.peer), 2);
         }
     }
+    expect_staged(&t, 2 * (sizeof(sizes) / sizeof(sizes[0])));    /* every fetch */
     dt_finish(&t);
 }
 
@@ -434,6 +547,8 @@ Test(cuda_transport, tags_expected_stand_in) { fake_driver(); tags(0); }
 Test(cuda_transport, tags_unexpected_stand_in) { fake_driver(); tags(1); }
 Test(cuda_transport, put_and_get_stand_in) { fake_driver(); rma(); }
 Test(cuda_transport, tensors_stand_in) { fake_driver(); tensors(); }
+Test(cuda_transport, puts_land_in_order) { puts_land_in_order(); }
+Test(cuda_transport, puts_land_in_order_stand_in) { fake_driver(); puts_land_in_order(); }
 
 /* The sender dies in the middle of a 16 MiB message that this side receives into device
  * memory through the bounce buffers: the receive fails once, with the connection's error,
@@ -465,6 +580,7 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
 
     fake_driver();
     dt_start(&t);
+    tcp_bounce_only(&t);
     cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);
     cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
                                    &big_mem), XFER_OK);
@@ -530,6 +646,7 @@ static void stalled_connect(dev_test_t *t, stalled_t *p)
 
     p->peer.ep = tp_connect(t->peer.ctx, &p->peer);
     cr_assert_neq(tp_recv(&p->peer), 0);
+    cr_assert_neq(tp_recv(&p->peer), 0, "tcp moves CUDA memory: the peer has a remote key");
     blob = tp_recv_blob(&p->peer, &blen);
     free(blob);
     cr_assert_eq(t->gpu.drv->mem_alloc(&p->rx_buf, DIE_LEN), 0);
@@ -571,6 +688,16 @@ Test(cuda_transport, transfers_with_stalled_peers_do_not_hold_up_another_stand_i
     stalled_spawn(&a);
     stalled_spawn(&b);
     dt_start(&t);
+    if (!tg_transport_moves_cuda(t.peer.ctx, t.peer.ep)) {
+        for (int i = 0; i < 2; i++) {
+            stalled_t *p = i ? &b : &a;
+
+            kill(p->peer.pid, SIGKILL);
+            tp_child_wait(&p->peer, 10);
+            close(p->peer.ctl);
+        }
+        tcp_bounce_only(&t);
+    }
     stalled_connect(&t, &a);
     stalled_connect(&t, &b);
     cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);

@@ -200,7 +200,9 @@ Test(info, select_explains_choice_and_rejections)
     cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: none");
     expect_contains(out, "# cuda memory, staged: put/get through talpha and pinned host "
-                         "buffers (XFER_STAGING_CHUNK=4m x XFER_STAGING_DEPTH=4)");
+                         "buffers (XFER_STAGING_CHUNK=4m x XFER_STAGING_DEPTH=4); tagged "
+                         "messages and tensors through a host buffer of their size; a peer's "
+                         "put or get cannot reach it\n");
     free(out);
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.selected == null"), 0);
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);

@@ -239,10 +239,7 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
 
     /* this side's buffers, and put_lat's key to them, before the server is asked: what
      * cannot run here ends the session cleanly */
-    st = XFER_ERR_UNSUPPORTED;
-    if (perf_test_mem_check(perf, 1, why, sizeof(why)) == 0) {
-        st = perf_buffers_setup(perf, 1, why, sizeof(why));
-    }
+    st = perf_buffers_setup(perf, 1, why, sizeof(why));
     if (st == XFER_OK && p->test == TEST_PUT_LAT) {
         st = xfer_rkey_pack(perf->mem, &blob, &blob_len);
         if (st != XFER_OK) {
@@ -370,10 +367,7 @@ static int server_run_size(perf_t *perf)
         fflush(stdout);
     }
     /* what this side cannot run is refused in READY, with the reason */
-    st = XFER_ERR_UNSUPPORTED;
-    if (perf_test_mem_check(perf, 0, why, sizeof(why)) == 0) {
-        st = perf_buffers_setup(perf, 0, why, sizeof(why));
-    }
+    st = perf_buffers_setup(perf, 0, why, sizeof(why));
     if (st == XFER_OK && perf_tests[p->test].server_rkey) {
         st = xfer_rkey_pack(perf->mem, &blob, &len);
         if (st != XFER_OK) {

@@ -35,7 +35,8 @@
  * XFER_MEM_CUDA; -V fills and checks them through host copies. The client's -m names both
  * sides and travels in PARAMS, as ucx_perftest's server takes the client's parameters; each
  * side picks its own GPU (--cuda-device). A side whose memory cannot take its part of a test
- * (control.c, tests.c) refuses it before it starts, saying why.
+ * (the target of a put or get over a transport that cannot reach cuda memory: no remote key
+ * exists for it) refuses it before it starts, saying why (control.c).
  *
  * Exit status: 0; 1 on an error or a verification failure (the message says which); 2 on a
  * usage error.

@@ -158,7 +158,6 @@ int           perf_test_client_run(perf_t *perf, uint64_t *t_start_p);
 void          perf_test_server_prepare(perf_t *perf);
 int           perf_test_server_run(perf_t *perf);
 void          perf_test_server_check(perf_t *perf);
-int           perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size);
 
 /* buffers.c */
 xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why_size);

@@ -1,12 +1,9 @@
 /*
  * The test loops: the window engine of the bandwidth tests (and of tensor_lat's server), the
  * ping-pongs of the latency tests, what each test posts and checks, and the clock and the
- * waiting that time them. Each side runs its part of one size between READY and FIN. Also
- * which memory each side's part can use.
+ * waiting that time them. Each side runs its part of one size between READY and FIN.
  */
 #include "perf.h"
-
-#include <xfer/info.h>
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -572,61 +569,3 @@ void perf_test_server_check(perf_t *perf)
     }
 }
 
-/* ---- memory types ---------------------------------------------------------------------------- */
-
-/* 1 when the endpoint's transport moves CUDA memory itself (XFER_CAP_MEM_CUDA). */
-static int transport_moves_cuda(perf_t *perf)
-{
-    const char *name = xfer_endpoint_transport(perf->ep);
-    xfer_component_info_t info;
-
-    for (size_t i = 0; i < xfer_component_count(perf->ctx); i++) {
-        if ((xfer_component_get(perf->ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
-            (strcmp(info.name, name) == 0)) {
-            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
-        }
-    }
-    return 0;
-}
-
-/*
- * Whether this side's memory can take its part of the test, asked before the test starts, so
- * that a refusal reaches the other side as a message and not as operations that never come.
- * It follows what xfer.h says: a transport with MEM_CUDA (tcp, gdr) moves CUDA memory in
- * every test; over one without it, put and get of it are staged through host memory, tagged
- * messages and tensors of it are refused, and a put or get into the peer's CUDA memory is
- * refused by xfer itself, at xfer_rkey_pack.
- * 0, or -1 with the reason in why.
- */
-int perf_test_mem_check(perf_t *perf, int client, char *why, size_t why_size)
-{
-    const char *side = client ? "client" : "server";
-    const char *transport = xfer_endpoint_transport(perf->ep);
-
-    if (perf->p.mem[client ? SIDE_CLIENT : SIDE_SERVER] != PERF_MEM_CUDA) {
-        return 0;
-    }
-    switch (perf->p.test) {
-    case TEST_PUT_BW:
-    case TEST_GET_BW:
-    case TEST_PUT_LAT:
-        return 0;
-    case TEST_TENSOR_BW:
-    case TEST_TENSOR_LAT:
-        if (transport_moves_cuda(perf)) {
-            return 0;
-        }
-        snprintf(why, why_size, "the %s would %s cuda memory, which %s cannot touch (it lacks "
-                 "MEM_CUDA), and xfer does not stage tensors through host memory",
-                 side, client ? "fetch into" : "publish", transport);
-        return -1;
-    default:
-        if (transport_moves_cuda(perf)) {
-            return 0;
-        }
-        snprintf(why, why_size, "the %s's buffers would be cuda memory, which %s cannot touch "
-                 "(it lacks MEM_CUDA), and xfer stages only put and get of it through host "
-                 "memory, not tagged messages", side, transport);
-        return -1;
-    }
-}

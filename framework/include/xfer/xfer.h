@@ -167,9 +167,11 @@ XFER_API unsigned xfer_progress(xfer_context_t *ctx);
  * why. The range must lie in one CUDA allocation. CUDA memory is registered with the open
  * transports that move it (XFER_CAP_MEM_CUDA; xfer_info -s says which); on the others put
  * and get of it are staged through pinned host buffers (XFER_STAGING_CHUNK,
- * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it are refused, and a peer
- * cannot put to or get from it over them (its remote key has no part for them). It is
- * refused when no open transport moves or stages it.
+ * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it through a host buffer of
+ * their size, and a peer cannot put to or get from it over them (its remote key has no part
+ * for them). It is refused when no open transport moves or stages it. A tensor published
+ * from CUDA memory is copied to host memory at publish when an open transport cannot touch
+ * it.
  */
 typedef enum {
     XFER_MEM_HOST = 0,      /* CPU-addressable: malloc, mmap, pinned, CUDA managed memory */
