@@ -7,7 +7,7 @@ set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_SERIALIZED=1
 rc=0
-for suite in memory rma tag tensor faults progress callbacks close staging; do
+for suite in memory rma tag tensor faults progress callbacks close staging staging_msg; do
     echo "== test_$suite, serialized contexts"
     "$build/test/test_$suite" || rc=1
 done
