@@ -333,14 +333,21 @@ xfer_status_t xfer_msg_stage_publish(xfer_context_t *ctx, const xfer_tensor_t *t
                                      int copy_asked, void **copy_p)
 {
     char why[XFER_REASON_MAX];
+    int host_only = 0;      /* an open tensor transport cannot touch device memory */
     xfer_mem_attr_t attr;
     xfer_status_t status;
-    int needed = copy_asked;
     void *copy;
 
     *copy_p = NULL;
     if (tensor->is_dead || (tensor->size == 0)) {
         return XFER_OK;
+    }
+    for (unsigned i = 0; !host_only && (i < ctx->num_ifaces); i++) {
+        host_only = (ctx->ifaces[i].comp->tensor_fetch != NULL) &&
+                    !(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
+    }
+    if (!copy_asked && !host_only) {
+        return XFER_OK;     /* every transport takes the data where it is: nothing to find */
     }
     if (tensor->size > SIZE_MAX) {
         return XFER_ERR_NO_MEMORY;
@@ -350,11 +357,7 @@ xfer_status_t xfer_msg_stage_publish(xfer_context_t *ctx, const xfer_tensor_t *t
         xfer_log(XFER_LOG_ERROR, MSG_SUBSYS, "xfer_tensor_publish: %s", why);
         return status;
     }
-    for (unsigned i = 0; !needed && (attr.type == XFER_MEM_CUDA) && (i < ctx->num_ifaces); i++) {
-        needed = (ctx->ifaces[i].comp->tensor_fetch != NULL) &&
-                 !(ctx->ifaces[i].entry->attr.caps & XFER_CAP_MEM_CUDA);
-    }
-    if (!needed) {
+    if (!copy_asked && (attr.type != XFER_MEM_CUDA)) {
         return XFER_OK;
     }
     copy = malloc((size_t)tensor->size);
