@@ -585,7 +585,7 @@ void xfer_staging_test_stats(xfer_context_t *ctx, xfer_staging_stats_t *stats_p)
     } else {
         stats_p->chunk_size = ctx->fw_config.staging_chunk;
     }
-    stats_p->msgs       = ctx->msg_stats[0];
-    stats_p->msg_copies = ctx->msg_stats[1];
+    stats_p->msgs       = ctx->msg_staged;
+    stats_p->msg_copies = ctx->msg_copies;
     xfer_ctx_unlock(ctx);
 }

@@ -82,6 +82,19 @@ static void cuda_host_free(xfer_copier_t *c, void *ptr)
     }
 }
 
+/* Queue a copy of len bytes on the engine's stream (in its context); *call_p names the call
+ * that failed. */
+static int cu_copy_async(xfer_copier_t *c, void *dst, const void *src, size_t len,
+                         xfer_staging_dir_t dir, const char **call_p)
+{
+    if (dir == XFER_STAGING_TO_HOST) {
+        *call_p = "cuMemcpyDtoHAsync";
+        return c->cu->memcpy_dtoh_async(dst, (xfer_cu_ptr_t)(uintptr_t)src, len, c->stream);
+    }
+    *call_p = "cuMemcpyHtoDAsync";
+    return c->cu->memcpy_htod_async((xfer_cu_ptr_t)(uintptr_t)dst, src, len, c->stream);
+}
+
 static xfer_status_t cuda_start(xfer_copier_t *c, unsigned slot, void *dst, const void *src,
                                 size_t len, xfer_staging_dir_t dir, char *why, size_t why_size)
 {
@@ -90,15 +103,7 @@ static xfer_status_t cuda_start(xfer_copier_t *c, unsigned slot, void *dst, cons
     int res = cu_enter(c, &saved);
 
     if (res == CUDA_SUCCESS) {
-        if (dir == XFER_STAGING_TO_HOST) {
-            call = "cuMemcpyDtoHAsync";
-            res  = c->cu->memcpy_dtoh_async(dst, (xfer_cu_ptr_t)(uintptr_t)src, len,
-                                            c->stream);
-        } else {
-            call = "cuMemcpyHtoDAsync";
-            res  = c->cu->memcpy_htod_async((xfer_cu_ptr_t)(uintptr_t)dst, src, len,
-                                            c->stream);
-        }
+        res = cu_copy_async(c, dst, src, len, dir, &call);
         if (res == CUDA_SUCCESS) {
             call = "cuEventRecord";
             res  = c->cu->event_record(c->events[slot], c->stream);
@@ -167,15 +172,7 @@ xfer_status_t xfer_copier_sync_cuda(xfer_copier_t *c, void *dst, const void *src
      * so a later, smaller write to the same device bytes could land first and be overwritten
      * by an earlier one, and a reader polling the last byte could see it before the rest. */
     if (res == CUDA_SUCCESS) {
-        if (dir == XFER_STAGING_TO_HOST) {
-            call = "cuMemcpyDtoHAsync";
-            res  = c->cu->memcpy_dtoh_async(dst, (xfer_cu_ptr_t)(uintptr_t)src, len,
-                                            c->stream);
-        } else {
-            call = "cuMemcpyHtoDAsync";
-            res  = c->cu->memcpy_htod_async((xfer_cu_ptr_t)(uintptr_t)dst, src, len,
-                                            c->stream);
-        }
+        res = cu_copy_async(c, dst, src, len, dir, &call);
         if (res == CUDA_SUCCESS) {
             call = "cuStreamSynchronize";
             res  = c->cu->stream_synchronize(c->stream);

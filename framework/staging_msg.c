@@ -96,7 +96,7 @@ static xfer_status_t msg_copy(xfer_context_t *ctx, const xfer_mem_attr_t *attr, 
     if (len == 0) {
         return XFER_OK;
     }
-    ctx->msg_stats[1]++;
+    ctx->msg_copies++;
     if (attr->type != XFER_MEM_CUDA) {
         memcpy(dst, src, len);      /* host memory staged by the suites */
         return XFER_OK;
@@ -134,7 +134,7 @@ static xfer_msg_stage_t *stage_new(xfer_request_t *req, size_t host_len)
     }
     st->host_len = host_len;
     req->stage   = st;
-    req->ctx->msg_stats[0]++;
+    req->ctx->msg_staged++;
     return st;
 }
 
@@ -244,7 +244,7 @@ static void *fetch_stage_alloc(void *alloc_arg, const xfer_tensor_t *meta)
     }
     st->host     = host;
     st->host_len = (size_t)meta->size;
-    req->ctx->msg_stats[0]++;
+    req->ctx->msg_staged++;
     return host;
 }
 
@@ -298,9 +298,6 @@ void xfer_msg_stage_end(xfer_request_t *req, xfer_status_t *status_p, size_t *le
         *status_p = st->status;
     }
     if (req->kind == XFER_REQ_FETCH) {
-        if (st->user_alloc) {
-            req->tensor.data = st->dev;     /* after a failure too: the caller frees it */
-        }
         len = (st->host != NULL) ? (size_t)req->tensor.size : 0;
     } else {
         len = (req->kind == XFER_REQ_RECV) ? *length_p : 0;
@@ -321,8 +318,10 @@ void xfer_msg_stage_end(xfer_request_t *req, xfer_status_t *status_p, size_t *le
             }
         }
     }
-    if ((req->kind == XFER_REQ_FETCH) && (st->host != NULL)) {
-        req->tensor.data = st->dev;     /* not the host buffer, which goes now */
+    if ((req->kind == XFER_REQ_FETCH) && (st->user_alloc || (st->host != NULL))) {
+        /* the caller's buffer, not the host one, which goes now; after a failure too, so
+         * that the caller can free what its callback gave */
+        req->tensor.data = st->dev;
     }
     xfer_msg_stage_free(req);
 }
@@ -375,7 +374,7 @@ xfer_status_t xfer_msg_stage_publish(xfer_context_t *ctx, const xfer_tensor_t *t
         return status;
     }
     if (!copy_asked) {
-        ctx->msg_stats[0]++;
+        ctx->msg_staged++;
     }
     *copy_p = copy;
     return XFER_OK;

@@ -127,7 +127,8 @@ struct xfer_context {
     struct xfer_staging     *staging;       /* staging.c; NULL until first needed */
     int                     staging_host;   /* xfer_staging_test_host(): host memory staged */
     struct msg_copier       *msg_copiers;   /* staging_msg.c's copy engines, per CUDA context */
-    uint64_t                msg_stats[2];   /* staging_msg.c: messages staged, copies */
+    uint64_t                msg_staged;     /* staging_msg.c: messages and tensors staged */
+    uint64_t                msg_copies;     /* staging_msg.c: their copies */
 };
 
 typedef enum {
