@@ -176,6 +176,11 @@ void remote_check(stg_t *t, uint64_t off, uint64_t len, uint64_t seed_in,
 {
     uint64_t v;
 
+    /* what puts wrote is in the target's memory once a flush completed (or the endpoint
+     * closed: ep NULL) */
+    if (t->peer.ep != NULL) {
+        cr_assert_eq(tp_flush(t->peer.ep, TP_WAIT_MS), XFER_OK, "%s: flush", what);
+    }
     tp_send(&t->peer, CMD_CHECK);
     tp_send(&t->peer, off);
     tp_send(&t->peer, len);

@@ -52,7 +52,8 @@ void stg_start(stg_t *t, unsigned depth, unsigned delay);
 void stg_finish(stg_t *t);
 /* The target's whole allocation filled with pattern(seed). */
 void remote_fill(stg_t *t, uint64_t seed);
-/* The target's region holds pattern(seed_in) at [off, off + len), pattern(seed_fill) around. */
+/* After a flush (none when t->peer.ep is NULL: closed), the target's region holds
+ * pattern(seed_in) at [off, off + len), pattern(seed_fill) around. */
 void remote_check(stg_t *t, uint64_t off, uint64_t len, uint64_t seed_in, uint64_t seed_fill,
                   const char *what);
 /* The local allocation holds pattern(seed_fill) everywhere but [SLACK + off, +len), which

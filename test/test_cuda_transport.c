@@ -422,6 +422,7 @@ static void rma(void)
         s = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, len, t.src_mem, t.remote + off, t.rkey,
                      NULL, NULL, &req);
         wait_ok(s, req, "put", len);
+        cr_assert_eq(tp_flush(t.peer.ep, TP_WAIT_MS), XFER_OK, "flush after a put");
         cr_expect_eq(peer_cmd(&t, CMD_CHECK, off, len, 200 + i), 1, "put of %zu bytes into "
                      "the peer's device memory", len);
 

@@ -537,6 +537,14 @@ xfer_status_t tp_op_result(xfer_status_t s, xfer_request_t *req, int timeout_ms)
     return w;
 }
 
+xfer_status_t tp_flush(xfer_endpoint_t *ep, int timeout_ms)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t s     = xfer_endpoint_flush(ep, NULL, NULL, &req);
+
+    return tp_op_result(s, req, timeout_ms);
+}
+
 /* ---- the echo server ------------------------------------------------------------------------- */
 
 int tp_echo_server(tp_side_t *side)

@@ -31,6 +31,9 @@ enum {
     CMD_FILL,       /* seed: fill the whole allocation */
     CMD_CHECK,      /* off, len, seed_in, seed_fill: region[off, off+len) = pattern(seed_in),
                      * every other byte of the allocation = pattern(seed_fill) at its place */
+    CMD_PAUSE,      /* answer, then wait for the next command without progressing */
+    CMD_RESUME,     /* no answer: progress again */
+    CMD_DEREG,      /* deregister the region: the initiator's key no longer fits */
 };
 
 /* ---- the target ------------------------------------------------------------------------------ */
@@ -88,6 +91,20 @@ static int srv_target(tp_side_t *s)
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
             continue;
         }
+        if (cmd == CMD_RESUME) {
+            continue;
+        }
+        if ((cmd == CMD_PAUSE) || (cmd == CMD_DEREG)) {
+            if ((cmd == CMD_DEREG) && (mem != NULL)) {
+                TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+                mem = NULL;
+            }
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            if (cmd == CMD_PAUSE) {
+                TP_CHECK(tp_ctl_ready(s->ctl, TP_WAIT_MS), "no command after a pause");
+            }
+            continue;
+        }
         TP_CHECK(cmd == CMD_CHECK, "unknown command %llu", (unsigned long long)cmd);
         off       = ctl_u64(s);
         n         = ctl_u64(s);
@@ -111,7 +128,9 @@ static int srv_target(tp_side_t *s)
         }
         TP_CHECK(tp_ctl_send_u64(s->ctl, (bad < 0) ? 1 : (uint64_t)bad + 2) == 0, "ctl");
     }
-    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    if (mem != NULL) {
+        TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    }
     if (mapped) {
         munmap(alloc, ALEN);
     } else {
@@ -198,12 +217,15 @@ static void local_check_remote(rma_t *r, size_t off, size_t len, uint64_t seed, 
     cr_assert_eq(bad, -1, "got %zu bytes: byte %zd differs from the target's", len, bad);
 }
 
+/* A put, then a flush: the data is in the target's memory when this returns XFER_OK. */
 static xfer_status_t put(rma_t *r, size_t loff, size_t len, uint64_t raddr)
 {
     xfer_request_t *req = NULL;
     xfer_status_t s = xfer_put(r->peer.ep, r->local + loff, len, r->mem, raddr, r->rkey, NULL,
                                NULL, &req);
-    return tp_op_result(s, req, TP_WAIT_MS);
+
+    s = tp_op_result(s, req, TP_WAIT_MS);
+    return (s == XFER_OK) ? tp_flush(r->peer.ep, TP_WAIT_MS) : s;
 }
 
 static xfer_status_t get(rma_t *r, size_t loff, size_t len, uint64_t raddr)
@@ -440,6 +462,7 @@ Test(rma, many_puts_and_gets_in_flight)
         cr_assert_eq(xfer_request_length(reqs[i]), OPLEN);
         xfer_request_release(reqs[i]);
     }
+    cr_assert_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
     remote_check(&r, 0, RLEN, 42, 41, "1024 puts in flight");
 
     remote_fill(&r, 43);
@@ -492,6 +515,7 @@ Test(rma, self_releasing_puts_call_back_once)
         cr_assert_eq(slots[i].status, XFER_OK, "put %d: %s", i,
                      xfer_status_string(slots[i].status));
     }
+    cr_assert_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
     remote_check(&r, 0, 256 * 4096, 52, 51, "self-releasing puts");
     rma_finish(&r);
 }
@@ -543,4 +567,110 @@ Test(rma, a_key_unpacked_on_one_endpoint_is_refused_on_another)
     xfer_endpoint_close(ep_b);
     tp_child_expect_ok(&b, 30);
     rma_finish(&a);
+}
+
+/* ---- when a put completes (tcp) ------------------------------------------------------------- */
+
+static void require_tcp(void)
+{
+    if (strcmp(tp_transport(), "tcp") != 0) {
+        cr_skip_test("a put's completion is the transport's: over %s it completes when the "
+                     "data is in the target's memory, which test_verbs checks",
+                     tp_transport());
+    }
+}
+
+static void target_pause(rma_t *r)
+{
+    tp_send(&r->peer, CMD_PAUSE);
+    cr_assert_eq(tp_recv(&r->peer), 1);
+}
+
+/* tcp's put completes once written, without a round trip: the target does not progress
+ * while the puts complete; a flush waits for it, and then the data is there. */
+Test(rma, tcp_puts_complete_without_the_target_and_a_flush_waits_for_it)
+{
+    xfer_request_t *small = NULL, *large = NULL, *flush = NULL;
+    rma_t r;
+
+    require_tcp();
+    rma_start(&r);
+    remote_fill(&r, 71);
+    tp_fill_pattern(r.local + SLACK, (1 << 20) + 4096, 72);
+    target_pause(&r);
+    cr_assert(TP_POSTED(xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey,
+                                 NULL, NULL, &small)));
+    cr_assert(TP_POSTED(xfer_put(r.peer.ep, r.local + SLACK + 4096, 1 << 20, r.mem,
+                                 r.base + 4096, r.rkey, NULL, NULL, &large)));
+    cr_assert_eq(xfer_request_wait(small, TP_WAIT_MS), XFER_OK, "a 4 KiB put waits for the "
+                 "target");
+    cr_assert_eq(xfer_request_wait(large, TP_WAIT_MS), XFER_OK, "a 1 MiB put waits for the "
+                 "target (it fits the sockets' buffers)");
+    cr_assert(TP_POSTED(xfer_endpoint_flush(r.peer.ep, NULL, NULL, &flush)));
+    tp_progress_for(r.peer.ctx, 300);
+    cr_assert_eq(xfer_request_test(flush), XFER_INPROGRESS, "a flush completed while the "
+                 "target did not progress: it cannot know the data is in its memory");
+    tp_send(&r.peer, CMD_RESUME);
+    cr_assert_eq(xfer_request_wait(flush, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(small);
+    xfer_request_release(large);
+    xfer_request_release(flush);
+    remote_check(&r, 0, (1 << 20) + 4096, 72, 71, "puts then a flush");
+    rma_finish(&r);
+}
+
+/* A put the target refuses after it completed here: the next flush reports it, once; the
+ * endpoint goes on. */
+Test(rma, tcp_a_refused_put_fails_the_next_flush)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t s;
+    rma_t r;
+
+    require_tcp();
+    rma_start(&r);
+    tp_send(&r.peer, CMD_DEREG);
+    cr_assert_eq(tp_recv(&r.peer), 1);
+    tp_fill_pattern(r.local + SLACK, 65536, 81);
+    s = xfer_put(r.peer.ep, r.local + SLACK, 65536, r.mem, r.base, r.rkey, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK, "the put completes here");
+    s = tp_flush(r.peer.ep, TP_WAIT_MS);
+    cr_expect_eq(s, XFER_ERR_INVALID_PARAM, "the flush after a refused put: %s",
+                 xfer_status_string(s));
+    cr_expect_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK, "the refusal is reported once");
+    cr_expect_eq(xfer_endpoint_status(r.peer.ep), XFER_OK, "a refused put does not break "
+                 "the endpoint");
+    rma_finish(&r);
+}
+
+/* XFER_TCP_PUT_ACK=y: every put waits for the target, and a refusal fails the put itself. */
+Test(rma, tcp_put_ack_makes_a_put_wait_for_the_target)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t s;
+    rma_t r;
+
+    require_tcp();
+    setenv("XFER_TCP_PUT_ACK", "y", 1);
+    rma_start(&r);
+    unsetenv("XFER_TCP_PUT_ACK");
+    remote_fill(&r, 91);
+    tp_fill_pattern(r.local + SLACK, 4096, 92);
+    target_pause(&r);
+    cr_assert(TP_POSTED(xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey,
+                                 NULL, NULL, &req)));
+    tp_progress_for(r.peer.ctx, 300);
+    cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS, "an acknowledged put completed "
+                 "while the target did not progress");
+    tp_send(&r.peer, CMD_RESUME);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(req);
+    remote_check(&r, 0, 4096, 92, 91, "an acknowledged put, without a flush");
+    tp_send(&r.peer, CMD_DEREG);
+    cr_assert_eq(tp_recv(&r.peer), 1);
+    req = NULL;
+    s = xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
+    cr_expect_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
+    rma_finish(&r);
 }

@@ -298,6 +298,7 @@ static void rma_one(rma_t *r, int is_put, uint64_t len)
     if (is_put) {
         cr_log_info("put of %llu bytes: %.2f s", (unsigned long long)len,
                     (tp_now_ms() - t0) / 1e3);
+        cr_assert_eq(tp_flush(r->peer.ep, TP_BIG_WAIT_MS), XFER_OK, "flush after the put");
         target_cmd(r, CMD_CHECK, len, 1);
     } else {
         parent_check("get", r->local, len, t0);

@@ -203,6 +203,7 @@ Test(staging, operations_share_the_bounded_pool)
     cr_expect_eq(st.max_in_flight, 3);
     cr_expect_eq(st.in_flight, 0);
     cr_expect_eq(st.ops, NOPS);
+    cr_assert_eq(tp_flush(t.peer.ep, TP_WAIT_MS), XFER_OK);
     for (int i = 0; i < NOPS; i++) {
         char what[32];
 
@@ -287,6 +288,7 @@ Test(staging, context_destroy_with_a_pipeline_in_flight)
     cr_assert_lt(st.chunks, chunks_of(len), "the pipeline ended before the destroy");
     s.ctx = NULL;               /* the callback runs inside destroy: no stats then */
     xfer_context_destroy(t.peer.ctx);
+    t.peer.ep = NULL;           /* closed by the destroy, which flushed it */
     cr_expect_eq(s.calls, 1, "callback ran %d times", s.calls);
     cr_expect_eq(s.status, XFER_OK, "status %s", xfer_status_string(s.status));
     remote_check(&t, 0, len, 7, 6, "put finished by the destroy");

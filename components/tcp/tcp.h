@@ -43,6 +43,7 @@ typedef struct xfer_tcp_config {
     uint64_t max_backlog;       /* MAX_RESPONSE_BACKLOG: queued answers before input pauses */
     uint64_t cuda_chunk;        /* CUDA_CHUNK: bytes of one bounce buffer for device memory */
     uint64_t cuda_depth;        /* CUDA_DEPTH: bounce buffers for each direction */
+    int      put_ack;           /* PUT_ACK: a put completes when the target acknowledged it */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16
@@ -109,6 +110,7 @@ struct xfer_tcp_op {
     uint64_t            tag;
     int                 busy;       /* data is arriving: too late to cancel */
     int                 tx_pending; /* its zero-copy frame is still in the send queue */
+    int                 on_write;   /* SEND, unacknowledged PUT: complete once written */
     int                 cuda;       /* buf is CUDA memory (tcp_cuda.c moves it) */
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer, FETCH caller buffer */
@@ -118,11 +120,14 @@ struct xfer_tcp_op {
     void                *alloc_arg;
     xfer_tensor_t       *result;
     uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
-    /* FLUSH: done once the bytes queued before it are acknowledged and the RMA operations
-     * posted before it (serial <= mark_rma) have completed */
+    /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
+     * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,
+     * the FLUSH_REQ mark_fence is answered; a refused PUT up to mark_put fails it */
     uint64_t            mark_tx;
     uint64_t            mark_rma;
     uint64_t            pending_rma;
+    uint64_t            mark_fence;
+    uint64_t            mark_put;
     xfer_tcp_tx_t       tx;         /* zero-copy frame of a large SEND or PUT */
     uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
 };
@@ -236,7 +241,19 @@ struct xfer_ep {
     uint64_t            unexp_bytes;    /* what this ep's unexpected messages cost */
     uint64_t            tx_queued;      /* bytes ever queued on txq */
     uint64_t            tx_written;     /* ... and ever handed to the socket */
-    uint64_t            rma_serial;     /* PUT/GET operations ever posted */
+    uint64_t            rma_serial;     /* acknowledged PUTs and GETs ever posted */
+    /* Unacknowledged puts (PUT frames) complete once written; a flush after them sends a
+     * FLUSH_REQ and waits for its FLUSH_ACK, by which their data is in the peer's memory. */
+    uint64_t            puts_sent;      /* PUT frames ever queued: the id of the last one */
+    uint64_t            fence_put;      /* puts_sent when the last FLUSH_REQ was queued */
+    uint64_t            fences_sent;    /* FLUSH_REQs ever queued: the id of the last one */
+    uint64_t            fences_acked;   /* FLUSH_ACKs received */
+    uint64_t            put_failed;     /* id of the earliest PUT the peer refused that no
+                                         * flush reported yet; 0 = none */
+    xfer_status_t       put_fail_status;
+    uint64_t            put_fail_last;  /* id of the last PUT_FAIL: they come in order */
+    uint64_t            puts_rcvd;      /* the peer's PUT frames and FLUSH_REQs received: */
+    uint64_t            fences_rcvd;    /* their ids must count up from 1 */
     ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;
@@ -358,6 +375,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
 void xfer_tcp_ep_destroy(xfer_ep_h ep);
 /* ep_flush(): see component.h. */
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req, xfer_tcp_rx_flush_ack;
 /* Complete the flushes of ep whose conditions now hold; how many. */
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep);
 /* End every flush of ep with status (it failed or closes). */
@@ -385,6 +403,9 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 /* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory.
  * answer: it answers a request of the peer (it counts in ep->resp_backlog). */
 uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer);
+/* Queue a header-only answer (type, status) to the frame being received, with its id. */
+xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
+                                 size_t why_size);
 /* Queue an entry whose memory the caller owns (zero-copy frames); tx->resp says what it
  * counts in ep->resp_backlog. */
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
@@ -441,6 +462,7 @@ void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue);
 
 /* ---- tcp_rma.c ------------------------------------------------------------------------------ */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
+                                   xfer_tcp_rx_put, xfer_tcp_rx_put_fail,
                                    xfer_tcp_rx_get_req, xfer_tcp_rx_get_resp;
 xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
 void xfer_tcp_regions_cleanup(xfer_iface_h iface);

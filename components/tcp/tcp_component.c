@@ -83,6 +83,13 @@ static const xfer_param_desc_t tcp_params[] = {
      "Bounce buffers for CUDA memory in each direction (receive, send) of an iface, allocated "
      "on the first registration of CUDA memory.",
      offsetof(xfer_tcp_config_t, cuda_depth), 2, XFER_TCP_CUDA_DEPTH_MAX, NULL},
+    {"PUT_ACK", XFER_PARAM_BOOL, "n",
+     "n: a put completes once its data is handed to the socket (its buffer may be reused); "
+     "a flush of the endpoint then completes once the data of every put before it is in the "
+     "peer's memory, and fails with the status of a put the peer refused. y: every put "
+     "waits for the peer's acknowledgement, a round trip each, and completes when its data "
+     "is in the peer's memory or with the peer's error.",
+     offsetof(xfer_tcp_config_t, put_ack), 0, 0, NULL},
     {NULL}
 };
 

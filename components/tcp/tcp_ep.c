@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
@@ -259,10 +260,28 @@ void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx)
 /* ---- flush -----------------------------------------------------------------------------------
  *
  * A flush is done once the peer's host has acknowledged every byte queued before it (the
- * kernel's count of unacknowledged bytes, SIOCOUTQ, says how far that is) and the puts and
- * gets posted before it have completed (a put completes with its PUT_ACK, so its data is in
- * the target's memory). Acknowledgements raise no event: while flushes wait, the iface's
- * timer looks again every millisecond. */
+ * kernel's count of unacknowledged bytes, SIOCOUTQ, says how far that is), the acknowledged
+ * puts and gets posted before it have completed, and - when PUT frames went out since the
+ * last FLUSH_REQ - a FLUSH_REQ queued behind them is answered: the peer handles frames in
+ * order, so its FLUSH_ACK says that their data is in its memory, and any PUT_FAIL for them
+ * arrived first (the flush then fails with that put's status). Acknowledgements raise no
+ * event: while flushes wait, the iface's timer looks again every millisecond. */
+
+static xfer_status_t fence_send(xfer_ep_h ep)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_FLUSH_REQ, 0, ep->fences_sent + 1, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 0);
+
+    if (p == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    ep->fences_sent++;
+    ep->fence_put = ep->puts_sent;
+    xfer_tcp_ep_tx_post(ep);
+    return XFER_OK;
+}
 
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
 {
@@ -280,7 +299,8 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
         pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
                    (ep->slots[i].kind == XFER_TCP_SLOT_GET);
     }
-    if ((pending == 0) && ucs_list_is_empty(&ep->flushes) &&
+    if ((pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
+        (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
         (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued)) {
         return XFER_OK;
     }
@@ -288,9 +308,15 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
+    if ((ep->fence_put != ep->puts_sent) && (fence_send(ep) != XFER_OK)) {
+        free(op);
+        return XFER_ERR_NO_MEMORY;
+    }
     op->mark_tx     = ep->tx_queued;
     op->mark_rma    = ep->rma_serial;
     op->pending_rma = pending;
+    op->mark_fence  = ep->fences_sent;
+    op->mark_put    = ep->puts_sent;
     ucs_list_add_tail(&ep->flushes, &op->list);
     xfer_tcp_iface_flushing_add(ep->iface, ep);
     return XFER_INPROGRESS;
@@ -310,6 +336,7 @@ void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial)
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
 {
     xfer_tcp_op_t *op, *tmp;
+    xfer_status_t status;
     unsigned count = 0;
     uint64_t acked;
 
@@ -318,14 +345,67 @@ unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
     }
     acked = xfer_tcp_ep_tx_acked(ep);
     ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
-        if ((op->pending_rma == 0) && (acked >= op->mark_tx)) {
-            ucs_list_del(&op->list);
-            xfer_tcp_op_complete(op, XFER_OK, 0, 0);
-            count++;
+        if ((op->pending_rma > 0) || (acked < op->mark_tx) ||
+            (ep->fences_acked < op->mark_fence)) {
+            continue;
         }
+        status = XFER_OK;
+        if ((ep->put_failed != 0) && (ep->put_failed <= op->mark_put)) {
+            status         = ep->put_fail_status;   /* reported once, to this flush */
+            ep->put_failed = 0;
+        }
+        ucs_list_del(&op->list);
+        xfer_tcp_op_complete(op, status, 0, 0);
+        count++;
     }
     return count;
 }
+
+/* The target side of a flush: every frame before the FLUSH_REQ is handled. */
+static xfer_status_t rx_flush_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                      size_t why_size)
+{
+    (void)ext;
+    if (ep->rx.hdr.id != ep->fences_rcvd + 1) {
+        snprintf(why, why_size, "FLUSH_REQ carries id %" PRIu64 ", expected %" PRIu64,
+                 ep->rx.hdr.id, ep->fences_rcvd + 1);
+        return XFER_ERR_PROTOCOL;
+    }
+    ep->fences_rcvd++;
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_flush_req_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_FLUSH_ACK, XFER_OK, why, why_size);
+}
+
+static xfer_status_t rx_flush_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                      size_t why_size)
+{
+    (void)ext;
+    if ((ep->rx.hdr.id != ep->fences_acked + 1) || (ep->rx.hdr.id > ep->fences_sent)) {
+        snprintf(why, why_size, "FLUSH_ACK carries id %" PRIu64 ", expected %" PRIu64
+                 " (%" PRIu64 " FLUSH_REQs sent)", ep->rx.hdr.id, ep->fences_acked + 1,
+                 ep->fences_sent);
+        return XFER_ERR_PROTOCOL;
+    }
+    ep->fences_acked++;
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_flush_ack_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    (void)why;
+    (void)why_size;
+    xfer_tcp_ep_flushes_check(ep);
+    return XFER_OK;
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req = {0, rx_flush_req_ext, rx_flush_req_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_ack = {0, rx_flush_ack_ext, rx_flush_ack_done};
 
 void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status)
 {

@@ -4,8 +4,9 @@
  * A region is known to peers by {id, the iface's random cookie, address, length}. The target
  * checks all of it - the id is registered, the cookie is this iface's, the range lies inside -
  * before touching memory, and answers anything else with an error status while draining the
- * data. A put completes at the initiator when its PUT_ACK arrives (the data is in the target's
- * memory); a get when its data is in the local buffer.
+ * data. A put completes at the initiator once its frame is written (a flush then waits until
+ * its data is in the target's memory; a refused put fails that flush), or with
+ * XFER_TCP_PUT_ACK=y when its PUT_ACK arrives; a get when its data is in the local buffer.
  */
 #include "tcp.h"
 
@@ -210,19 +211,25 @@ static void rma_posted(xfer_ep_h ep)
     }
 }
 
+/*
+ * A put is a PUT frame that completes once written (its data is then the socket's), the
+ * peer's memory reached by a later flush; with XFER_TCP_PUT_ACK it is a PUT_REQ that
+ * completes with the target's PUT_ACK. Data up to the eager threshold is copied into the
+ * send queue, so an unacknowledged put of it completes at once.
+ */
 xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_PUT_REQ, 0, 0,
+                               XFER_TCP_WIRE_PUT, 0, 0,
                                XFER_TCP_WIRE_PUT_EXT_LEN + (uint64_t)length};
     char why[XFER_REASON_MAX] = "";
     xfer_tcp_wire_rma_t rma;
-    void *bounce = NULL;
+    xfer_tcp_op_t *op = NULL;
+    void *bounce      = NULL;
     xfer_status_t status;
-    xfer_tcp_op_t *op;
+    int cuda, acked, eager;
     uint8_t *p;
-    int cuda;
 
     status = rma_check(ep, "put", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
@@ -236,14 +243,19 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
-    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_PUT, comp);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    acked = ep->iface->cfg->put_ack;
+    eager = (length <= ep->iface->cfg->eager_threshold);
+    if (acked || !eager) {
+        op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_PUT, comp);
+        if (op == NULL) {
+            return XFER_ERR_NO_MEMORY;
+        }
+        op->buf      = (void*)buf;
+        op->len      = length;
+        op->cuda     = cuda;
+        op->on_write = !acked;
     }
-    op->buf  = (void*)buf;
-    op->len  = length;
-    op->cuda = cuda;
-    if (cuda && (length <= ep->iface->cfg->eager_threshold)) {
+    if (cuda && eager) {
         status = xfer_tcp_cuda_copy_small(ep->iface, buf, length, &bounce, why, sizeof(why));
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "put from CUDA memory: %s", why);
@@ -252,21 +264,28 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         }
         buf = bounce;
     }
-    status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_PUT, op, &hdr.id);
-    if (status != XFER_OK) {
-        free(bounce);
-        free(op);
-        return status;
+    if (acked) {
+        hdr.type = XFER_TCP_WIRE_PUT_REQ;
+        status   = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_PUT, op, &hdr.id);
+        if (status != XFER_OK) {
+            free(bounce);
+            free(op);
+            return status;
+        }
+        op->serial = ++ep->rma_serial;
+    } else {
+        hdr.id = ep->puts_sent + 1;     /* counted once queued */
     }
-    op->serial = ++ep->rma_serial;
     rma.region = rkey->wire.region;
     rma.cookie = rkey->wire.cookie;
     rma.addr   = remote_addr;
     rma.len    = length;
-    if (length <= ep->iface->cfg->eager_threshold) {
+    if (eager) {
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length, 0);
         if (p == NULL) {
-            xfer_tcp_slot_free(ep, op->slot);
+            if (acked) {
+                xfer_tcp_slot_free(ep, op->slot);
+            }
             free(bounce);
             free(op);
             return XFER_ERR_NO_MEMORY;
@@ -288,6 +307,11 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         op->tx.dev             = cuda;
         op->tx_pending         = 1;
         xfer_tcp_ep_tx_push(ep, &op->tx);
+    }
+    if (!acked) {
+        ep->puts_sent++;
+        xfer_tcp_ep_tx_post(ep);
+        return eager ? XFER_OK : XFER_INPROGRESS;
     }
     rma_posted(ep);
     return XFER_INPROGRESS;
@@ -379,6 +403,14 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     xfer_memh_h memh;
     xfer_status_t status;
 
+    if (ep->rx.hdr.type == XFER_TCP_WIRE_PUT) {
+        if (ep->rx.hdr.id != ep->puts_rcvd + 1) {
+            snprintf(why, why_size, "PUT carries id %" PRIu64 ", expected %" PRIu64,
+                     ep->rx.hdr.id, ep->puts_rcvd + 1);
+            return XFER_ERR_PROTOCOL;
+        }
+        ep->puts_rcvd++;
+    }
     status = xfer_tcp_wire_unpack_put_ext(ext, &ep->rx.hdr, &rma, why, why_size);
     if (status != XFER_OK) {
         return status;
@@ -402,16 +434,16 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
 
 static xfer_status_t rx_put_req_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_tcp_wire_hdr_t ack = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_PUT_ACK, ep->rx.status, ep->rx.hdr.id, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
+    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_ACK, ep->rx.status, why, why_size);
+}
 
-    if (p == NULL) {
-        snprintf(why, why_size, "out of memory for a PUT_ACK");
-        return XFER_ERR_NO_MEMORY;
+/* An unacknowledged put is answered only when it was refused. */
+static xfer_status_t rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    if (ep->rx.status == XFER_OK) {
+        return XFER_OK;
     }
-    xfer_tcp_wire_pack_hdr(&ack, p);
-    return XFER_OK;
+    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_FAIL, ep->rx.status, why, why_size);
 }
 
 static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
@@ -440,16 +472,7 @@ static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
 static xfer_status_t get_resp_error(xfer_ep_h ep, xfer_status_t status, char *why,
                                     size_t why_size)
 {
-    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_GET_RESP, status, ep->rx.hdr.id, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
-
-    if (p == NULL) {
-        snprintf(why, why_size, "out of memory for a GET_RESP");
-        return XFER_ERR_NO_MEMORY;
-    }
-    xfer_tcp_wire_pack_hdr(&hdr, p);
-    return XFER_OK;
+    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_GET_RESP, status, why, why_size);
 }
 
 static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
@@ -560,9 +583,38 @@ static xfer_status_t rx_nothing_done(xfer_ep_h ep, char *why, size_t why_size)
     return XFER_OK;
 }
 
+/* The peer refused one of our PUTs, which completed when it was written: the caller hears of
+ * it from the next flush that covers it. */
+static xfer_status_t rx_put_fail_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                     size_t why_size)
+{
+    uint64_t id = ep->rx.hdr.id;
+
+    (void)ext;
+    if ((id <= ep->put_fail_last) || (id > ep->puts_sent)) {
+        snprintf(why, why_size, "PUT_FAIL for put %" PRIu64 ", which is not among the puts "
+                 "%" PRIu64 "..%" PRIu64 " that can still fail", id, ep->put_fail_last + 1,
+                 ep->puts_sent);
+        return XFER_ERR_PROTOCOL;
+    }
+    ep->put_fail_last = id;
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "the peer refused put %" PRIu64 " of this "
+             "endpoint after it completed locally (%s); the next flush reports it", id,
+             xfer_status_string(ep->rx.hdr.status));
+    if (ep->put_failed == 0) {
+        ep->put_failed      = id;
+        ep->put_fail_status = ep->rx.hdr.status;
+    }
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req  = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
                                                     rx_put_req_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put_ack  = {0, rx_put_ack_ext, rx_nothing_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put      = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
+                                                    rx_put_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put_fail = {0, rx_put_fail_ext, rx_nothing_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_get_req  = {XFER_TCP_WIRE_GET_EXT_LEN, rx_get_req_ext,
                                                     rx_nothing_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_get_resp = {0, rx_get_resp_ext, rx_get_resp_done};

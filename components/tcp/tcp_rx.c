@@ -30,6 +30,10 @@ static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
     case XFER_TCP_WIRE_TENSOR_REQ:    return &xfer_tcp_rx_tensor_req;
     case XFER_TCP_WIRE_TENSOR_RESP:   return &xfer_tcp_rx_tensor_resp;
     case XFER_TCP_WIRE_TENSOR_CANCEL: return &xfer_tcp_rx_tensor_cancel;
+    case XFER_TCP_WIRE_PUT:           return &xfer_tcp_rx_put;
+    case XFER_TCP_WIRE_PUT_FAIL:      return &xfer_tcp_rx_put_fail;
+    case XFER_TCP_WIRE_FLUSH_REQ:     return &xfer_tcp_rx_flush_req;
+    case XFER_TCP_WIRE_FLUSH_ACK:     return &xfer_tcp_rx_flush_ack;
     default:                          return NULL;
     }
 }

@@ -181,8 +181,9 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->buf = (void*)buf;
-    op->len = length;
+    op->buf      = (void*)buf;
+    op->len      = length;
+    op->on_write = 1;
     xfer_tcp_wire_pack_hdr(&hdr, op->hdr);
     op->tx.kind            = XFER_TCP_TX_OP;
     op->tx.iov[0].iov_base = op->hdr;

@@ -10,6 +10,7 @@
 #include "tcp.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -57,6 +58,21 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
     return (uint8_t*)(tx + 1);
 }
 
+xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
+                                 size_t why_size)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type,
+                               status, ep->rx.hdr.id, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
+
+    if (p == NULL) {
+        snprintf(why, why_size, "out of memory for a %s", xfer_tcp_wire_type_name(type));
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    return XFER_OK;
+}
+
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     tx->sent = 0;
@@ -86,10 +102,10 @@ static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
         op->tx_pending = 0;
-        if (op->kind == XFER_TCP_OP_SEND) {
+        if (op->on_write) {
             xfer_tcp_op_complete(op, XFER_OK, op->len, 0);
         }
-        break;      /* a put completes with its PUT_ACK */
+        break;      /* an acknowledged put completes with its PUT_ACK */
     case XFER_TCP_TX_PREQ:
         /* released by the next progress(): never from inside a tensor's ready() */
         ucs_list_add_tail(&ep->iface->releases,
@@ -119,10 +135,10 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
     case XFER_TCP_TX_OP:
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
         op->tx_pending = 0;
-        if (op->kind == XFER_TCP_OP_SEND) {
+        if (op->on_write) {
             xfer_tcp_op_complete(op, status, 0, 0);
         }
-        break;      /* a put is completed with the ep's outstanding requests */
+        break;      /* an acknowledged put is completed with the ep's outstanding requests */
     case XFER_TCP_TX_PREQ:
         preq = ucs_container_of(tx, xfer_tcp_preq_t, tx);
         if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {

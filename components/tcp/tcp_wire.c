@@ -22,6 +22,10 @@ const char *xfer_tcp_wire_type_name(unsigned type)
         [XFER_TCP_WIRE_TENSOR_REQ]    = "TENSOR_REQ",
         [XFER_TCP_WIRE_TENSOR_RESP]   = "TENSOR_RESP",
         [XFER_TCP_WIRE_TENSOR_CANCEL] = "TENSOR_CANCEL",
+        [XFER_TCP_WIRE_PUT]           = "PUT",
+        [XFER_TCP_WIRE_PUT_FAIL]      = "PUT_FAIL",
+        [XFER_TCP_WIRE_FLUSH_REQ]     = "FLUSH_REQ",
+        [XFER_TCP_WIRE_FLUSH_ACK]     = "FLUSH_ACK",
     };
 
     if ((type == 0) || (type >= XFER_TCP_WIRE_TYPE_LAST)) {
@@ -109,7 +113,8 @@ static int status_is_valid(int32_t status)
 static int type_is_response(unsigned type)
 {
     return (type == XFER_TCP_WIRE_PUT_ACK) || (type == XFER_TCP_WIRE_GET_RESP) ||
-           (type == XFER_TCP_WIRE_TENSOR_RESP);
+           (type == XFER_TCP_WIRE_TENSOR_RESP) || (type == XFER_TCP_WIRE_PUT_FAIL) ||
+           (type == XFER_TCP_WIRE_FLUSH_ACK);
 }
 
 /* Does the frame's length fit its type and the limits? */
@@ -121,6 +126,7 @@ static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_l
     case XFER_TCP_WIRE_TAG:
         return len <= lim->max_msg_size;
     case XFER_TCP_WIRE_PUT_REQ:
+    case XFER_TCP_WIRE_PUT:
         return (len >= XFER_TCP_WIRE_PUT_EXT_LEN) &&
                (len - XFER_TCP_WIRE_PUT_EXT_LEN <= lim->max_msg_size);
     case XFER_TCP_WIRE_GET_REQ:
@@ -138,7 +144,7 @@ static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_l
         len -= XFER_TCP_WIRE_TRESP_EXT_LEN;
         return (len <= lim->max_msg_size) ||
                (len - lim->max_msg_size <= XFER_TCP_WIRE_MAX_REASON);
-    default: /* PUT_ACK, TENSOR_CANCEL */
+    default: /* PUT_ACK, TENSOR_CANCEL, PUT_FAIL, FLUSH_REQ, FLUSH_ACK */
         return len == 0;
     }
 }
@@ -169,7 +175,8 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
         snprintf(why, why_size, "unknown frame type %u", hdr->type);
         return XFER_ERR_PROTOCOL;
     }
-    if (type_is_response(hdr->type) ? !status_is_valid(hdr->status) : (hdr->status != 0)) {
+    if ((type_is_response(hdr->type) ? !status_is_valid(hdr->status) : (hdr->status != 0)) ||
+        ((hdr->type == XFER_TCP_WIRE_PUT_FAIL) && (hdr->status == XFER_OK))) {
         snprintf(why, why_size, "%s frame carries status %" PRId32 ", which is not valid there",
                  xfer_tcp_wire_type_name(hdr->type), hdr->status);
         return XFER_ERR_PROTOCOL;
@@ -194,8 +201,8 @@ xfer_status_t xfer_tcp_wire_unpack_put_ext(const void *buf, const xfer_tcp_wire_
     rma->addr   = xfer_get_le64(p + 16);
     rma->len    = hdr->length - XFER_TCP_WIRE_PUT_EXT_LEN;
     if (rma->addr + rma->len < rma->addr) {
-        snprintf(why, why_size, "PUT_REQ range 0x%" PRIx64 "+%" PRIu64 " wraps around",
-                 rma->addr, rma->len);
+        snprintf(why, why_size, "%s range 0x%" PRIx64 "+%" PRIu64 " wraps around",
+                 xfer_tcp_wire_type_name(hdr->type), rma->addr, rma->len);
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;

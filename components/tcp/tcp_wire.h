@@ -6,7 +6,7 @@
  *
  *   frame := header extension[ext_len] variable[...] data[...]
  *   header (24 bytes):
- *     magic:u16 = 0x5854 ("TX")  version:u8 = 1  type:u8
+ *     magic:u16 = 0x5854 ("TX")  version:u8 = 2  type:u8
  *     status:i32   an xfer_status_t: 0 in requests, 0 or an error in responses
  *     id:u64       TAG: the message tag; others: the request id the initiator chose
  *     length:u64   bytes after the header: ext_len + variable + data
@@ -21,7 +21,17 @@
  *   TENSOR_RESP    dtype:u16 rank:u8 is_dead:u8          reason[reason_len] size bytes (status 0,
  *                  reason_len:u32 size:u64 dims:i64[8]                      not dead)
  *   TENSOR_CANCEL  -                                     -                  -
+ *   PUT            region:u64 cookie:u64 addr:u64        -                  bytes to write
+ *   PUT_FAIL       -                                     -                  - (status not 0)
+ *   FLUSH_REQ      -                                     -                  -
+ *   FLUSH_ACK      -                                     -                  -
  *
+ * A PUT_REQ is answered by a PUT_ACK once its data is in the target's memory. A PUT is not
+ * answered unless it fails: its id is its rank among the initiator's PUTs on the connection
+ * (1, 2, ...), and a PUT the target refuses is answered by a PUT_FAIL with that id and the
+ * error. A FLUSH_REQ's id is its rank among the initiator's FLUSH_REQs; the target answers it
+ * with a FLUSH_ACK of the same id once every frame before it is handled (the data of every
+ * PUT before it is in memory, every PUT_FAIL before it queued ahead of the FLUSH_ACK).
  * Request ids carry a generation in their upper 32 bits, so a response to a request that is no
  * longer outstanding is recognised as stale. A TENSOR_RESP answers every TENSOR_REQ exactly
  * once, also after a TENSOR_CANCEL (then with status XFER_ERR_CANCELED unless it was already
@@ -42,7 +52,7 @@
 #include <stdint.h>
 
 #define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
-#define XFER_TCP_WIRE_VERSION          1u
+#define XFER_TCP_WIRE_VERSION          2u
 #define XFER_TCP_WIRE_HDR_LEN          24u
 #define XFER_TCP_WIRE_PUT_EXT_LEN      24u
 #define XFER_TCP_WIRE_GET_EXT_LEN      32u
@@ -61,6 +71,10 @@ typedef enum {
     XFER_TCP_WIRE_TENSOR_REQ    = 6,
     XFER_TCP_WIRE_TENSOR_RESP   = 7,
     XFER_TCP_WIRE_TENSOR_CANCEL = 8,
+    XFER_TCP_WIRE_PUT           = 9,
+    XFER_TCP_WIRE_PUT_FAIL      = 10,
+    XFER_TCP_WIRE_FLUSH_REQ     = 11,
+    XFER_TCP_WIRE_FLUSH_ACK     = 12,
     XFER_TCP_WIRE_TYPE_LAST
 } xfer_tcp_wire_type_t;
 
@@ -79,7 +93,7 @@ typedef struct xfer_tcp_wire_limits {
     uint32_t max_key_len;   /* longest tensor key */
 } xfer_tcp_wire_limits_t;
 
-/* PUT_REQ and GET_REQ extension (len only in GET_REQ). */
+/* PUT_REQ, PUT and GET_REQ extension (len only in GET_REQ). */
 typedef struct xfer_tcp_wire_rma {
     uint64_t region;
     uint64_t cookie;

@@ -166,6 +166,22 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
     return 0;
 }
 
+/* Every put before it is in the server's memory. */
+static int remote_flush(perf_t *perf)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t st    = xfer_endpoint_flush(perf->ep, NULL, NULL, &req);
+
+    if (st == XFER_OK) {
+        st = perf_request_wait(req);
+        xfer_request_release(req);
+    }
+    if (st != XFER_OK) {
+        return perf_fail("flush after the puts", st);
+    }
+    return 0;
+}
+
 /* put_bw, get_bw: the client's side */
 static xfer_status_t put_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
 {
@@ -443,7 +459,9 @@ static int put_lat_run(perf_t *perf, int client)
             }
         }
     }
-    return 0;
+    /* both sides, while the other still progresses: their puts are in the peer's memory
+     * before either side closes (a close would otherwise wait for a peer that left) */
+    return remote_flush(perf);
 }
 
 /* tensor_lat's client: one fetch at a time, each timed whole. */
@@ -505,8 +523,13 @@ int perf_test_client_run(perf_t *perf, uint64_t *t_start_p)
             return -1;
         }
         *t_start_p = t_prev = perf_now_ns();
-        return window_run(perf, p->warmup, p->iters, p->window, 0, bw[p->test].post,
-                          bw[p->test].done, bw[p->test].what, &t_prev, perf->samples);
+        if (window_run(perf, p->warmup, p->iters, p->window, 0, bw[p->test].post,
+                       bw[p->test].done, bw[p->test].what, &t_prev, perf->samples) != 0) {
+            return -1;
+        }
+        /* a put may complete once sent (tcp): the clock stops when the data has landed, as
+         * ucx_perftest's does after its flush */
+        return (p->test == TEST_PUT_BW) ? remote_flush(perf) : 0;
     }
     case TEST_PUT_LAT:
         *t_start_p = perf_now_ns();

@@ -553,6 +553,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     cfg.eager_threshold = TS_EAGER;
     cfg.max_msg_size    = TS_MAX_MSG;
     cfg.max_unexpected  = TS_MAX_UNEXPECTED;
+    /* acknowledged puts hold request ids that answers in the input can match; a PUT_FAIL or
+     * FLUSH_ACK in the input meets an endpoint that sent no PUT and no FLUSH_REQ */
+    cfg.put_ack         = 1;
     memset(region, 0, TS_REGION_LEN);
 
     setup(ts, &cfg, region, &memh, &rkey);

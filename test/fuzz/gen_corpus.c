@@ -164,6 +164,17 @@ static void tcp_put(uint64_t region, uint64_t cookie, uint64_t addr, size_t len)
     fill(len, 'p');
 }
 
+/* An unacknowledged PUT: its id is its rank among the peer's PUTs (1, 2, ...). */
+static void tcp_put_noack(uint64_t id, uint64_t region, uint64_t cookie, uint64_t addr,
+                          size_t len)
+{
+    xfer_tcp_wire_rma_t r = {region, cookie, addr, len};
+
+    tcp_hdr(XFER_TCP_WIRE_PUT, 0, id, XFER_TCP_WIRE_PUT_EXT_LEN + len);
+    xfer_tcp_wire_pack_put_ext(&r, room(XFER_TCP_WIRE_PUT_EXT_LEN));
+    fill(len, 'q');
+}
+
 static void tcp_get(uint64_t region, uint64_t cookie, uint64_t addr, size_t len)
 {
     xfer_tcp_wire_rma_t r = {region, cookie, addr, len};
@@ -238,6 +249,14 @@ static void gen_tcp_wire(void)
     save("tcp_wire", "tensor_resp_dead");
     tcp_hdr(XFER_TCP_WIRE_TENSOR_CANCEL, 0, 9, 0);
     save("tcp_wire", "tensor_cancel");
+    tcp_put_noack(1, 1, 2, 0x1000, 16);
+    save("tcp_wire", "put");
+    tcp_hdr(XFER_TCP_WIRE_PUT_FAIL, XFER_ERR_INVALID_PARAM, 1, 0);
+    save("tcp_wire", "put_fail");
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_REQ, 0, 1, 0);
+    save("tcp_wire", "flush_req");
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
+    save("tcp_wire", "flush_ack");
     xfer_tcp_wire_pack_rkey(&k, room(XFER_TCP_WIRE_RKEY_LEN));
     save("tcp_wire", "rkey");
     xfer_tcp_wire_pack_ep_addr(&lim, room(XFER_TCP_WIRE_EP_ADDR_LEN));
@@ -291,6 +310,20 @@ static void gen_tcp_stream(void)
     tcp_put(TS_REGION_ID, TS_COOKIE ^ 1, base, 8);
     tcp_put(TS_REGION_ID + 1, TS_COOKIE, base, 8);
     save("tcp_stream", "put_refused");
+    /* unacknowledged puts, refused ones answered with PUT_FAIL, then a flush's FLUSH_REQ */
+    tcp_put_noack(1, TS_REGION_ID, TS_COOKIE, base + 16, 32);
+    tcp_put_noack(2, TS_REGION_ID, TS_COOKIE, base + 100, 600);
+    tcp_put_noack(3, TS_REGION_ID + 1, TS_COOKIE, base, 8);
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_REQ, 0, 1, 0);
+    tcp_put_noack(4, TS_REGION_ID, TS_COOKIE, base, 8);
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_REQ, 0, 2, 0);
+    save("tcp_stream", "put_noack_flush");
+    tcp_put_noack(2, TS_REGION_ID, TS_COOKIE, base, 8);
+    save("tcp_stream", "put_noack_bad_id");
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
+    save("tcp_stream", "flush_ack_unasked");
+    tcp_hdr(XFER_TCP_WIRE_PUT_FAIL, XFER_ERR_INVALID_PARAM, 1, 0);
+    save("tcp_stream", "put_fail_unasked");
     tcp_get(TS_REGION_ID, TS_COOKIE, base + 8, 16);
     save("tcp_stream", "get");
     tcp_get(TS_REGION_ID, TS_COOKIE, base, TS_REGION_LEN);

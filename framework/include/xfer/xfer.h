@@ -297,7 +297,8 @@ XFER_API xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep);
  * Flush: complete once every operation posted on ep before this call that this side can
  * finish alone has finished, and everything it sent has been acknowledged by the peer's host
  * (in the peer's memory, or in its transport's receive buffers), so that closing the
- * endpoint or exiting loses none of it. Puts and gets complete; eager sends, large tcp sends
+ * endpoint or exiting loses none of it. Puts are in the peer's memory (a put the peer
+ * refused fails the flush with its status), gets complete; eager sends, large tcp sends
  * and tensor answers are acknowledged. A rendezvous send (a large message over verbs, which
  * the receiver pulls once it matches) is not waited for: it has not been reported complete.
  * XFER_OK then, or the endpoint's error when it fails first. Non-blocking, like any other
@@ -349,7 +350,10 @@ XFER_API xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_
  * Write [buf, buf + length) - which must lie inside the registered mem - to remote_addr in
  * the peer's buffer described by rkey (unpacked on this ep). A range outside either buffer is
  * refused with XFER_ERR_OUT_OF_RANGE, here when it can be known here, else by the peer.
- * Completes when the data is in the peer's memory.
+ * Completes when buf may be reused. The data is in the peer's memory once an
+ * xfer_endpoint_flush() posted after the put completes (the flush fails with the peer's error
+ * when it refused the put); over verbs and gdr, and over tcp with XFER_TCP_PUT_ACK=y, it is already
+ * there when the put completes, and a refused put completes with the peer's error.
  */
 XFER_API xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length,
                                 xfer_mem_t *mem, uint64_t remote_addr, xfer_rkey_t *rkey,
