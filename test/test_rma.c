@@ -580,6 +580,22 @@ static void require_tcp(void)
     }
 }
 
+/* Start with XFER_TCP_PUT_ACK=ack in this process, whatever the environment says. */
+static void rma_start_put_ack(rma_t *r, const char *ack)
+{
+    const char *was = getenv("XFER_TCP_PUT_ACK");
+    char *saved     = was ? strdup(was) : NULL;
+
+    setenv("XFER_TCP_PUT_ACK", ack, 1);
+    rma_start(r);
+    if (saved != NULL) {
+        setenv("XFER_TCP_PUT_ACK", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("XFER_TCP_PUT_ACK");
+    }
+}
+
 static void target_pause(rma_t *r)
 {
     tp_send(&r->peer, CMD_PAUSE);
@@ -594,7 +610,7 @@ Test(rma, tcp_puts_complete_without_the_target_and_a_flush_waits_for_it)
     rma_t r;
 
     require_tcp();
-    rma_start(&r);
+    rma_start_put_ack(&r, "n");
     remote_fill(&r, 71);
     tp_fill_pattern(r.local + SLACK, (1 << 20) + 4096, 72);
     target_pause(&r);
@@ -628,7 +644,7 @@ Test(rma, tcp_a_refused_put_fails_the_next_flush)
     rma_t r;
 
     require_tcp();
-    rma_start(&r);
+    rma_start_put_ack(&r, "n");
     tp_send(&r.peer, CMD_DEREG);
     cr_assert_eq(tp_recv(&r.peer), 1);
     tp_fill_pattern(r.local + SLACK, 65536, 81);
@@ -651,9 +667,7 @@ Test(rma, tcp_put_ack_makes_a_put_wait_for_the_target)
     rma_t r;
 
     require_tcp();
-    setenv("XFER_TCP_PUT_ACK", "y", 1);
-    rma_start(&r);
-    unsetenv("XFER_TCP_PUT_ACK");
+    rma_start_put_ack(&r, "y");
     remote_fill(&r, 91);
     tp_fill_pattern(r.local + SLACK, 4096, 92);
     target_pause(&r);

@@ -44,6 +44,7 @@ typedef struct xfer_tcp_config {
     uint64_t cuda_chunk;        /* CUDA_CHUNK: bytes of one bounce buffer for device memory */
     uint64_t cuda_depth;        /* CUDA_DEPTH: bounce buffers for each direction */
     int      put_ack;           /* PUT_ACK: a put completes when the target acknowledged it */
+    int      busy_poll;         /* BUSY_POLL: read sockets directly, never let a wait sleep */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16

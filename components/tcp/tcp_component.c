@@ -90,6 +90,13 @@ static const xfer_param_desc_t tcp_params[] = {
      "waits for the peer's acknowledgement, a round trip each, and completes when its data "
      "is in the peer's memory or with the peer's error.",
      offsetof(xfer_tcp_config_t, put_ack), 0, 0, NULL},
+    {"BUSY_POLL", XFER_PARAM_BOOL, "n",
+     "y: progress reads every endpoint's socket directly instead of asking epoll which have "
+     "input (one system call less per message received), a wait never sleeps on the "
+     "interface's file descriptor, and sockets get SO_BUSY_POLL (50 us) so that a receive "
+     "polls the NIC's queue where the driver supports it. For latency-critical users with "
+     "few endpoints and a core to spin on; the cost grows with the number of endpoints.",
+     offsetof(xfer_tcp_config_t, busy_poll), 0, 0, NULL},
     {NULL}
 };
 

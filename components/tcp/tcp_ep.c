@@ -113,6 +113,10 @@ static void ep_tune(xfer_ep_h ep)
     const xfer_tcp_config_t *cfg = ep->iface->cfg;
 
     sockopt(ep, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
+    if (cfg->busy_poll) {
+        /* above net.core.busy_read it needs CAP_NET_ADMIN; without it the reads still poll */
+        sockopt(ep, SOL_SOCKET, SO_BUSY_POLL, 50, "SO_BUSY_POLL");
+    }
     if (cfg->sndbuf > 0) {
         sockopt(ep, SOL_SOCKET, SO_SNDBUF, (int)cfg->sndbuf, "SO_SNDBUF");
     }

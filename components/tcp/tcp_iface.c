@@ -11,6 +11,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +323,45 @@ void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep)
     }
 }
 
+/* XFER_TCP_BUSY_POLL: every connected endpoint reads (and writes what is queued) as if
+ * epoll had reported it ready; a read that finds nothing costs one system call, where
+ * epoll_wait and then the read would cost two for a message. */
+static unsigned busy_poll(xfer_iface_h iface)
+{
+    unsigned count = 0;
+    xfer_ep_h ep, tmp;
+
+    ucs_list_for_each_safe(ep, tmp, &iface->eps, list) {
+        uint32_t events = 0;
+
+        if (ep->state != XFER_TCP_EP_CONNECTED) {
+            continue;
+        }
+        if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked) {
+            events |= EPOLLIN;
+        } else {
+            /* input that is not read cannot show the peer's end: ask the socket, as epoll
+             * would have told */
+            struct pollfd pfd = {ep->fd, POLLRDHUP, 0};
+
+            if ((poll(&pfd, 1, 0) == 1) && (pfd.revents & (POLLRDHUP | POLLERR | POLLHUP))) {
+                events |= ((pfd.revents & POLLRDHUP) ? EPOLLRDHUP : 0) |
+                          ((pfd.revents & POLLERR) ? EPOLLERR : 0) |
+                          ((pfd.revents & POLLHUP) ? EPOLLHUP : 0);
+            }
+        }
+        if (!ucs_list_is_empty(&ep->txq)) {
+            events |= EPOLLOUT;
+        }
+        if (events != 0) {
+            unsigned n = xfer_tcp_ep_handle_events(ep, events);
+
+            count += (n > 0) ? n - 1 : 0;   /* the frames handled, not the look itself */
+        }
+    }
+    return count;
+}
+
 unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
 {
     struct epoll_event events[EPOLL_BATCH];
@@ -347,9 +387,14 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         count += xfer_tcp_ep_rx_progress(ep);
     }
 
-    num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
-    if ((num < 0) && (errno != EINTR)) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
+    if (iface->cfg->busy_poll) {
+        count += busy_poll(iface);
+        num    = 0;
+    } else {
+        num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+        if ((num < 0) && (errno != EINTR)) {
+            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
+        }
     }
     for (int i = 0; i < num; i++) {
         if (events[i].data.ptr == &iface->timerfd) {
@@ -393,7 +438,8 @@ xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
     if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->failing) ||
-        !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface)) {
+        !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface) ||
+        (iface->cfg->busy_poll && !ucs_list_is_empty(&iface->eps))) {
         return XFER_ERR_BUSY;
     }
     return XFER_OK;

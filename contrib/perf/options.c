@@ -63,6 +63,10 @@ static void usage(FILE *f)
             "                         lock, as ucx_perftest's default) or multi (the lock a\n"
             "                         threaded application pays; needed with\n"
             "                         XFER_PROGRESS_THREAD=y)\n"
+            "  -E, --wait-mode MODE   poll (default: latency loops spin on xfer_request_test,\n"
+            "                         as ucx_perftest's default) or sleep (xfer_request_wait,\n"
+            "                         sleeping on the transports' file descriptors); this\n"
+            "                         side's own choice. put_lat can only poll\n"
             "  -V, --verify           fill buffers with a pattern and check it where it lands\n"
             "  -j, --json             print the results as one JSON object\n"
             "  -v, --verbose          say more, and print the endpoint's counters at the end\n"
@@ -147,6 +151,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
         {"mem",        required_argument, NULL, 'm'},
         {"cuda-device", required_argument, NULL, 'D'},
         {"thread-mode", required_argument, NULL, 'T'},
+        {"wait-mode",  required_argument, NULL, 'E'},
         {"verify",     no_argument,       NULL, 'V'},
         {"json",       no_argument,       NULL, 'j'},
         {"verbose",    no_argument,       NULL, 'v'},
@@ -158,7 +163,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
 
     *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW};
-    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:m:T:Vjvh", long_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (parse_u64(optarg, 65535, 0, &v) != 0) {
@@ -233,6 +238,13 @@ int perf_options_parse(int argc, char **argv, options_t *o)
             }
             o->multi = (strcmp(optarg, "multi") == 0);
             break;
+        case 'E':
+            if ((strcmp(optarg, "poll") != 0) && (strcmp(optarg, "sleep") != 0)) {
+                fprintf(stderr, "xfer_perf: -E: '%s' is not poll or sleep\n", optarg);
+                return 2;
+            }
+            o->sleep = (strcmp(optarg, "sleep") == 0);
+            break;
         case 'V': o->verify = 1; break;
         case 'j': o->json = 1; break;
         case 'v': o->verbose = 1; break;
@@ -242,6 +254,11 @@ int perf_options_parse(int argc, char **argv, options_t *o)
     }
     if (optind + 1 < argc) {
         fprintf(stderr, "xfer_perf: unexpected argument '%s'\n", argv[optind + 1]);
+        return 2;
+    }
+    if (o->sleep && (o->test == TEST_PUT_LAT)) {
+        fprintf(stderr, "xfer_perf: -E sleep: put_lat watches its buffer for the peer's put, "
+                "which no event announces; it can only poll\n");
         return 2;
     }
     if (o->sweep && size_given) {

@@ -73,6 +73,7 @@ typedef struct options {
     int        json;
     int        verbose;
     int        multi;       /* -T multi: the context's lock, as a threaded application has */
+    int        sleep;       /* -E sleep: latency loops wait sleeping, not spinning */
     perf_mem_t mem[2];      /* -m: [SIDE_CLIENT], [SIDE_SERVER] */
     int        cuda_device; /* --cuda-device: this process's GPU for cuda buffers */
 } options_t;

@@ -49,8 +49,9 @@ void perf_print_header(perf_t *perf, const char *addr)
     const options_t *o = &perf->opts;
     test_t t = o->test;
 
-    printf("# xfer_perf %s: %s, transport %s, thread mode %s\n", perf_tests[t].name, addr,
-           xfer_endpoint_transport(perf->ep), o->multi ? "multi" : "serialized");
+    printf("# xfer_perf %s: %s, transport %s, thread mode %s, wait mode %s\n",
+           perf_tests[t].name, addr, xfer_endpoint_transport(perf->ep),
+           o->multi ? "multi" : "serialized", o->sleep ? "sleep" : "poll");
     if (perf_tests[t].bw) {
         printf("# window %u (at most %llu MiB in flight), verify %s; t_* = time between "
                "completions, t_avg = total / iterations (MB = 10^6 bytes)\n", o->window,
@@ -97,6 +98,7 @@ void perf_print_json(perf_t *perf, const char *addr)
     printf(",\"transport\":");
     json_string(xfer_endpoint_transport(perf->ep));
     printf(",\"thread_mode\":\"%s\"", perf->opts.multi ? "multi" : "serialized");
+    printf(",\"wait_mode\":\"%s\"", perf->opts.sleep ? "sleep" : "poll");
     printf(",\"memory\":{\"client\":\"%s\",\"server\":\"%s\"}",
            perf_mem_names[perf->opts.mem[SIDE_CLIENT]],
            perf_mem_names[perf->opts.mem[SIDE_SERVER]]);

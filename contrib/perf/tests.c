@@ -321,7 +321,7 @@ static int tag_lat_run(perf_t *perf, int client)
                 return -1;
             }
         }
-        st = op_wait(r, 1);
+        st = op_wait(r, !perf->opts.sleep);
         t1 = perf_now_ns();
         if (st != XFER_OK) {
             fprintf(stderr, "xfer_perf: tag_lat: receive %" PRIu64 ": %s\n", i,
@@ -356,7 +356,7 @@ static int tag_lat_run(perf_t *perf, int client)
                 }
             }
         }
-        st = op_wait(s, 1);
+        st = op_wait(s, !perf->opts.sleep);
         op_release(s);
         if (st != XFER_OK) {
             return perf_fail("tag_lat: send", st);
@@ -441,7 +441,7 @@ static int put_lat_run(perf_t *perf, int client)
         if (op_posted(s, st, "put_lat: xfer_put") != 0) {
             return -1;
         }
-        st = op_wait(s, 1);
+        st = op_wait(s, !perf->opts.sleep);
         op_release(s);
         if (st != XFER_OK) {
             return perf_fail("put_lat: put", st);
@@ -478,7 +478,7 @@ static int tensor_lat_run(perf_t *perf)
         if (op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
             return -1;
         }
-        st = op_wait(op, 1);
+        st = op_wait(op, !perf->opts.sleep);
         if (st != XFER_OK) {
             op_release(op);
             fprintf(stderr, "xfer_perf: tensor_lat: fetch of step %" PRIu64 ": %s\n",

@@ -1,0 +1,17 @@
+#!/bin/bash
+# make check: tcp suites again in the component's other modes, so that each mode runs the
+# same scenarios as the default: XFER_TCP_BUSY_POLL=y (sockets read directly, waits never
+# sleep) and XFER_TCP_PUT_ACK=y (every put acknowledged by the target).
+set -u
+build=${XFERTEST_BUILD_DIR:?set by make check}
+export XFERTEST_TRANSPORT=tcp
+rc=0
+for suite in tag rma tensor close faults; do
+    echo "== test_$suite, XFER_TCP_BUSY_POLL=y"
+    XFER_TCP_BUSY_POLL=y "$build/test/test_$suite" || rc=1
+done
+for suite in rma memory staging; do
+    echo "== test_$suite, XFER_TCP_PUT_ACK=y"
+    XFER_TCP_PUT_ACK=y "$build/test/test_$suite" || rc=1
+done
+exit $rc
