@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench_tcp_sweep.sh [--out DIR] [BUILD_DIR]: xfer's tcp transport beside ucx_perftest (UCX_TLS=tcp
-# UCX_NET_DEVICES=lo) on loopback, test by test and size by size, from 8 B to 64 MiB, so that a
-# reader sees where xfer wins and where it loses. The pairs (xfer_perf ~ ucx_perftest):
+# bench_tcp_sweep.sh [--out DIR] [BUILD_DIR]: xfer's tcp transport beside ucx_perftest
+# (UCX_TLS=tcp UCX_NET_DEVICES=lo) on loopback, test by test and size by size, from 8 B to
+# 64 MiB, so that a reader sees where xfer wins and where it loses. The pairs
+# (xfer_perf ~ ucx_perftest):
 #   tag_bw ~ tag_bw, put_bw ~ ucp_put_bw, get_bw ~ ucp_get -O GET_WINDOW, tensor_bw ~ none,
 #   tag_lat ~ tag_lat, put_lat ~ ucp_put_lat, tensor_lat ~ none
 # ucp_get's own default keeps one get in flight, which measures a round trip, not bandwidth:
@@ -18,13 +19,14 @@
 # whatever the figures, non-zero when a run fails (the others are still written).
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
-# Knobs: SIZES (bytes, "8 64 512 4096 32768 262144 1048576 8388608 67108864"), BENCH_PORT (first
-# port, default 18620; one per run), BW_BYTES (what one bandwidth run moves: iterations =
-# BW_BYTES / size, default 1 GiB, within MIN_ITERS and BW_MAX_ITERS: 20 and 100000), LAT_BYTES
-# (likewise for latency runs: 256 MiB, within MIN_ITERS and LAT_MAX_ITERS: 20000), warm-up a
-# tenth of the iterations (at most 1000) on both sides, GET_WINDOW (16), RUN_TIMEOUT (the most
-# seconds one client may run, 300), PNG (0). With the defaults it takes about 10 minutes on two
-# cores. Needs ucx-utils (ucx_perftest), jq and ss (iproute2); gnuplot for the plot.
+# Knobs: SIZES (bytes, "8 64 512 4096 32768 262144 1048576 8388608 67108864"), BENCH_PORT
+# (the first port, default 19000; one per run: 108 with the defaults), BW_BYTES (what one
+# bandwidth run moves: iterations = BW_BYTES / size, default 2 GiB, within MIN_ITERS and
+# BW_MAX_ITERS: 20 and 100000), LAT_BYTES (likewise for latency runs: 512 MiB, within
+# MIN_ITERS and LAT_MAX_ITERS: 20000), GET_WINDOW (16), RUN_TIMEOUT (the most seconds one
+# client may run, 300), PNG (0). Both sides warm up for a tenth of the iterations (at most
+# 1000). With the defaults it takes about 5 minutes on two cores. Needs ucx-utils
+# (ucx_perftest), jq and ss (iproute2); gnuplot (gnuplot-nox) for the plot.
 set -euo pipefail
 
 OUT=.
@@ -39,10 +41,10 @@ while [ $# -gt 0 ]; do
 done
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
-PORT=${BENCH_PORT:-18620}
+PORT=${BENCH_PORT:-19000}
 SIZES=${SIZES:-"8 64 512 4096 32768 262144 1048576 8388608 67108864"}
-BW_BYTES=${BW_BYTES:-1073741824}
-LAT_BYTES=${LAT_BYTES:-268435456}
+BW_BYTES=${BW_BYTES:-2147483648}
+LAT_BYTES=${LAT_BYTES:-536870912}
 MIN_ITERS=${MIN_ITERS:-20}
 BW_MAX_ITERS=${BW_MAX_ITERS:-100000}
 LAT_MAX_ITERS=${LAT_MAX_ITERS:-20000}
@@ -144,12 +146,19 @@ for size in $SIZES; do
 done
 
 # ---- the table ---------------------------------------------------------------------------------
-ORDER=$(for pair in "${PAIRS[@]}"; do read -r t u e _ <<<"$pair"; printf '%s:%s:%s ' "$t" "$u" "$e"; done)
+# ORDER: "test:ucx_test:extra " per pair, for awk
+ORDER=$(for pair in "${PAIRS[@]}"; do
+            read -r t u e _ <<<"$pair"
+            printf '%s:%s:%s ' "$t" "$u" "$e"
+        done)
 # the CSV's rows, test by test in the pairs' order, each test's sizes ascending
 by_test() {
     tail -n +2 "$CSV" | sort -t, -k2,2n -s |
         awk -F, -v order="$ORDER" '
-            BEGIN { n = split(order, o, " "); for (i = 1; i <= n; i++) { split(o[i], f, ":"); rank[f[1]] = i } }
+            BEGIN {
+                n = split(order, o, " ")
+                for (i = 1; i <= n; i++) { split(o[i], f, ":"); rank[f[1]] = i }
+            }
             { print rank[$1] "," $0 }' | sort -t, -k1,1n -s | cut -d, -f2-
 }
 AWK_SIZE='function hsize(b) {
@@ -158,7 +167,8 @@ AWK_SIZE='function hsize(b) {
     return b " B"
 }'
 {
-    echo "# xfer_perf -x tcp vs ucx_perftest (UCX_TLS=tcp UCX_NET_DEVICES=lo), loopback, $(nproc) cores"
+    echo "# xfer_perf -x tcp vs ucx_perftest (UCX_TLS=tcp UCX_NET_DEVICES=lo), loopback," \
+         "$(nproc) cores"
     echo "# bandwidth in MB/s (10^6 bytes), ratio = xfer / ucx; latency: median usec (tag_lat,"
     echo "# put_lat: half a round trip; tensor_lat: one whole fetch), ratio = ucx / xfer."
     echo "# ratio > 1: xfer is better. ucp_get runs with -O $GET_WINDOW (xfer_perf's window)."
@@ -176,11 +186,11 @@ AWK_SIZE='function hsize(b) {
             lat = $1 ~ /_lat$/
             u = ucx[$1]
             if (ex[$1] != "-") { e = ex[$1]; gsub(/,/, " ", e); u = u " " e }
-            verdict = $5 == "" ? "" : ($5 >= 1 ? "wins" : "loses")
-            printf "%-11s %-16s %8s %12s %12s %7s  %s\n", $1, u, hsize($2), num($3, lat),
+            verdict = $5 == "" ? "" : ($5 >= 1 ? "  wins" : "  loses")
+            printf "%-11s %-16s %8s %12s %12s %7s%s\n", $1, u, hsize($2), num($3, lat),
                    num($4, lat), $5 == "" ? "-" : sprintf("%.2f", $5), verdict
         }'
-} | tee "$LOGDIR/table.txt"
+}
 
 # ---- the plot ----------------------------------------------------------------------------------
 # gnuplot_script TERMINAL OUTPUT: both panels, xfer solid and UCX dashed, one colour per pair
@@ -188,7 +198,11 @@ gnuplot_script() {
     local dat=$LOGDIR/sweep.dat i=0 bw=() lat=() pair t u e c line label
     by_test | awk -F, -v order="$ORDER" '
         BEGIN { n = split(order, o, " ") }
-        { x[$1, $2] = $3 == "" ? "-" : $3; u[$1, $2] = $4 == "" ? "-" : $4; sizes[$1] = sizes[$1] " " $2 }
+        {
+            x[$1, $2] = $3 == "" ? "-" : $3
+            u[$1, $2] = $4 == "" ? "-" : $4
+            sizes[$1] = sizes[$1] " " $2
+        }
         END {
             for (i = 1; i <= n; i++) {
                 split(o[i], f, ":")
@@ -201,7 +215,8 @@ gnuplot_script() {
         }' >"$dat"
     for pair in "${PAIRS[@]}"; do
         read -r t u e c <<<"$pair"
-        line="'$dat' index $i using 1:2 with linespoints lw 2 dt 1 pt 7 ps 0.7 lc rgb '$c' title 'xfer $t'"
+        line="'$dat' index $i using 1:2 with linespoints lw 2 dt 1 pt 7 ps 0.7 lc rgb '$c'"
+        line+=" title 'xfer $t'"
         if [ "$u" != - ]; then
             label=$u
             [ "$e" = - ] || label="$u ${e//,/ }"
@@ -211,16 +226,20 @@ gnuplot_script() {
         if [[ $t == *_lat ]]; then lat+=("$line"); else bw+=("$line"); fi
         i=$((i + 1))
     done
-    local xtics
-    xtics=$(for s in $(tr ' ' '\n' <<<"$SIZES" | sort -n); do
+    local xtics sorted
+    # shellcheck disable=SC2086 # one size a word
+    sorted=$(printf '%s\n' $SIZES | sort -n)
+    xtics=$(for s in $sorted; do
                 awk -v b="$s" "$AWK_SIZE"' BEGIN { printf "\"%s\" %s, ", hsize(b), b }'
             done)
     cat <<GNUPLOT
 set terminal $1
 set output '$2'
 set datafile missing '-'
-set multiplot layout 1,2 title 'xfer_perf -x tcp (solid) and ucx_perftest UCX_TLS=tcp (dashed), loopback, $(nproc) cores'
+set multiplot layout 1,2 title 'xfer_perf -x tcp (solid) and ucx_perftest UCX_TLS=tcp \
+(dashed), loopback, $(nproc) cores'
 set logscale xy
+set xrange [$(head -1 <<<"$sorted") / 2.0 : $(tail -1 <<<"$sorted") * 2.0]
 set xtics (${xtics%, }) rotate by -30
 set grid xtics ytics mytics lc rgb '#dddddd'
 set key top left box opaque
@@ -262,7 +281,7 @@ if [ "$PNG" = 1 ]; then
     plot "pngcairo size 1400,620 noenhanced font 'sans,10' background rgb 'white'" \
          "$OUT/tcp_sweep.png"
 fi
-echo "# $NSIZES sizes in $SECONDS s"
+echo "# the sweep took $SECONDS s"
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "$BENCH_NAME: ${#FAILED[@]} failed: ${FAILED[*]}" >&2
     exit 1
