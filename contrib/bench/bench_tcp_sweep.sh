@@ -8,7 +8,8 @@
 # ucp_get's own default keeps one get in flight, which measures a round trip, not bandwidth:
 # it runs with GET_WINDOW (16) in flight, xfer_perf's default window. The other UCX tests keep
 # ucx_perftest's defaults (tag_bw and ucp_put_bw: 32 in flight). Each xfer run is followed
-# by its UCX run, so that the two see the same load.
+# by its UCX run, so that the two see the same load, REPEAT times (3): a figure is the median
+# of its REPEAT runs, so that one run disturbed by the machine's other work does not make it.
 # Bandwidth is in MB/s (10^6 bytes: ucx_perftest's 2^20-byte MB is converted), latency is the
 # median in usec (half a round trip; tensor_lat: one whole fetch). The ratio is xfer / ucx for
 # bandwidth and ucx / xfer for latency: above 1, xfer is better.
@@ -20,12 +21,12 @@
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
 # Knobs: SIZES (bytes, "8 64 512 4096 32768 262144 1048576 8388608 67108864"), BENCH_PORT
-# (the first port, default 19000; one per run: 108 with the defaults), BW_BYTES (what one
-# bandwidth run moves: iterations = BW_BYTES / size, default 2 GiB, within MIN_ITERS and
-# BW_MAX_ITERS: 20 and 100000), LAT_BYTES (likewise for latency runs: 512 MiB, within
+# (the first port, default 19000; one per run: 324 with the defaults), REPEAT (3), BW_BYTES
+# (what one bandwidth run moves: iterations = BW_BYTES / size, default 1 GiB, within MIN_ITERS
+# and BW_MAX_ITERS: 20 and 100000), LAT_BYTES (likewise for latency runs: 256 MiB, within
 # MIN_ITERS and LAT_MAX_ITERS: 20000), GET_WINDOW (16), RUN_TIMEOUT (the most seconds one
 # client may run, 300), PNG (0). Both sides warm up for a tenth of the iterations (at most
-# 1000). With the defaults it takes about 5 minutes on two cores. Needs ucx-utils
+# 1000). With the defaults it takes about 9 minutes on two cores, REPEAT=1 about 3. Needs ucx-utils
 # (ucx_perftest), jq and ss (iproute2); gnuplot (gnuplot-nox) for the plot.
 set -euo pipefail
 
@@ -43,12 +44,13 @@ BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
 PORT=${BENCH_PORT:-19000}
 SIZES=${SIZES:-"8 64 512 4096 32768 262144 1048576 8388608 67108864"}
-BW_BYTES=${BW_BYTES:-2147483648}
-LAT_BYTES=${LAT_BYTES:-536870912}
+BW_BYTES=${BW_BYTES:-1073741824}
+LAT_BYTES=${LAT_BYTES:-268435456}
 MIN_ITERS=${MIN_ITERS:-20}
 BW_MAX_ITERS=${BW_MAX_ITERS:-100000}
 LAT_MAX_ITERS=${LAT_MAX_ITERS:-20000}
 GET_WINDOW=${GET_WINDOW:-16}
+REPEAT=${REPEAT:-3}
 PNG=${PNG:-0}
 
 BENCH_NAME=bench_tcp_sweep
@@ -62,6 +64,7 @@ done
 for s in $SIZES; do
     [[ $s =~ ^[1-9][0-9]*$ ]] || die "SIZES: '$s' is not a size in bytes"
 done
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || die "REPEAT: '$REPEAT' is not a count of runs"
 mkdir -p "$OUT" || die "cannot create $OUT"
 CSV=$OUT/tcp_sweep.csv
 SVG=$OUT/tcp_sweep.svg
@@ -88,6 +91,12 @@ iters_for() {
     echo "$n"
 }
 warmup_for() { local w=$(($1 / 10)); ((w > 1000)) && w=1000; ((w < 1)) && w=1; echo "$w"; }
+# median VALUE...: their median; nothing when there are none
+median() {
+    [ $# -gt 0 ] || return 0
+    printf '%s\n' "$@" | sort -g |
+        awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
 
 # xfer_figure TEST SIZE ITERS: FIG is the figure (MB/s or median usec), empty on failure. The
 # helpers run in this shell, not in $(...), so that the ports they take and the servers they
@@ -120,28 +129,29 @@ ucx_figure() {
 # ---- the runs ----------------------------------------------------------------------------------
 NSIZES=$(wc -w <<<"$SIZES")
 echo "# bench_tcp_sweep: loopback, $(nproc) cores, build $BUILD, $NSIZES sizes x ${#PAIRS[@]}" \
-     "tests; writing $CSV" >&2
+     "tests x $REPEAT; writing $CSV" >&2
 echo "test,size,xfer,ucx,ratio" >"$CSV"
 FAILED=()
 for size in $SIZES; do
     for pair in "${PAIRS[@]}"; do
         read -r test utest extra _ <<<"$pair"
         n=$(iters_for "$test" "$size")
-        xfer_figure "$test" "$size" "$n"
-        x=$FIG
-        [ -n "$x" ] || FAILED+=("xfer_perf $test $size")
-        u=
-        if [ "$utest" != - ]; then
+        xs=() us=()
+        for _ in $(seq "$REPEAT"); do
+            xfer_figure "$test" "$size" "$n"
+            if [ -n "$FIG" ]; then xs+=("$FIG"); else FAILED+=("xfer_perf $test $size"); fi
+            [ "$utest" != - ] || continue
             ucx_figure "$utest" "$size" "$n" "$extra"
-            u=$FIG
-            [ -n "$u" ] || FAILED+=("ucx_perftest $utest $size")
-        fi
+            if [ -n "$FIG" ]; then us+=("$FIG"); else FAILED+=("ucx_perftest $utest $size"); fi
+        done
+        x=$(median "${xs[@]}")
+        u=$(median "${us[@]}")
         r=$(awk -v t="$test" -v x="$x" -v u="$u" 'BEGIN {
                 if (x == "" || u == "" || x + 0 <= 0 || u + 0 <= 0) exit
                 printf "%.3f\n", (t ~ /_lat$/) ? u / x : x / u }')
         echo "$test,$size,$x,$u,$r" >>"$CSV"
-        printf '# %-10s %9s B  n=%-6s xfer %-10s ucx %-10s (%d s)\n' "$test" "$size" "$n" \
-               "${x:--}" "${u:--}" "$SECONDS" >&2
+        printf '# %-10s %9s B  n=%-6s xfer %-24s ucx %-24s (%d s)\n' "$test" "$size" "$n" \
+               "${xs[*]:--}" "${us[*]:--}" "$SECONDS" >&2
     done
 done
 
@@ -172,6 +182,7 @@ AWK_SIZE='function hsize(b) {
     echo "# bandwidth in MB/s (10^6 bytes), ratio = xfer / ucx; latency: median usec (tag_lat,"
     echo "# put_lat: half a round trip; tensor_lat: one whole fetch), ratio = ucx / xfer."
     echo "# ratio > 1: xfer is better. ucp_get runs with -O $GET_WINDOW (xfer_perf's window)."
+    echo "# each figure: the median of $REPEAT runs"
     by_test | awk -F, -v order="$ORDER" "$AWK_SIZE"'
         BEGIN {
             n = split(order, o, " ")
