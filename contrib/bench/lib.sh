@@ -62,7 +62,9 @@ stop_last_server() {
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
-    kill "$pid" 2>/dev/null || true
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+    fi
     wait "$pid" 2>/dev/null || true
     unset 'SERVERS[-1]'
 }
