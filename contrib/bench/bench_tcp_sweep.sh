@@ -26,7 +26,7 @@
 # and BW_MAX_ITERS: 20 and 100000), LAT_BYTES (likewise for latency runs: 256 MiB, within
 # MIN_ITERS and LAT_MAX_ITERS: 20000), GET_WINDOW (16), RUN_TIMEOUT (the most seconds one
 # client may run, 300), PNG (0). Both sides warm up for a tenth of the iterations (at most
-# 1000). With the defaults it takes about 9 minutes on two cores, REPEAT=1 about 3. Needs ucx-utils
+# 1000). With the defaults it takes about 8 minutes on two cores, REPEAT=1 about 3. Needs ucx-utils
 # (ucx_perftest), jq and ss (iproute2); gnuplot (gnuplot-nox) for the plot.
 set -euo pipefail
 
