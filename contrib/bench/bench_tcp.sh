@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# bench_tcp.sh [BUILD_DIR]: xfer's tcp transport against iperf3 and ucx_perftest (UCX_TLS=tcp),
-# all on loopback, in one run. Prints the figures, the ratios and whether the aims are met:
-#   bandwidth (1 MiB tag messages)  xfer >= ucx_perftest and xfer >= 0.8 x iperf3
-#   latency   (8-byte tag ping-pong, half round trip)  xfer <= ucx_perftest
-# A tool, not a test: it exits 0 whatever the figures, non-zero only when something fails to run.
+# bench_tcp.sh [BUILD_DIR]: xfer's tcp transport against iperf3 and ucx_perftest (UCX_TLS=tcp,
+# its defaults otherwise), all on loopback, in one run. Prints the figures, then each aim with
+# the figures it compares, their ratio and whether it is met:
+#   tag_bw 1 MiB      xfer >= 1.2 x ucx_perftest tag_bw, and >= 1.5 x iperf3 (one stream)
+#   tag_lat 8 B       xfer <= 0.95 x ucx_perftest tag_lat (medians of half a round trip)
+#   put_lat 8 B       <= 1.1 x xfer's own tag_lat 8 B (medians)
+#   tensor_bw 1 MiB   >= 0.95 x xfer's put_bw 1 MiB
+#   tensor_bw 64 MiB  >= 0.95 x xfer's tag_bw 64 MiB
+# Runs that are compared with each other run one after the other, so that they share the
+# machine's state. A tool, not a test: it exits 0 whatever the figures, non-zero only when
+# something fails to run. bench_tcp_sweep.sh puts the tests beside UCX's from 8 B to 64 MiB.
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build.
-# Knobs: BENCH_PORT (first of 6 ports, default 18600), BW_ITERS (2000), LAT_ITERS (20000),
-# IPERF_SECS (5). Needs iperf3, ucx-utils (ucx_perftest), jq and ss (iproute2).
+# Knobs: BENCH_PORT (first of 10 ports, default 18600), BW_ITERS (1 MiB runs, 2000),
+# BIG_ITERS (64 MiB runs, 50), LAT_ITERS (20000), IPERF_SECS (5), RUN_TIMEOUT (the most seconds
+# one client may run, 300). Needs iperf3, ucx-utils (ucx_perftest), jq and ss (iproute2).
 set -euo pipefail
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
 PORT=${BENCH_PORT:-18600}
 BW_ITERS=${BW_ITERS:-2000}
+BIG_ITERS=${BIG_ITERS:-50}
 LAT_ITERS=${LAT_ITERS:-20000}
 IPERF_SECS=${IPERF_SECS:-5}
 BW_SIZE=1048576
+BIG_SIZE=67108864
 LAT_SIZE=8
 
 BENCH_NAME=bench_tcp
@@ -28,74 +37,94 @@ for tool in iperf3 ucx_perftest jq ss; do
     command -v "$tool" >/dev/null || die "$tool not found (apt-get install iperf3 ucx-utils jq iproute2)"
 done
 
-
-# UCX over TCP on loopback only
-export UCX_TLS=tcp UCX_NET_DEVICES=lo
-# ucx_perftest's MB is 2^20 bytes; ours (and iperf3's M) is 10^6
-UCX_MB=1.048576
-
 echo "# bench_tcp: loopback, $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
 
-# ---- bandwidth ---------------------------------------------------------------------------------
-echo "# xfer_perf -x tcp -t tag_bw -s $BW_SIZE -n $BW_ITERS ..." >&2
-start_server xfer_bw 10 "$PERF" -x tcp -p "$PORT"
-XFER_BW_JSON=$("$PERF" -x tcp -t tag_bw -s "$BW_SIZE" -n "$BW_ITERS" --json -p "$PORT" 127.0.0.1) ||
-    die "xfer_perf tag_bw failed"
-XFER_TRANSPORT=$(jq -r '.transport' <<<"$XFER_BW_JSON")
-XFER_BW=$(jq '.results[0].bw_average_mbps' <<<"$XFER_BW_JSON")
-next_port
+# xfer_fig NAME TEST SIZE ITERS FIELD: one xfer_perf run; NAME=results[0].FIELD
+xfer_fig() {
+    local name=$1 test=$2 size=$3 iters=$4 field=$5
+    echo "# xfer_perf -x tcp -t $test -s $size -n $iters ..." >&2
+    xfer_tcp "$test" "$size" "$iters" || die "xfer_perf $test $size failed"
+    [ "$(jq -r '.transport' <<<"$PAIR_OUT")" = tcp ] || die "xfer_perf did not run over tcp"
+    printf -v "$name" '%s' "$(jq ".results[0].$field" <<<"$PAIR_OUT")"
+}
+
+# ucx_fig TEST SIZE ITERS [ARG...]: one ucx_perftest run; its CSV line in UCX_LINE
+ucx_fig() {
+    echo "# ucx_perftest -t $1 -s $2 -n $3 (UCX_TLS=tcp) ..." >&2
+    ucx_tcp "$@" || die "ucx_perftest $1 $2 failed"
+    UCX_LINE=$PAIR_OUT
+}
+
+# ---- bandwidth, 1 MiB --------------------------------------------------------------------------
+xfer_fig XFER_BW tag_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
 
 echo "# iperf3 -c 127.0.0.1 -t $IPERF_SECS ..." >&2
-start_server iperf3 10 iperf3 -s -1 --forceflush -p "$PORT"
-IPERF_JSON=$(iperf3 -c 127.0.0.1 -p "$PORT" -t "$IPERF_SECS" -J) || die "iperf3 failed"
-IPERF_BW=$(jq '.end.sum_received.bits_per_second / 8 / 1e6' <<<"$IPERF_JSON")
-next_port
+run_pair iperf3 "$RUN_TIMEOUT" iperf3 -s -1 --forceflush -p "$PORT" -- \
+    iperf3 -c 127.0.0.1 -p "$PORT" -t "$IPERF_SECS" -J || die "iperf3 failed"
+IPERF_BW=$(jq '.end.sum_received.bits_per_second / 8 / 1e6' <<<"$PAIR_OUT")
 
-echo "# ucx_perftest -t tag_bw -s $BW_SIZE -n $BW_ITERS (UCX_TLS=tcp) ..." >&2
-start_server ucx_bw 10 ucx_perftest -p "$PORT"
-UCX_BW_CSV=$(ucx_perftest 127.0.0.1 -p "$PORT" -t tag_bw -s "$BW_SIZE" -n "$BW_ITERS" -w 200 \
-             -f -v 2>&1) || { echo "$UCX_BW_CSV" >&2; die "ucx_perftest tag_bw failed"; }
-# -f -v: a CSV header, then iterations,lat50,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,...
-UCX_BW=$(awk -F, -v mb=$UCX_MB '/^[0-9]+,/ {v = $6 * mb} END {print v}' <<<"$UCX_BW_CSV")
-next_port
+ucx_fig tag_bw $BW_SIZE "$BW_ITERS" -w 200
+UCX_BW=$(awk -F, -v mb=$UCX_MB '{print $6 * mb}' <<<"$UCX_LINE")
 
-# ---- latency -----------------------------------------------------------------------------------
-echo "# xfer_perf -x tcp -t tag_lat -s $LAT_SIZE -n $LAT_ITERS ..." >&2
-start_server xfer_lat 10 "$PERF" -x tcp -p "$PORT"
-XFER_LAT_JSON=$("$PERF" -x tcp -t tag_lat -s "$LAT_SIZE" -n "$LAT_ITERS" --json -p "$PORT" \
-                127.0.0.1) || die "xfer_perf tag_lat failed"
-XFER_LAT50=$(jq '.results[0].t_typical_usec' <<<"$XFER_LAT_JSON")
-XFER_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$XFER_LAT_JSON")
-next_port
+xfer_fig XFER_PUT_BW put_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
+xfer_fig XFER_TENSOR_BW tensor_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
 
-echo "# ucx_perftest -t tag_lat -s $LAT_SIZE -n $LAT_ITERS (UCX_TLS=tcp) ..." >&2
-start_server ucx_lat 10 ucx_perftest -p "$PORT"
-UCX_LAT_CSV=$(ucx_perftest 127.0.0.1 -p "$PORT" -t tag_lat -s "$LAT_SIZE" -n "$LAT_ITERS" \
-              -f -v 2>&1) || { echo "$UCX_LAT_CSV" >&2; die "ucx_perftest tag_lat failed"; }
-UCX_LAT50=$(awk -F, '/^[0-9]+,/ {v = $2} END {print v}' <<<"$UCX_LAT_CSV")
-UCX_LATAVG=$(awk -F, '/^[0-9]+,/ {v = $3} END {print v}' <<<"$UCX_LAT_CSV")
+# ---- bandwidth, 64 MiB -------------------------------------------------------------------------
+xfer_fig XFER_BIG_BW tag_bw $BIG_SIZE "$BIG_ITERS" bw_average_mbps
+xfer_fig XFER_BIG_TENSOR_BW tensor_bw $BIG_SIZE "$BIG_ITERS" bw_average_mbps
 
-for v in XFER_BW IPERF_BW UCX_BW XFER_LAT50 XFER_LATAVG UCX_LAT50 UCX_LATAVG; do
+# ---- latency, 8 bytes --------------------------------------------------------------------------
+xfer_fig XFER_LAT50 tag_lat $LAT_SIZE "$LAT_ITERS" t_typical_usec
+XFER_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")
+xfer_fig XFER_PUT_LAT50 put_lat $LAT_SIZE "$LAT_ITERS" t_typical_usec
+XFER_PUT_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")
+
+ucx_fig tag_lat $LAT_SIZE "$LAT_ITERS"
+UCX_LAT50=$(cut -d, -f2 <<<"$UCX_LINE")
+UCX_LATAVG=$(cut -d, -f3 <<<"$UCX_LINE")
+
+for v in XFER_BW IPERF_BW UCX_BW XFER_PUT_BW XFER_TENSOR_BW XFER_BIG_BW XFER_BIG_TENSOR_BW \
+         XFER_LAT50 XFER_LATAVG XFER_PUT_LAT50 XFER_PUT_LATAVG UCX_LAT50 UCX_LATAVG; do
     [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
 done
 
-# ---- the table ---------------------------------------------------------------------------------
-awk -v xbw="$XFER_BW" -v ibw="$IPERF_BW" -v ubw="$UCX_BW" \
-    -v xl50="$XFER_LAT50" -v xlavg="$XFER_LATAVG" -v ul50="$UCX_LAT50" -v ulavg="$UCX_LATAVG" \
-    -v tr="$XFER_TRANSPORT" -v bws="$BW_SIZE" -v lats="$LAT_SIZE" '
-function verdict(ok) { return ok ? "met" : "NOT met" }
+# ---- the figures and the aims ------------------------------------------------------------------
+awk -v xbw="$XFER_BW" -v ibw="$IPERF_BW" -v ubw="$UCX_BW" -v xput="$XFER_PUT_BW" \
+    -v xten="$XFER_TENSOR_BW" -v xbig="$XFER_BIG_BW" -v xbigten="$XFER_BIG_TENSOR_BW" \
+    -v xl50="$XFER_LAT50" -v xlavg="$XFER_LATAVG" -v xp50="$XFER_PUT_LAT50" \
+    -v xpavg="$XFER_PUT_LATAVG" -v ul50="$UCX_LAT50" -v ulavg="$UCX_LATAVG" \
+    -v bwn="$BW_ITERS" -v bign="$BIG_ITERS" -v latn="$LAT_ITERS" -v isecs="$IPERF_SECS" '
+function fig(run, value, unit, note) { printf "%-36s %12.2f %-5s %s\n", run, value, unit, note }
+# an aim: what it compares, the two figures, their ratio, the bound and the verdict
+function aim(what, a, b, unit, op, bound,    r, ok) {
+    r = a / b
+    ok = (op == ">=") ? r >= bound : r <= bound
+    printf "%-40s %10.2f %10.2f %-5s %7.2f  %s %-5s %s\n", what, a, b, unit, r, op, bound,
+           ok ? "met" : "NOT met"
+}
 BEGIN {
-    printf "# xfer over %s vs iperf3 and ucx_perftest (UCX_TLS=tcp), loopback; MB = 10^6 bytes\n", tr
-    printf "%-34s %12s %12s %12s %12s %10s\n", "figure", "xfer_perf", "iperf3", "ucx_perftest",
-           "xfer/iperf3", "xfer/ucx"
-    printf "%-34s %12.1f %12.1f %12.1f %12.2f %10.2f\n", "tag_bw " bws " B [MB/s]", xbw, ibw, ubw,
-           xbw / ibw, xbw / ubw
-    printf "%-34s %12.2f %12s %12.2f %12s %10.2f\n", "tag_lat " lats " B median [usec]", xl50, "-",
-           ul50, "-", xl50 / ul50
-    printf "%-34s %12.2f %12s %12.2f %12s %10.2f\n", "tag_lat " lats " B average [usec]", xlavg,
-           "-", ulavg, "-", xlavg / ulavg
-    printf "# aims: bandwidth >= ucx_perftest: %s (%.2f); bandwidth >= 0.8 x iperf3: %s (%.2f);\n",
-           verdict(xbw >= ubw), xbw / ubw, verdict(xbw >= 0.8 * ibw), xbw / ibw
-    printf "#       latency (median) <= ucx_perftest: %s (%.2f)\n", verdict(xl50 <= ul50),
-           xl50 / ul50
+    printf "# xfer over tcp vs iperf3 and ucx_perftest (UCX_TLS=tcp), loopback; MB = 10^6 bytes\n"
+    printf "%-36s %12s %-5s %s\n", "run", "figure", "unit", "iterations"
+    fig("xfer_perf tag_bw 1 MiB", xbw, "MB/s", bwn)
+    fig("iperf3 one stream", ibw, "MB/s", isecs " s")
+    fig("ucx_perftest tag_bw 1 MiB", ubw, "MB/s", bwn)
+    fig("xfer_perf put_bw 1 MiB", xput, "MB/s", bwn)
+    fig("xfer_perf tensor_bw 1 MiB", xten, "MB/s", bwn)
+    fig("xfer_perf tag_bw 64 MiB", xbig, "MB/s", bign)
+    fig("xfer_perf tensor_bw 64 MiB", xbigten, "MB/s", bign)
+    fig("xfer_perf tag_lat 8 B median", xl50, "usec", latn)
+    fig("xfer_perf tag_lat 8 B average", xlavg, "usec", latn)
+    fig("xfer_perf put_lat 8 B median", xp50, "usec", latn)
+    fig("xfer_perf put_lat 8 B average", xpavg, "usec", latn)
+    fig("ucx_perftest tag_lat 8 B median", ul50, "usec", latn)
+    fig("ucx_perftest tag_lat 8 B average", ulavg, "usec", latn)
+    printf "\n# the aims: ratio = a / b\n"
+    printf "%-40s %10s %10s %-5s %7s  %-8s %s\n", "aim", "a", "b", "unit", "ratio", "target",
+           "verdict"
+    aim("tag_bw 1 MiB: xfer / ucx_perftest", xbw, ubw, "MB/s", ">=", 1.2)
+    aim("tag_bw 1 MiB: xfer / iperf3", xbw, ibw, "MB/s", ">=", 1.5)
+    aim("tag_lat 8 B median: xfer / ucx_perftest", xl50, ul50, "usec", "<=", 0.95)
+    aim("8 B medians: put_lat / tag_lat (xfer)", xp50, xl50, "usec", "<=", 1.1)
+    aim("1 MiB: tensor_bw / put_bw (xfer)", xten, xput, "MB/s", ">=", 0.95)
+    aim("64 MiB: tensor_bw / tag_bw (xfer)", xbigten, xbig, "MB/s", ">=", 0.95)
 }'

@@ -4,6 +4,23 @@
 #                                 on $PORT (asking the kernel: some servers buffer their
 #                                 "waiting" line); its output goes to $LOGDIR/NAME.log
 #   next_port                     the next server's port
+#   run_pair NAME SECS SERVER_CMD... -- CLIENT_CMD...
+#                                 start_server NAME for SERVER_CMD, then CLIENT_CMD for at most
+#                                 SECS seconds; its stdout goes to PAIR_OUT; then next_port. The
+#                                 server, which serves one client, is waited for and forgotten.
+#                                 When the client fails or runs out of time: a line and its
+#                                 output on stderr, the server killed, status 1 (the caller
+#                                 decides whether that ends the script)
+#   xfer_tcp TEST SIZE ITERS [ARG...]
+#                                 run_pair of xfer_perf -x tcp ($PERF) on 127.0.0.1: PAIR_OUT is
+#                                 its --json object
+#   ucx_tcp TEST SIZE ITERS [ARG...]
+#                                 run_pair of ucx_perftest with UCX_TLS=tcp UCX_NET_DEVICES=lo on
+#                                 127.0.0.1: PAIR_OUT is its final CSV line (-f -v): iterations,
+#                                 lat50,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
+#                                 (latencies in usec, bandwidths in MB of UCX_MB)
+#   UCX_MB                        ucx_perftest's MB (2^20 bytes) in MB of 10^6 bytes
+#   RUN_TIMEOUT                   SECS of xfer_tcp's and ucx_tcp's clients (default 300)
 # Every server started is killed, and LOGDIR removed, when the script exits.
 
 die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
@@ -36,3 +53,69 @@ start_server() {
 }
 
 next_port() { PORT=$((PORT + 1)); }
+
+# Wait up to SECS for the last server started to exit (it serves one client), kill it if it
+# has not, and forget it: the script's exit then kills no process id that may have been reused.
+stop_last_server() {
+    local pid=${SERVERS[-1]} secs=$1
+    for _ in $(seq $((secs * 10))); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+    unset 'SERVERS[-1]'
+}
+
+run_pair() {
+    local name=$1 secs=$2 server=() rc=0
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        server+=("$1")
+        shift
+    done
+    [ $# -gt 1 ] || die "run_pair $name: no client command after --"
+    shift
+    start_server "$name" 10 "${server[@]}"
+    PAIR_OUT=$(timeout "$secs" "$@" 2>"$LOGDIR/$name.client.log") || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        stop_last_server 10
+    else
+        if [ "$rc" -eq 124 ]; then
+            echo "$BENCH_NAME: $name: no result in $secs s: $*" >&2
+        else
+            echo "$BENCH_NAME: $name: client failed (status $rc): $*" >&2
+        fi
+        { echo "$PAIR_OUT"; cat "$LOGDIR/$name.client.log" "$LOGDIR/$name.log"; } | tail -20 >&2
+        stop_last_server 0
+    fi
+    next_port
+    [ "$rc" -eq 0 ]
+}
+
+# shellcheck disable=SC2034 # read by the scripts that source this file
+UCX_MB=1.048576
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+
+xfer_tcp() {
+    local test=$1 size=$2 iters=$3
+    shift 3
+    run_pair "xfer_${test}_$size" "$RUN_TIMEOUT" "$PERF" -x tcp -p "$PORT" -- \
+        "$PERF" -x tcp -t "$test" -s "$size" -n "$iters" --json "$@" -p "$PORT" 127.0.0.1
+}
+
+ucx_tcp() {
+    local test=$1 size=$2 iters=$3
+    shift 3
+    run_pair "ucx_${test}_$size" "$RUN_TIMEOUT" \
+        env UCX_TLS=tcp UCX_NET_DEVICES=lo ucx_perftest -p "$PORT" -- \
+        env UCX_TLS=tcp UCX_NET_DEVICES=lo \
+        ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" -f -v "$@" || return 1
+    # the final line: "%4.0f,..." puts spaces before fewer than 1000 iterations
+    PAIR_OUT=$(awk '/^ *[0-9]+,/ {v = $0} END {print v}' <<<"$PAIR_OUT")
+    [ -n "$PAIR_OUT" ] && return 0
+    echo "$BENCH_NAME: ucx_perftest -t $test -s $size printed no CSV line" >&2
+    return 1
+}
