@@ -264,7 +264,8 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
         return -1;
     }
     if (perf_tests[p->test].server_rkey &&
-        perf_rkey_take(perf, payload, len, perf_tests[p->test].bw ? p->window : 1) != 0) {
+        perf_rkey_take(perf, payload, len,
+                       (perf_tests[p->test].bw && !perf_slots_shared(p)) ? p->window : 1) != 0) {
         xfer_rkey_blob_free(blob);
         return -1;
     }

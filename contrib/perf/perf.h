@@ -118,6 +118,7 @@ typedef struct perf {
     /* resources of one size; perf_buffers_release() undoes them */
     uint8_t         *buf;           /* slots of p.size bytes */
     size_t          nslots;
+    size_t          slot_stride;    /* p.size, or 0: every slot is the same buffer */
     perf_mem_t      buf_mem;        /* where buf lives */
     uint8_t         *scratch;       /* cuda buffers: a host copy of one slot (buffers.c) */
     xfer_mem_t      *mem;
@@ -136,12 +137,19 @@ typedef struct perf {
  * a device address: its bytes are reached through the perf_slot_* functions (buffers.c). */
 static inline uint8_t *perf_slot_buf(perf_t *perf, size_t slot)
 {
-    return perf->buf + slot * perf->p.size;
+    return perf->buf + slot * perf->slot_stride;
 }
 
 static inline uint64_t perf_rkey_slot_addr(perf_t *perf, size_t slot)
 {
-    return xfer_rkey_address(perf->rkey) + slot * perf->p.size;
+    return xfer_rkey_address(perf->rkey) + slot * perf->slot_stride;
+}
+
+/* Bandwidth tests without -V keep every operation in flight on one buffer, as ucx_perftest
+ * and ib_write_bw do, so that both tools touch the same memory; -V needs a slot each. */
+static inline int perf_slots_shared(const perf_params_t *p)
+{
+    return perf_tests[p->test].bw && !(p->flags & PARAM_VERIFY);
 }
 
 /* options.c */
