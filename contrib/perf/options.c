@@ -63,7 +63,7 @@ static void usage(FILE *f)
             "                         lock, as ucx_perftest's default) or multi (the lock a\n"
             "                         threaded application pays; needed with\n"
             "                         XFER_PROGRESS_THREAD=y)\n"
-            "  -E, --wait-mode MODE   poll (default: latency loops spin on xfer_request_test,\n"
+            "  -E, --wait-mode MODE   poll (default: every wait spins on xfer_request_test,\n"
             "                         as ucx_perftest's default) or sleep (xfer_request_wait,\n"
             "                         sleeping on the transports' file descriptors); this\n"
             "                         side's own choice. put_lat can only poll\n"

@@ -45,7 +45,8 @@ static void op_cb(xfer_request_t *req, xfer_status_t status, void *arg)
     op->done = 1;
 }
 
-/* Latency loops spin; a deadline is checked now and then so a dead peer cannot hang us. */
+/* Waits spin unless -E sleep; a deadline is checked now and then so a dead peer cannot hang
+ * us. */
 static xfer_status_t spin_test(xfer_request_t *req)
 {
     uint64_t deadline = 0;
@@ -518,12 +519,12 @@ int perf_test_client_run(perf_t *perf, uint64_t *t_start_p)
         };
 
         t_prev = perf_now_ns();
-        if (window_run(perf, 0, p->warmup, p->window, 0, bw[p->test].post, bw[p->test].done,
-                       bw[p->test].what, &t_prev, NULL) != 0) {
+        if (window_run(perf, 0, p->warmup, p->window, !perf->opts.sleep, bw[p->test].post,
+                       bw[p->test].done, bw[p->test].what, &t_prev, NULL) != 0) {
             return -1;
         }
         *t_start_p = t_prev = perf_now_ns();
-        if (window_run(perf, p->warmup, p->iters, p->window, 0, bw[p->test].post,
+        if (window_run(perf, p->warmup, p->iters, p->window, !perf->opts.sleep, bw[p->test].post,
                        bw[p->test].done, bw[p->test].what, &t_prev, perf->samples) != 0) {
             return -1;
         }
@@ -561,14 +562,14 @@ int perf_test_server_run(perf_t *perf)
 
     switch (p->test) {
     case TEST_TAG_BW:
-        return window_run(perf, 0, total, p->window, 0, tag_recv_post, tag_recv_done,
-                          "xfer_tag_recv", NULL, NULL);
+        return window_run(perf, 0, total, p->window, !perf->opts.sleep, tag_recv_post,
+                          tag_recv_done, "xfer_tag_recv", NULL, NULL);
     case TEST_TENSOR_BW:
-        return window_run(perf, 0, total, p->window, 0, publish_post, NULL,
+        return window_run(perf, 0, total, p->window, !perf->opts.sleep, publish_post, NULL,
                           "xfer_tensor_publish", NULL, NULL);
     case TEST_TENSOR_LAT:
-        return window_run(perf, 0, total, TENSOR_LAT_DEPTH, 1, publish_post, NULL,
-                          "xfer_tensor_publish", NULL, NULL);
+        return window_run(perf, 0, total, TENSOR_LAT_DEPTH, !perf->opts.sleep, publish_post,
+                          NULL, "xfer_tensor_publish", NULL, NULL);
     case TEST_PUT_LAT:
         return put_lat_run(perf, 0);
     case TEST_TAG_LAT:
