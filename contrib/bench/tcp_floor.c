@@ -6,25 +6,31 @@
  *   tcp_floor [-p PORT]                     server: serves one client, then exits
  *   tcp_floor [options] HOST                client: runs one test against the server on HOST
  *
- *   bw    the client streams messages of -s bytes (default 1 MiB) with blocking send()s of
- *         whole messages; the server receives each into one buffer (recv with MSG_WAITALL).
- *         -P N spreads them over N connections, each with its own sender and receiver thread.
- *         The time runs from the start of the sends until the server has received every byte.
- *   lat   ping-pong of -s bytes (default 8); half the round trip, median and average. Both
- *         sides wait for the other's message as --wait says: block (recv), poll (recv with
- *         MSG_DONTWAIT in a spin loop) or epoll (epoll_wait, sleeping, then recv).
+ *   bw    the client streams messages of -s bytes (default 1 MiB), the server receives each
+ *         into one buffer. -P N spreads them over N connections, each with its own sender and
+ *         receiver thread. The time runs from the start of the sends until the server has
+ *         received every byte.
+ *   lat   ping-pong of -s bytes (default 8); half the round trip, median and average.
  *
- * Only the client's options matter: it sends them to the server on a control connection, and
- * the server sets --sndbuf/--rcvbuf on its listening socket before the data connections
- * arrive, so that the window scale is chosen with them. --zerocopy sends with MSG_ZEROCOPY and
- * reaps the completions from the error queue; the kernel says in each whether it copied the
- * data after all (it does when the receiver is on the same host).
+ * --wait says how each side waits for its socket: block (blocking send and recv, the receive
+ * with MSG_WAITALL; the default), poll (MSG_DONTWAIT calls in a spin loop, as a library that
+ * polls its progress engine) or epoll (epoll_wait, sleeping, then the call, as a library
+ * waiting for events). Only the client's options matter: it sends them to the server on a
+ * control connection, and the server sets --sndbuf/--rcvbuf on its listening socket before the
+ * data connections arrive, so that the window scale is chosen with them. --zerocopy sends with
+ * MSG_ZEROCOPY and reaps the completions from the error queue; the kernel says in each whether
+ * it copied the data after all (it does when the receiver is on the same host).
  *
  * One line per run (or --json), e.g.
- *   bw size 1048576 streams 1 msgs 2000 secs 0.512 MBps 4096.1 sndbuf 4194304 rcvbuf 6291456
- *   lat size 8 wait block iters 20000 half_rtt_median_usec 9.81 half_rtt_avg_usec 10.20
+ *   bw size 1048576 streams 1 wait block msgs 4000 secs 1.171 MBps 3582.1 sndbuf 4194304 \
+ *      rcvbuf 33554432 cpu_client 0.45 cpu_server 0.27
+ *   lat size 8 wait block iters 20000 half_rtt_median_usec 6.02 half_rtt_avg_usec 6.43 \
+ *      cpu_client 0.61 cpu_server 0.58
  * MB = 10^6 bytes; sndbuf and rcvbuf are what the kernel reports at the end (autotuned or
- * doubled from the request). A side gives up after 10 s without progress from the other.
+ * doubled from the request); cpu_client and cpu_server are the CPU time (user and system) each
+ * process took over the time its part lasted: the cores it kept busy. On loopback the kernel's
+ * receive processing mostly runs, and is counted, in the sender's system calls. A side gives up
+ * after 10 s without progress from the other.
  *
  * Exit status: 0; 1 when something fails (the message says what); 2 on a usage error.
  */
@@ -44,10 +50,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "tcp_floor.h"
+
+/* CPU time of the whole process (every thread), user and system, in seconds. */
+static double cpu_sec(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -166,12 +183,11 @@ static const char *params_check(const params_t *p)
     if ((p->test == TEST_LAT) && ((p->streams != 1) || p->zerocopy || (p->secs > 0))) {
         return "lat takes neither -P, --zerocopy nor -t";
     }
-    if ((p->test == TEST_LAT) && (p->wait != WAIT_BLOCK) && (p->wait != WAIT_POLL) &&
-        (p->wait != WAIT_EPOLL)) {
+    if ((p->wait != WAIT_BLOCK) && (p->wait != WAIT_POLL) && (p->wait != WAIT_EPOLL)) {
         return "unknown --wait mode";
     }
-    if ((p->test == TEST_BW) && ((p->wait != WAIT_BLOCK) || (p->warmup > 0))) {
-        return "bw takes neither --wait nor -w (it receives blocking, and times every message)";
+    if ((p->test == TEST_BW) && (p->warmup > 0)) {
+        return "bw takes no -w: it times every message";
     }
     return NULL;
 }
@@ -309,7 +325,7 @@ static int serve(const char *port)
     result_t res = {0};
     struct timeval tv = {.tv_sec = FLOOR_TIMEOUT_S};
     const char *why;
-    double t0;
+    double t0, cpu0;
     int lfd, cfd, ret = 1;
 
     lfd = listen_on(port);
@@ -351,6 +367,8 @@ static int serve(const char *port)
             goto out_free_streams;
         }
     }
+    cpu0 = cpu_sec();
+    t0   = floor_now_sec();
     if (p.test == TEST_BW) {
         if (floor_run_streams(st, (unsigned)p.streams, floor_bw_receiver, &t0) != 0) {
             goto out_free_streams;
@@ -361,6 +379,8 @@ static int serve(const char *port)
     } else if (floor_lat_run(&st[0], NULL) != 0) {
         goto out_free_streams;
     }
+    res.cpu_usec  = (uint64_t)((cpu_sec() - cpu0) * 1e6);
+    res.wall_usec = (uint64_t)((floor_now_sec() - t0) * 1e6);
     res.rcvbuf = (uint64_t)getsockopt_int(st[0].fd, SO_RCVBUF);
     res.sndbuf = (uint64_t)getsockopt_int(st[0].fd, SO_SNDBUF);
     u64s_swap(&res, sizeof(res), 1);
@@ -383,11 +403,18 @@ static const char *wait_name(uint64_t w)
     return (w == WAIT_POLL) ? "poll" : (w == WAIT_EPOLL) ? "epoll" : "block";
 }
 
+/* CPU seconds per second of the side's part: how many cores it kept busy on average. */
+static double busy(double cpu, double wall)
+{
+    return (wall > 0) ? cpu / wall : 0;
+}
+
 static void bw_report(const params_t *p, const stream_t *st, const result_t *res, double secs,
-                      int json)
+                      double cpu, int json)
 {
     uint64_t zc_sent = 0, zc_copied = 0;
     double mbps = (double)res->bytes / secs / 1e6;
+    double cpu_c = busy(cpu, secs), cpu_s = busy((double)res->cpu_usec, (double)res->wall_usec);
     int sndbuf = getsockopt_int(st[0].fd, SO_SNDBUF);
 
     for (uint64_t i = 0; i < p->streams; i++) {
@@ -395,25 +422,30 @@ static void bw_report(const params_t *p, const stream_t *st, const result_t *res
         zc_copied += st[i].zc_copied;
     }
     if (json) {
-        printf("{\"test\":\"bw\",\"size\":%" PRIu64 ",\"streams\":%" PRIu64 ",\"messages\":%"
-               PRIu64 ",\"seconds\":%.6f,\"mbps\":%.1f,\"sndbuf\":%d,\"rcvbuf\":%" PRIu64
-               ",\"zerocopy\":%s,\"zerocopy_sends\":%" PRIu64 ",\"zerocopy_copied\":%" PRIu64
-               "}\n", p->size, p->streams, res->bytes / p->size, secs, mbps, sndbuf,
-               res->rcvbuf, p->zerocopy ? "true" : "false", zc_sent, zc_copied);
+        printf("{\"test\":\"bw\",\"size\":%" PRIu64 ",\"streams\":%" PRIu64 ",\"wait\":\"%s\","
+               "\"messages\":%" PRIu64 ",\"seconds\":%.6f,\"mbps\":%.1f,\"sndbuf\":%d,"
+               "\"rcvbuf\":%" PRIu64 ",\"cpu_client\":%.2f,\"cpu_server\":%.2f,"
+               "\"zerocopy\":%s,\"zerocopy_sends\":%" PRIu64 ",\"zerocopy_copied\":%" PRIu64
+               "}\n", p->size, p->streams, wait_name(p->wait), res->bytes / p->size, secs, mbps,
+               sndbuf, res->rcvbuf, cpu_c, cpu_s, p->zerocopy ? "true" : "false", zc_sent,
+               zc_copied);
         return;
     }
-    printf("bw size %" PRIu64 " streams %" PRIu64 " msgs %" PRIu64 " secs %.3f MBps %.1f "
-           "sndbuf %d rcvbuf %" PRIu64, p->size, p->streams, res->bytes / p->size, secs, mbps,
-           sndbuf, res->rcvbuf);
+    printf("bw size %" PRIu64 " streams %" PRIu64 " wait %s msgs %" PRIu64 " secs %.3f MBps %.1f "
+           "sndbuf %d rcvbuf %" PRIu64 " cpu_client %.2f cpu_server %.2f", p->size, p->streams,
+           wait_name(p->wait), res->bytes / p->size, secs, mbps, sndbuf, res->rcvbuf, cpu_c,
+           cpu_s);
     if (p->zerocopy) {
         printf(" zerocopy_sends %" PRIu64 " copied %" PRIu64, zc_sent, zc_copied);
     }
     printf("\n");
 }
 
-static void lat_report(const params_t *p, double *rtt, int json)
+static void lat_report(const params_t *p, double *rtt, const result_t *res, double secs,
+                       double cpu, int json)
 {
     double sum = 0, median, avg;
+    double cpu_c = busy(cpu, secs), cpu_s = busy((double)res->cpu_usec, (double)res->wall_usec);
 
     qsort(rtt, (size_t)p->iters, sizeof(*rtt), cmp_double);
     for (uint64_t i = 0; i < p->iters; i++) {
@@ -423,12 +455,14 @@ static void lat_report(const params_t *p, double *rtt, int json)
     avg    = sum / (double)p->iters / 2 * 1e6;
     if (json) {
         printf("{\"test\":\"lat\",\"size\":%" PRIu64 ",\"wait\":\"%s\",\"iters\":%" PRIu64
-               ",\"half_rtt_median_usec\":%.3f,\"half_rtt_avg_usec\":%.3f}\n", p->size,
-               wait_name(p->wait), p->iters, median, avg);
+               ",\"half_rtt_median_usec\":%.3f,\"half_rtt_avg_usec\":%.3f,\"cpu_client\":%.2f,"
+               "\"cpu_server\":%.2f}\n", p->size, wait_name(p->wait), p->iters, median, avg,
+               cpu_c, cpu_s);
         return;
     }
     printf("lat size %" PRIu64 " wait %s iters %" PRIu64 " half_rtt_median_usec %.2f "
-           "half_rtt_avg_usec %.2f\n", p->size, wait_name(p->wait), p->iters, median, avg);
+           "half_rtt_avg_usec %.2f cpu_client %.2f cpu_server %.2f\n", p->size,
+           wait_name(p->wait), p->iters, median, avg, cpu_c, cpu_s);
 }
 
 static int client(const char *host, const char *port, const params_t *p, int json)
@@ -436,7 +470,7 @@ static int client(const char *host, const char *port, const params_t *p, int jso
     stream_t st[FLOOR_MAX_STREAMS];
     params_t wire = *p;
     result_t res;
-    double t0, secs, *rtt = NULL;
+    double t0, cpu0, secs, *rtt = NULL;
     uint64_t sent = 0;
     int cfd, ret = 1;
 
@@ -464,11 +498,13 @@ static int client(const char *host, const char *port, const params_t *p, int jso
         st[i].msgs     = p->iters / p->streams + ((i < p->iters % p->streams) ? 1 : 0);
         st[i].deadline = floor_now_sec() + (double)p->secs;
     }
+    if ((p->test == TEST_LAT) && ((rtt = calloc((size_t)p->iters, sizeof(*rtt))) == NULL)) {
+        fprintf(stderr, "tcp_floor: no memory for %" PRIu64 " timings\n", p->iters);
+        goto out_free_streams;
+    }
+    cpu0 = cpu_sec();
+    t0   = floor_now_sec();
     if (p->test == TEST_LAT) {
-        if ((rtt = calloc((size_t)p->iters, sizeof(*rtt))) == NULL) {
-            fprintf(stderr, "tcp_floor: no memory for %" PRIu64 " timings\n", p->iters);
-            goto out_free_streams;
-        }
         if (floor_lat_run(&st[0], rtt) != 0) {
             goto out_free_rtt;
         }
@@ -479,13 +515,14 @@ static int client(const char *host, const char *port, const params_t *p, int jso
     if (ctl_io(cfd, &res, sizeof(res), 0) != 0) {
         goto out_free_rtt;
     }
+    secs = floor_now_sec() - t0;
+    cpu0 = cpu_sec() - cpu0;
     u64s_swap(&res, sizeof(res), 0);
     if (p->test == TEST_LAT) {
-        lat_report(p, rtt, json);
+        lat_report(p, rtt, &res, secs, cpu0, json);
         ret = 0;
         goto out_free_rtt;
     }
-    secs = floor_now_sec() - t0;
     for (uint64_t i = 0; i < p->streams; i++) {
         sent += st[i].bytes;
     }
@@ -494,7 +531,7 @@ static int client(const char *host, const char *port, const params_t *p, int jso
                 sent, res.bytes);
         goto out_free_streams;
     }
-    bw_report(p, st, &res, secs, json);
+    bw_report(p, st, &res, secs, cpu0, json);
     ret = 0;
 out_free_rtt:
     free(rtt);
@@ -525,8 +562,9 @@ static void usage(FILE *out)
             "      --rcvbuf BYTES  SO_RCVBUF on every data socket (0: autotuning, default)\n"
             "      --zerocopy      bw: send with MSG_ZEROCOPY; reports how many of the sends\n"
             "                      the kernel said it copied after all\n"
-            "      --wait MODE     lat: block (recv), poll (MSG_DONTWAIT spin) or epoll\n"
-            "                      (epoll_wait, then recv); default block\n"
+            "      --wait MODE     how each side waits for its socket: block (blocking calls,\n"
+            "                      the default), poll (MSG_DONTWAIT calls in a spin loop) or\n"
+            "                      epoll (epoll_wait, then the call)\n"
             "  -j, --json          one JSON object instead of the result line\n"
             "  -h, --help          this text\n"
             "Only the client's options matter: it sends them to the server. MB = 10^6 bytes;\n"

@@ -39,10 +39,11 @@ typedef struct {
 } params_t;
 
 /* What the server answers: all zeroes once it is ready for the data connections, then, when
- * it is done, what it received and its first data socket's buffer sizes. On a failure it
- * closes the control connection instead. */
+ * it is done, what it received, its first data socket's buffer sizes, and the CPU time its
+ * process took over how long its part lasted (microseconds). On a failure it closes the
+ * control connection instead. */
 typedef struct {
-    uint64_t bytes, rcvbuf, sndbuf;
+    uint64_t bytes, rcvbuf, sndbuf, cpu_usec, wall_usec;
 } result_t;
 
 /* One data connection and the thread that moves its share. */
@@ -53,6 +54,8 @@ typedef struct {
     uint64_t          msgs;         /* bw sender with -n: messages to send */
     double            deadline;     /* bw sender with -t: CLOCK_MONOTONIC seconds */
     pthread_barrier_t *start;
+    int               ep;           /* --wait epoll: this stream's epoll set */
+    uint32_t          ep_events;    /* what it waits for: EPOLLIN or EPOLLOUT */
     uint64_t          bytes;
     uint64_t          zc_sent;      /* sends with MSG_ZEROCOPY that moved bytes */
     uint64_t          zc_done;      /* of those, completions reaped */

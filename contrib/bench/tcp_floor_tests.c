@@ -91,60 +91,152 @@ static int zc_reap(stream_t *s, int wait)
     }
 }
 
-/* ---- bw ------------------------------------------------------------------------------------ */
+/* ---- waiting and moving whole messages ------------------------------------------------------ */
 
-/* Send one whole message; with --zerocopy, reap completions as they come and wait for one when
- * the socket has no option memory left for another (ENOBUFS). */
-static int send_msg(stream_t *s)
+/* --wait epoll: the stream's own epoll set, created in the thread that waits on it. */
+static int wait_open(stream_t *s)
 {
-    int flags = MSG_NOSIGNAL | (s->p->zerocopy ? MSG_ZEROCOPY : 0);
-    size_t done = 0, len = (size_t)s->p->size;
+    struct epoll_event ev = {.events = EPOLLIN};
 
+    s->ep = -1;
+    if (s->p->wait != WAIT_EPOLL) {
+        return 0;
+    }
+    if (((s->ep = epoll_create1(0)) < 0) || (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->fd, &ev) != 0)) {
+        return stream_fail(s, "epoll: %s", strerror(errno));
+    }
+    s->ep_events = EPOLLIN;
+    return 0;
+}
+
+static void wait_close(stream_t *s)
+{
+    if (s->ep >= 0) {
+        close(s->ep);
+        s->ep = -1;
+    }
+}
+
+/* Sleep in epoll_wait until the socket is ready for events (EPOLLIN or EPOLLOUT). */
+static int epoll_for(stream_t *s, uint32_t events)
+{
+    struct epoll_event ev = {.events = events};
+    int r;
+
+    if ((s->ep_events != events) && (epoll_ctl(s->ep, EPOLL_CTL_MOD, s->fd, &ev) != 0)) {
+        return stream_fail(s, "epoll_ctl: %s", strerror(errno));
+    }
+    s->ep_events = events;
+    do {
+        r = epoll_wait(s->ep, &ev, 1, FLOOR_TIMEOUT_S * 1000);
+    } while ((r < 0) && (errno == EINTR));
+    if (r < 0) {
+        return stream_fail(s, "epoll_wait: %s", strerror(errno));
+    }
+    return (r == 0) ? stream_fail(s, "the peer moved nothing for %d s", FLOOR_TIMEOUT_S) : 0;
+}
+
+/* Send (out) or receive len bytes of the stream's buffer, whole, waiting for the socket as
+ * --wait says: block in the call (a receive with MSG_WAITALL), spin on MSG_DONTWAIT calls, or
+ * sleep in epoll_wait (before each receive; after a send that found the socket full). With
+ * --zerocopy, completions are reaped as they come, and one is waited for when the socket has no
+ * option memory left for another send (ENOBUFS). Returns 0; 1 when a receive finds the stream
+ * closed before the message's first byte; -1 on failure. */
+static int move_all(stream_t *s, int out, size_t len)
+{
+    wait_t wait = (wait_t)s->p->wait;
+    int flags = (wait != WAIT_BLOCK) ? MSG_DONTWAIT : out ? 0 : MSG_WAITALL;
+    const char *call = out ? "send" : "recv";
+    size_t done = 0;
+    unsigned spins = 0;
+    double deadline = 0;
+
+    flags |= out ? (MSG_NOSIGNAL | (s->p->zerocopy ? MSG_ZEROCOPY : 0)) : 0;
     while (done < len) {
-        ssize_t n = send(s->fd, s->buf + done, len - done, flags);
+        ssize_t n;
 
+        if (!out && (wait == WAIT_EPOLL) && (epoll_for(s, EPOLLIN) != 0)) {
+            return -1;
+        }
+        n = out ? send(s->fd, s->buf + done, len - done, flags) :
+                  recv(s->fd, s->buf + done, len - done, flags);
         if (n > 0) {
             done     += (size_t)n;
             s->bytes += (uint64_t)n;
-            s->zc_sent += s->p->zerocopy ? 1 : 0;
-        } else if ((n < 0) && (errno == ENOBUFS) && s->p->zerocopy) {
-            struct pollfd pfd = {.fd = s->fd, .events = 0};
+            spins     = 0;
+            deadline  = 0;
+            if (out && s->p->zerocopy) {
+                s->zc_sent++;
+                if (zc_reap(s, 0) != 0) {
+                    return -1;
+                }
+            }
+            continue;
+        }
+        if (n == 0) {
+            return (done == 0) ? 1 : stream_fail(s, "the stream ended inside a message "
+                                                 "(%zu of %zu bytes)", done, len);
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (out && (errno == ENOBUFS) && s->p->zerocopy) {
+            struct pollfd pfd = {.fd = s->fd, .events = 0};    /* the error queue: POLLERR */
 
             if (poll(&pfd, 1, FLOOR_TIMEOUT_S * 1000) == 0) {
                 return stream_fail(s, "send: ENOBUFS and no zero-copy completion for %d s",
                                    FLOOR_TIMEOUT_S);
             }
-        } else if ((n < 0) && (errno == EINTR)) {
             continue;
-        } else {
-            return stream_fail(s, "send: %s", ((n < 0) && (errno == EAGAIN)) ?
-                               "peer took nothing for 10 s" : strerror(errno));
         }
-        if (s->p->zerocopy && (zc_reap(s, 0) != 0)) {
+        if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
+            return stream_fail(s, "%s: %s", call, strerror(errno));
+        }
+        if (wait == WAIT_BLOCK) {       /* SO_RCVTIMEO / SO_SNDTIMEO ran out */
+            return stream_fail(s, "%s: the peer moved nothing for %d s", call, FLOOR_TIMEOUT_S);
+        }
+        if ((wait == WAIT_EPOLL) && out && (epoll_for(s, EPOLLOUT) != 0)) {
             return -1;
+        }
+        /* poll: spin, looking at the clock only now and then */
+        if ((wait == WAIT_POLL) && ((++spins & 0xfffu) == 0)) {
+            if (deadline == 0) {
+                deadline = floor_now_sec() + FLOOR_TIMEOUT_S;
+            } else if (floor_now_sec() > deadline) {
+                return stream_fail(s, "%s: the peer moved nothing for %d s", call,
+                                   FLOOR_TIMEOUT_S);
+            }
         }
     }
     return 0;
 }
 
+/* ---- bw ------------------------------------------------------------------------------------ */
+
 void *floor_bw_sender(void *arg)
 {
     stream_t *s = arg;
-    uint64_t i;
+    size_t len = (size_t)s->p->size;
 
     pthread_barrier_wait(s->start);
-    for (i = 0; (s->p->secs > 0) ? (floor_now_sec() < s->deadline) : (i < s->msgs); i++) {
-        if (send_msg(s) != 0) {
-            return NULL;
+    if (wait_open(s) != 0) {
+        return NULL;
+    }
+    for (uint64_t i = 0; (s->p->secs > 0) ? (floor_now_sec() < s->deadline) : (i < s->msgs);
+         i++) {
+        if (move_all(s, 1, len) != 0) {
+            goto out;
         }
     }
     if (s->p->zerocopy && (zc_reap(s, 1) != 0)) {
-        return NULL;
+        goto out;
     }
     /* the receiver reads until this end of the stream */
     if (shutdown(s->fd, SHUT_WR) != 0) {
         stream_fail(s, "shutdown: %s", strerror(errno));
     }
+out:
+    wait_close(s);
     return NULL;
 }
 
@@ -155,26 +247,12 @@ void *floor_bw_receiver(void *arg)
     size_t len = (size_t)s->p->size;
 
     pthread_barrier_wait(s->start);
-    for (;;) {
-        ssize_t n = recv(s->fd, s->buf, len, MSG_WAITALL);
-
-        if ((n < 0) && (errno == EINTR)) {
-            continue;
-        }
-        if (n < 0) {
-            stream_fail(s, "recv: %s", ((errno == EAGAIN) || (errno == EWOULDBLOCK)) ?
-                        "nothing from the sender for 10 s" : strerror(errno));
-            return NULL;
-        }
-        s->bytes += (uint64_t)n;
-        if (n == 0) {
-            return NULL;
-        }
-        if ((size_t)n != len) {
-            stream_fail(s, "the stream ended inside a message (%zd of %zu bytes)", n, len);
-            return NULL;
+    if (wait_open(s) == 0) {
+        while (move_all(s, 0, len) == 0) {
         }
     }
+    wait_close(s);
+    return NULL;
 }
 
 /* Run one thread per stream; the caller's part of the start barrier is returned through
@@ -210,109 +288,40 @@ int floor_run_streams(stream_t *st, unsigned n, void *(*fn)(void *), double *t0_
 
 /* ---- lat ----------------------------------------------------------------------------------- */
 
-/* Wait for and take len bytes, as --wait says. */
-static int lat_recv(stream_t *s, int ep, size_t len)
-{
-    size_t got = 0;
-    double deadline = 0;
-    unsigned spins = 0;
-
-    while (got < len) {
-        ssize_t n;
-
-        if (s->p->wait == WAIT_EPOLL) {
-            struct epoll_event ev;
-            int r = epoll_wait(ep, &ev, 1, FLOOR_TIMEOUT_S * 1000);
-
-            if ((r < 0) && (errno != EINTR)) {
-                return stream_fail(s, "epoll_wait: %s", strerror(errno));
-            }
-            if (r == 0) {
-                return stream_fail(s, "nothing from the peer for %d s", FLOOR_TIMEOUT_S);
-            }
-        }
-        n = recv(s->fd, s->buf + got, len - got,
-                 (s->p->wait == WAIT_BLOCK) ? MSG_WAITALL : MSG_DONTWAIT);
-        if (n > 0) {
-            got += (size_t)n;
-            continue;
-        }
-        if (n == 0) {
-            return stream_fail(s, "the peer closed the connection");
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
-            return stream_fail(s, "recv: %s", strerror(errno));
-        }
-        if (s->p->wait == WAIT_BLOCK) {
-            return stream_fail(s, "nothing from the peer for %d s", FLOOR_TIMEOUT_S);
-        }
-        /* poll: spin; look at the clock only now and then */
-        if ((s->p->wait == WAIT_POLL) && ((++spins & 0xfffu) == 0)) {
-            if (deadline == 0) {
-                deadline = floor_now_sec() + FLOOR_TIMEOUT_S;
-            } else if (floor_now_sec() > deadline) {
-                return stream_fail(s, "nothing from the peer for %d s", FLOOR_TIMEOUT_S);
-            }
-        }
-    }
-    return 0;
-}
-
-static int lat_send(stream_t *s, size_t len)
-{
-    size_t done = 0;
-
-    while (done < len) {
-        ssize_t n = send(s->fd, s->buf + done, len - done, MSG_NOSIGNAL);
-
-        if (n > 0) {
-            done += (size_t)n;
-        } else if ((n < 0) && (errno == EINTR)) {
-            continue;
-        } else {
-            return stream_fail(s, "send: %s", strerror(errno));
-        }
-    }
-    return 0;
-}
-
 /* The ping-pong; the client (with rtt) times each round trip after the warm-up. */
 int floor_lat_run(stream_t *s, double *rtt)
 {
     uint64_t total = s->p->warmup + s->p->iters;
     size_t len = (size_t)s->p->size;
-    int ep = -1, ret = -1;
+    int ret = -1, r;
 
-    if (s->p->wait == WAIT_EPOLL) {
-        struct epoll_event ev = {.events = EPOLLIN};
-
-        if (((ep = epoll_create1(0)) < 0) || (epoll_ctl(ep, EPOLL_CTL_ADD, s->fd, &ev) != 0)) {
-            stream_fail(s, "epoll: %s", strerror(errno));
-            goto out;
-        }
+    if (wait_open(s) != 0) {
+        goto out;
     }
     for (uint64_t i = 0; i < total; i++) {
         double t0 = floor_now_sec();
 
-        if (rtt != NULL) {
-            if ((lat_send(s, len) != 0) || (lat_recv(s, ep, len) != 0)) {
+        if ((rtt != NULL) && (move_all(s, 1, len) != 0)) {
+            goto out;
+        }
+        r = move_all(s, 0, len);
+        if (r != 0) {
+            if (r == 1) {
+                stream_fail(s, "the peer closed the connection");
+            }
+            goto out;
+        }
+        if (rtt == NULL) {
+            if (move_all(s, 1, len) != 0) {
                 goto out;
             }
-            if (i >= s->p->warmup) {
-                rtt[i - s->p->warmup] = floor_now_sec() - t0;
-            }
-        } else if ((lat_recv(s, ep, len) != 0) || (lat_send(s, len) != 0)) {
-            goto out;
+        } else if (i >= s->p->warmup) {
+            rtt[i - s->p->warmup] = floor_now_sec() - t0;
         }
     }
     ret = 0;
 out:
-    if (ep >= 0) {
-        close(ep);
-    }
+    wait_close(s);
     if (s->err[0] != '\0') {
         fprintf(stderr, "tcp_floor: %s\n", s->err);
     }
