@@ -21,16 +21,17 @@
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. PERF_BIN and
 # FLOOR_BIN override the paths of xfer_perf and tcp_floor (not XFER_*: xfer warns of unknown
-# XFER_ variables). Knobs: REPS (5), BENCH_PORT (19000; one port per run from there), BW_ITERS
-# (2000), LAT_ITERS (20000), IPERF_SECS (3). Needs iperf3, ucx-utils (ucx_perftest, ucx_info),
-# jq, ss (iproute2) and taskset (util-linux). REPS=5 takes about 4 minutes on 2 cores.
+# XFER_ variables). Knobs: REPS (5), BENCH_PORT (20000: one port per run from there, skipping
+# ports in use), BW_ITERS (2000), LAT_ITERS (20000), IPERF_SECS (3). Needs iperf3, ucx-utils
+# (ucx_perftest, ucx_info), jq, ss (iproute2) and taskset (util-linux). REPS=5 takes 4 to 6
+# minutes on 2 cores.
 set -euo pipefail
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=${PERF_BIN:-$BUILD/contrib/xfer_perf}
 FLOOR=${FLOOR_BIN:-$BUILD/contrib/bench/tcp_floor}
 REPS=${REPS:-5}
-PORT=${BENCH_PORT:-19000}
+PORT=${BENCH_PORT:-20000}
 BW_ITERS=${BW_ITERS:-2000}
 LAT_ITERS=${LAT_ITERS:-20000}
 IPERF_SECS=${IPERF_SECS:-3}
@@ -56,8 +57,15 @@ done
 # Every UCX run starts from the same environment: tcp only, nothing else inherited.
 UCX=(env -u UCX_NET_DEVICES -u UCX_PROTO_ENABLE -u UCX_PROTO_INFO UCX_TLS=tcp)
 
+# Move PORT past ports something else listens on: start_server would take that for our server.
+skip_busy_ports() {
+    while [ -n "$(ss -Hltn "sport = :$PORT")" ]; do
+        next_port
+    done
+}
+
 # The last server started has served its one client: let it leave (or end it), so that it
-# takes no CPU from the next run, and move to the next port.
+# takes no CPU from the next run, and move to the next free port.
 end_server() {
     local pid=${SERVERS[-1]}
 
@@ -68,6 +76,7 @@ end_server() {
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     next_port
+    skip_busy_ports
 }
 
 # What a client printed when it failed, on stderr (its last 20 lines).
@@ -206,6 +215,8 @@ if [ "$(nproc)" -ge 2 ]; then
 fi
 REF_BW=floor_p1
 REF_LAT=fl_block
+
+skip_busy_ports
 
 # ---- what UCX chooses --------------------------------------------------------------------------
 
