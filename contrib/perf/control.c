@@ -63,7 +63,7 @@ static int ctrl_send(perf_t *perf, msg_kind_t kind, xfer_status_t status, const 
         return perf_fail(what, st);
     }
     if (req != NULL) {
-        st = perf_request_wait(req);
+        st = perf_wait(perf, req);
         xfer_request_release(req);
         if (st != XFER_OK) {
             return perf_fail(what, st);
@@ -110,7 +110,7 @@ static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind
     }
     req = perf->ctrl_req;
     perf->ctrl_req = NULL;
-    st = perf_request_wait(req);
+    st = perf_wait(perf, req);
     n = xfer_request_length(req);
     if (st == XFER_ERR_TIMEOUT) {
         xfer_request_cancel(req);

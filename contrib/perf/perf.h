@@ -163,6 +163,8 @@ int perf_server_run(perf_t *perf);
 /* tests.c */
 uint64_t      perf_now_ns(void);
 xfer_status_t perf_request_wait(xfer_request_t *req);
+/* Wait for req as -E says: spinning on xfer_request_test (poll) or sleeping (sleep). */
+xfer_status_t perf_wait(perf_t *perf, xfer_request_t *req);
 int           perf_test_client_run(perf_t *perf, uint64_t *t_start_p);
 void          perf_test_server_prepare(perf_t *perf);
 int           perf_test_server_run(perf_t *perf);

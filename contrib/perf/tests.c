@@ -88,6 +88,11 @@ static void op_reset(op_slot_t *op)
     op->t_done = 0;
 }
 
+xfer_status_t perf_wait(perf_t *perf, xfer_request_t *req)
+{
+    return perf->opts.sleep ? perf_request_wait(req) : spin_test(req);
+}
+
 /* Wait (sleeping, or spinning) for op; its request stays for the caller to release. */
 static xfer_status_t op_wait(op_slot_t *op, int spin)
 {
@@ -174,7 +179,7 @@ static int remote_flush(perf_t *perf)
     xfer_status_t st    = xfer_endpoint_flush(perf->ep, NULL, NULL, &req);
 
     if (st == XFER_OK) {
-        st = perf_request_wait(req);
+        st = perf_wait(perf, req);
         xfer_request_release(req);
     }
     if (st != XFER_OK) {
