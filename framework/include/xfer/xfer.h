@@ -320,7 +320,9 @@ enum {
  * operations still pending (receives, fetches, rendezvous sends, whatever the timeout cut
  * short) complete with XFER_ERR_CANCELED. The request completes with XFER_OK once the
  * endpoint closed with everything delivered, XFER_ERR_TIMEOUT when the timeout forced it,
- * or the endpoint's error when it had failed (then nothing more could be delivered).
+ * or the endpoint's error when it had failed (then nothing more could be delivered). After
+ * puts over tcp the flush needs the peer's answer: a peer that closes first (both sides
+ * closing at once) can fail it, so peers that both put flush before either closes.
  */
 XFER_API xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags,
                                               xfer_request_cb_t cb, void *user_data,
