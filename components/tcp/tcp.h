@@ -404,6 +404,9 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 /* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory.
  * answer: it answers a request of the peer (it counts in ep->resp_backlog). */
 uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer);
+/* Queue a frame that is only a header (type, status, id); answer as for tx_reserve. */
+xfer_status_t xfer_tcp_ep_tx_hdr(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
+                                 int answer);
 /* Queue a header-only answer (type, status) to the frame being received, with its id. */
 xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
                                  size_t why_size);

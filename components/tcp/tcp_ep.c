@@ -273,14 +273,12 @@ void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx)
 
 static xfer_status_t fence_send(xfer_ep_h ep)
 {
-    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_FLUSH_REQ, 0, ep->fences_sent + 1, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 0);
+    xfer_status_t status = xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_FLUSH_REQ, XFER_OK,
+                                              ep->fences_sent + 1, 0);
 
-    if (p == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    if (status != XFER_OK) {
+        return status;
     }
-    xfer_tcp_wire_pack_hdr(&hdr, p);
     ep->fences_sent++;
     ep->fence_put = ep->puts_sent;
     xfer_tcp_ep_tx_post(ep);

@@ -94,15 +94,13 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
 xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                      xfer_status_t status)
 {
-    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_TENSOR_CANCEL, 0, 0, 0};
     xfer_ep_h ep;
 
     ucs_list_for_each(ep, &iface->eps, list) {
         for (uint32_t i = 0; i < ep->num_slots; i++) {
             xfer_tcp_slot_t *slot = &ep->slots[i];
             xfer_tcp_op_t *op     = slot->op;
-            uint8_t *p;
+            uint64_t id;
 
             if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->comp != comp)) {
                 continue;
@@ -112,16 +110,15 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             }
             slot->kind = XFER_TCP_SLOT_TOMBSTONE;
             slot->op   = NULL;
-            hdr.id     = ((uint64_t)slot->gen << 32) | i;
+            id         = ((uint64_t)slot->gen << 32) | i;
             xfer_tcp_op_complete(op, status, 0, 0);
             if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
-                p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 0);
-                if (p == NULL) {
+                if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) !=
+                    XFER_OK) {
                     xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
                                            "TENSOR_CANCEL");
                     return XFER_OK;
                 }
-                xfer_tcp_wire_pack_hdr(&hdr, p);
                 xfer_tcp_ep_tx_post(ep);
             }
             return XFER_OK;

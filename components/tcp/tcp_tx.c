@@ -58,18 +58,27 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
     return (uint8_t*)(tx + 1);
 }
 
-xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
-                                 size_t why_size)
+xfer_status_t xfer_tcp_ep_tx_hdr(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
+                                 int answer)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type,
-                               status, ep->rx.hdr.id, 0};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, 1);
+                               status, id, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, answer);
 
     if (p == NULL) {
-        snprintf(why, why_size, "out of memory for a %s", xfer_tcp_wire_type_name(type));
         return XFER_ERR_NO_MEMORY;
     }
     xfer_tcp_wire_pack_hdr(&hdr, p);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
+                                 size_t why_size)
+{
+    if (xfer_tcp_ep_tx_hdr(ep, type, status, ep->rx.hdr.id, 1) != XFER_OK) {
+        snprintf(why, why_size, "out of memory for a %s", xfer_tcp_wire_type_name(type));
+        return XFER_ERR_NO_MEMORY;
+    }
     return XFER_OK;
 }
 
