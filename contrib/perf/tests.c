@@ -93,13 +93,13 @@ xfer_status_t perf_wait(perf_t *perf, xfer_request_t *req)
     return perf->opts.sleep ? perf_request_wait(req) : spin_test(req);
 }
 
-/* Wait (sleeping, or spinning) for op; its request stays for the caller to release. */
-static xfer_status_t op_wait(op_slot_t *op, int spin)
+/* Wait for op as -E says; its request stays for the caller to release. */
+static xfer_status_t op_wait(perf_t *perf, op_slot_t *op)
 {
     xfer_status_t st;
 
     if (!op->done && op->req != NULL) {
-        st = spin ? spin_test(op->req) : perf_request_wait(op->req);
+        st = perf_wait(perf, op->req);
         if (st == XFER_ERR_TIMEOUT) {
             return st;
         }
@@ -129,7 +129,7 @@ typedef void (*done_fn_t)(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *o
  * slot, wait for the oldest, check it, post the next. With samples, samples[k] gets the time
  * between completion k and the one before it (the first one: since *t_prev).
  */
-static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t window, int spin,
+static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t window,
                       post_fn_t post, done_fn_t done, const char *what, uint64_t *t_prev,
                       double *samples)
 {
@@ -147,7 +147,7 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
             next++;
         }
         op = &perf->ops[oldest % window];
-        st = op_wait(op, spin);
+        st = op_wait(perf, op);
         if ((samples != NULL) && (op->t_done == 0)) {
             op->t_done = perf_now_ns();     /* completed without a callback */
         }
@@ -327,7 +327,7 @@ static int tag_lat_run(perf_t *perf, int client)
                 return -1;
             }
         }
-        st = op_wait(r, !perf->opts.sleep);
+        st = op_wait(perf, r);
         t1 = perf_now_ns();
         if (st != XFER_OK) {
             fprintf(stderr, "xfer_perf: tag_lat: receive %" PRIu64 ": %s\n", i,
@@ -362,7 +362,7 @@ static int tag_lat_run(perf_t *perf, int client)
                 }
             }
         }
-        st = op_wait(s, !perf->opts.sleep);
+        st = op_wait(perf, s);
         op_release(s);
         if (st != XFER_OK) {
             return perf_fail("tag_lat: send", st);
@@ -447,7 +447,7 @@ static int put_lat_run(perf_t *perf, int client)
         if (op_posted(s, st, "put_lat: xfer_put") != 0) {
             return -1;
         }
-        st = op_wait(s, !perf->opts.sleep);
+        st = op_wait(perf, s);
         op_release(s);
         if (st != XFER_OK) {
             return perf_fail("put_lat: put", st);
@@ -484,7 +484,7 @@ static int tensor_lat_run(perf_t *perf)
         if (op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
             return -1;
         }
-        st = op_wait(op, !perf->opts.sleep);
+        st = op_wait(perf, op);
         if (st != XFER_OK) {
             op_release(op);
             fprintf(stderr, "xfer_perf: tensor_lat: fetch of step %" PRIu64 ": %s\n",
@@ -524,12 +524,12 @@ int perf_test_client_run(perf_t *perf, uint64_t *t_start_p)
         };
 
         t_prev = perf_now_ns();
-        if (window_run(perf, 0, p->warmup, p->window, !perf->opts.sleep, bw[p->test].post,
-                       bw[p->test].done, bw[p->test].what, &t_prev, NULL) != 0) {
+        if (window_run(perf, 0, p->warmup, p->window, bw[p->test].post, bw[p->test].done,
+                       bw[p->test].what, &t_prev, NULL) != 0) {
             return -1;
         }
         *t_start_p = t_prev = perf_now_ns();
-        if (window_run(perf, p->warmup, p->iters, p->window, !perf->opts.sleep, bw[p->test].post,
+        if (window_run(perf, p->warmup, p->iters, p->window, bw[p->test].post,
                        bw[p->test].done, bw[p->test].what, &t_prev, perf->samples) != 0) {
             return -1;
         }
@@ -567,14 +567,14 @@ int perf_test_server_run(perf_t *perf)
 
     switch (p->test) {
     case TEST_TAG_BW:
-        return window_run(perf, 0, total, p->window, !perf->opts.sleep, tag_recv_post,
-                          tag_recv_done, "xfer_tag_recv", NULL, NULL);
+        return window_run(perf, 0, total, p->window, tag_recv_post, tag_recv_done,
+                          "xfer_tag_recv", NULL, NULL);
     case TEST_TENSOR_BW:
-        return window_run(perf, 0, total, p->window, !perf->opts.sleep, publish_post, NULL,
+        return window_run(perf, 0, total, p->window, publish_post, NULL,
                           "xfer_tensor_publish", NULL, NULL);
     case TEST_TENSOR_LAT:
-        return window_run(perf, 0, total, TENSOR_LAT_DEPTH, !perf->opts.sleep, publish_post,
-                          NULL, "xfer_tensor_publish", NULL, NULL);
+        return window_run(perf, 0, total, TENSOR_LAT_DEPTH, publish_post, NULL,
+                          "xfer_tensor_publish", NULL, NULL);
     case TEST_PUT_LAT:
         return put_lat_run(perf, 0);
     case TEST_TAG_LAT:
