@@ -504,6 +504,37 @@ Test(tcp_proto, response_with_unknown_id)
     expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
 }
 
+/* Answers to puts and flushes this side never sent, and a PUT whose rank skips one: each
+ * breaks the connection rather than being believed. */
+Test(tcp_proto, put_fail_for_a_put_never_sent)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_PUT_FAIL, XFER_ERR_INVALID_PARAM, 1,
+                                      0), 0, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, flush_ack_for_a_flush_never_sent)
+{
+    uint8_t frame[64];
+    raw_plan_t plan = {frame, put_hdr(frame, XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0), 0, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, put_whose_rank_skips_one)
+{
+    uint8_t frame[64];
+    xfer_tcp_wire_rma_t rma = {1, 2, 0x1000, 0};
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_PUT, 0, 2, XFER_TCP_WIRE_PUT_EXT_LEN);
+    raw_plan_t plan;
+
+    xfer_tcp_wire_pack_put_ext(&rma, frame + n);
+    plan = (raw_plan_t){frame, n + XFER_TCP_WIRE_PUT_EXT_LEN, 0, 0, 0, 0};
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
 Test(tcp_proto, tensor_response_with_unknown_id)
 {
     uint8_t frame[128];

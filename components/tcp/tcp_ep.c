@@ -387,10 +387,14 @@ static xfer_status_t rx_flush_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *wh
                                       size_t why_size)
 {
     (void)ext;
-    if ((ep->rx.hdr.id != ep->fences_acked + 1) || (ep->rx.hdr.id > ep->fences_sent)) {
-        snprintf(why, why_size, "FLUSH_ACK carries id %" PRIu64 ", expected %" PRIu64
-                 " (%" PRIu64 " FLUSH_REQs sent)", ep->rx.hdr.id, ep->fences_acked + 1,
-                 ep->fences_sent);
+    if (ep->fences_acked == ep->fences_sent) {
+        snprintf(why, why_size, "FLUSH_ACK %" PRIu64 " while no FLUSH_REQ waits for one",
+                 ep->rx.hdr.id);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (ep->rx.hdr.id != ep->fences_acked + 1) {
+        snprintf(why, why_size, "FLUSH_ACK carries id %" PRIu64 ", expected %" PRIu64,
+                 ep->rx.hdr.id, ep->fences_acked + 1);
         return XFER_ERR_PROTOCOL;
     }
     ep->fences_acked++;

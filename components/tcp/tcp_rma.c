@@ -592,9 +592,9 @@ static xfer_status_t rx_put_fail_ext(xfer_ep_h ep, const uint8_t *ext, char *why
 
     (void)ext;
     if ((id <= ep->put_fail_last) || (id > ep->puts_sent)) {
-        snprintf(why, why_size, "PUT_FAIL for put %" PRIu64 ", which is not among the puts "
-                 "%" PRIu64 "..%" PRIu64 " that can still fail", id, ep->put_fail_last + 1,
-                 ep->puts_sent);
+        snprintf(why, why_size, "PUT_FAIL for put %" PRIu64 ": %" PRIu64 " puts were sent and "
+                 "refusals come in order, the last for put %" PRIu64, id, ep->puts_sent,
+                 ep->put_fail_last);
         return XFER_ERR_PROTOCOL;
     }
     ep->put_fail_last = id;
