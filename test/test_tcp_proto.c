@@ -357,7 +357,7 @@ static void expect_bad_frame(const raw_plan_t *plan, xfer_status_t want, xfer_st
 static size_t put_hdr(uint8_t *p, unsigned type, int32_t status, uint64_t id, uint64_t length)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type,
-                               status, id, length};
+                               status, id, length, 0};
 
     xfer_tcp_wire_pack_hdr(&hdr, p);
     return XFER_TCP_WIRE_HDR_LEN;

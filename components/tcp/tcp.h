@@ -45,6 +45,8 @@ typedef struct xfer_tcp_config {
     uint64_t cuda_depth;        /* CUDA_DEPTH: bounce buffers for each direction */
     int      put_ack;           /* PUT_ACK: a put completes when the target acknowledged it */
     int      busy_poll;         /* BUSY_POLL: read sockets directly, never let a wait sleep */
+    uint64_t lanes;             /* LANES: connections per endpoint; 0 = by the core count */
+    uint64_t lane_min;          /* LANE_MIN_SIZE: data striped over the lanes from this size */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16
@@ -85,6 +87,10 @@ typedef struct xfer_tcp_tx {
      * own, [first, first + spill_len), before the ring's */
     uint8_t             *spill;
     size_t              spill_len;
+    /* a striped frame (tcp_lane.c): iov[1] is share 0; the shares of the other lanes not yet
+     * written. Once its own part is written the entry waits on ep->tx_wait for them. */
+    unsigned            lanes_left;
+    int                 lane0_done;
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -129,6 +135,7 @@ struct xfer_tcp_op {
     uint64_t            pending_rma;
     uint64_t            mark_fence;
     uint64_t            mark_put;
+    uint64_t            mark_lane[XFER_TCP_WIRE_LANES_MAX];   /* and of each lane */
     xfer_tcp_tx_t       tx;         /* zero-copy frame of a large SEND or PUT */
     uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
 };
@@ -219,7 +226,43 @@ typedef struct xfer_tcp_rx {
     size_t              dfill;      /* its bytes */
     size_t              dbase;      /* where in dest they go */
     unsigned            dcopies;    /* copies of this frame in flight */
+    int                 lanes_wait; /* striped: share 0 is in, the other lanes' are not */
 } xfer_tcp_rx_t;
+
+/* ---- lanes (tcp_lane.c) --------------------------------------------------------------------- */
+
+/* What a lane writes: one share of a striped frame, from the frame's own memory. */
+typedef struct xfer_tcp_seg {
+    ucs_list_link_t     list;       /* lane->txq */
+    xfer_tcp_tx_t       *tx;        /* the frame (on lane 0) it belongs to */
+    const uint8_t       *p;
+    size_t              len, sent;
+} xfer_tcp_seg_t;
+
+/* An extra connection of an endpoint. It carries only shares of striped frames, in the order
+ * of their frames on lane 0; it reads one while lane 0 is in that frame's payload. */
+typedef struct xfer_tcp_lane {
+    xfer_ep_h           ep;
+    unsigned            idx;        /* 1 .. ep->nlanes - 1 */
+    int                 fd;         /* -1 until connected (client) or accepted (server) */
+    uint32_t            events;     /* registered with epoll */
+    int                 peer_closed;
+    int                 drained;    /* a read this round came back short */
+    ucs_list_link_t     txq;        /* xfer_tcp_seg_t */
+    uint64_t            tx_queued, tx_written;
+    /* the share being received: want bytes into dest (CUDA memory when dev), then drain */
+    int                 rx_active;
+    int                 rx_dev;
+    uint8_t             *rx_dest;
+    size_t              rx_want, rx_got;
+    uint64_t            rx_drain;
+} xfer_tcp_lane_t;
+
+/* epoll data of lanes and of connections still to say which lane they are: tagged pointers,
+ * told apart from endpoints by their low bits */
+#define XFER_TCP_EV_LANE   1u
+#define XFER_TCP_EV_ACCEPT 2u
+#define XFER_TCP_EV_MASK   3u
 
 struct xfer_ep {
     xfer_iface_h        iface;
@@ -283,6 +326,13 @@ struct xfer_ep {
     ucs_list_link_t     devwait_link;
     uint8_t             *rx_spill;      /* receive: a chunk of its own when every receive
                                          * buffer of the iface is taken (tcp_cuda.c) */
+
+    /* lanes (tcp_lane.c): lanes[1 .. nlanes - 1]; lane 0 is fd above */
+    unsigned            nlanes;         /* in use: min(ours, the peer's); 1 before connect */
+    unsigned            lanes_max;      /* what this side offered */
+    uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
+    xfer_tcp_lane_t     *lanes;
+    ucs_list_link_t     tx_wait;        /* xfer_tcp_tx_t written on lane 0, not on all lanes */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
@@ -329,6 +379,14 @@ struct xfer_iface {
     int                      timerfd;       /* ticks while flushes wait for acknowledgements */
     int                      timer_armed;
     xfer_tcp_cuda_t          cuda;
+    /* lanes: the port they connect to, and the connections that did not say which yet */
+    unsigned                 lanes;         /* what endpoints offer */
+    int                      lane_fd;       /* listening, -1 = none */
+    uint16_t                 lane_port;
+    struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
+    unsigned                 busy_polls;    /* progress() calls since epoll was last asked */
+    uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
+                                             * on their way into CUDA memory */
     char                     address[XFER_TCP_IFACE_ADDR_MAX];
     size_t                   address_len;
 };
@@ -399,6 +457,8 @@ xfer_tcp_slot_t *xfer_tcp_slot_find(xfer_ep_h ep, uint64_t id);
 void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx);
 /* Stop writing into a region that is being deregistered. */
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
+/* The socket options of the configuration (TCP_NODELAY, buffers, keepalive, timeouts). */
+void xfer_tcp_sock_tune(xfer_iface_h iface, int fd);
 
 /* ---- tcp_tx.c ------------------------------------------------------------------------------- */
 /* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory.
@@ -415,6 +475,8 @@ xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t stat
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 /* Bytes an answer of len frame bytes counts in ep->resp_backlog. */
 #define XFER_TCP_ANSWER_COST(_len) ((uint64_t)(_len) + XFER_TCP_ENTRY_OVERHEAD)
+/* A queue entry was written completely (on every lane). */
+void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 /* A queue entry that will never be written (the ep failed or closes). */
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
@@ -497,6 +559,48 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 /* Release what the producer side of ep holds: withdraw waiters, release queued tensors. */
 void xfer_tcp_preq_withdraw_all(xfer_ep_h ep);
 void xfer_tcp_preq_free(xfer_tcp_preq_t *preq);
+
+/* ---- tcp_lane.c ----------------------------------------------------------------------------- */
+/* Connections accepted on the lane port that have not sent their LANE_HELLO yet; past this
+ * the oldest is closed, so that idle connections cannot take descriptors without bound. */
+#define XFER_TCP_ACCEPT_MAX 32
+
+/* The iface's lane port (when it offers lanes); failure leaves it at one lane. */
+void xfer_tcp_lanes_iface_open(xfer_iface_h iface);
+void xfer_tcp_lanes_iface_close(xfer_iface_h iface);
+/* ep_create: the lanes ep may take; ep_address: what goes into its address. */
+xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep);
+void xfer_tcp_lanes_ep_addr(xfer_ep_h ep, xfer_tcp_wire_ep_addr_t *addr);
+/* ep_connect, once the peer's address is known: the client opens the lanes. */
+xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_addr_t *peer);
+/* Close the lanes; their unwritten shares go with their frames (teardown). */
+void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked);
+/* tx_push: cut tx's data over the lanes when it is worth it. */
+void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Lane 0's part of tx was written; 1 when tx is done (no share left on other lanes). */
+int xfer_tcp_lanes_tx_lane0_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
+/* Write what each lane's socket takes. */
+void xfer_tcp_lanes_tx_write(xfer_ep_h ep);
+/* The flush marks: bytes queued on each lane; 1 when every lane's peer host acknowledged
+ * its bytes up to mark (NULL: all bytes queued). */
+void xfer_tcp_lanes_mark(xfer_ep_h ep, uint64_t *mark);
+int xfer_tcp_lanes_acked(xfer_ep_h ep, const uint64_t *mark);
+/* Lane 0 enters the payload of a striped frame: its rx.want/rx.drain become share 0, the
+ * other lanes take theirs. XFER_OK, or an error with why. */
+xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size);
+/* Read the other lanes' shares: 1 = all in, 0 = wait, -1 = the ep failed. */
+int xfer_tcp_lanes_rx_poll(xfer_ep_h ep);
+/* The frame's destination is gone (region deregistered, ep failing): shares drain. */
+void xfer_tcp_lanes_rx_forget(xfer_ep_h ep);
+void xfer_tcp_lanes_rx_reset(xfer_ep_h ep);
+/* Bytes waiting in the lanes' sockets. */
+uint64_t xfer_tcp_lanes_rx_available(xfer_ep_h ep);
+/* epoll said something of a tagged pointer (a lane or an accepted connection). */
+unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events);
+/* The lane port has connections to accept. */
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface);
+/* XFER_TCP_BUSY_POLL: what epoll would have said of ep's lanes. */
+unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
 
 /* ---- tcp_cuda.c ----------------------------------------------------------------------------- */
 void xfer_tcp_cuda_init(xfer_iface_h iface);

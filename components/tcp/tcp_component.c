@@ -97,6 +97,19 @@ static const xfer_param_desc_t tcp_params[] = {
      "polls the NIC's queue where the driver supports it. For latency-critical users with "
      "few endpoints and a core to spin on; the cost grows with the number of endpoints.",
      offsetof(xfer_tcp_config_t, busy_poll), 0, 0, NULL},
+    {"LANES", XFER_PARAM_UINT, "0",
+     "TCP connections per endpoint (1-8): the data of large messages, puts and tensors is cut "
+     "over them, frames and their order staying on the first. The server listens for the "
+     "extra ones on a port of its own (any address); the client connects them to the address "
+     "its first connection reached. 0 chooses by the cores online: 2 below 16, 4 from 16 "
+     "(measured on two cores: 2 lanes move 1 MiB messages 1.3x faster than one when "
+     "polling, 1.8x when sleeping; 4 lanes are slower than 2 there).",
+     offsetof(xfer_tcp_config_t, lanes), 0, XFER_TCP_WIRE_LANES_MAX, NULL},
+    {"LANE_MIN_SIZE", XFER_PARAM_SIZE, "1m",
+     "Data from this size on is cut over the lanes, one share per lane; smaller data goes on "
+     "the first connection alone.",
+     offsetof(xfer_tcp_config_t, lane_min), 64.0 * 1024.0, 1024.0 * 1024.0 * 1024.0 * 1024.0,
+     NULL},
     {NULL}
 };
 

@@ -1,8 +1,8 @@
 /*
- * tcp endpoints: the connection (a dup of the bootstrap socket), its outstanding requests, and
- * what happens when it fails. Its send queue is in tcp_tx.c, its receive state machine in
- * tcp_rx.c; this file owns the endpoint's life around them, and what reaches into both
- * directions at once (a region being deregistered, the teardown of a failed endpoint).
+ * tcp endpoints: the connection (a dup of the bootstrap socket, lane 0; more lanes are in
+ * tcp_lane.c), its outstanding requests, and what happens when it fails. Its send queue is in
+ * tcp_tx.c, its receive state machine in tcp_rx.c; this file owns the endpoint's life around
+ * them, and what reaches into both directions at once (a region being deregistered, the teardown of a failed endpoint).
  *
  * Failing: everything pending on the endpoint completes with the failure status, tensors it
  * held are withdrawn or released, and the framework hears of it through ep_failed. Failures
@@ -68,10 +68,16 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->preqs);
     ucs_list_head_init(&ep->flushes);
+    status = xfer_tcp_lanes_ep_init(ep);
+    if (status != XFER_OK) {
+        goto err_close_fd;
+    }
     ucs_list_add_tail(&iface->eps, &ep->list);
     *ep_p = ep;
     return XFER_OK;
 
+err_close_fd:
+    close(ep->fd);
 err_free_rbuf:
     free(ep->rbuf);
 err_free_ep:
@@ -88,18 +94,23 @@ xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
         *len_p = XFER_TCP_WIRE_EP_ADDR_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
-    xfer_tcp_wire_pack_ep_addr(&ep->iface->limits, buf);
+    {
+        xfer_tcp_wire_ep_addr_t addr = {.limits = ep->iface->limits};
+
+        xfer_tcp_lanes_ep_addr(ep, &addr);
+        xfer_tcp_wire_pack_ep_addr(&addr, buf);
+    }
     *len_p = XFER_TCP_WIRE_EP_ADDR_LEN;
     return XFER_OK;
 }
 
 /* Socket options are best effort: a failure is logged, not fatal (a Unix socket in tests
  * has no TCP options at all). */
-static void sockopt(xfer_ep_h ep, int level, int name, int value, const char *what)
+static void sockopt(int fd, int level, int name, int value, const char *what)
 {
-    if (setsockopt(ep->fd, level, name, &value, sizeof(value)) != 0) {
+    if (setsockopt(fd, level, name, &value, sizeof(value)) != 0) {
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "setsockopt(%s=%d) on fd %d: %s", what,
-                    value, ep->fd, strerror(errno));
+                    value, fd, strerror(errno));
     }
 }
 
@@ -108,37 +119,38 @@ static int seconds(double s)
     return (s < 1.0) ? 1 : (s > 32767.0) ? 32767 : (int)(s + 0.5);
 }
 
-static void ep_tune(xfer_ep_h ep)
+void xfer_tcp_sock_tune(xfer_iface_h iface, int fd)
 {
-    const xfer_tcp_config_t *cfg = ep->iface->cfg;
+    const xfer_tcp_config_t *cfg = iface->cfg;
 
-    sockopt(ep, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
+    sockopt(fd, IPPROTO_TCP, TCP_NODELAY, 1, "TCP_NODELAY");
     if (cfg->busy_poll) {
         /* above net.core.busy_read it needs CAP_NET_ADMIN; without it the reads still poll */
-        sockopt(ep, SOL_SOCKET, SO_BUSY_POLL, 50, "SO_BUSY_POLL");
+        sockopt(fd, SOL_SOCKET, SO_BUSY_POLL, 50, "SO_BUSY_POLL");
     }
     if (cfg->sndbuf > 0) {
-        sockopt(ep, SOL_SOCKET, SO_SNDBUF, (int)cfg->sndbuf, "SO_SNDBUF");
+        sockopt(fd, SOL_SOCKET, SO_SNDBUF, (int)cfg->sndbuf, "SO_SNDBUF");
     }
     if (cfg->rcvbuf > 0) {
-        sockopt(ep, SOL_SOCKET, SO_RCVBUF, (int)cfg->rcvbuf, "SO_RCVBUF");
+        sockopt(fd, SOL_SOCKET, SO_RCVBUF, (int)cfg->rcvbuf, "SO_RCVBUF");
     }
-    sockopt(ep, SOL_SOCKET, SO_KEEPALIVE, cfg->keepalive ? 1 : 0, "SO_KEEPALIVE");
+    sockopt(fd, SOL_SOCKET, SO_KEEPALIVE, cfg->keepalive ? 1 : 0, "SO_KEEPALIVE");
     if (cfg->keepalive) {
-        sockopt(ep, IPPROTO_TCP, TCP_KEEPIDLE, seconds(cfg->keepidle), "TCP_KEEPIDLE");
-        sockopt(ep, IPPROTO_TCP, TCP_KEEPINTVL, seconds(cfg->keepintvl), "TCP_KEEPINTVL");
-        sockopt(ep, IPPROTO_TCP, TCP_KEEPCNT, (int)cfg->keepcnt, "TCP_KEEPCNT");
+        sockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, seconds(cfg->keepidle), "TCP_KEEPIDLE");
+        sockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, seconds(cfg->keepintvl), "TCP_KEEPINTVL");
+        sockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, (int)cfg->keepcnt, "TCP_KEEPCNT");
     }
     if (cfg->user_timeout > 0) {
-        sockopt(ep, IPPROTO_TCP, TCP_USER_TIMEOUT, (int)(cfg->user_timeout * 1000.0 + 0.5),
+        sockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, (int)(cfg->user_timeout * 1000.0 + 0.5),
                 "TCP_USER_TIMEOUT");
     }
 }
 
 xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len)
 {
-    xfer_tcp_wire_limits_t peer = ep->iface->limits;
+    xfer_tcp_wire_ep_addr_t peer = {.limits = ep->iface->limits, .lanes = 1};
     struct epoll_event ev = {0};
+    xfer_status_t status;
     int flags;
 
     if (ep->state != XFER_TCP_EP_CREATED) {
@@ -149,11 +161,15 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
                  "a tcp v%u address", addr_len, XFER_TCP_WIRE_VERSION);
         return XFER_ERR_PROTOCOL;
     }
-    if (peer.max_msg_size < ep->limits.max_msg_size) {
-        ep->limits.max_msg_size = peer.max_msg_size;
+    if (peer.limits.max_msg_size < ep->limits.max_msg_size) {
+        ep->limits.max_msg_size = peer.limits.max_msg_size;
     }
-    if (peer.max_key_len < ep->limits.max_key_len) {
-        ep->limits.max_key_len = peer.max_key_len;
+    if (peer.limits.max_key_len < ep->limits.max_key_len) {
+        ep->limits.max_key_len = peer.limits.max_key_len;
+    }
+    status = xfer_tcp_lanes_ep_connect(ep, &peer);
+    if (status != XFER_OK) {
+        return status;
     }
 
     flags = fcntl(ep->fd, F_GETFL);
@@ -161,7 +177,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "fcntl(O_NONBLOCK): %s", strerror(errno));
         return XFER_ERR_IO;
     }
-    ep_tune(ep);
+    xfer_tcp_sock_tune(ep->iface, ep->fd);
     ev.events   = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = ep;
     if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_ADD, ep->fd, &ev) != 0) {
@@ -171,9 +187,9 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
     }
     ep->events = EPOLLIN | EPOLLRDHUP;
     ep->state  = XFER_TCP_EP_CONNECTED;
-    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p connected on fd %d (%s side, peer "
-                "limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
-                ep->is_server ? "server" : "client",
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p connected on fd %d (%s side, %u "
+                "lane(s), peer limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
+                ep->is_server ? "server" : "client", ep->nlanes,
                 (unsigned long long)ep->limits.max_msg_size, ep->limits.max_key_len);
     xfer_tcp_ep_tx_write(ep);     /* anything posted between create and connect */
     return XFER_OK;
@@ -303,7 +319,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     }
     if ((pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
         (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
-        (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued)) {
+        (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued) && xfer_tcp_lanes_acked(ep, NULL)) {
         return XFER_OK;
     }
     op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FLUSH, comp);
@@ -319,6 +335,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     op->pending_rma = pending;
     op->mark_fence  = ep->fences_sent;
     op->mark_put    = ep->puts_sent;
+    xfer_tcp_lanes_mark(ep, op->mark_lane);
     ucs_list_add_tail(&ep->flushes, &op->list);
     xfer_tcp_iface_flushing_add(ep->iface, ep);
     return XFER_INPROGRESS;
@@ -348,7 +365,7 @@ unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
     acked = xfer_tcp_ep_tx_acked(ep);
     ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
         if ((op->pending_rma > 0) || (acked < op->mark_tx) ||
-            (ep->fences_acked < op->mark_fence)) {
+            (ep->fences_acked < op->mark_fence) || !xfer_tcp_lanes_acked(ep, op->mark_lane)) {
             continue;
         }
         status = XFER_OK;
@@ -441,6 +458,9 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
         rx->want   = rx->got;
         rx->memh   = NULL;
         rx->status = XFER_ERR_INVALID_PARAM;
+        if (rx->hdr.striped) {
+            xfer_tcp_lanes_rx_forget(ep);
+        }
     }
     ucs_list_for_each(tx, &ep->txq, list) {
         void *copy;
@@ -492,9 +512,14 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         ep->fd = -1;
     }
     ep->state = XFER_TCP_EP_FAILED;
+    xfer_tcp_lanes_ep_close(ep, 0);
     xfer_tcp_ep_flushes_fail(ep, status);
     while (!ucs_list_is_empty(&ep->txq)) {
         xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
+    }
+    while (!ucs_list_is_empty(&ep->tx_wait)) {
+        xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->tx_wait, xfer_tcp_tx_t, list),
+                            status);
     }
     xfer_tcp_ep_rx_abort(ep, status);
     for (uint32_t i = 0; i < ep->num_slots; i++) {
@@ -589,10 +614,12 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
      * the close was forced. Bytes still unsent or unacknowledged now will never be: abort
      * the connection (RST) instead of a FIN that would wait behind them - behind a peer that
      * does not read, for as long as TCP_USER_TIMEOUT - so that the peer learns at once. */
-    if ((ep->state == XFER_TCP_EP_CONNECTED) && (xfer_tcp_ep_tx_acked(ep) < ep->tx_queued)) {
+    if ((ep->state == XFER_TCP_EP_CONNECTED) && ((xfer_tcp_ep_tx_acked(ep) < ep->tx_queued) ||
+                                                 !xfer_tcp_lanes_acked(ep, NULL))) {
         struct linger abort_now = {.l_onoff = 1, .l_linger = 0};
 
         (void)setsockopt(ep->fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof(abort_now));
+        xfer_tcp_lanes_ep_close(ep, 1);
     }
     if (ep->state != XFER_TCP_EP_FAILED) {
         ep_teardown(ep, XFER_ERR_CANCELED);
@@ -616,6 +643,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     }
     xfer_tcp_iface_deliver_ep(iface, ep);
     ucs_list_del(&ep->list);
+    free(ep->lanes);
     free(ep->slots);
     free(ep->rbuf);
     free(ep);

@@ -23,6 +23,7 @@
 
 #define EPOLL_BATCH   64
 #define FLUSH_TICK_NS 1000000     /* 1 ms */
+#define BUSY_POLL_EPOLL 64        /* busy poll: progress() calls between two epoll_waits */
 
 /* "eth0=10.0.0.2,lo=127.0.0.1": informational, so a peer's logs can say where we are. */
 static void address_build(xfer_iface_h iface)
@@ -184,6 +185,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
         goto err_close_timer;
     }
     address_build(iface);
+    xfer_tcp_lanes_iface_open(iface);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
                 iface->epfd, (int)iface->address_len, iface->address);
     *iface_p = iface;
@@ -246,6 +248,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
         deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
     }
     releases_run(iface);
+    xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
     close(iface->timerfd);
@@ -358,6 +361,9 @@ static unsigned busy_poll(xfer_iface_h iface)
 
             count += (n > 0) ? n - 1 : 0;   /* the frames handled, not the look itself */
         }
+        if (ep->nlanes > 1) {
+            count += xfer_tcp_lanes_busy_poll(ep);
+        }
     }
     return count;
 }
@@ -390,6 +396,11 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     if (iface->cfg->busy_poll) {
         count += busy_poll(iface);
         num    = 0;
+        if (++iface->busy_polls >= BUSY_POLL_EPOLL) {
+            /* now and then what only epoll tells: the lane port, a lane's end */
+            iface->busy_polls = 0;
+            num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+        }
     } else {
         num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
         if ((num < 0) && (errno != EINTR)) {
@@ -401,6 +412,14 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
             uint64_t ticks;
 
             (void)!read(iface->timerfd, &ticks, sizeof(ticks));
+            continue;
+        }
+        if (events[i].data.ptr == &iface->lane_fd) {
+            count += xfer_tcp_lanes_accept(iface);
+            continue;
+        }
+        if (events[i].data.u64 & XFER_TCP_EV_MASK) {
+            count += xfer_tcp_lanes_handle_event(iface, events[i].data.ptr, events[i].events);
             continue;
         }
         count += xfer_tcp_ep_handle_events(events[i].data.ptr, events[i].events);

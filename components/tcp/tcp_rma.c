@@ -222,7 +222,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_PUT, 0, 0,
-                               XFER_TCP_WIRE_PUT_EXT_LEN + (uint64_t)length};
+                               XFER_TCP_WIRE_PUT_EXT_LEN + (uint64_t)length, 0};
     char why[XFER_REASON_MAX] = "";
     xfer_tcp_wire_rma_t rma;
     xfer_tcp_op_t *op = NULL;
@@ -321,7 +321,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_GET_REQ, 0, 0, XFER_TCP_WIRE_GET_EXT_LEN};
+                               XFER_TCP_WIRE_GET_REQ, 0, 0, XFER_TCP_WIRE_GET_EXT_LEN, 0};
     char why[XFER_REASON_MAX] = "";
     xfer_tcp_wire_rma_t rma;
     xfer_status_t status;
@@ -479,7 +479,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                     size_t why_size)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_GET_RESP, 0, ep->rx.hdr.id, 0};
+                               XFER_TCP_WIRE_GET_RESP, 0, ep->rx.hdr.id, 0, 0};
     xfer_tcp_wire_rma_t rma;
     xfer_status_t status;
     xfer_memh_h memh;

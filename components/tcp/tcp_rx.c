@@ -7,6 +7,8 @@
  * buffer; payloads are copied out of it and, once it is empty, read with readv() straight into
  * their destination (a matched receive, a put target, a get or fetch buffer), the staging
  * buffer catching whatever follows. Every header is validated before its length is used.
+ * A striped frame's payload is share 0 here, the other shares being read by its lanes
+ * (tcp_lane.c); the frame is done once all are in.
  */
 #include "tcp.h"
 
@@ -81,6 +83,9 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
         xfer_tcp_unexp_release(ep->iface, ue);
     }
     free(rx->preq);
+    if (rx->hdr.striped) {
+        xfer_tcp_lanes_rx_reset(ep);
+    }
     rx_reset(ep);
 }
 
@@ -209,7 +214,16 @@ static int rx_data(xfer_ep_h ep)
             return ret;
         }
     }
-    return 1;
+    if (!rx->hdr.striped) {
+        return 1;
+    }
+    ret = xfer_tcp_lanes_rx_poll(ep);
+    if ((ret == 0) && !rx->lanes_wait) {
+        /* lane 0 holds the next frame: do not hear of it again until the lanes are done */
+        rx->lanes_wait = 1;
+        xfer_tcp_ep_update_events(ep);
+    }
+    return ret;
 }
 
 /* Advance the receive state machine by at most one frame: 1 = a frame was handled,
@@ -219,7 +233,7 @@ static int rx_step(xfer_ep_h ep)
     xfer_tcp_rx_t *rx = &ep->rx;
     char why[XFER_REASON_MAX] = "";
     xfer_status_t status;
-    int ret;
+    int ret, rearm;
 
     for (;;) {
         switch (rx->state) {
@@ -244,6 +258,11 @@ static int rx_step(xfer_ep_h ep)
                                               &rx->hdr, why, sizeof(why));
             if (status != XFER_OK) {
                 xfer_tcp_ep_fail(ep, status, "%s", why);
+                return -1;
+            }
+            if (rx->hdr.striped && (ep->nlanes < 2)) {
+                xfer_tcp_ep_fail(ep, XFER_ERR_PROTOCOL, "striped %s frame on a connection "
+                                 "without lanes", xfer_tcp_wire_type_name(rx->hdr.type));
                 return -1;
             }
             ep->roff   += XFER_TCP_WIRE_HDR_LEN;
@@ -283,6 +302,13 @@ static int rx_step(xfer_ep_h ep)
                 return -1;
             }
             ep->roff += rx->ext_len;
+            if (rx->hdr.striped) {
+                status = xfer_tcp_lanes_rx_start(ep, why, sizeof(why));
+                if (status != XFER_OK) {
+                    xfer_tcp_ep_fail(ep, status, "%s", why);
+                    return -1;
+                }
+            }
             if (rx->state == XFER_TCP_RX_PAUSED) {
                 rx->state = XFER_TCP_RX_DATA;
                 xfer_tcp_ep_update_events(ep);  /* input is watched again */
@@ -294,8 +320,12 @@ static int rx_step(xfer_ep_h ep)
             if (ret <= 0) {
                 return ret;
             }
+            rearm  = rx->lanes_wait;
             status = rx->handler->on_done(ep, why, sizeof(why));
             rx_reset(ep);
+            if (rearm) {
+                xfer_tcp_ep_update_events(ep);
+            }
             if (status != XFER_OK) {
                 xfer_tcp_ep_fail(ep, status, "%s", why);
                 return -1;
@@ -331,7 +361,8 @@ uint64_t xfer_tcp_ep_rx_available(xfer_ep_h ep)
     if ((ep->fd < 0) || (ioctl(ep->fd, FIONREAD, &queued) != 0) || (queued < 0)) {
         queued = 0;
     }
-    return (uint64_t)(ep->rlen - ep->roff) + (uint64_t)queued;
+    return (uint64_t)(ep->rlen - ep->roff) + (uint64_t)queued +
+           ((ep->nlanes > 1) ? xfer_tcp_lanes_rx_available(ep) : 0);
 }
 
 unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)

@@ -126,7 +126,7 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
                                 xfer_memh_h memh, xfer_comp_t *comp)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, XFER_TCP_WIRE_TAG,
-                               0, tag, length};
+                               0, tag, length, 0};
     char why[XFER_REASON_MAX] = "";
     xfer_status_t status;
     xfer_tcp_op_t *op;

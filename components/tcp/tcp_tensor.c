@@ -27,7 +27,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                     xfer_comp_t *comp)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_TENSOR_REQ, 0, 0, 0};
+                               XFER_TCP_WIRE_TENSOR_REQ, 0, 0, 0, 0};
     xfer_tcp_wire_tensor_req_t req;
     xfer_status_t status;
     xfer_tcp_op_t *op;
@@ -247,7 +247,7 @@ static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
 {
     xfer_ep_h ep = preq->ep;
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_TENSOR_RESP, 0, preq->id, 0};
+                               XFER_TCP_WIRE_TENSOR_RESP, 0, preq->id, 0, 0};
     xfer_tcp_wire_tensor_resp_t resp;
     char why[XFER_TCP_WIRE_MAX_REASON + 1];
     const void *data = NULL;

@@ -5,7 +5,8 @@
  * Sending: small frames are copied into coalescing buffers at the tail of the queue; large
  * data is queued as a reference to the caller's memory (header + data, written with one
  * sendmsg). flush() writes as much as the socket takes and watches EPOLLOUT only while
- * something is left.
+ * something is left. Large data may be cut over the endpoint's lanes (tcp_lane.c): the entry
+ * then holds lane 0's share, and is done once every lane wrote its share.
  */
 #include "tcp.h"
 
@@ -62,7 +63,7 @@ xfer_status_t xfer_tcp_ep_tx_hdr(xfer_ep_h ep, unsigned type, xfer_status_t stat
                                  int answer)
 {
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type,
-                               status, id, 0};
+                               status, id, 0, 0};
     uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN, answer);
 
     if (p == NULL) {
@@ -84,7 +85,9 @@ xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t stat
 
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
-    tx->sent = 0;
+    tx->sent       = 0;
+    tx->lanes_left = 0;
+    xfer_tcp_lanes_tx_stripe(ep, tx);   /* large data: iov[1] becomes lane 0's share */
     ucs_list_add_tail(&ep->txq, &tx->list);
     ep->tx_queued    += tx_length(tx);
     ep->resp_backlog += tx->resp;
@@ -98,8 +101,7 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     }
 }
 
-/* A queue entry was written completely. */
-static void tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     xfer_tcp_op_t *op;
 
@@ -180,7 +182,9 @@ static void tx_advance(xfer_ep_h ep, size_t n)
         }
         n -= left;
         ucs_list_del(&tx->list);
-        tx_done(ep, tx);
+        if (xfer_tcp_lanes_tx_lane0_done(ep, tx)) {
+            xfer_tcp_ep_tx_done(ep, tx);
+        }
     }
 }
 
@@ -265,6 +269,9 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
         }
     }
     xfer_tcp_ep_update_events(ep);
+    if (ep->nlanes > 1) {
+        xfer_tcp_lanes_tx_write(ep);
+    }
 }
 
 uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
@@ -294,7 +301,7 @@ void xfer_tcp_ep_update_events(xfer_ep_h ep)
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         return;
     }
-    if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked) {
+    if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked && !ep->rx.lanes_wait) {
         events |= EPOLLIN;
     }
     if (!ucs_list_is_empty(&ep->txq)) {

@@ -40,7 +40,7 @@ void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf)
 
     xfer_put_le16(p, hdr->magic);
     p[2] = hdr->version;
-    p[3] = hdr->type;
+    p[3] = (uint8_t)(hdr->type | (hdr->striped ? XFER_TCP_WIRE_STRIPED : 0));
     xfer_put_le32(p + 4, (uint32_t)hdr->status);
     xfer_put_le64(p + 8, hdr->id);
     xfer_put_le64(p + 16, hdr->length);
@@ -94,15 +94,45 @@ void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf)
     xfer_put_le64(p + 24, rkey->length);
 }
 
-void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_limits_t *limits, void *buf)
+void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf)
 {
     uint8_t *p = buf;
 
+    memset(p, 0, XFER_TCP_WIRE_EP_ADDR_LEN);
     xfer_put_le16(p, XFER_TCP_WIRE_MAGIC);
     p[2] = XFER_TCP_WIRE_VERSION;
-    p[3] = 0;
-    xfer_put_le32(p + 4, limits->max_key_len);
-    xfer_put_le64(p + 8, limits->max_msg_size);
+    p[3] = addr->lanes;
+    xfer_put_le32(p + 4, addr->limits.max_key_len);
+    xfer_put_le64(p + 8, addr->limits.max_msg_size);
+    xfer_put_le16(p + 16, addr->lane_port);
+    xfer_put_le64(p + 24, addr->token);
+}
+
+void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void *buf)
+{
+    uint8_t *p = buf;
+
+    memset(p, 0, XFER_TCP_WIRE_LANE_HELLO_LEN);
+    xfer_put_le16(p, XFER_TCP_WIRE_LANE_MAGIC);
+    p[2] = XFER_TCP_WIRE_VERSION;
+    p[3] = hello->lane;
+    xfer_put_le64(p + 8, hello->token);
+}
+
+int xfer_tcp_wire_type_stripes(unsigned type)
+{
+    return (type == XFER_TCP_WIRE_TAG) || (type == XFER_TCP_WIRE_PUT_REQ) ||
+           (type == XFER_TCP_WIRE_PUT) || (type == XFER_TCP_WIRE_TENSOR_RESP);
+}
+
+void xfer_tcp_wire_stripe(uint64_t len, unsigned lanes, unsigned i, uint64_t *off_p,
+                          uint64_t *len_p)
+{
+    uint64_t share = (lanes > 1) ? (len / lanes) & ~(uint64_t)4095 : 0;
+    uint64_t first = len - share * (lanes - 1);
+
+    *off_p = (i == 0) ? 0 : first + share * (i - 1);
+    *len_p = (i == 0) ? first : share;
 }
 
 static int status_is_valid(int32_t status)
@@ -156,7 +186,8 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
 
     hdr->magic   = xfer_get_le16(p);
     hdr->version = p[2];
-    hdr->type    = p[3];
+    hdr->type    = p[3] & ~XFER_TCP_WIRE_STRIPED;
+    hdr->striped = (p[3] & XFER_TCP_WIRE_STRIPED) ? 1 : 0;
     hdr->status  = (int32_t)xfer_get_le32(p + 4);
     hdr->id      = xfer_get_le64(p + 8);
     hdr->length  = xfer_get_le64(p + 16);
@@ -173,6 +204,11 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
     }
     if ((hdr->type == 0) || (hdr->type >= XFER_TCP_WIRE_TYPE_LAST)) {
         snprintf(why, why_size, "unknown frame type %u", hdr->type);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (hdr->striped && (!xfer_tcp_wire_type_stripes(hdr->type) || (hdr->status != 0))) {
+        snprintf(why, why_size, "%s frame with status %" PRId32 " cannot be striped",
+                 xfer_tcp_wire_type_name(hdr->type), hdr->status);
         return XFER_ERR_PROTOCOL;
     }
     if ((type_is_response(hdr->type) ? !status_is_valid(hdr->status) : (hdr->status != 0)) ||
@@ -347,7 +383,7 @@ xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wi
 }
 
 xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
-                                           xfer_tcp_wire_limits_t *limits)
+                                           xfer_tcp_wire_ep_addr_t *addr)
 {
     const uint8_t *p = buf;
 
@@ -355,10 +391,35 @@ xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
         return XFER_OK;
     }
     if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
-        (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
+        (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION) ||
+        (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX) ||
+        ((p[3] > 1) && (xfer_get_le16(p + 16) == 0))) {
         return XFER_ERR_PROTOCOL;
     }
-    limits->max_key_len  = xfer_get_le32(p + 4);
-    limits->max_msg_size = xfer_get_le64(p + 8);
+    addr->lanes               = p[3];
+    addr->limits.max_key_len  = xfer_get_le32(p + 4);
+    addr->limits.max_msg_size = xfer_get_le64(p + 8);
+    addr->lane_port           = xfer_get_le16(p + 16);
+    addr->token               = xfer_get_le64(p + 24);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_lane_hello(const void *buf, xfer_tcp_wire_lane_hello_t *hello,
+                                              char *why, size_t why_size)
+{
+    const uint8_t *p = buf;
+
+    if ((xfer_get_le16(p) != XFER_TCP_WIRE_LANE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
+        snprintf(why, why_size, "not a tcp v%u lane hello (magic 0x%04x, version %u)",
+                 XFER_TCP_WIRE_VERSION, xfer_get_le16(p), p[2]);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((p[3] == 0) || (p[3] >= XFER_TCP_WIRE_LANES_MAX)) {
+        snprintf(why, why_size, "lane hello names lane %u (1..%u)", p[3],
+                 XFER_TCP_WIRE_LANES_MAX - 1);
+        return XFER_ERR_PROTOCOL;
+    }
+    hello->lane  = p[3];
+    hello->token = xfer_get_le64(p + 8);
     return XFER_OK;
 }

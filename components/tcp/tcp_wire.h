@@ -6,7 +6,7 @@
  *
  *   frame := header extension[ext_len] variable[...] data[...]
  *   header (24 bytes):
- *     magic:u16 = 0x5854 ("TX")  version:u8 = 2  type:u8
+ *     magic:u16 = 0x5854 ("TX")  version:u8 = 3  type:u8 (bit 7: STRIPED, see lanes below)
  *     status:i32   an xfer_status_t: 0 in requests, 0 or an error in responses
  *     id:u64       TAG: the message tag; others: the request id the initiator chose
  *     length:u64   bytes after the header: ext_len + variable + data
@@ -38,10 +38,19 @@
  * on its way). A dead tensor has size 0 and no data; dims past rank are 0. A failed
  * TENSOR_RESP (status not 0) describes no tensor: its dtype, rank, is_dead, size and dims are 0.
  *
+ * Lanes: an endpoint may own extra connections ("lanes" 1..n-1 beside lane 0, the bootstrap's
+ * socket). The client opens them to the server's lane port and sends on each a LANE_HELLO,
+ *   magic:u16 = 0x4c54 ("TL")  version:u8  lane:u8  reserved:u32  token:u64
+ * with the token of the server's endpoint address. Frames travel on lane 0 only. A TAG,
+ * PUT_REQ, PUT or TENSOR_RESP with STRIPED set has its data cut in n shares
+ * (xfer_tcp_wire_stripe): share 0 follows the frame on lane 0, share i is the next bytes of
+ * lane i, which carries nothing but shares, in the order of their frames on lane 0.
+ *
  * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
- * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 reserved:u8
- * max_key_len:u32 max_msg_size:u64, so that each side refuses locally what the peer would
- * reject instead of having the connection closed over it.
+ * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 lanes:u8
+ * max_key_len:u32 max_msg_size:u64 lane_port:u16 reserved:u16 reserved:u32 token:u64, so
+ * that each side refuses locally what the peer would reject instead of having the connection
+ * closed over it, and learns how many lanes the peer takes and where.
  */
 #ifndef XFER_TCP_WIRE_H
 #define XFER_TCP_WIRE_H
@@ -52,7 +61,11 @@
 #include <stdint.h>
 
 #define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
-#define XFER_TCP_WIRE_VERSION          2u
+#define XFER_TCP_WIRE_VERSION          3u
+#define XFER_TCP_WIRE_STRIPED          0x80u    /* in the type byte */
+#define XFER_TCP_WIRE_LANE_MAGIC       0x4c54u  /* bytes 'T' 'L' */
+#define XFER_TCP_WIRE_LANE_HELLO_LEN   16u
+#define XFER_TCP_WIRE_LANES_MAX        8u
 #define XFER_TCP_WIRE_HDR_LEN          24u
 #define XFER_TCP_WIRE_PUT_EXT_LEN      24u
 #define XFER_TCP_WIRE_GET_EXT_LEN      32u
@@ -60,7 +73,7 @@
 #define XFER_TCP_WIRE_TRESP_EXT_LEN    80u
 #define XFER_TCP_WIRE_MAX_REASON       255u
 #define XFER_TCP_WIRE_RKEY_LEN         32u
-#define XFER_TCP_WIRE_EP_ADDR_LEN      16u
+#define XFER_TCP_WIRE_EP_ADDR_LEN      32u
 
 typedef enum {
     XFER_TCP_WIRE_TAG           = 1,
@@ -85,6 +98,7 @@ typedef struct xfer_tcp_wire_hdr {
     int32_t  status;
     uint64_t id;
     uint64_t length;
+    uint8_t  striped;   /* the data is cut in shares over the endpoint's lanes */
 } xfer_tcp_wire_hdr_t;
 
 /* What the receiver accepts; frames beyond these fail the connection. */
@@ -115,6 +129,19 @@ typedef struct xfer_tcp_wire_tensor_resp {
     int64_t  dims[XFER_TENSOR_MAX_RANK];
 } xfer_tcp_wire_tensor_resp_t;
 
+/* An endpoint's address: its limits and its lanes. */
+typedef struct xfer_tcp_wire_ep_addr {
+    xfer_tcp_wire_limits_t limits;
+    uint8_t                lanes;       /* connections it takes, lane 0 included (1..MAX) */
+    uint16_t               lane_port;   /* where the server's lanes connect (lanes > 1) */
+    uint64_t               token;       /* what a lane's LANE_HELLO must carry */
+} xfer_tcp_wire_ep_addr_t;
+
+typedef struct xfer_tcp_wire_lane_hello {
+    uint8_t  lane;
+    uint64_t token;
+} xfer_tcp_wire_lane_hello_t;
+
 typedef struct xfer_tcp_wire_rkey {
     uint64_t region;
     uint64_t cookie;
@@ -132,7 +159,8 @@ void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
 void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf);
 void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf);
 void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf);
-void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_limits_t *limits, void *buf);
+void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf);
+void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void *buf);
 
 /*
  * Parse and validate a header (XFER_TCP_WIRE_HDR_LEN bytes): magic, version, type, the status
@@ -166,9 +194,19 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
 uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
                                        const xfer_tcp_wire_tensor_resp_t *resp);
 xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
-/* The peer's endpoint address: 0 bytes (a minimal peer: *limits untouched) or exactly
- * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version. */
+/* The peer's endpoint address: 0 bytes (a minimal peer: *addr untouched) or exactly
+ * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version, 1..LANES_MAX lanes and a port
+ * when there are more than one. */
 xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
-                                           xfer_tcp_wire_limits_t *limits);
+                                           xfer_tcp_wire_ep_addr_t *addr);
+/* A LANE_HELLO (XFER_TCP_WIRE_LANE_HELLO_LEN bytes): magic, version, lane >= 1. */
+xfer_status_t xfer_tcp_wire_unpack_lane_hello(const void *buf, xfer_tcp_wire_lane_hello_t *hello,
+                                              char *why, size_t why_size);
+/* Whether a frame of this type may have STRIPED set. */
+int xfer_tcp_wire_type_stripes(unsigned type);
+/* Share i (0 <= i < lanes) of len striped bytes: [*off_p, *off_p + *len_p). Lanes 1..n-1 get
+ * equal page-multiple shares from the end, lane 0 the rest from the start. */
+void xfer_tcp_wire_stripe(uint64_t len, unsigned lanes, unsigned i, uint64_t *off_p,
+                          uint64_t *len_p);
 
 #endif

@@ -437,7 +437,12 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
     ep_params.is_server = 1;
     FUZZ_CHECK(comp->ep_create(ts->iface, &ep_params, &ts->ep) == XFER_OK, "ep_create");
     close(sv[0]);       /* the component keeps its own descriptor, as with the framework's */
-    xfer_tcp_wire_pack_ep_addr(&peer_limits, addr);
+    {
+        /* one lane: the harness is the peer's whole connection (a socketpair has no port) */
+        xfer_tcp_wire_ep_addr_t peer_addr = {peer_limits, 1, 0, 0};
+
+        xfer_tcp_wire_pack_ep_addr(&peer_addr, addr);
+    }
     FUZZ_CHECK(comp->ep_connect(ts->ep, addr, sizeof(addr)) == XFER_OK, "ep_connect");
 
     FUZZ_CHECK(comp->mem_reg(ts->iface, region, TS_REGION_LEN, XFER_MEM_HOST, memh_p) ==

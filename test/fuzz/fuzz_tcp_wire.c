@@ -20,17 +20,33 @@ static const xfer_tcp_wire_limits_t limits = {MAX_MSG, MAX_KEY};
 
 static void round_trip_addresses(const uint8_t *data, size_t size)
 {
-    xfer_tcp_wire_limits_t lim = {0, 0}, lim2 = {0, 0};
+    xfer_tcp_wire_ep_addr_t lim = {.lanes = 1}, lim2 = {.lanes = 1};
+    xfer_tcp_wire_lane_hello_t hello, hello2;
     xfer_tcp_wire_rkey_t rkey, rkey2;
-    uint8_t buf[XFER_TCP_WIRE_RKEY_LEN];
+    uint8_t buf[XFER_TCP_WIRE_EP_ADDR_LEN];
+    char why[FUZZ_WHY_LEN];
 
     if (xfer_tcp_wire_unpack_ep_addr(data, size, &lim) == XFER_OK) {
         FUZZ_CHECK((size == 0) || (size == XFER_TCP_WIRE_EP_ADDR_LEN), "%zu-byte address", size);
+        FUZZ_CHECK((lim.lanes >= 1) && (lim.lanes <= XFER_TCP_WIRE_LANES_MAX) &&
+                   ((lim.lanes == 1) || (lim.lane_port != 0)), "%u lanes at port %u parsed",
+                   lim.lanes, lim.lane_port);
         xfer_tcp_wire_pack_ep_addr(&lim, buf);
         FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) ==
                    XFER_OK, "a packed endpoint address does not parse");
-        FUZZ_CHECK((lim.max_msg_size == lim2.max_msg_size) &&
-                   (lim.max_key_len == lim2.max_key_len), "endpoint address changed");
+        FUZZ_CHECK((lim.limits.max_msg_size == lim2.limits.max_msg_size) &&
+                   (lim.limits.max_key_len == lim2.limits.max_key_len) &&
+                   (lim.lanes == lim2.lanes) && (lim.lane_port == lim2.lane_port) &&
+                   (lim.token == lim2.token), "endpoint address changed");
+    }
+    if ((size >= XFER_TCP_WIRE_LANE_HELLO_LEN) &&
+        (xfer_tcp_wire_unpack_lane_hello(data, &hello, why, sizeof(why)) == XFER_OK)) {
+        FUZZ_CHECK((hello.lane >= 1) && (hello.lane < XFER_TCP_WIRE_LANES_MAX), "lane %u",
+                   hello.lane);
+        xfer_tcp_wire_pack_lane_hello(&hello, buf);
+        FUZZ_CHECK((xfer_tcp_wire_unpack_lane_hello(buf, &hello2, why, sizeof(why)) ==
+                    XFER_OK) && (hello.lane == hello2.lane) && (hello.token == hello2.token),
+                   "lane hello changed");
     }
     if (xfer_tcp_wire_unpack_rkey(data, size, &rkey) == XFER_OK) {
         FUZZ_CHECK(rkey.addr + rkey.length >= rkey.addr, "a wrapping key parsed");
@@ -135,19 +151,25 @@ static void round_trip_values(const uint8_t *data, size_t size)
     xfer_tcp_wire_tensor_req_t req, req2;
     xfer_tcp_wire_tensor_resp_t resp, resp2;
     xfer_tcp_wire_rkey_t rkey, rkey2;
-    xfer_tcp_wire_limits_t lim, lim2;
+    xfer_tcp_wire_ep_addr_t lim, lim2;
     char why[FUZZ_WHY_LEN];
 
+    memset(&hdr, 0, sizeof(hdr));   /* padding too: the round trip compares whole structs */
+    memset(&hdr2, 0, sizeof(hdr2));
     hdr.magic   = XFER_TCP_WIRE_MAGIC;
     hdr.version = XFER_TCP_WIRE_VERSION;
     hdr.type    = (uint8_t)(fuzz_take(&c, 1) % (XFER_TCP_WIRE_TYPE_LAST + 1));
     hdr.status  = (int32_t)fuzz_take(&c, 4);
     hdr.id      = fuzz_take(&c, 8);
     hdr.length  = fuzz_take(&c, 8);
+    hdr.striped = (uint8_t)(fuzz_take(&c, 1) & 1);
     xfer_tcp_wire_pack_hdr(&hdr, buf);
     if (xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) {
         FUZZ_CHECK(!memcmp(&hdr, &hdr2, sizeof(hdr)), "header changed");
+        FUZZ_CHECK(!hdr.striped || xfer_tcp_wire_type_stripes(hdr.type), "%s parsed striped",
+                   xfer_tcp_wire_type_name(hdr.type));
     }
+    hdr.striped = 0;
 
     memset(&rma, 0, sizeof(rma));
     rma.region = fuzz_take(&c, 8);
@@ -223,13 +245,41 @@ static void round_trip_values(const uint8_t *data, size_t size)
         FUZZ_CHECK(rkey.addr + rkey.length < rkey.addr, "a key that does not wrap refused");
     }
 
-    lim.max_key_len  = (uint32_t)fuzz_take(&c, 4);
-    lim.max_msg_size = fuzz_take(&c, 8);
+    lim.limits.max_key_len  = (uint32_t)fuzz_take(&c, 4);
+    lim.limits.max_msg_size = fuzz_take(&c, 8);
+    lim.lanes               = (uint8_t)(1 + fuzz_take(&c, 1) % XFER_TCP_WIRE_LANES_MAX);
+    lim.lane_port           = (uint16_t)(1 + fuzz_take(&c, 2) % 65535);
+    lim.token               = fuzz_take(&c, 8);
     xfer_tcp_wire_pack_ep_addr(&lim, buf);
     FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) == XFER_OK,
                "a packed endpoint address does not parse");
-    FUZZ_CHECK((lim.max_key_len == lim2.max_key_len) && (lim.max_msg_size == lim2.max_msg_size),
-               "endpoint address changed");
+    FUZZ_CHECK((lim.limits.max_key_len == lim2.limits.max_key_len) &&
+               (lim.limits.max_msg_size == lim2.limits.max_msg_size) &&
+               (lim.lanes == lim2.lanes) && (lim.lane_port == lim2.lane_port) &&
+               (lim.token == lim2.token), "endpoint address changed");
+
+    /* every share of a striped length is inside it, and together they cover it once */
+    {
+        uint64_t len = fuzz_take(&c, 4), at = 0;
+        unsigned n   = 1 + (unsigned)(fuzz_take(&c, 1) % XFER_TCP_WIRE_LANES_MAX);
+        uint64_t off0, len0;
+
+        xfer_tcp_wire_stripe(len, n, 0, &off0, &len0);
+        FUZZ_CHECK((off0 == 0) && (len0 <= len), "share 0 of %llu: %llu+%llu",
+                   (unsigned long long)len, (unsigned long long)off0, (unsigned long long)len0);
+        at = len0;
+        for (unsigned i = 1; i < n; i++) {
+            uint64_t off, l;
+
+            xfer_tcp_wire_stripe(len, n, i, &off, &l);
+            FUZZ_CHECK(off == at, "share %u of %llu starts at %llu, not %llu", i,
+                       (unsigned long long)len, (unsigned long long)off,
+                       (unsigned long long)at);
+            at += l;
+        }
+        FUZZ_CHECK(at == len, "shares of %llu cover %llu", (unsigned long long)len,
+                   (unsigned long long)at);
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -99,7 +99,7 @@ static void add_accept(const char *name)
 static void add_connect(uint64_t id)
 {
     static xfer_wire_connect_t c;
-    xfer_tcp_wire_limits_t lim = {TS_MAX_MSG, TS_MAX_KEY};
+    xfer_tcp_wire_ep_addr_t lim = {{TS_MAX_MSG, TS_MAX_KEY}, 1, 0, 0};
     size_t len = sizeof(s.buf) - s.len;
 
     memset(&c, 0, sizeof(c));
@@ -139,7 +139,7 @@ static void gen_bootstrap(void)
 static void tcp_hdr(unsigned type, int32_t status, uint64_t id, uint64_t length)
 {
     xfer_tcp_wire_hdr_t h = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION, (uint8_t)type, status,
-                             id, length};
+                             id, length, 0};
 
     xfer_tcp_wire_pack_hdr(&h, room(XFER_TCP_WIRE_HDR_LEN));
 }
@@ -226,7 +226,7 @@ static const int64_t dims_2x3[] = {2, 3}, dims_4[] = {4}, dims_32[] = {32};
 static void gen_tcp_wire(void)
 {
     xfer_tcp_wire_rkey_t k = {TS_REGION_ID, TS_COOKIE, TS_REGION_ADDR, TS_REGION_LEN};
-    xfer_tcp_wire_limits_t lim = {TS_MAX_MSG, TS_MAX_KEY};
+    xfer_tcp_wire_ep_addr_t addr = {{TS_MAX_MSG, TS_MAX_KEY}, 4, 40000, 0x0123456789abcdefull};
 
     tcp_tag(5, 11);
     save("tcp_wire", "tag");
@@ -259,8 +259,14 @@ static void gen_tcp_wire(void)
     save("tcp_wire", "flush_ack");
     xfer_tcp_wire_pack_rkey(&k, room(XFER_TCP_WIRE_RKEY_LEN));
     save("tcp_wire", "rkey");
-    xfer_tcp_wire_pack_ep_addr(&lim, room(XFER_TCP_WIRE_EP_ADDR_LEN));
+    xfer_tcp_wire_pack_ep_addr(&addr, room(XFER_TCP_WIRE_EP_ADDR_LEN));
     save("tcp_wire", "ep_addr");
+    {
+        xfer_tcp_wire_lane_hello_t hello = {1, 0x0123456789abcdefull};
+
+        xfer_tcp_wire_pack_lane_hello(&hello, room(XFER_TCP_WIRE_LANE_HELLO_LEN));
+        save("tcp_wire", "lane_hello");
+    }
 }
 
 /* ---- the tcp stream: frames that meet what fuzz_tcp_stream.c set up ------------------------- */
@@ -322,6 +328,11 @@ static void gen_tcp_stream(void)
     save("tcp_stream", "put_noack_bad_id");
     tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
     save("tcp_stream", "flush_ack_unasked");
+    /* a striped frame on a connection that has no lanes */
+    tcp_hdr(XFER_TCP_WIRE_TAG, 0, 1, 8);
+    s.buf[s.len - XFER_TCP_WIRE_HDR_LEN + 3] |= XFER_TCP_WIRE_STRIPED;
+    fill(8, 0x5a);
+    save("tcp_stream", "striped_without_lanes");
     tcp_hdr(XFER_TCP_WIRE_PUT_FAIL, XFER_ERR_INVALID_PARAM, 1, 0);
     save("tcp_stream", "put_fail_unasked");
     tcp_get(TS_REGION_ID, TS_COOKIE, base + 8, 16);

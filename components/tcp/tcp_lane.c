@@ -1,0 +1,922 @@
+/*
+ * Lanes: extra TCP connections of an endpoint, over which the data of large frames is cut in
+ * shares, so that several sockets (and, where the kernel spreads their work, several cores)
+ * move one message - what NCCL's socket transport does with its several sockets per peer and
+ * UCX with multi-rail rendezvous.
+ *
+ * Frames stay on lane 0 (the bootstrap's socket), so tag order and every protocol rule are
+ * those of one connection. A TAG, PUT_REQ, PUT or TENSOR_RESP from XFER_TCP_LANE_MIN_SIZE on
+ * has STRIPED set: its data is cut by xfer_tcp_wire_stripe(), share 0 following the frame on
+ * lane 0, share i being the next bytes of lane i. A lane carries nothing but shares, in the
+ * order of their frames on lane 0, so the receiver knows where each byte goes from the frame
+ * alone: while lane 0 is in a striped frame's payload every lane reads its share straight
+ * into the destination, and the frame is done once every share is in.
+ *
+ * Setting up: the server's iface listens on a port of its own (any address) and puts it, the
+ * number of lanes it takes and a random token per endpoint in the endpoint address. The
+ * client connects lanes 1..n-1 to the address lane 0 reached, sends a LANE_HELLO on each
+ * (lane number and token), and may stripe at once; the server attaches a connection to the
+ * endpoint whose token, lane and peer host match, and closes any other. Until a lane is
+ * attached, what it should carry waits. Any lane's failure fails the endpoint.
+ */
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LANE_CONNECT_MS 10000    /* a lane's connect() on the client */
+
+struct xfer_tcp_accept {
+    uint64_t seq;       /* 0 = free; larger = accepted later */
+    int      fd;
+    unsigned got;
+    uint8_t  buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+};
+
+/* ---- the iface's lane port ------------------------------------------------------------------ */
+
+static unsigned lanes_auto(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    /* two lanes were best on two cores (contrib/README.md, "Reading the tcp figures") */
+    return (cores >= 16) ? 4 : 2;
+}
+
+static int listen_on(int family, uint16_t *port_p)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd, zero = 0;
+
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    memset(&ss, 0, sizeof(ss));
+    if (family == AF_INET6) {
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        ((struct sockaddr_in6*)&ss)->sin6_family = AF_INET6;
+        ((struct sockaddr_in6*)&ss)->sin6_addr   = in6addr_any;
+        len = sizeof(struct sockaddr_in6);
+    } else {
+        ((struct sockaddr_in*)&ss)->sin_family      = AF_INET;
+        ((struct sockaddr_in*)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+        len = sizeof(struct sockaddr_in);
+    }
+    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, 128) != 0) ||
+        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+        close(fd);
+        return -1;
+    }
+    *port_p = ntohs((family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
+                                           ((struct sockaddr_in*)&ss)->sin_port);
+    return fd;
+}
+
+void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
+{
+    unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
+
+    iface->lanes   = 1;
+    iface->lane_fd = -1;
+    if (want > XFER_TCP_WIRE_LANES_MAX) {
+        want = XFER_TCP_WIRE_LANES_MAX;
+    }
+    if (want < 2) {
+        return;
+    }
+    iface->accepts = calloc(XFER_TCP_ACCEPT_MAX, sizeof(*iface->accepts));
+    iface->scratch = malloc(XFER_TCP_RX_BUF_LEN);
+    if ((iface->accepts == NULL) || (iface->scratch == NULL)) {
+        goto err;
+    }
+    iface->lane_fd = listen_on(AF_INET6, &iface->lane_port);
+    if (iface->lane_fd < 0) {
+        iface->lane_fd = listen_on(AF_INET, &iface->lane_port);
+    }
+    if ((iface->lane_fd < 0) || (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) != 0)) {
+        goto err;
+    }
+    iface->lanes = want;
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u", want,
+                iface->lane_port);
+    return;
+
+err:
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one connection",
+             strerror(errno));
+    if (iface->lane_fd >= 0) {
+        close(iface->lane_fd);
+        iface->lane_fd = -1;
+    }
+    free(iface->accepts);
+    iface->accepts = NULL;
+}
+
+static void accept_drop(xfer_iface_h iface, struct xfer_tcp_accept *acc)
+{
+    epoll_ctl(iface->epfd, EPOLL_CTL_DEL, acc->fd, NULL);
+    close(acc->fd);
+    acc->fd  = -1;
+    acc->seq = 0;
+}
+
+void xfer_tcp_lanes_iface_close(xfer_iface_h iface)
+{
+    if (iface->accepts != NULL) {
+        for (unsigned i = 0; i < XFER_TCP_ACCEPT_MAX; i++) {
+            if (iface->accepts[i].seq != 0) {
+                accept_drop(iface, &iface->accepts[i]);
+            }
+        }
+    }
+    if (iface->lane_fd >= 0) {
+        close(iface->lane_fd);
+    }
+    free(iface->accepts);
+    free(iface->scratch);
+}
+
+/* ---- an endpoint's lanes -------------------------------------------------------------------- */
+
+xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
+{
+    xfer_iface_h iface = ep->iface;
+
+    ucs_list_head_init(&ep->tx_wait);
+    ep->nlanes    = 1;
+    ep->lanes_max = iface->lanes;
+    if (getrandom(&ep->token, sizeof(ep->token), 0) != sizeof(ep->token)) {
+        struct timespec ts;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ep->token = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ (uintptr_t)ep;
+    }
+    if (ep->lanes_max < 2) {
+        return XFER_OK;
+    }
+    ep->lanes = calloc(ep->lanes_max, sizeof(*ep->lanes));
+    if (ep->lanes == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    for (unsigned i = 1; i < ep->lanes_max; i++) {
+        ep->lanes[i].ep  = ep;
+        ep->lanes[i].idx = i;
+        ep->lanes[i].fd  = -1;
+        ucs_list_head_init(&ep->lanes[i].txq);
+    }
+    return XFER_OK;
+}
+
+void xfer_tcp_lanes_ep_addr(xfer_ep_h ep, xfer_tcp_wire_ep_addr_t *addr)
+{
+    addr->lanes     = (uint8_t)ep->lanes_max;
+    addr->lane_port = (ep->lanes_max > 1) ? ep->iface->lane_port : 0;
+    addr->token     = ep->token;
+}
+
+static void lane_update_events(xfer_tcp_lane_t *lane)
+{
+    struct epoll_event ev = {0};
+    uint32_t events = 0;
+
+    if (lane->fd < 0) {
+        return;
+    }
+    if (lane->rx_active) {
+        events |= EPOLLIN;
+    }
+    if (!lane->peer_closed) {
+        events |= EPOLLRDHUP;
+    }
+    if (!ucs_list_is_empty(&lane->txq)) {
+        events |= EPOLLOUT;
+    }
+    if (events == lane->events) {
+        return;
+    }
+    ev.events = events;
+    ev.data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE;
+    if (epoll_ctl(lane->ep->iface->epfd, EPOLL_CTL_MOD, lane->fd, &ev) != 0) {
+        xfer_tcp_ep_fail_later(lane->ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
+                               lane->idx, strerror(errno));
+        return;
+    }
+    lane->events = events;
+}
+
+/* Take fd as lane: non-blocking, tuned, in the epoll set. */
+static xfer_status_t lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
+{
+    xfer_iface_h iface = lane->ep->iface;
+    struct epoll_event ev = {.events = 0, .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
+
+    xfer_tcp_sock_tune(iface, fd);
+    if (epoll_ctl(iface->epfd, added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    lane->fd     = fd;
+    lane->events = 0;
+    lane_update_events(lane);
+    return XFER_OK;
+}
+
+/* Where lane 0's peer is, with port instead of its own; 0 when it is no IP socket. */
+static int lane_peer(int fd, uint16_t port, struct sockaddr_storage *ss, socklen_t *len_p)
+{
+    *len_p = sizeof(*ss);
+    if (getpeername(fd, (struct sockaddr*)ss, len_p) != 0) {
+        return 0;
+    }
+    if (ss->ss_family == AF_INET) {
+        ((struct sockaddr_in*)ss)->sin_port = htons(port);
+        return 1;
+    }
+    if (ss->ss_family == AF_INET6) {
+        ((struct sockaddr_in6*)ss)->sin6_port = htons(port);
+        return 1;
+    }
+    return 0;
+}
+
+static xfer_status_t lane_connect(xfer_ep_h ep, xfer_tcp_lane_t *lane,
+                                  const struct sockaddr_storage *ss, socklen_t len,
+                                  uint64_t token)
+{
+    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, token};
+    uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+    struct pollfd pfd;
+    socklen_t elen = sizeof(int);
+    int fd, err = 0;
+
+    fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        err = errno;
+        goto fail;
+    }
+    if ((connect(fd, (const struct sockaddr*)ss, len) != 0) && (errno != EINPROGRESS)) {
+        err = errno;
+        goto fail;
+    }
+    pfd.fd     = fd;
+    pfd.events = POLLOUT;
+    if (poll(&pfd, 1, LANE_CONNECT_MS) != 1) {
+        err = ETIMEDOUT;
+        goto fail;
+    }
+    if ((getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) || (err != 0)) {
+        err = err ? err : errno;
+        goto fail;
+    }
+    /* 16 bytes on a new connection: the socket takes them at once */
+    xfer_tcp_wire_pack_lane_hello(&hello, buf);
+    if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+        err = errno ? errno : EIO;
+        goto fail;
+    }
+    if (lane_attach(lane, fd, 0) != XFER_OK) {
+        err = errno;
+        goto fail;
+    }
+    return XFER_OK;
+
+fail:
+    if (fd >= 0) {
+        close(fd);
+    }
+    xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port %u: %s "
+             "(XFER_TCP_LANES=1 uses the bootstrap connection alone)", lane->idx, ep->nlanes,
+             ntohs((ss->ss_family == AF_INET6) ? ((const struct sockaddr_in6*)ss)->sin6_port :
+                                                 ((const struct sockaddr_in*)ss)->sin_port),
+             strerror(err));
+    return XFER_ERR_CONNECTION;
+}
+
+xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_addr_t *peer)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    unsigned n = (peer->lanes < ep->lanes_max) ? peer->lanes : ep->lanes_max;
+
+    /* both sides see the same kind of socket, so both come to the same count */
+    if ((n < 2) || !lane_peer(ep->fd, peer->lane_port, &ss, &len)) {
+        ep->nlanes = 1;
+        return XFER_OK;
+    }
+    ep->nlanes = n;
+    if (ep->is_server) {
+        return XFER_OK;     /* the client's lanes come to the lane port */
+    }
+    for (unsigned i = 1; i < n; i++) {
+        xfer_status_t status = lane_connect(ep, &ep->lanes[i], &ss, len, peer->token);
+
+        if (status != XFER_OK) {
+            xfer_tcp_lanes_ep_close(ep, 0);
+            ep->nlanes = 1;
+            return status;
+        }
+    }
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: %u lanes connected", (void*)ep, n);
+    return XFER_OK;
+}
+
+void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked)
+{
+    for (unsigned i = 1; (ep->lanes != NULL) && (i < ep->lanes_max); i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+
+        if (lane->fd >= 0) {
+            int outq = 0;
+
+            if (abort_unacked && (((ioctl(lane->fd, SIOCOUTQ, &outq) == 0) && (outq > 0)) ||
+                                  (lane->tx_written < lane->tx_queued))) {
+                struct linger abort_now = {.l_onoff = 1, .l_linger = 0};
+
+                (void)setsockopt(lane->fd, SOL_SOCKET, SO_LINGER, &abort_now,
+                                 sizeof(abort_now));
+            }
+            epoll_ctl(ep->iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+            close(lane->fd);
+            lane->fd = -1;
+        }
+        lane->peer_closed = 1;
+        lane->rx_active   = 0;
+        /* the frames these shares belong to are dropped with lane 0's queue */
+        while (!ucs_list_is_empty(&lane->txq)) {
+            free(ucs_list_extract_head(&lane->txq, xfer_tcp_seg_t, list));
+        }
+    }
+}
+
+/* ---- sending -------------------------------------------------------------------------------- */
+
+void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+{
+    xfer_tcp_seg_t *segs[XFER_TCP_WIRE_LANES_MAX];
+    uint8_t *type = (uint8_t*)tx->iov[0].iov_base + 3;  /* the header's type byte */
+    size_t len    = tx->iov[1].iov_len;
+    uint64_t off, share;
+    unsigned n    = ep->nlanes;
+
+    if ((n < 2) || tx->dev || (len < ep->iface->cfg->lane_min) ||
+        ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_PREQ)) ||
+        !xfer_tcp_wire_type_stripes(*type)) {
+        return;
+    }
+    for (unsigned i = 1; i < n; i++) {
+        segs[i] = malloc(sizeof(*segs[i]));
+        if (segs[i] == NULL) {
+            while (--i > 0) {
+                free(segs[i]);
+            }
+            return;     /* it goes on lane 0 alone */
+        }
+    }
+    *type |= XFER_TCP_WIRE_STRIPED;
+    for (unsigned i = 1; i < n; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+
+        xfer_tcp_wire_stripe(len, n, i, &off, &share);
+        segs[i]->tx   = tx;
+        segs[i]->p    = (const uint8_t*)tx->iov[1].iov_base + off;
+        segs[i]->len  = (size_t)share;
+        segs[i]->sent = 0;
+        ucs_list_add_tail(&lane->txq, &segs[i]->list);
+        lane->tx_queued += share;
+    }
+    xfer_tcp_wire_stripe(len, n, 0, &off, &share);
+    tx->iov[1].iov_len = (size_t)share;
+    tx->lanes_left     = n - 1;
+    tx->lane0_done     = 0;
+}
+
+int xfer_tcp_lanes_tx_lane0_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+{
+    if (tx->lanes_left == 0) {
+        return 1;
+    }
+    tx->lane0_done = 1;
+    ucs_list_add_tail(&ep->tx_wait, &tx->list);
+    return 0;
+}
+
+static void seg_done(xfer_ep_h ep, xfer_tcp_seg_t *seg)
+{
+    xfer_tcp_tx_t *tx = seg->tx;
+
+    ucs_list_del(&seg->list);
+    free(seg);
+    if ((--tx->lanes_left == 0) && tx->lane0_done) {
+        ucs_list_del(&tx->list);    /* from ep->tx_wait */
+        xfer_tcp_ep_tx_done(ep, tx);
+    }
+}
+
+static void lane_write(xfer_tcp_lane_t *lane)
+{
+    xfer_ep_h ep = lane->ep;
+    struct iovec iov[XFER_TCP_IOV_MAX];
+
+    while ((lane->fd >= 0) && !ucs_list_is_empty(&lane->txq)) {
+        struct msghdr msg = {0};
+        xfer_tcp_seg_t *seg, *tmp;
+        size_t total = 0;
+        int cnt = 0, full = 0;
+        ssize_t n;
+
+        ucs_list_for_each(seg, &lane->txq, list) {
+            iov[cnt].iov_base = (void*)(seg->p + seg->sent);
+            iov[cnt].iov_len  = seg->len - seg->sent;
+            total            += iov[cnt].iov_len;
+            if (++cnt == XFER_TCP_IOV_MAX) {
+                break;
+            }
+        }
+        msg.msg_iov    = iov;
+        msg.msg_iovlen = (size_t)cnt;
+        n = sendmsg(lane->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
+                xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "lane %u: send: %s", lane->idx,
+                                       strerror(errno));
+                return;
+            }
+            break;
+        }
+        lane->tx_written += (size_t)n;
+        if ((size_t)n < total) {
+            full = 1;
+        }
+        ucs_list_for_each_safe(seg, tmp, &lane->txq, list) {
+            size_t left = seg->len - seg->sent;
+
+            if ((size_t)n < left) {
+                seg->sent += (size_t)n;
+                break;
+            }
+            n -= (ssize_t)left;
+            seg_done(ep, seg);
+            if (n == 0) {
+                break;
+            }
+        }
+        if (full) {
+            break;  /* the socket took less than offered */
+        }
+    }
+    lane_update_events(lane);
+}
+
+void xfer_tcp_lanes_tx_write(xfer_ep_h ep)
+{
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        if (!ucs_list_is_empty(&ep->lanes[i].txq)) {
+            lane_write(&ep->lanes[i]);
+        }
+    }
+}
+
+void xfer_tcp_lanes_mark(xfer_ep_h ep, uint64_t *mark)
+{
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        mark[i] = ep->lanes[i].tx_queued;
+    }
+}
+
+int xfer_tcp_lanes_acked(xfer_ep_h ep, const uint64_t *mark)
+{
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+        uint64_t want = (mark != NULL) ? mark[i] : lane->tx_queued;
+        int outq = 0;
+
+        if (want == 0) {
+            continue;
+        }
+        if ((lane->fd < 0) || (ioctl(lane->fd, SIOCOUTQ, &outq) != 0) || (outq < 0) ||
+            ((uint64_t)outq > lane->tx_written) ||
+            (lane->tx_written - (uint64_t)outq < want)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- receiving ------------------------------------------------------------------------------ */
+
+xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+    uint64_t total    = (uint64_t)rx->want + rx->drain;
+    uint64_t off, share;
+
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+
+        if (lane->peer_closed && (lane->fd < 0)) {
+            snprintf(why, why_size, "a striped %s needs lane %u, which is gone",
+                     xfer_tcp_wire_type_name(rx->hdr.type), i);
+            return XFER_ERR_CONNECTION;
+        }
+        xfer_tcp_wire_stripe(total, ep->nlanes, i, &off, &share);
+        lane->rx_dev  = rx->dev;
+        lane->rx_got  = 0;
+        if (off < rx->want) {
+            lane->rx_dest  = rx->dest + off;
+            lane->rx_want  = (share < rx->want - off) ? (size_t)share : rx->want - (size_t)off;
+        } else {
+            lane->rx_dest  = NULL;
+            lane->rx_want  = 0;
+        }
+        lane->rx_drain  = share - lane->rx_want;
+        lane->rx_active = (share > 0);
+        lane->drained   = 0;
+        lane_update_events(lane);
+    }
+    xfer_tcp_wire_stripe(total, ep->nlanes, 0, &off, &share);
+    if (share < rx->want) {
+        rx->want  = (size_t)share;
+        rx->drain = 0;
+    } else {
+        rx->drain = share - rx->want;
+    }
+    return XFER_OK;
+}
+
+/* One read of a lane: 1 with *n_p bytes, 0 to wait, -1 when the ep failed. */
+static int lane_read(xfer_tcp_lane_t *lane, void *buf, size_t len, size_t *n_p)
+{
+    ssize_t ret;
+
+    if ((lane->fd < 0) || lane->drained) {
+        return 0;   /* not attached yet (server), or empty this round */
+    }
+    do {
+        ret = recv(lane->fd, buf, len, 0);
+    } while ((ret < 0) && (errno == EINTR));
+    if (ret > 0) {
+        lane->drained = ((size_t)ret < len);
+        *n_p          = (size_t)ret;
+        return 1;
+    }
+    if ((ret < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
+        lane->drained = 1;
+        return 0;
+    }
+    xfer_tcp_ep_fail(lane->ep, XFER_ERR_CONNECTION, "lane %u: %s in the middle of a striped "
+                     "frame", lane->idx, (ret == 0) ? "the peer closed it" : strerror(errno));
+    return -1;
+}
+
+/* Read lane's share: 1 = in, 0 = wait, -1 = the ep failed. */
+static int lane_rx(xfer_tcp_lane_t *lane)
+{
+    xfer_iface_h iface = lane->ep->iface;
+    size_t n;
+    int ret;
+
+    while (lane->rx_got < lane->rx_want) {
+        size_t left = lane->rx_want - lane->rx_got;
+
+        if (!lane->rx_dev) {
+            ret = lane_read(lane, lane->rx_dest + lane->rx_got, left, &n);
+        } else {
+            char why[XFER_REASON_MAX] = "";
+
+            /* CUDA memory: through the scratch buffer, each piece landed before the next */
+            ret = lane_read(lane, iface->scratch, (left < XFER_TCP_RX_BUF_LEN) ? left :
+                            XFER_TCP_RX_BUF_LEN, &n);
+            if ((ret == 1) && (xfer_tcp_cuda_copy(iface, lane->rx_dest + lane->rx_got,
+                                                  iface->scratch, n, 1, why,
+                                                  sizeof(why)) != XFER_OK)) {
+                xfer_tcp_ep_fail(lane->ep, XFER_ERR_IO, "lane %u: copy into CUDA memory: %s",
+                                 lane->idx, why);
+                return -1;
+            }
+        }
+        if (ret <= 0) {
+            return ret;
+        }
+        lane->rx_got += n;
+    }
+    while (lane->rx_drain > 0) {
+        ret = lane_read(lane, iface->scratch, (lane->rx_drain < XFER_TCP_RX_BUF_LEN) ?
+                        (size_t)lane->rx_drain : XFER_TCP_RX_BUF_LEN, &n);
+        if (ret <= 0) {
+            return ret;
+        }
+        lane->rx_drain -= n;
+    }
+    lane->rx_active = 0;
+    lane_update_events(lane);
+    return 1;
+}
+
+int xfer_tcp_lanes_rx_poll(xfer_ep_h ep)
+{
+    int all = 1;
+
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+        int ret;
+
+        if (!lane->rx_active) {
+            continue;
+        }
+        lane->drained = 0;
+        ret = lane_rx(lane);
+        if (ret < 0) {
+            return -1;
+        }
+        all = all && (ret == 1);
+    }
+    return all;
+}
+
+void xfer_tcp_lanes_rx_forget(xfer_ep_h ep)
+{
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+
+        if (lane->rx_active) {
+            lane->rx_drain += lane->rx_want - lane->rx_got;
+            lane->rx_want   = lane->rx_got;
+        }
+    }
+}
+
+void xfer_tcp_lanes_rx_reset(xfer_ep_h ep)
+{
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        ep->lanes[i].rx_active = 0;
+        lane_update_events(&ep->lanes[i]);
+    }
+}
+
+uint64_t xfer_tcp_lanes_rx_available(xfer_ep_h ep)
+{
+    uint64_t sum = 0;
+
+    for (unsigned i = 1; i < ep->nlanes; i++) {
+        int queued = 0;
+
+        if ((ep->lanes[i].fd >= 0) && (ioctl(ep->lanes[i].fd, FIONREAD, &queued) == 0) &&
+            (queued > 0)) {
+            sum += (uint64_t)queued;
+        }
+    }
+    return sum;
+}
+
+/* ---- events --------------------------------------------------------------------------------- */
+
+static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
+{
+    xfer_ep_h ep = lane->ep;
+
+    if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
+        return 0;
+    }
+    if (events & (EPOLLERR | EPOLLHUP)) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+
+        getsockopt(lane->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (ep->state == XFER_TCP_EP_CREATED) {
+            /* not connected yet: nothing to fail but the lane; a frame that needs it will */
+            epoll_ctl(ep->iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+            close(lane->fd);
+            lane->fd          = -1;
+            lane->peer_closed = 1;
+            return 1;
+        }
+        xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "lane %u lost%s%s", lane->idx,
+                         err ? ": " : "", err ? strerror(err) : "");
+        return 1;
+    }
+    if (events & EPOLLOUT) {
+        lane_write(lane);
+    }
+    if ((events & EPOLLRDHUP) && !lane->rx_active && !lane->peer_closed) {
+        /* the peer closes: lane 0 tells whether that was between frames; a share this lane
+         * still owes fails its frame when it is read */
+        lane->peer_closed = 1;
+        lane_update_events(lane);
+    }
+    if ((events & (EPOLLIN | EPOLLRDHUP)) && lane->rx_active && (ep->state ==
+                                                                 XFER_TCP_EP_CONNECTED)) {
+        lane->drained = 0;
+        if ((lane_rx(lane) == 1) && (ep->rx.state == XFER_TCP_RX_DATA)) {
+            return xfer_tcp_ep_rx_progress(ep) + 1;     /* the frame may be complete */
+        }
+    }
+    return 1;
+}
+
+/* The IP address of a (IPv4, IPv6 or IPv4-mapped IPv6) socket address; 0 when none. */
+static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
+{
+    if (ss->ss_family == AF_INET6) {
+        *a = ((const struct sockaddr_in6*)ss)->sin6_addr;
+        return 1;
+    }
+    if (ss->ss_family == AF_INET) {
+        memset(a, 0, sizeof(*a));
+        a->s6_addr[10] = a->s6_addr[11] = 0xff;
+        memcpy(&a->s6_addr[12], &((const struct sockaddr_in*)ss)->sin_addr, 4);
+        return 1;
+    }
+    return 0;
+}
+
+static int same_host(const struct sockaddr_storage *x, const struct sockaddr_storage *y)
+{
+    struct in6_addr a, b;
+
+    return host_of(x, &a) && host_of(y, &b) && (memcmp(&a, &b, sizeof(a)) == 0);
+}
+
+/* A connection that sent its LANE_HELLO: attach it to its endpoint, or close it. */
+static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
+{
+    struct sockaddr_storage mine, theirs;
+    socklen_t mlen = sizeof(mine), tlen = sizeof(theirs);
+    xfer_tcp_wire_lane_hello_t hello;
+    char why[XFER_REASON_MAX] = "";
+    char host[INET6_ADDRSTRLEN] = "?";
+    xfer_ep_h ep;
+    int fd = acc->fd;
+
+    if (getpeername(fd, (struct sockaddr*)&theirs, &tlen) == 0) {
+        const void *a = (theirs.ss_family == AF_INET6) ?
+                                (const void*)&((struct sockaddr_in6*)&theirs)->sin6_addr :
+                                (const void*)&((struct sockaddr_in*)&theirs)->sin_addr;
+
+        inet_ntop(theirs.ss_family, a, host, sizeof(host));
+    }
+    if (xfer_tcp_wire_unpack_lane_hello(acc->buf, &hello, why, sizeof(why)) != XFER_OK) {
+        goto refuse;
+    }
+    snprintf(why, sizeof(why), "no endpoint waits for lane %u with this token", hello.lane);
+    ucs_list_for_each(ep, &iface->eps, list) {
+        xfer_tcp_lane_t *lane;
+
+        if ((ep->token != hello.token) || !ep->is_server || (hello.lane >= ep->lanes_max) ||
+            ((ep->state != XFER_TCP_EP_CREATED) && (ep->state != XFER_TCP_EP_CONNECTED))) {
+            continue;
+        }
+        lane = &ep->lanes[hello.lane];
+        if ((lane->fd >= 0) || lane->peer_closed) {
+            snprintf(why, sizeof(why), "lane %u of its endpoint is taken", hello.lane);
+            break;
+        }
+        /* the token is the secret; the peer's host must be lane 0's too */
+        if ((getpeername(ep->fd, (struct sockaddr*)&mine, &mlen) != 0) ||
+            !same_host(&mine, &theirs)) {
+            snprintf(why, sizeof(why), "lane %u comes from another host than its endpoint",
+                     hello.lane);
+            break;
+        }
+        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, fd, NULL);
+        acc->fd  = -1;
+        acc->seq = 0;
+        if (lane_attach(lane, fd, 0) != XFER_OK) {
+            close(fd);
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
+                                   hello.lane, strerror(errno));
+            return;
+        }
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u attached (fd %d)",
+                    (void*)ep, hello.lane, fd);
+        lane_write(lane);
+        if (lane->rx_active && (ep->state == XFER_TCP_EP_CONNECTED)) {
+            xfer_tcp_iface_rx_kick(iface, ep);
+        }
+        return;
+    }
+
+refuse:
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane connection from %s closed: %s", host, why);
+    accept_drop(iface, acc);
+}
+
+static unsigned accept_events(xfer_iface_h iface, struct xfer_tcp_accept *acc,
+                              uint32_t events)
+{
+    ssize_t n;
+
+    (void)events;
+    do {
+        n = recv(acc->fd, acc->buf + acc->got, sizeof(acc->buf) - acc->got, 0);
+    } while ((n < 0) && (errno == EINTR));
+    if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
+        return 0;
+    }
+    if (n <= 0) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "a lane connection went before its "
+                    "hello: %s", (n == 0) ? "closed" : strerror(errno));
+        accept_drop(iface, acc);
+        return 1;
+    }
+    acc->got += (unsigned)n;
+    if (acc->got == sizeof(acc->buf)) {
+        accept_hello(iface, acc);
+    }
+    return 1;
+}
+
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
+{
+    static uint64_t seq;
+    unsigned count = 0;
+
+    for (;;) {
+        struct xfer_tcp_accept *acc = NULL, *oldest = NULL;
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+        int fd = accept4(iface->lane_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+        if (fd < 0) {
+            if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
+                xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "accept on the lane port: %s",
+                         strerror(errno));
+            }
+            return count;
+        }
+        for (unsigned i = 0; i < XFER_TCP_ACCEPT_MAX; i++) {
+            struct xfer_tcp_accept *a = &iface->accepts[i];
+
+            if (a->seq == 0) {
+                acc = a;
+                break;
+            }
+            if ((oldest == NULL) || (a->seq < oldest->seq)) {
+                oldest = a;
+            }
+        }
+        if (acc == NULL) {
+            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said "
+                     "which lane they are: the oldest is closed", XFER_TCP_ACCEPT_MAX);
+            accept_drop(iface, oldest);
+            acc = oldest;
+        }
+        acc->fd     = fd;
+        acc->got    = 0;
+        acc->seq    = ++seq;
+        ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
+        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            acc->fd  = -1;
+            acc->seq = 0;
+            continue;
+        }
+        count++;
+        accept_events(iface, acc, EPOLLIN);    /* its hello is often there already */
+    }
+}
+
+unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events)
+{
+    uintptr_t p = (uintptr_t)tagged;
+
+    if ((p & XFER_TCP_EV_MASK) == XFER_TCP_EV_LANE) {
+        return lane_events((xfer_tcp_lane_t*)(p & ~(uintptr_t)XFER_TCP_EV_MASK), events);
+    }
+    return accept_events(iface, (struct xfer_tcp_accept*)(p & ~(uintptr_t)XFER_TCP_EV_MASK),
+                         events);
+}
+
+unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep)
+{
+    unsigned count = 0;
+
+    for (unsigned i = 1; (i < ep->nlanes) && (ep->state == XFER_TCP_EP_CONNECTED); i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+        uint32_t events = (lane->rx_active ? EPOLLIN : 0) |
+                          (!ucs_list_is_empty(&lane->txq) ? EPOLLOUT : 0);
+
+        if ((events != 0) && (lane->fd >= 0)) {
+            unsigned n = lane_events(lane, events);
+
+            count += (n > 0) ? n - 1 : 0;
+        }
+    }
+    return count;
+}
