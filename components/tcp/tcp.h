@@ -384,6 +384,7 @@ struct xfer_iface {
     int                      lane_fd;       /* listening, -1 = none */
     uint16_t                 lane_port;
     struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
+    uint64_t                 accept_seq;
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
                                              * on their way into CUDA memory */
@@ -565,7 +566,8 @@ void xfer_tcp_preq_free(xfer_tcp_preq_t *preq);
  * the oldest is closed, so that idle connections cannot take descriptors without bound. */
 #define XFER_TCP_ACCEPT_MAX 32
 
-/* The iface's lane port (when it offers lanes); failure leaves it at one lane. */
+/* How many lanes the iface's endpoints offer; the lane port opens with the first server-side
+ * endpoint. */
 void xfer_tcp_lanes_iface_open(xfer_iface_h iface);
 void xfer_tcp_lanes_iface_close(xfer_iface_h iface);
 /* ep_create: the lanes ep may take; ep_address: what goes into its address. */

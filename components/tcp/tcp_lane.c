@@ -12,14 +12,18 @@
  * alone: while lane 0 is in a striped frame's payload every lane reads its share straight
  * into the destination, and the frame is done once every share is in.
  *
- * Setting up: the server's iface listens on a port of its own (any address) and puts it, the
- * number of lanes it takes and a random token per endpoint in the endpoint address. The
+ * Setting up: the server's iface listens on a port of its own (any address, opened with its
+ * first server-side endpoint) and puts it, the number of lanes it takes and a random token
+ * per endpoint in the endpoint address. The
  * client connects lanes 1..n-1 to the address lane 0 reached, sends a LANE_HELLO on each
- * (lane number and token), and may stripe at once; the server attaches a connection to the
+ * (lane number and token), and may stripe at once over those that connected (each frame says
+ * over how many lanes, so a lane that could not connect costs speed, not the connection); the server attaches a connection to the
  * endpoint whose token, lane and peer host match, and closes any other. Until a lane is
  * attached, what it should carry waits. Any lane's failure fails the endpoint.
  */
 #include "tcp.h"
+
+#include <xfer/byteorder.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -90,7 +94,6 @@ static int listen_on(int family, uint16_t *port_p)
 void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
 {
     unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
 
     iface->lanes   = 1;
     iface->lane_fd = -1;
@@ -103,29 +106,36 @@ void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
     iface->accepts = calloc(XFER_TCP_ACCEPT_MAX, sizeof(*iface->accepts));
     iface->scratch = malloc(XFER_TCP_RX_BUF_LEN);
     if ((iface->accepts == NULL) || (iface->scratch == NULL)) {
-        goto err;
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "out of memory for lanes: endpoints use one "
+                 "connection");
+        return;
     }
+    iface->lanes = want;
+}
+
+/* The lane port, opened by the first server-side endpoint: a process that only connects
+ * listens nowhere. Failing, endpoints use one connection from then on. */
+static void lane_port_open(xfer_iface_h iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
+
     iface->lane_fd = listen_on(AF_INET6, &iface->lane_port);
     if (iface->lane_fd < 0) {
         iface->lane_fd = listen_on(AF_INET, &iface->lane_port);
     }
-    if ((iface->lane_fd < 0) || (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) != 0)) {
-        goto err;
+    if ((iface->lane_fd >= 0) &&
+        (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) == 0)) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u",
+                    iface->lanes, iface->lane_port);
+        return;
     }
-    iface->lanes = want;
-    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u", want,
-                iface->lane_port);
-    return;
-
-err:
-    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one connection",
-             strerror(errno));
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one "
+             "connection (XFER_TCP_LANES=1 says so without trying)", strerror(errno));
     if (iface->lane_fd >= 0) {
         close(iface->lane_fd);
         iface->lane_fd = -1;
     }
-    free(iface->accepts);
-    iface->accepts = NULL;
+    iface->lanes = 1;
 }
 
 static void accept_drop(xfer_iface_h iface, struct xfer_tcp_accept *acc)
@@ -159,7 +169,10 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
     xfer_iface_h iface = ep->iface;
 
     ucs_list_head_init(&ep->tx_wait);
-    ep->nlanes    = 1;
+    ep->nlanes = 1;
+    if (ep->is_server && (iface->lanes > 1) && (iface->lane_fd < 0)) {
+        lane_port_open(iface);
+    }
     ep->lanes_max = iface->lanes;
     if (getrandom(&ep->token, sizeof(ep->token), 0) != sizeof(ep->token)) {
         struct timespec ts;
@@ -299,11 +312,12 @@ fail:
     if (fd >= 0) {
         close(fd);
     }
-    xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port %u: %s "
-             "(XFER_TCP_LANES=1 uses the bootstrap connection alone)", lane->idx, ep->nlanes,
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port %u: %s; "
+             "the endpoint goes on with %u (XFER_TCP_LANES=1 does not try)", lane->idx,
+             ep->nlanes,
              ntohs((ss->ss_family == AF_INET6) ? ((const struct sockaddr_in6*)ss)->sin6_port :
                                                  ((const struct sockaddr_in*)ss)->sin_port),
-             strerror(err));
+             strerror(err), lane->idx);
     return XFER_ERR_CONNECTION;
 }
 
@@ -314,7 +328,8 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
     unsigned n = (peer->lanes < ep->lanes_max) ? peer->lanes : ep->lanes_max;
 
     /* both sides see the same kind of socket, so both come to the same count */
-    if ((n < 2) || !lane_peer(ep->fd, peer->lane_port, &ss, &len)) {
+    if ((n < 2) || (!ep->is_server && (peer->lane_port == 0)) ||
+        !lane_peer(ep->fd, peer->lane_port, &ss, &len)) {
         ep->nlanes = 1;
         return XFER_OK;
     }
@@ -323,15 +338,16 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
         return XFER_OK;     /* the client's lanes come to the lane port */
     }
     for (unsigned i = 1; i < n; i++) {
-        xfer_status_t status = lane_connect(ep, &ep->lanes[i], &ss, len, peer->token);
-
-        if (status != XFER_OK) {
-            xfer_tcp_lanes_ep_close(ep, 0);
-            ep->nlanes = 1;
-            return status;
+        if (lane_connect(ep, &ep->lanes[i], &ss, len, peer->token) != XFER_OK) {
+            /* frames say how many lanes carry them: the lanes up so far do, and the peer
+             * never hears of the others */
+            for (unsigned j = i; j < n; j++) {
+                ep->lanes[j].peer_closed = 1;
+            }
+            break;
         }
     }
-    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: %u lanes connected", (void*)ep, n);
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lanes connected", (void*)ep);
     return XFER_OK;
 }
 
@@ -371,8 +387,12 @@ void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     uint8_t *type = (uint8_t*)tx->iov[0].iov_base + 3;  /* the header's type byte */
     size_t len    = tx->iov[1].iov_len;
     uint64_t off, share;
-    unsigned n    = ep->nlanes;
+    unsigned n    = 1;
 
+    /* the lanes up: connected (client) or attached (server), from lane 1 on */
+    while ((n < ep->nlanes) && (ep->lanes[n].fd >= 0) && !ep->lanes[n].peer_closed) {
+        n++;
+    }
     if ((n < 2) || tx->dev || (len < ep->iface->cfg->lane_min) ||
         ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_PREQ)) ||
         !xfer_tcp_wire_type_stripes(*type)) {
@@ -388,6 +408,7 @@ void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         }
     }
     *type |= XFER_TCP_WIRE_STRIPED;
+    xfer_put_le32(type + 1, n);         /* the status field: over how many lanes */
     for (unsigned i = 1; i < n; i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
 
@@ -526,9 +547,10 @@ xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_tcp_rx_t *rx = &ep->rx;
     uint64_t total    = (uint64_t)rx->want + rx->drain;
+    unsigned n        = rx->hdr.striped;
     uint64_t off, share;
 
-    for (unsigned i = 1; i < ep->nlanes; i++) {
+    for (unsigned i = 1; i < n; i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
 
         if (lane->peer_closed && (lane->fd < 0)) {
@@ -536,7 +558,7 @@ xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size)
                      xfer_tcp_wire_type_name(rx->hdr.type), i);
             return XFER_ERR_CONNECTION;
         }
-        xfer_tcp_wire_stripe(total, ep->nlanes, i, &off, &share);
+        xfer_tcp_wire_stripe(total, n, i, &off, &share);
         lane->rx_dev  = rx->dev;
         lane->rx_got  = 0;
         if (off < rx->want) {
@@ -551,7 +573,7 @@ xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size)
         lane->drained   = 0;
         lane_update_events(lane);
     }
-    xfer_tcp_wire_stripe(total, ep->nlanes, 0, &off, &share);
+    xfer_tcp_wire_stripe(total, n, 0, &off, &share);
     if (share < rx->want) {
         rx->want  = (size_t)share;
         rx->drain = 0;
@@ -845,7 +867,6 @@ static unsigned accept_events(xfer_iface_h iface, struct xfer_tcp_accept *acc,
 
 unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
 {
-    static uint64_t seq;
     unsigned count = 0;
 
     for (;;) {
@@ -879,7 +900,7 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
         }
         acc->fd     = fd;
         acc->got    = 0;
-        acc->seq    = ++seq;
+        acc->seq    = ++iface->accept_seq;
         ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
         if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);

@@ -260,9 +260,10 @@ static int rx_step(xfer_ep_h ep)
                 xfer_tcp_ep_fail(ep, status, "%s", why);
                 return -1;
             }
-            if (rx->hdr.striped && (ep->nlanes < 2)) {
-                xfer_tcp_ep_fail(ep, XFER_ERR_PROTOCOL, "striped %s frame on a connection "
-                                 "without lanes", xfer_tcp_wire_type_name(rx->hdr.type));
+            if (rx->hdr.striped > ep->nlanes) {
+                xfer_tcp_ep_fail(ep, XFER_ERR_PROTOCOL, "%s frame striped over %u lanes, the "
+                                 "connection has %u", xfer_tcp_wire_type_name(rx->hdr.type),
+                                 rx->hdr.striped, ep->nlanes);
                 return -1;
             }
             ep->roff   += XFER_TCP_WIRE_HDR_LEN;

@@ -41,7 +41,8 @@ void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf)
     xfer_put_le16(p, hdr->magic);
     p[2] = hdr->version;
     p[3] = (uint8_t)(hdr->type | (hdr->striped ? XFER_TCP_WIRE_STRIPED : 0));
-    xfer_put_le32(p + 4, (uint32_t)hdr->status);
+    /* a striped frame's status field says over how many lanes (its status is 0) */
+    xfer_put_le32(p + 4, hdr->striped ? (uint32_t)hdr->striped : (uint32_t)hdr->status);
     xfer_put_le64(p + 8, hdr->id);
     xfer_put_le64(p + 16, hdr->length);
 }
@@ -206,10 +207,15 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
         snprintf(why, why_size, "unknown frame type %u", hdr->type);
         return XFER_ERR_PROTOCOL;
     }
-    if (hdr->striped && (!xfer_tcp_wire_type_stripes(hdr->type) || (hdr->status != 0))) {
-        snprintf(why, why_size, "%s frame with status %" PRId32 " cannot be striped",
-                 xfer_tcp_wire_type_name(hdr->type), hdr->status);
-        return XFER_ERR_PROTOCOL;
+    if (hdr->striped) {
+        if (!xfer_tcp_wire_type_stripes(hdr->type) || (hdr->status < 2) ||
+            (hdr->status > (int32_t)XFER_TCP_WIRE_LANES_MAX)) {
+            snprintf(why, why_size, "%s frame striped over %" PRId32 " lanes",
+                     xfer_tcp_wire_type_name(hdr->type), hdr->status);
+            return XFER_ERR_PROTOCOL;
+        }
+        hdr->striped = (uint8_t)hdr->status;
+        hdr->status  = 0;
     }
     if ((type_is_response(hdr->type) ? !status_is_valid(hdr->status) : (hdr->status != 0)) ||
         ((hdr->type == XFER_TCP_WIRE_PUT_FAIL) && (hdr->status == XFER_OK))) {
@@ -392,8 +398,7 @@ xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
     }
     if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
         (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION) ||
-        (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX) ||
-        ((p[3] > 1) && (xfer_get_le16(p + 16) == 0))) {
+        (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX)) {
         return XFER_ERR_PROTOCOL;
     }
     addr->lanes               = p[3];

@@ -42,8 +42,9 @@
  * socket). The client opens them to the server's lane port and sends on each a LANE_HELLO,
  *   magic:u16 = 0x4c54 ("TL")  version:u8  lane:u8  reserved:u32  token:u64
  * with the token of the server's endpoint address. Frames travel on lane 0 only. A TAG,
- * PUT_REQ, PUT or TENSOR_RESP with STRIPED set has its data cut in n shares
- * (xfer_tcp_wire_stripe): share 0 follows the frame on lane 0, share i is the next bytes of
+ * PUT_REQ, PUT or TENSOR_RESP with STRIPED set has its data cut in n shares, n being in its
+ * status field (the frame's status is 0): the sender's lanes 0..n-1, those it has up
+ * (xfer_tcp_wire_stripe). Share 0 follows the frame on lane 0, share i is the next bytes of
  * lane i, which carries nothing but shares, in the order of their frames on lane 0.
  *
  * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
@@ -98,7 +99,8 @@ typedef struct xfer_tcp_wire_hdr {
     int32_t  status;
     uint64_t id;
     uint64_t length;
-    uint8_t  striped;   /* the data is cut in shares over the endpoint's lanes */
+    uint8_t  striped;   /* 0, or the lanes (2..) the data is cut over; on the wire the
+                         * STRIPED bit, and the count in the status field */
 } xfer_tcp_wire_hdr_t;
 
 /* What the receiver accepts; frames beyond these fail the connection. */
@@ -133,7 +135,8 @@ typedef struct xfer_tcp_wire_tensor_resp {
 typedef struct xfer_tcp_wire_ep_addr {
     xfer_tcp_wire_limits_t limits;
     uint8_t                lanes;       /* connections it takes, lane 0 included (1..MAX) */
-    uint16_t               lane_port;   /* where the server's lanes connect (lanes > 1) */
+    uint16_t               lane_port;   /* where the server's lanes connect; 0 = nowhere (a
+                                         * client: it connects lanes, it takes none) */
     uint64_t               token;       /* what a lane's LANE_HELLO must carry */
 } xfer_tcp_wire_ep_addr_t;
 
@@ -195,8 +198,7 @@ uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
                                        const xfer_tcp_wire_tensor_resp_t *resp);
 xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
 /* The peer's endpoint address: 0 bytes (a minimal peer: *addr untouched) or exactly
- * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version, 1..LANES_MAX lanes and a port
- * when there are more than one. */
+ * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version, and 1..LANES_MAX lanes. */
 xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
                                            xfer_tcp_wire_ep_addr_t *addr);
 /* A LANE_HELLO (XFER_TCP_WIRE_LANE_HELLO_LEN bytes): magic, version, lane >= 1. */

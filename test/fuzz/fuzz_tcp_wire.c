@@ -28,9 +28,8 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
 
     if (xfer_tcp_wire_unpack_ep_addr(data, size, &lim) == XFER_OK) {
         FUZZ_CHECK((size == 0) || (size == XFER_TCP_WIRE_EP_ADDR_LEN), "%zu-byte address", size);
-        FUZZ_CHECK((lim.lanes >= 1) && (lim.lanes <= XFER_TCP_WIRE_LANES_MAX) &&
-                   ((lim.lanes == 1) || (lim.lane_port != 0)), "%u lanes at port %u parsed",
-                   lim.lanes, lim.lane_port);
+        FUZZ_CHECK((lim.lanes >= 1) && (lim.lanes <= XFER_TCP_WIRE_LANES_MAX),
+                   "%u lanes parsed", lim.lanes);
         xfer_tcp_wire_pack_ep_addr(&lim, buf);
         FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) ==
                    XFER_OK, "a packed endpoint address does not parse");
@@ -162,12 +161,16 @@ static void round_trip_values(const uint8_t *data, size_t size)
     hdr.status  = (int32_t)fuzz_take(&c, 4);
     hdr.id      = fuzz_take(&c, 8);
     hdr.length  = fuzz_take(&c, 8);
-    hdr.striped = (uint8_t)(fuzz_take(&c, 1) & 1);
+    hdr.striped = (uint8_t)(fuzz_take(&c, 1) % (XFER_TCP_WIRE_LANES_MAX + 1));
+    if (hdr.striped) {
+        hdr.status = 0;     /* the status field carries the lane count */
+    }
     xfer_tcp_wire_pack_hdr(&hdr, buf);
     if (xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) {
         FUZZ_CHECK(!memcmp(&hdr, &hdr2, sizeof(hdr)), "header changed");
-        FUZZ_CHECK(!hdr.striped || xfer_tcp_wire_type_stripes(hdr.type), "%s parsed striped",
-                   xfer_tcp_wire_type_name(hdr.type));
+        FUZZ_CHECK(!hdr.striped || (xfer_tcp_wire_type_stripes(hdr.type) &&
+                                    (hdr.striped >= 2)), "%s parsed striped over %u",
+                   xfer_tcp_wire_type_name(hdr.type), hdr.striped);
     }
     hdr.striped = 0;
 

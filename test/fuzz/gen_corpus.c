@@ -329,7 +329,7 @@ static void gen_tcp_stream(void)
     tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
     save("tcp_stream", "flush_ack_unasked");
     /* a striped frame on a connection that has no lanes */
-    tcp_hdr(XFER_TCP_WIRE_TAG, 0, 1, 8);
+    tcp_hdr(XFER_TCP_WIRE_TAG, 2, 1, 8);     /* status field: 2 lanes */
     s.buf[s.len - XFER_TCP_WIRE_HDR_LEN + 3] |= XFER_TCP_WIRE_STRIPED;
     fill(8, 0x5a);
     save("tcp_stream", "striped_without_lanes");
