@@ -407,6 +407,8 @@ struct xfer_rkey {
 int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
 
 /* ---- tcp_iface.c ---------------------------------------------------------------------------- */
+/* 64 random bits (getrandom; a clock-and-pid mix where it fails): keys and tokens. */
+uint64_t xfer_tcp_random64(void);
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p);
 void xfer_tcp_iface_close(xfer_iface_h iface);
@@ -482,6 +484,8 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
 void xfer_tcp_ep_tx_write(xfer_ep_h ep);
+/* Of written bytes ever written to socket fd, those the peer's host has acknowledged. */
+uint64_t xfer_tcp_sock_acked(int fd, uint64_t written);
 /* Bytes of ep's send queue that the peer's host has acknowledged, ever. */
 uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep);
 /* After queueing from a posting call: write now unless the socket is known to be full

@@ -63,7 +63,7 @@ static void address_build(xfer_iface_h iface)
     iface->address_len = off;
 }
 
-static uint64_t random_cookie(void)
+uint64_t xfer_tcp_random64(void)
 {
     uint64_t cookie = 0;
 
@@ -158,7 +158,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->limits.max_msg_size = iface->cfg->max_msg_size;
     iface->limits.max_key_len  = params->max_key_len;
-    iface->cookie              = random_cookie();
+    iface->cookie              = xfer_tcp_random64();
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->posted);
     ucs_list_head_init(&iface->unexp);

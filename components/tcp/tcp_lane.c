@@ -28,7 +28,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -36,9 +35,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #define LANE_CONNECT_MS 10000    /* a lane's connect() on the client */
@@ -174,12 +171,7 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
         lane_port_open(iface);
     }
     ep->lanes_max = iface->lanes;
-    if (getrandom(&ep->token, sizeof(ep->token), 0) != sizeof(ep->token)) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ep->token = ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)ts.tv_nsec ^ (uintptr_t)ep;
-    }
+    ep->token     = xfer_tcp_random64();
     if (ep->lanes_max < 2) {
         return XFER_OK;
     }
@@ -269,9 +261,9 @@ static int lane_peer(int fd, uint16_t port, struct sockaddr_storage *ss, socklen
 
 static xfer_status_t lane_connect(xfer_ep_h ep, xfer_tcp_lane_t *lane,
                                   const struct sockaddr_storage *ss, socklen_t len,
-                                  uint64_t token)
+                                  const xfer_tcp_wire_ep_addr_t *peer)
 {
-    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, token};
+    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, peer->token};
     uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
     struct pollfd pfd;
     socklen_t elen = sizeof(int);
@@ -314,10 +306,7 @@ fail:
     }
     xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port %u: %s; "
              "the endpoint goes on with %u (XFER_TCP_LANES=1 does not try)", lane->idx,
-             ep->nlanes,
-             ntohs((ss->ss_family == AF_INET6) ? ((const struct sockaddr_in6*)ss)->sin6_port :
-                                                 ((const struct sockaddr_in*)ss)->sin_port),
-             strerror(err), lane->idx);
+             ep->nlanes, peer->lane_port, strerror(err), lane->idx);
     return XFER_ERR_CONNECTION;
 }
 
@@ -338,7 +327,7 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
         return XFER_OK;     /* the client's lanes come to the lane port */
     }
     for (unsigned i = 1; i < n; i++) {
-        if (lane_connect(ep, &ep->lanes[i], &ss, len, peer->token) != XFER_OK) {
+        if (lane_connect(ep, &ep->lanes[i], &ss, len, peer) != XFER_OK) {
             /* frames say how many lanes carry them: the lanes up so far do, and the peer
              * never hears of the others */
             for (unsigned j = i; j < n; j++) {
@@ -357,10 +346,8 @@ void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked)
         xfer_tcp_lane_t *lane = &ep->lanes[i];
 
         if (lane->fd >= 0) {
-            int outq = 0;
-
-            if (abort_unacked && (((ioctl(lane->fd, SIOCOUTQ, &outq) == 0) && (outq > 0)) ||
-                                  (lane->tx_written < lane->tx_queued))) {
+            if (abort_unacked &&
+                (xfer_tcp_sock_acked(lane->fd, lane->tx_written) < lane->tx_queued)) {
                 struct linger abort_now = {.l_onoff = 1, .l_linger = 0};
 
                 (void)setsockopt(lane->fd, SOL_SOCKET, SO_LINGER, &abort_now,
@@ -389,13 +376,16 @@ void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     uint64_t off, share;
     unsigned n    = 1;
 
+    if ((ep->nlanes < 2) || (len < ep->iface->cfg->lane_min) || tx->dev ||
+        ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_PREQ)) ||
+        !xfer_tcp_wire_type_stripes(*type)) {
+        return;
+    }
     /* the lanes up: connected (client) or attached (server), from lane 1 on */
     while ((n < ep->nlanes) && (ep->lanes[n].fd >= 0) && !ep->lanes[n].peer_closed) {
         n++;
     }
-    if ((n < 2) || tx->dev || (len < ep->iface->cfg->lane_min) ||
-        ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_PREQ)) ||
-        !xfer_tcp_wire_type_stripes(*type)) {
+    if (n < 2) {
         return;
     }
     for (unsigned i = 1; i < n; i++) {
@@ -527,14 +517,10 @@ int xfer_tcp_lanes_acked(xfer_ep_h ep, const uint64_t *mark)
     for (unsigned i = 1; i < ep->nlanes; i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
         uint64_t want = (mark != NULL) ? mark[i] : lane->tx_queued;
-        int outq = 0;
 
-        if (want == 0) {
-            continue;
-        }
-        if ((lane->fd < 0) || (ioctl(lane->fd, SIOCOUTQ, &outq) != 0) || (outq < 0) ||
-            ((uint64_t)outq > lane->tx_written) ||
-            (lane->tx_written - (uint64_t)outq < want)) {
+        /* a lane not attached yet has acknowledged nothing */
+        if ((want > 0) && ((lane->fd < 0) ||
+                           (xfer_tcp_sock_acked(lane->fd, lane->tx_written) < want))) {
             return 0;
         }
     }

@@ -274,16 +274,21 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
     }
 }
 
-uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
+uint64_t xfer_tcp_sock_acked(int fd, uint64_t written)
 {
     int outq = 0;
 
     /* SIOCOUTQ: bytes in the socket's send queue not yet acknowledged by the peer's host (on
      * a Unix socket: not yet read by the peer) */
-    if ((ep->fd < 0) || (ioctl(ep->fd, SIOCOUTQ, &outq) != 0) || (outq < 0)) {
+    if ((fd < 0) || (ioctl(fd, SIOCOUTQ, &outq) != 0) || (outq < 0)) {
         outq = 0;
     }
-    return ((uint64_t)outq > ep->tx_written) ? 0 : ep->tx_written - (uint64_t)outq;
+    return ((uint64_t)outq > written) ? 0 : written - (uint64_t)outq;
+}
+
+uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
+{
+    return xfer_tcp_sock_acked(ep->fd, ep->tx_written);
 }
 
 void xfer_tcp_ep_tx_post(xfer_ep_h ep)
