@@ -4,7 +4,8 @@
  * when they wait as unexpected messages or are truncated; losing one lane fails the endpoint
  * on both sides without a hang; connections to the lane port that do not name a waiting
  * endpoint are closed and harm nothing. Real sockets, real faults (shutdown() of a lane's
- * socket found in /proc/self/fd), two processes.
+ * socket found in /proc/self/fd), two processes. An answer striped over the lanes lets its
+ * responder read requests again once it has left, whichever connection wrote its last bytes.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -311,6 +312,73 @@ Test(lanes, connections_that_name_no_waiting_endpoint_are_closed)
     cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
     cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
     xfer_request_release(req);
+    tp_send(&p, 1);
+    free(buf);
+    tp_finish(&p);
+}
+
+/* ---- striped answers past the response backlog ---------------------------------------------- */
+
+#define ANSWER_N   128
+#define ANSWER_LEN (1u << 20)
+
+/* Publish ANSWER_N 1 MiB tensors (steps 1..ANSWER_N, pattern seed = step); wait until each
+ * was fetched, then for the parent's word. */
+static int srv_publish_many(tp_side_t *s)
+{
+    char *buf = malloc((size_t)ANSWER_N * ANSWER_LEN);
+    xfer_request_t *req[ANSWER_N];
+    uint64_t v;
+
+    TP_CHECK(buf != NULL, "malloc");
+    for (int i = 0; i < ANSWER_N; i++) {
+        xfer_tensor_t t = {.dtype = XFER_DTYPE_UINT8, .rank = 1, .size = ANSWER_LEN,
+                           .data = buf + (size_t)i * ANSWER_LEN};
+
+        t.dims[0] = ANSWER_LEN;
+        tp_fill_pattern(t.data, ANSWER_LEN, (uint64_t)i + 1);
+        req[i] = NULL;
+        TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, (uint64_t)i + 1, "answer", &t, 0, NULL,
+                                               NULL, &req[i])), "publish %d", i);
+    }
+    for (int i = 0; i < ANSWER_N; i++) {
+        TP_CHECK_STATUS(xfer_request_wait(req[i], TP_WAIT_MS), XFER_OK);
+        xfer_request_release(req[i]);
+    }
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word from the parent");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    free(buf);
+    return 0;
+}
+
+/* Every striped answer is bigger than the backlog the responder keeps before it stops reading
+ * requests (XFER_TCP_MAX_RESPONSE_BACKLOG=4k), so it reads the next request only once the
+ * previous answer is out, whichever of its connections wrote the last bytes of it. */
+Test(lanes, requests_are_read_again_after_a_striped_answer_leaves)
+{
+    char *buf = malloc((size_t)ANSWER_N * ANSWER_LEN);
+    xfer_request_t *req[ANSWER_N];
+    tp_peer_t p;
+
+    skip_unless_tcp();
+    cr_assert_not_null(buf);
+    setenv("XFER_TCP_MAX_RESPONSE_BACKLOG", "4k", 1);
+    tp_start(&p, srv_publish_many, NULL);
+    for (int i = 0; i < ANSWER_N; i++) {
+        xfer_fetch_params_t fp = {.size     = sizeof(fp), .buffer = buf + (size_t)i * ANSWER_LEN,
+                                  .capacity = ANSWER_LEN};
+
+        req[i] = NULL;
+        cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, (uint64_t)i + 1, "answer", &fp, NULL, NULL,
+                                              &req[i])), "fetch %d", i);
+    }
+    for (int i = 0; i < ANSWER_N; i++) {
+        cr_assert_eq(xfer_request_wait(req[i], TP_WAIT_MS), XFER_OK, "fetch %d of %d", i + 1,
+                     ANSWER_N);
+        cr_assert_eq(tp_check_pattern(buf + (size_t)i * ANSWER_LEN, ANSWER_LEN,
+                                      (uint64_t)i + 1), -1, "fetch %d", i + 1);
+        xfer_request_release(req[i]);
+    }
     tp_send(&p, 1);
     free(buf);
     tp_finish(&p);

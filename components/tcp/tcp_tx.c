@@ -106,6 +106,13 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     xfer_tcp_op_t *op;
 
     ep->resp_backlog -= tx->resp;
+    if (ep->rx_blocked && (ep->resp_backlog <= ep->iface->cfg->max_backlog / 2)) {
+        /* the peer reads its answers again: read its requests again. Here, where the backlog
+         * shrinks, whichever connection wrote an answer's last bytes (lane 0 or a lane). */
+        ep->rx_blocked = 0;
+        xfer_tcp_iface_rx_kick(ep->iface, ep);
+        xfer_tcp_ep_update_events(ep);
+    }
     if (tx->dev) {
         xfer_tcp_cuda_tx_release(ep, tx);
     }
@@ -259,11 +266,6 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
         }
         ep->tx_written += (size_t)n;
         tx_advance(ep, (size_t)n);
-        if (ep->rx_blocked && (ep->resp_backlog <= ep->iface->cfg->max_backlog / 2)) {
-            /* the peer reads its answers again: read its requests again */
-            ep->rx_blocked = 0;
-            xfer_tcp_iface_rx_kick(ep->iface, ep);
-        }
         if (((size_t)n < total) || waiting) {
             break;  /* the socket is full, or what follows waits for a copy */
         }
