@@ -1,0 +1,575 @@
+/*
+ * libnccl-net-xfer.so driven the way NCCL's proxy drives a network plug-in: dlopen, the
+ * ncclNetPlugin_v8/_v9 symbol, init/devices/getProperties, listen with the handle exchanged
+ * out of band, connect and accept called in turn until both return a comm, then isend/irecv
+ * with many requests in flight per comm, polled with test. Two ranks are two real processes
+ * over real sockets (the transport XFERTEST_TRANSPORT names). No NCCL and no GPU are needed:
+ * this is the plug-in's side of the contract, as nccl_net.h writes it down.
+ */
+#include "../contrib/nccl/nccl_net.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 30000
+
+static void setup(void)
+{
+    const char *t = getenv("XFERTEST_TRANSPORT");
+
+    setenv("XFER_TRANSPORTS", (t != NULL) ? t : "tcp", 1);
+    setenv("XFER_BOOTSTRAP_TIMEOUT", "5s", 1);
+    unsetenv("XFER_COMPONENT_PATH");
+}
+
+TestSuite(nccl_net, .init = setup, .timeout = 300);
+
+static double now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static char plugin_path[4096];
+
+static void *load_plugin(void)
+{
+    const char *build = getenv("XFERTEST_BUILD_DIR");
+    void *h;
+
+    cr_assert_not_null(build, "XFERTEST_BUILD_DIR is not set (run through make check)");
+    snprintf(plugin_path, sizeof(plugin_path), "%s/contrib/nccl/.libs/libnccl-net-xfer.so",
+             build);
+    h = dlopen(plugin_path, RTLD_NOW | RTLD_LOCAL);
+    cr_assert_not_null(h, "dlopen %s: %s", plugin_path, dlerror());
+    return h;
+}
+
+/* ---- one API over versions 8 and 9 ---------------------------------------------------------- */
+
+typedef struct net {
+    int                version;
+    const ncclNet_v8_t *v8;
+    const ncclNet_v9_t *v9;
+} net_t;
+
+static net_t net_load(int version)
+{
+    void *h = load_plugin();
+    net_t n = {.version = version};
+
+    if (version == 8) {
+        n.v8 = dlsym(h, "ncclNetPlugin_v8");
+        cr_assert_not_null(n.v8, "no ncclNetPlugin_v8 in %s", plugin_path);
+    } else {
+        n.v9 = dlsym(h, "ncclNetPlugin_v9");
+        cr_assert_not_null(n.v9, "no ncclNetPlugin_v9 in %s", plugin_path);
+    }
+    return n;
+}
+
+#define NET(n, fn) ((n)->v8 ? (n)->v8->fn : (n)->v9->fn)
+
+static ncclResult_t net_isend(const net_t *n, void *comm, void *data, size_t size, int tag,
+                              void *mh, void **req)
+{
+    return n->v8 ? n->v8->isend(comm, data, (int)size, tag, mh, req) :
+                   n->v9->isend(comm, data, size, tag, mh, req);
+}
+
+static ncclResult_t net_irecv(const net_t *n, void *comm, int cnt, void **data,
+                              const size_t *sizes, int *tags, void **mhs, void **req)
+{
+    int s8[8];
+    size_t s9[8];
+
+    for (int i = 0; i < cnt; i++) {
+        s8[i] = (int)sizes[i];
+        s9[i] = sizes[i];
+    }
+    return n->v8 ? n->v8->irecv(comm, cnt, data, s8, tags, mhs, req) :
+                   n->v9->irecv(comm, cnt, data, s9, tags, mhs, req);
+}
+
+/* ---- a rank ----------------------------------------------------------------------------------- */
+
+typedef struct rank {
+    net_t net;
+    int   ctl;          /* socketpair to the other rank */
+    int   id;
+    void  *listen_comm;
+    void  *send_comm;
+    void  *recv_comm;
+} rank_t;
+
+/* Child-side checks end the child with a message; the parent sees its exit status. */
+#define CHECK(_cond, ...) \
+    do { \
+        if (!(_cond)) { \
+            fprintf(stderr, "[rank %d] %s:%d: ", r->id, __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+            if (r->id == 0) { \
+                cr_assert_fail("rank 0 failed a check (see stderr)"); \
+            } \
+            _exit(1); \
+        } \
+    } while (0)
+
+static void ctl_send(rank_t *r, const void *buf, size_t len)
+{
+    CHECK(send(r->ctl, buf, len, MSG_NOSIGNAL) == (ssize_t)len, "ctl send: %s",
+          strerror(errno));
+}
+
+static void ctl_recv(rank_t *r, void *buf, size_t len)
+{
+    size_t got = 0;
+
+    while (got < len) {
+        struct pollfd pfd = {r->ctl, POLLIN, 0};
+        ssize_t n;
+
+        CHECK(poll(&pfd, 1, WAIT_MS) == 1, "ctl: no word from the other rank");
+        n = recv(r->ctl, (char*)buf + got, len - got, 0);
+        CHECK(n > 0, "ctl recv: %s", (n == 0) ? "closed" : strerror(errno));
+        got += (size_t)n;
+    }
+}
+
+static void barrier(rank_t *r)
+{
+    char c = 'b';
+
+    ctl_send(r, &c, 1);
+    ctl_recv(r, &c, 1);
+}
+
+/* init, one device with sane properties, listen, swap handles, connect + accept in turns. */
+static void rank_connect(rank_t *r)
+{
+    char mine[NCCL_NET_HANDLE_MAXSIZE], theirs[NCCL_NET_HANDLE_MAXSIZE];
+    ncclNetDeviceHandle_v8_t *dev_comm = NULL;
+    double end;
+    int ndev = -1;
+
+    CHECK(NET(&r->net, init)(NULL) == ncclSuccess, "init failed");
+    CHECK((NET(&r->net, devices)(&ndev) == ncclSuccess) && (ndev == 1), "%d devices", ndev);
+    if (r->net.v8) {
+        ncclNetProperties_v8_t p;
+
+        CHECK(r->net.v8->getProperties(0, &p) == ncclSuccess, "getProperties");
+        CHECK((strncmp(p.name, "xfer-", 5) == 0) && (p.ptrSupport & NCCL_PTR_HOST) &&
+              (p.maxRecvs >= 4) && (p.speed > 0) && (p.regIsGlobal == 1),
+              "properties: %s ptr %d recvs %d speed %d", p.name, p.ptrSupport, p.maxRecvs,
+              p.speed);
+        CHECK(r->net.v8->getProperties(1, &p) == ncclInvalidArgument, "device 1 exists");
+    } else {
+        ncclNetProperties_v9_t p;
+
+        CHECK(r->net.v9->getProperties(0, &p) == ncclSuccess, "getProperties");
+        CHECK((strncmp(p.name, "xfer-", 5) == 0) && (p.ptrSupport & NCCL_PTR_HOST) &&
+              (p.maxRecvs >= 4) && (p.vProps.ndevs == 1) && (p.maxP2pBytes > 0),
+              "properties: %s ptr %d recvs %d ndevs %d", p.name, p.ptrSupport, p.maxRecvs,
+              p.vProps.ndevs);
+    }
+    CHECK(NET(&r->net, listen)(0, mine, &r->listen_comm) == ncclSuccess, "listen");
+    ctl_send(r, mine, sizeof(mine));
+    ctl_recv(r, theirs, sizeof(theirs));
+    end = now_ms() + WAIT_MS;
+    while ((r->send_comm == NULL) || (r->recv_comm == NULL)) {
+        CHECK(now_ms() < end, "not connected in %d ms (send %p, recv %p)", WAIT_MS,
+              r->send_comm, r->recv_comm);
+        if (r->send_comm == NULL) {
+            CHECK(NET(&r->net, connect)(0, theirs, &r->send_comm, &dev_comm) == ncclSuccess,
+                  "connect");
+        }
+        if (r->recv_comm == NULL) {
+            CHECK(NET(&r->net, accept)(r->listen_comm, &r->recv_comm, &dev_comm) ==
+                  ncclSuccess, "accept");
+        }
+    }
+}
+
+static void rank_close(rank_t *r)
+{
+    CHECK(NET(&r->net, closeSend)(r->send_comm) == ncclSuccess, "closeSend");
+    CHECK(NET(&r->net, closeRecv)(r->recv_comm) == ncclSuccess, "closeRecv");
+    CHECK(NET(&r->net, closeListen)(r->listen_comm) == ncclSuccess, "closeListen");
+}
+
+static uint8_t pattern(int from, size_t size, int idx, size_t i)
+{
+    return (uint8_t)((from * 131) ^ (size * 7) ^ (idx * 31) ^ (i * 2654435761u >> 7));
+}
+
+/* Wait for one request; 1 when done with *size, 0 on a failing test (its result in *res). */
+static int wait_req(rank_t *r, void *req, int *sizes, ncclResult_t *res)
+{
+    double end = now_ms() + WAIT_MS;
+    int done = 0;
+
+    while (!done) {
+        *res = NET(&r->net, test)(req, &done, sizes);
+        if (*res != ncclSuccess) {
+            return 0;
+        }
+        CHECK(now_ms() < end, "a request did not complete in %d ms", WAIT_MS);
+    }
+    return 1;
+}
+
+/*
+ * Both ranks send count messages of size bytes to each other at once, tags 0..count-1,
+ * keeping up to NCCL_NET_MAX_REQUESTS of each kind in flight as NCCL's proxy does; every
+ * receive is 64 bytes larger than its message. Checks bytes and reported sizes.
+ */
+static void exchange(rank_t *r, size_t size, int count)
+{
+    size_t cap = size + 64;
+    uint8_t *sbuf = malloc(size * (size_t)count + 1), *rbuf = malloc(cap * (size_t)count);
+    void *smh, *rmh, *sreq[NCCL_NET_MAX_REQUESTS] = {0}, *rreq[NCCL_NET_MAX_REQUESTS] = {0};
+    int sidx[NCCL_NET_MAX_REQUESTS], ridx[NCCL_NET_MAX_REQUESTS];
+    int sent = 0, recvd = 0, sposted = 0, rposted = 0;
+    double end = now_ms() + WAIT_MS * 2;
+
+    CHECK((sbuf != NULL) && (rbuf != NULL), "malloc");
+    for (int k = 0; k < count; k++) {
+        for (size_t i = 0; i < size; i++) {
+            sbuf[(size_t)k * size + i] = pattern(r->id, size, k, i);
+        }
+    }
+    memset(rbuf, 0xee, cap * (size_t)count);
+    CHECK(NET(&r->net, regMr)(r->send_comm, sbuf, size * (size_t)count + 1, NCCL_PTR_HOST,
+                              &smh) == ncclSuccess, "regMr send");
+    CHECK(NET(&r->net, regMr)(r->recv_comm, rbuf, cap * (size_t)count, NCCL_PTR_HOST, &rmh) ==
+          ncclSuccess, "regMr recv");
+    while ((sent < count) || (recvd < count)) {
+        CHECK(now_ms() < end, "size %zu: %d of %d sent, %d received", size, sent, count,
+              recvd);
+        for (int s = 0; s < NCCL_NET_MAX_REQUESTS; s++) {
+            ncclResult_t res;
+            int done = 0, got = -1;
+
+            if ((sreq[s] == NULL) && (sposted < count)) {
+                CHECK(net_isend(&r->net, r->send_comm, sbuf + (size_t)sposted * size, size,
+                                sposted, smh, &sreq[s]) == ncclSuccess, "isend");
+                if (sreq[s] != NULL) {
+                    sidx[s] = sposted++;
+                }
+            }
+            if ((rreq[s] == NULL) && (rposted < count)) {
+                void *data = rbuf + (size_t)rposted * cap;
+                int tag    = rposted;
+
+                CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, &rmh, &rreq[s]) ==
+                      ncclSuccess, "irecv");
+                if (rreq[s] != NULL) {
+                    ridx[s] = rposted++;
+                }
+            }
+            if (sreq[s] != NULL) {
+                res = NET(&r->net, test)(sreq[s], &done, &got);
+                CHECK(res == ncclSuccess, "send test: %d", res);
+                if (done) {
+                    CHECK(got == (int)size, "send %d reported %d bytes of %zu", sidx[s], got,
+                          size);
+                    sreq[s] = NULL;
+                    sent++;
+                }
+            }
+            if (rreq[s] != NULL) {
+                done = 0;
+                res  = NET(&r->net, test)(rreq[s], &done, &got);
+                CHECK(res == ncclSuccess, "recv test: %d", res);
+                if (done) {
+                    const uint8_t *p = rbuf + (size_t)ridx[s] * cap;
+
+                    CHECK(got == (int)size, "receive %d reported %d bytes of %zu", ridx[s], got,
+                          size);
+                    for (size_t i = 0; i < size; i++) {
+                        CHECK(p[i] == pattern(1 - r->id, size, ridx[s], i),
+                              "size %zu message %d: byte %zu is wrong", size, ridx[s], i);
+                    }
+                    CHECK(p[size] == 0xee, "size %zu message %d: written past its end", size,
+                          ridx[s]);
+                    rreq[s] = NULL;
+                    recvd++;
+                }
+            }
+        }
+    }
+    CHECK(NET(&r->net, deregMr)(r->send_comm, smh) == ncclSuccess, "deregMr");
+    CHECK(NET(&r->net, deregMr)(r->recv_comm, rmh) == ncclSuccess, "deregMr");
+    free(sbuf);
+    free(rbuf);
+}
+
+/* irecv of four receives at once, tags in another order than sent: each takes its tag's. */
+static void grouped(rank_t *r)
+{
+    enum { N = 4, LEN = 3000 };
+    static uint8_t out[N][LEN], in[N][LEN + 100];
+    void *data[N], *sreq[N], *rreq = NULL;
+    int tags[N] = {102, 100, 103, 101}, sizes[N];
+    size_t caps[N];
+    ncclResult_t res;
+
+    for (int k = 0; k < N; k++) {
+        memset(out[k], 'a' + k + r->id * N, LEN - k);
+        data[k] = in[k];
+        caps[k] = sizeof(in[k]);
+    }
+    CHECK(net_irecv(&r->net, r->recv_comm, N, data, caps, tags, NULL, &rreq) == ncclSuccess &&
+          (rreq != NULL), "grouped irecv");
+    for (int k = 0; k < N; k++) {
+        sreq[k] = NULL;
+        CHECK(net_isend(&r->net, r->send_comm, out[k], LEN - (size_t)k, 100 + k, NULL,
+                        &sreq[k]) == ncclSuccess && (sreq[k] != NULL), "isend %d", k);
+    }
+    for (int k = 0; k < N; k++) {
+        CHECK(wait_req(r, sreq[k], NULL, &res), "send %d: %d", k, res);
+    }
+    CHECK(wait_req(r, rreq, sizes, &res), "grouped receive: %d", res);
+    for (int k = 0; k < N; k++) {
+        int from = tags[k] - 100;   /* the sender's message k */
+
+        CHECK(sizes[k] == LEN - from, "receive %d (tag %d): %d bytes", k, tags[k], sizes[k]);
+        CHECK((in[k][0] == 'a' + from + (1 - r->id) * N) &&
+              (in[k][LEN - from - 1] == in[k][0]), "receive %d (tag %d) holds another message",
+              k, tags[k]);
+    }
+}
+
+/* NCCL_NET_MAX_REQUESTS in flight on a comm: one more gets no request, and no error. */
+static void request_bound(rank_t *r)
+{
+    void *reqs[NCCL_NET_MAX_REQUESTS + 1] = {0}, *extra = NULL, *rreq;
+    static uint8_t zero[1];
+    ncclResult_t res;
+    int size;
+
+    for (int k = 0; k < NCCL_NET_MAX_REQUESTS; k++) {
+        CHECK(net_isend(&r->net, r->send_comm, zero, 0, 7, NULL, &reqs[k]) == ncclSuccess &&
+              (reqs[k] != NULL), "isend %d", k);
+    }
+    CHECK(net_isend(&r->net, r->send_comm, zero, 0, 7, NULL, &extra) == ncclSuccess &&
+          (extra == NULL), "request %d was taken", NCCL_NET_MAX_REQUESTS + 1);
+    for (int k = 0; k < NCCL_NET_MAX_REQUESTS; k++) {
+        void *data = zero;
+        size_t cap = 0;
+        int tag    = 7;
+
+        rreq = NULL;
+        CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &rreq) ==
+              ncclSuccess && (rreq != NULL), "irecv %d", k);
+        CHECK(wait_req(r, rreq, &size, &res) && (size == 0), "zero-byte receive %d", k);
+    }
+    for (int k = 0; k < NCCL_NET_MAX_REQUESTS; k++) {
+        CHECK(wait_req(r, reqs[k], &size, &res) && (size == 0), "zero-byte send %d", k);
+    }
+}
+
+/* A message larger than its receive: the receive's test fails, saying so; the comm goes on. */
+static void truncated(rank_t *r)
+{
+    static uint8_t big[5000], small[1000];
+    void *sreq = NULL, *rreq = NULL, *data = small;
+    size_t cap = sizeof(small);
+    int tag = 9, size;
+    ncclResult_t res;
+
+    CHECK(net_isend(&r->net, r->send_comm, big, sizeof(big), tag, NULL, &sreq) == ncclSuccess,
+          "isend");
+    CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &rreq) == ncclSuccess,
+          "irecv");
+    CHECK(wait_req(r, sreq, &size, &res), "send: %d", res);
+    CHECK(!wait_req(r, rreq, &size, &res) && (res == ncclInvalidUsage),
+          "a truncated receive ended with %d", res);
+}
+
+static const size_t sizes[] = {0, 1, 7, 4096, 65537, 1u << 20, (4u << 20) + 3, 64u << 20};
+
+static void rank_main(rank_t *r)
+{
+    rank_connect(r);
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        int count = (sizes[i] <= 65537) ? 100 : (sizes[i] <= (4u << 20) + 3) ? 12 : 3;
+
+        exchange(r, sizes[i], count);
+        barrier(r);
+    }
+    grouped(r);
+    barrier(r);
+    request_bound(r);
+    barrier(r);
+    truncated(r);
+    barrier(r);
+    rank_close(r);
+}
+
+/* Rank 1 in a child, rank 0 here; fn runs in both. */
+static void two_ranks(int version, void (*fn)(rank_t *r))
+{
+    int sv[2], status;
+    pid_t pid;
+
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        rank_t r = {.ctl = sv[1], .id = 1};
+
+        close(sv[0]);
+        alarm(240);
+        r.net = net_load(version);
+        fn(&r);
+        _exit(0);
+    } else {
+        rank_t r = {.ctl = sv[0], .id = 0};
+
+        close(sv[1]);
+        r.net = net_load(version);
+        fn(&r);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(WIFEXITED(status) && (WEXITSTATUS(status) == 0), "rank 1 failed (status %#x)",
+                  status);
+    }
+}
+
+Test(nccl_net, v8_two_ranks_move_every_size_both_ways)
+{
+    two_ranks(8, rank_main);
+}
+
+Test(nccl_net, v9_two_ranks_move_every_size_both_ways)
+{
+    two_ranks(9, rank_main);
+}
+
+/* ---- a peer that dies --------------------------------------------------------------------- */
+
+Test(nccl_net, a_dead_peer_fails_the_requests_instead_of_hanging)
+{
+    rank_t r = {.id = 0};
+    int sv[2], status;
+    ncclResult_t res;
+    void *rreq = NULL, *sreq = NULL, *data;
+    static uint8_t buf[1 << 16];
+    size_t cap = sizeof(buf);
+    int tag = 1, size, done = 0;
+    double end;
+    pid_t pid;
+
+    cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        rank_t c = {.ctl = sv[1], .id = 1};
+        char word;
+
+        close(sv[0]);
+        alarm(120);
+        c.net = net_load(8);
+        rank_connect(&c);
+        ctl_recv(&c, &word, 1);     /* then wait to be killed */
+        pause();
+        _exit(0);
+    }
+    close(sv[1]);
+    r.ctl = sv[0];
+    r.net = net_load(8);
+    rank_connect(&r);
+    data = buf;
+    cr_assert_eq(net_irecv(&r.net, r.recv_comm, 1, &data, &cap, &tag, NULL, &rreq),
+                 ncclSuccess);
+    cr_assert_not_null(rreq);
+    kill(pid, SIGKILL);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    end = now_ms() + WAIT_MS;
+    do {
+        res = r.net.v8->test(rreq, &done, &size);
+        cr_assert_lt(now_ms(), end, "the receive from a dead peer neither failed nor completed");
+    } while ((res == ncclSuccess) && !done);
+    cr_assert_neq(res, ncclSuccess, "a receive from a dead peer completed");
+    cr_assert_eq(res, ncclRemoteError, "a receive from a dead peer: result %d", res);
+    /* sending to it fails too, at posting or at its test, without hanging */
+    res = net_isend(&r.net, r.send_comm, buf, 100, 2, NULL, &sreq);
+    if ((res == ncclSuccess) && (sreq != NULL)) {
+        end  = now_ms() + WAIT_MS;
+        done = 0;
+        do {
+            res = r.net.v8->test(sreq, &done, &size);
+            cr_assert_lt(now_ms(), end, "a send to a dead peer neither failed nor completed");
+        } while ((res == ncclSuccess) && !done);
+    }
+    cr_assert_neq(res, ncclSuccess, "a send to a dead peer succeeded");
+    rank_close(&r);
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+Test(nccl_net, exports_only_the_plugin_tables)
+{
+    char cmd[4200], line[512];
+    int v8 = 0, v9 = 0, other = 0;
+    FILE *f;
+
+    load_plugin();
+    snprintf(cmd, sizeof(cmd), "nm -D --defined-only '%s'", plugin_path);
+    f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *name = strrchr(line, ' ');
+
+        if (name == NULL) {
+            continue;
+        }
+        name[strcspn(name, "\n")] = '\0';
+        name++;
+        if (strcmp(name, "ncclNetPlugin_v8") == 0) {
+            v8++;
+        } else if (strcmp(name, "ncclNetPlugin_v9") == 0) {
+            v9++;
+        } else {
+            cr_log_error("exported: %s", name);
+            other++;
+        }
+    }
+    cr_assert_eq(pclose(f), 0, "%s failed", cmd);
+    cr_assert(v8 == 1 && v9 == 1 && other == 0, "v8 %d, v9 %d, %d other symbols", v8, v9,
+              other);
+}
+
+Test(nccl_net, init_fails_cleanly_when_no_transport_opens)
+{
+    static const char *const fail[] = {"tfail", NULL};
+    char *dir = tu_plugin_dir(fail);
+    const ncclNet_v8_t *n;
+    int ndev = -1;
+
+    /* a transport that exists as a component but whose query fails here */
+    setenv("XFER_COMPONENT_PATH", dir, 1);
+    setenv("XFER_TRANSPORTS", "tfail", 1);
+    n = net_load(8).v8;
+    cr_assert_neq(n->init(NULL), ncclSuccess, "init succeeded with no usable transport");
+    cr_assert_eq(n->devices(&ndev), ncclSuccess);
+    cr_assert_eq(ndev, 0, "%d devices after a failed init", ndev);
+    /* a bad environment is an error too, not an abort */
+    setenv("XFER_TRANSPORTS", "no_such_transport", 1);
+    cr_assert_neq(n->init(NULL), ncclSuccess, "init succeeded with XFER_TRANSPORTS invalid");
+    tu_dir_remove(dir);
+}
