@@ -16,7 +16,9 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -142,7 +144,9 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
 {
     xfer_status_t status;
 
-    ctx->wake_fd = -1;
+    ctx->wake_fd      = -1;
+    ctx->user_epfd    = -1;
+    ctx->user_timerfd = -1;
     ucs_list_head_init(&ctx->endpoints);
     ucs_list_head_init(&ctx->closing);
     ucs_list_head_init(&ctx->listeners);
@@ -275,6 +279,11 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         close(ctx->wake_fd);
         ctx->wake_fd = -1;
     }
+    if (ctx->user_epfd >= 0) {
+        close(ctx->user_epfd);
+        close(ctx->user_timerfd);
+        ctx->user_epfd = ctx->user_timerfd = -1;
+    }
     pthread_cond_destroy(&ctx->cond);
     pthread_mutex_destroy(&ctx->lock);
 }
@@ -282,6 +291,8 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
 unsigned xfer_progress_locked(xfer_context_t *ctx)
 {
     unsigned count = 0;
+
+    ctx->user_armed = 0;    /* whoever sleeps on the event fd is awake */
 
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
@@ -317,7 +328,7 @@ void xfer_wake_locked(xfer_context_t *ctx)
 {
     uint64_t one = 1;
 
-    if (ctx->poller_busy && (ctx->wake_fd >= 0)) {
+    if ((ctx->poller_busy || ctx->user_armed) && (ctx->wake_fd >= 0)) {
         /* EAGAIN only when the counter is saturated: it is readable anyway */
         (void)!write(ctx->wake_fd, &one, sizeof(one));
     }
@@ -352,18 +363,54 @@ void xfer_ctx_cond_wait(xfer_context_t *ctx, const struct timespec *deadline)
     ctx->lock_depth = depth;
 }
 
+static int staging_polls(xfer_context_t *ctx)
+{
+    return (ctx->staging != NULL) && xfer_staging_copying(ctx);
+}
+
+/* ms to the context's nearest deadline (a close, a peer's request waiting for a tensor):
+ * 0 when one is due, -1 when there is none. */
+static int next_deadline_ms(xfer_context_t *ctx)
+{
+    int next = -1;
+
+    for (int i = 0; i < 2; i++) {
+        int until = (i == 0) ? xfer_endpoints_closing_timeout(ctx) :
+                               xfer_tensor_expiry_timeout(ctx);
+
+        if ((until >= 0) && ((next < 0) || (until < next))) {
+            next = until;
+        }
+    }
+    return next;
+}
+
+/* Arm every iface: 0 when one has events pending (progress again, do not sleep). */
+static int ifaces_arm(xfer_context_t *ctx)
+{
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        xfer_fw_iface_t *fi = &ctx->ifaces[i];
+
+        if ((fi->comp->event_arm != NULL) && (fi->comp->event_arm(fi->iface) == XFER_ERR_BUSY)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
 {
     struct pollfd fds[64];
     unsigned nfds = 0;
     uint64_t count;
+    int until;
 
     if ((timeout_ms <= 0) || !ucs_list_is_empty(&ctx->ready)) {
         return;
     }
     /* A copy of the staging pipeline lands without an fd event: poll for it, letting go of
      * the lock for a moment so that a thread that polls here does not lock out the others. */
-    if ((ctx->staging != NULL) && xfer_staging_copying(ctx)) {
+    if (staging_polls(ctx)) {
         struct timespec ts;
 
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -376,27 +423,19 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
         return;
     }
     /* wake up for the nearest deadline: a close, a peer's request waiting for a tensor */
-    for (int i = 0; i < 2; i++) {
-        int until = (i == 0) ? xfer_endpoints_closing_timeout(ctx) :
-                               xfer_tensor_expiry_timeout(ctx);
-
-        if (until == 0) {
-            return;
-        }
-        if ((until > 0) && (until < timeout_ms)) {
-            timeout_ms = until;
-        }
+    until = next_deadline_ms(ctx);
+    if (until == 0) {
+        return;
+    }
+    if ((until > 0) && (until < timeout_ms)) {
+        timeout_ms = until;
     }
     if (ctx->poller_busy) {
         cond_wait_ms(ctx, timeout_ms);
         return;
     }
-    /* Arm every iface; one with events pending means: progress again, do not sleep. */
-    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
-        xfer_fw_iface_t *fi = &ctx->ifaces[i];
-        if ((fi->comp->event_arm != NULL) && (fi->comp->event_arm(fi->iface) == XFER_ERR_BUSY)) {
-            return;
-        }
+    if (!ifaces_arm(ctx)) {
+        return;
     }
     fds[nfds].fd     = ctx->wake_fd;
     fds[nfds++].events = POLLIN;
@@ -415,4 +454,105 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
     ctx->poller_busy = 0;
     /* whoever sleeps on cond may take over polling */
     pthread_cond_broadcast(&ctx->cond);
+}
+
+/* ---- the event fd for the application's own loop ------------------------------------------- */
+
+static int user_epfd_create(xfer_context_t *ctx)
+{
+    struct epoll_event ev = {.events = EPOLLIN};
+
+    ctx->user_epfd    = epoll_create1(EPOLL_CLOEXEC);
+    ctx->user_timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if ((ctx->user_epfd < 0) || (ctx->user_timerfd < 0)) {
+        goto err;
+    }
+    ev.data.fd = ctx->wake_fd;
+    if (epoll_ctl(ctx->user_epfd, EPOLL_CTL_ADD, ctx->wake_fd, &ev) != 0) {
+        goto err;
+    }
+    ev.data.fd = ctx->user_timerfd;
+    if (epoll_ctl(ctx->user_epfd, EPOLL_CTL_ADD, ctx->user_timerfd, &ev) != 0) {
+        goto err;
+    }
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        if (ctx->ifaces[i].event_fd < 0) {
+            continue;
+        }
+        ev.data.fd = ctx->ifaces[i].event_fd;
+        if (epoll_ctl(ctx->user_epfd, EPOLL_CTL_ADD, ev.data.fd, &ev) != 0) {
+            goto err;
+        }
+    }
+    return 0;
+
+err:
+    xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "cannot make the context's event fd: %s",
+             strerror(errno));
+    if (ctx->user_epfd >= 0) {
+        close(ctx->user_epfd);
+    }
+    if (ctx->user_timerfd >= 0) {
+        close(ctx->user_timerfd);
+    }
+    ctx->user_epfd = ctx->user_timerfd = -1;
+    return -1;
+}
+
+int xfer_context_event_fd(xfer_context_t *ctx)
+{
+    int fd;
+
+    if ((ctx == NULL) || (xfer_api_check(ctx, "xfer_context_event_fd", 0) != XFER_OK)) {
+        return -1;
+    }
+    xfer_ctx_lock(ctx);
+    if ((ctx->user_epfd < 0) && (user_epfd_create(ctx) != 0)) {
+        fd = -1;
+    } else {
+        fd = ctx->user_epfd;
+    }
+    xfer_ctx_unlock(ctx);
+    return fd;
+}
+
+xfer_status_t xfer_context_arm(xfer_context_t *ctx)
+{
+    struct itimerspec its = {{0, 0}, {0, 0}};
+    xfer_status_t status;
+    uint64_t count;
+    int until;
+
+    if (ctx == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = xfer_api_check(ctx, "xfer_context_arm", 0);
+    if (status != XFER_OK) {
+        return status;
+    }
+    xfer_ctx_lock(ctx);
+    if (ctx->user_epfd < 0) {
+        xfer_ctx_unlock(ctx);
+        xfer_log(XFER_LOG_ERROR, PROGRESS_SUBSYS, "xfer_context_arm before "
+                 "xfer_context_event_fd: there is no fd to sleep on");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    /* what woke the fd before is consumed: from here on, only new work makes it readable */
+    while (read(ctx->wake_fd, &count, sizeof(count)) == sizeof(count)) {
+    }
+    (void)!read(ctx->user_timerfd, &count, sizeof(count));
+    until = next_deadline_ms(ctx);
+    if (!ucs_list_is_empty(&ctx->ready) || staging_polls(ctx) || (until == 0) ||
+        !ifaces_arm(ctx)) {
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_BUSY;
+    }
+    if (until > 0) {
+        its.it_value.tv_sec  = until / 1000;
+        its.it_value.tv_nsec = (long)(until % 1000) * 1000000L;
+    }
+    timerfd_settime(ctx->user_timerfd, 0, &its, NULL);   /* zero: disarmed */
+    ctx->user_armed = 1;
+    xfer_ctx_unlock(ctx);
+    return XFER_OK;
 }

@@ -109,6 +109,9 @@ struct xfer_context {
     unsigned                num_ifaces;
     int                     wake_fd;        /* eventfd: wakes the thread sleeping in poll */
     int                     poller_busy;    /* a thread sleeps in poll on the fds */
+    int                     user_epfd;      /* xfer_context_event_fd(); -1 until asked for */
+    int                     user_timerfd;   /* in it: the nearest deadline at arm time */
+    int                     user_armed;     /* xfer_context_arm() said sleep: wake it */
     int                     stopping;
     int                     destroying;     /* xfer_context_destroy runs: nothing new is posted */
     int                     thread_started;

@@ -3,7 +3,9 @@
  * spinning (process CPU time well below the wall time, both while nothing comes and while it
  * waits for something that comes late), wakes up promptly, returns XFER_ERR_TIMEOUT with the
  * request still pending and completable later, and refuses to wait from inside a callback.
- * A serialized context (no lock) does the same, and refuses a progress thread.
+ * A serialized context (no lock) does the same, and refuses a progress thread. The context's
+ * event fd lets an application's own loop sleep the same way: readable for input, for work
+ * another thread posted, quiet otherwise; arm says busy while a completion waits.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -375,4 +378,152 @@ Test(progress, destroy_stops_the_progress_thread_promptly)
     t0 = tp_now_ms();
     xfer_context_destroy(ctx);
     cr_expect_lt(tp_now_ms() - t0, 1000, "destroy took %.0f ms", tp_now_ms() - t0);
+}
+
+/* ---- the context's event fd ------------------------------------------------------------------ */
+
+/* An application's loop: progress, arm, and poll the fd only when arm says nothing is pending.
+ * Returns the polls that slept (found the fd readable after waiting) until req completed. */
+static int event_loop_until(xfer_context_t *ctx, xfer_request_t *req, int timeout_ms)
+{
+    struct pollfd pfd = {xfer_context_event_fd(ctx), POLLIN, 0};
+    double end = tp_now_ms() + timeout_ms;
+    int slept = 0;
+
+    cr_assert_geq(pfd.fd, 0);
+    while (xfer_request_test(req) == XFER_INPROGRESS) {
+        xfer_status_t st;
+
+        cr_assert_lt(tp_now_ms(), end, "the request did not complete in %d ms", timeout_ms);
+        xfer_progress(ctx);
+        st = xfer_context_arm(ctx);
+        cr_assert(st == XFER_OK || st == XFER_ERR_BUSY, "arm: %s", xfer_status_string(st));
+        if (st == XFER_OK) {
+            int n = poll(&pfd, 1, (int)(end - tp_now_ms()));
+
+            cr_assert_eq(n, 1, "the fd never became readable (poll %d)", n);
+            slept++;
+        }
+    }
+    return slept;
+}
+
+Test(progress, the_event_fd_wakes_a_loop_for_input_and_stays_quiet_without)
+{
+    struct pollfd pfd;
+    xfer_request_t *req = NULL;
+    char buf[4096];
+    double c0, t0, wall;
+    tp_peer_t p;
+    int slept;
+
+    tp_start(&p, srv_late_sender, NULL);
+    cr_assert_eq(xfer_context_arm(p.ctx), XFER_ERR_INVALID_PARAM, "arm before the fd exists");
+    pfd = (struct pollfd){xfer_context_event_fd(p.ctx), POLLIN, 0};
+    cr_assert_geq(pfd.fd, 0);
+    cr_assert_eq(xfer_context_event_fd(p.ctx), pfd.fd, "one fd per context");
+
+    /* nothing posted, nothing coming: armed, the fd stays quiet and the loop sleeps */
+    xfer_progress(p.ctx);
+    cr_assert_eq(xfer_context_arm(p.ctx), XFER_OK);
+    c0 = cpu_ms();
+    t0 = tp_now_ms();
+    cr_assert_eq(poll(&pfd, 1, 300), 0, "the fd is readable with nothing to do");
+    wall = tp_now_ms() - t0;
+    cr_expect_lt(cpu_ms() - c0, sleep_cpu_bound(wall, 0.2));
+
+    /* a message sent 300 ms later wakes it, and the loop completes the receive */
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 99, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                      &req)));
+    tp_send(&p, 300);
+    t0    = tp_now_ms();
+    slept = event_loop_until(p.ctx, req, TP_WAIT_MS);
+    cr_assert_geq(slept, 1, "the loop never slept on the fd");
+    cr_expect_geq(tp_now_ms() - t0, 250, "completed before the peer sent");
+    cr_assert_eq(xfer_request_test(req), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, sizeof(buf), 300), -1);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
+}
+
+/* Completions that need no fd event make arm say busy, so that the loop does not sleep on them:
+ * a send completed in software (its callback not yet run), and work posted by another thread
+ * while this one sleeps on the fd. */
+static void *post_later(void *arg)
+{
+    tp_peer_t *p = arg;
+    static char byte = 'x';
+
+    usleep(200 * 1000);
+    cr_assert(TP_POSTED(xfer_tag_send(p->ep, 5, &byte, 1, NULL, NULL, NULL, NULL)));
+    return NULL;
+}
+
+static int srv_echo_one(tp_side_t *s)
+{
+    xfer_request_t *req = NULL;
+    char c;
+
+    TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, s->ep, 5, ALL, &c, 1, NULL, NULL, NULL, &req)),
+             "recv");
+    TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(req);
+    req = NULL;
+    for (int i = 0; i < 2; i++) {
+        uint64_t v;
+
+        req = NULL;
+        TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 6, &c, 1, NULL, NULL, NULL, &req)), "send");
+        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(req);
+        TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word");
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    }
+    return 0;
+}
+
+Test(progress, arm_is_busy_while_work_is_pending_and_another_thread_wakes_the_fd)
+{
+    struct pollfd pfd;
+    xfer_request_t *req = NULL;
+    pthread_t th;
+    char c = 0;
+    int flag = 0;
+    tp_peer_t p;
+
+    tp_start(&p, srv_echo_one, NULL);
+    pfd = (struct pollfd){xfer_context_event_fd(p.ctx), POLLIN, 0};
+    /* a completion waiting for its callback: busy until progress delivers it */
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 6, ALL, &c, 1, NULL, flag_cb, &flag, &req)));
+    for (int i = 0; i < 3; i++) {
+        xfer_progress(p.ctx);
+    }
+    cr_assert_eq(xfer_context_arm(p.ctx), XFER_OK, "armed with nothing pending");
+    /* another thread posts the send the child answers; the fd wakes this one */
+    cr_assert_eq(pthread_create(&th, NULL, post_later, &p), 0);
+    cr_assert_eq(poll(&pfd, 1, TP_WAIT_MS), 1, "a send posted by another thread did not wake "
+                 "the fd");
+    pthread_join(th, NULL);
+    cr_assert_eq(event_loop_until(p.ctx, req, TP_WAIT_MS) >= 0, 1);
+    cr_assert_eq(flag, 1, "the receive's callback ran %d times", flag);
+    cr_assert_eq(c, 'x');
+    xfer_request_release(req);
+
+    /* the child sends again; once that message waits unexpected here, a receive posted for it
+     * completes at once, its callback due at the next progress: arm says busy until then */
+    tp_send(&p, 1);
+    for (int i = 0; i < 10; i++) {
+        usleep(50 * 1000 * (useconds_t)tp_slowdown());
+        xfer_progress(p.ctx);
+    }
+    req = NULL;
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 6, ALL, &c, 1, NULL, flag_cb, &flag, &req)));
+    cr_assert_eq(xfer_context_arm(p.ctx), XFER_ERR_BUSY, "armed with a callback due");
+    xfer_progress(p.ctx);
+    cr_assert_eq(flag, 2, "the callback did not run at the next progress");
+    cr_assert_eq(xfer_context_arm(p.ctx), XFER_OK);
+    xfer_request_release(req);
+    tp_send(&p, 0);
+    tp_finish(&p);
 }

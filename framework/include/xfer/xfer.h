@@ -155,6 +155,21 @@ XFER_API const char *xfer_context_env_error(const xfer_context_t *ctx);
 /* Run every open transport's progress once; returns how many events were processed. */
 XFER_API unsigned xfer_progress(xfer_context_t *ctx);
 
+/*
+ * For event loops (asyncio, libuv, epoll) that sleep on a file descriptor instead of calling
+ * xfer_request_wait(), like UCX's ucp_worker_get_efd() and ucp_worker_arm():
+ *   loop: xfer_progress(); if xfer_context_arm() == XFER_OK, wait until the fd is readable
+ *   (with nothing else to do); else progress again.
+ * The fd (owned by the context, valid until it is destroyed) becomes readable when a
+ * transport has input or a completion, when another thread posts or completes something, and
+ * at the context's own next deadline (a close's timeout, a tensor request's expiry).
+ * xfer_context_arm() returns XFER_OK when nothing is pending, so sleeping on the fd loses no
+ * work; XFER_ERR_BUSY when there is work (completions to deliver, input already read, a copy
+ * that polls): progress again first. Reading the fd is not needed; progress clears it.
+ */
+XFER_API int xfer_context_event_fd(xfer_context_t *ctx);
+XFER_API xfer_status_t xfer_context_arm(xfer_context_t *ctx);
+
 /* ---- memory --------------------------------------------------------------------------------- */
 
 /*
