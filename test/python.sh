@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python binding's pytest suite (contrib/python/tests) against this build tree's package
+# (built by `make` into build/contrib/python when configure found a python3 with Cython, numpy
+# and pytest), over XFERTEST_TRANSPORT like the C suites.
+set -u
+build=${XFERTEST_BUILD_DIR:?set by make check}
+src=${XFERTEST_SRC_DIR:?set by make check}
+py=${XFERTEST_PYTHON:-}
+
+if [[ -z $py ]]; then
+    echo "SKIP: the Python binding: ${XFERTEST_PYTHON_WHY:-configure found no python3}"
+    exit 77
+fi
+if ldd "$build/framework/.libs/libxfer.so" 2>/dev/null | grep -q libasan; then
+    echo "SKIP: the Python binding: this build has the sanitizers, which python3 would need" \
+         "preloaded; the C suites cover the library here"
+    exit 77
+fi
+if ! ls "$build"/contrib/python/xfer/_core*.so >/dev/null 2>&1; then
+    echo "FAIL: $build/contrib/python/xfer has no built extension (make python-build says why)"
+    exit 1
+fi
+cd "$build/contrib/python" || exit 1
+PYTHONPATH="$build/contrib/python" exec "$py" -m pytest -q -p no:cacheprovider \
+    "$src/contrib/python/tests"
