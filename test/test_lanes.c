@@ -4,7 +4,8 @@
  * when they wait as unexpected messages or are truncated; losing one lane fails the endpoint
  * on both sides without a hang; connections to the lane port that do not name a waiting
  * endpoint are closed and harm nothing. Real sockets, real faults (shutdown() of a lane's
- * socket found in /proc/self/fd), two processes. An answer striped over the lanes lets its
+ * socket found in /proc/self/fd), two processes; at most 32 connections that never say which
+ * lane they are wait on the lane port. An answer striped over the lanes lets its
  * responder read requests again once it has left, whichever connection wrote its last bytes.
  */
 #include "test_peer.h"
@@ -313,6 +314,65 @@ Test(lanes, connections_that_name_no_waiting_endpoint_are_closed)
     cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
     xfer_request_release(req);
     tp_send(&p, 1);
+    free(buf);
+    tp_finish(&p);
+}
+
+/* Connections to the lane port that never say which lane they are: at most 32 (tcp.h's
+ * XFER_TCP_ACCEPT_MAX) are held waiting for their hello, the oldest closed beyond that, and
+ * the real endpoint's lanes go on. */
+Test(lanes, at_most_32_silent_connections_wait_on_the_lane_port)
+{
+    enum { SILENT = 40, HELD = 32 };
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    int fds[SILENT], closed = 0, first_closed = 0;
+    size_t len = 3u << 20;
+    char *buf  = malloc(len);
+    xfer_request_t *req = NULL;
+    tp_peer_t p;
+    int port;
+
+    skip_unless_tcp();
+    cr_assert_not_null(buf);
+    tp_start(&p, srv_lane_port, NULL);
+    port            = (int)tp_recv(&p);
+    sin.sin_port    = htons((uint16_t)port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < SILENT; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        cr_assert_geq(fds[i], 0);
+        cr_assert_eq(connect(fds[i], (struct sockaddr*)&sin, sizeof(sin)), 0);
+        usleep(2000);   /* in order: the child accepts them as they come */
+    }
+    /* the child progresses while it waits for our word: the ones it evicts get their end */
+    for (double end = tp_now_ms() + TP_WAIT_MS; (closed < SILENT - HELD) && (tp_now_ms() < end);) {
+        closed = 0;
+        for (int i = 0; i < SILENT; i++) {
+            struct pollfd pfd = {fds[i], POLLIN, 0};
+            char c;
+
+            if ((poll(&pfd, 1, 0) == 1) && (recv(fds[i], &c, 1, MSG_DONTWAIT) <= 0)) {
+                closed++;
+                first_closed += (i == 0);
+            }
+        }
+        first_closed = (first_closed > 0);
+        usleep(10000);
+    }
+    cr_assert_eq(closed, SILENT - HELD, "%d of %d silent connections closed; %d may wait",
+                 closed, SILENT, HELD);
+    cr_assert(first_closed, "the oldest silent connection was not the one closed");
+    /* the real endpoint's lanes are untouched */
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, TAG, UINT64_MAX, buf, len, NULL, NULL, NULL,
+                                      &req)));
+    tp_send(&p, 1);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
+    xfer_request_release(req);
+    tp_send(&p, 1);
+    for (int i = 0; i < SILENT; i++) {
+        close(fds[i]);
+    }
     free(buf);
     tp_finish(&p);
 }
