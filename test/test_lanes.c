@@ -286,35 +286,42 @@ static void stranger(tp_peer_t *p, int port, const uint8_t *hello, size_t len)
     (void)p;
 }
 
+/* After the strangers: srv_lane_port's striped 3 MiB message still arrives whole over the real
+ * endpoint's lanes; then the child is told to end. */
+static void lanes_still_carry_a_message(tp_peer_t *p)
+{
+    size_t len = 3u << 20;
+    char *buf  = malloc(len);
+    xfer_request_t *req = NULL;
+
+    cr_assert_not_null(buf);
+    cr_assert(TP_POSTED(xfer_tag_recv(p->ctx, p->ep, TAG, UINT64_MAX, buf, len, NULL, NULL,
+                                      NULL, &req)));
+    tp_send(p, 1);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
+    xfer_request_release(req);
+    tp_send(p, 1);
+    free(buf);
+}
+
 Test(lanes, connections_that_name_no_waiting_endpoint_are_closed)
 {
     /* 'T' 'L', version 3, lane 1, reserved, a token nobody was given */
     uint8_t wrong_token[16] = {0x54, 0x4c, 3, 1, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
     uint8_t wrong_magic[16] = {'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P', '/', '1'};
     uint8_t lane_zero[16]   = {0x54, 0x4c, 3, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8};
-    size_t len = 3u << 20;
-    char *buf  = malloc(len);
-    xfer_request_t *req = NULL;
     tp_peer_t p;
     int port;
 
     skip_unless_tcp();
-    cr_assert_not_null(buf);
     tp_start(&p, srv_lane_port, NULL);
     port = (int)tp_recv(&p);
     cr_assert_gt(port, 0);
     stranger(&p, port, wrong_token, sizeof(wrong_token));
     stranger(&p, port, wrong_magic, sizeof(wrong_magic));
     stranger(&p, port, lane_zero, sizeof(lane_zero));
-    /* the real endpoint's lanes are untouched: a striped message still arrives whole */
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, TAG, UINT64_MAX, buf, len, NULL, NULL, NULL,
-                                      &req)));
-    tp_send(&p, 1);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
-    xfer_request_release(req);
-    tp_send(&p, 1);
-    free(buf);
+    lanes_still_carry_a_message(&p);   /* the real endpoint's lanes are untouched */
     tp_finish(&p);
 }
 
@@ -326,14 +333,10 @@ Test(lanes, at_most_32_silent_connections_wait_on_the_lane_port)
     enum { SILENT = 40, HELD = 32 };
     struct sockaddr_in sin = {.sin_family = AF_INET};
     int fds[SILENT], closed = 0, first_closed = 0;
-    size_t len = 3u << 20;
-    char *buf  = malloc(len);
-    xfer_request_t *req = NULL;
     tp_peer_t p;
     int port;
 
     skip_unless_tcp();
-    cr_assert_not_null(buf);
     tp_start(&p, srv_lane_port, NULL);
     port            = (int)tp_recv(&p);
     sin.sin_port    = htons((uint16_t)port);
@@ -362,18 +365,10 @@ Test(lanes, at_most_32_silent_connections_wait_on_the_lane_port)
     cr_assert_eq(closed, SILENT - HELD, "%d of %d silent connections closed; %d may wait",
                  closed, SILENT, HELD);
     cr_assert(first_closed, "the oldest silent connection was not the one closed");
-    /* the real endpoint's lanes are untouched */
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, TAG, UINT64_MAX, buf, len, NULL, NULL, NULL,
-                                      &req)));
-    tp_send(&p, 1);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_assert_eq(tp_check_pattern(buf, len, 9), -1);
-    xfer_request_release(req);
-    tp_send(&p, 1);
+    lanes_still_carry_a_message(&p);
     for (int i = 0; i < SILENT; i++) {
         close(fds[i]);
     }
-    free(buf);
     tp_finish(&p);
 }
 
