@@ -87,7 +87,7 @@ typedef struct xfer_tcp_tx {
      * own, [first, first + spill_len), before the ring's */
     uint8_t             *spill;
     size_t              spill_len;
-    /* a striped frame (tcp_lane.c): iov[1] is share 0; the shares of the other lanes not yet
+    /* a striped frame (tcp_stripe.c): iov[1] is share 0; the shares of the other lanes not yet
      * written. Once its own part is written the entry waits on ep->tx_wait for them. */
     unsigned            lanes_left;
     int                 lane0_done;
@@ -581,6 +581,20 @@ void xfer_tcp_lanes_ep_addr(xfer_ep_h ep, xfer_tcp_wire_ep_addr_t *addr);
 xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_addr_t *peer);
 /* Close the lanes; their unwritten shares go with their frames (teardown). */
 void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked);
+/* The epoll events a lane wants now: input while it owes a share, output while shares wait. */
+void xfer_tcp_lane_update_events(xfer_tcp_lane_t *lane);
+/* epoll said something of a tagged pointer (a lane or an accepted connection). */
+unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events);
+/* The lane port has connections to accept. */
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface);
+/* XFER_TCP_BUSY_POLL: what epoll would have said of ep's lanes. */
+unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
+
+/* ---- tcp_stripe.c --------------------------------------------------------------------------- */
+/* Write what lane's socket takes of its queued shares. */
+void xfer_tcp_lane_write(xfer_tcp_lane_t *lane);
+/* Read lane's share: 1 = in, 0 = wait, -1 = the ep failed. */
+int xfer_tcp_lane_rx(xfer_tcp_lane_t *lane);
 /* tx_push: cut tx's data over the lanes when it is worth it. */
 void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 /* Lane 0's part of tx was written; 1 when tx is done (no share left on other lanes). */
@@ -601,12 +615,6 @@ void xfer_tcp_lanes_rx_forget(xfer_ep_h ep);
 void xfer_tcp_lanes_rx_reset(xfer_ep_h ep);
 /* Bytes waiting in the lanes' sockets. */
 uint64_t xfer_tcp_lanes_rx_available(xfer_ep_h ep);
-/* epoll said something of a tagged pointer (a lane or an accepted connection). */
-unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events);
-/* The lane port has connections to accept. */
-unsigned xfer_tcp_lanes_accept(xfer_iface_h iface);
-/* XFER_TCP_BUSY_POLL: what epoll would have said of ep's lanes. */
-unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
 
 /* ---- tcp_cuda.c ----------------------------------------------------------------------------- */
 void xfer_tcp_cuda_init(xfer_iface_h iface);
