@@ -186,55 +186,44 @@ ncclResult_t xn_check_dev(int dev)
     return ncclSuccess;
 }
 
+/* The fields versions 8 and 9 share (same names, different structs), filled from xn. */
+#define XN_PROPS_COMMON(_p) \
+    do { \
+        memset((_p), 0, sizeof(*(_p))); \
+        (_p)->name             = xn.name; \
+        (_p)->pciPath          = NULL;  /* not one NIC: NCCL places it by the CPU */ \
+        (_p)->ptrSupport       = xn.ptr_support; \
+        (_p)->regIsGlobal      = 1;     /* a registration is the context's, not a comm's */ \
+        (_p)->speed            = xn.speed_mbps; \
+        (_p)->latency          = xn.latency_us; \
+        (_p)->maxComms         = 1024 * 1024; \
+        (_p)->maxRecvs         = XN_MAX_RECVS; \
+        (_p)->netDeviceType    = NCCL_NET_DEVICE_HOST; \
+        (_p)->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION; \
+    } while (0)
+
 static ncclResult_t xn_get_properties_v8(int dev, ncclNetProperties_v8_t *props)
+{
+    ncclResult_t ret = xn_check_dev(dev);
+
+    if (ret == ncclSuccess) {
+        XN_PROPS_COMMON(props);
+    }
+    return ret;
+}
+
+static ncclResult_t xn_get_properties_v9(int dev, ncclNetProperties_v9_t *props)
 {
     ncclResult_t ret = xn_check_dev(dev);
 
     if (ret != ncclSuccess) {
         return ret;
     }
-    memset(props, 0, sizeof(*props));
-    props->name             = xn.name;
-    props->pciPath          = NULL;     /* not one NIC: NCCL places it by the CPU */
-    props->guid             = 0;
-    props->ptrSupport       = xn.ptr_support;
-    props->regIsGlobal      = 1;        /* a registration belongs to the context, not a comm */
-    props->speed            = xn.speed_mbps;
-    props->port             = 0;
-    props->latency          = xn.latency_us;
-    props->maxComms         = 1024 * 1024;
-    props->maxRecvs         = XN_MAX_RECVS;
-    props->netDeviceType    = NCCL_NET_DEVICE_HOST;
-    props->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
-    return ncclSuccess;
-}
-
-static ncclResult_t xn_get_properties_v9(int dev, ncclNetProperties_v9_t *props)
-{
-    ncclNetProperties_v8_t p8;
-    ncclResult_t ret = xn_get_properties_v8(dev, &p8);
-
-    if (ret != ncclSuccess) {
-        return ret;
-    }
-    memset(props, 0, sizeof(*props));
-    props->name             = p8.name;
-    props->pciPath          = p8.pciPath;
-    props->guid             = p8.guid;
-    props->ptrSupport       = p8.ptrSupport;
-    props->regIsGlobal      = p8.regIsGlobal;
-    props->forceFlush       = 0;
-    props->speed            = p8.speed;
-    props->port             = p8.port;
-    props->latency          = p8.latency;
-    props->maxComms         = p8.maxComms;
-    props->maxRecvs         = p8.maxRecvs;
-    props->netDeviceType    = p8.netDeviceType;
-    props->netDeviceVersion = p8.netDeviceVersion;
-    props->vProps.ndevs     = 1;
-    props->vProps.devs[0]   = dev;
-    props->maxP2pBytes      = (size_t)1 << 40;
-    props->maxCollBytes     = (size_t)1 << 40;
+    XN_PROPS_COMMON(props);
+    props->vProps.ndevs   = 1;
+    props->vProps.devs[0] = dev;
+    props->maxP2pBytes    = (size_t)1 << 40;
+    props->maxCollBytes   = (size_t)1 << 40;
     return ncclSuccess;
 }
 
