@@ -5,7 +5,7 @@
  *   xfer_info            components: version, status (and why not), devices, capabilities
  *   xfer_info -c         every parameter: type, default, current value, where it came from
  *   xfer_info -s         the transport selected for host memory and for CUDA memory, and why
- *                        the others were not
+ *                        the others were not; which transports are chosen per peer
  *   xfer_info --json     the same data as JSON (combine with -c / -s)
  *
  * Exit status: 0; 1 when the environment is invalid (the message says what is wrong);
@@ -25,14 +25,15 @@ typedef struct options {
     int json;
 } options_t;
 
+/* Reaching other hosts does not rank, as in the framework's offer: a transport that reaches
+ * some peers only (shm: this host's) says so per peer at connect, and the next one serves the
+ * others. */
 static const struct {
     const char        *label;
     xfer_select_req_t req;
 } select_cases[] = {
-    {"host", {XFER_CAP_MEM_HOST,
-              XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR | XFER_CAP_INTER_HOST}},
-    {"cuda", {XFER_CAP_MEM_CUDA,
-              XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR | XFER_CAP_INTER_HOST}},
+    {"host", {XFER_CAP_MEM_HOST, XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR}},
+    {"cuda", {XFER_CAP_MEM_CUDA, XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR}},
 };
 
 static void usage(FILE *f)
@@ -43,7 +44,8 @@ static void usage(FILE *f)
             "\n"
             "  -c, --config   list every parameter: type, default, current value and source\n"
             "  -s, --select   show which transport would be selected for host and CUDA memory\n"
-            "                 under the current environment, and why the others were not\n"
+            "                 under the current environment, and why the others were not;\n"
+            "                 which are chosen per peer (same host only, like shm)\n"
             "  -j, --json     print the same data as JSON\n"
             "  -h, --help     this text\n"
             "\n"
@@ -242,6 +244,86 @@ static int cuda_direct_is_gdr(const xfer_context_t *ctx)
     return gdr;
 }
 
+/* A transport of the host ranking that says per peer whether it reaches it
+ * (iface_reachable): whether that is this host's peers only (it lacks XFER_CAP_INTER_HOST),
+ * and the transport ranked next, which the other peers get (NULL: none). */
+typedef struct per_peer {
+    const char *name;
+    int        same_host_only;
+    const char *others;
+    const xfer_component_attr_t *attr;  /* its devices say how it reaches peers */
+} per_peer_t;
+
+/* The per-peer transports of sel, in rank order, into out; how many. Names are sel's. */
+static size_t per_peer_list(const xfer_context_t *ctx, const xfer_selection_t *sel,
+                            per_peer_t *out, size_t max)
+{
+    size_t num = 0;
+
+    for (int rank = 0; num < max; rank++) {
+        const xfer_select_entry_t *entry = NULL, *next = NULL;
+        xfer_component_info_t info;
+
+        for (size_t i = 0; i < sel->num_entries; i++) {
+            entry = (sel->entries[i].rank == rank) ? &sel->entries[i] : entry;
+            next  = (sel->entries[i].rank == rank + 1) ? &sel->entries[i] : next;
+        }
+        if (entry == NULL) {
+            break;
+        }
+        for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+            if ((xfer_component_get(ctx, i, &info) != XFER_OK) || !info.per_peer ||
+                (info.attr == NULL) || (strcmp(info.name, entry->name) != 0)) {
+                continue;
+            }
+            out[num].name           = entry->name;
+            out[num].same_host_only = !(info.attr->caps & XFER_CAP_INTER_HOST);
+            out[num].others         = next ? next->name : NULL;
+            out[num].attr           = info.attr;
+            num++;
+            break;
+        }
+    }
+    return num;
+}
+
+static void text_per_peer(const xfer_context_t *ctx)
+{
+    xfer_selection_t sel;
+    per_peer_t pp[32];
+    size_t num;
+
+    if (xfer_select(ctx, &select_cases[0].req, &sel) != XFER_OK) {
+        return;
+    }
+    num = per_peer_list(ctx, &sel, pp, sizeof(pp) / sizeof(pp[0]));
+    for (size_t i = 0; i < num; i++) {
+        if (pp[i].same_host_only) {
+            printf("# same host only: %s is chosen for peers on this host", pp[i].name);
+        } else {
+            printf("# per peer: %s is chosen for the peers it reaches", pp[i].name);
+        }
+        printf(" (reachability checked per peer at connect); ");
+        if (pp[i].others != NULL) {
+            printf("others use %s\n", pp[i].others);
+        } else {
+            printf("no other transport is selected for the others\n");
+        }
+        /* what decides it and what it costs, as the component reports them (shm: reach, cma) */
+        for (uint32_t d = 0; d < pp[i].attr->num_devices; d++) {
+            const xfer_device_attr_t *dev = &pp[i].attr->devices[d];
+
+            for (uint32_t a = 0; a < dev->num_attrs; a++) {
+                if ((strcmp(dev->attrs[a].key, "reach") == 0) ||
+                    (strcmp(dev->attrs[a].key, "cma") == 0)) {
+                    printf("#   %s: %s\n", dev->attrs[a].key, dev->attrs[a].value);
+                }
+            }
+        }
+    }
+    xfer_selection_release(&sel);
+}
+
 static void text_select(const xfer_context_t *ctx)
 {
     char caps[128];
@@ -313,6 +395,7 @@ static void text_select(const xfer_context_t *ctx)
                    param_value(ctx, "XFER_GDR_FLUSH"));
         }
     }
+    text_per_peer(ctx);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
@@ -478,6 +561,20 @@ static void json_select(const xfer_context_t *ctx)
         json_caps(select_cases[c].req.required_caps);
         printf(",");
         json_kv("selected", chosen, 1);
+        if (c == 0) {
+            per_peer_t pp[32];
+            size_t num = per_peer_list(ctx, &sel, pp, sizeof(pp) / sizeof(pp[0]));
+
+            printf("\"per_peer\":[");
+            for (size_t i = 0; i < num; i++) {
+                printf("%s{", i ? "," : "");
+                json_kv("name", pp[i].name, 1);
+                printf("\"same_host_only\":%s,", pp[i].same_host_only ? "true" : "false");
+                json_kv("others", pp[i].others, 0);
+                printf("}");
+            }
+            printf("],");
+        }
         if (c == 1) {
             char name[XFER_NAME_MAX];
 

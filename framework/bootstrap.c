@@ -1,11 +1,15 @@
 /*
  * Bootstrap: what the two sides share, and the client's side. Each side sends a HELLO (the
  * transports it allows, best first, with their addresses); the server picks the first of the
- * client's transports that it also offers and answers ACCEPT, or REJECT saying why there is
- * none (naming what each side offered); then each side creates its endpoint of that transport
- * and they exchange CONNECT frames (wire/bootstrap_wire.h). A peer that sends anything else -
- * another magic or version, a truncated or oversized frame, random bytes - has its connection
- * closed with a logged reason.
+ * client's transports that it also offers and whose iface reaches the client's address for it
+ * (iface_reachable: shm reaches peers on its own host only), and answers ACCEPT, or REJECT
+ * saying why there is none (naming what each side offered, and each transport skipped as
+ * unreachable with its reason). The client asks its own iface about the server's address of
+ * the transport chosen too, and fails the connect rather than create an endpoint that cannot
+ * work. Then each side creates its endpoint of that transport and they exchange CONNECT
+ * frames (wire/bootstrap_wire.h). A peer that sends anything else - another magic or version,
+ * a truncated or oversized frame, random bytes - has its connection closed with a logged
+ * reason.
  *
  * xfer_connect() runs the client's side blocking, every step bounded by XFER_BOOTSTRAP_TIMEOUT
  * so that a silent server cannot hang the caller; the server's side is listener.c.
@@ -228,7 +232,13 @@ static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until
     const void *peer_addr = xfer_boot_peer_addr(name, &c->theirs, &addr_len);
     xfer_endpoint_t *ep;
     xfer_status_t status;
+    char reason[XFER_REASON_MAX];
 
+    if (!xfer_endpoint_reachable(ctx, name, peer_addr, addr_len, reason, sizeof(reason))) {
+        snprintf(why, why_size, "the server chose %s, which does not reach the server from "
+                 "this side: %s", name, reason);
+        return XFER_ERR_UNREACHABLE;
+    }
     status = xfer_endpoint_prepare(ctx, fd, name, peer_addr, addr_len, 0, address,
                                    &c->conn_mine, &ep, why, why_size);
     if (status != XFER_OK) {

@@ -333,6 +333,8 @@ xfer_status_t xfer_component_get(const xfer_context_t *ctx, size_t index,
         info_p->state       = e->state;
         info_p->reason      = e->reason;
         info_p->attr        = e->comp ? &e->attr : NULL;
+        info_p->per_peer    = (e->comp != NULL) &&
+                              (xfer_component_iface_reachable(e->comp) != NULL);
         return XFER_OK;
     }
     return XFER_ERR_INVALID_PARAM;

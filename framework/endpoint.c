@@ -28,6 +28,29 @@ xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name)
     return NULL;
 }
 
+int xfer_endpoint_reachable(xfer_context_t *ctx, const char *transport, const void *peer_addr,
+                            size_t peer_addr_len, char *why, size_t why_size)
+{
+    xfer_iface_reachable_func_t reachable;
+    xfer_fw_iface_t *fi;
+    int ret = 1;
+
+    xfer_ctx_lock(ctx);
+    fi = xfer_fw_iface_find(ctx, transport);
+    reachable = (fi != NULL) ? xfer_component_iface_reachable(fi->comp) : NULL;
+    if ((reachable != NULL) && (why_size > 0)) {
+        why[0] = '\0';
+        ret    = reachable(fi->iface, peer_addr, peer_addr_len, why, why_size);
+        why[why_size - 1] = '\0';
+        if ((ret == 0) && (why[0] == '\0')) {
+            snprintf(why, why_size, "%s gave no reason", transport);
+        }
+        ret = (ret != 0);
+    }
+    xfer_ctx_unlock(ctx);
+    return ret;
+}
+
 xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *transport,
                                     const void *peer_addr, size_t peer_addr_len, int is_server,
                                     const char *peer, xfer_wire_connect_t *mine,

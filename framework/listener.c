@@ -162,6 +162,28 @@ static xfer_status_t hs_refuse(xfer_listener_t *l, handshake_t *hs, xfer_status_
     return hs_reply_set(l, hs, frame, len, why, why_size);
 }
 
+/* What the negotiation's reachability check needs: whose iface, and which client. */
+typedef struct hs_reach {
+    xfer_context_t  *ctx;
+    const char      *peer;
+} hs_reach_t;
+
+/* Does our iface of name reach the client at addr (its address in the HELLO)? A transport
+ * skipped is logged at INFO, so that "why tcp and not shm" has its answer there even when
+ * another transport serves the client. */
+static int hs_reachable(void *arg, const char *name, const void *addr, size_t addr_len,
+                        char *why, size_t why_size)
+{
+    const hs_reach_t *r = arg;
+
+    if (xfer_endpoint_reachable(r->ctx, name, addr, addr_len, why, why_size)) {
+        return 1;
+    }
+    xfer_log(XFER_LOG_INFO, XFER_BOOT_SUBSYS, "client %s: skipping %s, which does not reach "
+             "it: %s", r->peer, name, why);
+    return 0;
+}
+
 /* The client's HELLO is whole: choose a transport, prepare its endpoint, build the reply. */
 static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char *why,
                                        size_t why_size)
@@ -170,6 +192,7 @@ static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char
     size_t len = XFER_WIRE_ACCEPT_FRAME_MAX, len2 = XFER_WIRE_CONNECT_FRAME_MAX, addr_len;
     xfer_wire_connect_t conn;
     xfer_wire_hello_t *theirs;
+    hs_reach_t reach;
     const void *peer_addr;
     const char *name;
     xfer_status_t status;
@@ -191,7 +214,10 @@ static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char
     if (status != XFER_OK) {
         goto out;
     }
-    idx = xfer_wire_negotiate(theirs, l->offer, reason, sizeof(reason));
+    reach.ctx  = l->ctx;
+    reach.peer = hs->peer;
+    idx = xfer_wire_negotiate_reachable(theirs, l->offer, hs_reachable, &reach, reason,
+                                        sizeof(reason));
     if (idx < 0) {
         status = hs_refuse(l, hs, XFER_ERR_UNREACHABLE, reason, why, why_size);
         goto out;

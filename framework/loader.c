@@ -219,11 +219,19 @@ static void load_one(xfer_context_t *ctx, const char *path, const char *origin, 
                      XFER_COMPONENT_ABI_V1);
         return;
     }
-    if (comp->size != sizeof(xfer_component_v1_t)) {
+    /* Smaller is a build from before the optional fields at the end were added (they read
+     * as absent); larger is a newer header whose fields this library cannot honour. */
+    if ((comp->size < XFER_COMPONENT_V1_SIZE_MIN) || (comp->size > sizeof(xfer_component_v1_t))) {
         entry_reject(e, XFER_LOG_WARN, "component struct is %u bytes, this library's ABI v%u "
-                     "struct is %zu bytes (built against a different xfer/component.h)",
-                     comp->size, XFER_COMPONENT_ABI_V1, sizeof(xfer_component_v1_t));
+                     "struct is %zu bytes, or %zu from a header before iface_reachable (built "
+                     "against a different xfer/component.h)", comp->size,
+                     XFER_COMPONENT_ABI_V1, sizeof(xfer_component_v1_t),
+                     (size_t)XFER_COMPONENT_V1_SIZE_MIN);
         return;
+    }
+    if (comp->size < sizeof(xfer_component_v1_t)) {
+        xfer_log(XFER_LOG_DEBUG, LOADER_SUBSYS, "%s: component struct of %u bytes, built "
+                 "before iface_reachable: every peer counts as reachable", path, comp->size);
     }
     if ((comp->name == NULL) ||
         !xfer_name_is_valid(comp->name, strlen(comp->name), XFER_NAME_MAX - 1) ||
@@ -405,7 +413,7 @@ static int add_dir(search_dir_t *dirs, size_t *num, size_t max, const char *path
 
 xfer_status_t xfer_loader_load(xfer_context_t *ctx)
 {
-    static const char *const build_components[] = {"tcp", "verbs", "gdr"};
+    static const char *const build_components[] = {"tcp", "shm", "verbs", "gdr"};
     search_dir_t dirs[64];
     size_t num_dirs = 0, num_seen = 0;
     char **seen = NULL;

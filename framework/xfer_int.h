@@ -61,6 +61,26 @@ typedef struct xfer_fw_iface {
     size_t                      addr_len;
 } xfer_fw_iface_t;
 
+/*
+ * ABI v1 grew at its end before it was frozen. The loader accepts a component struct from
+ * XFER_COMPONENT_V1_SIZE_MIN bytes (built before iface_reachable existed) up to this build's
+ * sizeof; a field past the component's size is not in its struct, so it is read only through
+ * a helper that checks size first and says NULL (the field's "not implemented") otherwise.
+ */
+#define XFER_COMPONENT_V1_SIZE_MIN offsetof(xfer_component_v1_t, iface_reachable)
+
+#define XFER_COMPONENT_V1_HAS(_comp, _field) \
+    ((_comp)->size >= offsetof(xfer_component_v1_t, _field) + sizeof((_comp)->_field))
+
+typedef int (*xfer_iface_reachable_func_t)(xfer_iface_h iface, const void *peer_iface_addr,
+                                           size_t addr_len, char *why, size_t why_size);
+
+static inline xfer_iface_reachable_func_t
+xfer_component_iface_reachable(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, iface_reachable) ? comp->iface_reachable : NULL;
+}
+
 /* Framework configuration: the table is in context.c. */
 typedef struct xfer_fw_config {
     int         log_level;          /* xfer_log_level_t */
@@ -325,6 +345,11 @@ void xfer_endpoints_closing_progress(xfer_context_t *ctx);
 /* Milliseconds until the nearest close deadline (a sleep must not pass it); -1: none. */
 int xfer_endpoints_closing_timeout(xfer_context_t *ctx);
 xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name);
+/* Whether this side's iface of transport reaches the peer whose iface address for it is
+ * peer_addr (the component's iface_reachable; 1 when it has none or the transport is not
+ * open): 1, or 0 with why filled. Takes the context lock. */
+int xfer_endpoint_reachable(xfer_context_t *ctx, const char *transport, const void *peer_addr,
+                            size_t peer_addr_len, char *why, size_t why_size);
 xfer_status_t xfer_endpoint_fetch_post(xfer_endpoint_t *ep, xfer_request_t *req,
                                        const xfer_fetch_args_t *args);
 

@@ -13,7 +13,8 @@
 /* The directory of test plug-ins (talpha, tbeta) that bootstrap_setup() made. */
 extern char *bootstrap_dir;
 
-/* Criterion .init/.fini: plug-ins talpha and tbeta only, XFER_BOOTSTRAP_TIMEOUT 2 s. */
+/* Criterion .init/.fini: plug-ins talpha and tbeta only (the real tcp and shm taken out),
+ * XFER_BOOTSTRAP_TIMEOUT 2 s. */
 void bootstrap_setup(void);
 void bootstrap_teardown(void);
 

@@ -1,9 +1,10 @@
 /*
  * Bootstrap over real loopback sockets between two processes: negotiation (shared transport,
- * none shared, order), and peers that lie or stall - wrong magic, wrong version, truncated and
- * oversized frames, random bytes, silence, a refused port. The listener must keep working after
- * each bad peer, and nothing may wait longer than XFER_BOOTSTRAP_TIMEOUT. test_listener.c
- * has the handshakes that run side by side.
+ * none shared, order; a transport whose iface does not reach the peer, skipped by the server
+ * or refused by the client), and peers that lie or stall - wrong magic, wrong version,
+ * truncated and oversized frames, random bytes, silence, a refused port. The listener must
+ * keep working after each bad peer, and nothing may wait longer than XFER_BOOTSTRAP_TIMEOUT.
+ * test_listener.c has the handshakes that run side by side.
  */
 #include "bootstrap_fixture.h"
 #include "test_util.h"
@@ -105,6 +106,105 @@ Test(bootstrap, no_shared_transport_fails_on_both_sides, .init = cr_redirect_std
     buf[n] = '\0';
     cr_expect(strstr(buf, "no shared transport: client offered tbeta; server offered talpha") !=
               NULL, "%s", buf);
+}
+
+#define expect_logged(_log, _part) \
+    cr_expect(strstr((_log), (_part)) != NULL, "the log lacks '%s':\n%s", (_part), (_log))
+
+/* The server's iface of tbeta says the client is out of reach (XFER_TBETA_UNREACHABLE, as
+ * shm's would for a peer on another host): tbeta, which the client prefers, is skipped and
+ * talpha chosen on both sides; the server says why at INFO. */
+Test(bootstrap, unreachable_transport_is_skipped_for_the_next, .init = cr_redirect_stderr)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep;
+    pid_t child;
+    char *log;
+
+    setenv("XFER_TBETA_BANDWIDTH", "50000", 1);  /* tbeta first in both offers */
+    setenv("XFER_TBETA_UNREACHABLE", "y", 1);
+    setenv("XFER_LOG_LEVEL", "info", 1);
+    server_start(&s);
+    child = client_spawn(s.address, NULL, "talpha", XFER_OK);
+    cr_assert_eq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_str_eq(xfer_endpoint_transport(ep), "talpha");
+    cr_expect_eq(child_exit(child), 0, "the client must be connected over talpha");
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+    log = tu_read_redirected_stderr();
+    expect_logged(log, ": skipping tbeta, which does not reach it: refused by "
+                       "XFER_TBETA_UNREACHABLE\n");
+    expect_logged(log, "over talpha\n");
+    free(log);
+}
+
+/* talpha lacks INTER_HOST, as shm does, and is faster; tbeta reaches other hosts: the offer
+ * puts talpha first, since which peers a transport reaches is decided per peer at connect,
+ * not ranked. */
+Test(bootstrap, reaching_other_hosts_does_not_rank_the_offer)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep;
+    pid_t child;
+
+    setenv("XFER_TALPHA_BANDWIDTH", "50000", 1);
+    setenv("XFER_TBETA_CAPS", "TAG,MEM_HOST,INTER_HOST", 1);
+    server_start(&s);
+    child = client_spawn(s.address, NULL, "talpha", XFER_OK);
+    cr_assert_eq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_str_eq(xfer_endpoint_transport(ep), "talpha");
+    cr_expect_eq(child_exit(child), 0, "the client must be connected over talpha");
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
+/* No shared transport reaches the client: both sides fail with XFER_ERR_UNREACHABLE, and the
+ * client's error names each transport skipped and why. */
+Test(bootstrap, no_reachable_transport_fails_naming_each, .init = cr_redirect_stderr)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+    pid_t child;
+    char *log;
+
+    setenv("XFER_TALPHA_UNREACHABLE", "y", 1);
+    setenv("XFER_TBETA_UNREACHABLE", "y", 1);
+    server_start(&s);
+    child = client_spawn(s.address, "talpha,tbeta", "", XFER_ERR_UNREACHABLE);
+    cr_expect_eq(xfer_accept(s.listener, 10000, &ep), XFER_ERR_UNREACHABLE);
+    cr_expect_null(ep);
+    cr_expect_eq(child_exit(child), 0, "the client must fail with XFER_ERR_UNREACHABLE");
+    server_stop(&s);
+    log = tu_read_redirected_stderr();
+    expect_logged(log, ": server refused: no shared transport reaches the client: client "
+                       "offered talpha,tbeta; server offered talpha,tbeta; talpha unreachable: "
+                       "refused by XFER_TALPHA_UNREACHABLE; tbeta unreachable: refused by "
+                       "XFER_TBETA_UNREACHABLE (");
+    expect_closed_logged(log, XFER_ERR_UNREACHABLE);
+    free(log);
+}
+
+/* The server reaches the client over talpha, but the client's own iface of talpha says the
+ * server is out of reach: the client fails the connect rather than make an endpoint that
+ * cannot work, and the server's handshake ends. */
+Test(bootstrap, client_refuses_a_transport_it_cannot_reach, .init = cr_redirect_stderr)
+{
+    listener_ctx_t s;
+    xfer_endpoint_t *ep = NULL;
+    pid_t child;
+    char *log;
+
+    server_start(&s);
+    setenv("XFER_TALPHA_UNREACHABLE", "y", 1);  /* the client's alone */
+    child = client_spawn(s.address, "talpha", "", XFER_ERR_UNREACHABLE);
+    cr_expect_neq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
+    cr_expect_null(ep);
+    cr_expect_eq(child_exit(child), 0, "the client must fail with XFER_ERR_UNREACHABLE");
+    server_stop(&s);
+    log = tu_read_redirected_stderr();
+    expect_logged(log, ": the server chose talpha, which does not reach the server from this "
+                       "side: refused by XFER_TALPHA_UNREACHABLE (");
+    free(log);
 }
 
 /* Run with .init = cr_redirect_stderr: the listener's log line is checked. */

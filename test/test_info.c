@@ -174,10 +174,11 @@ Test(info, select_explains_choice_and_rejections)
 
     dir = tu_plugin_dir((const char *[]){"talpha", NULL});
     /* talpha has tcp's capabilities but CUDA memory and outranks it on its estimate: it
-     * carries host memory, tcp (which moves CUDA memory through bounce buffers) CUDA memory */
-    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s "
+     * carries host memory, tcp (which moves CUDA memory through bounce buffers) CUDA memory;
+     * the real shm, which would outrank both, is out */
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TRANSPORTS=%s "
              "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST,INTER_HOST "
-             "XFER_TALPHA_BANDWIDTH=1000000", dir);
+             "XFER_TALPHA_BANDWIDTH=1000000", dir, tu_without_shm());
     cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
     expect_contains(out, "# cuda memory (requires MEM_CUDA):\n#   selected: tcp");
@@ -208,6 +209,42 @@ Test(info, select_explains_choice_and_rejections)
     cr_expect_eq(info_jq(env, "-s", ".selection.cuda.staged == \"talpha\""), 0);
 }
 
+/* A transport that says per peer whether it reaches it (the test plug-ins implement
+ * iface_reachable) and lacks INTER_HOST, as shm does: it still ranks first, the capability
+ * does not count, and -s says it serves this host's peers and the next one the others. The
+ * real shm is out, so that talpha plays its part. */
+Test(info, same_host_transport_is_chosen_per_peer)
+{
+    char env[1200], *out;
+
+    dir = tu_plugin_dir((const char *[]){"talpha", NULL});
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TRANSPORTS=%s "
+             "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST XFER_TALPHA_BANDWIDTH=1000000", dir,
+             tu_without_shm());
+    cr_assert_eq(info(env, "-s", 0, &out), 0);
+    expect_contains(out, "# host memory (requires MEM_HOST):\n#   selected: talpha");
+    expect_contains(out, "#   fallback 1: tcp");
+    expect_contains(out, "# same host only: talpha is chosen for peers on this host "
+                         "(reachability checked per peer at connect); others use tcp\n");
+    cr_expect(strstr(out, "# same host only: tcp") == NULL, "tcp reaches every host:\n%s", out);
+    free(out);
+    cr_expect_eq(info_jq(env, "-s", ".selection.host.per_peer == [{\"name\": \"talpha\", "
+                         "\"same_host_only\": true, \"others\": \"tcp\"}]"), 0);
+
+    /* reaching other hosts too, it is still chosen per peer */
+    snprintf(env, sizeof(env), "XFER_COMPONENT_PATH=%s XFER_TRANSPORTS=talpha "
+             "XFER_TALPHA_CAPS=PUT,GET,TAG,TENSOR,MEM_HOST,INTER_HOST", dir);
+    cr_assert_eq(info(env, "-s", 0, &out), 0);
+    expect_contains(out, "# per peer: talpha is chosen for the peers it reaches (reachability "
+                         "checked per peer at connect); no other transport is selected for the "
+                         "others\n");
+    free(out);
+    cr_expect_eq(info_jq(env, "-s", ".selection.host.per_peer[0].others == null"), 0);
+
+    /* tcp decides nothing per peer */
+    cr_expect_eq(info_jq("XFER_TRANSPORTS=tcp", "-s", ".selection.host.per_peer == []"), 0);
+}
+
 /* An NVIDIA display-class device on the PCI bus, found as gdr finds it. */
 static int host_has_nvidia_gpu(void)
 {
@@ -225,10 +262,10 @@ static int host_has_nvidia_gpu(void)
 /* No GPU: gdr is unavailable and says so; CUDA memory goes with the transport endpoints use:
  * tcp moves it through its bounce buffers, verbs (where an RDMA port is active) stages puts
  * and gets of it; -s says which and why. Run in the Soft-RoCE guest too, where verbs stages
- * it. */
+ * it. Peers on other hosts are the case: shm, which serves those on this one, is out. */
 Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
 {
-    char want[256], *out;
+    char want[256], env[64], *out;
 
     if (host_has_nvidia_gpu()) {
         cr_skip_test("this host has an NVIDIA GPU");
@@ -237,7 +274,8 @@ Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
     expect_contains(out, "# Component: gdr");
     expect_contains(out, "unavailable: no NVIDIA GPU on the PCI bus");
     free(out);
-    cr_assert_eq(info(NULL, "-s", 0, &out), 0);
+    snprintf(env, sizeof(env), "XFER_TRANSPORTS=%s", tu_without_shm());
+    cr_assert_eq(info(env, "-s", 0, &out), 0);
     expect_contains(out, "#   not selected: gdr: unavailable: no NVIDIA GPU on the PCI bus");
     if (tu_host_has_rdma()) {
         /* verbs endpoints stage it; tcp would move it through its bounce buffers */

@@ -197,6 +197,15 @@ int tu_host_has_rdma(void)
     return found;
 }
 
+const char *tu_without_shm(void)
+{
+    char path[4096];
+
+    snprintf(path, sizeof(path), "%s/components/shm/.libs/xfer_shm.so",
+             getenv("XFERTEST_BUILD_DIR") ? getenv("XFERTEST_BUILD_DIR") : ".");
+    return (access(path, F_OK) == 0) ? "^shm" : "";
+}
+
 int tu_host_has_cuda_driver(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -41,6 +41,10 @@ int tu_run(const char *cmd, int merge_stderr, char **output_p);
 /* Does the host have RDMA devices / a CUDA driver? Used to pick the expected answer. */
 int tu_host_has_rdma(void);
 int tu_host_has_cuda_driver(void);
+/* An XFER_TRANSPORTS value that takes the shm component out ("^shm"; "" when the build tree
+ * has none): suites that negotiate or rank among the test plug-ins on one host, where the real
+ * shm would outrank them, as they take tcp out by naming no interface. */
+const char *tu_without_shm(void);
 /* Does a memory checker's allocator serve malloc() in this process (the test built with
  * AddressSanitizer, or run under valgrind)? Its free() unmaps where libucm does not see it. */
 int tu_malloc_is_checkers(void);

@@ -259,6 +259,129 @@ Test(wire, negotiation)
     cr_expect(strstr(why, "server offered nothing") != NULL, "%s", why);
 }
 
+/* A reachability check that records what it was asked and refuses the names in refuse. */
+typedef struct reach_probe {
+    const char *refuse[XFER_WIRE_MAX_TRANSPORTS];
+    const char *reason;             /* NULL: refuse without a reason */
+    unsigned   calls;
+    char       asked[XFER_WIRE_MAX_TRANSPORTS][XFER_WIRE_MAX_NAME + 1];
+    size_t     addr_len[XFER_WIRE_MAX_TRANSPORTS];
+    uint8_t    addr_first[XFER_WIRE_MAX_TRANSPORTS];
+} reach_probe_t;
+
+static int probe_reachable(void *arg, const char *name, const void *addr, size_t addr_len,
+                           char *reason, size_t reason_size)
+{
+    reach_probe_t *p = arg;
+    unsigned i       = p->calls++;
+
+    snprintf(p->asked[i], sizeof(p->asked[i]), "%s", name);
+    p->addr_len[i]   = addr_len;
+    p->addr_first[i] = addr_len ? *(const uint8_t*)addr : 0;
+    for (unsigned r = 0; (r < XFER_WIRE_MAX_TRANSPORTS) && (p->refuse[r] != NULL); r++) {
+        if (strcmp(p->refuse[r], name) == 0) {
+            if (p->reason != NULL) {
+                snprintf(reason, reason_size, "%s", p->reason);
+            }
+            return 0;
+        }
+    }
+    return 1;
+}
+
+Test(wire, negotiation_skips_unreachable_transports)
+{
+    xfer_wire_hello_t client = {0}, server = {0};
+    reach_probe_t probe      = {.refuse = {"shm"}, .reason = "other host (boot id differs)"};
+
+    add(&client, "verbs", 4, 0x0f);     /* the server does not offer it: never asked */
+    add(&client, "shm", 52, 0x51);
+    add(&client, "tcp", 20, 0x7c);
+    add(&server, "tcp", 0, 0);
+    add(&server, "shm", 0, 0);
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, why,
+                                               sizeof(why)), 2, "shm is skipped, tcp chosen");
+    cr_assert_eq(probe.calls, 2);
+    /* asked in client order, each with the client's address for that transport */
+    cr_expect_str_eq(probe.asked[0], "shm");
+    cr_expect_eq(probe.addr_len[0], 52);
+    cr_expect_eq(probe.addr_first[0], 0x51);
+    cr_expect_str_eq(probe.asked[1], "tcp");
+    cr_expect_eq(probe.addr_len[1], 20);
+    cr_expect_eq(probe.addr_first[1], 0x7c);
+
+    /* the first reachable one ends the search */
+    memset(&probe, 0, sizeof(probe));
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, why,
+                                               sizeof(why)), 1);
+    cr_expect_eq(probe.calls, 1);
+
+    /* without a check, names alone decide */
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, NULL, NULL, why, sizeof(why)),
+                 1);
+}
+
+Test(wire, negotiation_names_every_unreachable_transport)
+{
+    xfer_wire_hello_t client = {0}, server = {0};
+    reach_probe_t probe      = {.refuse = {"shm", "tcp"}, .reason = "other host (boot id differs)"};
+
+    add(&client, "shm", 52, 0x51);
+    add(&client, "tcp", 20, 0x7c);
+    add(&server, "shm", 0, 0);
+    add(&server, "tcp", 0, 0);
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, why,
+                                               sizeof(why)), -1);
+    cr_expect_str_eq(why, "no shared transport reaches the client: client offered shm,tcp; "
+                          "server offered shm,tcp; shm unreachable: other host (boot id "
+                          "differs); tcp unreachable: other host (boot id differs)");
+
+    /* a refusal without a reason still names the transport */
+    memset(&probe, 0, sizeof(probe));
+    probe.refuse[0] = "shm";
+    probe.refuse[1] = "tcp";
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, why,
+                                               sizeof(why)), -1);
+    cr_expect(strstr(why, "; shm unreachable: no reason given; tcp unreachable: no reason "
+                          "given") != NULL, "%s", why);
+
+    /* nothing shared: nothing to ask, the plain wording */
+    memset(&probe, 0, sizeof(probe));
+    memset(&server, 0, sizeof(server));
+    add(&server, "verbs", 0, 0);
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, why,
+                                               sizeof(why)), -1);
+    cr_expect_eq(probe.calls, 0);
+    cr_expect_str_eq(why, "no shared transport: client offered shm,tcp; server offered verbs");
+}
+
+Test(wire, negotiation_reasons_are_bounded)
+{
+    xfer_wire_hello_t client = {0}, server = {0};
+    reach_probe_t probe      = {0};
+    char name[16], reason[400], big[XFER_WIRE_MAX_REASON + 1];
+
+    memset(reason, 'r', sizeof(reason) - 1);
+    reason[sizeof(reason) - 1] = '\0';
+    probe.reason = reason;
+    for (unsigned i = 0; i < XFER_WIRE_MAX_TRANSPORTS; i++) {
+        snprintf(name, sizeof(name), "t%u", i);
+        add(&client, name, 1, (uint8_t)i);
+        add(&server, name, 1, (uint8_t)i);
+        probe.refuse[i] = client.transports[i].name;
+    }
+    memset(big, 0xee, sizeof(big));
+    cr_expect_eq(xfer_wire_negotiate_reachable(&client, &server, probe_reachable, &probe, big,
+                                               sizeof(big)), -1);
+    cr_expect_eq(probe.calls, XFER_WIRE_MAX_TRANSPORTS);
+    cr_expect_lt(strlen(big), sizeof(big));
+    /* it still fits a REJECT */
+    {
+        size_t len = sizeof(frame);
+        cr_expect_eq(xfer_wire_pack_reject(XFER_ERR_UNREACHABLE, big, frame, &len), XFER_OK);
+    }
+}
+
 Test(wire, random_bytes_never_crash)
 {
     xfer_wire_header_t hdr;

@@ -379,21 +379,55 @@ static void offer_list(const xfer_wire_hello_t *h, char *buf, size_t size)
     }
 }
 
-int xfer_wire_negotiate(const xfer_wire_hello_t *client, const xfer_wire_hello_t *server,
-                        char *why, size_t why_size)
+static int server_offers(const xfer_wire_hello_t *server, const char *name)
 {
-    char offered_c[256], offered_s[256];
+    for (uint16_t j = 0; j < server->num; j++) {
+        if (strcmp(server->transports[j].name, name) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
+int xfer_wire_negotiate_reachable(const xfer_wire_hello_t *client,
+                                  const xfer_wire_hello_t *server,
+                                  xfer_wire_reachable_func_t reachable, void *arg, char *why,
+                                  size_t why_size)
+{
+    char offered_c[256], offered_s[256], skipped[XFER_WIRE_MAX_REASON + 1], one[256];
+    size_t off = 0;
+    int n;
+
+    skipped[0] = '\0';
     for (uint16_t i = 0; i < client->num; i++) {
-        for (uint16_t j = 0; j < server->num; j++) {
-            if (strcmp(client->transports[i].name, server->transports[j].name) == 0) {
-                return i;
-            }
+        const xfer_wire_transport_t *t = &client->transports[i];
+
+        if (!server_offers(server, t->name)) {
+            continue;
+        }
+        if (reachable == NULL) {
+            return i;
+        }
+        one[0] = '\0';
+        if (reachable(arg, t->name, t->addr, t->addr_len, one, sizeof(one))) {
+            return i;
+        }
+        one[sizeof(one) - 1] = '\0';
+        if (off < sizeof(skipped)) {
+            n = snprintf(skipped + off, sizeof(skipped) - off, "; %s unreachable: %s", t->name,
+                         one[0] ? one : "no reason given");
+            off += (n > 0) ? (size_t)n : 0;
         }
     }
     offer_list(client, offered_c, sizeof(offered_c));
     offer_list(server, offered_s, sizeof(offered_s));
-    snprintf(why, why_size, "no shared transport: client offered %s; server offered %s",
-             offered_c, offered_s);
+    snprintf(why, why_size, "no shared transport%s: client offered %s; server offered %s%s",
+             skipped[0] ? " reaches the client" : "", offered_c, offered_s, skipped);
     return -1;
+}
+
+int xfer_wire_negotiate(const xfer_wire_hello_t *client, const xfer_wire_hello_t *server,
+                        char *why, size_t why_size)
+{
+    return xfer_wire_negotiate_reachable(client, server, NULL, NULL, why, why_size);
 }

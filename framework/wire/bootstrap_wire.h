@@ -100,10 +100,25 @@ xfer_status_t xfer_wire_parse_connect(const void *body, size_t body_len,
                                       xfer_wire_connect_t *conn, char *why, size_t why_size);
 
 /*
- * The server's choice: the first of the client's transports (client order = client
- * preference) that the server also offers. Returns its index in client->transports, or -1
- * with why naming what each side offered.
+ * Whether this side's transport name reaches the peer whose address for it (from the peer's
+ * HELLO) is addr: 1, or 0 with why filled (one line).
  */
+typedef int (*xfer_wire_reachable_func_t)(void *arg, const char *name, const void *addr,
+                                          size_t addr_len, char *why, size_t why_size);
+
+/*
+ * The server's choice: the first of the client's transports (client order = client
+ * preference) that the server also offers and, when reachable is given, that reachable says
+ * reaches the client (it is asked with the client's address for that transport, in client
+ * order, until one does). Returns its index in client->transports, or -1 with why naming what
+ * each side offered and each transport skipped as unreachable, with its reason. Pure: all it
+ * learns of the host is what reachable says.
+ */
+int xfer_wire_negotiate_reachable(const xfer_wire_hello_t *client,
+                                  const xfer_wire_hello_t *server,
+                                  xfer_wire_reachable_func_t reachable, void *arg, char *why,
+                                  size_t why_size);
+/* The same by name only: every shared transport reaches the client. */
 int xfer_wire_negotiate(const xfer_wire_hello_t *client, const xfer_wire_hello_t *server,
                         char *why, size_t why_size);
 

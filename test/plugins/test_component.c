@@ -7,11 +7,13 @@
  * parsed parameter back as a device attribute so tests can check the typed parsing end to end.
  * Its interface and endpoints exist only so that the bootstrap can negotiate it and connect an
  * endpoint (a fake transport is the only way to test negotiation between several transports
- * on a host that has just one real one); every data operation is absent, so the framework
- * answers XFER_ERR_UNSUPPORTED.
+ * on a host that has just one real one); XFER_<NAME>_UNREACHABLE=y makes its iface refuse
+ * every peer (iface_reachable), for the negotiation's skipping of unreachable transports.
+ * Every data operation is absent, so the framework answers XFER_ERR_UNSUPPORTED.
  */
 #include <xfer/component.h>
 
+#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +42,7 @@ typedef struct test_config {
     uint64_t buf;
     int      level;
     char     *reason;
+    int      unreachable;
 } test_config_t;
 
 static const char *const levels[] = {"low", "mid", "high", NULL};
@@ -66,6 +69,8 @@ static const xfer_param_desc_t test_params[] = {
      offsetof(test_config_t, level), 0, 0, levels},
     {"REASON", XFER_PARAM_STRING, "disabled by XFER_" TEST_NAME "_AVAILABLE",
      "Reason given when not available.", offsetof(test_config_t, reason), 0, 0, NULL},
+    {"UNREACHABLE", XFER_PARAM_BOOL, "n", "Say that no peer is reachable (iface_reachable).",
+     offsetof(test_config_t, unreachable), 0, 0, NULL},
     {NULL}
 };
 
@@ -127,14 +132,22 @@ static xfer_status_t test_query(const void *config, xfer_component_attr_t *attr)
     return XFER_OK;
 }
 
-/* Negotiation-only iface and endpoints: allocated so leaks show, no data path. */
+/* Negotiation-only iface and endpoints: allocated so leaks show, no data path. The iface
+ * is its config, for iface_reachable. */
+struct xfer_iface {
+    const test_config_t *cfg;
+};
+
 static xfer_status_t test_iface_open(const void *config, const xfer_iface_params_t *params,
                                      xfer_iface_h *iface_p)
 {
-    (void)config;
     (void)params;
-    *iface_p = malloc(1);
-    return (*iface_p != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
+    *iface_p = malloc(sizeof(**iface_p));
+    if (*iface_p == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    (*iface_p)->cfg = config;
+    return XFER_OK;
 }
 
 static void test_iface_close(xfer_iface_h iface)
@@ -151,6 +164,23 @@ static xfer_status_t test_iface_address(xfer_iface_h iface, void *buf, size_t *l
     memcpy(buf, TEST_NAME, sizeof(TEST_NAME));
     *len_p = sizeof(TEST_NAME);
     return XFER_OK;
+}
+
+static int test_iface_reachable(xfer_iface_h iface, const void *peer_iface_addr,
+                                size_t addr_len, char *why, size_t why_size)
+{
+    char upper[sizeof(TEST_NAME)];
+
+    (void)peer_iface_addr;
+    (void)addr_len;
+    if (!iface->cfg->unreachable) {
+        return 1;
+    }
+    for (size_t i = 0; i < sizeof(upper); i++) {
+        upper[i] = (char)toupper((unsigned char)TEST_NAME[i]);
+    }
+    snprintf(why, why_size, "refused by XFER_%s_UNREACHABLE", upper);
+    return 0;
 }
 
 static xfer_status_t test_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
@@ -192,4 +222,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t TEST_SYMBOL = {
     .ep_create     = test_ep_create,
     .ep_destroy    = test_ep_destroy,
     .progress      = test_progress,
+    .iface_reachable = test_iface_reachable,
 };

@@ -314,6 +314,19 @@ typedef struct xfer_component_v1 {
      * the framework calls it instead of mem_reg; NULL: mem_reg is called. */
     xfer_status_t (*mem_reg_params)(xfer_iface_h iface, const struct xfer_mem_reg_params *params,
                                     xfer_memh_h *memh_p);
+
+    /* Whether an endpoint of this iface to the peer whose iface_address is peer_iface_addr
+     * can work: 1 when it can (the peer is on this host, ...), 0 with why filled (one line:
+     * "other host (boot id differs)"). The bootstrap asks on both sides before it creates an
+     * endpoint: the server skips a transport whose iface says 0 for the client's address and
+     * takes the client's next one; the client fails the connect with XFER_ERR_UNREACHABLE
+     * when its own iface says 0 for the server's address of the transport chosen. A transport
+     * without XFER_CAP_INTER_HOST must set it: offers are ranked without that capability,
+     * since which peers a transport reaches is decided here, per peer. NULL: every peer is
+     * reachable. The framework reads it only when size covers it (components built before it
+     * existed are loaded without it). */
+    int           (*iface_reachable)(xfer_iface_h iface, const void *peer_iface_addr,
+                                     size_t addr_len, char *why, size_t why_size);
 } xfer_component_v1_t;
 
 /*

@@ -29,6 +29,8 @@ typedef struct xfer_component_info {
     xfer_component_state_t      state;
     const char                  *reason;      /* why unavailable or failed; "" otherwise */
     const xfer_component_attr_t *attr;        /* query result; NULL when it failed */
+    int                         per_peer;     /* 1: it says per peer whether it reaches it
+                                               * (iface_reachable), checked at connect */
 } xfer_component_info_t;
 
 XFER_API size_t xfer_component_count(const xfer_context_t *ctx);
