@@ -34,8 +34,12 @@ echo "== xfer_info: the transports this host has =="
 ./contrib/xfer_info
 
 echo
-echo "== hello_tensors: a producer and a consumer move tensors and messages over loopback =="
-echo "   (source: contrib/examples/hello_tensors.c)"
+echo "== hello_tensors: a producer and a consumer move tensors and messages over TCP loopback =="
+echo "   (source: contrib/examples/hello_tensors.c; XFER_TRANSPORTS=tcp, the embedded default)"
+XFER_TRANSPORTS=tcp ./contrib/examples/hello_tensors
+
+echo
+echo "== the same two processes with no XFER_TRANSPORTS: peers on one host choose shm =="
 ./contrib/examples/hello_tensors
 
 echo

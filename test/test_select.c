@@ -20,9 +20,11 @@ static void setup(void)
     dir = tu_plugin_dir((const char *[]){"talpha", "tbeta", "tgood", "tfail", NULL});
     setenv("XFER_COMPONENT_PATH", dir, 1);
     unsetenv("XFER_TRANSPORTS");
-    /* rank the test plug-ins among themselves: the real tcp (which outranks them all) is made
-     * unavailable the way a user would, by naming an interface that does not exist */
+    /* rank the test plug-ins among themselves: the real tcp and shm (which outrank them all)
+     * are made unavailable the way a user would, by naming an interface that does not exist
+     * and a ring cell that is not a whole number of cache lines */
     setenv("XFER_TCP_IFACE", "nosuchif0", 1);
+    setenv("XFER_SHM_CELL_SIZE", "300", 1);
 }
 
 static void teardown(void)
@@ -242,7 +244,7 @@ Test(select, unknown_name_suggests_closest)
 {
     setenv("XFER_TRANSPORTS", "talhpa,tbeta", 1);
     expect_env_error("unknown transport 'talhpa'; did you mean 'talpha'?",
-                     "talpha, tbeta, tcp, tfail, tgood");
+                     "shm, talpha, tbeta, tcp, tfail, tgood");
     setenv("XFER_TRANSPORTS", "^tpc", 1);
     expect_env_error("unknown transport 'tpc'; did you mean 'tcp'?", NULL);
     setenv("XFER_TRANSPORTS", "infiniband", 1);
@@ -309,7 +311,8 @@ Test(select, typed_parameters_reach_the_component)
             cr_expect((p.source == XFER_PARAM_SOURCE_DEFAULT) ||
                       (strncmp(p.env_name, "XFER_TGOOD_", 11) == 0) ||
                       (strcmp(p.env_name, "XFER_COMPONENT_PATH") == 0) ||
-                      (strcmp(p.env_name, "XFER_TCP_IFACE") == 0), "%s", p.env_name);
+                      (strcmp(p.env_name, "XFER_TCP_IFACE") == 0) ||
+                      (strcmp(p.env_name, "XFER_SHM_CELL_SIZE") == 0), "%s", p.env_name);
         }
     }
     cr_expect(found);

@@ -1,0 +1,437 @@
+/*
+ * The shm component's internals, shared by its files: configuration, interface, endpoints,
+ * operations, and the producer side of tensor fetches. Not installed; everything is hidden.
+ *
+ * An endpoint is two rings (shm_ring.h), one per direction, each in a memfd of its consumer,
+ * and the bootstrap's TCP connection, kept as the doorbell (a byte wakes a sleeping peer) and
+ * as the sign of the peer's death (the kernel closes it when the process goes, however it
+ * goes). Messages and answers go through the rings; data above RNDV_THRESH moves with one
+ * copy by cross-memory attach (process_vm_readv/writev) - always done by the side whose
+ * memory is written into the other's read, or by the target after it checked the region -
+ * and through the ring, pipelined, where the kernel does not allow it.
+ *
+ * Threading: none. The framework serialises every call, and the component calls back into the
+ * framework only from inside those calls. Completions are queued and delivered by progress().
+ */
+#ifndef XFER_SHM_H
+#define XFER_SHM_H
+
+#include "shm_ring.h"
+
+#include <xfer/component.h>
+
+#include <ucs/datastruct/list.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define XFER_SHM_SUBSYS  "shm"
+#define XFER_SHM_RX_BUDGET 256      /* frames per endpoint per progress() */
+#define XFER_SHM_ENTRY_OVERHEAD 64  /* what a buffered message costs beyond its bytes */
+#define XFER_SHM_TENSOR_RANK_MAX 8
+
+enum { XFER_SHM_CMA_AUTO, XFER_SHM_CMA_ON, XFER_SHM_CMA_OFF };
+
+/* The parameter table is in shm_component.c. */
+typedef struct xfer_shm_config {
+    uint64_t cells;             /* CELLS: cells of each ring */
+    uint64_t cell_size;         /* CELL_SIZE: bytes of a cell, its 64-byte header included */
+    uint64_t rndv_thresh;       /* RNDV_THRESH: data from this size moves by CMA */
+    int      cma;               /* CMA: auto | on | off */
+    uint64_t max_msg_size;      /* MAX_MSG_SIZE */
+    uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes, all peers */
+    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
+    uint64_t max_answers;       /* MAX_ANSWERS: answers queued for a peer before its input
+                                 * pauses */
+} xfer_shm_config_t;
+
+/* Who this process is, as the iface address carries it (little-endian, fixed layout). */
+#define XFER_SHM_ADDR_MAGIC 0x58534d41u    /* "XSMA" */
+typedef struct xfer_shm_host_id {
+    uint8_t  boot_id[16];       /* /proc/sys/kernel/random/boot_id */
+    uint64_t pid_ns;            /* inode of /proc/self/ns/pid: pids mean the same */
+    uint64_t mnt_ns;            /* ... of /proc/self/ns/mnt: /proc is the same */
+    uint32_t uid;
+    uint32_t pid;
+    uint32_t cma;               /* 1: this side allows and uses CMA */
+} xfer_shm_host_id_t;
+
+typedef struct xfer_shm_op  xfer_shm_op_t;
+typedef struct xfer_shm_preq xfer_shm_preq_t;
+
+/* ---- send queue ------------------------------------------------------------------------------ */
+
+/* A message on its way into the peer's ring: its first frame's header, then data written in
+ * cells as the ring has room. */
+typedef struct xfer_shm_tx {
+    ucs_list_link_t     list;       /* ep->txq */
+    xfer_shm_frame_t    hdr;
+    const uint8_t       *head;      /* payload of the first frame before the data (tensor
+                                     * dims), head_len bytes */
+    size_t              head_len;
+    const uint8_t       *data;
+    uint64_t            len;        /* data bytes */
+    uint64_t            sent;       /* of them written */
+    int                 started;    /* the first frame is in the ring */
+    int                 answer;     /* it answers the peer (counts in ep->answers) */
+    void                *owned;     /* freed with the entry (a copy of small data) */
+    xfer_shm_op_t       *op;        /* completes once written (when on_write) */
+    xfer_shm_preq_t     *preq;      /* tensor answer: released once written */
+    int                 embedded;   /* part of op or preq: not freed on its own */
+} xfer_shm_tx_t;
+
+/* ---- operations ------------------------------------------------------------------------------ */
+
+typedef enum {
+    XFER_SHM_OP_SEND,
+    XFER_SHM_OP_RECV,
+    XFER_SHM_OP_PUT,
+    XFER_SHM_OP_GET,
+    XFER_SHM_OP_FETCH,
+    XFER_SHM_OP_FLUSH,
+} xfer_shm_op_kind_t;
+
+struct xfer_shm_op {
+    ucs_list_link_t     list;       /* iface->posted (RECV), ep->flushes, or iface->compq */
+    xfer_shm_op_kind_t  kind;
+    xfer_comp_t         *comp;
+    xfer_iface_h        iface;
+    xfer_ep_h           ep;         /* RECV: the filter, then the source */
+    xfer_status_t       status;
+    size_t              length;
+    uint64_t            tag;
+    int                 busy;       /* data is arriving: too late to cancel */
+    int                 on_write;   /* complete once its frames are written */
+    uint32_t            slot;       /* outstanding request: index in ep->slots, or UINT32_MAX */
+    void                *buf;
+    size_t              len;
+    uint64_t            rtag, rmask;
+    void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void                *alloc_arg;
+    xfer_tensor_t       *result;
+    uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
+    uint64_t            mark_tx;    /* FLUSH: entries queued before it */
+    xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
+    char                key[];      /* FETCH: the key, for the request frame */
+};
+
+typedef enum {
+    XFER_SHM_SLOT_FREE,
+    XFER_SHM_SLOT_OP,           /* an op waits for the answer */
+    XFER_SHM_SLOT_TOMBSTONE,    /* a cancelled fetch whose answer is still to come */
+} xfer_shm_slot_kind_t;
+
+typedef struct xfer_shm_slot {
+    uint32_t             gen;
+    uint32_t             next_free;
+    xfer_shm_slot_kind_t kind;
+    xfer_shm_op_t        *op;
+} xfer_shm_slot_t;
+
+/* ---- producer side of a tensor fetch --------------------------------------------------------- */
+
+struct xfer_shm_preq {
+    xfer_tensor_waiter_t waiter;    /* handed to the framework */
+    ucs_list_link_t      list;      /* ep->preqs */
+    xfer_ep_h            ep;
+    uint64_t             id;        /* the consumer's request id */
+    uint64_t             step;
+    int                  waiting;   /* ready() not called yet */
+    int                  rndv;      /* the consumer reads the data: wait for TDONE */
+    void                 *handle;   /* from ready(XFER_OK): tensor_release() it when done */
+    xfer_status_t        release_status;
+    xfer_shm_tx_t        tx;
+    int64_t              dims[XFER_SHM_TENSOR_RANK_MAX];
+    char                 reason[XFER_REASON_MAX];
+    uint32_t             key_len, key_got;
+    char                 key[];
+};
+
+/* ---- unexpected tag messages ----------------------------------------------------------------- */
+
+typedef struct xfer_shm_unexp {
+    ucs_list_link_t list;           /* iface->unexp, arrival order */
+    xfer_ep_h       ep;
+    uint64_t        tag;
+    uint64_t        length;
+    int             complete;       /* all bytes arrived (or RNDV: nothing more comes) */
+    int             rndv;           /* the data is in the sender: src, send id */
+    uint64_t        src, send_id;
+    xfer_shm_op_t   *recv;          /* a receive that matched it while it was arriving */
+    uint8_t         data[];
+} xfer_shm_unexp_t;
+
+/* ---- endpoint ------------------------------------------------------------------------------- */
+
+typedef enum {
+    XFER_SHM_EP_CREATED,
+    XFER_SHM_EP_CONNECTED,
+    XFER_SHM_EP_FAILING,        /* failure found outside progress(); handled by the next one */
+    XFER_SHM_EP_FAILED,
+} xfer_shm_ep_state_t;
+
+/* What the frames being received go into. */
+typedef enum {
+    XFER_SHM_RX_IDLE,
+    XFER_SHM_RX_TAG,            /* into rx.op's buffer or rx.ue */
+    XFER_SHM_RX_PUT,            /* into a checked region */
+    XFER_SHM_RX_GET_RESP,       /* into rx.op's buffer */
+    XFER_SHM_RX_FETCH_KEY,      /* into rx.preq's key */
+    XFER_SHM_RX_TRESP,          /* into rx.op's destination */
+    XFER_SHM_RX_DISCARD,        /* nowhere */
+} xfer_shm_rx_kind_t;
+
+typedef struct xfer_shm_rx {
+    xfer_shm_rx_kind_t  kind;
+    uint8_t             *dest;      /* NULL: bytes are dropped */
+    uint64_t            cap;        /* bytes of dest */
+    uint64_t            total;      /* bytes the message carries */
+    uint64_t            got;
+    xfer_status_t       status;
+    uint64_t            id, tag;
+    xfer_shm_op_t       *op;
+    xfer_shm_unexp_t    *ue;
+    xfer_shm_preq_t     *preq;
+} xfer_shm_rx_t;
+
+struct xfer_ep {
+    xfer_iface_h        iface;
+    ucs_list_link_t     list;           /* iface->eps */
+    void                *fw_ep;
+    int                 fd;             /* the bootstrap connection: doorbell and liveness */
+    int                 is_server;
+    xfer_shm_ep_state_t state;
+    xfer_status_t       fail_status;
+    char                fail_reason[XFER_REASON_MAX];
+    int                 peer_gone;      /* its connection ended: what it wrote is all */
+    int                 cma;            /* both sides allow CMA */
+    pid_t               peer_pid;
+    uint64_t            token;          /* names our segment to the peer */
+    int                 memfd;          /* our segment's, until the peer mapped it */
+    xfer_shm_ring_t     in;             /* ours: the peer produces, we consume */
+    xfer_shm_ring_t     out;            /* the peer's: we produce */
+    uint64_t            max_msg;        /* min(ours, the peer's) */
+
+    ucs_list_link_t     txq;            /* xfer_shm_tx_t, in ring order */
+    uint64_t            tx_queued;      /* entries ever queued */
+    uint64_t            tx_done;        /* ... and ever written whole */
+    uint64_t            answers;        /* answers to the peer queued now */
+    int                 rx_paused;      /* input waits (unexpected bounds, answers) */
+    xfer_shm_rx_t       rx;
+    uint64_t            unexp_bytes;
+
+    uint64_t            rma_posted;     /* PUTs and GETs ever posted */
+    uint64_t            rma_done;       /* ... and completed (answers come in order) */
+    ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
+
+    xfer_shm_slot_t     *slots;
+    uint32_t            num_slots;
+    uint32_t            free_slot;
+    uint32_t            busy_slots;
+
+    ucs_list_link_t     preqs;          /* xfer_shm_preq_t of this peer */
+    uint32_t            num_preqs;
+
+    int                 in_failing;
+    ucs_list_link_t     failing_link;
+    int                 in_notify;
+    ucs_list_link_t     notify_link;
+};
+
+/* ---- interface ------------------------------------------------------------------------------ */
+
+struct kh_xfer_shm_mem_s;
+
+struct xfer_iface {
+    const xfer_shm_config_t  *cfg;
+    xfer_iface_params_t      params;
+    xfer_shm_host_id_t       me;
+    int                      epfd;
+    uint64_t                 cookie;        /* random: keys of another iface do not fit */
+    uint64_t                 next_region;
+    struct kh_xfer_shm_mem_s *regions;
+    ucs_list_link_t          eps;
+    ucs_list_link_t          posted;        /* RECV ops, posting order */
+    ucs_list_link_t          unexp;         /* xfer_shm_unexp_t, arrival order */
+    uint64_t                 unexp_bytes;
+    ucs_list_link_t          compq;         /* completed ops, callback pending */
+    ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
+    ucs_list_link_t          failing;
+    ucs_list_link_t          notify;
+    unsigned                 polls;         /* progress() calls since epoll was last asked */
+    int                      slept;         /* armed for sleep since: ask epoll at once */
+};
+
+struct xfer_memh {
+    uint64_t id;
+    uint8_t  *addr;
+    size_t   length;
+};
+
+/* The remote key: the region's id and bounds in the owner, the owner iface's cookie. */
+#define XFER_SHM_RKEY_LEN 40u
+struct xfer_rkey {
+    uint64_t cookie, id, addr, length;
+    uint32_t pid;
+};
+
+/* ---- shm_component.c ------------------------------------------------------------------------ */
+/* This process's identity for the iface address; why when it cannot be read. */
+xfer_status_t xfer_shm_host_id(xfer_shm_host_id_t *id, int cma, char *why, size_t why_size);
+/* Can this side's CMA be used (the CMA parameter, and a probe of the kernel)? why if not. */
+int xfer_shm_cma_allowed(const xfer_shm_config_t *cfg, char *why, size_t why_size);
+void xfer_shm_host_id_pack(const xfer_shm_host_id_t *id, uint8_t *buf);  /* 48 bytes */
+xfer_status_t xfer_shm_host_id_unpack(const void *buf, size_t len, xfer_shm_host_id_t *id,
+                                      char *why, size_t why_size);
+#define XFER_SHM_IFACE_ADDR_LEN 52u
+
+/* ---- shm_iface.c ---------------------------------------------------------------------------- */
+uint64_t xfer_shm_random64(void);
+xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
+                                  xfer_iface_h *iface_p);
+void xfer_shm_iface_close(xfer_iface_h iface);
+xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
+unsigned xfer_shm_iface_progress(xfer_iface_h iface);
+int xfer_shm_iface_event_fd(xfer_iface_h iface);
+xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface);
+xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+int xfer_shm_iface_reachable(xfer_iface_h iface, const void *peer_addr, size_t len, char *why,
+                             size_t why_size);
+xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
+                               xfer_comp_t *comp, size_t extra);
+/* Queue a completion; progress() delivers it. */
+void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag);
+/* Deliver now the queued completions of ops that ran on ep (ep_destroy). */
+void xfer_shm_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
+
+/* ---- shm_ep.c ------------------------------------------------------------------------------- */
+xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
+                                 xfer_ep_h *ep_p);
+xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
+xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
+void xfer_shm_ep_destroy(xfer_ep_h ep);
+xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+/* Can ops be posted? XFER_OK or the status the ep failed with. */
+xfer_status_t xfer_shm_ep_check(xfer_ep_h ep);
+/* Fail ep: from progress() now, from anywhere else at the next progress(). */
+void xfer_shm_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void xfer_shm_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void xfer_shm_ep_fail_deferred(xfer_ep_h ep);
+/* Flushes whose conditions now hold complete. */
+unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep);
+/* A PUT or GET completed (they complete in order). */
+void xfer_shm_ep_rma_done(xfer_ep_h ep);
+/* Outstanding-request slots: ids carry a generation so that a stale or forged id is found
+ * as no request. */
+xfer_status_t xfer_shm_slot_alloc(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t *id_p);
+xfer_shm_slot_t *xfer_shm_slot_find(xfer_ep_h ep, uint64_t id);
+void xfer_shm_slot_free(xfer_ep_h ep, uint32_t idx);
+/* Cross-memory attach between this process and the peer: move len bytes between local and
+ * the peer's remote address (to_peer: write into the peer). XFER_OK, or an error with why. */
+xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t len, int to_peer,
+                           char *why, size_t why_size);
+
+/* ---- shm_tx.c ------------------------------------------------------------------------------- */
+/* Queue a message: hdr's first frame, then len bytes of data (copied into cells as the ring
+ * has room). tx is the caller's (embedded) or NULL: one is allocated, with copy = 1 copying
+ * data so the caller may reuse it. XFER_OK or XFER_ERR_NO_MEMORY. */
+xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_frame_t *hdr,
+                                const void *data, uint64_t len, int copy, int answer);
+/* A frame with no payload (an answer: TAG_FIN, PUT_ACK, TDONE...). */
+xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
+                               int answer);
+/* Write what the ring has room for: the frames written, or -1 when the ep failed. Rings the
+ * doorbell when the peer sleeps. */
+int xfer_shm_tx_write(xfer_ep_h ep);
+/* Queue entries that will never be written (the ep failed or closes). */
+void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status);
+
+/* ---- shm_rx.c ------------------------------------------------------------------------------- */
+/* Process input frames, up to XFER_SHM_RX_BUDGET; returns how many. */
+unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep);
+/* The message being received continues in DATA frames into dest (cap bytes of room, the rest
+ * dropped). */
+void xfer_shm_rx_expect(xfer_ep_h ep, xfer_shm_rx_kind_t kind, void *dest, uint64_t cap,
+                        uint64_t total);
+/* Bytes of the message being received, in order: into dest within cap, the rest dropped. */
+void xfer_shm_rx_feed(xfer_ep_h ep, const uint8_t *p, uint64_t n);
+/* A status the peer reports, as one of ours: unknown values become XFER_ERR_PROTOCOL. */
+xfer_status_t xfer_shm_status_from_peer(int32_t status);
+/* Receiving ends with the ep: whatever the frame being received was filling ends. */
+void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status);
+/* The doorbell connection has something: bytes (drained) or its end. */
+void xfer_shm_ep_doorbell(xfer_ep_h ep);
+
+/* Per-type handlers, called with the frame's header and its payload (hdr->len bytes). They
+ * return XFER_OK, XFER_ERR_BUSY (leave the frame in the ring and pause) or an error that fails
+ * the ep (why says what). */
+typedef xfer_status_t (*xfer_shm_rx_fn_t)(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                          const uint8_t *payload, char *why, size_t why_size);
+/* The message being received is whole. */
+typedef xfer_status_t (*xfer_shm_rx_done_fn_t)(xfer_ep_h ep, char *why, size_t why_size);
+
+/* ---- shm_tag.c ------------------------------------------------------------------------------ */
+xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
+                                xfer_memh_h memh, xfer_comp_t *comp);
+xfer_status_t xfer_shm_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
+                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
+                                xfer_comp_t *comp);
+xfer_status_t xfer_shm_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
+                              char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tag_fin(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                  const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size);
+void xfer_shm_unexp_release(xfer_iface_h iface, xfer_shm_unexp_t *ue);
+
+/* ---- shm_rma.c ------------------------------------------------------------------------------ */
+xfer_status_t xfer_shm_regions_init(xfer_iface_h iface);
+void xfer_shm_regions_cleanup(xfer_iface_h iface);
+xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
+xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
+                                 size_t *len_p);
+xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
+                                   xfer_rkey_h *rkey_p);
+void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
+xfer_status_t xfer_shm_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
+                              char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                  const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
+                              char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                   const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size);
+
+/* ---- shm_tensor.c --------------------------------------------------------------------------- */
+xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                    xfer_comp_t *comp);
+xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                     xfer_status_t status);
+xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                  const uint8_t *payload, char *why, size_t why_size);
+/* The preq's tensor answer was written into the ring (inline data: release it). */
+void xfer_shm_preq_sent(xfer_shm_preq_t *preq);
+/* Release what the producer side of ep holds: withdraw waiters, release answered tensors. */
+void xfer_shm_preq_withdraw_all(xfer_ep_h ep, xfer_status_t status);
+void xfer_shm_preq_free(xfer_shm_preq_t *preq);
+
+#endif

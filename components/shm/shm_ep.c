@@ -1,0 +1,567 @@
+/*
+ * An shm endpoint's life: its segments (one ring per direction, each in a memfd of the side
+ * that consumes it, mapped by the peer through /proc/<pid>/fd), its liveness (the bootstrap
+ * connection, whose end the kernel reports however the peer's process ended), failure and
+ * teardown, flushes, outstanding-request slots, and the cross-memory attach it moves large
+ * data with.
+ *
+ * A memfd lives in no mount: when both processes are gone, or one is killed at any point of
+ * the set-up, nothing of the segment is left anywhere. The peer can only open it while we
+ * hold it open, and only with the same rights ptrace would need (PTRACE_MODE_READ).
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define EP_ADDR_LEN 48u
+#define SLOTS_MAX   (1u << 20)
+
+typedef struct ep_addr {
+    uint64_t token, base, max_msg;
+    uint32_t pid, memfd, ncells, cell_size, cma;
+} ep_addr_t;
+
+static void ep_addr_pack(const ep_addr_t *a, uint8_t *b)
+{
+    memcpy(b, &a->token, 8);
+    memcpy(b + 8, &a->base, 8);
+    memcpy(b + 16, &a->max_msg, 8);
+    memcpy(b + 24, &a->pid, 4);
+    memcpy(b + 28, &a->memfd, 4);
+    memcpy(b + 32, &a->ncells, 4);
+    memcpy(b + 36, &a->cell_size, 4);
+    memcpy(b + 40, &a->cma, 4);
+    memset(b + 44, 0, EP_ADDR_LEN - 44);
+}
+
+static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
+{
+    memcpy(&a->token, b, 8);
+    memcpy(&a->base, b + 8, 8);
+    memcpy(&a->max_msg, b + 16, 8);
+    memcpy(&a->pid, b + 24, 4);
+    memcpy(&a->memfd, b + 28, 4);
+    memcpy(&a->ncells, b + 32, 4);
+    memcpy(&a->cell_size, b + 36, 4);
+    memcpy(&a->cma, b + 40, 4);
+}
+
+xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
+                                 xfer_ep_h *ep_p)
+{
+    const xfer_shm_config_t *cfg = iface->cfg;
+    xfer_shm_host_id_t peer;
+    char why[XFER_REASON_MAX];
+    size_t seg_len;
+    xfer_ep_h ep;
+    void *base;
+
+    if ((params == NULL) || (ep_p == NULL) || (params->sock_fd < 0)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (xfer_shm_host_id_unpack(params->peer_iface_addr, params->peer_iface_addr_len, &peer,
+                                why, sizeof(why)) != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "peer address: %s", why);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (!xfer_shm_iface_reachable(iface, params->peer_iface_addr, params->peer_iface_addr_len,
+                                  why, sizeof(why))) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot reach the peer: %s", why);
+        return XFER_ERR_UNREACHABLE;
+    }
+    ep = calloc(1, sizeof(*ep));
+    if (ep == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    ep->iface     = iface;
+    ep->fw_ep     = params->fw_ep;
+    ep->is_server = params->is_server;
+    ep->state     = XFER_SHM_EP_CREATED;
+    ep->peer_pid  = (pid_t)peer.pid;
+    ep->cma       = iface->me.cma && peer.cma;
+    ep->token     = xfer_shm_random64();
+    ep->free_slot = UINT32_MAX;
+    ep->max_msg   = cfg->max_msg_size;
+    ucs_list_head_init(&ep->txq);
+    ucs_list_head_init(&ep->flushes);
+    ucs_list_head_init(&ep->preqs);
+    ucs_list_head_init(&ep->failing_link);
+    ucs_list_head_init(&ep->notify_link);
+
+    ep->fd    = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
+    ep->memfd = memfd_create("xfer-shm", MFD_CLOEXEC);
+    seg_len   = xfer_shm_seg_len((uint32_t)cfg->cells, (uint32_t)cfg->cell_size);
+    if ((ep->fd < 0) || (ep->memfd < 0) || (ftruncate(ep->memfd, (off_t)seg_len) != 0)) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create an endpoint's segment of %zu "
+                 "bytes: %s", seg_len, strerror(errno));
+        goto err;
+    }
+    base = mmap(NULL, seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, ep->memfd, 0);
+    if (base == MAP_FAILED) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot map an endpoint's segment of %zu "
+                 "bytes: %s", seg_len, strerror(errno));
+        goto err;
+    }
+    xfer_shm_seg_init(&ep->in, base, (uint32_t)cfg->cells, (uint32_t)cfg->cell_size,
+                      ep->token);
+    ucs_list_add_tail(&iface->eps, &ep->list);
+    *ep_p = ep;
+    return XFER_OK;
+
+err:
+    if (ep->fd >= 0) {
+        close(ep->fd);
+    }
+    if (ep->memfd >= 0) {
+        close(ep->memfd);
+    }
+    free(ep);
+    return XFER_ERR_NO_RESOURCE;
+}
+
+xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
+{
+    ep_addr_t a;
+
+    if ((ep == NULL) || (len_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((buf == NULL) || (*len_p < EP_ADDR_LEN)) {
+        *len_p = EP_ADDR_LEN;
+        return XFER_ERR_NO_RESOURCE;
+    }
+    a.token     = ep->token;
+    a.base      = (uint64_t)(uintptr_t)ep->in.base;
+    a.max_msg   = ep->iface->cfg->max_msg_size;
+    a.pid       = (uint32_t)getpid();
+    a.memfd     = (uint32_t)ep->memfd;
+    a.ncells    = ep->in.ncells;
+    a.cell_size = ep->in.cell_size;
+    a.cma       = (uint32_t)ep->cma;
+    ep_addr_pack(&a, buf);
+    *len_p = EP_ADDR_LEN;
+    return XFER_OK;
+}
+
+/* Map the peer's segment: /proc/<pid>/fd/<memfd> names its memfd while the peer holds it. */
+static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *why,
+                                      size_t why_size)
+{
+    size_t want = xfer_shm_seg_len(a->ncells, a->cell_size);
+    char path[64];
+    struct stat st;
+    xfer_status_t status;
+    void *base;
+    int fd;
+
+    if (xfer_shm_geometry_check(a->ncells, a->cell_size, why, why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((pid_t)a->pid != ep->peer_pid) {
+        snprintf(why, why_size, "the endpoint address names pid %u, the peer's interface %d",
+                 a->pid, (int)ep->peer_pid);
+        return XFER_ERR_PROTOCOL;
+    }
+    snprintf(path, sizeof(path), "/proc/%u/fd/%u", a->pid, a->memfd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if ((fd < 0) && (errno == ENOENT)) {
+        /* the peer's process ended, or it closed its endpoint already: the endpoint is made
+         * and fails at once, as one over a network would once it learns */
+        snprintf(why, why_size, "the peer closed its endpoint (or exited) before this side "
+                 "mapped its ring (%s: %s)", path, strerror(errno));
+        return XFER_ERR_CONNECTION;
+    }
+    if (fd < 0) {
+        snprintf(why, why_size, "cannot open the peer's segment %s: %s%s", path,
+                 strerror(errno), (errno == EACCES) || (errno == EPERM) ?
+                 " (the kernel does not let this process read the peer's descriptors)" : "");
+        return XFER_ERR_UNAVAILABLE;
+    }
+    if ((fstat(fd, &st) != 0) || ((uint64_t)st.st_size != want)) {
+        snprintf(why, why_size, "the peer's segment %s has %lld bytes, its address says %zu",
+                 path, (long long)st.st_size, want);
+        close(fd);
+        return XFER_ERR_PROTOCOL;
+    }
+    base = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) {
+        snprintf(why, why_size, "cannot map the peer's segment: %s", strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    status = xfer_shm_seg_attach(&ep->out, base, want, a->token, why, why_size);
+    if (status != XFER_OK) {
+        munmap(base, want);
+        ep->out.base = NULL;
+    }
+    return status;
+}
+
+xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len)
+{
+    struct epoll_event ev = {0};
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+    ep_addr_t a;
+
+    if ((ep == NULL) || (ep->state != XFER_SHM_EP_CREATED)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((peer_ep_addr == NULL) || (addr_len != EP_ADDR_LEN)) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "an shm endpoint address of %zu bytes "
+                 "(expected %u)", addr_len, EP_ADDR_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    ep_addr_unpack(peer_ep_addr, &a);
+    status = peer_segment_map(ep, &a, why, sizeof(why));
+    if (status == XFER_ERR_CONNECTION) {
+        ep->state = XFER_SHM_EP_CONNECTED;
+        ep->peer_gone = 1;
+        xfer_shm_ep_fail_later(ep, status, "%s", why);
+        return XFER_OK;
+    }
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "connect: %s", why);
+        return status;
+    }
+    ep->cma     = ep->cma && a.cma;
+    ep->max_msg = (a.max_msg < ep->max_msg) ? a.max_msg : ep->max_msg;
+    if (ep->cma) {
+        /* both sides allow CMA: prove it works in this direction before relying on it */
+        uint32_t magic = 0;
+
+        status = xfer_shm_cma(ep, &magic, a.base, sizeof(magic), 0, why, sizeof(why));
+        if ((status == XFER_OK) && (magic != XFER_SHM_SEG_MAGIC)) {
+            snprintf(why, sizeof(why), "read 0x%08x where the peer's segment starts",
+                     magic);
+            status = XFER_ERR_PROTOCOL;
+        }
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "connect: cross-memory attach to the "
+                     "peer fails: %s (XFER_SHM_CMA=off on both sides moves data through the "
+                     "ring instead)", why);
+            return XFER_ERR_UNAVAILABLE;
+        }
+    }
+    ev.events   = EPOLLIN | EPOLLRDHUP;
+    ev.data.ptr = ep;
+    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_ADD, ep->fd, &ev) != 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_ctl: %s", strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    ep->state = XFER_SHM_EP_CONNECTED;
+    xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "connected to pid %u: rings of %u x %u bytes, "
+             "CMA %s", a.pid, ep->out.ncells, ep->out.cell_size, ep->cma ? "on" : "off");
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t len, int to_peer,
+                           char *why, size_t why_size)
+{
+    uint64_t done = 0;
+
+    while (done < len) {
+        struct iovec l = {(uint8_t*)local + done, (size_t)(len - done)};
+        struct iovec r = {(void*)(uintptr_t)(remote + done), (size_t)(len - done)};
+        ssize_t n      = to_peer ? process_vm_writev(ep->peer_pid, &l, 1, &r, 1, 0) :
+                                   process_vm_readv(ep->peer_pid, &l, 1, &r, 1, 0);
+
+        if (n <= 0) {
+            snprintf(why, why_size, "%s of %llu bytes at 0x%llx in pid %d failed after %llu: "
+                     "%s", to_peer ? "process_vm_writev" : "process_vm_readv",
+                     (unsigned long long)len, (unsigned long long)remote, (int)ep->peer_pid,
+                     (unsigned long long)done, (n == 0) ? "no progress" : strerror(errno));
+            return ((n < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
+        }
+        done += (uint64_t)n;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
+{
+    if (ep == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    switch (ep->state) {
+    case XFER_SHM_EP_CONNECTED:
+        return XFER_OK;
+    case XFER_SHM_EP_CREATED:
+        return XFER_ERR_INVALID_PARAM;
+    default:
+        return (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CONNECTION;
+    }
+}
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+xfer_status_t xfer_shm_slot_alloc(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t *id_p)
+{
+    uint32_t idx;
+
+    if (ep->free_slot == UINT32_MAX) {
+        uint32_t num = ep->num_slots ? 2 * ep->num_slots : 64;
+        xfer_shm_slot_t *grown;
+
+        if (num > SLOTS_MAX) {
+            return XFER_ERR_NO_RESOURCE;
+        }
+        grown = realloc(ep->slots, num * sizeof(*grown));
+        if (grown == NULL) {
+            return XFER_ERR_NO_MEMORY;
+        }
+        for (uint32_t i = ep->num_slots; i < num; i++) {
+            grown[i].gen       = 1;
+            grown[i].kind      = XFER_SHM_SLOT_FREE;
+            grown[i].op        = NULL;
+            grown[i].next_free = (i + 1 < num) ? i + 1 : UINT32_MAX;
+        }
+        ep->free_slot = ep->num_slots;
+        ep->slots     = grown;
+        ep->num_slots = num;
+    }
+    idx           = ep->free_slot;
+    ep->free_slot = ep->slots[idx].next_free;
+    ep->slots[idx].kind = XFER_SHM_SLOT_OP;
+    ep->slots[idx].op   = op;
+    ep->busy_slots++;
+    op->slot = idx;
+    *id_p    = ((uint64_t)ep->slots[idx].gen << 32) | idx;
+    return XFER_OK;
+}
+
+xfer_shm_slot_t *xfer_shm_slot_find(xfer_ep_h ep, uint64_t id)
+{
+    uint32_t idx = (uint32_t)id;
+
+    if ((idx >= ep->num_slots) || (ep->slots[idx].gen != (uint32_t)(id >> 32)) ||
+        (ep->slots[idx].kind == XFER_SHM_SLOT_FREE)) {
+        return NULL;
+    }
+    return &ep->slots[idx];
+}
+
+void xfer_shm_slot_free(xfer_ep_h ep, uint32_t idx)
+{
+    xfer_shm_slot_t *s = &ep->slots[idx];
+
+    if (s->op != NULL) {
+        s->op->slot = UINT32_MAX;
+    }
+    s->kind      = XFER_SHM_SLOT_FREE;
+    s->op        = NULL;
+    s->gen++;
+    s->next_free = ep->free_slot;
+    ep->free_slot = idx;
+    ep->busy_slots--;
+}
+
+/* ---- flushes -------------------------------------------------------------------------------- */
+
+void xfer_shm_ep_rma_done(xfer_ep_h ep)
+{
+    ep->rma_done++;
+    if (ep->state == XFER_SHM_EP_CONNECTED) {
+        xfer_shm_ep_flushes_check(ep);
+    }
+}
+
+unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&ep->flushes)) {
+        xfer_shm_op_t *op = ucs_list_head(&ep->flushes, xfer_shm_op_t, list);
+
+        if ((ep->rma_done < op->serial) || (ep->tx_done < op->mark_tx)) {
+            break;
+        }
+        ucs_list_del(&op->list);
+        xfer_shm_op_complete(op, XFER_OK, 0, 0);
+        count++;
+    }
+    return count;
+}
+
+xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
+{
+    xfer_status_t status = xfer_shm_ep_check(ep);
+    xfer_shm_op_t *op;
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (comp == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    /* what is in the peer's ring is in its host's memory: written entries are delivered */
+    if ((ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
+        ucs_list_is_empty(&ep->flushes)) {
+        return XFER_OK;
+    }
+    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FLUSH, comp, 0);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->serial  = ep->rma_posted;
+    op->mark_tx = ep->tx_queued;
+    ucs_list_add_tail(&ep->flushes, &op->list);
+    return XFER_INPROGRESS;
+}
+
+/* ---- failure and teardown ------------------------------------------------------------------- */
+
+static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
+{
+    xfer_iface_h iface = ep->iface;
+    xfer_shm_op_t *op, *tmp;
+
+    if (ep->fd >= 0) {
+        if (ep->state != XFER_SHM_EP_CREATED) {
+            epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
+        }
+        close(ep->fd);
+        ep->fd = -1;
+    }
+    ep->state = XFER_SHM_EP_FAILED;
+    xfer_shm_rx_abort(ep, status);
+    xfer_shm_tx_drop_all(ep, status);
+    ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
+        ucs_list_del(&op->list);
+        xfer_shm_op_complete(op, status, 0, 0);
+    }
+    for (uint32_t i = 0; i < ep->num_slots; i++) {
+        if (ep->slots[i].kind == XFER_SHM_SLOT_FREE) {
+            continue;
+        }
+        op = ep->slots[i].op;
+        xfer_shm_slot_free(ep, i);
+        if (op != NULL) {
+            xfer_shm_op_complete(op, status, 0, 0);
+        }
+    }
+    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
+        if (op->ep == ep) {
+            ucs_list_del(&op->list);
+            xfer_shm_op_complete(op, status, 0, 0);
+        }
+    }
+    xfer_shm_preq_withdraw_all(ep, status);
+}
+
+static void ep_fail_now(xfer_ep_h ep)
+{
+    xfer_log_at(ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_SHM_SUBSYS,
+                "endpoint to the %s (pid %d) failed: %s (%s)", ep->is_server ? "client" :
+                "server", (int)ep->peer_pid, ep->fail_reason,
+                xfer_status_string(ep->fail_status));
+    ep_teardown(ep, ep->fail_status);
+    if (!ep->in_notify) {
+        ep->in_notify = 1;
+        ucs_list_add_tail(&ep->iface->notify, &ep->notify_link);
+    }
+}
+
+static void fail_record(xfer_ep_h ep, xfer_status_t status, const char *fmt, va_list ap)
+{
+    ep->fail_status = status;
+    vsnprintf(ep->fail_reason, sizeof(ep->fail_reason), fmt, ap);
+}
+
+void xfer_shm_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    if ((ep->state == XFER_SHM_EP_FAILED) || (ep->state == XFER_SHM_EP_FAILING)) {
+        return;
+    }
+    va_start(ap, fmt);
+    fail_record(ep, status, fmt, ap);
+    va_end(ap);
+    ep_fail_now(ep);
+}
+
+void xfer_shm_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+
+    if ((ep->state == XFER_SHM_EP_FAILED) || (ep->state == XFER_SHM_EP_FAILING)) {
+        return;
+    }
+    va_start(ap, fmt);
+    fail_record(ep, status, fmt, ap);
+    va_end(ap);
+    ep->state = XFER_SHM_EP_FAILING;
+    if (!ep->in_failing) {
+        ep->in_failing = 1;
+        ucs_list_add_tail(&ep->iface->failing, &ep->failing_link);
+    }
+}
+
+void xfer_shm_ep_fail_deferred(xfer_ep_h ep)
+{
+    if (ep->state == XFER_SHM_EP_FAILING) {
+        ep_fail_now(ep);
+    }
+}
+
+void xfer_shm_ep_destroy(xfer_ep_h ep)
+{
+    xfer_iface_h iface;
+    xfer_shm_unexp_t *ue, *tmp;
+
+    if (ep == NULL) {
+        return;
+    }
+    iface = ep->iface;
+    if (ep->state != XFER_SHM_EP_FAILED) {
+        ep_teardown(ep, XFER_ERR_CANCELED);
+    }
+    if (ep->in_failing) {
+        ucs_list_del(&ep->failing_link);
+    }
+    if (ep->in_notify) {
+        ucs_list_del(&ep->notify_link);
+    }
+    ep->in_failing = ep->in_notify = 0;
+    /* messages of this peer that nobody received go with it */
+    ucs_list_for_each_safe(ue, tmp, &iface->unexp, list) {
+        if (ue->ep == ep) {
+            xfer_shm_unexp_release(iface, ue);
+        }
+    }
+    /* tensors handed out for this peer's fetches are released before the ep goes */
+    while (!ucs_list_is_empty(&iface->releases)) {
+        xfer_shm_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_shm_preq_t, list);
+
+        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
+            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
+                                         preq->release_status);
+        }
+        xfer_shm_preq_free(preq);
+    }
+    xfer_shm_iface_deliver_ep(iface, ep);
+    ucs_list_del(&ep->list);
+    if (ep->in.base != NULL) {
+        munmap(ep->in.base, ep->in.seg_len);
+    }
+    if (ep->out.base != NULL) {
+        munmap(ep->out.base, ep->out.seg_len);
+    }
+    if (ep->memfd >= 0) {
+        close(ep->memfd);
+    }
+    free(ep->slots);
+    free(ep);
+}

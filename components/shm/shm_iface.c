@@ -1,0 +1,338 @@
+/*
+ * The shm interface: its epoll set (the endpoints' doorbell connections), progress, sleeping
+ * and completions, and whether a peer is on this host.
+ *
+ * progress() polls every endpoint's ring directly - shared memory needs no system call to be
+ * read - and asks epoll only now and then (every EPOLL_EVERY calls, and after a sleep): for the
+ * doorbell bytes of a peer that woke us and for the end of a peer's connection.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EPOLL_BATCH 16
+#define EPOLL_EVERY 64
+
+uint64_t xfer_shm_random64(void)
+{
+    uint64_t v;
+    struct timespec ts;
+
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v)) {
+        return v;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ((uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^
+           (uint64_t)ts.tv_sec;
+}
+
+xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
+                                  xfer_iface_h *iface_p)
+{
+    const xfer_shm_config_t *cfg = config;
+    char why[XFER_REASON_MAX], cma_why[XFER_REASON_MAX];
+    xfer_iface_h iface;
+    xfer_status_t status;
+    int cma;
+
+    if ((cfg == NULL) || (params == NULL) || (iface_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    iface = calloc(1, sizeof(*iface));
+    if (iface == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->cfg = cfg;
+    memcpy(&iface->params, params,
+           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
+    iface->params.size = sizeof(iface->params);
+    ucs_list_head_init(&iface->eps);
+    ucs_list_head_init(&iface->posted);
+    ucs_list_head_init(&iface->unexp);
+    ucs_list_head_init(&iface->compq);
+    ucs_list_head_init(&iface->releases);
+    ucs_list_head_init(&iface->failing);
+    ucs_list_head_init(&iface->notify);
+    iface->cookie = xfer_shm_random64();
+    iface->epfd   = -1;
+
+    cma    = xfer_shm_cma_allowed(cfg, cma_why, sizeof(cma_why));
+    status = xfer_shm_host_id(&iface->me, cma, why, sizeof(why));
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot open: %s", why);
+        free(iface);
+        return status;
+    }
+    xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "%s", cma_why);
+    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (iface->epfd < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_create1: %s", strerror(errno));
+        free(iface);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    status = xfer_shm_regions_init(iface);
+    if (status != XFER_OK) {
+        close(iface->epfd);
+        free(iface);
+        return status;
+    }
+    *iface_p = iface;
+    return XFER_OK;
+}
+
+static void deliver_one(xfer_shm_op_t *op)
+{
+    xfer_comp_t *comp = op->comp;
+
+    ucs_list_del(&op->list);
+    if (comp != NULL) {
+        comp->cb(comp, op->status, op->length, op->tag);
+    }
+    free(op);
+}
+
+static unsigned releases_run(xfer_iface_h iface)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&iface->releases)) {
+        xfer_shm_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_shm_preq_t, list);
+
+        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
+            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
+                                         preq->release_status);
+        }
+        xfer_shm_preq_free(preq);
+        count++;
+    }
+    return count;
+}
+
+void xfer_shm_iface_close(xfer_iface_h iface)
+{
+    if (iface == NULL) {
+        return;
+    }
+    while (!ucs_list_is_empty(&iface->eps)) {
+        xfer_shm_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
+    }
+    while (!ucs_list_is_empty(&iface->posted)) {
+        xfer_shm_op_t *op = ucs_list_head(&iface->posted, xfer_shm_op_t, list);
+
+        ucs_list_del(&op->list);
+        xfer_shm_op_complete(op, XFER_ERR_CANCELED, 0, 0);
+    }
+    while (!ucs_list_is_empty(&iface->unexp)) {
+        xfer_shm_unexp_release(iface, ucs_list_head(&iface->unexp, xfer_shm_unexp_t, list));
+    }
+    releases_run(iface);
+    while (!ucs_list_is_empty(&iface->compq)) {
+        deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
+    }
+    xfer_shm_regions_cleanup(iface);
+    close(iface->epfd);
+    free(iface);
+}
+
+xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
+{
+    if ((iface == NULL) || (len_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((buf == NULL) || (*len_p < XFER_SHM_IFACE_ADDR_LEN)) {
+        *len_p = XFER_SHM_IFACE_ADDR_LEN;
+        return XFER_ERR_NO_RESOURCE;
+    }
+    iface->me.pid = (uint32_t)getpid();
+    xfer_shm_host_id_pack(&iface->me, buf);
+    *len_p = XFER_SHM_IFACE_ADDR_LEN;
+    return XFER_OK;
+}
+
+int xfer_shm_iface_reachable(xfer_iface_h iface, const void *peer_addr, size_t len, char *why,
+                             size_t why_size)
+{
+    xfer_shm_host_id_t peer;
+
+    if (xfer_shm_host_id_unpack(peer_addr, len, &peer, why, why_size) != XFER_OK) {
+        return 0;
+    }
+    if (memcmp(peer.boot_id, iface->me.boot_id, sizeof(peer.boot_id)) != 0) {
+        snprintf(why, why_size, "the peer is on another host (its boot id differs)");
+        return 0;
+    }
+    if (peer.pid_ns != iface->me.pid_ns) {
+        snprintf(why, why_size, "the peer is in another pid namespace (a container): its "
+                 "pid and /proc/<pid> mean nothing here");
+        return 0;
+    }
+    if (peer.mnt_ns != iface->me.mnt_ns) {
+        snprintf(why, why_size, "the peer is in another mount namespace: its /proc is not "
+                 "ours");
+        return 0;
+    }
+    if (peer.uid != iface->me.uid) {
+        snprintf(why, why_size, "the peer runs as another user (uid %u, we are %u): its "
+                 "memory may not be opened", peer.uid, iface->me.uid);
+        return 0;
+    }
+    if (peer.pid == (uint32_t)getpid()) {
+        /* one process talking to itself: rings work, and CMA on oneself too */
+    }
+    return 1;
+}
+
+xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
+                               xfer_comp_t *comp, size_t extra)
+{
+    xfer_shm_op_t *op = calloc(1, sizeof(*op) + extra);
+
+    if (op != NULL) {
+        op->kind  = kind;
+        op->comp  = comp;
+        op->iface = iface;
+        op->ep    = ep;
+        op->slot  = UINT32_MAX;
+        ucs_list_head_init(&op->list);
+        op->tx.op       = op;
+        op->tx.embedded = 1;
+    }
+    return op;
+}
+
+void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
+{
+    op->status = status;
+    op->length = length;
+    op->tag    = tag;
+    op->busy   = 0;
+    ucs_list_add_tail(&op->iface->compq, &op->list);
+    /* a flush waiting for this put or get completes after it */
+    if ((op->serial != 0) && (op->ep != NULL) &&
+        ((op->kind == XFER_SHM_OP_PUT) || (op->kind == XFER_SHM_OP_GET))) {
+        xfer_shm_ep_rma_done(op->ep);
+    }
+}
+
+void xfer_shm_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep)
+{
+    xfer_shm_op_t *op, *tmp;
+
+    ucs_list_for_each_safe(op, tmp, &iface->compq, list) {
+        if (op->ep == ep) {
+            deliver_one(op);
+        }
+    }
+}
+
+static unsigned epoll_progress(xfer_iface_h iface)
+{
+    struct epoll_event events[EPOLL_BATCH];
+    int num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+
+    if ((num < 0) && (errno != EINTR)) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_wait: %s", strerror(errno));
+    }
+    for (int i = 0; i < num; i++) {
+        xfer_shm_ep_doorbell(events[i].data.ptr);
+    }
+    return (num > 0) ? (unsigned)num : 0;
+}
+
+unsigned xfer_shm_iface_progress(xfer_iface_h iface)
+{
+    unsigned count = 0;
+    unsigned long n;
+    xfer_ep_h ep, tmp;
+
+    while (!ucs_list_is_empty(&iface->failing)) {
+        ep = ucs_list_extract_head(&iface->failing, struct xfer_ep, failing_link);
+        ep->in_failing = 0;
+        xfer_shm_ep_fail_deferred(ep);
+        count++;
+    }
+    if (iface->slept || (++iface->polls >= EPOLL_EVERY)) {
+        iface->slept = 0;
+        iface->polls = 0;
+        count       += epoll_progress(iface);
+    }
+    ucs_list_for_each_safe(ep, tmp, &iface->eps, list) {
+        if (ep->state != XFER_SHM_EP_CONNECTED) {
+            continue;
+        }
+        if (!ucs_list_is_empty(&ep->txq)) {
+            int written = xfer_shm_tx_write(ep);
+
+            count += (written > 0) ? (unsigned)written : 0;
+        }
+        count += xfer_shm_ep_rx_progress(ep);
+    }
+
+    while (!ucs_list_is_empty(&iface->notify)) {
+        ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
+        ep->in_notify = 0;
+        if (iface->params.ep_failed != NULL) {
+            iface->params.ep_failed(iface->params.fw_arg, ep->fw_ep, ep->fail_status,
+                                    ep->fail_reason);
+        }
+    }
+    count += releases_run(iface);
+
+    /* only the completions queued now: callbacks that post and complete at once wait */
+    for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);
+         n--) {
+        deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
+        count++;
+    }
+    return count;
+}
+
+int xfer_shm_iface_event_fd(xfer_iface_h iface)
+{
+    return iface ? iface->epfd : -1;
+}
+
+xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
+{
+    xfer_ep_h ep;
+
+    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+        !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify)) {
+        return XFER_ERR_BUSY;
+    }
+    ucs_list_for_each(ep, &iface->eps, list) {
+        if (ep->state != XFER_SHM_EP_CONNECTED) {
+            continue;
+        }
+        /* input that waits for a receive or for room does not keep us awake */
+        if (!xfer_shm_ring_arm(&ep->in) && !ep->rx_paused) {
+            return XFER_ERR_BUSY;
+        }
+        if (!ucs_list_is_empty(&ep->txq) && !xfer_shm_ring_wait_room(&ep->out)) {
+            return XFER_ERR_BUSY;
+        }
+    }
+    iface->slept = 1;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    xfer_status_t ret;
+
+    if ((iface == NULL) || (comp == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ret = xfer_shm_tag_cancel(iface, comp, status);
+    if (ret != XFER_ERR_NOT_FOUND) {
+        return ret;
+    }
+    return xfer_shm_tensor_cancel(iface, comp, status);
+}

@@ -1,0 +1,246 @@
+/*
+ * The shared segment's control block and its single-producer, single-consumer ring
+ * (shm_ring.h). Plain loads and stores of the shared words go through the compiler's
+ * __atomic builtins: head and tail with acquire/release (a cell is written before head
+ * covers it, and read before tail releases it), the sleep handshake with full fences.
+ */
+#include "shm_ring.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define OFF_MAGIC    0u
+#define OFF_VERSION  4u
+#define OFF_NCELLS   8u
+#define OFF_CELLSIZE 12u
+#define OFF_TOKEN    16u
+#define OFF_HEAD     64u
+#define OFF_TAIL     128u
+#define OFF_ARMED    192u
+#define OFF_PWAIT    196u
+
+static uint64_t *word64(uint8_t *base, size_t off)
+{
+    return (uint64_t*)(void*)(base + off);
+}
+
+static uint32_t *word32(uint8_t *base, size_t off)
+{
+    return (uint32_t*)(void*)(base + off);
+}
+
+size_t xfer_shm_seg_len(uint32_t ncells, uint32_t cell_size)
+{
+    return XFER_SHM_SEG_CTRL + (size_t)ncells * cell_size;
+}
+
+xfer_status_t xfer_shm_geometry_check(uint64_t ncells, uint64_t cell_size, char *why,
+                                      size_t why_size)
+{
+    if ((ncells < XFER_SHM_CELLS_MIN) || (ncells > XFER_SHM_CELLS_MAX)) {
+        snprintf(why, why_size, "%llu cells: a ring has %u to %u", (unsigned long long)ncells,
+                 XFER_SHM_CELLS_MIN, XFER_SHM_CELLS_MAX);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((cell_size < XFER_SHM_CELL_MIN) || (cell_size > XFER_SHM_CELL_MAX) ||
+        (cell_size % 64) != 0) {
+        snprintf(why, why_size, "a cell of %llu bytes: cells are multiples of 64 bytes from "
+                 "%u to %u", (unsigned long long)cell_size, XFER_SHM_CELL_MIN,
+                 XFER_SHM_CELL_MAX);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    return XFER_OK;
+}
+
+void xfer_shm_seg_init(xfer_shm_ring_t *ring, void *base, uint32_t ncells, uint32_t cell_size,
+                       uint64_t token)
+{
+    uint8_t *b = base;
+
+    memset(b, 0, XFER_SHM_SEG_CTRL);
+    *word32(b, OFF_MAGIC)    = XFER_SHM_SEG_MAGIC;
+    *word32(b, OFF_VERSION)  = XFER_SHM_SEG_VERSION;
+    *word32(b, OFF_NCELLS)   = ncells;
+    *word32(b, OFF_CELLSIZE) = cell_size;
+    memcpy(b + OFF_TOKEN, &token, sizeof(token));
+    ring->base      = b;
+    ring->seg_len   = xfer_shm_seg_len(ncells, cell_size);
+    ring->ncells    = ncells;
+    ring->cell_size = cell_size;
+    ring->pos       = 0;
+    ring->limit     = 0;
+}
+
+xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_len,
+                                  uint64_t token, char *why, size_t why_size)
+{
+    uint8_t ctrl[32];
+    uint32_t magic, version, ncells, cell_size;
+    uint64_t seg_token;
+
+    if (seg_len < XFER_SHM_SEG_CTRL) {
+        snprintf(why, why_size, "the peer's segment has %zu bytes, less than its control block",
+                 seg_len);
+        return XFER_ERR_PROTOCOL;
+    }
+    memcpy(ctrl, base, sizeof(ctrl));   /* read once: the peer may change it */
+    memcpy(&magic, ctrl + OFF_MAGIC, 4);
+    memcpy(&version, ctrl + OFF_VERSION, 4);
+    memcpy(&ncells, ctrl + OFF_NCELLS, 4);
+    memcpy(&cell_size, ctrl + OFF_CELLSIZE, 4);
+    memcpy(&seg_token, ctrl + OFF_TOKEN, 8);
+    if ((magic != XFER_SHM_SEG_MAGIC) || (version != XFER_SHM_SEG_VERSION)) {
+        snprintf(why, why_size, "the peer's segment is not an xfer shm ring of version %u "
+                 "(magic 0x%08x, version %u)", XFER_SHM_SEG_VERSION, magic, version);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (seg_token != token) {
+        snprintf(why, why_size, "the peer's segment belongs to another endpoint (token "
+                 "mismatch)");
+        return XFER_ERR_PROTOCOL;
+    }
+    if (xfer_shm_geometry_check(ncells, cell_size, why, why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if (xfer_shm_seg_len(ncells, cell_size) > seg_len) {
+        snprintf(why, why_size, "the peer's ring of %u cells of %u bytes does not fit its "
+                 "%zu-byte segment", ncells, cell_size, seg_len);
+        return XFER_ERR_PROTOCOL;
+    }
+    ring->base      = base;
+    ring->seg_len   = seg_len;
+    ring->ncells    = ncells;
+    ring->cell_size = cell_size;
+    ring->pos       = 0;
+    ring->limit     = ncells;
+    return XFER_OK;
+}
+
+static uint8_t *cell(const xfer_shm_ring_t *ring, uint64_t pos)
+{
+    return ring->base + XFER_SHM_SEG_CTRL + (size_t)(pos % ring->ncells) * ring->cell_size;
+}
+
+uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, char *why,
+                             size_t why_size)
+{
+    *status_p = XFER_OK;
+    if (ring->pos == ring->limit) {
+        uint64_t tail = __atomic_load_n(word64(ring->base, OFF_TAIL), __ATOMIC_ACQUIRE);
+
+        /* the consumer can only have consumed what was published */
+        if ((tail > ring->pos) || (ring->pos - tail > ring->ncells)) {
+            snprintf(why, why_size, "the peer's ring reports %llu cells consumed of %llu "
+                     "published", (unsigned long long)tail, (unsigned long long)ring->pos);
+            *status_p = XFER_ERR_PROTOCOL;
+            return NULL;
+        }
+        ring->limit = tail + ring->ncells;
+        if (ring->pos == ring->limit) {
+            return NULL;
+        }
+    }
+    return cell(ring, ring->pos);
+}
+
+int xfer_shm_ring_publish(xfer_shm_ring_t *ring)
+{
+    uint32_t *armed = word32(ring->base, OFF_ARMED);
+
+    ring->pos++;
+    __atomic_store_n(word64(ring->base, OFF_HEAD), ring->pos, __ATOMIC_RELEASE);
+    /* pairs with the fence in xfer_shm_ring_arm(): either the consumer sees the new head,
+     * or this side sees armed set */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(armed, __ATOMIC_RELAXED) != 0) {
+        __atomic_store_n(armed, 0, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return 0;
+}
+
+uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring)
+{
+    return ring->pos - (ring->limit - ring->ncells);
+}
+
+int xfer_shm_ring_peek(xfer_shm_ring_t *ring, xfer_shm_frame_t *hdr, const uint8_t **payload_p,
+                       char *why, size_t why_size)
+{
+    const uint8_t *c;
+
+    if (ring->pos == ring->limit) {
+        uint64_t head = __atomic_load_n(word64(ring->base, OFF_HEAD), __ATOMIC_ACQUIRE);
+
+        if ((head < ring->pos) || (head - ring->pos > ring->ncells)) {
+            snprintf(why, why_size, "the peer reports %llu cells published, %llu consumed of "
+                     "a %u-cell ring", (unsigned long long)head, (unsigned long long)ring->pos,
+                     ring->ncells);
+            return -1;
+        }
+        ring->limit = head;
+        if (ring->pos == ring->limit) {
+            return 0;
+        }
+    }
+    c = cell(ring, ring->pos);
+    memcpy(hdr, c, sizeof(*hdr));       /* checked and used from this copy only */
+    if ((hdr->type < XFER_SHM_F_DATA) || (hdr->type >= XFER_SHM_F_TYPE_MAX)) {
+        snprintf(why, why_size, "frame %llu has unknown type %u",
+                 (unsigned long long)ring->pos, hdr->type);
+        return -1;
+    }
+    if (hdr->len > xfer_shm_cell_payload(ring)) {
+        snprintf(why, why_size, "frame %llu (type %u) claims %u payload bytes in a cell that "
+                 "holds %zu", (unsigned long long)ring->pos, hdr->type, hdr->len,
+                 xfer_shm_cell_payload(ring));
+        return -1;
+    }
+    *payload_p = c + XFER_SHM_FRAME_HDR;
+    return 1;
+}
+
+void xfer_shm_ring_consume(xfer_shm_ring_t *ring)
+{
+    ring->pos++;
+    __atomic_store_n(word64(ring->base, OFF_TAIL), ring->pos, __ATOMIC_RELEASE);
+}
+
+int xfer_shm_ring_ready(xfer_shm_ring_t *ring)
+{
+    if (ring->pos != ring->limit) {
+        return 1;
+    }
+    return __atomic_load_n(word64(ring->base, OFF_HEAD), __ATOMIC_ACQUIRE) != ring->pos;
+}
+
+int xfer_shm_ring_arm(xfer_shm_ring_t *ring)
+{
+    __atomic_store_n(word32(ring->base, OFF_ARMED), 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return !xfer_shm_ring_ready(ring);
+}
+
+int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring)
+{
+    xfer_status_t status;
+    char why[8];
+
+    __atomic_store_n(word32(ring->base, OFF_PWAIT), 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* an impossible tail is found by the next claim: do not sleep on it */
+    return (xfer_shm_ring_claim(ring, &status, why, sizeof(why)) == NULL) &&
+           (status == XFER_OK);
+}
+
+int xfer_shm_ring_room_notify(xfer_shm_ring_t *ring)
+{
+    uint32_t *pwait = word32(ring->base, OFF_PWAIT);
+
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (__atomic_load_n(pwait, __ATOMIC_RELAXED) != 0) {
+        __atomic_store_n(pwait, 0, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,127 @@
+/*
+ * The shared segment of one direction of an shm endpoint, and the ring in it.
+ *
+ * Each side of an endpoint owns the segment its peer writes into: an anonymous memfd (in no
+ * mount, so nothing can be left behind by a process that dies) that the peer opens through
+ * /proc/<pid>/fd. The segment is a control block and a ring of fixed-size cells; the owner
+ * consumes, the peer produces (single producer, single consumer):
+ *
+ *   0     magic:u32 version:u32 ncells:u32 cell_size:u32 token:u64     (set by the owner)
+ *   64    head:u64   cells the producer has published, ever            (written by the peer)
+ *   128   tail:u64   cells the owner has consumed, ever                (written by the owner)
+ *   192   armed:u32  the owner sleeps on its doorbell: ring it         (both)
+ *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
+ *   256   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
+ *
+ * Head, tail and armed sit on cache lines of their own. A cell holds one frame: a header
+ * (xfer_shm_frame_t) and up to cell_size - 64 payload bytes; a message longer than that
+ * continues in DATA frames, written as room frees up, so that large data is pipelined
+ * through the ring. Every frame is copied out of the cell before its header is checked, and
+ * every value either side reads from the other's writes - head, tail, the header's lengths
+ * and type - is checked like a wire header before it is used.
+ */
+#ifndef XFER_SHM_RING_H
+#define XFER_SHM_RING_H
+
+#include <xfer/xfer.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
+#define XFER_SHM_SEG_VERSION  1u
+#define XFER_SHM_SEG_CTRL     256u
+#define XFER_SHM_FRAME_HDR    64u
+#define XFER_SHM_CELL_MIN     256u
+#define XFER_SHM_CELL_MAX     (1u << 20)
+#define XFER_SHM_CELLS_MIN    4u
+#define XFER_SHM_CELLS_MAX    (1u << 16)
+
+/* Frame types. */
+enum {
+    XFER_SHM_F_DATA = 1,    /* continuation of the message before it */
+    XFER_SHM_F_TAG,         /* id: tag; a: length; RNDV: b source address, c send id */
+    XFER_SHM_F_TAG_FIN,     /* id: send id; status: the receiver has read it (or failed) */
+    XFER_SHM_F_PUT,         /* id: request; a: region; b: address; c: length; RNDV: d source */
+    XFER_SHM_F_PUT_ACK,     /* id: request; status */
+    XFER_SHM_F_GET,         /* id: request; a: region; b: address; c: length; RNDV: d dest */
+    XFER_SHM_F_GET_RESP,    /* id: request; status; a: length; inline data unless RNDV */
+    XFER_SHM_F_FETCH,       /* id: request; a: step; b: key length; payload: the key */
+    XFER_SHM_F_TRESP,       /* id: request; status; a: size; b: dtype | rank << 8 | dead << 16;
+                             * payload: dims (rank x i64), then the data, or the reason;
+                             * RNDV: c source address (the consumer reads it, then TDONE) */
+    XFER_SHM_F_TDONE,       /* id: request; status: the consumer has read the tensor */
+    XFER_SHM_F_TCANCEL,     /* id: request; the consumer cancelled its fetch */
+    XFER_SHM_F_TYPE_MAX
+};
+
+#define XFER_SHM_FL_RNDV 1u     /* the data does not follow: it is read or written by CMA */
+
+typedef struct xfer_shm_frame {
+    uint32_t len;           /* payload bytes in this cell */
+    uint16_t type;
+    uint16_t flags;
+    int32_t  status;
+    uint32_t reserved;
+    uint64_t id;
+    uint64_t a, b, c, d, e;
+} xfer_shm_frame_t;
+
+/* One side's view of one ring. Values that matter are kept here, never re-read from the
+ * segment: the peer may change the segment at any time. */
+typedef struct xfer_shm_ring {
+    uint8_t  *base;         /* the mapped segment */
+    size_t   seg_len;
+    uint32_t ncells;
+    uint32_t cell_size;
+    uint64_t pos;           /* producer: head; consumer: tail (our copy, authoritative) */
+    uint64_t limit;         /* producer: tail last read + ncells; consumer: head last read */
+} xfer_shm_ring_t;
+
+/* Bytes of a segment of ncells cells of cell_size bytes. */
+size_t xfer_shm_seg_len(uint32_t ncells, uint32_t cell_size);
+/* Are ncells and cell_size a valid geometry? XFER_ERR_INVALID_PARAM with why when not. */
+xfer_status_t xfer_shm_geometry_check(uint64_t ncells, uint64_t cell_size, char *why,
+                                      size_t why_size);
+/* Write the control block of a new segment (ours: we consume) and set up ring. */
+void xfer_shm_seg_init(xfer_shm_ring_t *ring, void *base, uint32_t ncells, uint32_t cell_size,
+                       uint64_t token);
+/* Attach to the peer's segment of seg_len mapped bytes, whose owner announced token: check
+ * its control block (magic, version, geometry within seg_len, token). */
+xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_len,
+                                  uint64_t token, char *why, size_t why_size);
+
+/* Producer: the next free cell, or NULL when the ring is full; XFER_ERR_PROTOCOL in
+ * *status_p when the consumer's tail is impossible (why says how). */
+uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, char *why,
+                             size_t why_size);
+/* Producer: publish the claimed cell; 1 when the consumer sleeps and must be woken. */
+int xfer_shm_ring_publish(xfer_shm_ring_t *ring);
+/* Producer: the ring is full and this side is about to sleep. 1 when it is still full and
+ * the consumer will ring the doorbell once it frees a cell; 0 when there is room now. */
+int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring);
+/* Producer: cells published and not yet consumed, as far as this side knows. */
+uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring);
+
+/* Consumer: the oldest unconsumed frame, its header copied into *hdr and checked (a known
+ * type, len within the cell) and its payload at *payload_p: 1; 0 when the ring is empty;
+ * -1 with why when the producer wrote something impossible (head, header). */
+int xfer_shm_ring_peek(xfer_shm_ring_t *ring, xfer_shm_frame_t *hdr, const uint8_t **payload_p,
+                       char *why, size_t why_size);
+/* Consumer: done with the frame peek returned. */
+void xfer_shm_ring_consume(xfer_shm_ring_t *ring);
+/* Consumer: after consuming, 1 when the producer waits for room and must be woken. */
+int xfer_shm_ring_room_notify(xfer_shm_ring_t *ring);
+/* Consumer: about to sleep. 1 when the ring is empty and the producer will ring the
+ * doorbell for the next frame; 0 when frames are there (do not sleep). */
+int xfer_shm_ring_arm(xfer_shm_ring_t *ring);
+/* Consumer: is a frame there? */
+int xfer_shm_ring_ready(xfer_shm_ring_t *ring);
+
+/* The payload a cell of ring holds. */
+static inline size_t xfer_shm_cell_payload(const xfer_shm_ring_t *ring)
+{
+    return ring->cell_size - XFER_SHM_FRAME_HDR;
+}
+
+#endif

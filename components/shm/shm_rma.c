@@ -1,0 +1,464 @@
+/*
+ * One-sided operations over shm: registered regions, remote keys, put and get.
+ *
+ * A region is known to peers by {id, the iface's random cookie, address, length, pid}. Every
+ * put and get is carried out by the target, after it checked the request against its live
+ * registrations (the id is registered, the cookie is this iface's, the range lies inside): so
+ * a deregistered region is never written, whatever a peer holds. With CMA the target reads a
+ * put's data from the initiator's buffer straight into the region, and writes a get's data
+ * from the region straight into the initiator's buffer - one copy; otherwise the data goes
+ * through the ring. A put completes when its PUT_ACK says the data is in the target's memory,
+ * a get when its data is in the local buffer.
+ */
+#include "shm.h"
+
+#include <ucs/datastruct/khash.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+KHASH_MAP_INIT_INT64(xfer_shm_mem, xfer_memh_h)
+
+xfer_status_t xfer_shm_regions_init(xfer_iface_h iface)
+{
+    iface->regions = kh_init(xfer_shm_mem);
+    if (iface->regions == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    iface->next_region = 1;
+    return XFER_OK;
+}
+
+void xfer_shm_regions_cleanup(xfer_iface_h iface)
+{
+    xfer_memh_h memh;
+
+    if (iface->regions == NULL) {
+        return;
+    }
+    kh_foreach_value(iface->regions, memh, {
+        free(memh);
+    });
+    kh_destroy(xfer_shm_mem, iface->regions);
+    iface->regions = NULL;
+}
+
+xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
+{
+    xfer_memh_h memh;
+    khiter_t it;
+    int ret;
+
+    if ((iface == NULL) || (memh_p == NULL) || (addr == NULL) || (length == 0) ||
+        ((uintptr_t)addr + length < (uintptr_t)addr)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (mem_type != XFER_MEM_HOST) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    memh = malloc(sizeof(*memh));
+    if (memh == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    memh->id     = iface->next_region++;
+    memh->addr   = addr;
+    memh->length = length;
+    it = kh_put(xfer_shm_mem, iface->regions, memh->id, &ret);
+    if (ret < 0) {
+        free(memh);
+        return XFER_ERR_NO_MEMORY;
+    }
+    kh_value(iface->regions, it) = memh;
+    *memh_p = memh;
+    return XFER_OK;
+}
+
+static int in_region(xfer_memh_h memh, const void *p)
+{
+    return ((const uint8_t*)p >= memh->addr) && ((const uint8_t*)p < memh->addr + memh->length);
+}
+
+void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
+{
+    xfer_shm_tx_t *tx;
+    khiter_t it;
+    xfer_ep_h ep;
+
+    if ((iface == NULL) || (memh == NULL)) {
+        return;
+    }
+    it = kh_get(xfer_shm_mem, iface->regions, memh->id);
+    if ((it == kh_end(iface->regions)) || (kh_value(iface->regions, it) != memh)) {
+        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "mem_dereg of an unknown region %p",
+                 (void*)memh);
+        return;
+    }
+    kh_del(xfer_shm_mem, iface->regions, it);
+    ucs_list_for_each(ep, &iface->eps, list) {
+        /* a put arriving into it goes nowhere, and fails */
+        if ((ep->rx.kind == XFER_SHM_RX_PUT) && (ep->rx.dest != NULL) &&
+            in_region(memh, ep->rx.dest)) {
+            ep->rx.dest   = NULL;
+            ep->rx.cap    = 0;
+            ep->rx.status = XFER_ERR_NOT_FOUND;
+        }
+        /* get answers still to be written from it take a copy of what they send */
+        ucs_list_for_each(tx, &ep->txq, list) {
+            if ((tx->hdr.type == XFER_SHM_F_GET_RESP) && (tx->owned == NULL) &&
+                (tx->len > 0) && in_region(memh, tx->data)) {
+                tx->owned = malloc(tx->len);
+                if (tx->owned == NULL) {
+                    xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory to keep "
+                                           "a get's answer from a region being deregistered");
+                    break;
+                }
+                memcpy(tx->owned, tx->data, tx->len);
+                tx->data = tx->owned;
+            }
+        }
+    }
+    free(memh);
+}
+
+xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
+                                 size_t *len_p)
+{
+    uint8_t *b  = buf;
+    uint64_t v;
+    uint32_t pid;
+
+    if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((buf == NULL) || (*len_p < XFER_SHM_RKEY_LEN)) {
+        *len_p = XFER_SHM_RKEY_LEN;
+        return XFER_ERR_NO_RESOURCE;
+    }
+    memcpy(b, &iface->cookie, 8);
+    memcpy(b + 8, &memh->id, 8);
+    v = (uint64_t)(uintptr_t)memh->addr;
+    memcpy(b + 16, &v, 8);
+    v = memh->length;
+    memcpy(b + 24, &v, 8);
+    pid = (uint32_t)getpid();
+    memcpy(b + 32, &pid, 4);
+    memset(b + 36, 0, XFER_SHM_RKEY_LEN - 36);
+    *len_p = XFER_SHM_RKEY_LEN;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
+                                   xfer_rkey_h *rkey_p)
+{
+    const uint8_t *b = buf;
+    xfer_rkey_h rkey;
+
+    if ((iface == NULL) || (rkey_p == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((buf == NULL) || (len != XFER_SHM_RKEY_LEN)) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of %zu bytes is not an shm key "
+                 "(%u bytes)", len, XFER_SHM_RKEY_LEN);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    rkey = malloc(sizeof(*rkey));
+    if (rkey == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    memcpy(&rkey->cookie, b, 8);
+    memcpy(&rkey->id, b + 8, 8);
+    memcpy(&rkey->addr, b + 16, 8);
+    memcpy(&rkey->length, b + 24, 8);
+    memcpy(&rkey->pid, b + 32, 4);
+    *rkey_p = rkey;
+    return XFER_OK;
+}
+
+void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
+{
+    (void)iface;
+    free(rkey);
+}
+
+/* ---- initiator ------------------------------------------------------------------------------ */
+
+static xfer_status_t rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
+                              uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    const char *what     = (kind == XFER_SHM_OP_PUT) ? "put" : "get";
+    xfer_status_t status = xfer_shm_ep_check(ep);
+    xfer_shm_frame_t hdr;
+    xfer_shm_op_t *op;
+    uint64_t id;
+    int rndv;
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((rkey == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((remote_addr < rkey->addr) || (remote_addr - rkey->addr > rkey->length) ||
+        (length > rkey->length - (remote_addr - rkey->addr))) {
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    if (rkey->pid != (uint32_t)ep->peer_pid) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s with a key of pid %u on an endpoint to "
+                 "pid %d", what, rkey->pid, (int)ep->peer_pid);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (length > ep->max_msg) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s of %zu bytes exceeds the message limit "
+                 "of %llu bytes (XFER_SHM_MAX_MSG_SIZE, here or at the peer)", what, length,
+                 (unsigned long long)ep->max_msg);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    op = xfer_shm_op_new(ep->iface, ep, kind, comp, 0);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    status = xfer_shm_slot_alloc(ep, op, &id);
+    if (status != XFER_OK) {
+        free(op);
+        return status;
+    }
+    rndv       = ep->cma && (length >= ep->iface->cfg->rndv_thresh);
+    op->buf    = buf;
+    op->len    = length;
+    op->serial = ++ep->rma_posted;
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.type  = (kind == XFER_SHM_OP_PUT) ? XFER_SHM_F_PUT : XFER_SHM_F_GET;
+    hdr.flags = rndv ? XFER_SHM_FL_RNDV : 0;
+    hdr.id    = id;
+    hdr.a     = rkey->id;
+    hdr.b     = remote_addr;
+    hdr.c     = length;
+    hdr.d     = rndv ? (uint64_t)(uintptr_t)buf : 0;
+    hdr.e     = rkey->cookie;
+    if ((kind == XFER_SHM_OP_PUT) && !rndv) {
+        xfer_shm_tx_queue(ep, &op->tx, &hdr, buf, length, 0, 0);
+    } else {
+        xfer_shm_tx_queue(ep, &op->tx, &hdr, NULL, 0, 0, 0);
+    }
+    xfer_shm_tx_write(ep);
+    return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_shm_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    (void)memh;
+    return rma_post(ep, XFER_SHM_OP_PUT, (void*)buf, length, remote_addr, rkey, comp);
+}
+
+xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
+                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    (void)memh;
+    return rma_post(ep, XFER_SHM_OP_GET, buf, length, remote_addr, rkey, comp);
+}
+
+/* The answer to request id on ep: its op, which must be of kind; NULL with why if not. */
+static xfer_shm_op_t *answered_op(xfer_ep_h ep, uint64_t id, xfer_shm_op_kind_t kind,
+                                  const char *what, char *why, size_t why_size)
+{
+    xfer_shm_slot_t *slot = xfer_shm_slot_find(ep, id);
+
+    if ((slot == NULL) || (slot->op == NULL) || (slot->op->kind != kind)) {
+        snprintf(why, why_size, "%s for request %llx, which is not one of ours in flight",
+                 what, (unsigned long long)id);
+        return NULL;
+    }
+    return slot->op;
+}
+
+xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                  const uint8_t *payload, char *why, size_t why_size)
+{
+    xfer_shm_op_t *op = answered_op(ep, hdr->id, XFER_SHM_OP_PUT, "a put acknowledgement", why,
+                                    why_size);
+    xfer_status_t status;
+
+    (void)payload;
+    if (op == NULL) {
+        return XFER_ERR_PROTOCOL;
+    }
+    status = xfer_shm_status_from_peer(hdr->status);
+    xfer_shm_slot_free(ep, op->slot);
+    xfer_shm_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                   const uint8_t *payload, char *why, size_t why_size)
+{
+    xfer_shm_op_t *op = answered_op(ep, hdr->id, XFER_SHM_OP_GET, "get data", why, why_size);
+    xfer_status_t status;
+
+    if (op == NULL) {
+        return XFER_ERR_PROTOCOL;
+    }
+    status = xfer_shm_status_from_peer(hdr->status);
+    if ((status != XFER_OK) || (hdr->flags & XFER_SHM_FL_RNDV)) {
+        if (hdr->len != 0) {
+            snprintf(why, why_size, "get data with %u bytes in a frame that carries none",
+                     hdr->len);
+            return XFER_ERR_PROTOCOL;
+        }
+        xfer_shm_slot_free(ep, op->slot);
+        xfer_shm_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
+        return XFER_OK;
+    }
+    if ((hdr->a != op->len) || (hdr->len > hdr->a)) {
+        snprintf(why, why_size, "get data of %llu bytes (%u in its first frame) for a get of "
+                 "%zu", (unsigned long long)hdr->a, hdr->len, op->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    op->busy  = 1;
+    ep->rx.op = op;
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_GET_RESP, op->buf, op->len, hdr->a);
+    xfer_shm_rx_feed(ep, payload, hdr->len);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_shm_op_t *op = ep->rx.op;
+
+    (void)why;
+    (void)why_size;
+    xfer_shm_slot_free(ep, op->slot);
+    xfer_shm_op_complete(op, XFER_OK, op->len, 0);
+    return XFER_OK;
+}
+
+/* ---- target --------------------------------------------------------------------------------- */
+
+/* Where a peer's request lands: the registered memory, or NULL with the status to answer. */
+static uint8_t *region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr, xfer_status_t *status_p)
+{
+    xfer_iface_h iface = ep->iface;
+    xfer_memh_h memh;
+    khiter_t it;
+
+    it = kh_get(xfer_shm_mem, iface->regions, hdr->a);
+    if ((hdr->e != iface->cookie) || (it == kh_end(iface->regions))) {
+        *status_p = XFER_ERR_NOT_FOUND;
+        return NULL;
+    }
+    memh = kh_value(iface->regions, it);
+    if ((hdr->b < (uintptr_t)memh->addr) || (hdr->b - (uintptr_t)memh->addr > memh->length) ||
+        (hdr->c > memh->length - (hdr->b - (uintptr_t)memh->addr))) {
+        *status_p = XFER_ERR_OUT_OF_RANGE;
+        return NULL;
+    }
+    *status_p = XFER_OK;
+    return memh->addr + (hdr->b - (uintptr_t)memh->addr);
+}
+
+static xfer_status_t answer(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
+                            char *why, size_t why_size)
+{
+    if (xfer_shm_tx_ctrl(ep, type, status, id, 1) != XFER_OK) {
+        snprintf(why, why_size, "out of memory for an answer");
+        return XFER_ERR_NO_MEMORY;
+    }
+    return XFER_OK;
+}
+
+/* A peer's request moved data by CMA: a failure of the peer's process fails the ep too. */
+static xfer_status_t rndv_move(xfer_ep_h ep, void *local, uint64_t remote, uint64_t len,
+                               int to_peer)
+{
+    char why[XFER_REASON_MAX];
+    xfer_status_t status = xfer_shm_cma(ep, local, remote, len, to_peer, why, sizeof(why));
+
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's %s: %s", to_peer ? "get" : "put",
+                 why);
+        if (status == XFER_ERR_CONNECTION) {
+            xfer_shm_ep_fail_later(ep, status, "%s", why);
+        }
+    }
+    return status;
+}
+
+xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
+                              char *why, size_t why_size)
+{
+    int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    xfer_status_t status;
+    uint8_t *dest;
+
+    if ((hdr->c > ep->iface->cfg->max_msg_size) ||
+        (rndv ? (!ep->cma || (hdr->len != 0)) : (hdr->len > hdr->c))) {
+        snprintf(why, why_size, "a %sput of %llu bytes with %u in its first frame%s",
+                 rndv ? "rendezvous " : "", (unsigned long long)hdr->c, hdr->len,
+                 (hdr->c > ep->iface->cfg->max_msg_size) ? ", over XFER_SHM_MAX_MSG_SIZE" : "");
+        return XFER_ERR_PROTOCOL;
+    }
+    dest = region_check(ep, hdr, &status);
+    if (rndv) {
+        if ((dest != NULL) && (hdr->c > 0)) {
+            status = rndv_move(ep, dest, hdr->d, hdr->c, 0);
+        }
+        return answer(ep, XFER_SHM_F_PUT_ACK, status, hdr->id, why, why_size);
+    }
+    /* copied data follows in the ring: answered once it is all in (or dropped) */
+    ep->rx.id     = hdr->id;
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_PUT, dest, hdr->c, hdr->c);
+    ep->rx.status = status;
+    xfer_shm_rx_feed(ep, payload, hdr->len);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    return answer(ep, XFER_SHM_F_PUT_ACK, ep->rx.status, ep->rx.id, why, why_size);
+}
+
+xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
+                              char *why, size_t why_size)
+{
+    int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    xfer_shm_frame_t resp;
+    xfer_status_t status;
+    uint8_t *src;
+
+    (void)payload;
+    if ((hdr->len != 0) || (hdr->c > ep->iface->cfg->max_msg_size) || (rndv && !ep->cma)) {
+        snprintf(why, why_size, "a %sget of %llu bytes with %u bytes of payload%s",
+                 rndv ? "rendezvous " : "", (unsigned long long)hdr->c, hdr->len,
+                 (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
+        return XFER_ERR_PROTOCOL;
+    }
+    src = region_check(ep, hdr, &status);
+    memset(&resp, 0, sizeof(resp));
+    resp.type = XFER_SHM_F_GET_RESP;
+    resp.id   = hdr->id;
+    if ((src != NULL) && rndv) {
+        if (hdr->c > 0) {
+            status = rndv_move(ep, src, hdr->d, hdr->c, 1);
+        }
+        resp.flags = XFER_SHM_FL_RNDV;
+    }
+    resp.status = (int32_t)status;
+    if ((src != NULL) && !rndv && (status == XFER_OK)) {
+        resp.a = hdr->c;
+        if (xfer_shm_tx_queue(ep, NULL, &resp, src, hdr->c, 0, 1) != XFER_OK) {
+            snprintf(why, why_size, "out of memory for an answer");
+            return XFER_ERR_NO_MEMORY;
+        }
+        xfer_shm_tx_write(ep);
+        return XFER_OK;
+    }
+    if (xfer_shm_tx_queue(ep, NULL, &resp, NULL, 0, 1, 1) != XFER_OK) {
+        snprintf(why, why_size, "out of memory for an answer");
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_shm_tx_write(ep);
+    return XFER_OK;
+}

@@ -1,0 +1,215 @@
+/*
+ * Sending: messages go into the peer's ring in the order they were queued, one frame per
+ * cell. A message's first frame carries its header and the start of its payload; the rest
+ * follows in DATA frames, written as the peer frees cells, so that data longer than the ring
+ * is pipelined through it. A small message into an idle ring is written straight from the
+ * caller's buffer without a queue entry.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* Wake the peer, which sleeps on its end of the connection. A full socket means it has
+ * bytes to wake it already. */
+static void doorbell_ring(xfer_ep_h ep)
+{
+    static const uint8_t one = 1;
+
+    if (ep->fd >= 0) {
+        (void)!send(ep->fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+}
+
+/* Copy the next frame of tx into cell c; 1 when tx is then written whole. */
+static int frame_fill(xfer_ep_h ep, xfer_shm_tx_t *tx, uint8_t *c)
+{
+    size_t cap = xfer_shm_cell_payload(&ep->out);
+    xfer_shm_frame_t hdr;
+    uint8_t *p = c + XFER_SHM_FRAME_HDR;
+    uint64_t n;
+
+    if (!tx->started) {
+        hdr = tx->hdr;
+        if (tx->head_len > 0) {
+            memcpy(p, tx->head, tx->head_len);
+        }
+        n = tx->len - tx->sent;
+        if (n > cap - tx->head_len) {
+            n = cap - tx->head_len;
+        }
+        if (n > 0) {
+            memcpy(p + tx->head_len, tx->data + tx->sent, n);
+        }
+        hdr.len     = (uint32_t)(tx->head_len + n);
+        tx->started = 1;
+    } else {
+        memset(&hdr, 0, sizeof(hdr));
+        hdr.type = XFER_SHM_F_DATA;
+        n        = tx->len - tx->sent;
+        if (n > cap) {
+            n = cap;
+        }
+        if (n > 0) {
+            memcpy(p, tx->data + tx->sent, n);
+        }
+        hdr.len = (uint32_t)n;
+    }
+    memcpy(c, &hdr, sizeof(hdr));
+    tx->sent += n;
+    return tx->sent == tx->len;
+}
+
+/* tx is written whole: it leaves the queue and what waited on it goes on. */
+static void tx_done(xfer_ep_h ep, xfer_shm_tx_t *tx)
+{
+    ucs_list_del(&tx->list);
+    ep->tx_done++;
+    if (tx->answer) {
+        ep->answers--;
+    }
+    if ((tx->op != NULL) && tx->op->on_write) {
+        xfer_shm_op_complete(tx->op, XFER_OK, tx->op->len, 0);
+    }
+    if (tx->preq != NULL) {
+        xfer_shm_preq_sent(tx->preq);
+    }
+    free(tx->owned);
+    tx->owned = NULL;
+    if (!tx->embedded) {
+        free(tx);
+    }
+}
+
+int xfer_shm_tx_write(xfer_ep_h ep)
+{
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+    int wake = 0, count = 0;
+
+    while (!ucs_list_is_empty(&ep->txq) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+        xfer_shm_tx_t *tx = ucs_list_head(&ep->txq, xfer_shm_tx_t, list);
+        uint8_t *c        = xfer_shm_ring_claim(&ep->out, &status, why, sizeof(why));
+
+        if (c == NULL) {
+            if (status != XFER_OK) {
+                xfer_shm_ep_fail_later(ep, status, "%s", why);
+                return -1;
+            }
+            break;
+        }
+        count++;
+        if (frame_fill(ep, tx, c)) {
+            wake |= xfer_shm_ring_publish(&ep->out);
+            tx_done(ep, tx);
+        } else {
+            wake |= xfer_shm_ring_publish(&ep->out);
+        }
+    }
+    if (wake) {
+        doorbell_ring(ep);
+    }
+    xfer_shm_ep_flushes_check(ep);
+    return count;
+}
+
+xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_frame_t *hdr,
+                                const void *data, uint64_t len, int copy, int answer)
+{
+    size_t cap = xfer_shm_cell_payload(&ep->out);
+
+    if ((tx == NULL) && ucs_list_is_empty(&ep->txq) && (len <= cap)) {
+        /* one cell into a ring with room: no entry, no copy but the one into the cell */
+        char why[XFER_REASON_MAX];
+        xfer_status_t status;
+        uint8_t *c = xfer_shm_ring_claim(&ep->out, &status, why, sizeof(why));
+
+        if (c != NULL) {
+            xfer_shm_frame_t h = *hdr;
+
+            h.len = (uint32_t)len;
+            memcpy(c, &h, sizeof(h));
+            if (len > 0) {
+                memcpy(c + XFER_SHM_FRAME_HDR, data, len);
+            }
+            ep->tx_queued++;
+            ep->tx_done++;
+            if (xfer_shm_ring_publish(&ep->out)) {
+                doorbell_ring(ep);
+            }
+            return XFER_OK;
+        }
+        if (status != XFER_OK) {
+            xfer_shm_ep_fail_later(ep, status, "%s", why);
+            return XFER_OK;     /* the ep fails at the next progress(), with the message */
+        }
+    }
+    if (tx == NULL) {
+        tx = calloc(1, sizeof(*tx) + (copy ? len : 0));
+        if (tx == NULL) {
+            return XFER_ERR_NO_MEMORY;
+        }
+        if (copy && (len > 0)) {
+            memcpy(tx + 1, data, len);
+            data = tx + 1;
+        }
+    } else {
+        tx->embedded = 1;
+    }
+    tx->hdr     = *hdr;
+    tx->data    = data;
+    tx->len     = len;
+    tx->sent    = 0;
+    tx->started = 0;
+    tx->answer  = answer;
+    if (tx->head == NULL) {
+        tx->head_len = 0;
+    }
+    if (tx->head_len > cap) {
+        tx->head_len = cap;     /* callers keep heads well under a cell */
+    }
+    ep->tx_queued++;
+    ep->answers += (answer != 0);
+    ucs_list_add_tail(&ep->txq, &tx->list);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
+                               int answer)
+{
+    xfer_shm_frame_t hdr;
+    xfer_status_t ret;
+
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.type   = (uint16_t)type;
+    hdr.status = (int32_t)status;
+    hdr.id     = id;
+    ret        = xfer_shm_tx_queue(ep, NULL, &hdr, NULL, 0, 1, answer);
+    if ((ret == XFER_OK) && !ucs_list_is_empty(&ep->txq)) {
+        xfer_shm_tx_write(ep);
+    }
+    return ret;
+}
+
+void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status)
+{
+    while (!ucs_list_is_empty(&ep->txq)) {
+        xfer_shm_tx_t *tx = ucs_list_extract_head(&ep->txq, xfer_shm_tx_t, list);
+
+        if (tx->answer) {
+            ep->answers--;
+        }
+        /* an op waiting for an answer is failed with its slot; one that completes once
+         * written is failed here */
+        if ((tx->op != NULL) && tx->op->on_write) {
+            xfer_shm_op_complete(tx->op, status, 0, 0);
+        }
+        free(tx->owned);
+        tx->owned = NULL;
+        if (!tx->embedded) {
+            free(tx);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+#!/bin/bash
+# make check: the shared API suites over shm (XFERTEST_TRANSPORT=shm), as they run over tcp:
+# first with the defaults (small data through the ring, large data by cross-memory attach),
+# then with XFER_SHM_CMA=off (every byte through the ring, pipelined), and the data-moving
+# suites again through a small ring of small cells, so that messages wrap it many times.
+set -u
+build=${XFERTEST_BUILD_DIR:?set by make check}
+export XFERTEST_TRANSPORT=shm
+rc=0
+for suite in tag rma tensor memory close faults progress threads callbacks bounds remap sizes \
+             staging staging_msg nccl_net perf; do
+    echo "== test_$suite over shm"
+    "$build/test/test_$suite" || rc=1
+done
+for suite in tag rma tensor memory close faults; do
+    echo "== test_$suite over shm, XFER_SHM_CMA=off"
+    XFER_SHM_CMA=off "$build/test/test_$suite" || rc=1
+done
+for suite in rma tensor; do
+    echo "== test_$suite over shm, XFER_SHM_CMA=off XFER_SHM_CELLS=16 XFER_SHM_CELL_SIZE=512"
+    XFER_SHM_CMA=off XFER_SHM_CELLS=16 XFER_SHM_CELL_SIZE=512 "$build/test/test_$suite" || rc=1
+done
+exit $rc

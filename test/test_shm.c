@@ -1,0 +1,262 @@
+/*
+ * What only the shm component has: it is chosen by default for a peer on this host, a peer
+ * killed at any point leaves nothing behind (its segments are memfds, in no mount), a peer
+ * killed in the middle of a message fails the endpoint, and a peer that writes nonsense into
+ * our ring fails the endpoint with a protocol error and reads or writes nothing outside it.
+ * The shared API suites (tag, rma, tensor, ...) run over shm as over tcp: test/shm_modes.sh.
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BIG (64u << 20)
+
+static void suite_init(void)
+{
+    setenv("XFERTEST_TRANSPORT", "shm", 1);
+    tp_env();
+}
+
+TestSuite(shm, .init = suite_init, .timeout = 120);
+
+/* Entries of /dev/shm whose name contains "xfer". */
+static int dev_shm_xfer_entries(void)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+
+    if (d == NULL) {
+        return 0;
+    }
+    while ((e = readdir(d)) != NULL) {
+        n += (strstr(e->d_name, "xfer") != NULL);
+    }
+    closedir(d);
+    return n;
+}
+
+/* This process's descriptors and mappings of shm segments (memfd "xfer-shm"). */
+static int own_segments(void)
+{
+    char path[300], target[256], line[512];
+    struct dirent *e;
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    FILE *maps;
+
+    cr_assert_not_null(d);
+    while ((e = readdir(d)) != NULL) {
+        ssize_t len;
+
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        len = readlink(path, target, sizeof(target) - 1);
+        if (len > 0) {
+            target[len] = '\0';
+            n += (strstr(target, "memfd:xfer-shm") != NULL);
+        }
+    }
+    closedir(d);
+    maps = fopen("/proc/self/maps", "r");
+    cr_assert_not_null(maps);
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        n += (strstr(line, "memfd:xfer-shm") != NULL);
+    }
+    fclose(maps);
+    return n;
+}
+
+static int srv_idle(tp_side_t *s)
+{
+    uint64_t v;
+
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);
+    (void)tp_ctl_recv_u64(s->ctl, &v, 0);
+    return 0;
+}
+
+Test(shm, a_peer_on_this_host_gets_shm_by_default)
+{
+    tp_peer_t p;
+
+    setenv("XFER_TRANSPORTS", "all", 1);   /* no restriction: ranking and reach decide */
+    tp_start(&p, srv_idle, NULL);          /* asserts the endpoint is shm */
+    cr_assert_gt(own_segments(), 0, "an shm endpoint maps its rings");
+    tp_send(&p, 1);
+    tp_finish(&p);
+    cr_assert_eq(own_segments(), 0, "the rings went with the endpoint and the context");
+}
+
+/* Send one BIG message (more than the ring holds), then stop progressing: the receiver is in
+ * the middle of it when we are killed. */
+static int srv_send_and_stall(tp_side_t *s)
+{
+    static uint8_t buf[BIG];
+
+    tp_fill_pattern(buf, BIG, 5);
+    TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 7, buf, BIG, NULL, NULL, NULL, NULL)), "send");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    pause();
+    return 0;
+}
+
+Test(shm, a_peer_killed_in_the_middle_of_a_message_fails_the_receive)
+{
+    static uint8_t buf[BIG];
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    int before = dev_shm_xfer_entries();
+    tp_peer_t p;
+
+    /* without CMA the data is pipelined through the ring, which the stalled sender stops
+     * filling after the first ring-full */
+    setenv("XFER_SHM_CMA", "off", 1);
+    tp_start(&p, srv_send_and_stall, NULL);
+    cr_assert_eq(tp_recv(&p), 1);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 7, UINT64_MAX, buf, BIG, NULL, NULL, NULL,
+                                      &req)));
+    tp_progress_for(p.ctx, 100);
+    cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS, "the message cannot be whole: its "
+                 "sender stopped after the first ring-full");
+    kill(p.pid, SIGKILL);
+    cr_assert_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+    status = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert_eq(status, XFER_ERR_CONNECTION, "a receive cut short by the sender's death: %s",
+                 xfer_status_string(status));
+    cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_CONNECTION);
+    xfer_request_release(req);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    cr_assert_eq(own_segments(), 0, "no segment of the dead peer stays mapped or open");
+    cr_assert_eq(dev_shm_xfer_entries(), before, "nothing was left in /dev/shm");
+}
+
+Test(shm, a_rendezvous_message_whose_sender_died_is_not_delivered)
+{
+    static uint8_t buf[BIG];
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    double end;
+    tp_peer_t p;
+
+    /* with CMA only the descriptor is in our ring: the data died with the sender */
+    tp_start(&p, srv_send_and_stall, NULL);
+    cr_assert_eq(tp_recv(&p), 1);
+    kill(p.pid, SIGKILL);
+    cr_assert_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+    end = tp_now_ms() + TP_WAIT_MS;
+    while ((xfer_endpoint_status(p.ep) == XFER_OK) && (tp_now_ms() < end)) {
+        xfer_progress(p.ctx);
+    }
+    cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_CONNECTION);
+    status = xfer_tag_recv(p.ctx, p.ep, 7, UINT64_MAX, buf, BIG, NULL, NULL, NULL, &req);
+    status = tp_op_result(status, req, TP_WAIT_MS);
+    cr_assert_eq(status, XFER_ERR_CONNECTION, "a receive of a message whose data is gone: %s",
+                 xfer_status_string(status));
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    cr_assert_eq(own_segments(), 0);
+}
+
+/* The server child is killed at a random moment of its life - before listening, during the
+ * handshake, while mapping our ring, while idle - as often as we can make it happen. */
+Test(shm, peers_killed_at_any_point_leave_nothing_behind)
+{
+    int before = dev_shm_xfer_entries();
+    unsigned seed = (unsigned)getpid();
+
+    for (int round = 0; round < 30; round++) {
+        xfer_context_t *ctx = tp_context(0);
+        xfer_endpoint_t *ep = NULL;
+        tp_peer_t p;
+        pid_t killer;
+
+        tp_server_spawn(&p, srv_idle, NULL, NULL);
+        killer = fork();
+        cr_assert_geq(killer, 0);
+        if (killer == 0) {
+            usleep((useconds_t)(rand_r(&seed) % 3000) + (unsigned)round * 50);
+            kill(p.pid, SIGKILL);
+            _exit(0);
+        }
+        if (xfer_connect(ctx, p.address, &ep) == XFER_OK) {
+            tp_progress_for(ctx, 5);
+            xfer_endpoint_close(ep);
+        }
+        waitpid(killer, NULL, 0);
+        kill(p.pid, SIGKILL);
+        (void)tp_child_wait(&p, 10);
+        xfer_context_destroy(ctx);
+        cr_assert_eq(own_segments(), 0, "round %d: a segment stays open or mapped", round);
+        seed = seed * 1103515245u + 12345u;
+    }
+    cr_assert_eq(dev_shm_xfer_entries(), before, "nothing was left in /dev/shm");
+}
+
+/* A hostile peer: once connected, it writes nonsense into every shm ring it maps - a head
+ * far ahead of the tail and a frame claiming 4 GiB in a cell - and waits. */
+static int srv_scribbler(tp_side_t *s)
+{
+    char line[512];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    int n = 0;
+
+    TP_CHECK(maps != NULL, "maps");
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        unsigned long lo, hi;
+        uint8_t *base;
+        uint64_t tail, head;
+        uint32_t len = 0xffffffffu;
+        uint16_t type = 2;   /* TAG */
+
+        if ((strstr(line, "memfd:xfer-shm") == NULL) ||
+            (sscanf(line, "%lx-%lx", &lo, &hi) != 2)) {
+            continue;
+        }
+        base = (uint8_t*)lo;
+        memcpy(&tail, base + 128, 8);
+        memcpy(base + 256, &len, 4);        /* the cell the consumer reads next (tail 0) */
+        memcpy(base + 260, &type, 2);
+        head = tail + 1;
+        memcpy(base + 64, &head, 8);
+        n++;
+    }
+    fclose(maps);
+    TP_CHECK(n == 2, "found %d shm rings in the child, expected 2", n);
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    pause();
+    return 0;
+}
+
+Test(shm, a_peer_scribbling_over_our_ring_fails_the_endpoint_and_nothing_else)
+{
+    uint8_t buf[64];
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    tp_peer_t p;
+
+    tp_start(&p, srv_scribbler, NULL);
+    cr_assert_eq(tp_recv(&p), 1);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 1, UINT64_MAX, buf, sizeof(buf), NULL,
+                                      NULL, NULL, &req)));
+    status = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert_eq(status, XFER_ERR_PROTOCOL, "a receive on an endpoint whose ring is garbage: "
+                 "%s", xfer_status_string(status));
+    cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_PROTOCOL);
+    xfer_request_release(req);
+    /* the process goes on: another peer works */
+    tp_another_peer_works(p.ctx, (const size_t[]){1, 4096, 1 << 20, 0});
+    kill(p.pid, SIGKILL);
+    (void)tp_child_wait(&p, 10);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+}
