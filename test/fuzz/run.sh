@@ -12,7 +12,7 @@ set -euo pipefail
 
 src="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${XFER_BUILD_DIR:-$src/build}"
-all="bootstrap_wire tcp_wire tcp_stream verbs_wire tensor_wire rkey"
+all="bootstrap_wire tcp_wire tcp_stream verbs_wire tensor_wire rkey shm_ring"
 
 if [ $# -lt 1 ] || ! [[ "$1" =~ ^[0-9]+$ ]]; then
     echo "usage: $0 SECONDS [NAME...]   (names: $all)" >&2
