@@ -3,11 +3,12 @@
  * in. A segment lives in a memfd mapped twice: the owner consumes through one mapping, the
  * peer produces through the other, as two processes would; one test forks and streams
  * checksummed frames from a child through many wrap-arounds of a 4-cell ring, each side
- * sleeping on its doorbell when it cannot go on. Geometry bounds; attach refusing a foreign, mismatched or truncated segment
- * without touching it; frames in order through wrap-around; a full ring; each side catching
- * the other's impossible counter and the consumer a bad header, with a reason; the header
- * checked and used from one copy, also while the peer rewrites it; both sleep handshakes
- * (the consumer's on an empty ring, the producer's on a full one) ringing once.
+ * sleeping on its doorbell when it cannot go on. Geometry bounds; attach refusing a foreign,
+ * mismatched or truncated segment without touching it; frames in order through wrap-around;
+ * a full ring; each side catching the other's impossible counter and the consumer a bad
+ * header, with a reason; the header checked and used from one copy, also while the peer
+ * rewrites it; both sleep handshakes (the consumer's on an empty ring, the producer's on a
+ * full one) ringing once.
  */
 #include "../components/shm/shm_ring.h"
 

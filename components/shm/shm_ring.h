@@ -13,10 +13,10 @@
  *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
  *   256   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
  *
- * Head, tail and armed sit on cache lines of their own. A cell holds one frame: a header
- * (xfer_shm_frame_t) and up to cell_size - 64 payload bytes; a message longer than that
- * continues in DATA frames, written as room frees up, so that large data is pipelined
- * through the ring. Every frame is copied out of the cell before its header is checked, and
+ * Head and tail sit on cache lines of their own, the two flags (armed, pwait) share one. A
+ * cell holds one frame: a header (xfer_shm_frame_t) and up to cell_size - 64 payload bytes;
+ * a message longer than that continues in DATA frames, written as room frees up, so that
+ * large data is pipelined through the ring. Every frame is copied out of the cell before its header is checked, and
  * every value either side reads from the other's writes - head, tail, the header's lengths
  * and type - is checked like a wire header before it is used.
  */

@@ -18,9 +18,10 @@
  * - consumer: our own segment (seg_init) with the image copied over all of it, control block
  *   included, since nothing there may matter to the owner once set up. The script sets head,
  *   headers, the producer's pwait word and raw bytes, peeks, consumes, arms, notifies; then
- *   peek and consume until empty or an error, which must come within 2 * ncells + 1 peeks. Every frame returned has its payload,
- *   hdr.len bytes of it (all read), inside its cell; its header is the cell's as it was, of a
- *   known type and within the cell; an impossible head or header is -1 with a reason.
+ *   peek and consume until empty or an error, which must come within 2 * ncells + 1
+ *   peeks. Every frame returned has its payload, hdr.len bytes of it (all read), inside its
+ *   cell; its header is the cell's as it was, of a known type and within the cell; an
+ *   impossible head or header is -1 with a reason.
  *
  * Each answer is also checked against a model of shm_ring.h's contract: each side re-reads
  * the other's counter only when it has used up what it last read, and keeps its own.

@@ -738,6 +738,7 @@ static void gen_shm_ring(void)
     len = shm_segment(4, 256, 3, 0);
     shm_input(SHM_FIX_ALL, 0, 0, 0, len);
     shm_op(SHM_OP_PEEK);
+    shm_op(SHM_OP_READY);
     shm_ops(SHM_OP_PEEK_CONSUME, 3);
     shm_op(SHM_OP_PEEK);
     shm_op(SHM_OP_ARM);
