@@ -1003,7 +1003,8 @@ Test(verbs, link_down, .init = link_setup, .fini = link_restore)
 }
 
 /* =============================================================================================
- * 7. selection: all transports allowed -> verbs; XFER_TRANSPORTS=tcp -> tcp
+ * 7. selection: all transports allowed -> shm (the two processes share a host), verbs once shm
+ *    is excluded; XFER_TRANSPORTS=tcp -> tcp
  * ============================================================================================= */
 
 /* Accept one connection, report its transport, then echo on it. */
@@ -1055,8 +1056,9 @@ static void select_check(const char *transports, const char *want)
 
 Test(verbs, selection)
 {
-    select_check(NULL, "verbs");
-    select_check("", "verbs");
+    select_check(NULL, "shm");
+    select_check("", "shm");
+    select_check("^shm", "verbs");
     select_check("tcp", "tcp");
     select_check("tcp,verbs", "tcp");
     select_check("verbs,tcp", "verbs");
