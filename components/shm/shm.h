@@ -298,10 +298,15 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface);
 xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
 int xfer_shm_iface_reachable(xfer_iface_h iface, const void *peer_addr, size_t len, char *why,
                              size_t why_size);
+/* The same, for an address already unpacked: 1, or 0 with why. */
+int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, char *why,
+                            size_t why_size);
 xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
                                xfer_comp_t *comp, size_t extra);
 /* Queue a completion; progress() delivers it. */
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag);
+/* Release the tensors queued on iface->releases (tensor_release); how many. */
+unsigned xfer_shm_iface_releases_run(xfer_iface_h iface);
 /* Deliver now the queued completions of ops that ran on ep (ep_destroy). */
 void xfer_shm_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
 
@@ -346,6 +351,9 @@ xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status
 /* Write what the ring has room for: the frames written, or -1 when the ep failed. Rings the
  * doorbell when the peer sleeps. */
 int xfer_shm_tx_write(xfer_ep_h ep);
+/* Wake the peer, which sleeps on its end of the bootstrap connection (a byte; a full socket
+ * means it has bytes to wake it already). */
+void xfer_shm_doorbell_ring(xfer_ep_h ep);
 /* Queue entries that will never be written (the ep failed or closes). */
 void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status);
 

@@ -75,8 +75,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "peer address: %s", why);
         return XFER_ERR_PROTOCOL;
     }
-    if (!xfer_shm_iface_reachable(iface, params->peer_iface_addr, params->peer_iface_addr_len,
-                                  why, sizeof(why))) {
+    if (!xfer_shm_host_reachable(iface, &peer, why, sizeof(why))) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot reach the peer: %s", why);
         return XFER_ERR_UNREACHABLE;
     }
@@ -542,15 +541,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         }
     }
     /* tensors handed out for this peer's fetches are released before the ep goes */
-    while (!ucs_list_is_empty(&iface->releases)) {
-        xfer_shm_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_shm_preq_t, list);
-
-        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
-                                         preq->release_status);
-        }
-        xfer_shm_preq_free(preq);
-    }
+    xfer_shm_iface_releases_run(iface);
     xfer_shm_iface_deliver_ep(iface, ep);
     ucs_list_del(&ep->list);
     if (ep->in.base != NULL) {

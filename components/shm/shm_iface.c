@@ -98,7 +98,7 @@ static void deliver_one(xfer_shm_op_t *op)
     free(op);
 }
 
-static unsigned releases_run(xfer_iface_h iface)
+unsigned xfer_shm_iface_releases_run(xfer_iface_h iface)
 {
     unsigned count = 0;
 
@@ -132,7 +132,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->unexp)) {
         xfer_shm_unexp_release(iface, ucs_list_head(&iface->unexp, xfer_shm_unexp_t, list));
     }
-    releases_run(iface);
+    xfer_shm_iface_releases_run(iface);
     while (!ucs_list_is_empty(&iface->compq)) {
         deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
     }
@@ -164,27 +164,30 @@ int xfer_shm_iface_reachable(xfer_iface_h iface, const void *peer_addr, size_t l
     if (xfer_shm_host_id_unpack(peer_addr, len, &peer, why, why_size) != XFER_OK) {
         return 0;
     }
-    if (memcmp(peer.boot_id, iface->me.boot_id, sizeof(peer.boot_id)) != 0) {
+    return xfer_shm_host_reachable(iface, &peer, why, why_size);
+}
+
+int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, char *why,
+                            size_t why_size)
+{
+    if (memcmp(peer->boot_id, iface->me.boot_id, sizeof(peer->boot_id)) != 0) {
         snprintf(why, why_size, "the peer is on another host (its boot id differs)");
         return 0;
     }
-    if (peer.pid_ns != iface->me.pid_ns) {
+    if (peer->pid_ns != iface->me.pid_ns) {
         snprintf(why, why_size, "the peer is in another pid namespace (a container): its "
                  "pid and /proc/<pid> mean nothing here");
         return 0;
     }
-    if (peer.mnt_ns != iface->me.mnt_ns) {
+    if (peer->mnt_ns != iface->me.mnt_ns) {
         snprintf(why, why_size, "the peer is in another mount namespace: its /proc is not "
                  "ours");
         return 0;
     }
-    if (peer.uid != iface->me.uid) {
+    if (peer->uid != iface->me.uid) {
         snprintf(why, why_size, "the peer runs as another user (uid %u, we are %u): its "
-                 "memory may not be opened", peer.uid, iface->me.uid);
+                 "memory may not be opened", peer->uid, iface->me.uid);
         return 0;
-    }
-    if (peer.pid == (uint32_t)getpid()) {
-        /* one process talking to itself: rings work, and CMA on oneself too */
     }
     return 1;
 }
@@ -283,7 +286,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
                                     ep->fail_reason);
         }
     }
-    count += releases_run(iface);
+    count += xfer_shm_iface_releases_run(iface);
 
     /* only the completions queued now: callbacks that post and complete at once wait */
     for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);

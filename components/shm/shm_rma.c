@@ -446,16 +446,10 @@ xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         resp.flags = XFER_SHM_FL_RNDV;
     }
     resp.status = (int32_t)status;
-    if ((src != NULL) && !rndv && (status == XFER_OK)) {
-        resp.a = hdr->c;
-        if (xfer_shm_tx_queue(ep, NULL, &resp, src, hdr->c, 0, 1) != XFER_OK) {
-            snprintf(why, why_size, "out of memory for an answer");
-            return XFER_ERR_NO_MEMORY;
-        }
-        xfer_shm_tx_write(ep);
-        return XFER_OK;
-    }
-    if (xfer_shm_tx_queue(ep, NULL, &resp, NULL, 0, 1, 1) != XFER_OK) {
+    /* copied data follows in the ring from the region itself; otherwise the frame is all */
+    resp.a = ((src != NULL) && !rndv && (status == XFER_OK)) ? hdr->c : 0;
+    if (xfer_shm_tx_queue(ep, NULL, &resp, (resp.a > 0) ? src : NULL, resp.a, 0, 1) !=
+        XFER_OK) {
         snprintf(why, why_size, "out of memory for an answer");
         return XFER_ERR_NO_MEMORY;
     }

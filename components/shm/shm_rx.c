@@ -208,9 +208,7 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
     }
     if ((count > 0) && (ep->state == XFER_SHM_EP_CONNECTED) &&
         xfer_shm_ring_room_notify(&ep->in)) {
-        static const uint8_t one = 1;
-
-        (void)!send(ep->fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        xfer_shm_doorbell_ring(ep);
     }
     /* answers queued by the handlers go out now */
     if ((ep->state == XFER_SHM_EP_CONNECTED) && !ucs_list_is_empty(&ep->txq)) {

@@ -14,7 +14,7 @@
 
 /* Wake the peer, which sleeps on its end of the connection. A full socket means it has
  * bytes to wake it already. */
-static void doorbell_ring(xfer_ep_h ep)
+void xfer_shm_doorbell_ring(xfer_ep_h ep)
 {
     static const uint8_t one = 1;
 
@@ -109,7 +109,7 @@ int xfer_shm_tx_write(xfer_ep_h ep)
         }
     }
     if (wake) {
-        doorbell_ring(ep);
+        xfer_shm_doorbell_ring(ep);
     }
     xfer_shm_ep_flushes_check(ep);
     return count;
@@ -137,7 +137,7 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
             ep->tx_queued++;
             ep->tx_done++;
             if (xfer_shm_ring_publish(&ep->out)) {
-                doorbell_ring(ep);
+                xfer_shm_doorbell_ring(ep);
             }
             return XFER_OK;
         }
