@@ -60,6 +60,21 @@ static const xfer_param_desc_t fw_params[] = {
      "with XFER_ERR_TIMEOUT (its fetch fails with that status). Steps aborted long ago, which "
      "this side no longer remembers, end this way too.",
      offsetof(xfer_fw_config_t, tensor_request_timeout), 0.001, 7 * 86400, NULL},
+    {"BATCH_TIMEOUT", XFER_PARAM_TIME, "60s",
+     "Deadline of a batch posted without its own (timeout 0): one not done by then "
+     "completes with XFER_ERR_TIMEOUT, saying how many of its descriptors landed. 0: none.",
+     offsetof(xfer_fw_config_t, batch_timeout), 0, 7 * 86400, NULL},
+    {"BATCH_MAX_DESCS", XFER_PARAM_UINT, "65536",
+     "Most descriptors in one batch.",
+     offsetof(xfer_fw_config_t, batch_max_descs), 1, 1 << 24, NULL},
+    {"NOTIFY_MAX_LEN", XFER_PARAM_SIZE, "4k",
+     "Longest notification a batch may carry; a peer's longer one is a protocol error.",
+     offsetof(xfer_fw_config_t, notify_max_len), 0, 65536, NULL},
+    {"NOTIFY_MAX_QUEUED", XFER_PARAM_UINT, "65536",
+     "Notifications one endpoint keeps until the application takes them; a peer that sends "
+     "more fails the endpoint with XFER_ERR_NO_RESOURCE, so that it cannot make this side "
+     "hold without bound.",
+     offsetof(xfer_fw_config_t, notify_max_queued), 1, 1 << 24, NULL},
     {"CUDA_LIB", XFER_PARAM_STRING, "libcuda.so.1",
      "The CUDA driver library, loaded with dlopen on the first registration of CUDA memory "
      "(never before, so that a process without device memory does not initialise CUDA). The "

@@ -80,6 +80,8 @@ xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *tra
     ep->status   = XFER_OK;
     snprintf(ep->transport, sizeof(ep->transport), "%s", transport);
     snprintf(ep->peer, sizeof(ep->peer), "%s", peer);
+    ucs_list_head_init(&ep->batches);
+    ucs_list_head_init(&ep->notifies);
 
     memset(&params, 0, sizeof(params));
     params.size                = sizeof(params);
@@ -207,7 +209,7 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
     return XFER_OK;
 }
 
-static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn);
+#define op_begin xfer_endpoint_op_begin
 static xfer_status_t op_finish(xfer_context_t *ctx, xfer_request_t *req, xfer_status_t status,
                                size_t length, xfer_request_t **req_p);
 
@@ -221,6 +223,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
         xfer_staging_ep_destroy(ep);
     }
     ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_notify_ep_cleanup(ep);
     free(ep);
 }
 
@@ -290,6 +293,8 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
 
     ep->closing   = 1;
     ep->close_req = req;
+    xfer_batch_ep_closing(ep);
+    xfer_notify_ep_cleanup(ep);     /* the handle is gone: nobody can take them */
     ucs_list_del(&ep->list);
     ucs_list_add_tail(&ctx->closing, &ep->list);
     if (ep->status != XFER_OK) {
@@ -447,7 +452,7 @@ xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, voi
 /* ---- operations ---- */
 
 /* Common entry checks; on success returns with the lock held. */
-static xfer_status_t op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
+xfer_status_t xfer_endpoint_op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
 {
     xfer_status_t status;
 

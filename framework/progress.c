@@ -97,6 +97,8 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.ep_failed       = ep_failed_upcall;
         params.tag_claim       = xfer_tag_claim_upcall;
         params.max_tensor_requests = (uint32_t)ctx->fw_config.tensor_max_requests;
+        params.notify          = xfer_notify_upcall;
+        params.max_notify_len  = (uint32_t)ctx->fw_config.notify_max_len;
 
         fi->entry    = e;
         fi->comp     = comp;
@@ -158,6 +160,8 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ucs_list_head_init(&ctx->mems);
     ucs_list_head_init(&ctx->requests);
     ucs_list_head_init(&ctx->ready);
+    ucs_list_head_init(&ctx->notify_ready);
+    xfer_batch_ctx_init(ctx);
     pthread_mutex_init(&ctx->lock, NULL);
     ctx->lock_owner = (pthread_t)0;
     ctx->lock_depth = 0;
@@ -208,7 +212,9 @@ static void requests_drain_for_destroy(xfer_context_t *ctx)
         if ((req->status != XFER_INPROGRESS) || req->queued) {
             continue;
         }
-        if (req->any != NULL) {
+        if (req->kind == XFER_REQ_BATCH) {
+            (void)xfer_batch_cancel(req, XFER_ERR_CANCELED);
+        } else if (req->any != NULL) {
             (void)xfer_tag_any_cancel(req, XFER_ERR_CANCELED);
         } else if ((req->fw_iface != NULL) && (req->fw_iface->comp->cancel != NULL)) {
             (void)req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
@@ -261,6 +267,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         xfer_staging_destroy(ctx);
         requests_detach_mems(ctx);
     }
+    xfer_batch_ctx_cleanup(ctx);
     xfer_rkeys_release_all(ctx);
     xfer_mems_release_all(ctx);
     num_ifaces = ctx->num_ifaces;
@@ -308,9 +315,13 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
         xfer_endpoints_closing_progress(ctx);
     }
     count += xfer_tensor_expire(ctx);
+    count += xfer_batch_expire(ctx);
     /* user callbacks only now, after every transport has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {
         count += xfer_requests_dispatch(ctx);
+    }
+    if (!ucs_list_is_empty(&ctx->notify_ready)) {
+        count += xfer_notify_dispatch(ctx);
     }
     return count;
 }
@@ -372,15 +383,15 @@ static int staging_polls(xfer_context_t *ctx)
     return (ctx->staging != NULL) && xfer_staging_copying(ctx);
 }
 
-/* ms to the context's nearest deadline (a close, a peer's request waiting for a tensor):
- * 0 when one is due, -1 when there is none. */
+/* ms to the context's nearest deadline (a close, a peer's request waiting for a tensor, a
+ * batch): 0 when one is due, -1 when there is none. */
 static int next_deadline_ms(xfer_context_t *ctx)
 {
     int next = -1;
 
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         int until = (i == 0) ? xfer_endpoints_closing_timeout(ctx) :
-                               xfer_tensor_expiry_timeout(ctx);
+                    (i == 1) ? xfer_tensor_expiry_timeout(ctx) : xfer_batch_timeout(ctx);
 
         if ((until >= 0) && ((next < 0) || (until < next))) {
             next = until;

@@ -290,6 +290,8 @@ xfer_status_t xfer_request_cancel(xfer_request_t *req)
         status = XFER_ERR_BUSY;
     } else if ((req->status != XFER_INPROGRESS) || req->queued) {
         status = XFER_OK;       /* complete, or its completion is being delivered */
+    } else if (req->kind == XFER_REQ_BATCH) {
+        status = xfer_batch_cancel(req, XFER_ERR_CANCELED);
     } else if ((req->kind != XFER_REQ_RECV) && (req->kind != XFER_REQ_FETCH)) {
         status = XFER_ERR_UNSUPPORTED;
     } else if (req->any != NULL) {
@@ -313,6 +315,11 @@ xfer_status_t xfer_request_cancel(xfer_request_t *req)
 size_t xfer_request_length(const xfer_request_t *req)
 {
     return req ? req->length : 0;
+}
+
+size_t xfer_request_landed(const xfer_request_t *req)
+{
+    return req ? req->landed : 0;
 }
 
 uint64_t xfer_request_tag(const xfer_request_t *req)

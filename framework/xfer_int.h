@@ -81,6 +81,14 @@ xfer_component_iface_reachable(const xfer_component_v1_t *comp)
     return XFER_COMPONENT_V1_HAS(comp, iface_reachable) ? comp->iface_reachable : NULL;
 }
 
+typedef xfer_status_t (*xfer_batch_func_t)(xfer_ep_h ep, xfer_batch_args_t *args,
+                                           xfer_comp_t *comp);
+
+static inline xfer_batch_func_t xfer_component_batch(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, batch) ? comp->batch : NULL;
+}
+
 /* Framework configuration: the table is in context.c. */
 typedef struct xfer_fw_config {
     int         log_level;          /* xfer_log_level_t */
@@ -97,6 +105,10 @@ typedef struct xfer_fw_config {
     const char  *cuda_lib;          /* XFER_CUDA_LIB */
     uint64_t    staging_chunk;      /* XFER_STAGING_CHUNK, bytes */
     uint64_t    staging_depth;      /* XFER_STAGING_DEPTH, bounce buffers */
+    double      batch_timeout;      /* XFER_BATCH_TIMEOUT, seconds; 0 = none */
+    uint64_t    batch_max_descs;    /* XFER_BATCH_MAX_DESCS */
+    uint64_t    notify_max_len;     /* XFER_NOTIFY_MAX_LEN, bytes */
+    uint64_t    notify_max_queued;  /* XFER_NOTIFY_MAX_QUEUED, per endpoint */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -152,11 +164,17 @@ struct xfer_context {
     struct msg_copier       *msg_copiers;   /* staging_msg.c's copy engines, per CUDA context */
     uint64_t                msg_staged;     /* staging_msg.c: messages and tensors staged */
     uint64_t                msg_copies;     /* staging_msg.c: their copies */
+    ucs_list_link_t         batch_ops;      /* batch.c: posted batches, for their deadlines */
+    int64_t                 batch_deadline; /* the nearest of them; INT64_MAX: none */
+    ucs_list_link_t         batches;        /* batch.c: prepared lists */
+    xfer_notify_cb_t        notify_cb;      /* notify.c: the handler, or NULL */
+    void                    *notify_arg;
+    ucs_list_link_t         notify_ready;   /* endpoints with notifications for the handler */
 };
 
 typedef enum {
     XFER_REQ_PUT, XFER_REQ_GET, XFER_REQ_SEND, XFER_REQ_RECV, XFER_REQ_FETCH, XFER_REQ_PUBLISH,
-    XFER_REQ_FLUSH, XFER_REQ_CLOSE
+    XFER_REQ_FLUSH, XFER_REQ_CLOSE, XFER_REQ_BATCH
 } xfer_req_kind_t;
 
 struct xfer_request {
@@ -179,6 +197,8 @@ struct xfer_request {
     struct xfer_msg_stage *stage;       /* a message or tensor staged whole (staging_msg.c) */
     int                 released;       /* free on completion */
     int                 in_callback;
+    struct xfer_batch_op *batch_op;     /* a batch's transport side, until it ends */
+    size_t              landed;         /* a batch: descriptors known landed */
     uint64_t            step;           /* fetch */
     xfer_tensor_alloc_cb_t alloc;
     void                *alloc_arg;
@@ -203,6 +223,11 @@ struct xfer_endpoint {
     xfer_status_t       flush_status;
     int                 flush_deferred; /* closing: the flush waits for staged_ops to end */
     unsigned            staged_ops;     /* staging.c operations still using it */
+    ucs_list_link_t     batches;        /* batch.c: the lists prepared for it */
+    ucs_list_link_t     notifies;       /* notify.c: notifications not taken yet, oldest first */
+    size_t              num_notifies;
+    ucs_list_link_t     notify_link;    /* ctx->notify_ready */
+    int                 notify_listed;
 };
 
 struct xfer_mem {
@@ -398,6 +423,31 @@ unsigned xfer_tensor_expire(xfer_context_t *ctx);
 /* Milliseconds until the oldest waiting request expires (a sleep must not pass it); -1:
  * none waits. */
 int xfer_tensor_expiry_timeout(xfer_context_t *ctx);
+
+/* endpoint.c, for the other files that post on an endpoint: lock the context and check that
+ * ep can take an operation (fn != NULL: the transport implements it). On an error the lock
+ * is released and the cause logged. */
+xfer_status_t xfer_endpoint_op_begin(xfer_endpoint_t *ep, const char *op, void *fn);
+
+/* batch.c */
+void xfer_batch_ctx_init(xfer_context_t *ctx);
+/* Complete the batches past their deadline; how many. Called from progress. */
+unsigned xfer_batch_expire(xfer_context_t *ctx);
+/* Milliseconds to the nearest batch deadline (0: one is due), -1: none. */
+int xfer_batch_timeout(xfer_context_t *ctx);
+/* The endpoint is closing: its prepared lists can no longer be posted. */
+void xfer_batch_ep_closing(xfer_endpoint_t *ep);
+/* Cancel a batch request (xfer_request_cancel). */
+xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status);
+/* Context destroy, after every endpoint is gone: free what is left. */
+void xfer_batch_ctx_cleanup(xfer_context_t *ctx);
+
+/* notify.c */
+int xfer_notify_upcall(void *fw_arg, void *fw_ep, const void *msg, size_t length);
+/* Hand queued notifications to the context's handler; how many. Called from progress. */
+unsigned xfer_notify_dispatch(xfer_context_t *ctx);
+/* The endpoint goes: drop what it still queues. */
+void xfer_notify_ep_cleanup(xfer_endpoint_t *ep);
 
 /* log.c */
 void xfer_log_set_level(xfer_log_level_t level);

@@ -148,6 +148,30 @@ typedef struct xfer_tensor_waiter {
                   const xfer_tensor_t *tensor, void *handle);
 } xfer_tensor_waiter_t;
 
+/* One descriptor of a batch, in absolute addresses: the framework has checked that every
+ * local range lies in the batch's memh and every remote range in its rkey's packed bounds. */
+typedef struct xfer_batch_iov {
+    uint64_t local;
+    uint64_t remote;
+    uint64_t length;
+} xfer_batch_iov_t;
+
+/* A batch as the component sees it (xfer_batch_post). iov stays valid and unchanged until
+ * comp completes; notify is the caller's only during the call. */
+typedef struct xfer_batch_args {
+    uint32_t               size;        /* sizeof(xfer_batch_args_t) of the caller's build */
+    int                    is_put;
+    const xfer_batch_iov_t *iov;
+    size_t                 count;
+    xfer_memh_h            memh;
+    xfer_rkey_h            rkey;
+    const void             *notify;     /* NULL: no notification */
+    size_t                 notify_len;  /* <= the iface's max_notify_len */
+    /* The component raises it as descriptors are known to have landed (in the peer's memory
+     * for a put, ours for a get); the framework reads it when the batch ends early. */
+    size_t                 landed;
+} xfer_batch_args_t;
+
 /* What the framework hands a component when it opens an interface. */
 typedef struct xfer_iface_params {
     uint32_t size;                  /* sizeof(xfer_iface_params_t) of the caller's build */
@@ -172,6 +196,13 @@ typedef struct xfer_iface_params {
      * published yet; the component answers one past it at once with XFER_ERR_NO_RESOURCE
      * and a reason. Present when size covers it. */
     uint32_t max_tensor_requests;
+    /* A peer's batch notification: every byte of its batch is visible here (or was read from
+     * here). Delivered in the order the peer posted them. msg is valid during the call. 0:
+     * taken; -1: refused (the endpoint's queue is full; the framework logged why): the
+     * component fails the endpoint with XFER_ERR_NO_RESOURCE. Present when size covers it. */
+    int  (*notify)(void *fw_arg, void *fw_ep, const void *msg, size_t length);
+    /* Longest notification; a longer one from a peer is a protocol error. */
+    uint32_t max_notify_len;
 } xfer_iface_params_t;
 
 /* What the framework hands a component when it creates an endpoint. */
@@ -327,6 +358,16 @@ typedef struct xfer_component_v1 {
      * existed are loaded without it). */
     int           (*iface_reachable)(xfer_iface_h iface, const void *peer_iface_addr,
                                      size_t addr_len, char *why, size_t why_size);
+
+    /* Post a batch (xfer_batch_args_t) as one unit and, with args->notify, a notification
+     * that the peer delivers (its iface_params' notify) only once every byte of the batch is
+     * visible in its memory, or read from it. comp completes once with the status and
+     * length = descriptors landed: XFER_OK when all landed. Returns XFER_INPROGRESS or an
+     * error (comp will not be called). cancel(comp, status) stops it: nothing more is posted
+     * and no notification sent; comp completes once what is already in flight has ended
+     * (maybe much later), or at ep_destroy. NULL: the framework posts the descriptors one by
+     * one through put and get, and refuses notifications. Read only when size covers it. */
+    xfer_status_t (*batch)(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
 } xfer_component_v1_t;
 
 /*

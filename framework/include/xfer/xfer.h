@@ -238,7 +238,7 @@ XFER_API xfer_status_t xfer_request_test(xfer_request_t *req);
  * completes or timeout_ms passes (-1: no limit). Returns its final status, or
  * XFER_ERR_TIMEOUT with the request still pending. */
 XFER_API xfer_status_t xfer_request_wait(xfer_request_t *req, int timeout_ms);
-/* Cancel a posted tag receive or a pending tensor fetch: it completes with
+/* Cancel a posted tag receive, a pending tensor fetch or a batch: it completes with
  * XFER_ERR_CANCELED. XFER_ERR_BUSY when it can no longer be cancelled (data is arriving);
  * XFER_ERR_UNSUPPORTED for other operations. A completed request is left as it is. */
 XFER_API xfer_status_t xfer_request_cancel(xfer_request_t *req);
@@ -251,6 +251,9 @@ XFER_API uint64_t xfer_request_tag(const xfer_request_t *req);
  * After a failure it is NULL - except when the allocation callback had already returned a
  * buffer: then data points to it, so that the caller can free it. */
 XFER_API const xfer_tensor_t *xfer_request_tensor(const xfer_request_t *req);
+/* After a batch completes: how many of its descriptors are known to have landed (all of them
+ * on XFER_OK; after a timeout, a cancel or an error, a lower bound - see xfer_batch_post). */
+XFER_API size_t   xfer_request_landed(const xfer_request_t *req);
 /* Free a completed request now, or a pending one as soon as it completes. */
 XFER_API void xfer_request_release(xfer_request_t *req);
 
@@ -444,6 +447,82 @@ XFER_API xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, con
                                          xfer_request_t **req_p);
 
 #define XFER_STEP_ALL UINT64_MAX
+
+/* ---- batches and notifications -------------------------------------------------------------- */
+
+/*
+ * A batch moves many blocks between one registered local buffer and one remote buffer in one
+ * request: N descriptors, each a (local offset, remote offset, length) counted from
+ * xfer_mem_address(mem) and xfer_rkey_address(rkey). A list is checked and prepared once
+ * (xfer_batch_create) and may then be posted any number of times, also while earlier posts
+ * of it are in flight; each transport posts it as one unit (verbs: a chain of work requests
+ * with few signalled, tcp: frames gathered into few writes, shm: one pass of the target).
+ *
+ * A posted batch completes once every descriptor's data is in the destination's memory (a
+ * put: the peer's; a get: ours). It may carry a notification: a message of at most
+ * XFER_NOTIFY_MAX_LEN bytes that the peer receives only once every byte of the batch is
+ * visible in its memory (a put) or has been read from it (a get), never before; a batch with
+ * a descriptor the peer refused delivers no notification. Notifications from one endpoint
+ * arrive in the order their batches were posted.
+ *
+ * Each post has a deadline (timeout_ms > 0; 0: XFER_BATCH_TIMEOUT; XFER_BATCH_NO_TIMEOUT:
+ * none). A batch not done by then completes with XFER_ERR_TIMEOUT, and
+ * xfer_request_landed() says how many descriptors are known to have landed; the transport
+ * posts nothing more of it and sends no notification. What was already on its way may still
+ * land: until the transport has let go of it - xfer_mem_deregister() succeeds again - the
+ * ranges of the descriptors not counted as landed are undefined, in the local buffer of a
+ * get and in the peer's buffer of a put. xfer_request_cancel() ends a batch the same way
+ * with XFER_ERR_CANCELED.
+ */
+typedef struct xfer_batch xfer_batch_t;
+
+typedef struct xfer_batch_desc {
+    uint64_t local_offset;
+    uint64_t remote_offset;
+    uint64_t length;
+} xfer_batch_desc_t;
+
+typedef enum {
+    XFER_BATCH_PUT = 0,
+    XFER_BATCH_GET = 1,
+} xfer_batch_op_t;
+
+#define XFER_BATCH_NO_TIMEOUT (-1)
+
+/* Check every descriptor against mem and rkey (XFER_ERR_OUT_OF_RANGE naming the first that
+ * does not fit) and prepare the list for ep. count is at most XFER_BATCH_MAX_DESCS. The batch
+ * keeps mem registered (deregistering fails while it exists) and rkey alive. */
+XFER_API xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op,
+                                         xfer_mem_t *mem, xfer_rkey_t *rkey,
+                                         const xfer_batch_desc_t *descs, size_t count,
+                                         xfer_batch_t **batch_p);
+/* Post the batch, with a notification when notify != NULL (notify_len bytes, copied). */
+XFER_API xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify,
+                                       size_t notify_len, int timeout_ms,
+                                       xfer_request_cb_t cb, void *user_data,
+                                       xfer_request_t **req_p);
+/* Release the list; posts of it still in flight keep what they need until they end. Closing
+ * the endpoint ends its batches' use (posting fails with XFER_ERR_CONNECTION); each must
+ * still be destroyed. */
+XFER_API xfer_status_t xfer_batch_destroy(xfer_batch_t *batch);
+
+/*
+ * Notifications, at the target: taken by polling an endpoint (oldest first), or by a handler
+ * that progress calls for each, in order per endpoint. Each endpoint keeps at most
+ * XFER_NOTIFY_MAX_QUEUED not yet taken; a peer that sends more fails the endpoint with
+ * XFER_ERR_NO_RESOURCE, so that a peer cannot make this side hold without bound.
+ */
+typedef void (*xfer_notify_cb_t)(xfer_endpoint_t *ep, const void *msg, size_t length,
+                                 void *user_data);
+/* Set (cb != NULL) or remove the context's handler. Notifications already queued are handed
+ * to it too. It runs like a completion callback: it may post, close and progress, not wait. */
+XFER_API xfer_status_t xfer_notify_handler_set(xfer_context_t *ctx, xfer_notify_cb_t cb,
+                                               void *user_data);
+/* Take the endpoint's oldest notification into buf (capacity bytes), its length in *length_p.
+ * Progresses once when none is queued. XFER_ERR_NOT_FOUND: none; XFER_ERR_TRUNCATED: it is
+ * longer than capacity (*length_p says how long; it stays queued). */
+XFER_API xfer_status_t xfer_notify_poll(xfer_endpoint_t *ep, void *buf, size_t capacity,
+                                        size_t *length_p);
 
 /*
  * Abort a step (or every step: XFER_STEP_ALL) with status (an error): this side's pending

@@ -1,0 +1,583 @@
+/*
+ * Batches: descriptor lists of puts or gets, checked once and posted many times, each post one
+ * request with one completion, a deadline, and optionally a notification for the peer.
+ *
+ * A prepared list (xfer_batch_t) holds its descriptors in absolute addresses, the memory
+ * registration (busy) and the remote key (busy). A post makes a batch op: the transport's side
+ * of the request - its completion, the arguments the transport reads until it ends, and the
+ * count of descriptors landed that the transport raises. The request and the op part when the
+ * request ends early (its deadline passes, it is cancelled): the request completes at once
+ * with what is known to have landed, while the op lives on until the transport has let go of
+ * the memory - which stays busy until then, so that deregistering it fails rather than pull
+ * pages from under a NIC that may still write them.
+ *
+ * A transport without a batch entry point gets the descriptors one by one through put and get,
+ * then, for puts, a flush: the batch completes when its data is in the peer's memory there
+ * too. Such a transport cannot carry notifications; posting one is refused.
+ */
+#include "xfer_int.h"
+#include "clock.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_SUBSYS "batch"
+
+struct xfer_batch {
+    xfer_context_t      *ctx;
+    xfer_endpoint_t     *ep;            /* NULL once the endpoint closed */
+    ucs_list_link_t     ep_link;        /* ep->batches */
+    ucs_list_link_t     ctx_link;       /* ctx->batches */
+    int                 is_put;
+    xfer_mem_t          *mem;
+    xfer_rkey_t         *rkey;
+    xfer_fw_iface_t     *fw_iface;
+    unsigned            posts;          /* ops still using iov */
+    int                 destroyed;      /* xfer_batch_destroy came; freed after the last op */
+    size_t              count;
+    uint64_t            bytes;
+    xfer_batch_iov_t    iov[];
+};
+
+/* One descriptor of a batch posted through put/get (a transport without batch). */
+typedef struct batch_sub {
+    xfer_comp_t             comp;
+    struct xfer_batch_op    *op;
+} batch_sub_t;
+
+typedef struct xfer_batch_op {
+    xfer_comp_t         comp;           /* what the transport completes */
+    xfer_batch_args_t   args;
+    xfer_batch_t        *batch;
+    xfer_request_t      *req;           /* NULL once the request ended without it */
+    ucs_list_link_t     list;           /* ctx->batch_ops */
+    int64_t             deadline;       /* xfer_now_ms(); INT64_MAX: none */
+    /* one by one (no batch entry point) */
+    batch_sub_t         *subs;
+    size_t              inflight;       /* subs and the flush not completed */
+    size_t              posted;
+    int                 stopped;        /* cancelled: post nothing more */
+    xfer_status_t       first_error;
+    xfer_comp_t         flush_comp;
+} batch_op_t;
+
+void xfer_batch_ctx_init(xfer_context_t *ctx)
+{
+    ucs_list_head_init(&ctx->batch_ops);
+    ucs_list_head_init(&ctx->batches);
+    ctx->batch_deadline = INT64_MAX;
+}
+
+/* ---- prepared lists ------------------------------------------------------------------------- */
+
+static void batch_free(xfer_batch_t *batch)
+{
+    batch->mem->busy--;
+    xfer_rkey_put(batch->rkey);
+    if (batch->ep != NULL) {
+        ucs_list_del(&batch->ep_link);
+    }
+    ucs_list_del(&batch->ctx_link);
+    free(batch);
+}
+
+static void batch_unpost(xfer_batch_t *batch)
+{
+    if ((--batch->posts == 0) && batch->destroyed) {
+        batch_free(batch);
+    }
+}
+
+static xfer_status_t batch_descs_check(xfer_endpoint_t *ep, xfer_mem_t *mem,
+                                       xfer_rkey_t *rkey, const xfer_batch_desc_t *descs,
+                                       size_t count, xfer_batch_iov_t *iov, uint64_t *bytes_p)
+{
+    uint64_t bytes = 0;
+
+    for (size_t i = 0; i < count; i++) {
+        const xfer_batch_desc_t *d = &descs[i];
+
+        if ((d->local_offset > mem->length) || (d->length > mem->length - d->local_offset)) {
+            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: local "
+                     "range +%" PRIu64 " of %" PRIu64 " bytes is outside the registered "
+                     "buffer of %zu bytes", i, d->local_offset, d->length, mem->length);
+            return XFER_ERR_OUT_OF_RANGE;
+        }
+        if ((d->remote_offset > rkey->length) ||
+            (d->length > rkey->length - d->remote_offset)) {
+            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: remote "
+                     "range +%" PRIu64 " of %" PRIu64 " bytes is outside the remote buffer of "
+                     "%" PRIu64 " bytes (%s)", i, d->remote_offset, d->length, rkey->length,
+                     ep->peer);
+            return XFER_ERR_OUT_OF_RANGE;
+        }
+        iov[i].local  = (uintptr_t)mem->addr + d->local_offset;
+        iov[i].remote = rkey->addr + d->remote_offset;
+        iov[i].length = d->length;
+        bytes        += d->length;
+    }
+    *bytes_p = bytes;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_mem_t *mem,
+                                xfer_rkey_t *rkey, const xfer_batch_desc_t *descs,
+                                size_t count, xfer_batch_t **batch_p)
+{
+    xfer_batch_t *batch;
+    xfer_context_t *ctx;
+    xfer_status_t status;
+    uint64_t bytes;
+
+    status = xfer_endpoint_op_begin(ep, "xfer_batch_create", (void*)xfer_batch_create);
+    if (status != XFER_OK) {
+        return status;
+    }
+    ctx = ep->ctx;
+    status = XFER_ERR_INVALID_PARAM;
+    if ((batch_p == NULL) || (mem == NULL) || (rkey == NULL) || (descs == NULL) ||
+        ((op != XFER_BATCH_PUT) && (op != XFER_BATCH_GET))) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %s",
+                 ((op != XFER_BATCH_PUT) && (op != XFER_BATCH_GET)) ? "unknown operation" :
+                 "NULL argument");
+        goto out;
+    }
+    if ((count == 0) || (count > ctx->fw_config.batch_max_descs)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %zu descriptors; a batch "
+                 "has 1 to XFER_BATCH_MAX_DESCS=%" PRIu64, count,
+                 ctx->fw_config.batch_max_descs);
+        goto out;
+    }
+    if ((mem->ctx != ctx) || (rkey->ctx != ctx) || (rkey->fw_iface != ep->fw_iface) ||
+        (rkey->owner_id != ep->peer_id)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: the memory or the remote "
+                 "key belongs to another context, or the key was not unpacked for this "
+                 "endpoint's peer and transport (%s, %s)", ep->peer, ep->transport);
+        goto out;
+    }
+    if (mem->memh[ep->fw_iface->index] == NULL) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %s cannot reach this "
+                 "memory (%s) directly; batches do not go through the staging pipeline",
+                 ep->transport, (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "host");
+        status = XFER_ERR_UNSUPPORTED;
+        goto out;
+    }
+    batch = malloc(sizeof(*batch) + count * sizeof(batch->iov[0]));
+    if (batch == NULL) {
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    status = batch_descs_check(ep, mem, rkey, descs, count, batch->iov, &bytes);
+    if (status != XFER_OK) {
+        free(batch);
+        goto out;
+    }
+    batch->ctx       = ctx;
+    batch->ep        = ep;
+    batch->is_put    = (op == XFER_BATCH_PUT);
+    batch->mem       = mem;
+    batch->rkey      = rkey;
+    batch->fw_iface  = ep->fw_iface;
+    batch->posts     = 0;
+    batch->destroyed = 0;
+    batch->count     = count;
+    batch->bytes     = bytes;
+    mem->busy++;
+    rkey->busy++;
+    ucs_list_add_tail(&ep->batches, &batch->ep_link);
+    ucs_list_add_tail(&ctx->batches, &batch->ctx_link);
+    *batch_p = batch;
+out:
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+xfer_status_t xfer_batch_destroy(xfer_batch_t *batch)
+{
+    xfer_context_t *ctx;
+
+    if (batch == NULL) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = batch->ctx;
+    xfer_ctx_lock(ctx);
+    if (batch->destroyed) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_destroy: the batch was destroyed "
+                 "already");
+        xfer_ctx_unlock(ctx);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    batch->destroyed = 1;
+    if (batch->posts == 0) {
+        batch_free(batch);
+    }
+    xfer_ctx_unlock(ctx);
+    return XFER_OK;
+}
+
+void xfer_batch_ep_closing(xfer_endpoint_t *ep)
+{
+    xfer_batch_t *batch, *tmp;
+
+    ucs_list_for_each_safe(batch, tmp, &ep->batches, ep_link) {
+        ucs_list_del(&batch->ep_link);
+        batch->ep = NULL;
+    }
+}
+
+/* ---- posted batches ------------------------------------------------------------------------- */
+
+static void batch_deadline_update(xfer_context_t *ctx, int64_t deadline)
+{
+    if (deadline < ctx->batch_deadline) {
+        ctx->batch_deadline = deadline;
+    }
+}
+
+/* The transport is done with the op: its request (if still attached) completes, and the
+ * memory, the key and the list are let go. */
+static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed)
+{
+    xfer_batch_t *batch = op->batch;
+
+    if (op->req != NULL) {
+        op->req->landed   = landed;
+        op->req->batch_op = NULL;
+        xfer_request_complete(op->req, status, (status == XFER_OK) ? batch->bytes : 0, 0);
+    }
+    ucs_list_del(&op->list);
+    batch->mem->busy--;
+    free(op->subs);
+    free(op);
+    batch_unpost(batch);
+}
+
+static void batch_op_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
+                             uint64_t tag)
+{
+    batch_op_t *op = ucs_container_of(self, batch_op_t, comp);
+
+    (void)tag;
+    if ((status == XFER_OK) && (length != op->args.count)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "%s completed a batch with %zu of %zu "
+                 "descriptors landed and no error", op->batch->fw_iface->entry->name, length,
+                 op->args.count);
+        status = XFER_ERR_INTERNAL;
+    }
+    batch_op_end(op, status, (length < op->args.count) ? length : op->args.count);
+}
+
+/* ---- one by one, for a transport without batch ---------------------------------------------- */
+
+static void batch_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
+                           uint64_t tag)
+{
+    batch_op_t *op = ucs_container_of(self, batch_op_t, flush_comp);
+
+    (void)length;
+    (void)tag;
+    if (status == XFER_OK) {
+        op->args.landed = op->posted;
+    }
+    batch_op_end(op, status, op->args.landed);
+}
+
+/* Every descriptor's operation completed. A get's data is here; a put's is in the peer's
+ * memory once a flush behind them completes. */
+static void batch_subs_done(batch_op_t *op)
+{
+    xfer_endpoint_t *ep = op->batch->ep;
+    xfer_status_t status;
+
+    if (!op->batch->is_put || (op->first_error != XFER_OK) || op->stopped || (ep == NULL)) {
+        batch_op_end(op, op->first_error, op->args.landed);
+        return;
+    }
+    if (ep->fw_iface->comp->ep_flush == NULL) {
+        batch_flush_cb(&op->flush_comp, XFER_OK, 0, 0);
+        return;
+    }
+    op->flush_comp.cb = batch_flush_cb;
+    status = ep->fw_iface->comp->ep_flush(ep->ep, &op->flush_comp);
+    if (status != XFER_INPROGRESS) {
+        batch_flush_cb(&op->flush_comp, status, 0, 0);
+    }
+}
+
+static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
+{
+    batch_sub_t *sub    = ucs_container_of(self, batch_sub_t, comp);
+    batch_op_t *op = sub->op;
+
+    (void)length;
+    (void)tag;
+    if (status != XFER_OK) {
+        if (op->first_error == XFER_OK) {
+            op->first_error = status;
+        }
+    } else if (!op->batch->is_put) {
+        op->args.landed++;
+    }
+    if (--op->inflight == 0) {
+        batch_subs_done(op);
+    }
+}
+
+/* Post the descriptors through put/get. inflight counts the operations not completed plus one
+ * for the posting loop, so that the op cannot end while it runs. May end the op before it
+ * returns XFER_INPROGRESS (every operation completed while posted). */
+static xfer_status_t batch_post_each(batch_op_t *op)
+{
+    xfer_batch_t *batch              = op->batch;
+    const xfer_component_v1_t *comp  = batch->fw_iface->comp;
+    xfer_ep_h ep                     = batch->ep->ep;
+    xfer_memh_h memh                 = op->args.memh;
+
+    op->subs = calloc(op->args.count, sizeof(*op->subs));
+    if (op->subs == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->inflight = 1;
+    for (size_t i = 0; (i < op->args.count) && (op->first_error == XFER_OK); i++) {
+        const xfer_batch_iov_t *v = &op->args.iov[i];
+        void *local               = (void*)(uintptr_t)v->local;
+        xfer_status_t status;
+
+        op->subs[i].comp.cb = batch_sub_cb;
+        op->subs[i].op      = op;
+        status = batch->is_put ?
+                 comp->put(ep, local, v->length, memh, v->remote, op->args.rkey,
+                           &op->subs[i].comp) :
+                 comp->get(ep, local, v->length, memh, v->remote, op->args.rkey,
+                           &op->subs[i].comp);
+        if ((status != XFER_OK) && (status != XFER_INPROGRESS) && (i == 0)) {
+            return status;      /* nothing went: refuse the post */
+        }
+        op->posted++;
+        if (status == XFER_INPROGRESS) {
+            op->inflight++;
+        } else if (status == XFER_OK) {
+            op->args.landed += !batch->is_put;
+        } else {
+            op->first_error = status;
+        }
+    }
+    if (--op->inflight == 0) {
+        batch_subs_done(op);
+    }
+    return XFER_INPROGRESS;
+}
+
+/* ---- posting -------------------------------------------------------------------------------- */
+
+xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t notify_len,
+                              int timeout_ms, xfer_request_cb_t cb, void *user_data,
+                              xfer_request_t **req_p)
+{
+    xfer_batch_func_t post;
+    batch_op_t *op;
+    xfer_context_t *ctx;
+    xfer_request_t *req;
+    xfer_status_t status;
+    int64_t deadline;
+    double timeout;
+
+    if (batch == NULL) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: batch is NULL");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    ctx = batch->ctx;
+    if (batch->ep == NULL) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: the batch's endpoint was "
+                 "closed");
+        return XFER_ERR_CONNECTION;
+    }
+    status = xfer_endpoint_op_begin(batch->ep, "xfer_batch_post", (void*)xfer_batch_post);
+    if (status != XFER_OK) {
+        return status;
+    }
+    post   = xfer_component_batch(batch->fw_iface->comp);
+    status = XFER_ERR_INVALID_PARAM;
+    if (batch->destroyed) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: the batch was destroyed");
+        goto out;
+    }
+    if ((notify == NULL) && (notify_len > 0)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: notification is NULL");
+        goto out;
+    }
+    if ((notify != NULL) && (notify_len > ctx->fw_config.notify_max_len)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: a notification of %zu bytes "
+                 "is longer than XFER_NOTIFY_MAX_LEN=%" PRIu64, notify_len,
+                 ctx->fw_config.notify_max_len);
+        goto out;
+    }
+    if ((notify != NULL) && (post == NULL)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: transport %s cannot carry "
+                 "a batch's notification", batch->ep->transport);
+        status = XFER_ERR_UNSUPPORTED;
+        goto out;
+    }
+    if ((timeout_ms < 0) && (timeout_ms != XFER_BATCH_NO_TIMEOUT)) {
+        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: timeout %d ms; give > 0, 0 "
+                 "(XFER_BATCH_TIMEOUT) or XFER_BATCH_NO_TIMEOUT", timeout_ms);
+        goto out;
+    }
+    op  = calloc(1, sizeof(*op));
+    req = (op == NULL) ? NULL :
+          xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, cb, user_data);
+    if (req == NULL) {
+        free(op);
+        status = XFER_ERR_NO_MEMORY;
+        goto out;
+    }
+    op->comp.cb         = batch_op_comp_cb;
+    op->args.size       = sizeof(op->args);
+    op->args.is_put     = batch->is_put;
+    op->args.iov        = batch->iov;
+    op->args.count      = batch->count;
+    op->args.memh       = batch->mem->memh[batch->fw_iface->index];
+    op->args.rkey       = batch->rkey->rkey;
+    op->args.notify     = notify;
+    op->args.notify_len = (notify != NULL) ? notify_len : 0;
+    op->batch           = batch;
+    op->req             = req;
+    op->first_error     = XFER_OK;
+    timeout             = (timeout_ms > 0) ? timeout_ms / 1000.0 :
+                          (timeout_ms == 0) ? ctx->fw_config.batch_timeout : 0;
+    op->deadline        = (timeout > 0) ? xfer_now_ms() + (int64_t)(timeout * 1000.0) :
+                          INT64_MAX;
+    deadline            = op->deadline;
+    req->batch_op       = op;
+    batch->posts++;
+    batch->mem->busy++;
+    ucs_list_add_tail(&ctx->batch_ops, &op->list);
+
+    /* the one-by-one path may end the op before it returns: op is not read after it */
+    status = (post != NULL) ? post(batch->ep->ep, &op->args, &op->comp) :
+                              batch_post_each(op);
+    if (status == XFER_INPROGRESS) {
+        batch_deadline_update(ctx, deadline);
+        xfer_request_posted(req, req_p);
+        status = XFER_OK;
+    } else {
+        if (status == XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "%s completed a batch while posting it; "
+                     "a batch completes from progress", batch->ep->transport);
+            status = XFER_ERR_INTERNAL;
+        }
+        ucs_list_del(&op->list);
+        batch->mem->busy--;
+        batch->posts--;
+        free(op->subs);
+        free(op);
+        xfer_request_discard(req);
+    }
+out:
+    xfer_ctx_unlock(ctx);
+    return status;
+}
+
+/* ---- ending early: deadline and cancel ------------------------------------------------------ */
+
+/* The request completes now with status and what landed so far; the transport is told to stop
+ * and the op stays until it has. */
+static void batch_op_detach(batch_op_t *op, xfer_status_t status)
+{
+    xfer_request_t *req         = op->req;
+    xfer_fw_iface_t *fi         = op->batch->fw_iface;
+
+    op->req       = NULL;
+    op->stopped   = 1;
+    op->deadline  = INT64_MAX;
+    req->batch_op = NULL;
+    req->landed   = op->args.landed;
+    if ((op->subs == NULL) && (fi->comp->cancel != NULL)) {
+        (void)fi->comp->cancel(fi->iface, &op->comp, status);
+    }
+    xfer_request_complete(req, status, 0, 0);
+    xfer_wake_locked(req->ctx);
+}
+
+xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status)
+{
+    if (req->batch_op == NULL) {
+        return XFER_OK;     /* it ended already */
+    }
+    batch_op_detach(req->batch_op, status);
+    return XFER_OK;
+}
+
+unsigned xfer_batch_expire(xfer_context_t *ctx)
+{
+    int64_t now, next = INT64_MAX;
+    batch_op_t *op, *tmp;
+    unsigned count = 0;
+
+    if (ctx->batch_deadline == INT64_MAX) {
+        return 0;
+    }
+    now = xfer_now_ms();
+    if (now < ctx->batch_deadline) {
+        return 0;
+    }
+    ucs_list_for_each_safe(op, tmp, &ctx->batch_ops, list) {
+        if (op->req == NULL) {
+            continue;
+        }
+        if (op->deadline <= now) {
+            xfer_log(XFER_LOG_WARN, BATCH_SUBSYS, "a batch of %zu %s to %s over %s passed its "
+                     "deadline with %zu descriptor(s) known landed; it completes with "
+                     "XFER_ERR_TIMEOUT", op->args.count, op->batch->is_put ? "puts" : "gets",
+                     op->batch->ep ? op->batch->ep->peer : "a closed endpoint",
+                     op->batch->fw_iface->entry->name, op->args.landed);
+            batch_op_detach(op, XFER_ERR_TIMEOUT);
+            count++;
+        } else if (op->deadline < next) {
+            next = op->deadline;
+        }
+    }
+    ctx->batch_deadline = next;
+    return count;
+}
+
+int xfer_batch_timeout(xfer_context_t *ctx)
+{
+    int64_t now;
+
+    if (ctx->batch_deadline == INT64_MAX) {
+        return -1;
+    }
+    now = xfer_now_ms();
+    if (ctx->batch_deadline <= now) {
+        return 0;
+    }
+    return (ctx->batch_deadline - now > INT_MAX) ? INT_MAX : (int)(ctx->batch_deadline - now);
+}
+
+void xfer_batch_ctx_cleanup(xfer_context_t *ctx)
+{
+    batch_op_t *op, *otmp;
+    xfer_batch_t *batch, *btmp;
+
+    /* the endpoints are gone, and with them every transport's hold on an op */
+    ucs_list_for_each_safe(op, otmp, &ctx->batch_ops, list) {
+        if (op->req != NULL) {
+            op->req->batch_op = NULL;
+        }
+        ucs_list_del(&op->list);
+        op->batch->mem->busy--;
+        op->batch->posts--;
+        free(op->subs);
+        free(op);
+    }
+    ucs_list_for_each_safe(batch, btmp, &ctx->batches, ctx_link) {
+        if (batch->ep != NULL) {
+            ucs_list_del(&batch->ep_link);
+            batch->ep = NULL;
+        }
+        batch_free(batch);
+    }
+}

@@ -1,0 +1,579 @@
+/*
+ * Batches of puts and gets between two processes, over the transport under test: the data of
+ * every descriptor lands where it should and nowhere else; the target checks a put batch's
+ * data the moment its notification arrives (by polling and by handler), and a get batch's
+ * notification comes after the read; notifications come in order per peer; a prepared list is
+ * posted many times at once; a batch that cannot finish ends at its deadline or its cancel
+ * with the count of what landed; a refused descriptor fails its batch and suppresses its
+ * notification; a peer that floods notifications past the bound fails the endpoint; bad
+ * lists are refused where they are made.
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void setup(void)
+{
+    tp_env();
+}
+
+TestSuite(batch, .init = setup, .timeout = 240);
+
+#define DST_LEN   (24u << 20)
+#define SRC_LEN   (8u << 20)
+#define ROUNDS    12
+#define NDESC     40
+
+enum {
+    CMD_DONE = 1,
+    CMD_POLL,       /* n, poll: take n notifications (checking each round's data), report */
+    CMD_HANDLER,    /* n: the same through the context's handler */
+    CMD_FILL,       /* seed: fill the target buffer */
+    CMD_SLEEP,      /* ms: do not progress for ms, then answer */
+    CMD_DEREG,      /* deregister the target buffer, answer */
+    CMD_ORDER,      /* n: take n notifications by polling; answer how many came in order */
+    CMD_STATUS,     /* answer the endpoint's status */
+    CMD_COUNT,      /* progress 500 ms, then answer how many notifications are queued */
+};
+
+/* The descriptors of round r: NDESC blocks of mixed sizes (1 byte to 1 MiB), each taken from
+ * src at a running offset and placed in the round's own part of the target buffer, in an order
+ * scrambled so that neither side's offsets are monotonic. */
+static size_t round_descs(unsigned r, xfer_batch_desc_t *d)
+{
+    static const uint64_t sizes[] = {4096, 1, 65536, 4096, 1u << 20, 777, 4096, 16384};
+    uint64_t src = 0, part = DST_LEN / ROUNDS;
+    size_t n = 0;
+
+    for (unsigned i = 0; i < NDESC; i++) {
+        uint64_t len = sizes[(i + r) % 8];
+        uint64_t slot = (i * 7) % NDESC;
+
+        d[n].local_offset  = src;
+        d[n].remote_offset = (uint64_t)r * part + slot * (part / NDESC);
+        d[n].length        = (len > part / NDESC) ? part / NDESC : len;
+        src               += d[n].length;
+        n++;
+    }
+    return n;
+}
+
+/* Does the target buffer hold round r's data, the blocks' bytes as src held them (pattern
+ * seeded by r)? */
+static int round_landed(const uint8_t *dst, const uint8_t *src_image, unsigned r)
+{
+    xfer_batch_desc_t d[NDESC];
+    size_t n = round_descs(r, d);
+
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(dst + d[i].remote_offset, src_image + d[i].local_offset, d[i].length) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static size_t desc_bytes(const xfer_batch_desc_t *d, size_t n)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        bytes += d[i].length;
+    }
+    return bytes;
+}
+
+/* ---- the target ------------------------------------------------------------------------------ */
+
+typedef struct target {
+    tp_side_t *s;
+    uint8_t   *dst;
+    uint8_t   *image;
+    uint64_t  good, seen;
+} target_t;
+
+/* Notification of a put round: {round}; check that round's data now. */
+static void check_round_notification(target_t *t, const void *msg, size_t len)
+{
+    uint32_t r;
+
+    t->seen++;
+    if (len != sizeof(r)) {
+        return;
+    }
+    memcpy(&r, msg, sizeof(r));
+    if (r >= ROUNDS) {
+        return;
+    }
+    tp_fill_pattern(t->image, SRC_LEN, 100 + r);
+    t->good += round_landed(t->dst, t->image, r);
+}
+
+static void target_handler(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
+{
+    (void)ep;
+    check_round_notification(arg, msg, len);
+}
+
+static int srv_target(tp_side_t *s)
+{
+    static uint8_t dst[DST_LEN];
+    target_t t = {s, dst, malloc(SRC_LEN), 0, 0};
+    xfer_mem_t *mem;
+    uint64_t cmd, n;
+    void *blob;
+    size_t len;
+
+    TP_CHECK(t.image != NULL, "malloc");
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, DST_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    for (;;) {
+        if (tp_progress_until_ctl(s, TP_WAIT_MS * 3) != 0) {
+            return 1;
+        }
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &cmd, TP_WAIT_MS) == 0, "ctl");
+        switch (cmd) {
+        case CMD_DONE:
+            return 0;
+        case CMD_POLL:
+        case CMD_ORDER: {
+            double end;
+            uint64_t in_order = 0;
+
+            TP_CHECK(tp_ctl_recv_u64(s->ctl, &n, TP_WAIT_MS) == 0, "ctl");
+            t.good = t.seen = 0;
+            end = tp_now_ms() + TP_WAIT_MS;
+            while ((t.seen < n) && (tp_now_ms() < end)) {
+                uint8_t msg[64];
+                xfer_status_t st = xfer_notify_poll(s->ep, msg, sizeof(msg), &len);
+
+                if (st == XFER_ERR_NOT_FOUND) {
+                    continue;
+                }
+                TP_CHECK_STATUS(st, XFER_OK);
+                if (cmd == CMD_POLL) {
+                    check_round_notification(&t, msg, len);
+                } else {
+                    uint32_t i;
+
+                    memcpy(&i, msg, sizeof(i));
+                    in_order += (len == sizeof(i)) && (i == t.seen);
+                    t.seen++;
+                }
+            }
+            TP_CHECK(tp_ctl_send_u64(s->ctl, (cmd == CMD_POLL) ? t.good : in_order) == 0,
+                     "ctl");
+            break;
+        }
+        case CMD_HANDLER: {
+            double end;
+
+            TP_CHECK(tp_ctl_recv_u64(s->ctl, &n, TP_WAIT_MS) == 0, "ctl");
+            t.good = t.seen = 0;
+            TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, target_handler, &t), XFER_OK);
+            end = tp_now_ms() + TP_WAIT_MS;
+            while ((t.seen < n) && (tp_now_ms() < end)) {
+                xfer_progress(s->ctx);
+            }
+            TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, t.good) == 0, "ctl");
+            break;
+        }
+        case CMD_FILL:
+            TP_CHECK(tp_ctl_recv_u64(s->ctl, &n, TP_WAIT_MS) == 0, "ctl");
+            tp_fill_pattern(dst, DST_LEN, n);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
+            break;
+        case CMD_SLEEP:
+            TP_CHECK(tp_ctl_recv_u64(s->ctl, &n, TP_WAIT_MS) == 0, "ctl");
+            usleep((useconds_t)n * 1000);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
+            break;
+        case CMD_DEREG:
+            TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+            mem = NULL;
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
+            break;
+        case CMD_COUNT: {
+            uint8_t msg[64];
+
+            tp_progress_for(s->ctx, 500);
+            n = 0;
+            while (xfer_notify_poll(s->ep, msg, sizeof(msg), &len) == XFER_OK) {
+                n++;
+            }
+            TP_CHECK(tp_ctl_send_u64(s->ctl, n) == 0, "ctl");
+            break;
+        }
+        case CMD_STATUS:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)xfer_endpoint_status(s->ep)) == 0,
+                     "ctl");
+            break;
+        default:
+            return 1;
+        }
+    }
+}
+
+/* ---- the initiator --------------------------------------------------------------------------- */
+
+typedef struct init {
+    tp_peer_t    p;
+    uint8_t      *src;
+    xfer_mem_t   *mem;
+    xfer_rkey_t  *rkey;
+} init_t;
+
+static void init_start(init_t *in, tp_scenario_t fn)
+{
+    void *blob;
+    size_t len;
+
+    tp_start(&in->p, fn, NULL);
+    in->src = malloc(SRC_LEN);
+    cr_assert_not_null(in->src);
+    cr_assert_eq(xfer_mem_register(in->p.ctx, in->src, SRC_LEN, XFER_MEM_HOST, &in->mem),
+                 XFER_OK);
+    blob = tp_recv_blob(&in->p, &len);
+    cr_assert_eq(xfer_rkey_unpack(in->p.ep, blob, len, &in->rkey), XFER_OK);
+    free(blob);
+}
+
+static void init_finish(init_t *in)
+{
+    tp_send(&in->p, CMD_DONE);
+    xfer_rkey_destroy(in->rkey);
+    cr_assert_eq(xfer_mem_deregister(in->mem), XFER_OK);
+    free(in->src);
+    tp_finish(&in->p);
+}
+
+/* The parent progresses while it waits for the target's answer (the target may need our
+ * progress to finish what it checks). */
+static uint64_t recv_progressing(init_t *in)
+{
+    double end = tp_now_ms() + TP_WAIT_MS * 2;
+
+    while (!tp_ctl_ready(in->p.ctl, 0) && (tp_now_ms() < end)) {
+        xfer_progress(in->p.ctx);
+    }
+    return tp_recv(&in->p);
+}
+
+/* Post every round's put batch with its notification, one after the other (src is refilled
+ * for each round once the previous batch completed), then let the target take them. */
+static void put_rounds(init_t *in, int handler)
+{
+    for (uint32_t r = 0; r < ROUNDS; r++) {
+        xfer_batch_desc_t d[NDESC];
+        size_t n = round_descs(r, d);
+        xfer_request_t *req = NULL;
+        xfer_batch_t *b;
+
+        tp_fill_pattern(in->src, SRC_LEN, 100 + r);
+        cr_assert_eq(xfer_batch_create(in->p.ep, XFER_BATCH_PUT, in->mem, in->rkey, d, n, &b),
+                     XFER_OK);
+        cr_assert_eq(xfer_batch_post(b, &r, sizeof(r), 0, NULL, NULL, &req), XFER_OK);
+        cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "round %u", r);
+        cr_expect_eq(xfer_request_landed(req), n);
+        cr_expect_eq(xfer_request_length(req), desc_bytes(d, n));
+        xfer_request_release(req);
+        cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    }
+    tp_send(&in->p, handler ? CMD_HANDLER : CMD_POLL);
+    tp_send(&in->p, ROUNDS);
+    cr_expect_eq(recv_progressing(in), ROUNDS, "rounds whose data was all there when their "
+                 "notification arrived");
+}
+
+Test(batch, put_batches_land_and_each_notification_comes_after_its_data)
+{
+    init_t in;
+
+    init_start(&in, srv_target);
+    put_rounds(&in, 0);
+    init_finish(&in);
+}
+
+Test(batch, a_notification_handler_sees_the_data_too)
+{
+    init_t in;
+
+    init_start(&in, srv_target);
+    put_rounds(&in, 1);
+    init_finish(&in);
+}
+
+/* Gets: the target's buffer holds pattern 7; each round reads its blocks into src at their
+ * local offsets; the target's notification comes after. */
+Test(batch, get_batches_read_what_the_target_holds)
+{
+    uint8_t *image = malloc(DST_LEN);
+    init_t in;
+
+    cr_assert_not_null(image);
+    init_start(&in, srv_target);
+    tp_send(&in.p, CMD_FILL);
+    tp_send(&in.p, 7);
+    cr_assert_eq(tp_recv(&in.p), 0);
+    tp_fill_pattern(image, DST_LEN, 7);
+    for (uint32_t r = 0; r < ROUNDS; r++) {
+        xfer_batch_desc_t d[NDESC];
+        size_t n = round_descs(r, d);
+        xfer_request_t *req = NULL;
+        xfer_batch_t *b;
+
+        memset(in.src, 0, SRC_LEN);
+        cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_GET, in.mem, in.rkey, d, n, &b),
+                     XFER_OK);
+        cr_assert_eq(xfer_batch_post(b, &r, sizeof(r), 0, NULL, NULL, &req), XFER_OK);
+        cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "round %u", r);
+        cr_expect_eq(xfer_request_landed(req), n);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert(memcmp(in.src + d[i].local_offset, image + d[i].remote_offset,
+                             d[i].length) == 0, "round %u descriptor %zu differs", r, i);
+        }
+        xfer_request_release(req);
+        cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    }
+    tp_send(&in.p, CMD_ORDER);
+    tp_send(&in.p, ROUNDS);
+    cr_expect_eq(recv_progressing(&in), ROUNDS, "notifications of the gets in order");
+    free(image);
+    init_finish(&in);
+}
+
+/* One prepared list of 256 x 4 KiB posted 8 times without waiting, each with a notification
+ * numbered in posting order: all complete, and the target sees 0..7 in order. */
+Test(batch, a_prepared_list_is_posted_many_times_at_once_and_notifies_in_order)
+{
+    xfer_batch_desc_t d[256];
+    xfer_request_t *reqs[8];
+    xfer_batch_t *b;
+    init_t in;
+
+    init_start(&in, srv_target);
+    for (unsigned i = 0; i < 256; i++) {
+        d[i] = (xfer_batch_desc_t){i * 4096ull, (255 - i) * 4096ull, 4096};
+    }
+    tp_fill_pattern(in.src, SRC_LEN, 3);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 256, &b),
+                 XFER_OK);
+    for (uint32_t i = 0; i < 8; i++) {
+        cr_assert_eq(xfer_batch_post(b, &i, sizeof(i), 0, NULL, NULL, &reqs[i]), XFER_OK);
+    }
+    /* destroyed while posted: it goes once the last post ends */
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    for (unsigned i = 0; i < 8; i++) {
+        cr_expect_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "post %u", i);
+        cr_expect_eq(xfer_request_landed(reqs[i]), 256);
+        xfer_request_release(reqs[i]);
+    }
+    tp_send(&in.p, CMD_ORDER);
+    tp_send(&in.p, 8);
+    cr_expect_eq(recv_progressing(&in), 8, "notifications in posting order");
+    init_finish(&in);
+}
+
+/* Many small batches with notifications, not waited for one by one: order per peer holds. */
+Test(batch, two_hundred_notifications_arrive_in_order)
+{
+    xfer_request_t *reqs[200];
+    xfer_batch_desc_t d = {0, 0, 64};
+    xfer_batch_t *b;
+    init_t in;
+
+    init_start(&in, srv_target);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, &d, 1, &b),
+                 XFER_OK);
+    for (uint32_t i = 0; i < 200; i++) {
+        cr_assert_eq(xfer_batch_post(b, &i, sizeof(i), 0, NULL, NULL, &reqs[i]), XFER_OK);
+    }
+    tp_send(&in.p, CMD_ORDER);
+    tp_send(&in.p, 200);
+    cr_expect_eq(recv_progressing(&in), 200);
+    for (unsigned i = 0; i < 200; i++) {
+        cr_expect_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK);
+        xfer_request_release(reqs[i]);
+    }
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    init_finish(&in);
+}
+
+/* ---- ending early ---------------------------------------------------------------------------- */
+
+/* A batch of 96 x 1 MiB puts while the target does not progress for 3 s. Over transports that
+ * need the target (tcp, shm) it cannot finish: it ends at its 300 ms deadline (or at once on
+ * cancel) with fewer than all descriptors landed, the local memory busy until the transport
+ * lets go. An RDMA NIC writes without the target's CPU, so over verbs it may complete: then
+ * it is whole. Either way it ends in time, and the endpoint works afterwards. */
+static void ended_early(int cancel)
+{
+    static xfer_batch_desc_t d[96];
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    xfer_batch_t *b;
+    double t0, dt;
+    init_t in;
+
+    init_start(&in, srv_target);
+    for (unsigned i = 0; i < 96; i++) {
+        d[i] = (xfer_batch_desc_t){(i % 8) * (1ull << 20), i * (1ull << 18), 1u << 18};
+    }
+    tp_send(&in.p, CMD_SLEEP);
+    tp_send(&in.p, 3000);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 96, &b),
+                 XFER_OK);
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, cancel ? XFER_BATCH_NO_TIMEOUT : 300, NULL, NULL,
+                                 &req), XFER_OK);
+    if (cancel) {
+        tp_progress_for(in.p.ctx, 100);
+        cr_assert_eq(xfer_request_cancel(req), XFER_OK);
+    }
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    dt = tp_now_ms() - t0;
+    if (st == XFER_OK) {
+        cr_expect_str_eq(tp_transport(), "verbs", "only an RDMA NIC finishes without the "
+                         "target; over %s it completed", tp_transport());
+        cr_expect_eq(xfer_request_landed(req), 96);
+    } else {
+        cr_expect_eq(st, cancel ? XFER_ERR_CANCELED : XFER_ERR_TIMEOUT, "%s",
+                     xfer_status_string(st));
+        cr_expect_lt(xfer_request_landed(req), 96);
+        cr_expect_lt(dt, 2000, "it took %.0f ms to end", dt);
+    }
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    /* once the target is back the endpoint carries on: a flush behind what was in flight
+     * completes, the transport has let go, and init_finish can deregister the memory */
+    cr_assert_eq(recv_progressing(&in), 0);
+    {
+        xfer_request_t *f = NULL;
+
+        cr_assert_eq(xfer_endpoint_flush(in.p.ep, NULL, NULL, &f), XFER_OK);
+        cr_expect_eq(xfer_request_wait(f, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(f);
+        tp_progress_for(in.p.ctx, 50);
+    }
+    init_finish(&in);
+}
+
+Test(batch, a_batch_that_cannot_finish_ends_at_its_deadline_saying_what_landed)
+{
+    ended_early(0);
+}
+
+Test(batch, a_cancelled_batch_ends_saying_what_landed)
+{
+    ended_early(1);
+}
+
+/* The target deregisters its buffer; a batch into it is refused and notifies nobody. Where
+ * the endpoint survives the refusal (tcp, shm), the next batch into the same place fails too
+ * and the target has no notification queued. */
+Test(batch, a_refused_batch_fails_and_sends_no_notification)
+{
+    xfer_batch_desc_t d[4] = {{0, 0, 4096}, {4096, 8192, 4096}, {0, 65536, 100},
+                              {0, 1 << 20, 1 << 20}};
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    xfer_batch_t *b;
+    uint32_t one = 1;
+    init_t in;
+
+    init_start(&in, srv_target);
+    tp_fill_pattern(in.src, SRC_LEN, 5);
+    tp_send(&in.p, CMD_DEREG);
+    cr_assert_eq(recv_progressing(&in), 0);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 4, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, &one, sizeof(one), 0, NULL, NULL, &req), XFER_OK);
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    cr_expect_neq(st, XFER_OK);
+    cr_expect_lt(xfer_request_landed(req), 4);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    tp_send(&in.p, CMD_COUNT);
+    cr_expect_eq(recv_progressing(&in), 0, "a refused batch's notification was delivered");
+    init_finish(&in);
+}
+
+/* The target keeps at most 4 notifications; the initiator sends 12 it does not take: the
+ * target's endpoint fails with XFER_ERR_NO_RESOURCE instead of holding more. */
+static int srv_hoarder(tp_side_t *s)
+{
+    return srv_target(s);
+}
+
+Test(batch, a_peer_that_floods_notifications_fails_the_endpoint)
+{
+    xfer_batch_desc_t d = {0, 0, 8};
+    xfer_request_t *reqs[12];
+    xfer_batch_t *b;
+    init_t in;
+
+    setenv("XFER_NOTIFY_MAX_QUEUED", "4", 1);
+    init_start(&in, srv_hoarder);
+    unsetenv("XFER_NOTIFY_MAX_QUEUED");
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, &d, 1, &b),
+                 XFER_OK);
+    for (uint32_t i = 0; i < 12; i++) {
+        cr_assert_eq(xfer_batch_post(b, &i, sizeof(i), 0, NULL, NULL, &reqs[i]), XFER_OK);
+    }
+    for (unsigned i = 0; i < 12; i++) {
+        (void)xfer_request_wait(reqs[i], TP_WAIT_MS);
+        xfer_request_release(reqs[i]);
+    }
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    tp_send(&in.p, CMD_STATUS);
+    cr_expect_eq((xfer_status_t)(int64_t)recv_progressing(&in), XFER_ERR_NO_RESOURCE);
+    init_finish(&in);
+}
+
+/* ---- checked where made ---------------------------------------------------------------------- */
+
+Test(batch, bad_lists_and_notifications_are_refused_where_they_are_made)
+{
+    xfer_batch_desc_t d[2] = {{0, 0, 16}, {SRC_LEN - 8, 0, 16}};
+    uint8_t big[8192] = {0};
+    xfer_batch_t *b = NULL;
+    init_t in;
+
+    init_start(&in, srv_target);
+    cr_expect_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 2, &b),
+                 XFER_ERR_OUT_OF_RANGE, "local range past the registration");
+    d[1] = (xfer_batch_desc_t){0, DST_LEN - 8, 16};
+    cr_expect_eq(xfer_batch_create(in.p.ep, XFER_BATCH_GET, in.mem, in.rkey, d, 2, &b),
+                 XFER_ERR_OUT_OF_RANGE, "remote range past the key");
+    d[1] = (xfer_batch_desc_t){UINT64_MAX - 4, 0, 16};
+    cr_expect_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 2, &b),
+                 XFER_ERR_OUT_OF_RANGE, "wrapping offset");
+    cr_expect_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 0, &b),
+                 XFER_ERR_INVALID_PARAM, "empty list");
+    cr_expect_eq(xfer_batch_create(in.p.ep, (xfer_batch_op_t)9, in.mem, in.rkey, d, 1, &b),
+                 XFER_ERR_INVALID_PARAM, "unknown operation");
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 1, &b),
+                 XFER_OK);
+    cr_expect_eq(xfer_batch_post(b, big, sizeof(big), 0, NULL, NULL, NULL),
+                 XFER_ERR_INVALID_PARAM, "notification past XFER_NOTIFY_MAX_LEN");
+    cr_expect_eq(xfer_batch_post(b, NULL, 4, 0, NULL, NULL, NULL), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_batch_post(b, NULL, 0, -5, NULL, NULL, NULL), XFER_ERR_INVALID_PARAM);
+    /* the registration is held by the list */
+    cr_expect_eq(xfer_mem_deregister(in.mem), XFER_ERR_BUSY);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    {
+        size_t len = 0;
+        uint8_t buf[8];
+
+        cr_expect_eq(xfer_notify_poll(in.p.ep, buf, sizeof(buf), &len), XFER_ERR_NOT_FOUND);
+    }
+    init_finish(&in);
+}
