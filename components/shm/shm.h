@@ -90,7 +90,11 @@ typedef enum {
     XFER_SHM_OP_GET,
     XFER_SHM_OP_FETCH,
     XFER_SHM_OP_FLUSH,
+    XFER_SHM_OP_BATCH,          /* one BATCH frame, answered by BATCH_ACK (shm_batch.c) */
 } xfer_shm_op_kind_t;
+
+#define XFER_SHM_BATCH_MAX 65536u   /* descriptors of one BATCH frame: a target reads
+                                     * 24 bytes each */
 
 struct xfer_shm_op {
     ucs_list_link_t     list;       /* iface->posted (RECV), ep->flushes, or iface->compq */
@@ -221,7 +225,9 @@ struct xfer_ep {
     xfer_shm_rx_t       rx;
     uint64_t            unexp_bytes;
 
-    uint64_t            rma_posted;     /* PUTs and GETs ever posted */
+    uint64_t            puts_rx;        /* PUT frames ever received */
+    uint64_t            put_refused_at; /* puts_rx at the last refused one; 0: none */
+    uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */
     ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
 
@@ -256,6 +262,7 @@ struct xfer_iface {
     ucs_list_link_t          unexp;         /* xfer_shm_unexp_t, arrival order */
     uint64_t                 unexp_bytes;
     ucs_list_link_t          compq;         /* completed ops, callback pending */
+    ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
     ucs_list_link_t          failing;
     ucs_list_link_t          notify;
@@ -413,6 +420,26 @@ xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
+/* A PUT or GET frame of an op of ours (put, get, a batch's descriptor). */
+xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
+                                uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+/* A live registration of this iface: its address and length, or NULL. */
+uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
+                              size_t *length_p);
+
+/* ---- shm_batch.c ---------------------------------------------------------------------------- */
+xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
+xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                    xfer_status_t status);
+void xfer_shm_batch_ep_gone(xfer_ep_h ep);
+/* Hand a peer's notification to the framework; a refusal fails the ep (NO_RESOURCE). */
+xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len);
+xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                    const uint8_t *payload, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,

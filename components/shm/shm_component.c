@@ -290,4 +290,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .event_arm     = xfer_shm_iface_event_arm,
     .ep_flush      = xfer_shm_ep_flush,
     .iface_reachable = xfer_shm_iface_reachable,
+    .batch         = xfer_shm_batch,
 };

@@ -543,6 +543,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     /* tensors handed out for this peer's fetches are released before the ep goes */
     xfer_shm_iface_releases_run(iface);
     xfer_shm_iface_deliver_ep(iface, ep);
+    xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);
     if (ep->in.base != NULL) {
         munmap(ep->in.base, ep->in.seg_len);

@@ -57,6 +57,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->posted);
     ucs_list_head_init(&iface->unexp);
     ucs_list_head_init(&iface->compq);
+    ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
@@ -219,7 +220,8 @@ void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length
     ucs_list_add_tail(&op->iface->compq, &op->list);
     /* a flush waiting for this put or get completes after it */
     if ((op->serial != 0) && (op->ep != NULL) &&
-        ((op->kind == XFER_SHM_OP_PUT) || (op->kind == XFER_SHM_OP_GET))) {
+        ((op->kind == XFER_SHM_OP_PUT) || (op->kind == XFER_SHM_OP_GET) ||
+         (op->kind == XFER_SHM_OP_BATCH))) {
         xfer_shm_ep_rma_done(op->ep);
     }
 }
@@ -337,5 +339,9 @@ xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status
     if (ret != XFER_ERR_NOT_FOUND) {
         return ret;
     }
-    return xfer_shm_tensor_cancel(iface, comp, status);
+    ret = xfer_shm_tensor_cancel(iface, comp, status);
+    if (ret != XFER_ERR_NOT_FOUND) {
+        return ret;
+    }
+    return xfer_shm_batch_cancel(iface, comp, status);
 }

@@ -52,10 +52,18 @@ enum {
                              * RNDV: c source address (the consumer reads it, then TDONE) */
     XFER_SHM_F_TDONE,       /* id: request; status: the consumer has read the tensor */
     XFER_SHM_F_TCANCEL,     /* id: request; the consumer cancelled its fetch */
+    XFER_SHM_F_BATCH,       /* id: request; a: region; e: its cookie; b: address of the
+                             * initiator's descriptor array; c: descriptors; GET: a get batch;
+                             * NOTIFY: payload is the notification (CMA only) */
+    XFER_SHM_F_BATCH_ACK,   /* id: request; status; a: descriptors landed */
+    XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification */
     XFER_SHM_F_TYPE_MAX
 };
 
-#define XFER_SHM_FL_RNDV 1u     /* the data does not follow: it is read or written by CMA */
+#define XFER_SHM_FL_RNDV   1u   /* the data does not follow: it is read or written by CMA */
+#define XFER_SHM_FL_GET    2u   /* BATCH: of gets */
+#define XFER_SHM_FL_NOTIFY 4u   /* BATCH: carries a notification */
+#define XFER_SHM_FL_VOID   8u   /* BATCH, NOTIFY: cancelled before it was written */
 
 typedef struct xfer_shm_frame {
     uint32_t len;           /* payload bytes in this cell */

@@ -185,8 +185,8 @@ void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 
 /* ---- initiator ------------------------------------------------------------------------------ */
 
-static xfer_status_t rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
-                              uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
+                                uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
     const char *what     = (kind == XFER_SHM_OP_PUT) ? "put" : "get";
     xfer_status_t status = xfer_shm_ep_check(ep);
@@ -251,14 +251,14 @@ xfer_status_t xfer_shm_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
     (void)memh;
-    return rma_post(ep, XFER_SHM_OP_PUT, (void*)buf, length, remote_addr, rkey, comp);
+    return xfer_shm_rma_post(ep, XFER_SHM_OP_PUT, (void*)buf, length, remote_addr, rkey, comp);
 }
 
 xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
     (void)memh;
-    return rma_post(ep, XFER_SHM_OP_GET, buf, length, remote_addr, rkey, comp);
+    return xfer_shm_rma_post(ep, XFER_SHM_OP_GET, buf, length, remote_addr, rkey, comp);
 }
 
 /* The answer to request id on ep: its op, which must be of kind; NULL with why if not. */
@@ -337,6 +337,20 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 
 /* ---- target --------------------------------------------------------------------------------- */
 
+uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
+                              size_t *length_p)
+{
+    khiter_t it = kh_get(xfer_shm_mem, iface->regions, id);
+    xfer_memh_h memh;
+
+    if ((cookie != iface->cookie) || (it == kh_end(iface->regions))) {
+        return NULL;
+    }
+    memh      = kh_value(iface->regions, it);
+    *length_p = memh->length;
+    return memh->addr;
+}
+
 /* Where a peer's request lands: the registered memory, or NULL with the status to answer. */
 static uint8_t *region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr, xfer_status_t *status_p)
 {
@@ -401,9 +415,16 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         return XFER_ERR_PROTOCOL;
     }
     dest = region_check(ep, hdr, &status);
+    ep->puts_rx++;
+    if (status != XFER_OK) {
+        ep->put_refused_at = ep->puts_rx;   /* its batch's notification is not delivered */
+    }
     if (rndv) {
         if ((dest != NULL) && (hdr->c > 0)) {
             status = rndv_move(ep, dest, hdr->d, hdr->c, 0);
+            if (status != XFER_OK) {
+                ep->put_refused_at = ep->puts_rx;
+            }
         }
         return answer(ep, XFER_SHM_F_PUT_ACK, status, hdr->id, why, why_size);
     }

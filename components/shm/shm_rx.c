@@ -29,6 +29,9 @@ static const xfer_shm_rx_fn_t handlers[XFER_SHM_F_TYPE_MAX] = {
     [XFER_SHM_F_TRESP]    = xfer_shm_rx_tresp,
     [XFER_SHM_F_TDONE]    = xfer_shm_rx_tdone,
     [XFER_SHM_F_TCANCEL]  = xfer_shm_rx_tcancel,
+    [XFER_SHM_F_BATCH]    = xfer_shm_rx_batch,
+    [XFER_SHM_F_BATCH_ACK] = xfer_shm_rx_batch_ack,
+    [XFER_SHM_F_NOTIFY]   = xfer_shm_rx_notify,
 };
 
 static xfer_status_t rx_discard_done(xfer_ep_h ep, char *why, size_t why_size)
@@ -125,6 +128,7 @@ void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status)
 static int is_request(const xfer_shm_frame_t *hdr)
 {
     return (hdr->type == XFER_SHM_F_PUT) || (hdr->type == XFER_SHM_F_GET) ||
+           (hdr->type == XFER_SHM_F_BATCH) ||
            (hdr->type == XFER_SHM_F_FETCH) ||
            ((hdr->type == XFER_SHM_F_TAG) && (hdr->flags & XFER_SHM_FL_RNDV));
 }
