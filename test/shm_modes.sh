@@ -8,15 +8,15 @@ build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=shm
 rc=0
 for suite in tag rma tensor memory close faults progress threads callbacks bounds remap sizes \
-             staging staging_msg nccl_net perf; do
+             staging staging_msg nccl_net perf batch; do
     echo "== test_$suite over shm"
     "$build/test/test_$suite" || rc=1
 done
-for suite in tag rma tensor memory close faults; do
+for suite in tag rma tensor memory close faults batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off"
     XFER_SHM_CMA=off "$build/test/test_$suite" || rc=1
 done
-for suite in rma tensor; do
+for suite in rma tensor batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off XFER_SHM_CELLS=16 XFER_SHM_CELL_SIZE=512"
     XFER_SHM_CMA=off XFER_SHM_CELLS=16 XFER_SHM_CELL_SIZE=512 "$build/test/test_$suite" || rc=1
 done

@@ -11,7 +11,7 @@ for suite in tag rma tensor close faults; do
     echo "== test_$suite, XFER_TCP_BUSY_POLL=y"
     XFER_TCP_BUSY_POLL=y "$build/test/test_$suite" || rc=1
 done
-for suite in rma memory staging; do
+for suite in rma memory staging batch; do
     echo "== test_$suite, XFER_TCP_PUT_ACK=y"
     XFER_TCP_PUT_ACK=y "$build/test/test_$suite" || rc=1
 done
@@ -19,7 +19,7 @@ for suite in tag rma tensor close; do
     echo "== test_$suite, XFER_TCP_LANES=1"
     XFER_TCP_LANES=1 "$build/test/test_$suite" || rc=1
 done
-for suite in tag rma tensor sizes memory staging faults; do
+for suite in tag rma tensor sizes memory staging faults batch; do
     echo "== test_$suite, XFER_TCP_LANES=4 XFER_TCP_LANE_MIN_SIZE=64k"
     XFER_TCP_LANES=4 XFER_TCP_LANE_MIN_SIZE=64k "$build/test/test_$suite" || rc=1
 done

@@ -102,6 +102,7 @@ typedef enum {
     XFER_TCP_OP_GET,
     XFER_TCP_OP_FETCH,
     XFER_TCP_OP_FLUSH,
+    XFER_TCP_OP_BATCH,          /* waits for a put batch's BATCH_ACK (tcp_batch.c) */
 } xfer_tcp_op_kind_t;
 
 #define XFER_TCP_OP_HDR_MAX (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUT_EXT_LEN)
@@ -146,6 +147,7 @@ typedef enum {
     XFER_TCP_SLOT_PUT,
     XFER_TCP_SLOT_GET,
     XFER_TCP_SLOT_FETCH,
+    XFER_TCP_SLOT_BATCH,
     XFER_TCP_SLOT_TOMBSTONE,    /* a cancelled fetch whose response is still to come */
 } xfer_tcp_slot_kind_t;
 
@@ -213,6 +215,8 @@ typedef struct xfer_tcp_rx {
     uint8_t             *dest;
     size_t              want, got;  /* payload bytes for dest */
     uint64_t            drain;      /* then bytes to discard */
+    uint32_t            batch_flags;    /* BATCH_END being received */
+    uint64_t            batch_puts;
     xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
     xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
     xfer_tcp_unexp_t    *unexp;     /* unexpected message being received */
@@ -298,6 +302,13 @@ struct xfer_ep {
     uint64_t            put_fail_last;  /* id of the last PUT_FAIL: they come in order */
     uint64_t            puts_rcvd;      /* the peer's PUT frames and FLUSH_REQs received: */
     uint64_t            fences_rcvd;    /* their ids must count up from 1 */
+    /* batches (tcp_batch.c): put frames of either kind, counted on both sides, so that a
+     * BATCH_END can name the puts of its batch; the last refused one */
+    uint64_t            batch_puts_sent;
+    uint64_t            batch_puts_rcvd;
+    uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
+    xfer_status_t       put_refused_status;
+    uint8_t             *batch_notify;  /* a notification being received */
     ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;
@@ -371,6 +382,7 @@ struct xfer_iface {
     ucs_list_link_t          unexp;         /* xfer_tcp_unexp_t, arrival order */
     uint64_t                 unexp_bytes;
     ucs_list_link_t          compq;         /* completed xfer_tcp_op_t, callback pending */
+    ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
     ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          failing;       /* eps whose failure is to be handled */
@@ -438,6 +450,20 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep);
 /* ep_flush(): see component.h. */
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req, xfer_tcp_rx_flush_ack;
+
+/* ---- tcp_batch.c ---------------------------------------------------------------------------- */
+xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
+xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                    xfer_status_t status);
+void xfer_tcp_batch_ep_gone(xfer_ep_h ep);
+/* A put frame was received whole (or drained): remember a refusal for its batch. */
+void xfer_tcp_batch_put_done(xfer_ep_h ep);
+xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                        size_t why_size);
+xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_size);
+xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                        size_t why_size);
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end, xfer_tcp_rx_batch_ack;
 /* Complete the flushes of ep whose conditions now hold; how many. */
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep);
 /* End every flush of ep with status (it failed or closes). */

@@ -315,7 +315,8 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     }
     for (uint32_t i = 0; i < ep->num_slots; i++) {
         pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
-                   (ep->slots[i].kind == XFER_TCP_SLOT_GET);
+                   (ep->slots[i].kind == XFER_TCP_SLOT_GET) ||
+                   (ep->slots[i].kind == XFER_TCP_SLOT_BATCH);
     }
     if ((pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
         (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
@@ -642,6 +643,8 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         }
     }
     xfer_tcp_iface_deliver_ep(iface, ep);
+    xfer_tcp_batch_ep_gone(ep);
+    free(ep->batch_notify);
     ucs_list_del(&ep->list);
     free(ep->lanes);
     free(ep->slots);

@@ -163,6 +163,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->posted);
     ucs_list_head_init(&iface->unexp);
     ucs_list_head_init(&iface->compq);
+    ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->rx_ready);
     ucs_list_head_init(&iface->failing);
@@ -475,5 +476,9 @@ xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status
     if (ret != XFER_ERR_NOT_FOUND) {
         return ret;
     }
-    return xfer_tcp_tensor_cancel(iface, comp, status);
+    ret = xfer_tcp_tensor_cancel(iface, comp, status);
+    if (ret != XFER_ERR_NOT_FOUND) {
+        return ret;
+    }
+    return xfer_tcp_batch_cancel(iface, comp, status);
 }

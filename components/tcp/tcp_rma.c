@@ -308,6 +308,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         op->tx_pending         = 1;
         xfer_tcp_ep_tx_push(ep, &op->tx);
     }
+    ep->batch_puts_sent++;
     if (!acked) {
         ep->puts_sent++;
         xfer_tcp_ep_tx_post(ep);
@@ -411,6 +412,7 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         }
         ep->puts_rcvd++;
     }
+    ep->batch_puts_rcvd++;
     status = xfer_tcp_wire_unpack_put_ext(ext, &ep->rx.hdr, &rma, why, why_size);
     if (status != XFER_OK) {
         return status;
@@ -434,12 +436,14 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
 
 static xfer_status_t rx_put_req_done(xfer_ep_h ep, char *why, size_t why_size)
 {
+    xfer_tcp_batch_put_done(ep);
     return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_ACK, ep->rx.status, why, why_size);
 }
 
 /* An unacknowledged put is answered only when it was refused. */
 static xfer_status_t rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
 {
+    xfer_tcp_batch_put_done(ep);
     if (ep->rx.status == XFER_OK) {
         return XFER_OK;
     }

@@ -36,6 +36,8 @@ static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
     case XFER_TCP_WIRE_PUT_FAIL:      return &xfer_tcp_rx_put_fail;
     case XFER_TCP_WIRE_FLUSH_REQ:     return &xfer_tcp_rx_flush_req;
     case XFER_TCP_WIRE_FLUSH_ACK:     return &xfer_tcp_rx_flush_ack;
+    case XFER_TCP_WIRE_BATCH_END:     return &xfer_tcp_rx_batch_end;
+    case XFER_TCP_WIRE_BATCH_ACK:     return &xfer_tcp_rx_batch_ack;
     default:                          return NULL;
     }
 }

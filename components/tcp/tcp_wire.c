@@ -26,6 +26,8 @@ const char *xfer_tcp_wire_type_name(unsigned type)
         [XFER_TCP_WIRE_PUT_FAIL]      = "PUT_FAIL",
         [XFER_TCP_WIRE_FLUSH_REQ]     = "FLUSH_REQ",
         [XFER_TCP_WIRE_FLUSH_ACK]     = "FLUSH_ACK",
+        [XFER_TCP_WIRE_BATCH_END]     = "BATCH_END",
+        [XFER_TCP_WIRE_BATCH_ACK]     = "BATCH_ACK",
     };
 
     if ((type == 0) || (type >= XFER_TCP_WIRE_TYPE_LAST)) {
@@ -145,7 +147,7 @@ static int type_is_response(unsigned type)
 {
     return (type == XFER_TCP_WIRE_PUT_ACK) || (type == XFER_TCP_WIRE_GET_RESP) ||
            (type == XFER_TCP_WIRE_TENSOR_RESP) || (type == XFER_TCP_WIRE_PUT_FAIL) ||
-           (type == XFER_TCP_WIRE_FLUSH_ACK);
+           (type == XFER_TCP_WIRE_FLUSH_ACK) || (type == XFER_TCP_WIRE_BATCH_ACK);
 }
 
 /* Does the frame's length fit its type and the limits? */
@@ -175,6 +177,11 @@ static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_l
         len -= XFER_TCP_WIRE_TRESP_EXT_LEN;
         return (len <= lim->max_msg_size) ||
                (len - lim->max_msg_size <= XFER_TCP_WIRE_MAX_REASON);
+    case XFER_TCP_WIRE_BATCH_END:
+        return (len >= XFER_TCP_WIRE_BATCH_EXT_LEN) &&
+               (len - XFER_TCP_WIRE_BATCH_EXT_LEN <= XFER_TCP_WIRE_MAX_NOTIFY);
+    case XFER_TCP_WIRE_BATCH_ACK:
+        return len == XFER_TCP_WIRE_BATCH_ACK_LEN;
     default: /* PUT_ACK, TENSOR_CANCEL, PUT_FAIL, FLUSH_REQ, FLUSH_ACK */
         return len == 0;
     }

@@ -62,7 +62,7 @@
 #include <stdint.h>
 
 #define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
-#define XFER_TCP_WIRE_VERSION          3u
+#define XFER_TCP_WIRE_VERSION          4u
 #define XFER_TCP_WIRE_STRIPED          0x80u    /* in the type byte */
 #define XFER_TCP_WIRE_LANE_MAGIC       0x4c54u  /* bytes 'T' 'L' */
 #define XFER_TCP_WIRE_LANE_HELLO_LEN   16u
@@ -73,6 +73,9 @@
 #define XFER_TCP_WIRE_TREQ_EXT_LEN     16u
 #define XFER_TCP_WIRE_TRESP_EXT_LEN    80u
 #define XFER_TCP_WIRE_MAX_REASON       255u
+#define XFER_TCP_WIRE_BATCH_EXT_LEN    16u      /* flags u32, 0 u32, puts before it u64 */
+#define XFER_TCP_WIRE_BATCH_ACK_LEN    8u       /* descriptors landed u64 */
+#define XFER_TCP_WIRE_MAX_NOTIFY       65536u
 #define XFER_TCP_WIRE_RKEY_LEN         32u
 #define XFER_TCP_WIRE_EP_ADDR_LEN      32u
 
@@ -89,6 +92,8 @@ typedef enum {
     XFER_TCP_WIRE_PUT_FAIL      = 10,
     XFER_TCP_WIRE_FLUSH_REQ     = 11,
     XFER_TCP_WIRE_FLUSH_ACK     = 12,
+    XFER_TCP_WIRE_BATCH_END     = 13,   /* ext: flags, puts; payload: the notification */
+    XFER_TCP_WIRE_BATCH_ACK     = 14,   /* status; ext: descriptors landed */
     XFER_TCP_WIRE_TYPE_LAST
 } xfer_tcp_wire_type_t;
 

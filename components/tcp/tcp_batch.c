@@ -1,0 +1,373 @@
+/*
+ * Batches over tcp.
+ *
+ * A put batch is its descriptors' PUT frames, queued at once (small ones copied into the send
+ * buffers and written together, large ones gathered from the caller's memory, striped over
+ * the lanes), then a BATCH_END frame carrying the notification. The target handles frames in
+ * order and a striped frame only once all its shares are in, so when it reads BATCH_END every
+ * put before it is in its memory: it delivers the notification - unless one of the batch's
+ * puts (BATCH_END names how many precede it) was refused - and answers BATCH_ACK with the
+ * status and the count landed, which completes the batch.
+ *
+ * A get batch is its descriptors' GET_REQs; once every response is in, BATCH_END (of a get,
+ * unanswered) carries the notification, so the target hears of it after the reads.
+ *
+ * Everything of a put batch is queued when it is posted: a cancel ends the request (the
+ * framework's side) but what is queued still goes, notification included. A get batch
+ * cancelled before its reads are done sends no notification.
+ */
+#include "tcp.h"
+
+#include <xfer/byteorder.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH_FL_NOTIFY 1u
+#define BATCH_FL_GET    2u
+
+typedef struct tcp_batch_sub {
+    xfer_comp_t         comp;
+    struct tcp_batch    *b;
+} tcp_batch_sub_t;
+
+typedef struct tcp_batch {
+    ucs_list_link_t     list;       /* iface->batches */
+    xfer_ep_h           ep;         /* NULL once the ep is gone */
+    xfer_comp_t         *comp;
+    xfer_batch_args_t   *args;
+    size_t              pending;    /* descriptors and the answer not in, + 1 while posting */
+    size_t              landed;
+    xfer_status_t       status;
+    int                 stopped;
+    xfer_comp_t         ack_comp;   /* BATCH_ACK, through an op holding a slot */
+    tcp_batch_sub_t     *subs;
+    size_t              notify_len;
+    int                 has_notify;
+    uint8_t             notify[];
+} tcp_batch_t;
+
+/* Queue BATCH_END: id (0 for a get batch: no answer), the puts before it, the notification. */
+static xfer_status_t batch_end_queue(xfer_ep_h ep, uint64_t id, unsigned flags, uint64_t puts,
+                                     const void *notify, size_t notify_len)
+{
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_BATCH_END, 0, id,
+                               XFER_TCP_WIRE_BATCH_EXT_LEN + (uint64_t)notify_len, 0};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_BATCH_EXT_LEN +
+                                        notify_len, 0);
+
+    if (p == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    p += XFER_TCP_WIRE_HDR_LEN;
+    xfer_put_le32(p, flags);
+    xfer_put_le32(p + 4, 0);
+    xfer_put_le64(p + 8, puts);
+    if (notify_len > 0) {
+        memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, notify, notify_len);
+    }
+    xfer_tcp_ep_tx_post(ep);
+    return XFER_OK;
+}
+
+static void batch_release(tcp_batch_t *b)
+{
+    if (--b->pending > 0) {
+        return;
+    }
+    if (!b->args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
+        (b->ep != NULL)) {
+        /* every get has its data: the target may know */
+        if (batch_end_queue(b->ep, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0, b->notify,
+                            b->notify_len) != XFER_OK) {
+            b->status = XFER_ERR_NO_MEMORY;
+        }
+    }
+    b->args->landed = b->landed;
+    ucs_list_del(&b->list);
+    b->comp->cb(b->comp, b->status, b->landed, 0);
+    free(b->subs);
+    free(b);
+}
+
+static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
+{
+    tcp_batch_sub_t *sub = ucs_container_of(self, tcp_batch_sub_t, comp);
+    tcp_batch_t *b       = sub->b;
+
+    (void)length;
+    (void)tag;
+    if (status != XFER_OK) {
+        if (b->status == XFER_OK) {
+            b->status = status;
+        }
+    } else if (!b->args->is_put) {
+        b->landed++;            /* a get's data is here; a put's counts at BATCH_ACK */
+        b->args->landed = b->landed;
+    }
+    batch_release(b);
+}
+
+static void batch_ack_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
+{
+    tcp_batch_t *b = ucs_container_of(self, tcp_batch_t, ack_comp);
+
+    (void)tag;
+    if (status == XFER_OK) {
+        b->landed = length;
+    } else if (b->status == XFER_OK) {
+        b->status = status;
+        b->landed = length;
+    }
+    batch_release(b);
+}
+
+xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
+{
+    size_t nlen          = (args->notify != NULL) ? args->notify_len : 0;
+    xfer_status_t status = xfer_tcp_ep_check(ep);
+    uint64_t puts_before;
+    size_t posted = 0;
+    xfer_tcp_op_t *op;
+    tcp_batch_t *b;
+    uint64_t id;
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((comp == NULL) || (args->count == 0)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    b = calloc(1, sizeof(*b) + nlen);
+    if (b == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    b->subs = calloc(args->count, sizeof(*b->subs));
+    if (b->subs == NULL) {
+        free(b);
+        return XFER_ERR_NO_MEMORY;
+    }
+    b->ep         = ep;
+    b->comp       = comp;
+    b->args       = args;
+    b->status     = XFER_OK;
+    b->has_notify = (args->notify != NULL);
+    b->notify_len = nlen;
+    if (nlen > 0) {
+        memcpy(b->notify, args->notify, nlen);
+    }
+    b->pending  = 1;
+    puts_before = ep->batch_puts_sent;
+    for (size_t i = 0; i < args->count; i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+        void *local               = (void*)(uintptr_t)v->local;
+
+        b->subs[i].comp.cb = batch_sub_cb;
+        b->subs[i].b       = b;
+        status = args->is_put ?
+                 xfer_tcp_put(ep, local, v->length, args->memh, v->remote, args->rkey,
+                              &b->subs[i].comp) :
+                 xfer_tcp_get(ep, local, v->length, args->memh, v->remote, args->rkey,
+                              &b->subs[i].comp);
+        if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
+            if (i == 0) {
+                free(b->subs);
+                free(b);
+                return status;
+            }
+            b->status = status;
+            break;
+        }
+        b->pending += (status == XFER_INPROGRESS);
+        posted++;
+    }
+    ucs_list_add_tail(&ep->iface->batches, &b->list);
+    if (args->is_put) {
+        /* the answer to BATCH_END says that the puts before it are in the peer's memory */
+        op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_BATCH, &b->ack_comp);
+        status = (op == NULL) ? XFER_ERR_NO_MEMORY :
+                 xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_BATCH, op, &id);
+        if (status == XFER_OK) {
+            op->len         = posted;
+            op->serial      = ++ep->rma_serial;
+            b->ack_comp.cb  = batch_ack_cb;
+            status = batch_end_queue(ep, id, b->has_notify ? BATCH_FL_NOTIFY : 0,
+                                     ep->batch_puts_sent - puts_before, b->notify, nlen);
+            if (status != XFER_OK) {
+                xfer_tcp_slot_free(ep, op->slot);
+            }
+        }
+        if (status != XFER_OK) {
+            free(op);
+            if (b->status == XFER_OK) {
+                b->status = status;
+            }
+        } else {
+            b->pending++;
+        }
+        xfer_tcp_ep_tx_post(ep);
+    }
+    /* the posting's own hold: the rest end only from progress */
+    if (--b->pending == 0) {
+        /* every put went eagerly and BATCH_END could not be queued: nothing will answer */
+        status = b->status;
+        ucs_list_del(&b->list);
+        free(b->subs);
+        free(b);
+        return status;
+    }
+    return XFER_INPROGRESS;
+}
+
+static size_t params_max_notify(xfer_ep_h ep)
+{
+    return ep->iface->params.max_notify_len ? ep->iface->params.max_notify_len : 1;
+}
+
+/* ---- target --------------------------------------------------------------------------------- */
+
+xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                        size_t why_size)
+{
+    uint64_t nlen = ep->rx.hdr.length - XFER_TCP_WIRE_BATCH_EXT_LEN;
+    uint32_t flags = xfer_get_le32(ext);
+    uint64_t puts  = xfer_get_le64(ext + 8);
+
+    if ((flags & ~(BATCH_FL_NOTIFY | BATCH_FL_GET)) ||
+        (nlen > ep->iface->params.max_notify_len) ||
+        (!(flags & BATCH_FL_NOTIFY) && (nlen > 0)) || (puts > ep->batch_puts_rcvd) ||
+        ((flags & BATCH_FL_GET) && ((ep->rx.hdr.id != 0) || (puts != 0)))) {
+        snprintf(why, why_size, "BATCH_END with flags 0x%x, %" PRIu64 " bytes of notification "
+                 "and %" PRIu64 " puts (%" PRIu64 " came)", flags, nlen, puts,
+                 ep->batch_puts_rcvd);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((ep->batch_notify == NULL) && (nlen > 0)) {
+        ep->batch_notify = malloc(params_max_notify(ep));
+        if (ep->batch_notify == NULL) {
+            snprintf(why, why_size, "out of memory for a notification");
+            return XFER_ERR_NO_MEMORY;
+        }
+    }
+    ep->rx.batch_flags = flags;
+    ep->rx.batch_puts  = puts;
+    xfer_tcp_rx_expect(ep, ep->batch_notify, (size_t)nlen, 0);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    const xfer_iface_params_t *params = &ep->iface->params;
+    uint64_t puts   = ep->rx.batch_puts;
+    int refused     = (ep->put_refused_at != 0) &&
+                      (ep->put_refused_at > ep->batch_puts_rcvd - puts);
+    size_t nlen     = (size_t)(ep->rx.hdr.length - XFER_TCP_WIRE_BATCH_EXT_LEN);
+    xfer_status_t status = refused ? ep->put_refused_status : XFER_OK;
+    uint8_t *p;
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_BATCH_ACK, (int32_t)status, ep->rx.hdr.id,
+                               XFER_TCP_WIRE_BATCH_ACK_LEN, 0};
+
+    if ((ep->rx.batch_flags & BATCH_FL_NOTIFY) && refused) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "a batch notification is dropped: a put of "
+                 "its batch was refused (%s)", xfer_status_string(status));
+    } else if ((ep->rx.batch_flags & BATCH_FL_NOTIFY) &&
+               ((params->notify == NULL) ||
+                (params->notify(params->fw_arg, ep->fw_ep, ep->batch_notify, nlen) != 0))) {
+        snprintf(why, why_size, "a batch notification of the peer was refused (too many not "
+                 "taken)");
+        return XFER_ERR_NO_RESOURCE;
+    }
+    if (ep->rx.batch_flags & BATCH_FL_GET) {
+        return XFER_OK;
+    }
+    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_BATCH_ACK_LEN, 1);
+    if (p == NULL) {
+        snprintf(why, why_size, "out of memory for an answer");
+        return XFER_ERR_NO_MEMORY;
+    }
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    xfer_put_le64(p + XFER_TCP_WIRE_HDR_LEN, refused ? 0 : puts);
+    xfer_tcp_ep_tx_post(ep);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
+                                        size_t why_size)
+{
+    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    uint64_t landed       = xfer_get_le64(ext);
+    xfer_status_t status  = ep->rx.hdr.status;
+    xfer_tcp_op_t *op;
+
+    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_BATCH)) {
+        snprintf(why, why_size, "BATCH_ACK for unknown request id 0x%016" PRIx64,
+                 ep->rx.hdr.id);
+        return XFER_ERR_PROTOCOL;
+    }
+    op = slot->op;
+    if ((landed > op->len) || ((status == XFER_OK) && (landed != op->len))) {
+        snprintf(why, why_size, "BATCH_ACK says %" PRIu64 " of %zu puts landed (%s)", landed,
+                 op->len, xfer_status_string(status));
+        return XFER_ERR_PROTOCOL;
+    }
+    xfer_tcp_slot_free(ep, op->slot);
+    xfer_tcp_op_complete(op, status, (size_t)landed, 0);
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
+/* A refused put (either kind) is remembered for the batch whose BATCH_END follows it. */
+void xfer_tcp_batch_put_done(xfer_ep_h ep)
+{
+    if (ep->rx.status != XFER_OK) {
+        ep->put_refused_at     = ep->batch_puts_rcvd;
+        ep->put_refused_status = ep->rx.status;
+    }
+}
+
+/* ---- cancel and teardown -------------------------------------------------------------------- */
+
+xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    tcp_batch_t *b;
+
+    (void)status;
+    ucs_list_for_each(b, &iface->batches, list) {
+        if (b->comp == comp) {
+            b->stopped = 1;
+            return XFER_OK;
+        }
+    }
+    return XFER_ERR_NOT_FOUND;
+}
+
+void xfer_tcp_batch_ep_gone(xfer_ep_h ep)
+{
+    tcp_batch_t *b;
+
+    ucs_list_for_each(b, &ep->iface->batches, list) {
+        if (b->ep == ep) {
+            b->ep = NULL;
+        }
+    }
+}
+
+static xfer_status_t rx_batch_ack_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    (void)ep;
+    (void)why;
+    (void)why_size;
+    return XFER_OK;
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end = {XFER_TCP_WIRE_BATCH_EXT_LEN,
+                                                     xfer_tcp_rx_batch_end_ext,
+                                                     xfer_tcp_rx_batch_end_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_ack = {XFER_TCP_WIRE_BATCH_ACK_LEN,
+                                                     xfer_tcp_rx_batch_ack_ext,
+                                                     rx_batch_ack_done};
