@@ -141,6 +141,7 @@ static int srv_target(tp_side_t *s)
         TP_CHECK(tp_ctl_recv_u64(s->ctl, &cmd, TP_WAIT_MS) == 0, "ctl");
         switch (cmd) {
         case CMD_DONE:
+            free(t.image);
             return 0;
         case CMD_POLL:
         case CMD_ORDER: {
@@ -213,6 +214,9 @@ static int srv_target(tp_side_t *s)
             break;
         }
         case CMD_STATUS:
+            /* what the peer sent may still wait in this side's transport (an RDMA NIC
+             * acknowledged it before this process read it): take it in first */
+            tp_progress_for(s->ctx, 200);
             TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)xfer_endpoint_status(s->ep)) == 0,
                      "ctl");
             break;

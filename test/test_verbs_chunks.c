@@ -6,6 +6,11 @@
  * end. A tensor write's immediate rides on its last chunk and the consumer's completion
  * reports only that chunk: the consumer must know the producer's chunk size (its endpoint
  * address), which is why the two sides also chunk differently here, both ways round.
+ * Batches of descriptors that straddle chunks, through a send queue of 64 entries, take
+ * chains of work requests many times longer than it: they land whole, each notification
+ * after its data and in posting order, and a batch cancelled before it could post most of
+ * them posts no more and notifies nobody; a notification longer than the target takes fails
+ * the target's endpoint.
  *
  * The message slots are 1 KiB (XFER_VERBS_SEG_SIZE), so that every tag message here goes by
  * rendezvous (RDMA READ in chunks) rather than eagerly.
@@ -311,4 +316,301 @@ Test(verbs_chunks, rendezvous_messages_straddling_chunk_boundaries)
     tp_send(&p, 0);
     tp_finish(&p);
     free(buf);
+}
+
+/* ---- batches --------------------------------------------------------------------------------- */
+
+/* A batch of 1216 work requests through a send queue of 64: B_DESCS descriptors, most of them
+ * one chunk, every 16th three chunks and a byte (four work requests), every 16th + 1 a byte,
+ * every 16th + 2 empty. The local ranges follow one another; the remote ones are scrambled,
+ * each followed by B_GAP bytes that no descriptor touches. Round r of the puts goes to the
+ * r-th region of the target's buffer. */
+#define B_DESCS   1024u
+#define B_GAP     64u
+#define B_ROUNDS  3u
+#define B_SEED    77u
+#define B_SQ      "64"
+
+enum {
+    BCMD_END,
+    BCMD_TAKE,      /* n: take n notifications; reply how many came in order, each a put's
+                     * with all its round's data already there (or a get's) */
+    BCMD_QUIET,     /* progress 500 ms; reply the notifications queued, then 1 when region
+                     * 0's last descriptor is untouched */
+    BCMD_STATUS,    /* progress 500 ms; reply the endpoint's status */
+};
+
+static uint64_t b_len(unsigned i)
+{
+    switch (i % 16) {
+    case 0:  return 3 * CHUNK + 1;
+    case 1:  return 1;
+    case 2:  return 0;
+    default: return CHUNK;
+    }
+}
+
+/* Fill d (B_DESCS) for region r; *local_p: the local bytes, returns a region's length. */
+static uint64_t b_list(xfer_batch_desc_t *d, unsigned r, uint64_t *local_p)
+{
+    uint64_t local = 0, remote = 0;
+
+    for (unsigned i = 0; i < B_DESCS; i++) {
+        d[i].local_offset = local;
+        d[i].length       = b_len(i);
+        local            += d[i].length;
+    }
+    for (unsigned j = 0; j < B_DESCS; j++) {
+        unsigned i = (j * 389) % B_DESCS;
+
+        d[i].remote_offset = remote;
+        remote            += d[i].length + B_GAP;
+    }
+    for (unsigned i = 0; i < B_DESCS; i++) {
+        d[i].remote_offset += r * remote;
+    }
+    *local_p = local;
+    return remote;
+}
+
+/* Region r holds every descriptor's bytes from image, and every gap is still 0xA5. */
+static int b_region_ok(const uint8_t *dst, const uint8_t *image, unsigned r)
+{
+    static xfer_batch_desc_t d[B_DESCS];
+    uint64_t local;
+
+    b_list(d, r, &local);
+    for (unsigned i = 0; i < B_DESCS; i++) {
+        if (memcmp(dst + d[i].remote_offset, image + d[i].local_offset, d[i].length) != 0) {
+            return 0;
+        }
+        for (unsigned g = 0; g < B_GAP; g++) {
+            if (dst[d[i].remote_offset + d[i].length + g] != 0xA5) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static int srv_batch_target(tp_side_t *s)
+{
+    static xfer_batch_desc_t d[B_DESCS];
+    uint64_t local, span = b_list(d, 0, &local);
+    uint8_t *dst = malloc(B_ROUNDS * span), *image = malloc(local);
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+
+    TP_CHECK((dst != NULL) && (image != NULL), "malloc");
+    memset(dst, 0xA5, B_ROUNDS * span);
+    tp_fill_pattern(image, local, B_SEED);
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, B_ROUNDS * span, XFER_MEM_HOST, &mem),
+                    XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    for (;;) {
+        uint64_t cmd = child_word(s), n, good = 0, seen = 0;
+        uint32_t v;
+
+        if (cmd == BCMD_END) {
+            break;
+        }
+        if (cmd == BCMD_STATUS) {
+            tp_progress_for(s->ctx, 500);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)xfer_endpoint_status(s->ep))
+                     == 0, "ctl");
+            continue;
+        }
+        if (cmd == BCMD_QUIET) {
+            tp_progress_for(s->ctx, 500);
+            while (xfer_notify_poll(s->ep, &v, sizeof(v), &len) == XFER_OK) {
+                seen++;
+            }
+            TP_CHECK(tp_ctl_send_u64(s->ctl, seen) == 0, "ctl");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, dst[d[B_DESCS - 1].remote_offset] == 0xA5) == 0,
+                     "ctl");
+            continue;
+        }
+        n = child_word(s);
+        for (double end = tp_now_ms() + TP_WAIT_MS; (seen < n) && (tp_now_ms() < end);) {
+            xfer_status_t st = xfer_notify_poll(s->ep, &v, sizeof(v), &len);
+
+            if (st == XFER_ERR_NOT_FOUND) {
+                continue;
+            }
+            TP_CHECK_STATUS(st, XFER_OK);
+            /* a put's round is checked the moment its notification is here */
+            good += (len == sizeof(v)) && (v == seen) &&
+                    ((v >= B_ROUNDS) || b_region_ok(dst, image, v));
+            seen++;
+        }
+        TP_CHECK(tp_ctl_send_u64(s->ctl, good) == 0, "ctl");
+    }
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    free(dst);
+    free(image);
+    return 0;
+}
+
+typedef struct b_init {
+    tp_peer_t   p;
+    uint8_t     *src;
+    uint64_t    local;
+    xfer_mem_t  *mem;
+    xfer_rkey_t *rkey;
+} b_init_t;
+
+/* target_notify_max: the target's XFER_NOTIFY_MAX_LEN, or NULL: as ours. */
+static void b_start(b_init_t *in, const char *target_notify_max)
+{
+    static xfer_batch_desc_t d[B_DESCS];
+    void *blob;
+    size_t len;
+
+    setenv("XFER_VERBS_TX_QUEUE_LEN", B_SQ, 1);     /* both sides */
+    if (target_notify_max != NULL) {
+        setenv("XFER_NOTIFY_MAX_LEN", target_notify_max, 1);
+    }
+    tp_server_spawn(&in->p, srv_batch_target, NULL, NULL);
+    unsetenv("XFER_NOTIFY_MAX_LEN");
+    in->p.ctx = tp_context(0);
+    in->p.ep  = tp_connect(in->p.ctx, &in->p);
+    b_list(d, 0, &in->local);
+    in->src = malloc(in->local);
+    cr_assert_not_null(in->src);
+    tp_fill_pattern(in->src, in->local, B_SEED);
+    cr_assert_eq(xfer_mem_register(in->p.ctx, in->src, in->local, XFER_MEM_HOST, &in->mem),
+                 XFER_OK);
+    blob = tp_recv_blob(&in->p, &len);
+    cr_assert_eq(xfer_rkey_unpack(in->p.ep, blob, len, &in->rkey), XFER_OK);
+    free(blob);
+}
+
+static void b_finish(b_init_t *in)
+{
+    tp_send(&in->p, BCMD_END);
+    xfer_rkey_destroy(in->rkey);
+    cr_assert_eq(xfer_mem_deregister(in->mem), XFER_OK, "the transport let go of the memory");
+    free(in->src);
+    tp_finish(&in->p);
+    unsetenv("XFER_VERBS_TX_QUEUE_LEN");
+}
+
+/* The parent's progress while it waits for the target's word (the target may need it). */
+static uint64_t b_recv(b_init_t *in)
+{
+    for (double end = tp_now_ms() + TP_WAIT_MS; !tp_ctl_ready(in->p.ctl, 0) &&
+         (tp_now_ms() < end);) {
+        xfer_progress(in->p.ctx);
+    }
+    return tp_recv(&in->p);
+}
+
+/* Three put batches posted at once, then a get batch of the first round's region into another
+ * buffer, each with a notification numbered in posting order: each completes whole, the
+ * target finds each put's data there when its notification arrives, the get's notification
+ * comes after the puts' (it waits for its reads), and the get reads back what the first put
+ * wrote. */
+Test(verbs_chunks, batches_longer_than_the_send_queue_land_before_their_notifications)
+{
+    static xfer_batch_desc_t d[B_DESCS];
+    xfer_request_t *reqs[B_ROUNDS + 1];
+    xfer_batch_t *b[B_ROUNDS + 1];
+    xfer_mem_t *back_mem;
+    uint8_t *back;
+    uint64_t local;
+    b_init_t in;
+
+    b_start(&in, NULL);
+    back = calloc(1, in.local);
+    cr_assert_not_null(back);
+    cr_assert_eq(xfer_mem_register(in.p.ctx, back, in.local, XFER_MEM_HOST, &back_mem),
+                 XFER_OK);
+    for (uint32_t r = 0; r <= B_ROUNDS; r++) {
+        int get = (r == B_ROUNDS);
+
+        b_list(d, get ? 0 : r, &local);
+        cr_assert_eq(xfer_batch_create(in.p.ep, get ? XFER_BATCH_GET : XFER_BATCH_PUT,
+                                       get ? back_mem : in.mem, in.rkey, d, B_DESCS, &b[r]),
+                     XFER_OK);
+        cr_assert_eq(xfer_batch_post(b[r], &r, sizeof(r), XFER_BATCH_NO_TIMEOUT, NULL, NULL,
+                                     &reqs[r]), XFER_OK);
+    }
+    for (unsigned r = 0; r <= B_ROUNDS; r++) {
+        cr_assert_eq(xfer_request_wait(reqs[r], TP_WAIT_MS), XFER_OK, "batch %u", r);
+        cr_expect_eq(xfer_request_landed(reqs[r]), B_DESCS);
+        cr_expect_eq(xfer_request_length(reqs[r]), local);
+        xfer_request_release(reqs[r]);
+        cr_assert_eq(xfer_batch_destroy(b[r]), XFER_OK);
+    }
+    for (uint64_t i = 0; i < local; i++) {
+        cr_assert_eq(back[i], in.src[i], "the get read byte %llu wrong",
+                     (unsigned long long)i);
+    }
+    tp_send(&in.p, BCMD_TAKE);
+    tp_send(&in.p, B_ROUNDS + 1);
+    cr_expect_eq(b_recv(&in), B_ROUNDS + 1, "notifications in posting order, each put's "
+                 "after all its data");
+    cr_assert_eq(xfer_mem_deregister(back_mem), XFER_OK);
+    free(back);
+    b_finish(&in);
+}
+
+/* Cancelled before any progress, a batch has posted what the send queue took (63 work
+ * requests at most): the rest never goes - the target's last descriptor stays untouched -
+ * nor does its notification; a flush completes once what went has completed, and the memory
+ * can be deregistered. */
+Test(verbs_chunks, a_batch_cancelled_at_once_posts_no_more_and_notifies_nobody)
+{
+    static xfer_batch_desc_t d[B_DESCS];
+    xfer_request_t *req = NULL;
+    uint32_t seven = 7;
+    xfer_batch_t *b;
+    uint64_t local;
+    b_init_t in;
+
+    b_start(&in, NULL);
+    b_list(d, 0, &local);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, B_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, &seven, sizeof(seven), XFER_BATCH_NO_TIMEOUT, NULL, NULL,
+                                 &req), XFER_OK);
+    cr_assert_eq(xfer_request_cancel(req), XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_ERR_CANCELED);
+    cr_expect_lt(xfer_request_landed(req), B_DESCS);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    cr_assert_eq(tp_flush(in.p.ep, TP_WAIT_MS), XFER_OK);
+    tp_progress_for(in.p.ctx, 50);
+    tp_send(&in.p, BCMD_QUIET);
+    cr_expect_eq(b_recv(&in), 0, "the cancelled batch's notification arrived");
+    cr_expect_eq(tp_recv(&in.p), 1, "a descriptor past what the send queue took was written");
+    b_finish(&in);
+}
+
+/* A notification that does not fit a message slot (1 KiB here, less the 40-byte header) is
+ * refused where it is posted; one longer than the target's XFER_NOTIFY_MAX_LEN (64 there) is a
+ * protocol error that fails the target's endpoint, and is not delivered. */
+Test(verbs_chunks, a_notification_longer_than_the_target_takes_fails_its_endpoint)
+{
+    xfer_batch_desc_t d = {0, 0, 4096};
+    uint8_t note[1024] = {0};
+    xfer_request_t *req = NULL;
+    xfer_batch_t *b;
+    b_init_t in;
+
+    b_start(&in, "64");
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, &d, 1, &b),
+                 XFER_OK);
+    cr_expect_eq(xfer_batch_post(b, note, 1024 - 40 + 1, 0, NULL, NULL, &req),
+                 XFER_ERR_OUT_OF_RANGE, "a notification longer than a message slot");
+    cr_assert_eq(xfer_batch_post(b, note, 100, 0, NULL, NULL, &req), XFER_OK);
+    (void)xfer_request_wait(req, TP_WAIT_MS);   /* the target's NIC took it either way */
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    tp_send(&in.p, BCMD_STATUS);
+    cr_expect_eq((xfer_status_t)(int64_t)b_recv(&in), XFER_ERR_PROTOCOL);
+    b_finish(&in);
 }

@@ -30,7 +30,7 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # 4 GiB buffers do not fit this guest (below, a guest of its own)
 "$guest" --timeout 1200 -- "$src/test/verbs_suites.sh" "$build" \
     memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache verbs_unmap \
-    verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport perf nccl_net $gdr \
+    verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport perf nccl_net batch $gdr \
     XFER_VERBS_MR_CACHE=off remap ||
     failed "the suites' guest" $?
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \

@@ -11,6 +11,8 @@
  *   verbs_mrcache.c  registrations of user buffers found again by address and length
  *   verbs_unmapq.c   the ranges the process unmaps, reported by libucm, for the MR cache
  *   verbs_rma.c      registered memory, remote keys, put and get
+ *   verbs_batch.c    descriptor-list batches (chains of RDMA work requests) and their
+ *                    notifications (NOTIFY), both sides
  *   verbs_tag.c      tagged messages: eager through the slots, rendezvous by RDMA READ
  *   tensor_wire.c    the tensor messages' extensions (tensor_wire.h)
  *   tensor_request.c consumer side of a tensor fetch: request table, metadata cache
@@ -106,6 +108,7 @@ typedef enum {
     XFER_VERBS_OP_CTRL,     /* an internal message waiting for credits; no user completion */
     XFER_VERBS_OP_TWRITE,   /* a tensor's RDMA WRITE WITH IMMEDIATE; no user completion */
     XFER_VERBS_OP_FLUSH,    /* ep_flush(): done once what was queued before it completed */
+    XFER_VERBS_OP_BATCH,    /* a descriptor-list batch (owner: its xfer_verbs_batch_t) */
 } xfer_verbs_op_kind_t;
 
 /* What a queued op still has to post. */
@@ -114,6 +117,7 @@ typedef enum {
     XFER_VERBS_POST_MSG,    /* a message through the slots (needs a credit) */
     XFER_VERBS_POST_RDMA,   /* RDMA WRITE/READ chunks (needs send queue room) */
     XFER_VERBS_POST_FLUSH,  /* a flush's place in the queue: what is before it is posted */
+    XFER_VERBS_POST_BATCH,  /* a batch's chains of work requests, then its NOTIFY */
 } xfer_verbs_post_t;
 
 struct xfer_verbs_op {
@@ -155,8 +159,9 @@ struct xfer_verbs_op {
     uint64_t             peer_id;   /* RECV: the sender's RTS id */
     int                  imm_pending;   /* TWRITE: the last chunk carries imm (may be 0 B) */
     uint32_t             imm;
-    void                 *owner;    /* TWRITE: its xfer_verbs_rsp_t */
-    uint64_t             flush_seq; /* FLUSH: done when sq_done reaches it */
+    void                 *owner;    /* TWRITE: its xfer_verbs_rsp_t; BATCH: its batch */
+    uint64_t             flush_seq; /* FLUSH: done when sq_done reaches it ... */
+    uint64_t             flush_batch; /* ... and every batch numbered below it has ended */
     xfer_tensor_t        *result;   /* FETCH */
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
 };                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
@@ -335,11 +340,15 @@ struct xfer_ep {
         uint64_t        seq;            /* sq_posted after it */
         uint64_t        tx_head;        /* tx_head after it */
         xfer_verbs_op_t *op;            /* RDMA chunk of op, or NULL */
+        uint64_t        mark;           /* BATCH: its descriptors landed once it completes */
     }                     *wrs;
     uint32_t              wr_head, wr_tail;   /* ring of sq_len entries */
     ucs_list_link_t       pendq;        /* xfer_verbs_op_t waiting to be posted, in order */
     ucs_list_link_t       flushes;      /* FLUSH ops past the queue, waiting on completions */
     unsigned              rd_inflight;  /* RDMA READs outstanding (max_rd_atomic) */
+    ucs_list_link_t       batches;      /* xfer_verbs_batch_t not ended, in posting order */
+    ucs_list_link_t       notifyq;      /* ... of those, the ones whose NOTIFY is not posted */
+    uint64_t              batch_seq;    /* batches posted, ever (numbers them) */
 
     xfer_verbs_slot_t     *slots;
     uint32_t              num_slots;
@@ -425,6 +434,10 @@ struct xfer_iface {
     char                      corrupt_how[16];
     const xfer_verbs_devmem_ops_t *devmem;  /* gdr's; NULL in verbs */
     void                      *devmem_arg;  /* the component's own state for devmem */
+    /* a batch's chain of work requests is built here (TX_QUEUE_LEN of each, allocated with
+     * the first batch): every channel has that send queue, and calls are serialised */
+    struct ibv_send_wr        *chain_wrs;
+    struct ibv_sge            *chain_sges;
 };
 
 struct xfer_memh {
@@ -526,6 +539,10 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
                                       const void *ext, size_t ext_len, const void *payload,
                                       size_t payload_len);
 void xfer_verbs_ch_progress_pending(xfer_ep_h ch);
+/* Post op's message (op->msg, op->msg_len; op->ctrl: it may use the reserved credits) now,
+ * signalled, its completion handed to op: 1 posted, 0 no credit or send queue room yet, -1
+ * the channel failed. */
+int xfer_verbs_ch_post_msg_op(xfer_ep_h ch, xfer_verbs_op_t *op);
 /* A received data message was consumed later (unexpected over the cap). */
 void xfer_verbs_ch_credit_release(xfer_ep_h ch);
 
@@ -558,6 +575,27 @@ xfer_status_t xfer_verbs_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h
                              uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
 /* All RDMA chunks of op are done (status of the last failure, or XFER_OK). */
 void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status);
+
+/* ---- verbs_batch.c ---------------------------------------------------------------------------- */
+/* batch(): see component.h. */
+xfer_status_t xfer_verbs_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
+/* cancel() of a batch's comp: XFER_OK, or XFER_ERR_NOT_FOUND when comp is no batch here. */
+xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                      xfer_status_t status);
+/* The batch op at the head of ch's queue: post what the send queue and the credits allow.
+ * 1 when it leaves the queue, 0 when it waits for room or a credit, -1 the channel failed. */
+int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op);
+/* A signalled work request of the batch op completed; mark: what its ring entry said. */
+void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark);
+/* Whether a batch numbered below seq has not ended (a flush waits for it). */
+int xfer_verbs_batch_before(xfer_ep_h ch, uint64_t seq);
+/* ch failed or closes: every batch on it ends with status, with what is known landed. */
+void xfer_verbs_batch_ch_fail(xfer_ep_h ch, xfer_status_t status);
+/* An incoming NOTIFY: handed to the framework's notify upcall. */
+xfer_status_t xfer_verbs_notify_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                   const uint8_t *ext, char *why, size_t why_size);
+/* Free what batches allocated on the iface (iface_close). */
+void xfer_verbs_batch_iface_cleanup(xfer_iface_h iface);
 
 /* ---- verbs_tag.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_verbs_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,

@@ -404,6 +404,7 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     }
     xfer_verbs_unexp_drop_ch(iface, NULL, 1);
     deliver(iface);
+    xfer_verbs_batch_iface_cleanup(iface);
     if (iface->mrc != NULL) {
         xfer_verbs_mrc_destroy(iface->mrc);
     }
@@ -702,7 +703,10 @@ xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_stat
 {
     xfer_status_t st = xfer_verbs_tag_cancel(iface, comp, status);
 
-    return (st != XFER_ERR_NOT_FOUND) ? st : xfer_verbs_tensor_cancel(iface, comp, status);
+    if (st == XFER_ERR_NOT_FOUND) {
+        st = xfer_verbs_tensor_cancel(iface, comp, status);
+    }
+    return (st != XFER_ERR_NOT_FOUND) ? st : xfer_verbs_batch_cancel(iface, comp, status);
 }
 
 /* ---- operations -------------------------------------------------------------------------- */

@@ -183,6 +183,8 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     }
     ucs_list_head_init(&ch->pendq);
     ucs_list_head_init(&ch->flushes);
+    ucs_list_head_init(&ch->batches);
+    ucs_list_head_init(&ch->notifyq);
     ucs_list_head_init(&ch->rsps);
     ucs_list_head_init(&ch->meta_lru);
     kh_init_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
@@ -418,6 +420,8 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
     if (ch->qp != NULL) {
         ibv_modify_qp(ch->qp, &attr, IBV_QP_STATE);  /* flush; no more sends go out */
     }
+    /* batches first: they take their ops out of the send queue's ring and the queue */
+    xfer_verbs_batch_ch_fail(ch, status);
     /* RDMA in flight: each op once, then what still waits to be posted */
     for (uint32_t i = 0; i < ch->sq_len; i++) {
         xfer_verbs_op_t *rop = ch->wrs[i].op;
@@ -513,7 +517,7 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
 static void ch_fail_quiet(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
 {
     int busy = !ucs_list_is_empty(&ch->pendq) || (ch->busy_slots > 0) ||
-               (ch->sq_done != ch->sq_posted);
+               (ch->sq_done != ch->sq_posted) || !ucs_list_is_empty(&ch->batches);
     va_list ap;
 
     va_start(ap, fmt);

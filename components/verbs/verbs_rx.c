@@ -2,10 +2,10 @@
  * A channel's receiving and its completions: the receive work requests of its message
  * slots, their batched reposts, and handle_wc(), which takes every completion of the
  * channel: a message (its credits taken, then handed by type to verbs_tag.c,
- * tensor_request.c or tensor_response.c), a tensor write's immediate, credits the peer
- * returned alone, or a signalled send, which frees the send queue entries and copy buffers
- * of everything posted before it (RC completes in order). A completion with an error fails
- * the channel (verbs_channel.c). What the channel sends is posted by verbs_tx.c.
+ * tensor_request.c, tensor_response.c or verbs_batch.c), a tensor write's immediate, credits
+ * the peer returned alone, or a signalled send, which frees the send queue entries and copy
+ * buffers of everything posted before it (RC completes in order). A completion with an error
+ * fails the channel (verbs_channel.c). What the channel sends is posted by verbs_tx.c.
  *
  * Receives. Consumed slots are reposted in batches (an eighth of the slots, at most
  * XFER_VERBS_RX_BATCH_MAX, per ibv_post_recv). A slot's credit is owed back to the peer
@@ -131,6 +131,8 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
                    ((hdr.type == XFER_VERBS_MSG_ERROR_STATUS) &&
                     (hdr.tag == XFER_TENSOR_ERR_TO_CONSUMER))) {
             status = xfer_verbs_treq_rx(ch, &hdr, ext, why, sizeof(why));
+        } else if (hdr.type == XFER_VERBS_MSG_NOTIFY) {
+            status = xfer_verbs_notify_rx(ch, &hdr, ext, why, sizeof(why));
         } else {
             status = xfer_verbs_rsp_rx(ch, &hdr, ext, why, sizeof(why));
         }
@@ -151,12 +153,14 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
     uint32_t idx = (uint32_t)wc->wr_id;
     struct xfer_verbs_wr *e;
     xfer_verbs_op_t *op;
+    uint64_t mark;
 
     if (idx >= ch->sq_len) {
         return;     /* unsignaled: only errors come here, handled by the caller */
     }
     e            = &ch->wrs[idx];
     op           = e->op;
+    mark         = e->mark;
     e->op        = NULL;
     ch->sq_done  = e->seq;
     ch->sq_free  = ch->sq_len - (uint32_t)(ch->sq_posted - ch->sq_done);
@@ -167,6 +171,10 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
     }
     if (op == NULL) {
         ch->ka_pending = 0;
+        return;
+    }
+    if (op->kind == XFER_VERBS_OP_BATCH) {
+        xfer_verbs_batch_wr_done(op, mark);
         return;
     }
     if (--op->rdma_inflight == 0) {

@@ -17,7 +17,8 @@
  * Send queue. Sends are signalled every SIGNAL_INTERVAL work requests (and RDMA operations
  * always): RC completes in order, so one completion frees the send queue entries and copy
  * buffers of everything posted before it. Whatever cannot be posted (no credit, no room)
- * waits in the channel's queue, in order.
+ * waits in the channel's queue, in order. A batch posts its own chains of work requests and
+ * signals them itself (verbs_batch.c); its NOTIFY goes through the credits here.
  */
 #include "verbs.h"
 
@@ -45,6 +46,7 @@ int xfer_verbs_ch_post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_
         e->seq         = ch->sq_posted + 1;
         e->tx_head     = ch->tx_head;
         e->op          = op;
+        e->mark        = 0;
         wr->send_flags |= IBV_SEND_SIGNALED;
     }
     wr->wr_id = xfer_verbs_wr_id(ch, idx);
@@ -105,9 +107,10 @@ static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
 }
 
 /* Post a message, msg (header and extension, its credits field filled here) then payload:
- * inline when it fits, else copied into the next copy buffer. */
+ * inline when it fits, else copied into the next copy buffer. With op, the send is signalled
+ * and its completion goes to op. */
 static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payload,
-                    size_t payload_len)
+                    size_t payload_len, xfer_verbs_op_t *op)
 {
     size_t total = msg_len + payload_len;
     struct ibv_send_wr wr;
@@ -159,7 +162,7 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
                 "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
                 total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
                 credits);
-    return xfer_verbs_ch_post_send(ch, &wr, NULL, 0);
+    return xfer_verbs_ch_post_send(ch, &wr, op, op != NULL);
 }
 
 /* Post RDMA chunks of op (XFER_VERBS_RDMA_CHUNK bytes each, the last one the rest) while
@@ -291,7 +294,9 @@ int xfer_verbs_ch_post_probe(xfer_ep_h ch)
  * send's completion means the peer's device acknowledged it - the message is in one of the
  * peer's receive buffers, the write in its memory. When the last sends went unsignalled, a
  * probe (a signalled 8-byte write to the peer's keepalive word) is posted so that a
- * completion covers them. */
+ * completion covers them. A batch posted before the flush may still owe its NOTIFY (a get's
+ * goes once its reads are done, and notifications go in posting order): the flush also waits
+ * until every batch posted before it has ended. */
 
 xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
 {
@@ -304,14 +309,15 @@ xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
         return XFER_ERR_INVALID_PARAM;
     }
     if (ucs_list_is_empty(&ch->pendq) && ucs_list_is_empty(&ch->flushes) &&
-        (ch->sq_done == ch->sq_posted)) {
+        ucs_list_is_empty(&ch->batches) && (ch->sq_done == ch->sq_posted)) {
         return XFER_OK;
     }
     op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_FLUSH, comp);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->post = XFER_VERBS_POST_FLUSH;
+    op->post        = XFER_VERBS_POST_FLUSH;
+    op->flush_batch = ch->batch_seq;   /* the batches posted before it */
     xfer_verbs_ch_submit(ch, op);
     return XFER_INPROGRESS;
 }
@@ -340,7 +346,7 @@ void xfer_verbs_ch_flushes_check(xfer_ep_h ch)
     while (!ucs_list_is_empty(&ch->flushes)) {
         xfer_verbs_op_t *op = ucs_list_head(&ch->flushes, xfer_verbs_op_t, list);
 
-        if (ch->sq_done < op->flush_seq) {
+        if ((ch->sq_done < op->flush_seq) || xfer_verbs_batch_before(ch, op->flush_batch)) {
             return;     /* the later ones wait for more */
         }
         ucs_list_del(&op->list);
@@ -373,8 +379,10 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch)
                 ch->stats.credit_stalls += (ch->sq_free > 1);
                 break;
             }
-            done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len) == 0) ?
-                   1 : -1;
+            done = (post_msg(ch, op->msg, op->msg_len, op->payload, op->payload_len,
+                             NULL) == 0) ? 1 : -1;
+        } else if (op->post == XFER_VERBS_POST_BATCH) {
+            done = xfer_verbs_batch_post(ch, op);
         } else {
             done = post_rdma(ch, op);
         }
@@ -399,11 +407,20 @@ int xfer_verbs_ch_send_now(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const voi
         !msg_postable(ch, 0)) {
         return 0;
     }
-    if (post_msg(ch, msg, msg_len, payload, payload_len) != 0) {
+    if (post_msg(ch, msg, msg_len, payload, payload_len, NULL) != 0) {
         return -1;
     }
     credits_return(ch);
     return 1;
+}
+
+int xfer_verbs_ch_post_msg_op(xfer_ep_h ch, xfer_verbs_op_t *op)
+{
+    if (!msg_postable(ch, op->ctrl)) {
+        ch->stats.credit_stalls += (ch->sq_free > 1);
+        return 0;
+    }
+    return (post_msg(ch, op->msg, op->msg_len, NULL, 0, op) == 0) ? 1 : -1;
 }
 
 void xfer_verbs_ch_submit(xfer_ep_h ch, xfer_verbs_op_t *op)

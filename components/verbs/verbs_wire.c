@@ -22,6 +22,7 @@ const char *xfer_verbs_msg_name(unsigned type)
         [XFER_VERBS_MSG_META_DATA_UPDATE]  = "META_DATA_UPDATE",
         [XFER_VERBS_MSG_TENSOR_RE_REQUEST] = "TENSOR_RE_REQUEST",
         [XFER_VERBS_MSG_ERROR_STATUS]      = "ERROR_STATUS",
+        [XFER_VERBS_MSG_NOTIFY]            = "NOTIFY",
     };
 
     return ((type < XFER_VERBS_MSG_LAST) && (names[type] != NULL)) ? names[type] : "?";

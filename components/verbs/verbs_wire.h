@@ -35,6 +35,9 @@
  * bytes fewer took xfer_perf -t tag_lat's median from 12.34 to 11.92 usec, 16 alternating
  * runs each in one guest boot; see tensor_wire.h for the request.)
  *
+ * A NOTIFY (a batch's notification, verbs_batch.c) has the 40-byte header; its extension is
+ * the notification (0 bytes or more, at most the receiver's XFER_NOTIFY_MAX_LEN).
+ *
  * The tensor messages' extensions are in tensor_wire.h. A message of another version or of
  * an unknown type is refused with XFER_ERR_UNSUPPORTED (the header's fields are still read,
  * so that the receiver can name the message in an ERROR_STATUS back to the sender); one
@@ -52,12 +55,13 @@
 #include <stdint.h>
 
 #define XFER_VERBS_WIRE_MAGIC    0x5856u
-#define XFER_VERBS_WIRE_VERSION  5u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
+#define XFER_VERBS_WIRE_VERSION  6u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
                                          * 3: a 16-byte header for eager TAG messages;
                                          * 4: a 24-byte header and compact metadata for
                                          *    TENSOR_REQUEST;
                                          * 5: the endpoint address carries magic, version
-                                         *    and the RDMA chunk size */
+                                         *    and the RDMA chunk size;
+                                         * 6: NOTIFY, a batch's notification */
 #define XFER_VERBS_WIRE_HDR_LEN  40u     /* the header of every type but TAG, TENSOR_REQUEST */
 #define XFER_VERBS_WIRE_TAG_HDR_LEN 16u  /* an eager TAG message's header */
 #define XFER_VERBS_WIRE_TREQ_HDR_LEN 24u /* a TENSOR_REQUEST's header */
@@ -72,6 +76,8 @@ typedef enum {
     XFER_VERBS_MSG_META_DATA_UPDATE  = 5, /* producer: the tensor is not what was expected */
     XFER_VERBS_MSG_TENSOR_RE_REQUEST = 6, /* consumer: a new destination, write there */
     XFER_VERBS_MSG_ERROR_STATUS      = 7, /* either side: request id failed (or withdrawn) */
+    XFER_VERBS_MSG_NOTIFY            = 8, /* a batch's notification: its bytes are the
+                                           * extension; id: the batch's number (for logs) */
     XFER_VERBS_MSG_LAST
 } xfer_verbs_msg_type_t;
 
