@@ -389,12 +389,17 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         return XFER_ERR_INVALID_PARAM;
     }
     ctx = batch->ctx;
+    /* batch->ep is cleared (and the endpoint may go) under the lock: read it under it too;
+     * op_begin takes the lock again (it nests) and keeps it on success */
+    xfer_ctx_lock(ctx);
     if (batch->ep == NULL) {
         xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: the batch's endpoint was "
                  "closed");
+        xfer_ctx_unlock(ctx);
         return XFER_ERR_CONNECTION;
     }
     status = xfer_endpoint_op_begin(batch->ep, "xfer_batch_post", (void*)xfer_batch_post);
+    xfer_ctx_unlock(ctx);
     if (status != XFER_OK) {
         return status;
     }
