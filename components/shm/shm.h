@@ -28,6 +28,10 @@
 
 #define XFER_SHM_SUBSYS  "shm"
 #define XFER_SHM_RX_BUDGET 256      /* frames per endpoint per progress() */
+/* bytes copied by CMA while handling input, per endpoint per progress(): a frame that moves a
+ * large put or a whole batch ends the round, so that completions and notifications of what
+ * was moved are delivered before more input is taken */
+#define XFER_SHM_RX_BYTES_BUDGET (256u * 1024u)
 #define XFER_SHM_ENTRY_OVERHEAD 64  /* what a buffered message costs beyond its bytes */
 #define XFER_SHM_TENSOR_RANK_MAX 8
 
@@ -222,6 +226,8 @@ struct xfer_ep {
     uint64_t            tx_done;        /* ... and ever written whole */
     uint64_t            answers;        /* answers to the peer queued now */
     int                 rx_paused;      /* input waits (unexpected bounds, answers) */
+    uint64_t            rx_copied;      /* CMA bytes this progress round (RX_BYTES_BUDGET) */
+    int                 rx_yield;       /* a notification was delivered: end the round */
     xfer_shm_rx_t       rx;
     uint64_t            unexp_bytes;
 

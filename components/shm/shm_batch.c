@@ -122,12 +122,51 @@ xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     return XFER_OK;
 }
 
+/*
+ * The iovecs of up to n descriptors from iov[0] (its first skip bytes already moved): ours
+ * (the descriptors' remote side) in liov, the initiator's in riov, each merged where one
+ * range ends at the next one's start - process_vm_readv/writev take the two lists as two
+ * streams, so a side that is contiguous costs the kernel one range however scattered the
+ * other is. Returns the bytes.
+ */
+static size_t batch_iov_build(const xfer_batch_iov_t *iov, uint64_t n, uint64_t skip,
+                              struct iovec *liov, size_t *nl_p, struct iovec *riov,
+                              size_t *nr_p)
+{
+    size_t nl = 0, nr = 0, want = 0;
+
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t o    = (k == 0) ? skip : 0;
+        uint8_t *ours = (uint8_t*)(uintptr_t)(iov[k].remote + o);
+        uint8_t *peer = (uint8_t*)(uintptr_t)(iov[k].local + o);
+        size_t len    = iov[k].length - o;
+
+        if (len == 0) {
+            continue;
+        }
+        if ((nl > 0) && ((uint8_t*)liov[nl - 1].iov_base + liov[nl - 1].iov_len == ours)) {
+            liov[nl - 1].iov_len += len;
+        } else {
+            liov[nl++] = (struct iovec){ours, len};
+        }
+        if ((nr > 0) && ((uint8_t*)riov[nr - 1].iov_base + riov[nr - 1].iov_len == peer)) {
+            riov[nr - 1].iov_len += len;
+        } else {
+            riov[nr++] = (struct iovec){peer, len};
+        }
+        want += len;
+    }
+    *nl_p = nl;
+    *nr_p = nr;
+    return want;
+}
+
 /* The target: check every descriptor, then move them all. Returns the status to answer;
  * *landed_p the descriptors whose bytes all moved. */
 static xfer_status_t batch_move(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint64_t *landed_p)
 {
     int get               = (hdr->flags & XFER_SHM_FL_GET) != 0;
-    uint64_t count        = hdr->c, done = 0;
+    uint64_t count        = hdr->c, done = 0, skip = 0;
     xfer_batch_iov_t *iov = NULL;
     struct iovec *liov = NULL, *riov = NULL;
     char why[XFER_REASON_MAX];
@@ -168,56 +207,46 @@ static xfer_status_t batch_move(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint6
             goto out;
         }
     }
-    /* chunks of descriptors; a short transfer goes on from where it stopped */
-    while (done < count) {
-        uint64_t n = (count - done < BATCH_IOV_CHUNK) ? count - done : BATCH_IOV_CHUNK;
-        uint64_t skip = 0;      /* bytes of descriptor done already moved */
+    /* chunks of descriptors, each side's ranges merged where they touch; a short transfer
+     * goes on from where it stopped */
+    for (;;) {
+        uint64_t skip_left;
+        size_t nl, nr, want;
+        ssize_t got;
 
-        for (;;) {
-            size_t want = 0;
-            ssize_t got;
-
-            for (uint64_t k = 0; k < n; k++) {
-                uint64_t o = (k == 0) ? skip : 0;
-
-                liov[k].iov_base = (void*)(uintptr_t)(iov[done + k].remote + o);
-                liov[k].iov_len  = iov[done + k].length - o;
-                riov[k].iov_base = (void*)(uintptr_t)(iov[done + k].local + o);
-                riov[k].iov_len  = iov[done + k].length - o;
-                want            += liov[k].iov_len;
-            }
-            if (want == 0) {
-                break;
-            }
-            got = get ? process_vm_writev(ep->peer_pid, liov, n, riov, n, 0) :
-                        process_vm_readv(ep->peer_pid, liov, n, riov, n, 0);
-            if (got <= 0) {
-                xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: %s of %zu bytes "
-                         "in pid %d failed: %s", get ? "process_vm_writev" : "process_vm_readv",
-                         want, (int)ep->peer_pid, (got == 0) ? "no progress" : strerror(errno));
-                status = ((got < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
-                goto out;
-            }
-            if ((size_t)got == want) {
-                break;
-            }
-            /* advance past the descriptors the short transfer finished */
-            while (got > 0) {
-                uint64_t left = iov[done].length - skip;
-
-                if ((uint64_t)got < left) {
-                    skip += (uint64_t)got;
-                    break;
-                }
-                got -= (ssize_t)left;
-                skip = 0;
-                done++;
-                n--;
-                *landed_p = done;
-            }
+        while ((done < count) && (iov[done].length == skip)) {
+            done++;             /* finished, or empty */
+            skip      = 0;
+            *landed_p = done;
         }
-        done     += n;
-        *landed_p = done;
+        if (done == count) {
+            break;
+        }
+        want = batch_iov_build(iov + done, (count - done < BATCH_IOV_CHUNK) ?
+                               count - done : BATCH_IOV_CHUNK, skip, liov, &nl, riov, &nr);
+        got = get ? process_vm_writev(ep->peer_pid, liov, nl, riov, nr, 0) :
+                    process_vm_readv(ep->peer_pid, liov, nl, riov, nr, 0);
+        if (got <= 0) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: %s of %zu bytes "
+                     "in pid %d failed: %s", get ? "process_vm_writev" : "process_vm_readv",
+                     want, (int)ep->peer_pid, (got == 0) ? "no progress" : strerror(errno));
+            status = ((got < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
+            goto out;
+        }
+        ep->rx_copied += (uint64_t)got;
+        /* past the descriptors the transfer finished */
+        for (skip_left = (uint64_t)got; skip_left > 0;) {
+            uint64_t left = iov[done].length - skip;
+
+            if (skip_left < left) {
+                skip     += skip_left;
+                break;
+            }
+            skip_left -= left;
+            skip       = 0;
+            done++;
+            *landed_p  = done;
+        }
     }
     status = XFER_OK;
 out:
@@ -432,6 +461,8 @@ xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len)
                                "was refused (too many not taken)");
         return XFER_ERR_NO_RESOURCE;
     }
+    ep->rx_yield = 1;   /* the application hears of it at the end of this round, not 256
+                         * frames later */
     return XFER_OK;
 }
 

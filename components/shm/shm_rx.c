@@ -194,7 +194,10 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
     int r;
 
     ep->rx_paused = 0;
-    while ((count < XFER_SHM_RX_BUDGET) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+    ep->rx_copied = 0;
+    ep->rx_yield  = 0;
+    while ((count < XFER_SHM_RX_BUDGET) && (ep->rx_copied < XFER_SHM_RX_BYTES_BUDGET) &&
+           !ep->rx_yield && (ep->state == XFER_SHM_EP_CONNECTED)) {
         r = xfer_shm_ring_peek(&ep->in, &hdr, &payload, why, sizeof(why));
         if (r == 0) {
             break;
