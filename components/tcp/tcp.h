@@ -305,6 +305,7 @@ struct xfer_ep {
     /* batches (tcp_batch.c): put frames of either kind, counted on both sides, so that a
      * BATCH_END can name the puts of its batch; the last refused one */
     uint64_t            batch_puts_sent;
+    unsigned            tx_corked;  /* > 0: frames queue without writing (a batch posting) */
     uint64_t            batch_puts_rcvd;
     uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
     xfer_status_t       put_refused_status;

@@ -162,6 +162,9 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     }
     b->pending  = 1;
     puts_before = ep->batch_puts_sent;
+    /* the frames of the whole batch queue first and leave in as few sendmsg calls as the
+     * socket takes (XFER_TCP_IOV_MAX entries each), not one call per descriptor */
+    ep->tx_corked++;
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
         void *local               = (void*)(uintptr_t)v->local;
@@ -175,6 +178,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
                               &b->subs[i].comp);
         if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
             if (i == 0) {
+                ep->tx_corked--;
                 free(b->subs);
                 free(b);
                 return status;
@@ -194,6 +198,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         if (status == XFER_OK) {
             op->len         = posted;
             op->serial      = ++ep->rma_serial;
+            op->mark_put    = ep->puts_sent;    /* BATCH_ACK proves these landed */
             b->ack_comp.cb  = batch_ack_cb;
             status = batch_end_queue(ep, id, b->has_notify ? BATCH_FL_NOTIFY : 0,
                                      ep->batch_puts_sent - puts_before, b->notify, nlen);
@@ -209,8 +214,9 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         } else {
             b->pending++;
         }
-        xfer_tcp_ep_tx_post(ep);
     }
+    ep->tx_corked--;
+    xfer_tcp_ep_tx_post(ep);
     /* the posting's own hold: the rest end only from progress */
     if (--b->pending == 0) {
         /* every put went eagerly and BATCH_END could not be queued: nothing will answer */
@@ -314,6 +320,11 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
         snprintf(why, why_size, "BATCH_ACK says %" PRIu64 " of %zu puts landed (%s)", landed,
                  op->len, xfer_status_string(status));
         return XFER_ERR_PROTOCOL;
+    }
+    if ((status == XFER_OK) && (op->mark_put > ep->fence_put)) {
+        /* the target handles frames in order: every put queued before this BATCH_END has
+         * landed, so a flush (or a close) need not fence them again */
+        ep->fence_put = op->mark_put;
     }
     xfer_tcp_slot_free(ep, op->slot);
     xfer_tcp_op_complete(op, status, (size_t)landed, 0);

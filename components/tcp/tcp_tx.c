@@ -295,7 +295,7 @@ uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
 
 void xfer_tcp_ep_tx_post(xfer_ep_h ep)
 {
-    if (!(ep->events & EPOLLOUT)) {
+    if (!(ep->events & EPOLLOUT) && (ep->tx_corked == 0)) {
         xfer_tcp_ep_tx_write(ep);
     }
 }
