@@ -15,6 +15,10 @@
  * - without a driver (a missing library, one that is not a CUDA driver, a device it does
  *   not have) -m cuda fails with one line that says what was tried and why.
  * Also contrib/bench/gpu_attrs, which bench_gpu.sh runs, over the same stand-in driver.
+ * And the batch tests (batch_put, batch_get; contrib/perf/batch.c) in host memory: prepared
+ * lists posted again and again with -V, the server checking each put batch's blocks when
+ * its notification comes, notifications timed and in order, the sweep's rows, and the
+ * options they refuse.
  */
 #include "test_util.h"
 
@@ -351,6 +355,104 @@ Test(perf, server_without_a_driver_refuses_cuda_with_the_reason)
     cr_expect(strstr(r.client_out, "# memory: client host, server host\n") != NULL, "%s",
               r.client_out);
     perf_run_free(&r);
+}
+
+/* ---- batch tests ---------------------------------------------------------------------------- */
+
+/* Odd block size and batch length (the server's blocks scattered by a stride prime to 37),
+ * three batches in flight, every block's data checked: put batches at the server when each
+ * notification comes (and the client writes a slot again only after the server's SEEN),
+ * get batches at the client. */
+Test(perf, batch_tests_move_checked_data_and_time_the_notifications)
+{
+    static const char *const tests[] = {"batch_put", "batch_get"};
+    char args[256], row[64];
+    perf_run_t r;
+
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        snprintf(args, sizeof(args), "-t %s -s 4099 -b 37 -w 3 -n 40 --warmup 5 -V --notify 64",
+                 tests[i]);
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect(strstr(r.client_out, "# 3 batches in flight, notification 64 bytes, verify "
+                         "on;") != NULL, "%s: %s", tests[i], r.client_out);
+        cr_expect(strstr(r.client_out, "# clocks: one host, one CLOCK_MONOTONIC") != NULL,
+                  "%s: %s", tests[i], r.client_out);
+        snprintf(row, sizeof(row), "4099       37      40 ");
+        cr_expect_eq(count_lines(r.client_out, row), 1, "%s: %s", tests[i], r.client_out);
+        perf_run_free(&r);
+
+        /* the same as JSON: the notification figures, and none without notifications */
+        snprintf(args, sizeof(args), "-t %s -s 64k -b 16 -n 30 --json", tests[i]);
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect(strstr(r.client_out, "\"bytes\":65536,\"iterations\":30,\"window\":1,") !=
+                  NULL, "%s: %s", tests[i], r.client_out);
+        cr_expect(strstr(r.client_out, "\"batch\":16,\"post_usec_per_desc\":") != NULL,
+                  "%s: %s", tests[i], r.client_out);
+        cr_expect(strstr(r.client_out, "\"notify_avg_usec\":") != NULL, "%s: %s", tests[i],
+                  r.client_out);
+        cr_expect(strstr(r.client_out, "\"clock_error_usec\":0.000") != NULL, "%s: %s",
+                  tests[i], r.client_out);
+        perf_run_free(&r);
+
+        snprintf(args, sizeof(args), "-t %s -s 64k -b 16 -n 30 --json --notify 0", tests[i]);
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect(strstr(r.client_out, "\"batch\":16,") != NULL, "%s", r.client_out);
+        cr_expect(strstr(r.client_out, "notify_avg_usec") == NULL, "%s", r.client_out);
+        cr_expect(strstr(r.client_out, "clock_") == NULL, "%s", r.client_out);
+        perf_run_free(&r);
+    }
+}
+
+/* -a with -s sweeps the batch lengths 1, 4, ... 1024; with -b the block sizes 4k ... 64m. */
+Test(perf, batch_sweeps_give_a_row_each)
+{
+    static const char *const lengths[] = {"1 ", "4 ", "16 ", "64 ", "256 ", "1024 "};
+    char row[64];
+    perf_run_t r;
+
+    perf_run("", "", "-t batch_put -a -s 4k -n 3 --warmup 1", &r);
+    expect_ran(&r, "batch_put -a -s 4k");
+    cr_expect_eq(count_lines(r.client_out, "4096 "), 6, "%s", r.client_out);
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        snprintf(row, sizeof(row), "4096       %-7s", lengths[i]);
+        row[strlen("4096       ") + strlen(lengths[i])] = '\0';
+        cr_expect_eq(count_lines(r.client_out, row), 1, "no row '%s' in:\n%s", row,
+                     r.client_out);
+    }
+    perf_run_free(&r);
+
+    perf_run("", "", "-t batch_get -a -b 2 -n 2 --warmup 0 --notify 0", &r);
+    expect_ran(&r, "batch_get -a -b 2");
+    cr_expect_eq(count_lines(r.client_out, "4096 "), 1, "%s", r.client_out);
+    cr_expect_eq(count_lines(r.client_out, "67108864 "), 1, "%s", r.client_out);
+    /* no clock line: without notifications nothing is timed across the two clocks */
+    cr_expect_eq(count_lines(r.client_out, "# "), 3, "header lines:\n%s", r.client_out);
+    cr_expect_eq(count_lines(r.client_out, "# clocks"), 0, "%s", r.client_out);
+    perf_run_free(&r);
+}
+
+Test(perf, batch_options_that_do_not_fit_are_usage_errors)
+{
+    static const struct { const char *args, *why; } bad[] = {
+        {"-t put_bw -b 4", "-b: put_bw is not a batch test"},
+        {"-t batch_put -b 1025", "-b: '1025' is not a batch length from 1 to 1024"},
+        {"-t batch_put --notify 8", "--notify: '8' is not 0 or a length from 16 to 4096"},
+        {"-t batch_get -a -s 4k -b 8", "-a sweeps the block size or the batch length"},
+    };
+    char cmd[1024], *out;
+    int rc;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(cmd, sizeof(cmd), "%s/contrib/xfer_perf %s 127.0.0.1", build_dir(),
+                 bad[i].args);
+        rc = tu_run(cmd, 1, &out);
+        cr_expect_eq(rc, 2, "%s: %d\n%s", bad[i].args, rc, out);
+        cr_expect(strstr(out, bad[i].why) != NULL, "%s:\n%s", bad[i].args, out);
+        free(out);
+    }
 }
 
 /* ---- bench_gpu.sh's report of the driver's attributes --------------------------------------- */

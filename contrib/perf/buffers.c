@@ -23,15 +23,17 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
     size_t bytes;
     void *buf;
 
-    if (perf_tests[p->test].bw) {
+    if (perf_tests[p->test].batch) {
+        perf->nslots = p->window;  /* a slot: one batch's blocks (perf_batch_region) */
+    } else if (perf_tests[p->test].bw) {
         perf->nslots = p->window;
     } else if (p->test == TEST_TENSOR_LAT) {
         perf->nslots = client ? 1 : TENSOR_LAT_DEPTH;
     } else {
         perf->nslots = 2;   /* ping-pong: [0] the peer writes here, [1] we send from here */
     }
-    perf->slot_stride = perf_slots_shared(p) ? 0 : p->size;
-    bytes             = perf_slots_shared(p) ? p->size : perf->nslots * p->size;
+    perf->slot_stride = perf_slots_shared(p) ? 0 : perf_slot_bytes(perf);
+    bytes             = perf_slots_shared(p) ? p->size : perf->nslots * perf_slot_bytes(perf);
     perf->buf_mem = (perf_mem_t)p->mem[client ? SIDE_CLIENT : SIDE_SERVER];
     if (perf->buf_mem == PERF_MEM_CUDA) {
         if (perf_cuda_open(perf->opts.cuda_device, why, why_size) != 0) {
@@ -56,6 +58,13 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
     perf->ops = calloc(perf->nslots, sizeof(*perf->ops));
     if (client && (perf->ops != NULL)) {
         perf->samples = calloc(p->iters, sizeof(*perf->samples));
+    }
+    if (!client && perf_tests[p->test].batch && (p->notify_len > 0)) {
+        perf->notify_ns = calloc(p->iters, sizeof(*perf->notify_ns));
+        if (perf->notify_ns == NULL) {
+            snprintf(why, why_size, "cannot allocate the notification samples");
+            return XFER_ERR_NO_MEMORY;
+        }
     }
     if ((perf->ops == NULL) || (client && (perf->samples == NULL))) {
         snprintf(why, why_size, "cannot allocate the requests and samples");
@@ -90,6 +99,7 @@ void perf_buffers_release(perf_t *perf)
     xfer_status_t st;
 
     perf_buffers_release_requests(perf);
+    perf_batch_release(perf);      /* its lists hold the registration and the rkey */
     if (perf->rkey != NULL) {
         xfer_rkey_destroy(perf->rkey);
         perf->rkey = NULL;
@@ -106,6 +116,7 @@ void perf_buffers_release(perf_t *perf)
 void perf_buffers_free(perf_t *perf)
 {
     free(perf->samples);
+    free(perf->notify_ns);
     free(perf->ops);
     free(perf->scratch);
     if (perf->buf_mem == PERF_MEM_CUDA) {
@@ -114,22 +125,23 @@ void perf_buffers_free(perf_t *perf)
         free(perf->buf);
     }
     perf->samples = NULL;
+    perf->notify_ns = NULL;
     perf->ops = NULL;
     perf->scratch = NULL;
     perf->buf = NULL;
 }
 
-/* Unpack the peer's rkey blob and check that it covers nslots slots. */
-int perf_rkey_take(perf_t *perf, const uint8_t *blob, size_t len, size_t nslots)
+/* Unpack the peer's rkey blob and check that it covers `bytes`. */
+int perf_rkey_take(perf_t *perf, const uint8_t *blob, size_t len, size_t bytes)
 {
     xfer_status_t st = xfer_rkey_unpack(perf->ep, blob, len, &perf->rkey);
 
     if (st != XFER_OK) {
         return perf_fail("xfer_rkey_unpack", st);
     }
-    if (xfer_rkey_length(perf->rkey) < nslots * perf->p.size) {
-        fprintf(stderr, "xfer_perf: the peer's rkey covers %zu bytes, expected %" PRIu64 "\n",
-                xfer_rkey_length(perf->rkey), nslots * perf->p.size);
+    if (xfer_rkey_length(perf->rkey) < bytes) {
+        fprintf(stderr, "xfer_perf: the peer's rkey covers %zu bytes, expected %zu\n",
+                xfer_rkey_length(perf->rkey), bytes);
         return -1;
     }
     return 0;
@@ -204,10 +216,10 @@ static void pattern_check(perf_t *perf, const uint8_t *p, size_t len, uint64_t s
 static uint8_t *scratch_get(perf_t *perf)
 {
     if (perf->scratch == NULL) {
-        perf->scratch = malloc(perf->p.size);
+        perf->scratch = malloc(perf_slot_bytes(perf));
         if (perf->scratch == NULL) {
-            perf_verify_fail(perf, "cannot allocate a host copy of one %" PRIu64 "-byte slot",
-                             perf->p.size);
+            perf_verify_fail(perf, "cannot allocate a host copy of one %zu-byte slot",
+                             perf_slot_bytes(perf));
         }
     }
     return perf->scratch;
@@ -220,33 +232,45 @@ static uint8_t *scratch_get(perf_t *perf)
  */
 void perf_slot_fill(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter)
 {
+    perf_range_fill(perf, slot * perf->slot_stride, len, seed, iter);
+}
+
+void perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter,
+                     const char *what)
+{
+    perf_range_check(perf, slot * perf->slot_stride, len, seed, iter, what);
+}
+
+/* The same for len bytes at offset off of the buffer (len at most a slot's bytes). */
+void perf_range_fill(perf_t *perf, size_t off, size_t len, uint64_t seed, uint64_t iter)
+{
     if (perf->buf_mem != PERF_MEM_CUDA) {
-        pattern_fill(perf_slot_buf(perf, slot), len, seed, iter);
+        pattern_fill(perf->buf + off, len, seed, iter);
         return;
     }
     if (scratch_get(perf) == NULL) {
         return;
     }
     pattern_fill(perf->scratch, len, seed, iter);
-    if (perf_cuda_from_host(perf_slot_buf(perf, slot), perf->scratch, len) != 0) {
-        perf_verify_fail(perf, "iteration %" PRIu64 ": cannot fill the cuda slot %zu", iter,
-                         slot);
+    if (perf_cuda_from_host(perf->buf + off, perf->scratch, len) != 0) {
+        perf_verify_fail(perf, "iteration %" PRIu64 ": cannot fill the cuda buffer at offset "
+                         "%zu", iter, off);
     }
 }
 
-void perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint64_t iter,
-                     const char *what)
+void perf_range_check(perf_t *perf, size_t off, size_t len, uint64_t seed, uint64_t iter,
+                      const char *what)
 {
     if (perf->buf_mem != PERF_MEM_CUDA) {
-        pattern_check(perf, perf_slot_buf(perf, slot), len, seed, iter, what);
+        pattern_check(perf, perf->buf + off, len, seed, iter, what);
         return;
     }
     if (scratch_get(perf) == NULL) {
         return;
     }
-    if (perf_cuda_to_host(perf->scratch, perf_slot_buf(perf, slot), len) != 0) {
-        perf_verify_fail(perf, "%s: iteration %" PRIu64 ": cannot read the cuda slot %zu back",
-                         what, iter, slot);
+    if (perf_cuda_to_host(perf->scratch, perf->buf + off, len) != 0) {
+        perf_verify_fail(perf, "%s: iteration %" PRIu64 ": cannot read the cuda buffer at "
+                         "offset %zu back", what, iter, off);
         return;
     }
     pattern_check(perf, perf->scratch, len, seed, iter, what);
@@ -255,8 +279,8 @@ void perf_slot_check(perf_t *perf, size_t slot, size_t len, uint64_t seed, uint6
 void perf_slot_zero(perf_t *perf, size_t slot)
 {
     if (perf->buf_mem != PERF_MEM_CUDA) {
-        memset(perf_slot_buf(perf, slot), 0, perf->p.size);
-    } else if (perf_cuda_memset(perf_slot_buf(perf, slot), 0, perf->p.size) != 0) {
+        memset(perf_slot_buf(perf, slot), 0, perf_slot_bytes(perf));
+    } else if (perf_cuda_memset(perf_slot_buf(perf, slot), 0, perf_slot_bytes(perf)) != 0) {
         perf_verify_fail(perf, "cannot clear the cuda slot %zu", slot);
     }
 }

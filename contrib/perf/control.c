@@ -8,14 +8,19 @@
  *   magic u32 | version u16 | kind u16 | status i32 (an xfer_status_t) | length u32 | payload
  * PARAMS payload (client -> server, before each size):
  *   test u32 | flags u32 | window u32 | client memory u8 | server memory u8 | reserved u16 |
- *   size u64 | iterations u64 | warmup u64 | step_base u64
+ *   size u64 | iterations u64 | warmup u64 | step_base u64 | batch u32 | notify_len u32
  *   (memory: a perf_mem_t, -m; the server allocates its buffers where the client says, as
  *   ucx_perftest's server takes the client's parameters)
  * READY (server -> client): an rkey blob for put/get tests, or on error a message (the
  *   server cannot allocate or register its buffers, or its memory cannot take its part).
  * RKEY  (client -> server, put_lat): the client's rkey blob.
  * FIN   (client -> server, end of a size) and ACK (the reply: on a verification failure the
- *   status is an error and the payload says what); BYE ends the session and is ACKed too.
+ *   status is an error and the payload says what; after a batch test with notifications
+ *   the server's figures of them, batch.c); BYE ends the session and is ACKed too.
+ * SYNC  (client -> server, before the first batch test: the client's clock u64) answered by
+ *   SYNC (the server's clock u64 | its boot id): the client estimates the offset between the
+ *   two clocks, so that a notification's latency at the server can be taken from the
+ *   client's post.
  * A client whose first message is not valid PARAMS (or BYE) is dropped and the server accepts
  * the next one.
  */
@@ -25,17 +30,22 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define MSG_MAGIC    0x78667066u
-#define MSG_VERSION  2     /* 2: PARAMS carries the memory types */
+#define MSG_VERSION  3     /* 3: batch tests (PARAMS' batch and notify_len, SYNC) */
 #define MSG_HDR_LEN  16
-#define PARAMS_LEN   48
+#define PARAMS_LEN   56
+#define SYNC_ROUNDS  32
+#define BOOT_ID_LEN  36
 
-typedef enum { MSG_PARAMS = 1, MSG_READY, MSG_RKEY, MSG_FIN, MSG_ACK, MSG_BYE } msg_kind_t;
+typedef enum {
+    MSG_PARAMS = 1, MSG_READY, MSG_RKEY, MSG_FIN, MSG_ACK, MSG_BYE, MSG_SYNC
+} msg_kind_t;
 
-static const char *msg_names[] = {"?", "PARAMS", "READY", "RKEY", "FIN", "ACK", "BYE"};
+static const char *msg_names[] = {"?", "PARAMS", "READY", "RKEY", "FIN", "ACK", "BYE", "SYNC"};
 
 /* ---- control messages ------------------------------------------------------------------------ */
 
@@ -91,10 +101,10 @@ static int ctrl_post(perf_t *perf)
 
 /*
  * Receive the next control message (posting its receive unless ctrl_post() did), which must
- * be of kind `kind` (or BYE when bye_ok). The payload is copied to payload (up to MSG_MAX
- * bytes) and NUL-terminated.
+ * be of kind `kind` or one of the kinds in the mask `also` (1 << kind). The payload is copied
+ * to payload (up to MSG_MAX bytes) and NUL-terminated.
  */
-static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind_p,
+static int ctrl_recv(perf_t *perf, msg_kind_t kind, unsigned also, msg_kind_t *kind_p,
                      xfer_status_t *status_p, uint8_t *payload, size_t *len_p)
 {
     const uint8_t *msg = perf->ctrl_buf;
@@ -128,7 +138,8 @@ static int ctrl_recv(perf_t *perf, msg_kind_t kind, int bye_ok, msg_kind_t *kind
     got_kind = xfer_get_le32(msg + 4) >> 16;
     len = xfer_get_le32(msg + 12);
     if (len != n - MSG_HDR_LEN ||
-        (got_kind != (uint32_t)kind && !(bye_ok && got_kind == MSG_BYE))) {
+        (got_kind != (uint32_t)kind &&
+         !((got_kind < 32) && (also & (1u << got_kind))))) {
         fprintf(stderr, "xfer_perf: %s: protocol error: got %s with %u payload bytes in a "
                 "%zu-byte message\n", what,
                 got_kind < sizeof(msg_names) / sizeof(msg_names[0]) ? msg_names[got_kind] : "?",
@@ -155,6 +166,8 @@ static void params_encode(const perf_params_t *p, uint8_t *out)
     xfer_put_le64(out + 24, p->iters);
     xfer_put_le64(out + 32, p->warmup);
     xfer_put_le64(out + 40, p->step_base);
+    xfer_put_le32(out + 48, p->batch);
+    xfer_put_le32(out + 52, p->notify_len);
 }
 
 /* NULL when the parameters are usable, else why not. */
@@ -172,14 +185,25 @@ static const char *params_decode(const uint8_t *in, size_t len, perf_params_t *p
     p->iters = xfer_get_le64(in + 24);
     p->warmup = xfer_get_le64(in + 32);
     p->step_base = xfer_get_le64(in + 40);
+    p->batch = xfer_get_le32(in + 48);
+    p->notify_len = xfer_get_le32(in + 52);
     if (p->test >= TEST_LAST) {
         return "unknown test";
+    }
+    if ((p->batch == 0) || (p->batch > MAX_BATCH) ||
+        (!perf_tests[p->test].batch && (p->batch != 1))) {
+        return "batch length out of range";
+    }
+    if ((p->notify_len != 0) && (!perf_tests[p->test].batch || (p->notify_len < NOTIFY_MIN) ||
+                                 (p->notify_len > NOTIFY_MAX))) {
+        return "notification length out of range";
     }
     if (p->size == 0 || p->size > MAX_SIZE) {
         return "size out of range";
     }
     if (p->window == 0 || p->window > MAX_WINDOW ||
-        (uint64_t)p->window * p->size > WINDOW_BYTES_MAX + MAX_SIZE) {
+        (uint64_t)p->window * (perf_tests[p->test].batch ? perf_batch_region(p) : p->size) >
+        WINDOW_BYTES_MAX + MAX_SIZE) {
         return "window out of range";
     }
     if (p->iters == 0 || p->iters > (1ull << 32) || p->warmup > (1ull << 32)) {
@@ -210,6 +234,87 @@ static void cannot_run(perf_t *perf, const char *side, const char *why)
             perf_tests[perf->p.test].name, perf->p.size, why);
 }
 
+/* ---- the clocks ------------------------------------------------------------------------------ */
+
+/* This host's boot id: two processes that share it share CLOCK_MONOTONIC. "" if unknown. */
+static void boot_id(char out[BOOT_ID_LEN + 1])
+{
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+
+    out[0] = '\0';
+    if (f != NULL) {
+        if (fgets(out, BOOT_ID_LEN + 1, f) == NULL || strlen(out) != BOOT_ID_LEN) {
+            out[0] = '\0';
+        }
+        fclose(f);
+    }
+}
+
+/* The server's side of one SYNC round: its clock, as late as possible, and its boot id. */
+static int sync_answer(perf_t *perf)
+{
+    uint8_t out[8 + BOOT_ID_LEN];
+    char id[BOOT_ID_LEN + 1];
+
+    boot_id(id);
+    memset(out, 0, sizeof(out));
+    memcpy(out + 8, id, strlen(id));
+    xfer_put_le64(out, perf_now_ns());
+    return ctrl_send(perf, MSG_SYNC, XFER_OK, out, sizeof(out));
+}
+
+/*
+ * The offset of the server's clock from the client's, as NTP takes it: over SYNC_ROUNDS
+ * round trips, the one with the shortest round trip gives offset = t_server - (t_send +
+ * t_back) / 2, off by at most half that round trip. When both sides report the same boot id
+ * and the estimate is within its error of 0, the two processes read one CLOCK_MONOTONIC and
+ * the offset is 0 exactly.
+ */
+static int clock_sync(perf_t *perf)
+{
+    uint8_t payload[MSG_MAX + 1], t0b[8];
+    char id[BOOT_ID_LEN + 1], peer_id[BOOT_ID_LEN + 1];
+    uint64_t best_rtt = UINT64_MAX, t0, t1;
+    int64_t offset = 0;
+    xfer_status_t st;
+    msg_kind_t kind;
+    size_t len;
+
+    boot_id(id);
+    for (int i = 0; i < SYNC_ROUNDS; i++) {
+        if (ctrl_post(perf) != 0) {
+            return -1;
+        }
+        t0 = perf_now_ns();
+        xfer_put_le64(t0b, t0);
+        if (ctrl_send(perf, MSG_SYNC, XFER_OK, t0b, sizeof(t0b)) != 0 ||
+            ctrl_recv(perf, MSG_SYNC, 0, &kind, &st, payload, &len) != 0) {
+            return -1;
+        }
+        t1 = perf_now_ns();
+        if (len != 8 + BOOT_ID_LEN) {
+            fprintf(stderr, "xfer_perf: SYNC with %zu bytes, expected %d\n", len,
+                    8 + BOOT_ID_LEN);
+            return -1;
+        }
+        if (t1 - t0 < best_rtt) {
+            best_rtt = t1 - t0;
+            offset = (int64_t)xfer_get_le64(payload) - (int64_t)(t0 + best_rtt / 2);
+        }
+        memcpy(peer_id, payload + 8, BOOT_ID_LEN);
+        peer_id[BOOT_ID_LEN] = '\0';
+    }
+    perf->clock_error = (int64_t)(best_rtt / 2);
+    perf->clock_offset = offset;
+    if ((id[0] != '\0') && (strcmp(id, peer_id) == 0) &&
+        (llabs(offset) <= perf->clock_error)) {
+        perf->clock_offset = 0;
+        perf->clock_error = 0;
+    }
+    perf->clock_synced = 1;
+    return 0;
+}
+
 /* ---- client ---------------------------------------------------------------------------------- */
 
 /*
@@ -217,7 +322,7 @@ static void cannot_run(perf_t *perf, const char *side, const char *why)
  * session broken (main closes the endpoint); 1: this size did not run or its data did not
  * verify, and the session can end with BYE.
  */
-static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
+static int client_run_size(perf_t *perf, size_t size, uint32_t batch, uint64_t *step)
 {
     const options_t *o = &perf->opts;
     perf_params_t *p = &perf->p;
@@ -230,11 +335,24 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
     void *blob = NULL;
     int ret;
 
-    perf_params_init(o, size, *step, p);
+    perf_params_init(o, size, batch, *step, p);
     *step += p->warmup + p->iters;
     if (o->verbose) {
-        fprintf(stderr, "# %s %zu bytes: %" PRIu64 " iterations after %" PRIu64 " warm-up, "
-                "window %u\n", perf_tests[p->test].name, size, p->iters, p->warmup, p->window);
+        fprintf(stderr, "# %s %zu bytes x %u: %" PRIu64 " iterations after %" PRIu64
+                " warm-up, window %u\n", perf_tests[p->test].name, size, p->batch, p->iters,
+                p->warmup, p->window);
+    }
+    if (perf_tests[p->test].batch && (p->flags & PARAM_VERIFY) &&
+        (perf_batch_region(p) < size * (uint64_t)p->batch)) {
+        cannot_run(perf, "client", "-V needs every block of a batch in its own place, and "
+                   "a batch larger than 256 MiB wraps around the buffer");
+        return 1;
+    }
+    if (perf_tests[p->test].batch && (p->notify_len > 0) && !perf->clock_synced) {
+        if (clock_sync(perf) != 0) {
+            return -1;
+        }
+        perf_print_clock(perf);
     }
 
     /* this side's buffers, and put_lat's key to them, before the server is asked: what
@@ -265,7 +383,9 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
     }
     if (perf_tests[p->test].server_rkey &&
         perf_rkey_take(perf, payload, len,
-                       (perf_tests[p->test].bw && !perf_slots_shared(p)) ? p->window : 1) != 0) {
+                       perf_tests[p->test].batch ? p->window * perf_batch_region(p) :
+                       (perf_tests[p->test].bw && !perf_slots_shared(p)) ? p->window * size :
+                       size) != 0) {
         xfer_rkey_blob_free(blob);
         return -1;
     }
@@ -296,8 +416,11 @@ static int client_run_size(perf_t *perf, size_t size, uint64_t *step)
         return 1;
     }
     perf_result_compute(perf, elapsed, &perf->rows[perf->nrows]);
+    if (perf_batch_stats_decode(payload, len, &perf->rows[perf->nrows]) != 0) {
+        return -1;
+    }
     if (!o->json) {
-        perf_print_row(&perf->rows[perf->nrows]);
+        perf_print_row(perf, &perf->rows[perf->nrows]);
     }
     perf->nrows++;
     return 0;
@@ -323,10 +446,9 @@ int perf_client_run(perf_t *perf)
     if (!o->json) {
         perf_print_header(perf, addr);
     }
-    for (size_t size = o->sweep ? 1 : o->size; size <= (o->sweep ? SWEEP_MAX : o->size);
-         size *= 2) {
+    for (unsigned i = 0; i < perf->nruns; i++) {
         /* after an error operations may be pending: main() closes the endpoint first */
-        failed = client_run_size(perf, size, &step);
+        failed = client_run_size(perf, perf->runs[i].size, perf->runs[i].batch, &step);
         if (failed < 0) {
             return -1;
         }
@@ -398,7 +520,7 @@ static int server_run_size(perf_t *perf)
     }
     if (p->test == TEST_PUT_LAT &&
         (ctrl_recv(perf, MSG_RKEY, 0, &kind, &st, payload, &len) != 0 ||
-         perf_rkey_take(perf, payload, len, 1) != 0)) {
+         perf_rkey_take(perf, payload, len, p->size) != 0)) {
         return -1;
     }
 
@@ -412,7 +534,8 @@ static int server_run_size(perf_t *perf)
         return ctrl_send(perf, MSG_ACK, XFER_ERR_PROTOCOL, perf->verify_error,
                          strlen(perf->verify_error)) == 0 ? 1 : -1;
     }
-    return ctrl_send(perf, MSG_ACK, XFER_OK, NULL, 0);
+    len = perf_batch_stats_encode(perf, payload);
+    return ctrl_send(perf, MSG_ACK, XFER_OK, payload, len);
 }
 
 /* One client's session. *served_p: it sent valid parameters (or BYE at once), so it is the
@@ -429,12 +552,19 @@ static int server_session(perf_t *perf, int *served_p)
 
     *served_p = 0;
     for (;;) {
-        if (ctrl_recv(perf, MSG_PARAMS, 1, &kind, &st, payload, &len) != 0) {
+        if (ctrl_recv(perf, MSG_PARAMS, (1u << MSG_BYE) | (1u << MSG_SYNC), &kind, &st,
+                      payload, &len) != 0) {
             return -1;
         }
         if (kind == MSG_BYE) {
             *served_p = 1;
             break;
+        }
+        if (kind == MSG_SYNC) {
+            if (sync_answer(perf) != 0) {
+                return -1;
+            }
+            continue;
         }
         why = params_decode(payload, len, &perf->p);
         if (why != NULL) {

@@ -27,6 +27,12 @@
  *       the client - request to the producer and data back into a registered buffer - not
  *       halved.
  *   For latency tests BW average = bytes / t_avg and MsgRate = 1 / t_avg.
+ *   batch_put, batch_get   WINDOW batches (default 1) of -b blocks of -s bytes in flight, each
+ *       a list prepared once and posted again and again (batch.c); BW counts the blocks'
+ *       bytes over the same clock as the bandwidth tests, MsgRate the descriptors; t_* is one
+ *       batch from its post to its completion; post is the time inside xfer_batch_post per
+ *       descriptor; notify_* the time from the client's post to the notification taken at
+ *       the server.
  *
  * -V fills every buffer with a pattern that depends on the iteration and the offset and checks
  * it where it lands; figures taken with -V include that work.
@@ -87,6 +93,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    perf_runs_plan(&perf.opts, perf.runs, &perf.nruns);
     ret = (perf.opts.host != NULL) ? perf_client_run(&perf) : perf_server_run(&perf);
 
     /* after an error requests may be pending: closing the endpoint cancels them first */

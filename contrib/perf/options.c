@@ -18,14 +18,19 @@ const char *const perf_mem_names[PERF_MEM_LAST] = {
 };
 
 const perf_test_info_t perf_tests[TEST_LAST] = {
-    [TEST_PUT_BW]     = {"put_bw",     1, 1},
-    [TEST_GET_BW]     = {"get_bw",     1, 1},
-    [TEST_TAG_BW]     = {"tag_bw",     1, 0},
-    [TEST_TENSOR_BW]  = {"tensor_bw",  1, 0},
-    [TEST_PUT_LAT]    = {"put_lat",    0, 1},
-    [TEST_TAG_LAT]    = {"tag_lat",    0, 0},
-    [TEST_TENSOR_LAT] = {"tensor_lat", 0, 0},
+    [TEST_PUT_BW]     = {"put_bw",     1, 1, 0},
+    [TEST_GET_BW]     = {"get_bw",     1, 1, 0},
+    [TEST_TAG_BW]     = {"tag_bw",     1, 0, 0},
+    [TEST_TENSOR_BW]  = {"tensor_bw",  1, 0, 0},
+    [TEST_PUT_LAT]    = {"put_lat",    0, 1, 0},
+    [TEST_TAG_LAT]    = {"tag_lat",    0, 0, 0},
+    [TEST_TENSOR_LAT] = {"tensor_lat", 0, 0, 0},
+    [TEST_BATCH_PUT]  = {"batch_put",  0, 1, 1},
+    [TEST_BATCH_GET]  = {"batch_get",  0, 1, 1},
 };
+
+#define BATCH_SWEEP_BLOCK_MIN  (4ull << 10)
+#define BATCH_SWEEP_BLOCK_MAX  (64ull << 20)
 
 static void usage(FILE *f)
 {
@@ -39,14 +44,21 @@ static void usage(FILE *f)
             "\n"
             "  -p, --port PORT        TCP port of the server (default %d)\n"
             "  -t, --test TEST        put_bw, get_bw, tag_bw (default), tensor_bw,\n"
-            "                         put_lat, tag_lat, tensor_lat\n"
-            "  -s, --size BYTES       message size; k, m, g suffixes are powers of 1024 "
-            "(default 65536)\n"
-            "  -a, --all              sweep the sizes 1, 2, 4, ... 8m\n"
+            "                         put_lat, tag_lat, tensor_lat, batch_put, batch_get\n"
+            "  -s, --size BYTES       message size, a batch test's block size; k, m, g\n"
+            "                         suffixes are powers of 1024 (default 65536)\n"
+            "  -a, --all              sweep the sizes 1, 2, 4, ... 8m; batch tests: the block\n"
+            "                         sizes 4k, 16k, ... 64m times the batch lengths 1, 4, ...\n"
+            "                         1024, up to 256 MiB a batch (-s or -b fixes one of them)\n"
+            "  -b, --batch N          batch tests: descriptors per batch, 1 to %d (default 1)\n"
+            "      --notify BYTES     batch tests: each batch carries a notification of BYTES\n"
+            "                         (%d to %d; default %d; 0: none) that the server takes\n"
+            "                         and times\n"
             "  -n, --iters N          timed iterations (default: depends on test and size)\n"
             "      --warmup N         untimed iterations first (default: a tenth, at most 1000)\n"
             "  -w, --window N         operations in flight in bandwidth tests (default %d; the\n"
-            "                         window shrinks so that it holds at most 256 MiB)\n"
+            "                         window shrinks so that it holds at most 256 MiB); batches\n"
+            "                         in flight in batch tests (default 1)\n"
             "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
             "  -m, --mem TYPE[,TYPE]  where the buffers live: host (default) or cuda (CUDA\n"
             "                         device memory, cuMemAlloc); one TYPE for both sides, or\n"
@@ -78,9 +90,15 @@ static void usage(FILE *f)
             "Columns: BW average[MB/s] (MB = 10^6 bytes), MsgRate[Mpps], t_typical (median),\n"
             "t_avg and t_99%% in usec: bandwidth tests time completions with WINDOW in flight;\n"
             "tag_lat and put_lat report half a round trip, tensor_lat one whole fetch.\n"
-            "Only the client's -t -s -a -n -w -V -m matter: it sends them to the server, as\n"
-            "ucx_perftest's client sends its parameters (the server's own are ignored).\n",
-            DEFAULT_PORT, DEFAULT_WINDOW);
+            "Batch tests: BW counts the blocks' bytes; post[usec/desc] is the time inside\n"
+            "xfer_batch_post per descriptor; t_* is one batch from its post to its completion\n"
+            "(the data in the destination's memory); notify_* from the client's post to the\n"
+            "notification taken at the server (the clocks aligned as NTP does; exact on one\n"
+            "host).\n"
+            "Only the client's -t -s -a -b -n -w -V -m --notify matter: it sends them to the\n"
+            "server, as ucx_perftest's client sends its parameters (the server's own are\n"
+            "ignored).\n",
+            DEFAULT_PORT, MAX_BATCH, NOTIFY_MIN, NOTIFY_MAX, NOTIFY_MIN, DEFAULT_WINDOW);
 }
 
 static int parse_u64(const char *s, uint64_t max, int suffix, uint64_t *v_p)
@@ -150,6 +168,8 @@ int perf_options_parse(int argc, char **argv, options_t *o)
         {"iters",      required_argument, NULL, 'n'},
         {"warmup",     required_argument, NULL, 'W'},
         {"window",     required_argument, NULL, 'w'},
+        {"batch",      required_argument, NULL, 'b'},
+        {"notify",     required_argument, NULL, 'N'},
         {"transports", required_argument, NULL, 'x'},
         {"mem",        required_argument, NULL, 'm'},
         {"cuda-device", required_argument, NULL, 'D'},
@@ -162,11 +182,11 @@ int perf_options_parse(int argc, char **argv, options_t *o)
         {NULL, 0, NULL, 0}
     };
     uint64_t v;
-    int c, size_given = 0;
+    int c, window_given = 0;
 
     *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
-                     .window = DEFAULT_WINDOW};
-    while ((c = getopt_long(argc, argv, "p:t:s:an:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
+                     .window = DEFAULT_WINDOW, .notify_len = NOTIFY_MIN};
+    while ((c = getopt_long(argc, argv, "p:t:s:ab:n:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
         case 'p':
             if (parse_u64(optarg, 65535, 0, &v) != 0) {
@@ -183,7 +203,8 @@ int perf_options_parse(int argc, char **argv, options_t *o)
             }
             if (o->test == TEST_LAST) {
                 fprintf(stderr, "xfer_perf: -t: unknown test '%s' (put_bw, get_bw, tag_bw, "
-                        "tensor_bw, put_lat, tag_lat, tensor_lat)\n", optarg);
+                        "tensor_bw, put_lat, tag_lat, tensor_lat, batch_put, batch_get)\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -193,9 +214,25 @@ int perf_options_parse(int argc, char **argv, options_t *o)
                 return 2;
             }
             o->size = v;
-            size_given = 1;
+            o->size_given = 1;
             break;
         case 'a': o->sweep = 1; break;
+        case 'b':
+            if (parse_u64(optarg, MAX_BATCH, 0, &v) != 0 || v == 0) {
+                fprintf(stderr, "xfer_perf: -b: '%s' is not a batch length from 1 to %d\n",
+                        optarg, MAX_BATCH);
+                return 2;
+            }
+            o->batch = (unsigned)v;
+            break;
+        case 'N':
+            if (parse_u64(optarg, NOTIFY_MAX, 0, &v) != 0 || (v != 0 && v < NOTIFY_MIN)) {
+                fprintf(stderr, "xfer_perf: --notify: '%s' is not 0 or a length from %d to "
+                        "%d\n", optarg, NOTIFY_MIN, NOTIFY_MAX);
+                return 2;
+            }
+            o->notify_len = (unsigned)v;
+            break;
         case 'n':
             if (parse_u64(optarg, 1ull << 32, 0, &v) != 0 || v == 0) {
                 fprintf(stderr, "xfer_perf: -n: '%s' is not a count from 1 to 2^32\n", optarg);
@@ -217,6 +254,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
                 return 2;
             }
             o->window = (unsigned)v;
+            window_given = 1;
             break;
         case 'x': o->transports = optarg; break;
         case 'm':
@@ -264,12 +302,55 @@ int perf_options_parse(int argc, char **argv, options_t *o)
                 "which no event announces; it can only poll\n");
         return 2;
     }
-    if (o->sweep && size_given) {
-        fprintf(stderr, "xfer_perf: -a and -s exclude each other\n");
-        return 2;
+    if (perf_tests[o->test].batch) {
+        if (o->sweep && o->size_given && o->batch) {
+            fprintf(stderr, "xfer_perf: -a sweeps the block size or the batch length: not "
+                    "with both -s and -b\n");
+            return 2;
+        }
+        if (!window_given) {
+            o->window = 1;  /* one batch at a time, as a KV-cache mover waits for a layer */
+        }
+    } else {
+        if (o->sweep && o->size_given) {
+            fprintf(stderr, "xfer_perf: -a and -s exclude each other\n");
+            return 2;
+        }
+        if (o->batch > 1) {
+            fprintf(stderr, "xfer_perf: -b: %s is not a batch test (batch_put, batch_get)\n",
+                    perf_tests[o->test].name);
+            return 2;
+        }
+        o->notify_len = 0;
     }
     o->host = (optind < argc) ? argv[optind] : NULL;
     return 0;
+}
+
+void perf_runs_plan(const options_t *o, perf_run_t *runs, unsigned *nruns_p)
+{
+    unsigned n = 0;
+
+    if (!perf_tests[o->test].batch) {
+        for (size_t size = o->sweep ? 1 : o->size; size <= (o->sweep ? SWEEP_MAX : o->size);
+             size *= 2) {
+            runs[n++] = (perf_run_t){size, 1};
+        }
+    } else if (!o->sweep) {
+        runs[n++] = (perf_run_t){o->size, o->batch ? o->batch : 1};
+    } else {
+        /* 8 block sizes x 6 lengths at most: within MAX_ROWS */
+        for (uint64_t size = o->size_given ? o->size : BATCH_SWEEP_BLOCK_MIN;
+             size <= (o->size_given ? o->size : BATCH_SWEEP_BLOCK_MAX); size *= 4) {
+            for (uint32_t b = o->batch ? o->batch : 1; b <= (o->batch ? o->batch : MAX_BATCH);
+                 b *= 4) {
+                if (size * b <= BATCH_SWEEP_BYTES || (o->size_given || o->batch)) {
+                    runs[n++] = (perf_run_t){(size_t)size, b};
+                }
+            }
+        }
+    }
+    *nruns_p = n;
 }
 
 static uint64_t default_iters(test_t t, size_t size)
@@ -280,13 +361,24 @@ static uint64_t default_iters(test_t t, size_t size)
     return (n < lo) ? lo : (n > hi) ? hi : n;
 }
 
+/* A batch row moves about 1 GiB: between 10 and 20000 batches. */
+static uint64_t batch_iters(size_t size, uint32_t batch)
+{
+    uint64_t n = (1ull << 30) / ((uint64_t)size * batch);
+
+    return (n < 10) ? 10 : (n > 20000) ? 20000 : n;
+}
+
 /*
  * The client's parameters for one size: the window shrinks so that it holds at most
  * WINDOW_BYTES_MAX, and -n and --warmup left out get defaults for the test and the size.
  */
-void perf_params_init(const options_t *o, size_t size, uint64_t step_base, perf_params_t *p)
+void perf_params_init(const options_t *o, size_t size, uint32_t batch, uint64_t step_base,
+                      perf_params_t *p)
 {
     memset(p, 0, sizeof(*p));
+    p->batch = batch;
+    p->notify_len = o->notify_len;
     p->test = o->test;
     p->flags = o->verify ? PARAM_VERIFY : 0;
     p->size = size;
@@ -296,7 +388,15 @@ void perf_params_init(const options_t *o, size_t size, uint64_t step_base, perf_
     if (perf_tests[o->test].bw && (uint64_t)p->window * size > WINDOW_BYTES_MAX) {
         p->window = (size >= WINDOW_BYTES_MAX) ? 1 : (uint32_t)(WINDOW_BYTES_MAX / size);
     }
-    p->iters = o->iters ? o->iters : default_iters(o->test, size);
+    if (perf_tests[o->test].batch) {
+        uint64_t region = perf_batch_region(p);
+
+        if ((uint64_t)p->window * region > WINDOW_BYTES_MAX) {
+            p->window = (region >= WINDOW_BYTES_MAX) ? 1 : (uint32_t)(WINDOW_BYTES_MAX / region);
+        }
+    }
+    p->iters = o->iters ? o->iters : perf_tests[o->test].batch ?
+               batch_iters(size, batch) : default_iters(o->test, size);
     p->warmup = (o->warmup >= 0) ? (uint64_t)o->warmup :
                 (p->iters / 10 > 1000) ? 1000 : (p->iters / 10 ? p->iters / 10 : 1);
     p->step_base = step_base;

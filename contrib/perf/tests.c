@@ -36,7 +36,7 @@ xfer_status_t perf_request_wait(xfer_request_t *req)
     return status;
 }
 
-static void op_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+void perf_op_cb(xfer_request_t *req, xfer_status_t status, void *arg)
 {
     op_slot_t *op = arg;
 
@@ -67,7 +67,7 @@ static xfer_status_t spin_test(xfer_request_t *req)
 }
 
 /* After posting into op: a post that returned XFER_OK without a request completed at once. */
-static int op_posted(op_slot_t *op, xfer_status_t st, const char *what)
+int perf_op_posted(op_slot_t *op, xfer_status_t st, const char *what)
 {
     if (st != XFER_OK && st != XFER_INPROGRESS) {
         return perf_fail(what, st);
@@ -80,12 +80,13 @@ static int op_posted(op_slot_t *op, xfer_status_t st, const char *what)
     return 0;
 }
 
-static void op_reset(op_slot_t *op)
+void perf_op_reset(op_slot_t *op)
 {
     op->req = NULL;
     op->done = 0;
     op->status = XFER_INPROGRESS;
     op->t_done = 0;
+    op->t_post = 0;
 }
 
 xfer_status_t perf_wait(perf_t *perf, xfer_request_t *req)
@@ -94,7 +95,7 @@ xfer_status_t perf_wait(perf_t *perf, xfer_request_t *req)
 }
 
 /* Wait for op as -E says; its request stays for the caller to release. */
-static xfer_status_t op_wait(perf_t *perf, op_slot_t *op)
+xfer_status_t perf_op_wait(perf_t *perf, op_slot_t *op)
 {
     xfer_status_t st;
 
@@ -111,7 +112,7 @@ static xfer_status_t op_wait(perf_t *perf, op_slot_t *op)
     return op->status;
 }
 
-static void op_release(op_slot_t *op)
+void perf_op_release(op_slot_t *op)
 {
     if (op->req != NULL) {
         xfer_request_release(op->req);
@@ -140,14 +141,14 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
     while (oldest < end) {
         while (next < end && next - oldest < window) {
             op = &perf->ops[next % window];
-            op_reset(op);
-            if (op_posted(op, post(perf, next % window, next, op), what) != 0) {
+            perf_op_reset(op);
+            if (perf_op_posted(op, post(perf, next % window, next, op), what) != 0) {
                 return -1;
             }
             next++;
         }
         op = &perf->ops[oldest % window];
-        st = op_wait(perf, op);
+        st = perf_op_wait(perf, op);
         if ((samples != NULL) && (op->t_done == 0)) {
             op->t_done = perf_now_ns();     /* completed without a callback */
         }
@@ -159,7 +160,7 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
         if (done != NULL) {
             done(perf, oldest % window, oldest, op);
         }
-        op_release(op);
+        perf_op_release(op);
         if (samples != NULL) {
             /* completions are taken in order; one that came early counts as back to back */
             uint64_t t = (op->t_done > *t_prev) ? op->t_done : *t_prev;
@@ -173,7 +174,7 @@ static int window_run(perf_t *perf, uint64_t first, uint64_t count, size_t windo
 }
 
 /* Every put before it is in the server's memory. */
-static int remote_flush(perf_t *perf)
+int perf_remote_flush(perf_t *perf)
 {
     xfer_request_t *req = NULL;
     xfer_status_t st    = xfer_endpoint_flush(perf->ep, NULL, NULL, &req);
@@ -197,7 +198,7 @@ static xfer_status_t put_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_
         perf_slot_fill(perf, slot, perf->p.size, SEED_CLIENT, iter);
     }
     return xfer_put(perf->ep, buf, perf->p.size, perf->mem, perf_rkey_slot_addr(perf, slot),
-                    perf->rkey, op_cb, op, &op->req);
+                    perf->rkey, perf_op_cb, op, &op->req);
 }
 
 static xfer_status_t get_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
@@ -208,7 +209,7 @@ static xfer_status_t get_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_
         perf_slot_zero(perf, slot);
     }
     return xfer_get(perf->ep, buf, perf->p.size, perf->mem, perf_rkey_slot_addr(perf, slot),
-                    perf->rkey, op_cb, op, &op->req);
+                    perf->rkey, perf_op_cb, op, &op->req);
 }
 
 static void get_done(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
@@ -228,13 +229,13 @@ static xfer_status_t tag_send_post(perf_t *perf, size_t slot, uint64_t iter, op_
         perf_slot_fill(perf, slot, perf->p.size, SEED_CLIENT, iter);
     }
     return xfer_tag_send(perf->ep, TAG_DATA | (iter & 0xffffffffu), buf, perf->p.size,
-                         perf->mem, op_cb, op, &op->req);
+                         perf->mem, perf_op_cb, op, &op->req);
 }
 
 static xfer_status_t tag_recv_post(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
 {
     return xfer_tag_recv(perf->ctx, perf->ep, TAG_DATA | (iter & 0xffffffffu), TAG_FULL,
-                         perf_slot_buf(perf, slot), perf->p.size, perf->mem, op_cb, op,
+                         perf_slot_buf(perf, slot), perf->p.size, perf->mem, perf_op_cb, op,
                          &op->req);
 }
 
@@ -257,7 +258,7 @@ static xfer_status_t publish_post(perf_t *perf, size_t slot, uint64_t iter, op_s
     if (perf->p.flags & PARAM_VERIFY) {
         perf_slot_fill(perf, slot, perf->p.size, SEED_SERVER, iter);
     }
-    return xfer_tensor_publish(perf->ctx, perf->p.step_base + iter, PERF_KEY, &t, 0, op_cb, op,
+    return xfer_tensor_publish(perf->ctx, perf->p.step_base + iter, PERF_KEY, &t, 0, perf_op_cb, op,
                                &op->req);
 }
 
@@ -266,7 +267,7 @@ static xfer_status_t fetch_post(perf_t *perf, size_t slot, uint64_t iter, op_slo
     xfer_fetch_params_t fp = {.size = sizeof(fp), .buffer = perf_slot_buf(perf, slot),
                               .capacity = perf->p.size, .mem = perf->mem};
 
-    return xfer_tensor_fetch(perf->ep, perf->p.step_base + iter, PERF_KEY, &fp, op_cb, op,
+    return xfer_tensor_fetch(perf->ep, perf->p.step_base + iter, PERF_KEY, &fp, perf_op_cb, op,
                              &op->req);
 }
 
@@ -309,10 +310,10 @@ static int tag_lat_run(perf_t *perf, int client)
     for (uint64_t i = 0; i < total; i++) {
         /* the server's receive for i was posted right after its reply to i - 1 */
         if (client || i == 0) {
-            op_reset(r);
+            perf_op_reset(r);
             st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
                                NULL, NULL, &r->req);
-            if (op_posted(r, st, "xfer_tag_recv") != 0) {
+            if (perf_op_posted(r, st, "xfer_tag_recv") != 0) {
                 return -1;
             }
         }
@@ -321,13 +322,13 @@ static int tag_lat_run(perf_t *perf, int client)
         }
         t0 = perf_now_ns();
         if (client) {
-            op_reset(s);
+            perf_op_reset(s);
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
-            if (op_posted(s, st, "xfer_tag_send") != 0) {
+            if (perf_op_posted(s, st, "xfer_tag_send") != 0) {
                 return -1;
             }
         }
-        st = op_wait(perf, r);
+        st = perf_op_wait(perf, r);
         t1 = perf_now_ns();
         if (st != XFER_OK) {
             fprintf(stderr, "xfer_perf: tag_lat: receive %" PRIu64 ": %s\n", i,
@@ -338,7 +339,7 @@ static int tag_lat_run(perf_t *perf, int client)
             perf_verify_fail(perf, "tag_lat: iteration %" PRIu64 ": received %zu bytes, "
                              "expected %" PRIu64, i, xfer_request_length(r->req), p->size);
         }
-        op_release(r);
+        perf_op_release(r);
         if (p->flags & PARAM_VERIFY) {
             perf_slot_check(perf, 0, p->size, rseed, i, "tag_lat");
         }
@@ -348,22 +349,22 @@ static int tag_lat_run(perf_t *perf, int client)
             if (p->flags & PARAM_VERIFY) {
                 perf_slot_fill(perf, 1, p->size, sseed, i);
             }
-            op_reset(s);
+            perf_op_reset(s);
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
-            if (op_posted(s, st, "xfer_tag_send") != 0) {
+            if (perf_op_posted(s, st, "xfer_tag_send") != 0) {
                 return -1;
             }
             if (i + 1 < total) {
-                op_reset(r);
+                perf_op_reset(r);
                 st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
                                    NULL, NULL, &r->req);
-                if (op_posted(r, st, "xfer_tag_recv") != 0) {
+                if (perf_op_posted(r, st, "xfer_tag_recv") != 0) {
                     return -1;
                 }
             }
         }
-        st = op_wait(perf, s);
-        op_release(s);
+        st = perf_op_wait(perf, s);
+        perf_op_release(s);
         if (st != XFER_OK) {
             return perf_fail("tag_lat: send", st);
         }
@@ -441,14 +442,14 @@ static int put_lat_run(perf_t *perf, int client)
         if (client) {
             t0 = perf_now_ns();
         }
-        op_reset(s);
+        perf_op_reset(s);
         st = xfer_put(perf->ep, sbuf, p->size, perf->mem, perf_rkey_slot_addr(perf, 0),
                       perf->rkey, NULL, NULL, &s->req);
-        if (op_posted(s, st, "put_lat: xfer_put") != 0) {
+        if (perf_op_posted(s, st, "put_lat: xfer_put") != 0) {
             return -1;
         }
-        st = op_wait(perf, s);
-        op_release(s);
+        st = perf_op_wait(perf, s);
+        perf_op_release(s);
         if (st != XFER_OK) {
             return perf_fail("put_lat: put", st);
         }
@@ -467,7 +468,7 @@ static int put_lat_run(perf_t *perf, int client)
     }
     /* both sides, while the other still progresses: their puts are in the peer's memory
      * before either side closes (a close would otherwise wait for a peer that left) */
-    return remote_flush(perf);
+    return perf_remote_flush(perf);
 }
 
 /* tensor_lat's client: one fetch at a time, each timed whole. */
@@ -479,14 +480,14 @@ static int tensor_lat_run(perf_t *perf)
     xfer_status_t st;
 
     for (uint64_t i = 0; i < p->warmup + p->iters; i++) {
-        op_reset(op);
+        perf_op_reset(op);
         t0 = perf_now_ns();
-        if (op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
+        if (perf_op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
             return -1;
         }
-        st = op_wait(perf, op);
+        st = perf_op_wait(perf, op);
         if (st != XFER_OK) {
-            op_release(op);
+            perf_op_release(op);
             fprintf(stderr, "xfer_perf: tensor_lat: fetch of step %" PRIu64 ": %s\n",
                     p->step_base + i, xfer_status_string(st));
             return -1;
@@ -495,7 +496,7 @@ static int tensor_lat_run(perf_t *perf)
             perf->samples[i - p->warmup] = (double)(perf_now_ns() - t0) / 1e3;
         }
         fetch_done(perf, 0, i, op);
-        op_release(op);
+        perf_op_release(op);
     }
     return 0;
 }
@@ -535,8 +536,11 @@ int perf_test_client_run(perf_t *perf, uint64_t *t_start_p)
         }
         /* a put may complete once sent (tcp): the clock stops when the data has landed, as
          * ucx_perftest's does after its flush */
-        return (p->test == TEST_PUT_BW) ? remote_flush(perf) : 0;
+        return (p->test == TEST_PUT_BW) ? perf_remote_flush(perf) : 0;
     }
+    case TEST_BATCH_PUT:
+    case TEST_BATCH_GET:
+        return perf_batch_client_run(perf, t_start_p);
     case TEST_PUT_LAT:
         *t_start_p = perf_now_ns();
         return put_lat_run(perf, 1);
@@ -552,7 +556,9 @@ int perf_test_client_run(perf_t *perf, uint64_t *t_start_p)
 /* Before READY: get_bw reads a fixed source, slot s holding the pattern of "iteration" s. */
 void perf_test_server_prepare(perf_t *perf)
 {
-    if (perf->p.test == TEST_GET_BW) {
+    if (perf_tests[perf->p.test].batch) {
+        perf_batch_server_prepare(perf);
+    } else if (perf->p.test == TEST_GET_BW) {
         for (size_t s = 0; s < perf->nslots; s++) {
             perf_slot_fill(perf, s, perf->p.size, SEED_SERVER, s);
         }
@@ -575,6 +581,9 @@ int perf_test_server_run(perf_t *perf)
     case TEST_TENSOR_LAT:
         return window_run(perf, 0, total, TENSOR_LAT_DEPTH, publish_post, NULL,
                           "xfer_tensor_publish", NULL, NULL);
+    case TEST_BATCH_PUT:
+    case TEST_BATCH_GET:
+        return perf_batch_server_run(perf);
     case TEST_PUT_LAT:
         return put_lat_run(perf, 0);
     case TEST_TAG_LAT:
