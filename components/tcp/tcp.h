@@ -14,6 +14,7 @@
 #include <xfer/component.h>
 
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -91,6 +92,7 @@ typedef struct xfer_tcp_tx {
      * written. Once its own part is written the entry waits on ep->tx_wait for them. */
     unsigned            lanes_left;
     int                 lane0_done;
+    int                 pooled;     /* TX_BUF from iface->tx_mp (else malloc) */
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -371,6 +373,10 @@ typedef struct xfer_tcp_cuda {
 } xfer_tcp_cuda_t;
 
 struct xfer_iface {
+    /* send buffers of XFER_TCP_TX_BUF_LEN come from a pool: malloc and free of 64 KiB per
+     * buffer gave the memory back to the kernel and faulted it in again on every batch */
+    ucs_mpool_t              tx_mp;
+    int                      tx_mp_ready;
     const xfer_tcp_config_t  *cfg;
     xfer_iface_params_t      params;
     xfer_tcp_wire_limits_t   limits;
@@ -518,6 +524,8 @@ uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep);
 /* After queueing from a posting call: write now unless the socket is known to be full
  * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
 void xfer_tcp_ep_tx_post(xfer_ep_h ep);
+/* Free a TX_BUF entry (to the pool it came from) or another kind's malloc'd entry. */
+void xfer_tcp_tx_free(xfer_tcp_tx_t *tx);
 void xfer_tcp_ep_update_events(xfer_ep_h ep);
 
 /* ---- tcp_rx.c ------------------------------------------------------------------------------- */

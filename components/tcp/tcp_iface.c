@@ -24,6 +24,15 @@
 #define EPOLL_BATCH   64
 #define FLUSH_TICK_NS 1000000     /* 1 ms */
 #define BUSY_POLL_EPOLL 64        /* busy poll: progress() calls between two epoll_waits */
+#define TX_MP_ALIGN   64          /* send buffers: a cache line */
+#define TX_MP_CHUNK   4           /* buffers per allocation of the pool */
+#define TX_MP_MAX     128         /* at most 8 MiB kept per iface; beyond, malloc */
+
+/* The pool is guarded by the context's lock, like everything of the iface. */
+static ucs_mpool_ops_t tx_mp_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+};
 
 /* "eth0=10.0.0.2,lo=127.0.0.1": informational, so a peer's logs can say where we are. */
 static void address_build(xfer_iface_h iface)
@@ -185,6 +194,14 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     if (status != XFER_OK) {
         goto err_close_timer;
     }
+    if (ucs_mpool_init(&iface->tx_mp, 0, sizeof(xfer_tcp_tx_t) + XFER_TCP_TX_BUF_LEN, 0,
+                       TX_MP_ALIGN, TX_MP_CHUNK, TX_MP_MAX, &tx_mp_ops, "xfer_tcp_tx_bufs") !=
+        UCS_OK) {
+        xfer_tcp_regions_cleanup(iface);
+        status = XFER_ERR_NO_MEMORY;
+        goto err_close_timer;
+    }
+    iface->tx_mp_ready = 1;
     address_build(iface);
     xfer_tcp_lanes_iface_open(iface);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
@@ -252,6 +269,9 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
+    if (iface->tx_mp_ready) {
+        ucs_mpool_cleanup(&iface->tx_mp, 1);    /* every ep is gone: every buffer is back */
+    }
     close(iface->timerfd);
     close(iface->epfd);
     free(iface);

@@ -43,11 +43,17 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
         }
     }
     cap = (len > XFER_TCP_TX_BUF_LEN) ? len : XFER_TCP_TX_BUF_LEN;
-    tx  = malloc(sizeof(*tx) + cap);
-    if (tx == NULL) {
-        return NULL;
+    tx  = (cap == XFER_TCP_TX_BUF_LEN) ? ucs_mpool_get(&ep->iface->tx_mp) : NULL;
+    if (tx != NULL) {
+        memset(tx, 0, sizeof(*tx));
+        tx->pooled = 1;
+    } else {
+        tx = malloc(sizeof(*tx) + cap);     /* larger, or the pool is at its bound */
+        if (tx == NULL) {
+            return NULL;
+        }
+        memset(tx, 0, sizeof(*tx));
     }
-    memset(tx, 0, sizeof(*tx));
     tx->kind           = XFER_TCP_TX_BUF;
     tx->cap            = cap;
     tx->iov[0].iov_base = tx + 1;
@@ -101,6 +107,15 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     }
 }
 
+void xfer_tcp_tx_free(xfer_tcp_tx_t *tx)
+{
+    if (tx->pooled) {
+        ucs_mpool_put(tx);
+    } else {
+        free(tx);
+    }
+}
+
 void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     xfer_tcp_op_t *op;
@@ -134,7 +149,7 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         free(tx);
         break;
     default:
-        free(tx);
+        xfer_tcp_tx_free(tx);
         break;
     }
 }
@@ -169,7 +184,7 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
         free(tx);
         break;
     default:
-        free(tx);
+        xfer_tcp_tx_free(tx);
         break;
     }
 }
