@@ -6,7 +6,8 @@
  * posted many times at once; a batch that cannot finish ends at its deadline or its cancel
  * with the count of what landed; a refused descriptor fails its batch and suppresses its
  * notification; a peer that floods notifications past the bound fails the endpoint; bad
- * lists are refused where they are made.
+ * lists are refused where they are made; a notification handler may post a batch of its own
+ * and close its endpoint, after which nothing more reaches it.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -261,14 +262,19 @@ static void init_finish(init_t *in)
 
 /* The parent progresses while it waits for the target's answer (the target may need our
  * progress to finish what it checks). */
-static uint64_t recv_progressing(init_t *in)
+static uint64_t recv_progressing_peer(tp_peer_t *p)
 {
     double end = tp_now_ms() + TP_WAIT_MS * 2;
 
-    while (!tp_ctl_ready(in->p.ctl, 0) && (tp_now_ms() < end)) {
-        xfer_progress(in->p.ctx);
+    while (!tp_ctl_ready(p->ctl, 0) && (tp_now_ms() < end)) {
+        xfer_progress(p->ctx);
     }
-    return tp_recv(&in->p);
+    return tp_recv(p);
+}
+
+static uint64_t recv_progressing(init_t *in)
+{
+    return recv_progressing_peer(&in->p);
 }
 
 /* Post every round's put batch with its notification, one after the other (src is refilled
@@ -543,6 +549,161 @@ Test(batch, a_peer_that_floods_notifications_fails_the_endpoint)
 }
 
 /* ---- checked where made ---------------------------------------------------------------------- */
+
+/* ---- a handler that posts and closes -------------------------------------------------------- */
+
+#define REPLY_LEN (64u << 10)   /* the target's buffer: the handler's get fills the first half,
+                                 * the initiator's notifying puts write the last 4 KiB */
+
+typedef struct replier {
+    tp_side_t      *s;
+    uint8_t        *dst;
+    xfer_mem_t     *mem;
+    xfer_rkey_t    *rkey;       /* the initiator's buffer */
+    xfer_request_t *req;        /* the handler's batch */
+    xfer_status_t  reply_status;
+    int            replied;
+    uint64_t       seen, after_close;
+    int            closed;
+} replier_t;
+
+static void reply_done(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    replier_t *r = arg;
+
+    (void)req;
+    r->reply_status = status;
+    r->replied      = 1;
+}
+
+/* The first notification: read the initiator's first half buffer back with a get batch
+ * posted from here. The second: close the endpoint, from here. Any later one is a bug. */
+static void replier_handler(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
+{
+    replier_t *r = arg;
+    xfer_batch_desc_t d = {0, 0, REPLY_LEN / 2};
+    xfer_batch_t *b = NULL;
+
+    (void)msg;
+    (void)len;
+    if (r->closed) {
+        r->after_close++;
+        return;
+    }
+    if (r->seen++ == 0) {
+        r->reply_status = xfer_batch_create(ep, XFER_BATCH_GET, r->mem, r->rkey, &d, 1, &b);
+        if (r->reply_status == XFER_OK) {
+            r->reply_status = xfer_batch_post(b, NULL, 0, 0, reply_done, r, &r->req);
+            xfer_batch_destroy(b);      /* the post keeps what it needs */
+        }
+        r->replied = (r->reply_status != XFER_OK);
+        return;
+    }
+    xfer_endpoint_close(ep);
+    r->s->ep = NULL;
+    r->closed = 1;
+}
+
+static int srv_replier(tp_side_t *s)
+{
+    replier_t r = {.s = s, .dst = calloc(1, REPLY_LEN), .reply_status = XFER_ERR_NOT_FOUND};
+    uint8_t *image = malloc(REPLY_LEN);
+    void *blob;
+    size_t len;
+    double end;
+
+    TP_CHECK((r.dst != NULL) && (image != NULL), "malloc");
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, r.dst, REPLY_LEN, XFER_MEM_HOST, &r.mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(r.mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    TP_CHECK(tp_ctl_recv_alloc(s->ctl, &blob, &len, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_rkey_unpack(s->ep, blob, len, &r.rkey), XFER_OK);
+    free(blob);
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, replier_handler, &r), XFER_OK);
+    /* until closed with the handler's get done, then a little longer for strays */
+    end = tp_now_ms() + TP_WAIT_MS;
+    while (!(r.closed && r.replied) && (tp_now_ms() < end)) {
+        xfer_progress(s->ctx);
+    }
+    tp_progress_for(s->ctx, 300);
+    if (r.req != NULL) {
+        xfer_request_release(r.req);
+    }
+    tp_fill_pattern(image, REPLY_LEN, 77);
+    TP_CHECK(tp_ctl_send_u64(s->ctl, r.seen) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, r.after_close) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)r.reply_status) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, memcmp(r.dst, image, REPLY_LEN / 2) == 0) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+    xfer_rkey_destroy(r.rkey);
+    TP_CHECK_STATUS(xfer_mem_deregister(r.mem), XFER_OK);
+    free(r.dst);
+    free(image);
+    return 0;
+}
+
+Test(batch, a_notification_handler_may_post_a_batch_and_close_its_endpoint)
+{
+    xfer_batch_desc_t d = {REPLY_LEN - 4096, REPLY_LEN - 4096, 4096};
+    uint8_t *src = malloc(REPLY_LEN);
+    xfer_request_t *req[4];
+    xfer_status_t st;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    xfer_batch_t *b;
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    cr_assert_not_null(src);
+    tp_fill_pattern(src, REPLY_LEN, 77);
+    tp_start(&p, srv_replier, NULL);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, REPLY_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    tp_send_blob(&p, blob, len);
+    xfer_rkey_blob_free(blob);
+
+    /* four notifying puts, one at a time, each after the handler has had the previous */
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, &d, 1, &b), XFER_OK);
+    for (int i = 0; i < 4; i++) {
+        uint32_t n = (uint32_t)i;
+        double end = tp_now_ms() + 300;
+
+        req[i] = NULL;
+        st     = xfer_batch_post(b, &n, sizeof(n), 0, NULL, NULL, &req[i]);
+        if (i < 2) {
+            cr_assert_eq(st, XFER_OK, "post %d: %s", i, xfer_status_string(st));
+        }
+        if (req[i] != NULL) {
+            st = xfer_request_wait(req[i], TP_WAIT_MS);
+        }
+        if (i < 2) {
+            cr_expect_eq(st, XFER_OK, "batch %d: %s", i, xfer_status_string(st));
+        }   /* after the target's close: an error, now or at the post */
+        while (tp_now_ms() < end) {
+            xfer_progress(p.ctx);   /* serves the handler's get */
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        if (req[i] != NULL) {
+            xfer_request_release(req[i]);
+        }
+    }
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    cr_expect_eq(recv_progressing_peer(&p), 2, "notifications the handler took");
+    cr_expect_eq(recv_progressing_peer(&p), 0, "notifications after its close");
+    cr_expect_eq((xfer_status_t)(int64_t)recv_progressing_peer(&p), XFER_OK,
+                 "the handler's own batch");
+    cr_expect_eq(recv_progressing_peer(&p), 1, "its data");
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(src);
+    tp_finish(&p);
+}
 
 Test(batch, bad_lists_and_notifications_are_refused_where_they_are_made)
 {
