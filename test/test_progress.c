@@ -331,6 +331,18 @@ Test(progress, progress_on_an_idle_context_returns_quickly)
     xfer_context_destroy(ctx);
 }
 
+/* The client stays (progressing) until the server has accepted it: a client that left at
+ * once could be gone before the server's side of the handshake looks at it (shm reads the
+ * peer's memory to check cross-memory attach). */
+static int client_stays(tp_side_t *s)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word from the server");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    return 0;
+}
+
 Test(progress, listener_fd_is_readable_when_a_client_waits)
 {
     xfer_context_t *ctx = tp_context(0);
@@ -346,7 +358,7 @@ Test(progress, listener_fd_is_readable_when_a_client_waits)
     cr_assert_geq(pfd.fd, 0);
     cr_expect_eq(poll(&pfd, 1, 100), 0, "readable with nobody connecting");
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", xfer_listener_port(l));
-    tp_client_spawn(&c, addr, NULL, NULL, NULL);
+    tp_client_spawn(&c, addr, client_stays, NULL, NULL);
     cr_assert_eq(poll(&pfd, 1, TP_WAIT_MS), 1, "not readable with a client waiting");
     /* the handshake takes round trips: a poll loop moves it, one readable step at a time */
     for (double end = tp_now_ms() + TP_WAIT_MS; ep == NULL;) {
@@ -360,6 +372,7 @@ Test(progress, listener_fd_is_readable_when_a_client_waits)
         }
     }
     cr_expect_str_eq(xfer_endpoint_transport(ep), tp_transport());
+    tp_send(&c, 1);
     tp_child_expect_ok(&c, 30);
     xfer_endpoint_close(ep);
     xfer_listener_close(l);
