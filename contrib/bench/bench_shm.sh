@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# bench_shm.sh [--out DIR] [BUILD_DIR]: same-host transfers and batches, in one run.
+#
+# 1. xfer's shm transport against ucx_perftest with UCX_TLS=sm and against xfer's own tcp on
+#    loopback: tag_lat 8 B (medians of half a round trip), tag_bw 1 MiB and put_bw 64 MiB.
+# 2. Batches (xfer_perf batch_put), over shm and over tcp: the time inside xfer_batch_post
+#    per descriptor for a prepared list of 1024 x 4 KiB; 128 x 4 KiB with a notification
+#    against one 512 KiB put (put_bw -w 1: one put at a time, as one batch at a time); and
+#    the notification's latency at the target beside the batch's own.
+# 3. A sweep of batch_put (-a: blocks 4 KiB - 64 MiB x batch lengths 1 - 1024, up to 256 MiB a
+#    batch) over shm and tcp: DIR/shm_batch.csv and, with gnuplot, DIR/shm_batch.svg
+#    (bandwidth against block size, one line per batch length, shm solid and tcp dashed).
+# Then each aim with the figures it compares, their ratio and whether it is met:
+#   shm tag_lat 8 B      <= 1.0 x ucx_perftest (UCX_TLS=sm)   and <= 1/3 x xfer tcp
+#   shm tag_bw 1 MiB     >= 1.0 x ucx_perftest                and >= 3 x xfer tcp
+#   shm put_bw 64 MiB    >= 1.0 x ucx_perftest                and >= 3 x xfer tcp
+#   batch post           <= 0.5 usec per descriptor (1024 x 4 KiB)
+#   128 x 4 KiB + notify >= 0.9 x one 512 KiB put
+# The table goes to stdout and DIR/shm.txt. A tool, not a test: it exits 0 whatever the
+# figures, non-zero when something fails to run.
+#
+# BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
+# Knobs: BENCH_PORT (first port, default 19200), LAT_ITERS (20000), BW_ITERS (1 MiB runs,
+# 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 2000), SWEEP (1; 0 skips 3),
+# RUN_TIMEOUT (300). Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot.
+set -euo pipefail
+
+OUT=.
+while [ $# -gt 0 ]; do
+    case $1 in
+    --out) [ $# -ge 2 ] || { echo "bench_shm: --out needs a directory" >&2; exit 1; }
+           OUT=$2; shift 2 ;;
+    --out=*) OUT=${1#--out=}; shift ;;
+    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) break ;;
+    esac
+done
+BUILD=${1:-${XFER_BUILD_DIR:-./build}}
+PERF=$BUILD/contrib/xfer_perf
+PORT=${BENCH_PORT:-19200}
+LAT_ITERS=${LAT_ITERS:-20000}
+BW_ITERS=${BW_ITERS:-2000}
+BIG_ITERS=${BIG_ITERS:-50}
+BATCH_ITERS=${BATCH_ITERS:-2000}
+SWEEP=${SWEEP:-1}
+
+BENCH_NAME=bench_shm
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+[ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
+for tool in ucx_perftest jq ss; do
+    command -v "$tool" >/dev/null || die "$tool not found (apt-get install ucx-utils jq iproute2)"
+done
+mkdir -p "$OUT"
+TXT=$OUT/shm.txt CSV=$OUT/shm_batch.csv SVG=$OUT/shm_batch.svg
+
+echo "# bench_shm: one host, $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
+
+# xfer_run TRANSPORT TEST SIZE ITERS [ARG...]: one xfer_perf run on both sides over TRANSPORT;
+# its JSON object in PAIR_OUT, checked to have run over TRANSPORT
+xfer_run() {
+    local tl=$1 test=$2 size=$3 iters=$4
+    shift 4
+    echo "# xfer_perf -x $tl -t $test -s $size -n $iters $* ..." >&2
+    run_pair "xfer_${tl}_${test}_$size" "$RUN_TIMEOUT" "$PERF" -x "$tl" -p "$PORT" -- \
+        "$PERF" -x "$tl" -t "$test" -s "$size" -n "$iters" --json "$@" -p "$PORT" 127.0.0.1 ||
+        die "xfer_perf -x $tl -t $test -s $size failed"
+    [ "$(jq -r '.transport' <<<"$PAIR_OUT")" = "$tl" ] || die "xfer_perf did not run over $tl"
+}
+
+# xfer_fig NAME FIELD TRANSPORT TEST SIZE ITERS [ARG...]: NAME = results[0].FIELD
+xfer_fig() {
+    local name=$1 field=$2
+    shift 2
+    xfer_run "$@"
+    printf -v "$name" '%s' "$(jq ".results[0].$field" <<<"$PAIR_OUT")"
+}
+
+# ucx_fig NAME TEST SIZE ITERS: ucx_perftest with UCX_TLS=sm; a latency's median or a
+# bandwidth in MB of 10^6 bytes
+ucx_fig() {
+    local name=$1 test=$2 size=$3 iters=$4 line
+    echo "# ucx_perftest -t $test -s $size -n $iters (UCX_TLS=sm) ..." >&2
+    run_pair "ucx_sm_${test}_$size" "$RUN_TIMEOUT" env UCX_TLS=sm ucx_perftest -p "$PORT" -- \
+        env UCX_TLS=sm ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" \
+        -f -v || die "ucx_perftest $test $size failed"
+    line=$(awk '/^ *[0-9]+,/ {v = $0} END {print v}' <<<"$PAIR_OUT")
+    [ -n "$line" ] || die "ucx_perftest -t $test -s $size printed no CSV line"
+    if [[ $test == *_lat ]]; then
+        printf -v "$name" '%s' "$(cut -d, -f2 <<<"$line")"
+    else
+        printf -v "$name" '%s' "$(awk -F, -v mb="$UCX_MB" '{print $6 * mb}' <<<"$line")"
+    fi
+}
+
+# ---- 1. shm against UCX's sm and xfer's tcp ----------------------------------------------------
+xfer_fig SHM_LAT t_typical_usec shm tag_lat 8 "$LAT_ITERS"
+ucx_fig UCX_LAT tag_lat 8 "$LAT_ITERS"
+xfer_fig TCP_LAT t_typical_usec tcp tag_lat 8 "$LAT_ITERS"
+xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 "$BW_ITERS"
+ucx_fig UCX_BW tag_bw 1048576 "$BW_ITERS"
+xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 "$BW_ITERS"
+xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 "$BIG_ITERS"
+ucx_fig UCX_PUT ucp_put_bw 67108864 "$BIG_ITERS"
+xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 "$BIG_ITERS"
+
+# ---- 2. batches ---------------------------------------------------------------------------------
+for tl in shm tcp; do
+    T=${tl^^}
+    xfer_fig "${T}_POST" post_usec_per_desc "$tl" batch_put 4096 "$((BATCH_ITERS / 8))" -b 1024
+    xfer_fig "${T}_B128" bw_average_mbps "$tl" batch_put 4096 "$BATCH_ITERS" -b 128
+    printf -v "${T}_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
+    printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
+    xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
+done
+
+for v in SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT UCX_PUT TCP_PUT SHM_POST TCP_POST \
+         SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT SHM_P512 TCP_P512; do
+    [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
+done
+
+# ---- 3. the sweep --------------------------------------------------------------------------------
+echo "transport,block,batch,bw_mbps,t_avg_usec,notify_avg_usec,post_usec_per_desc" >"$CSV"
+if [ "$SWEEP" = 1 ]; then
+    for tl in shm tcp; do
+        echo "# xfer_perf -x $tl -t batch_put -a ..." >&2
+        run_pair "xfer_${tl}_batch_sweep" "$RUN_TIMEOUT" "$PERF" -x "$tl" -p "$PORT" -- \
+            "$PERF" -x "$tl" -t batch_put -a --json -p "$PORT" 127.0.0.1 ||
+            die "xfer_perf -x $tl -t batch_put -a failed"
+        jq -r --arg tl "$tl" '.results[] | [$tl, .bytes, .batch, .bw_average_mbps,
+                              .t_avg_usec, .notify_avg_usec, .post_usec_per_desc] | @csv' \
+            <<<"$PAIR_OUT" | tr -d '"' >>"$CSV"
+    done
+fi
+
+# ---- the figures and the aims -------------------------------------------------------------------
+{
+awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$UCX_BW" \
+    -v tb="$TCP_BW" -v sp="$SHM_PUT" -v up="$UCX_PUT" -v tp="$TCP_PUT" \
+    -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
+    -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
+    -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" '
+function fig(run, value, unit) { printf "%-52s %12.3f %s\n", run, value, unit }
+function aim(what, a, b, unit, op, bound,    r, ok) {
+    r = a / b
+    ok = (op == ">=") ? r >= bound : r <= bound
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  %s %-5s %s\n", what, a, b, unit, r, op, bound,
+           ok ? "met" : "NOT met"
+}
+BEGIN {
+    printf "# same host (%d cores): xfer shm vs ucx_perftest UCX_TLS=sm vs xfer tcp; batches\n", cores
+    printf "%-52s %12s %s\n", "run", "figure", "unit"
+    fig("xfer shm tag_lat 8 B median", sl, "usec")
+    fig("ucx_perftest sm tag_lat 8 B median", ul, "usec")
+    fig("xfer tcp tag_lat 8 B median", tl, "usec")
+    fig("xfer shm tag_bw 1 MiB", sb, "MB/s")
+    fig("ucx_perftest sm tag_bw 1 MiB", ub, "MB/s")
+    fig("xfer tcp tag_bw 1 MiB", tb, "MB/s")
+    fig("xfer shm put_bw 64 MiB", sp, "MB/s")
+    fig("ucx_perftest sm ucp_put_bw 64 MiB", up, "MB/s")
+    fig("xfer tcp put_bw 64 MiB", tp, "MB/s")
+    fig("shm batch_put 1024 x 4 KiB: post per descriptor", spost, "usec")
+    fig("tcp batch_put 1024 x 4 KiB: post per descriptor", tpost, "usec")
+    fig("shm batch_put 128 x 4 KiB + notify", sb128, "MB/s")
+    fig("  its batch latency (post to completion), avg", sb128l, "usec")
+    fig("  its notification at the target (from post), avg", sb128n, "usec")
+    fig("shm put_bw 512 KiB -w 1", sp512, "MB/s")
+    fig("tcp batch_put 128 x 4 KiB + notify", tb128, "MB/s")
+    fig("  its batch latency (post to completion), avg", tb128l, "usec")
+    fig("  its notification at the target (from post), avg", tb128n, "usec")
+    fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s")
+    printf "\n# the aims: ratio = a / b\n"
+    printf "%-46s %10s %10s %-5s %7s  %-8s %s\n", "aim", "a", "b", "unit", "ratio", "target",
+           "verdict"
+    aim("shm tag_lat 8 B: xfer shm / ucx sm", sl, ul, "usec", "<=", 1.0)
+    aim("shm tag_lat 8 B: xfer shm / xfer tcp", sl, tl, "usec", "<=", 0.333)
+    aim("tag_bw 1 MiB: xfer shm / ucx sm", sb, ub, "MB/s", ">=", 1.0)
+    aim("tag_bw 1 MiB: xfer shm / xfer tcp", sb, tb, "MB/s", ">=", 3.0)
+    aim("put_bw 64 MiB: xfer shm / ucx sm", sp, up, "MB/s", ">=", 1.0)
+    aim("put_bw 64 MiB: xfer shm / xfer tcp", sp, tp, "MB/s", ">=", 3.0)
+    aim("shm: post per descriptor (1024 x 4 KiB)", spost, 1, "usec", "<=", 0.5)
+    aim("tcp: post per descriptor (1024 x 4 KiB)", tpost, 1, "usec", "<=", 0.5)
+    aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9)
+    aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9)
+}'
+} | tee "$TXT"
+
+# ---- the plot -----------------------------------------------------------------------------------
+plot_script() {
+    local i=0 lines=() tl b dash
+    for tl in shm tcp; do
+        dash=1
+        [ "$tl" = tcp ] && dash=2
+        for b in 1 16 256 1024; do
+            awk -F, -v tl="$tl" -v b="$b" 'NR > 1 && $1 == tl && $3 == b {print $2, $4}' \
+                "$CSV" >"$LOGDIR/$tl.$b.dat"
+            [ -s "$LOGDIR/$tl.$b.dat" ] || continue
+            lines+=("'$LOGDIR/$tl.$b.dat' using 1:2 with linespoints lw 2 dt $dash \
+lc $((i % 4 + 1)) title '$tl, $b per batch'")
+            i=$((i + 1))
+        done
+        i=0
+    done
+    cat <<GNUPLOT
+set terminal svg size 1000,620 dynamic noenhanced font 'sans,12' background rgb 'white'
+set output '$SVG'
+set title 'xfer_perf batch_put, one batch in flight, 16-byte notification: shm (solid), tcp \
+loopback (dashed), $(nproc) cores'
+set logscale xy
+set grid xtics ytics mytics lc rgb '#dddddd'
+set key bottom right box opaque
+set xlabel 'block size (bytes)'
+set ylabel 'MB/s (10^6 bytes)'
+set xtics ("4k" 4096, "16k" 16384, "64k" 65536, "256k" 262144, "1m" 1048576, "4m" 4194304, \
+"16m" 16777216, "64m" 67108864)
+plot $(IFS=,; echo "${lines[*]}")
+GNUPLOT
+}
+
+echo
+echo "# table: $TXT; sweep: $CSV"
+if [ "$SWEEP" != 1 ]; then
+    echo "# plot skipped: SWEEP=0"
+elif ! command -v gnuplot >/dev/null; then
+    echo "# plot skipped: gnuplot not found (apt-get install gnuplot-nox)"
+else
+    plot_script >"$LOGDIR/batch.gp"
+    gnuplot "$LOGDIR/batch.gp" || die "gnuplot failed"
+    echo "# plot: $SVG"
+fi
+echo "# bench_shm took $SECONDS s"
