@@ -30,6 +30,7 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
     xfer_tcp_tx_t *tx;
     uint8_t *p;
     size_t cap;
+    int pooled;
 
     if (!ucs_list_is_empty(&ep->txq)) {
         tx = ucs_list_tail(&ep->txq, xfer_tcp_tx_t, list);
@@ -43,17 +44,16 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
         }
     }
     cap = (len > XFER_TCP_TX_BUF_LEN) ? len : XFER_TCP_TX_BUF_LEN;
-    tx  = (cap == XFER_TCP_TX_BUF_LEN) ? ucs_mpool_get(&ep->iface->tx_mp) : NULL;
-    if (tx != NULL) {
-        memset(tx, 0, sizeof(*tx));
-        tx->pooled = 1;
-    } else {
+    tx     = (cap == XFER_TCP_TX_BUF_LEN) ? ucs_mpool_get(&ep->iface->tx_mp) : NULL;
+    pooled = (tx != NULL);
+    if (!pooled) {
         tx = malloc(sizeof(*tx) + cap);     /* larger, or the pool is at its bound */
         if (tx == NULL) {
             return NULL;
         }
-        memset(tx, 0, sizeof(*tx));
     }
+    memset(tx, 0, sizeof(*tx));
+    tx->pooled         = pooled;
     tx->kind           = XFER_TCP_TX_BUF;
     tx->cap            = cap;
     tx->iov[0].iov_base = tx + 1;
