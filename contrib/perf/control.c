@@ -236,27 +236,33 @@ static void cannot_run(perf_t *perf, const char *side, const char *why)
 
 /* ---- the clocks ------------------------------------------------------------------------------ */
 
-/* This host's boot id: two processes that share it share CLOCK_MONOTONIC. "" if unknown. */
-static void boot_id(char out[BOOT_ID_LEN + 1])
+/* This host's boot id: two processes that share it share CLOCK_MONOTONIC. "" if unknown.
+ * Read once: the server answers SYNC_ROUNDS rounds with it. */
+static const char *boot_id(void)
 {
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    static char id[BOOT_ID_LEN + 1];
+    static int read_done;
+    FILE *f;
 
-    out[0] = '\0';
-    if (f != NULL) {
-        if (fgets(out, BOOT_ID_LEN + 1, f) == NULL || strlen(out) != BOOT_ID_LEN) {
-            out[0] = '\0';
+    if (!read_done) {
+        read_done = 1;
+        f = fopen("/proc/sys/kernel/random/boot_id", "r");
+        if (f != NULL) {
+            if (fgets(id, sizeof(id), f) == NULL || strlen(id) != BOOT_ID_LEN) {
+                id[0] = '\0';
+            }
+            fclose(f);
         }
-        fclose(f);
     }
+    return id;
 }
 
 /* The server's side of one SYNC round: its clock, as late as possible, and its boot id. */
 static int sync_answer(perf_t *perf)
 {
     uint8_t out[8 + BOOT_ID_LEN];
-    char id[BOOT_ID_LEN + 1];
+    const char *id = boot_id();
 
-    boot_id(id);
     memset(out, 0, sizeof(out));
     memcpy(out + 8, id, strlen(id));
     xfer_put_le64(out, perf_now_ns());
@@ -273,14 +279,14 @@ static int sync_answer(perf_t *perf)
 static int clock_sync(perf_t *perf)
 {
     uint8_t payload[MSG_MAX + 1], t0b[8];
-    char id[BOOT_ID_LEN + 1], peer_id[BOOT_ID_LEN + 1];
+    const char *id = boot_id();
+    char peer_id[BOOT_ID_LEN + 1];
     uint64_t best_rtt = UINT64_MAX, t0, t1;
     int64_t offset = 0;
     xfer_status_t st;
     msg_kind_t kind;
     size_t len;
 
-    boot_id(id);
     for (int i = 0; i < SYNC_ROUNDS; i++) {
         if (ctrl_post(perf) != 0) {
             return -1;
