@@ -366,7 +366,7 @@ Test(perf, server_without_a_driver_refuses_cuda_with_the_reason)
 Test(perf, batch_tests_move_checked_data_and_time_the_notifications)
 {
     static const char *const tests[] = {"batch_put", "batch_get"};
-    char args[256], row[64];
+    char args[256];
     perf_run_t r;
 
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
@@ -378,8 +378,8 @@ Test(perf, batch_tests_move_checked_data_and_time_the_notifications)
                          "on;") != NULL, "%s: %s", tests[i], r.client_out);
         cr_expect(strstr(r.client_out, "# clocks: one host, one CLOCK_MONOTONIC") != NULL,
                   "%s: %s", tests[i], r.client_out);
-        snprintf(row, sizeof(row), "4099       37      40 ");
-        cr_expect_eq(count_lines(r.client_out, row), 1, "%s: %s", tests[i], r.client_out);
+        cr_expect_eq(count_lines(r.client_out, "4099       37      40 "), 1, "%s: %s", tests[i],
+                     r.client_out);
         perf_run_free(&r);
 
         /* the same as JSON: the notification figures, and none without notifications */
@@ -417,8 +417,7 @@ Test(perf, batch_sweeps_give_a_row_each)
     expect_ran(&r, "batch_put -a -s 4k");
     cr_expect_eq(count_lines(r.client_out, "4096 "), 6, "%s", r.client_out);
     for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
-        snprintf(row, sizeof(row), "4096       %-7s", lengths[i]);
-        row[strlen("4096       ") + strlen(lengths[i])] = '\0';
+        snprintf(row, sizeof(row), "4096       %s", lengths[i]);
         cr_expect_eq(count_lines(r.client_out, row), 1, "no row '%s' in:\n%s", row,
                      r.client_out);
     }
