@@ -25,16 +25,12 @@
 # RUN_TIMEOUT (300). Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot.
 set -euo pipefail
 
-OUT=.
-while [ $# -gt 0 ]; do
-    case $1 in
-    --out) [ $# -ge 2 ] || { echo "bench_shm: --out needs a directory" >&2; exit 1; }
-           OUT=$2; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) break ;;
-    esac
-done
+BENCH_NAME=bench_shm
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_out_args "$@"
+set -- "${BENCH_ARGS[@]}"
+
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
 PORT=${BENCH_PORT:-19200}
@@ -44,9 +40,6 @@ BIG_ITERS=${BIG_ITERS:-50}
 BATCH_ITERS=${BATCH_ITERS:-2000}
 SWEEP=${SWEEP:-1}
 
-BENCH_NAME=bench_shm
-# shellcheck source=contrib/bench/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 for tool in ucx_perftest jq ss; do
@@ -140,14 +133,9 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v tb="$TCP_BW" -v sp="$SHM_PUT" -v up="$UCX_PUT" -v tp="$TCP_PUT" \
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
-    -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" '
+    -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
+    -v aim_w=46 "$AWK_AIMS"'
 function fig(run, value, unit) { printf "%-52s %12.3f %s\n", run, value, unit }
-function aim(what, a, b, unit, op, bound,    r, ok) {
-    r = a / b
-    ok = (op == ">=") ? r >= bound : r <= bound
-    printf "%-46s %10.3f %10.3f %-5s %7.2f  %s %-5s %s\n", what, a, b, unit, r, op, bound,
-           ok ? "met" : "NOT met"
-}
 BEGIN {
     printf "# same host (%d cores): xfer shm vs ucx_perftest UCX_TLS=sm vs xfer tcp; batches\n", cores
     printf "%-52s %12s %s\n", "run", "figure", "unit"
@@ -171,8 +159,7 @@ BEGIN {
     fig("  its notification at the target (from post), avg", tb128n, "usec")
     fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s")
     printf "\n# the aims: ratio = a / b\n"
-    printf "%-46s %10s %10s %-5s %7s  %-8s %s\n", "aim", "a", "b", "unit", "ratio", "target",
-           "verdict"
+    aims_header()
     aim("shm tag_lat 8 B: xfer shm / ucx sm", sl, ul, "usec", "<=", 1.0)
     aim("shm tag_lat 8 B: xfer shm / xfer tcp", sl, tl, "usec", "<=", 0.333)
     aim("tag_bw 1 MiB: xfer shm / ucx sm", sb, ub, "MB/s", ">=", 1.0)

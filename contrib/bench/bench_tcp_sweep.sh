@@ -30,16 +30,12 @@
 # (ucx_perftest), jq and ss (iproute2); gnuplot (gnuplot-nox) for the plot.
 set -euo pipefail
 
-OUT=.
-while [ $# -gt 0 ]; do
-    case $1 in
-    --out) [ $# -ge 2 ] || { echo "bench_tcp_sweep: --out needs a directory" >&2; exit 1; }
-           OUT=$2; shift 2 ;;
-    --out=*) OUT=${1#--out=}; shift ;;
-    -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) break ;;
-    esac
-done
+BENCH_NAME=bench_tcp_sweep
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_out_args "$@"
+set -- "${BENCH_ARGS[@]}"
+
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
 PORT=${BENCH_PORT:-19000}
@@ -53,9 +49,6 @@ GET_WINDOW=${GET_WINDOW:-16}
 REPEAT=${REPEAT:-3}
 PNG=${PNG:-0}
 
-BENCH_NAME=bench_tcp_sweep
-# shellcheck source=contrib/bench/lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 for tool in ucx_perftest jq ss; do

@@ -21,6 +21,11 @@
 #                                 (latencies in usec, bandwidths in MB of UCX_MB)
 #   UCX_MB                        ucx_perftest's MB (2^20 bytes) in MB of 10^6 bytes
 #   RUN_TIMEOUT                   SECS of xfer_tcp's and ucx_tcp's clients (default 300)
+#   bench_out_args ARG...         takes --out DIR / --out=DIR into OUT (default .) and -h (the
+#                                 script's header comment, then exit 0); the rest in BENCH_ARGS
+#   AWK_AIMS                      awk functions aims_header() and aim(what, a, b, unit, op,
+#                                 bound): one line per aim, the two figures, their ratio, the
+#                                 bound and the verdict; the what column is aim_w wide (-v)
 # Every server started is killed, and LOGDIR removed, when the script exits.
 
 die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
@@ -119,3 +124,31 @@ ucx_tcp() {
     echo "$BENCH_NAME: ucx_perftest -t $test -s $size printed no CSV line" >&2
     return 1
 }
+
+# shellcheck disable=SC2034 # OUT and BENCH_ARGS are read by the calling script
+bench_out_args() {
+    OUT=.
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --out) [ $# -ge 2 ] || die "--out needs a directory"
+               OUT=$2; shift 2 ;;
+        --out=*) OUT=${1#--out=}; shift ;;
+        -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+        *) break ;;
+        esac
+    done
+    BENCH_ARGS=("$@")
+}
+
+# shellcheck disable=SC2034 # read by the scripts that source this file
+AWK_AIMS='
+function aims_header() {
+    printf "%-" aim_w "s %10s %10s %-5s %7s  %-8s %s\n", "aim", "a", "b", "unit", "ratio",
+           "target", "verdict"
+}
+function aim(what, a, b, unit, op, bound,    r, ok) {
+    r = a / b
+    ok = (op == ">=") ? r >= bound : r <= bound
+    printf "%-" aim_w "s %10.3f %10.3f %-5s %7.2f  %s %-5s %s\n", what, a, b, unit, r, op,
+           bound, ok ? "met" : "NOT met"
+}'
