@@ -14,13 +14,24 @@
  * Before any transport sees a buffer, its type is found (mem_type.c) and checked against the
  * one the caller gave; the registration keeps what was found (for CUDA memory the device,
  * context, buffer id and allocation) and hands it to transports that take it.
+ *
+ * xfer_mem_alloc() memory lives in a memfd sealed against shrinking and growing, so that a
+ * same-host peer can map it without the owner being able to pull pages from under the
+ * mapping (a SIGBUS in the peer). Only the allocation's own registration offers the memfd:
+ * its end frees the memory, so a peer that still maps it writes pages that no longer belong
+ * to this process. A range inside it registered again is registered like any other memory -
+ * its deregistration leaves the memory in use here, where a mapping peer must not write.
  */
 #include "xfer_int.h"
 #include "cuda_driver.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define MEM_SUBSYS   "memory"
 #define RKEY_MAGIC   0x58524b31u    /* "XRK1" */
@@ -41,6 +52,12 @@ static void mem_dereg_all(xfer_mem_t *mem)
         if ((mem->memh[i] != NULL) && (ctx->ifaces[i].comp->mem_dereg != NULL)) {
             ctx->ifaces[i].comp->mem_dereg(ctx->ifaces[i].iface, mem->memh[i]);
         }
+    }
+    if (mem->alloc_length > 0) {
+        munmap(mem->addr, mem->alloc_length);
+    }
+    if (mem->fd >= 0) {
+        close(mem->fd);
     }
     free(mem->memh);
     free(mem);
@@ -145,24 +162,28 @@ static xfer_status_t mem_reg_iface(xfer_fw_iface_t *fi, xfer_mem_t *mem, xfer_me
     params.addr   = mem->addr;
     params.length = mem->length;
     params.attr   = &mem->attr;
+    params.fd        = mem->fd;
+    params.fd_offset = mem->fd_offset;
     return fi->comp->mem_reg_params(fi->iface, &params, memh_p);
 }
 
-xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
-                                xfer_mem_type_t type, xfer_mem_t **mem_p)
+/* Register [addr, addr + length). alloc_fd >= 0: the memfd of xfer_mem_alloc() holding it
+ * whole, alloc_length bytes mapped at addr; the registration owns both once it succeeds. */
+static xfer_status_t mem_register(xfer_context_t *ctx, const char *func, void *addr,
+                                  size_t length, xfer_mem_type_t type, int alloc_fd,
+                                  size_t alloc_length, xfer_mem_t **mem_p)
 {
     xfer_status_t status = XFER_OK;
     xfer_mem_attr_t attr;
     xfer_mem_t *mem;
 
     if ((ctx == NULL) || (addr == NULL) || (length == 0) || (mem_p == NULL)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_register: %s",
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s: %s", func,
                  (length == 0) ? "length is 0" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     if ((type != XFER_MEM_HOST) && (type != XFER_MEM_CUDA) && (type != XFER_MEM_AUTO)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_register: unknown memory type %d",
-                 (int)type);
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s: unknown memory type %d", func, (int)type);
         return XFER_ERR_INVALID_PARAM;
     }
     status = mem_resolve(addr, length, type, &attr);
@@ -174,10 +195,12 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
         return XFER_ERR_NO_MEMORY;
     }
     xfer_ctx_lock(ctx);
-    status = xfer_api_check(ctx, "xfer_mem_register", 1);
+    status = xfer_api_check(ctx, func, 1);
     if (status != XFER_OK) {
         goto err_unlock;
     }
+    mem->fd           = alloc_fd;
+    mem->alloc_length = alloc_length;
     /* CUDA memory, and host memory under the suites' hook (staging_test.h) */
     mem->staged = (attr.type == XFER_MEM_CUDA) || ctx->staging_host;
     if (mem->staged) {
@@ -219,9 +242,7 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
             xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
                      fi->entry->name, length, addr, xfer_status_string(status));
             mem->memh[i] = NULL;
-            mem_dereg_all(mem);
-            xfer_ctx_unlock(ctx);
-            return status;
+            goto err_dereg;
         }
     }
     ucs_list_add_tail(&ctx->mems, &mem->list);
@@ -229,9 +250,82 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
     *mem_p = mem;
     return XFER_OK;
 
+err_dereg:
+    if (alloc_fd >= 0) {
+        /* the caller keeps what it passed */
+        mem->fd           = -1;
+        mem->alloc_length = 0;
+    }
+    mem_dereg_all(mem);
+    xfer_ctx_unlock(ctx);
+    return status;
+
 err_unlock:
     xfer_ctx_unlock(ctx);
     free(mem);
+    return status;
+}
+
+xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
+                                xfer_mem_type_t type, xfer_mem_t **mem_p)
+{
+    return mem_register(ctx, "xfer_mem_register", addr, length, type, -1, 0, mem_p);
+}
+
+xfer_status_t xfer_mem_alloc(xfer_context_t *ctx, size_t length, xfer_mem_type_t type,
+                             xfer_mem_t **mem_p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const char *what = NULL;
+    xfer_status_t status;
+    size_t alloc_length;
+    void *addr;
+    int fd;
+
+    if ((ctx == NULL) || (length == 0) || (mem_p == NULL)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc: %s",
+                 (length == 0) ? "length is 0" : "NULL argument");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((type != XFER_MEM_HOST) && (type != XFER_MEM_AUTO)) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc allocates host memory only (type "
+                 "%d): allocate device memory with cuMemAlloc and register it", (int)type);
+        return (type == XFER_MEM_CUDA) ? XFER_ERR_UNSUPPORTED : XFER_ERR_INVALID_PARAM;
+    }
+    if (length > SIZE_MAX - page) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc: %zu bytes is too large", length);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    alloc_length = (length + page - 1) / page * page;
+    fd = memfd_create("xfer-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        what = "memfd_create";
+    } else if (ftruncate(fd, (off_t)alloc_length) != 0) {
+        what = "ftruncate";
+    } else if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        what = "sealing the memfd";
+    }
+    if (what != NULL) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc of %zu bytes: %s: %s", length,
+                 what, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return XFER_ERR_NO_MEMORY;
+    }
+    addr = mmap(NULL, alloc_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc cannot map %zu bytes: %s",
+                 alloc_length, strerror(errno));
+        close(fd);
+        return XFER_ERR_NO_MEMORY;
+    }
+    status = mem_register(ctx, "xfer_mem_alloc", addr, length, XFER_MEM_HOST, fd,
+                          alloc_length, mem_p);
+    if (status != XFER_OK) {
+        munmap(addr, alloc_length);
+        close(fd);
+    }
     return status;
 }
 
@@ -251,6 +345,7 @@ xfer_status_t xfer_mem_register_internal(xfer_context_t *ctx, void *addr, size_t
     mem->ctx              = ctx;
     mem->addr             = addr;
     mem->length           = length;
+    mem->fd               = -1;
     mem->attr.type        = XFER_MEM_HOST;
     mem->attr.cuda_device = -1;
     snprintf(mem->attr.how, sizeof(mem->attr.how), "xfer's staging buffers");

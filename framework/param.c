@@ -131,7 +131,7 @@ static xfer_status_t parse_value(const xfer_param_desc_t *d, const char *str, vo
     case XFER_PARAM_BOOL: {
         int v;
         if (!ucs_config_sscanf_bool(str, &v, NULL)) {
-            xfer_reason_set(err, err_size, "not a boolean (y/yes/on/1 or n/no/off/0)");
+            xfer_reason_set(err, err_size, "not a boolean (y/yes/1 or n/no/0)");
             return XFER_ERR_INVALID_PARAM;
         }
         *(int*)dest = v ? 1 : 0;

@@ -239,6 +239,9 @@ struct xfer_mem {
     unsigned            busy;           /* outstanding operations using it */
     int                 staged;         /* NULL memh = moved through staging.c there */
     xfer_memh_h         *memh;          /* per ctx->ifaces[i] */
+    int                 fd;             /* memfd holding the range (memory.c), or -1 */
+    uint64_t            fd_offset;
+    size_t              alloc_length;   /* xfer_mem_alloc: mapped bytes to unmap; else 0 */
 };
 
 struct xfer_rkey {

@@ -1,8 +1,9 @@
 #!/bin/bash
 # make check: the shared API suites over shm (XFERTEST_TRANSPORT=shm), as they run over tcp:
 # first with the defaults (small data through the ring, large data by cross-memory attach),
-# then with XFER_SHM_CMA=off (every byte through the ring, pipelined), and the data-moving
-# suites again through a small ring of small cells, so that messages wrap it many times.
+# then with XFER_SHM_CMA=off (every byte through the ring, pipelined), test_batch into a target
+# buffer from xfer_mem_alloc (mapped by the initiator), and the data-moving suites again
+# through a small ring of small cells, so that messages wrap it many times.
 set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=shm
@@ -15,6 +16,11 @@ done
 for suite in tag rma tensor memory close faults batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off"
     XFER_SHM_CMA=off "$build/test/test_$suite" || rc=1
+done
+# the target's memory from xfer_mem_alloc: batches copied by the initiator into its mapping
+for cma in auto off; do
+    echo "== test_batch over shm, XFERTEST_TARGET_MEM=xfer XFER_SHM_CMA=$cma"
+    XFERTEST_TARGET_MEM=xfer XFER_SHM_CMA=$cma "$build/test/test_batch" || rc=1
 done
 for suite in rma tensor batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off XFER_SHM_CELLS=16 XFER_SHM_CELL_SIZE=512"

@@ -3,7 +3,8 @@
  * packed key's round trip between two processes (bounds included), blobs that are truncated,
  * random, or come from a context other than the endpoint's peer (a second context in the peer
  * process, a third process, our own), deregistration refused while an operation uses the
- * buffer, and a deregistered buffer no longer reachable by the peer.
+ * buffer, and a deregistered buffer no longer reachable by the peer; xfer_mem_alloc()'s
+ * memory, zeroed, registered, and freed by its deregistration.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -47,6 +48,65 @@ Test(memory, register_and_deregister)
     cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
     xfer_context_destroy(ctx);
     free(buf);
+}
+
+/* Mappings and descriptors of xfer_mem_alloc()'s memfds ("xfer-mem") in this process. */
+static int own_allocations(void)
+{
+    char line[512];
+    int n    = 0;
+    FILE *f  = fopen("/proc/self/maps", "r");
+
+    cr_assert_not_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        n += (strstr(line, "memfd:xfer-mem") != NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+Test(memory, allocated_memory_is_zeroed_registered_and_freed_by_deregister)
+{
+    xfer_context_t *ctx = tp_context(0);
+    xfer_mem_t *mem = NULL, *kept = NULL;
+    size_t len      = 3 * 4096 + 5;
+    uint8_t *p;
+
+    cr_assert_eq(own_allocations(), 0);
+    cr_assert_eq(xfer_mem_alloc(ctx, len, XFER_MEM_HOST, &mem), XFER_OK);
+    p = xfer_mem_address(mem);
+    cr_assert_not_null(p);
+    cr_expect_eq((uintptr_t)p % 4096, 0, "page-aligned");
+    cr_expect_eq(xfer_mem_length(mem), len);
+    cr_expect_eq(xfer_mem_type(mem), XFER_MEM_HOST);
+    for (size_t i = 0; i < len; i++) {
+        cr_assert_eq(p[i], 0, "byte %zu is not zero", i);
+    }
+    memset(p, 0xa5, len);   /* writable to its end */
+    cr_assert_eq(own_allocations(), 1);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    cr_assert_eq(own_allocations(), 0, "deregistering frees the allocation");
+    /* what is left at the context's end goes with it */
+    cr_assert_eq(xfer_mem_alloc(ctx, 1, XFER_MEM_AUTO, &kept), XFER_OK);
+    cr_assert_eq(own_allocations(), 1);
+    xfer_context_destroy(ctx);
+    cr_assert_eq(own_allocations(), 0, "the context's end frees what was left");
+}
+
+Test(memory, invalid_allocations_are_refused)
+{
+    xfer_context_t *ctx = tp_context(0);
+    xfer_mem_t *mem     = SENTINEL;
+
+    cr_expect_eq(xfer_mem_alloc(NULL, 4096, XFER_MEM_HOST, &mem), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_mem_alloc(ctx, 0, XFER_MEM_HOST, &mem), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_mem_alloc(ctx, 4096, XFER_MEM_HOST, NULL), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_mem_alloc(ctx, SIZE_MAX, XFER_MEM_HOST, &mem), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_mem_alloc(ctx, 4096, XFER_MEM_CUDA, &mem), XFER_ERR_UNSUPPORTED);
+    cr_expect_eq(xfer_mem_alloc(ctx, 4096, (xfer_mem_type_t)7, &mem), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(mem, SENTINEL, "a refused allocation leaves mem_p alone");
+    cr_expect_eq(own_allocations(), 0);
+    xfer_context_destroy(ctx);
 }
 
 Test(memory, invalid_registrations_are_refused)

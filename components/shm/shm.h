@@ -43,6 +43,7 @@ typedef struct xfer_shm_config {
     uint64_t cell_size;         /* CELL_SIZE: bytes of a cell, its 64-byte header included */
     uint64_t rndv_thresh;       /* RNDV_THRESH: data from this size moves by CMA */
     int      cma;               /* CMA: auto | on | off */
+    int      map;               /* MAP: map peers' xfer_mem_alloc memory, put/get by memcpy */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes, all peers */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
@@ -217,6 +218,7 @@ struct xfer_ep {
     pid_t               peer_pid;
     uint64_t            token;          /* names our segment to the peer */
     int                 memfd;          /* our segment's, until the peer mapped it */
+    uint64_t            memfd_ino;      /* its inode, for the peer to check */
     xfer_shm_ring_t     in;             /* ours: the peer produces, we consume */
     xfer_shm_ring_t     out;            /* the peer's: we produce */
     uint64_t            max_msg;        /* min(ours, the peer's) */
@@ -276,18 +278,54 @@ struct xfer_iface {
     int                      slept;         /* armed for sleep since: ask epoll at once */
 };
 
+/* A range of a peer's memfd, as the peer announced it (shm_map.c). */
+typedef struct xfer_shm_peer_fd {
+    pid_t    pid;
+    uint32_t fd;            /* the descriptor's number in the peer */
+    uint64_t ino;           /* its inode (0: not checked) */
+    uint64_t offset, length;
+    int      exact;         /* the file must end where the range ends */
+} xfer_shm_peer_fd_t;
+
+typedef struct xfer_shm_map {
+    void     *base;         /* the mapping, page-aligned; NULL when none */
+    size_t   map_len;
+    uint8_t  *data;         /* where the announced range starts in it */
+} xfer_shm_map_t;
+
 struct xfer_memh {
     uint64_t id;
     uint8_t  *addr;
     size_t   length;
+    int      fd;            /* memfd holding it (xfer_mem_alloc), -1: none; not ours */
+    uint64_t fd_offset, ino;
 };
 
-/* The remote key: the region's id and bounds in the owner, the owner iface's cookie. */
-#define XFER_SHM_RKEY_LEN 40u
+/* The remote key: the region's id and bounds in the owner, the owner iface's cookie, and
+ * for memory in a memfd (xfer_mem_alloc) the descriptor, its inode and the range's offset. */
+#define XFER_SHM_RKEY_LEN    64u
+#define XFER_SHM_RKEY_NO_FD  UINT32_MAX
 struct xfer_rkey {
-    uint64_t cookie, id, addr, length;
-    uint32_t pid;
+    uint64_t       cookie, id, addr, length;
+    uint32_t       pid;
+    uint32_t       fd;
+    uint64_t       ino, fd_offset;
+    int            map_state;   /* 0: not tried, 1: mapped, -1: refused (puts go by frames) */
+    xfer_shm_map_t map;
 };
+
+/* ---- shm_map.c ------------------------------------------------------------------------------ */
+/* A memfd of length bytes sealed against shrinking and growing, for a peer to map; -1 and why
+ * if not. */
+int xfer_shm_memfd_sealed(const char *name, size_t length, char *why, size_t why_size);
+/* The inode of fd, 0 if fstat fails. */
+uint64_t xfer_shm_fd_ino(int fd);
+/* Map a range of a peer's memfd, checked first: a regular file, the announced inode, sealed
+ * against shrinking, large enough. XFER_ERR_CONNECTION when the descriptor is gone,
+ * XFER_ERR_UNAVAILABLE when the kernel refuses, XFER_ERR_PROTOCOL when a check fails. */
+xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *map, char *why,
+                                size_t why_size);
+void xfer_shm_peer_unmap(xfer_shm_map_t *map);
 
 /* ---- shm_component.c ------------------------------------------------------------------------ */
 /* This process's identity for the iface address; why when it cannot be read. */
@@ -413,7 +451,11 @@ xfer_status_t xfer_shm_regions_init(xfer_iface_h iface);
 void xfer_shm_regions_cleanup(xfer_iface_h iface);
 xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
+xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                      xfer_memh_h *memh_p);
 void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
+/* Whether rkey's memory is mapped here (mapped at its first use when it can be). */
+int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey);
 xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p);
 xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,

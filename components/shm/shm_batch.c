@@ -15,6 +15,10 @@
  * it in its batch, and the target drops it when one of those was refused. A get batch's
  * NOTIFY goes once every get has its data.
  *
+ * To memory the peer allocated with xfer_mem_alloc() and this side mapped (shm_rma.c), every
+ * descriptor is a memcpy done before the post returns; the NOTIFY frame (after no PUT frame)
+ * is written into the ring after the last copy, so the target reads it after the data.
+ *
  * Cancel: a BATCH or NOTIFY frame not yet written into the ring is voided (the target answers
  * or ignores it without touching memory); what the target already has runs to its end, and
  * the batch completes when its answers are in.
@@ -56,6 +60,63 @@ typedef struct shm_batch {
 static int notify_fits(xfer_ep_h ep, const xfer_batch_args_t *args)
 {
     return (args->notify == NULL) || (args->notify_len <= xfer_shm_cell_payload(&ep->out));
+}
+
+/* ---- to mapped memory ----------------------------------------------------------------------- */
+
+static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
+{
+    size_t nlen       = (args->notify != NULL) ? args->notify_len : 0;
+    xfer_rkey_h rkey  = args->rkey;
+    xfer_shm_frame_t hdr;
+    xfer_shm_op_t *op;
+
+    /* the framework checked the list against the key's packed bounds; the mapping covers the
+     * shm part's, which the peer wrote separately */
+    for (size_t i = 0; i < args->count; i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+
+        if ((v->remote < rkey->addr) || (v->remote - rkey->addr > rkey->length) ||
+            (v->length > rkey->length - (v->remote - rkey->addr))) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "batch descriptor %zu (%llu bytes at "
+                     "0x%llx) lies outside the peer's region", i,
+                     (unsigned long long)v->length, (unsigned long long)v->remote);
+            return XFER_ERR_OUT_OF_RANGE;
+        }
+    }
+    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_BATCH, comp, nlen);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    for (size_t i = 0; i < args->count; i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+        uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
+        void *local               = (void*)(uintptr_t)v->local;
+
+        if (v->length == 0) {
+            continue;
+        }
+        if (args->is_put) {
+            memcpy(remote, local, v->length);
+        } else {
+            memcpy(local, remote, v->length);
+        }
+    }
+    args->landed = args->count;
+    op->len      = args->count;
+    op->serial   = ++ep->rma_posted;
+    if (args->notify == NULL) {
+        xfer_shm_op_complete(op, XFER_OK, args->count, 0);
+        return XFER_INPROGRESS;
+    }
+    memcpy(op->key, args->notify, nlen);
+    op->on_write = 1;   /* done once the notification is in the ring */
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.type = XFER_SHM_F_NOTIFY;
+    hdr.a    = 0;       /* no PUT frame precedes it */
+    xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
+    xfer_shm_tx_write(ep);
+    return XFER_INPROGRESS;
 }
 
 /* ---- one frame, by CMA ---------------------------------------------------------------------- */
@@ -486,6 +547,9 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
                  "a cell of the peer's ring (%zu bytes of payload, XFER_SHM_CELL_SIZE)",
                  args->notify_len, xfer_shm_cell_payload(&ep->out));
         return XFER_ERR_UNSUPPORTED;
+    }
+    if (xfer_shm_rkey_mapped(ep, args->rkey)) {
+        return batch_post_mapped(ep, args, comp);
     }
     if (ep->cma && (args->count <= XFER_SHM_BATCH_MAX)) {
         return batch_post_cma(ep, args, comp);

@@ -38,6 +38,12 @@ static const xfer_param_desc_t shm_params[] = {
      "the peers (Yama ptrace_scope 0), on forces it, off copies everything through the ring "
      "(two copies, pipelined).",
      offsetof(xfer_shm_config_t, cma), 0, 0, cma_modes},
+    {"MAP", XFER_PARAM_BOOL, "y",
+     "Map a peer's memory that it allocated with xfer_mem_alloc() (a sealed memfd) at the "
+     "first put or get to it, and move that data with one memcpy here, without a round trip "
+     "through the peer. n: the peer carries out every put and get, after checking it "
+     "against its live registrations.",
+     offsetof(xfer_shm_config_t, map), 0, 0, NULL},
     {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "64g",
      "Largest tag message, put/get or tensor this side sends or accepts.",
      offsetof(xfer_shm_config_t, max_msg_size), 1, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
@@ -252,6 +258,9 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
     xfer_device_attr_add(dev, "ring", "%llu cells x %llu bytes per direction",
                          (unsigned long long)cfg->cells, (unsigned long long)cfg->cell_size);
     xfer_device_attr_add(dev, "cma", "%s", cma_why);
+    xfer_device_attr_add(dev, "map", "%s", cfg->map ? "put/get to a peer's xfer_mem_alloc "
+                         "memory: one memcpy here (its sealed memfd mapped at first use)" :
+                         "off (XFER_SHM_MAP=n): the peer carries out every put and get");
     xfer_device_attr_add(dev, "wakeup", "busy poll; sleeping peers woken by a byte on the "
                          "endpoint's bootstrap connection, whose end also says the peer died");
     return XFER_OK;
@@ -289,6 +298,7 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .event_fd      = xfer_shm_iface_event_fd,
     .event_arm     = xfer_shm_iface_event_arm,
     .ep_flush      = xfer_shm_ep_flush,
+    .mem_reg_params = xfer_shm_mem_reg_params,
     .iface_reachable = xfer_shm_iface_reachable,
     .batch         = xfer_shm_batch,
 };

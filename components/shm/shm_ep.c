@@ -24,12 +24,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define EP_ADDR_LEN 48u
+#define EP_ADDR_LEN 56u
 #define SLOTS_MAX   (1u << 20)
 
 typedef struct ep_addr {
     uint64_t token, base, max_msg;
     uint32_t pid, memfd, ncells, cell_size, cma;
+    uint64_t ino;                   /* the memfd's inode */
 } ep_addr_t;
 
 static void ep_addr_pack(const ep_addr_t *a, uint8_t *b)
@@ -42,7 +43,8 @@ static void ep_addr_pack(const ep_addr_t *a, uint8_t *b)
     memcpy(b + 32, &a->ncells, 4);
     memcpy(b + 36, &a->cell_size, 4);
     memcpy(b + 40, &a->cma, 4);
-    memset(b + 44, 0, EP_ADDR_LEN - 44);
+    memset(b + 44, 0, 4);
+    memcpy(b + 48, &a->ino, 8);
 }
 
 static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
@@ -55,6 +57,7 @@ static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
     memcpy(&a->ncells, b + 32, 4);
     memcpy(&a->cell_size, b + 36, 4);
     memcpy(&a->cma, b + 40, 4);
+    memcpy(&a->ino, b + 48, 8);
 }
 
 xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
@@ -92,20 +95,28 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->token     = xfer_shm_random64();
     ep->free_slot = UINT32_MAX;
     ep->max_msg   = cfg->max_msg_size;
+    ep->fd        = -1;
+    ep->memfd     = -1;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->flushes);
     ucs_list_head_init(&ep->preqs);
     ucs_list_head_init(&ep->failing_link);
     ucs_list_head_init(&ep->notify_link);
 
-    ep->fd    = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
-    ep->memfd = memfd_create("xfer-shm", MFD_CLOEXEC);
     seg_len   = xfer_shm_seg_len((uint32_t)cfg->cells, (uint32_t)cfg->cell_size);
-    if ((ep->fd < 0) || (ep->memfd < 0) || (ftruncate(ep->memfd, (off_t)seg_len) != 0)) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create an endpoint's segment of %zu "
-                 "bytes: %s", seg_len, strerror(errno));
+    ep->fd    = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
+    if (ep->fd < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot take the endpoint's connection: %s",
+                 strerror(errno));
         goto err;
     }
+    ep->memfd = xfer_shm_memfd_sealed("xfer-shm", seg_len, why, sizeof(why));
+    if (ep->memfd < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create an endpoint's segment: %s",
+                 why);
+        goto err;
+    }
+    ep->memfd_ino = xfer_shm_fd_ino(ep->memfd);
     base = mmap(NULL, seg_len, PROT_READ | PROT_WRITE, MAP_SHARED, ep->memfd, 0);
     if (base == MAP_FAILED) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot map an endpoint's segment of %zu "
@@ -145,6 +156,7 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     a.max_msg   = ep->iface->cfg->max_msg_size;
     a.pid       = (uint32_t)getpid();
     a.memfd     = (uint32_t)ep->memfd;
+    a.ino       = ep->memfd_ino;
     a.ncells    = ep->in.ncells;
     a.cell_size = ep->in.cell_size;
     a.cma       = (uint32_t)ep->cma;
@@ -157,12 +169,9 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
 static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *why,
                                       size_t why_size)
 {
-    size_t want = xfer_shm_seg_len(a->ncells, a->cell_size);
-    char path[64];
-    struct stat st;
+    xfer_shm_peer_fd_t pf = {0};
+    xfer_shm_map_t map;
     xfer_status_t status;
-    void *base;
-    int fd;
 
     if (xfer_shm_geometry_check(a->ncells, a->cell_size, why, why_size) != XFER_OK) {
         return XFER_ERR_PROTOCOL;
@@ -172,36 +181,26 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
                  a->pid, (int)ep->peer_pid);
         return XFER_ERR_PROTOCOL;
     }
-    snprintf(path, sizeof(path), "/proc/%u/fd/%u", a->pid, a->memfd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if ((fd < 0) && (errno == ENOENT)) {
+    pf.pid    = ep->peer_pid;
+    pf.fd     = a->memfd;
+    pf.ino    = a->ino;
+    pf.length = xfer_shm_seg_len(a->ncells, a->cell_size);
+    pf.exact  = 1;
+    status = xfer_shm_peer_map(&pf, &map, why, why_size);
+    if (status == XFER_ERR_CONNECTION) {
         /* the peer's process ended, or it closed its endpoint already: the endpoint is made
          * and fails at once, as one over a network would once it learns */
-        snprintf(why, why_size, "the peer closed its endpoint (or exited) before this side "
-                 "mapped its ring (%s: %s)", path, strerror(errno));
-        return XFER_ERR_CONNECTION;
+        size_t len = strlen(why);
+
+        snprintf(why + len, why_size - len, " before this side mapped its ring");
+        return status;
     }
-    if (fd < 0) {
-        snprintf(why, why_size, "cannot open the peer's segment %s: %s%s", path,
-                 strerror(errno), (errno == EACCES) || (errno == EPERM) ?
-                 " (the kernel does not let this process read the peer's descriptors)" : "");
-        return XFER_ERR_UNAVAILABLE;
-    }
-    if ((fstat(fd, &st) != 0) || ((uint64_t)st.st_size != want)) {
-        snprintf(why, why_size, "the peer's segment %s has %lld bytes, its address says %zu",
-                 path, (long long)st.st_size, want);
-        close(fd);
-        return XFER_ERR_PROTOCOL;
-    }
-    base = mmap(NULL, want, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (base == MAP_FAILED) {
-        snprintf(why, why_size, "cannot map the peer's segment: %s", strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
-    }
-    status = xfer_shm_seg_attach(&ep->out, base, want, a->token, why, why_size);
     if (status != XFER_OK) {
-        munmap(base, want);
+        return status;
+    }
+    status = xfer_shm_seg_attach(&ep->out, map.base, map.map_len, a->token, why, why_size);
+    if (status != XFER_OK) {
+        xfer_shm_peer_unmap(&map);
         ep->out.base = NULL;
     }
     return status;

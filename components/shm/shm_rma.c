@@ -9,6 +9,13 @@
  * from the region straight into the initiator's buffer - one copy; otherwise the data goes
  * through the ring. A put completes when its PUT_ACK says the data is in the target's memory,
  * a get when its data is in the local buffer.
+ *
+ * Memory the target allocated with xfer_mem_alloc() lives in a sealed memfd, whose descriptor
+ * and inode come in the key. At the first put or get with such a key the initiator maps that
+ * range (shm_map.c checks it) and from then on moves the data itself with memcpy: the put or
+ * get is complete when posted. What a deregistration means changes with it: the target frees
+ * the memory from its own address space, and a peer still mapping it writes pages that no
+ * longer belong to anything of the target's - never other memory of the target's.
  */
 #include "shm.h"
 
@@ -66,6 +73,7 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     memh->id     = iface->next_region++;
     memh->addr   = addr;
     memh->length = length;
+    memh->fd     = -1;
     it = kh_put(xfer_shm_mem, iface->regions, memh->id, &ret);
     if (ret < 0) {
         free(memh);
@@ -74,6 +82,23 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     kh_value(iface->regions, it) = memh;
     *memh_p = memh;
     return XFER_OK;
+}
+
+xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                      xfer_memh_h *memh_p)
+{
+    xfer_status_t status;
+
+    if ((params == NULL) || (params->attr == NULL)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = xfer_shm_mem_reg(iface, params->addr, params->length, params->attr->type, memh_p);
+    if ((status == XFER_OK) && XFER_MEM_REG_PARAMS_HAS_FD(params) && (params->fd >= 0)) {
+        (*memh_p)->fd        = params->fd;
+        (*memh_p)->fd_offset = params->fd_offset;
+        (*memh_p)->ino       = xfer_shm_fd_ino(params->fd);
+    }
+    return status;
 }
 
 static int in_region(xfer_memh_h memh, const void *p)
@@ -145,7 +170,11 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     memcpy(b + 24, &v, 8);
     pid = (uint32_t)getpid();
     memcpy(b + 32, &pid, 4);
-    memset(b + 36, 0, XFER_SHM_RKEY_LEN - 36);
+    pid = (memh->fd >= 0) ? (uint32_t)memh->fd : XFER_SHM_RKEY_NO_FD;
+    memcpy(b + 36, &pid, 4);
+    memcpy(b + 40, &memh->ino, 8);
+    memcpy(b + 48, &memh->fd_offset, 8);
+    memset(b + 56, 0, XFER_SHM_RKEY_LEN - 56);
     *len_p = XFER_SHM_RKEY_LEN;
     return XFER_OK;
 }
@@ -164,7 +193,7 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
                  "(%u bytes)", len, XFER_SHM_RKEY_LEN);
         return XFER_ERR_INVALID_PARAM;
     }
-    rkey = malloc(sizeof(*rkey));
+    rkey = calloc(1, sizeof(*rkey));
     if (rkey == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
@@ -173,6 +202,11 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     memcpy(&rkey->addr, b + 16, 8);
     memcpy(&rkey->length, b + 24, 8);
     memcpy(&rkey->pid, b + 32, 4);
+    memcpy(&rkey->fd, b + 36, 4);
+    memcpy(&rkey->ino, b + 40, 8);
+    memcpy(&rkey->fd_offset, b + 48, 8);
+    /* nothing is mapped here until it is used; no fd, or XFER_SHM_MAP=n: never */
+    rkey->map_state = ((rkey->fd == XFER_SHM_RKEY_NO_FD) || !iface->cfg->map) ? -1 : 0;
     *rkey_p = rkey;
     return XFER_OK;
 }
@@ -180,7 +214,41 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
 void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 {
     (void)iface;
+    if (rkey != NULL) {
+        xfer_shm_peer_unmap(&rkey->map);
+    }
     free(rkey);
+}
+
+int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
+{
+    xfer_shm_peer_fd_t pf = {0};
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+
+    if (rkey->map_state != 0) {
+        return rkey->map_state > 0;
+    }
+    pf.pid    = ep->peer_pid;
+    pf.fd     = rkey->fd;
+    pf.ino    = rkey->ino;
+    pf.offset = rkey->fd_offset;
+    pf.length = rkey->length;
+    status    = xfer_shm_peer_map(&pf, &rkey->map, why, sizeof(why));
+    if (status != XFER_OK) {
+        /* the peer carries out this key's puts and gets instead, checking each */
+        xfer_log((status == XFER_ERR_PROTOCOL) ? XFER_LOG_WARN : XFER_LOG_INFO,
+                 XFER_SHM_SUBSYS, "puts and gets to %llu bytes at 0x%llx of pid %d go through "
+                 "the peer: %s", (unsigned long long)rkey->length,
+                 (unsigned long long)rkey->addr, (int)ep->peer_pid, why);
+        rkey->map_state = -1;
+        return 0;
+    }
+    xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "mapped %llu bytes at 0x%llx of pid %d: puts "
+             "and gets to them are a memcpy here", (unsigned long long)rkey->length,
+             (unsigned long long)rkey->addr, (int)ep->peer_pid);
+    rkey->map_state = 1;
+    return 1;
 }
 
 /* ---- initiator ------------------------------------------------------------------------------ */
@@ -209,6 +277,19 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s with a key of pid %u on an endpoint to "
                  "pid %d", what, rkey->pid, (int)ep->peer_pid);
         return XFER_ERR_INVALID_PARAM;
+    }
+    if (xfer_shm_rkey_mapped(ep, rkey)) {
+        uint8_t *remote = rkey->map.data + (remote_addr - rkey->addr);
+
+        if (length == 0) {
+            return XFER_OK;
+        }
+        if (kind == XFER_SHM_OP_PUT) {
+            memcpy(remote, buf, length);
+        } else {
+            memcpy(buf, remote, length);
+        }
+        return XFER_OK;
     }
     if (length > ep->max_msg) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s of %zu bytes exceeds the message limit "

@@ -61,7 +61,7 @@ typedef enum {
     XFER_PARAM_UINT,    /* uint64_t; min/max apply */
     XFER_PARAM_SIZE,    /* uint64_t bytes; accepts 4096, 64k, 1m, 2g, inf; min/max apply */
     XFER_PARAM_TIME,    /* double seconds; accepts 10s, 500ms, 20us, 1.5 (seconds) */
-    XFER_PARAM_BOOL,    /* int 0/1; accepts y/yes/on/1 and n/no/off/0 */
+    XFER_PARAM_BOOL,    /* int 0/1; accepts y/yes/1 and n/no/0 (as UCX parses them) */
     XFER_PARAM_STRING,  /* const char *, owned by the framework for the config's lifetime */
     XFER_PARAM_ENUM,    /* int index into enum_values */
 } xfer_param_type_t;
@@ -255,7 +255,16 @@ typedef struct xfer_mem_reg_params {
     void                  *addr;
     size_t                length;
     const xfer_mem_attr_t *attr;    /* type resolved (never AUTO); valid during the call */
+    /* Host memory from xfer_mem_alloc(): a sealed memfd (it can neither shrink nor grow) that
+     * holds [addr, addr + length) at fd_offset, open until the registration ends - a same-host
+     * peer may map it. -1 for any other memory. Read only when size covers it. */
+    int                   fd;
+    uint64_t              fd_offset;
 } xfer_mem_reg_params_t;
+
+/* Whether params (of size params->size) carries its fd field. */
+#define XFER_MEM_REG_PARAMS_HAS_FD(_params) \
+    ((_params)->size >= offsetof(xfer_mem_reg_params_t, fd_offset) + sizeof(uint64_t))
 
 /* ---- the component struct, ABI v1 ----------------------------------------------------------- */
 

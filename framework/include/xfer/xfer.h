@@ -200,7 +200,19 @@ typedef struct xfer_rkey xfer_rkey_t;   /* a peer's buffer, unpacked from its pa
 /* Register [addr, addr + length) with every open transport. length 0 is invalid. */
 XFER_API xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
                                          xfer_mem_type_t type, xfer_mem_t **mem_p);
-/* Fails with XFER_ERR_BUSY while an operation that uses the buffer is outstanding. */
+/*
+ * Allocate length bytes of host memory (type XFER_MEM_HOST or XFER_MEM_AUTO; page-aligned,
+ * zeroed) and register it, like ucp_mem_map()'s ALLOCATE: xfer_mem_address() says where it is,
+ * xfer_mem_deregister() (or xfer_context_destroy()) frees it. It lives in a sealed memfd, so a peer on the same host maps
+ * it and its puts and gets are one memcpy by the peer - no kernel copy, no round trip through
+ * this process (shm). Other transports move it like any registered buffer. A range inside it
+ * registered again with xfer_mem_register() is registered like any other memory.
+ */
+XFER_API xfer_status_t xfer_mem_alloc(xfer_context_t *ctx, size_t length, xfer_mem_type_t type,
+                                      xfer_mem_t **mem_p);
+/* Fails with XFER_ERR_BUSY while an operation that uses the buffer is outstanding. Memory from
+ * xfer_mem_alloc() is freed here; a peer that still maps it keeps its pages, never this
+ * process's memory. */
 XFER_API xfer_status_t xfer_mem_deregister(xfer_mem_t *mem);
 XFER_API void  *xfer_mem_address(const xfer_mem_t *mem);
 XFER_API size_t xfer_mem_length(const xfer_mem_t *mem);

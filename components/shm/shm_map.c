@@ -1,0 +1,133 @@
+/*
+ * Memory shared with a peer on this host: memfds this side creates for the peer to map, and
+ * the peer's memfds that this side maps (its ring segments, and memory it allocated with
+ * xfer_mem_alloc()).
+ *
+ * A mapping of a file whose owner can still shrink it is a fault waiting to happen: a load or
+ * store past its new end raises SIGBUS in the process that maps it. So every memfd offered to
+ * a peer is sealed against shrinking and growing before its descriptor is handed out, and a
+ * peer's memfd is only mapped once it shows that seal and is large enough for the range. The
+ * peer's descriptor is opened through /proc/<pid>/fd/<n>, which the kernel allows with the
+ * rights ptrace would need; the inode number that came with the descriptor number must match,
+ * so a number the peer has since closed and reused for another file is refused.
+ */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEALS_WANTED (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+int xfer_shm_memfd_sealed(const char *name, size_t length, char *why, size_t why_size)
+{
+    const char *what = NULL;
+    int fd           = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    if (fd < 0) {
+        what = "memfd_create";
+    } else if (ftruncate(fd, (off_t)length) != 0) {
+        what = "ftruncate";
+    } else if (fcntl(fd, F_ADD_SEALS, SEALS_WANTED) != 0) {
+        what = "F_ADD_SEALS";
+    }
+    if (what != NULL) {
+        snprintf(why, why_size, "%s of a %zu-byte segment: %s", what, length, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    return fd;
+}
+
+uint64_t xfer_shm_fd_ino(int fd)
+{
+    struct stat st;
+
+    return (fstat(fd, &st) == 0) ? (uint64_t)st.st_ino : 0;
+}
+
+xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *map, char *why,
+                                size_t why_size)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t start, end;
+    struct stat st;
+    char path[64];
+    void *base;
+    int fd, seals;
+
+    if ((pf->length == 0) || (pf->offset > UINT64_MAX - pf->length) ||
+        (pf->offset + pf->length > (uint64_t)INT64_MAX - page)) {
+        snprintf(why, why_size, "a range of %llu bytes at offset %llu of the peer's memfd",
+                 (unsigned long long)pf->length, (unsigned long long)pf->offset);
+        return XFER_ERR_PROTOCOL;
+    }
+    snprintf(path, sizeof(path), "/proc/%d/fd/%u", (int)pf->pid, pf->fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+
+        snprintf(why, why_size, "cannot open the peer's memfd %s: %s%s", path, strerror(err),
+                 ((err == EACCES) || (err == EPERM)) ? " (the kernel does not let this "
+                 "process read the peer's descriptors)" : (err == ENOENT) ? " (the peer "
+                 "closed it, or exited)" : "");
+        return (err == ENOENT) ? XFER_ERR_CONNECTION : XFER_ERR_UNAVAILABLE;
+    }
+    seals = fcntl(fd, F_GET_SEALS);
+    if ((fstat(fd, &st) != 0) || !S_ISREG(st.st_mode)) {
+        snprintf(why, why_size, "the peer's descriptor %s is not a memory file", path);
+        goto err_protocol;
+    }
+    if ((pf->ino != 0) && ((uint64_t)st.st_ino != pf->ino)) {
+        snprintf(why, why_size, "the peer's descriptor %s is another file now (inode %llu, "
+                 "%llu expected): the memory it named is gone", path,
+                 (unsigned long long)st.st_ino, (unsigned long long)pf->ino);
+        goto err_protocol;
+    }
+    if ((seals < 0) || ((seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) !=
+                        (F_SEAL_SHRINK | F_SEAL_SEAL))) {
+        snprintf(why, why_size, "the peer's memfd %s is not sealed against shrinking (seals "
+                 "0x%x): mapping it would let the peer fault this process", path, seals);
+        goto err_protocol;
+    }
+    if ((pf->exact && ((uint64_t)st.st_size != pf->offset + pf->length)) ||
+        ((uint64_t)st.st_size < pf->offset + pf->length)) {
+        snprintf(why, why_size, "the peer's memfd %s has %lld bytes; %llu at offset %llu "
+                 "were announced", path, (long long)st.st_size,
+                 (unsigned long long)pf->length, (unsigned long long)pf->offset);
+        goto err_protocol;
+    }
+    start = pf->offset / page * page;
+    end   = (pf->offset + pf->length + page - 1) / page * page;
+    base  = mmap(NULL, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    close(fd);
+    if (base == MAP_FAILED) {
+        snprintf(why, why_size, "cannot map %llu bytes of the peer's memfd: %s",
+                 (unsigned long long)(end - start), strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    map->base     = base;
+    map->map_len  = end - start;
+    map->data     = (uint8_t*)base + (pf->offset - start);
+    return XFER_OK;
+
+err_protocol:
+    close(fd);
+    return XFER_ERR_PROTOCOL;
+}
+
+void xfer_shm_peer_unmap(xfer_shm_map_t *map)
+{
+    if (map->base != NULL) {
+        munmap(map->base, map->map_len);
+    }
+    map->base    = NULL;
+    map->data    = NULL;
+    map->map_len = 0;
+}

@@ -1,0 +1,363 @@
+/*
+ * shm's puts and gets to memory the peer allocated with xfer_mem_alloc(): the initiator maps
+ * the peer's sealed memfd and copies itself, so they complete while the owner does not
+ * progress; XFER_SHM_MAP=n hands them to the owner again. What a peer announces is checked
+ * before anything is mapped: a key whose memory was freed never reaches a later allocation
+ * that reuses its descriptor number (the inode must match), and a memfd that is not sealed
+ * against shrinking - one the owner could cut short under the mapping, faulting us - is never
+ * mapped (the owner announces it by a key it rewrote itself: a hostile peer, for real).
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LEN      (1u << 20)
+#define MAX_MEMS 8
+#define FILL     1
+
+static void suite_init(void)
+{
+    setenv("XFERTEST_TRANSPORT", "shm", 1);
+    tp_env();
+}
+
+TestSuite(shm_map, .init = suite_init, .timeout = 120);
+
+enum {
+    CMD_DONE = 1,
+    CMD_ALLOC,      /* allocate LEN bytes filled with pattern(FILL); send its key and index */
+    CMD_FREE,       /* i: deregister (free) allocation i */
+    CMD_CHECK,      /* i off len seed: answer 1 when [off, off + len) of i holds pattern(seed) */
+    CMD_PAUSE,      /* answer, then wait for the next command without progressing */
+    CMD_FAKE,       /* allocate, and send its key naming an unsealed memfd instead */
+    CMD_FAKE_CHECK, /* answer 1 when the unsealed memfd still holds pattern(FILL) */
+};
+
+/* ---- a key's shm part ------------------------------------------------------------------------ */
+
+/* The shm blob inside a packed key (framework/memory.c's layout); NULL if it has none. */
+static uint8_t *shm_part(uint8_t *blob, size_t len)
+{
+    size_t off = 4 + 1 + 3 * 8;
+    unsigned num;
+
+    if (len < off) {
+        return NULL;
+    }
+    num = blob[4];
+    for (unsigned i = 0; i < num; i++) {
+        size_t name_len, part_len;
+
+        if (off + 1 > len) {
+            return NULL;
+        }
+        name_len = blob[off];
+        if (off + 1 + name_len + 2 > len) {
+            return NULL;
+        }
+        part_len = ((size_t)blob[off + 1 + name_len] << 8) | blob[off + 2 + name_len];
+        if ((name_len == 3) && (memcmp(blob + off + 1, "shm", 3) == 0) &&
+            (off + 3 + name_len + part_len <= len) && (part_len >= 48)) {
+            return blob + off + 3 + name_len;
+        }
+        off += 3 + name_len + part_len;
+    }
+    return NULL;
+}
+
+/* The descriptor number a key names (shm_rma.c's layout: at byte 36 of the shm part). */
+static uint32_t key_fd(void *blob, size_t len)
+{
+    uint8_t *part = shm_part(blob, len);
+    uint32_t fd;
+
+    cr_assert_not_null(part, "the key has an shm part");
+    memcpy(&fd, part + 36, 4);
+    return fd;
+}
+
+/* ---- the owner ------------------------------------------------------------------------------- */
+
+typedef struct owner {
+    tp_side_t  *s;
+    xfer_mem_t *mems[MAX_MEMS];
+    unsigned   n;
+    uint8_t    *fake;       /* the unsealed memfd's mapping */
+} owner_t;
+
+static uint64_t ctl_u64(tp_side_t *s)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    return v;
+}
+
+static void owner_send_key(owner_t *o, unsigned i, int fake_fd)
+{
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_rkey_pack(o->mems[i], &blob, &len), XFER_OK);
+    if (fake_fd >= 0) {
+        uint8_t *part = shm_part(blob, len);
+        uint32_t fd   = (uint32_t)fake_fd;
+        struct stat st;
+        uint64_t ino;
+
+        TP_CHECK((part != NULL) && (fstat(fake_fd, &st) == 0), "shm part, fstat");
+        ino = (uint64_t)st.st_ino;
+        memcpy(part + 36, &fd, 4);
+        memcpy(part + 40, &ino, 8);
+    }
+    TP_CHECK(tp_ctl_send(o->s->ctl, blob, len) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(o->s->ctl, i) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+}
+
+static unsigned owner_alloc(owner_t *o)
+{
+    TP_CHECK(o->n < MAX_MEMS, "too many allocations");
+    TP_CHECK_STATUS(xfer_mem_alloc(o->s->ctx, LEN, XFER_MEM_HOST, &o->mems[o->n]), XFER_OK);
+    tp_fill_pattern(xfer_mem_address(o->mems[o->n]), LEN, FILL);
+    return o->n++;
+}
+
+static int srv_owner(tp_side_t *s)
+{
+    owner_t o = {.s = s};
+    int fake_fd = -1;
+
+    for (;;) {
+        uint64_t cmd, i, off, len, seed;
+
+        TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no command from the parent");
+        cmd = ctl_u64(s);
+        switch (cmd) {
+        case CMD_DONE:
+            return 0;
+        case CMD_ALLOC:
+            owner_send_key(&o, owner_alloc(&o), -1);
+            break;
+        case CMD_FAKE:
+            fake_fd = memfd_create("xfer-test-unsealed", MFD_CLOEXEC);
+            TP_CHECK((fake_fd >= 0) && (ftruncate(fake_fd, LEN) == 0), "memfd");
+            o.fake = mmap(NULL, LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fake_fd, 0);
+            TP_CHECK(o.fake != MAP_FAILED, "mmap");
+            tp_fill_pattern(o.fake, LEN, FILL);
+            owner_send_key(&o, owner_alloc(&o), fake_fd);
+            break;
+        case CMD_FAKE_CHECK:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, tp_check_pattern(o.fake, LEN, FILL) < 0) == 0,
+                     "ctl");
+            break;
+        case CMD_FREE:
+            i = ctl_u64(s);
+            TP_CHECK((i < o.n) && (o.mems[i] != NULL), "free of %llu", (unsigned long long)i);
+            TP_CHECK_STATUS(xfer_mem_deregister(o.mems[i]), XFER_OK);
+            o.mems[i] = NULL;
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            break;
+        case CMD_CHECK:
+            i    = ctl_u64(s);
+            off  = ctl_u64(s);
+            len  = ctl_u64(s);
+            seed = ctl_u64(s);
+            TP_CHECK((i < o.n) && (o.mems[i] != NULL) && (off + len <= LEN), "check");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, tp_check_pattern_at(xfer_mem_address(o.mems[i]),
+                                                                 off, len, seed) < 0) == 0,
+                     "ctl");
+            break;
+        case CMD_PAUSE:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            TP_CHECK(tp_ctl_ready(s->ctl, TP_WAIT_MS), "no command after a pause");
+            break;
+        default:
+            TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
+        }
+    }
+}
+
+/* ---- the initiator --------------------------------------------------------------------------- */
+
+typedef struct key {
+    xfer_rkey_t *rkey;
+    uint64_t    addr;
+    unsigned    index;      /* the owner's allocation */
+    uint32_t    fd;         /* the descriptor number it names */
+} peer_key_t;
+
+static void key_take(tp_peer_t *p, uint64_t cmd, peer_key_t *k)
+{
+    size_t len;
+    void *blob;
+
+    tp_send(p, cmd);
+    blob     = tp_recv_blob(p, &len);
+    k->index = (unsigned)tp_recv(p);
+    k->fd    = key_fd(blob, len);
+    cr_assert_eq(xfer_rkey_unpack(p->ep, blob, len, &k->rkey), XFER_OK);
+    k->addr = xfer_rkey_address(k->rkey);
+    free(blob);
+}
+
+static int owner_holds(tp_peer_t *p, const peer_key_t *k, uint64_t off, uint64_t len, uint64_t seed)
+{
+    tp_send(p, CMD_CHECK);
+    tp_send(p, k->index);
+    tp_send(p, off);
+    tp_send(p, len);
+    tp_send(p, seed);
+    return (int)tp_recv(p);
+}
+
+static void owner_free(tp_peer_t *p, const peer_key_t *k)
+{
+    tp_send(p, CMD_FREE);
+    tp_send(p, k->index);
+    cr_assert_eq(tp_recv(p), 1);
+}
+
+static void owner_pause(tp_peer_t *p)
+{
+    tp_send(p, CMD_PAUSE);
+    cr_assert_eq(tp_recv(p), 1);
+}
+
+/* A put (or get) of len bytes at off, waited for up to timeout_ms: its status. */
+static xfer_status_t rma(tp_peer_t *p, int put, void *buf, xfer_mem_t *mem, const peer_key_t *k,
+                         uint64_t off, size_t len, int timeout_ms, xfer_request_t **req_p)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+
+    st = put ? xfer_put(p->ep, buf, len, mem, k->addr + off, k->rkey, NULL, NULL, &req) :
+               xfer_get(p->ep, buf, len, mem, k->addr + off, k->rkey, NULL, NULL, &req);
+    if (!TP_POSTED(st)) {
+        return st;
+    }
+    st = xfer_request_wait(req, timeout_ms);
+    if ((st == XFER_ERR_TIMEOUT) && (req_p != NULL)) {
+        *req_p = req;       /* still pending: the caller waits again */
+        return st;
+    }
+    xfer_request_release(req);
+    return st;
+}
+
+typedef struct init {
+    tp_peer_t  p;
+    uint8_t    *buf;
+    xfer_mem_t *mem;
+} init_t;
+
+static void init_start(init_t *in)
+{
+    tp_start(&in->p, srv_owner, NULL);
+    in->buf = malloc(LEN);
+    cr_assert_not_null(in->buf);
+    cr_assert_eq(xfer_mem_register(in->p.ctx, in->buf, LEN, XFER_MEM_HOST, &in->mem), XFER_OK);
+}
+
+static void init_finish(init_t *in, peer_key_t *keys, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) {
+        xfer_rkey_destroy(keys[i].rkey);
+    }
+    tp_send(&in->p, CMD_DONE);
+    cr_assert_eq(xfer_mem_deregister(in->mem), XFER_OK);
+    free(in->buf);
+    tp_finish(&in->p);
+}
+
+Test(shm_map, puts_and_gets_to_allocated_memory_complete_while_the_owner_sleeps)
+{
+    init_t in;
+    peer_key_t k;
+
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    owner_pause(&in.p);
+    tp_fill_pattern(in.buf, LEN, 7);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k, 0, LEN, 2000, NULL), XFER_OK,
+                 "a put to mapped memory waits for nobody");
+    memset(in.buf, 0, LEN);
+    cr_assert_eq(rma(&in.p, 0, in.buf + 4096, in.mem, &k, 4096, 8192, 2000, NULL), XFER_OK);
+    cr_assert_lt(tp_check_pattern_at(in.buf, 4096, 8192, 7), 0, "the get read the put's data");
+    /* the command ends the owner's pause: the data is in its memory */
+    cr_assert(owner_holds(&in.p, &k, 0, LEN, 7), "the owner's memory holds the put's data");
+    init_finish(&in, &k, 1);
+}
+
+Test(shm_map, with_XFER_SHM_MAP_n_the_owner_carries_out_the_put)
+{
+    xfer_request_t *req = NULL;
+    init_t in;
+    peer_key_t k;
+
+    setenv("XFER_SHM_MAP", "n", 1);
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    owner_pause(&in.p);
+    tp_fill_pattern(in.buf, 65536, 8);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k, 0, 65536, 300, &req), XFER_ERR_TIMEOUT,
+                 "a put completed while its owner did not progress, with mapping off");
+    cr_assert(owner_holds(&in.p, &k, 65536, LEN - 65536, FILL));
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(req);
+    cr_assert(owner_holds(&in.p, &k, 0, 65536, 8));
+    init_finish(&in, &k, 1);
+}
+
+/* Keys of freed memory: one that was mapped before the free writes the freed pages, which
+ * belong to nothing of the owner's; one never mapped names a descriptor number that a later
+ * allocation took - its inode differs, nothing is mapped, and the owner refuses the put. */
+Test(shm_map, a_key_of_freed_memory_never_reaches_a_later_allocation)
+{
+    peer_key_t k[4];     /* a: mapped, then freed; b: freed unused; c, d: allocated after */
+    init_t in;
+
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k[0]);
+    key_take(&in.p, CMD_ALLOC, &k[1]);
+    tp_fill_pattern(in.buf, LEN, 11);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k[0], 0, 4096, TP_WAIT_MS, NULL), XFER_OK);
+    owner_free(&in.p, &k[0]);
+    owner_free(&in.p, &k[1]);
+    key_take(&in.p, CMD_ALLOC, &k[2]);
+    key_take(&in.p, CMD_ALLOC, &k[3]);
+    cr_assert((k[2].fd == k[1].fd) || (k[3].fd == k[1].fd), "a later allocation took the "
+              "freed key's descriptor number %u (%u, %u): the case this test is about",
+              k[1].fd, k[2].fd, k[3].fd);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k[0], 0, LEN, TP_WAIT_MS, NULL), XFER_OK,
+                 "a mapped key writes its own (freed) pages");
+    cr_assert_neq(rma(&in.p, 1, in.buf, in.mem, &k[1], 0, LEN, TP_WAIT_MS, NULL), XFER_OK,
+                  "a put through the key of freed memory succeeded");
+    cr_assert(owner_holds(&in.p, &k[2], 0, LEN, FILL), "a later allocation was written");
+    cr_assert(owner_holds(&in.p, &k[3], 0, LEN, FILL), "a later allocation was written");
+    init_finish(&in, k, 4);
+}
+
+Test(shm_map, a_memfd_that_is_not_sealed_is_never_mapped)
+{
+    init_t in;
+    peer_key_t k;
+
+    init_start(&in);
+    key_take(&in.p, CMD_FAKE, &k);
+    tp_fill_pattern(in.buf, LEN, 13);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k, 0, LEN, TP_WAIT_MS, NULL), XFER_OK,
+                 "the put goes through the owner instead");
+    tp_send(&in.p, CMD_FAKE_CHECK);
+    cr_assert_eq(tp_recv(&in.p), 1, "the unsealed memfd was written");
+    cr_assert(owner_holds(&in.p, &k, 0, LEN, 13), "the registered memory holds the put");
+    init_finish(&in, &k, 1);
+}
