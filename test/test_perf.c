@@ -226,6 +226,27 @@ Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
     }
 }
 
+/* -m xfer: buffers from xfer_mem_alloc on both sides (over shm the initiator maps the peer's
+ * and copies itself), every test's data checked. */
+Test(perf, every_test_runs_with_memory_from_xfer_mem_alloc)
+{
+    static const char *const tests[] = {"tag_bw", "tag_lat", "tensor_bw", "tensor_lat",
+                                        "put_bw", "get_bw", "put_lat", "batch_put",
+                                        "batch_get"};
+    char args[256];
+    perf_run_t r;
+
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        snprintf(args, sizeof(args), "-t %s -m xfer -s 300001 -n 6 --warmup 1 -V%s", tests[i],
+                 (strncmp(tests[i], "batch", 5) == 0) ? " -b 5 -w 2" : "");
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect(strstr(r.client_out, "# memory: client xfer, server xfer\n") != NULL,
+                  "%s: %s", tests[i], r.client_out);
+        perf_run_free(&r);
+    }
+}
+
 /* ---- what a transport cannot reach: refused before the test, with the reason ---------------- */
 
 typedef struct refusal {

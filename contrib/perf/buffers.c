@@ -47,6 +47,15 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
             snprintf(why, why_size, "cannot clear the cuda buffers (cuMemsetD8 failed)");
             return XFER_ERR_IO;
         }
+    } else if (perf->buf_mem == PERF_MEM_XFER) {
+        st = xfer_mem_alloc(perf->ctx, bytes, XFER_MEM_HOST, &perf->mem);
+        if (st != XFER_OK) {
+            snprintf(why, why_size, "xfer_mem_alloc of %zu bytes: %s", bytes,
+                     xfer_status_string(st));
+            return st;
+        }
+        perf->buf = xfer_mem_address(perf->mem);
+        memset(perf->buf, 0, bytes);    /* fault the pages in before the clock runs */
     } else {
         if (posix_memalign(&buf, 4096, bytes) != 0) {
             snprintf(why, why_size, "cannot allocate %zu bytes of buffers", bytes);
@@ -69,6 +78,9 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
     if ((perf->ops == NULL) || (client && (perf->samples == NULL))) {
         snprintf(why, why_size, "cannot allocate the requests and samples");
         return XFER_ERR_NO_MEMORY;
+    }
+    if (perf->mem != NULL) {
+        return XFER_OK;     /* xfer_mem_alloc registered it */
     }
     st = xfer_mem_register(perf->ctx, perf->buf, bytes,
                            (perf->buf_mem == PERF_MEM_CUDA) ? XFER_MEM_CUDA : XFER_MEM_HOST,
@@ -121,9 +133,9 @@ void perf_buffers_free(perf_t *perf)
     free(perf->scratch);
     if (perf->buf_mem == PERF_MEM_CUDA) {
         perf_cuda_free(perf->buf);
-    } else {
+    } else if (perf->buf_mem == PERF_MEM_HOST) {
         free(perf->buf);
-    }
+    }   /* PERF_MEM_XFER: freed by its xfer_mem_deregister */
     perf->samples = NULL;
     perf->notify_ns = NULL;
     perf->ops = NULL;

@@ -15,6 +15,7 @@
 const char *const perf_mem_names[PERF_MEM_LAST] = {
     [PERF_MEM_HOST] = "host",
     [PERF_MEM_CUDA] = "cuda",
+    [PERF_MEM_XFER] = "xfer",
 };
 
 const perf_test_info_t perf_tests[TEST_LAST] = {
@@ -60,10 +61,14 @@ static void usage(FILE *f)
             "                         window shrinks so that it holds at most 256 MiB); batches\n"
             "                         in flight in batch tests (default 1)\n"
             "  -x, --transports LIST  set XFER_TRANSPORTS=LIST in this process (e.g. tcp)\n"
-            "  -m, --mem TYPE[,TYPE]  where the buffers live: host (default) or cuda (CUDA\n"
-            "                         device memory, cuMemAlloc); one TYPE for both sides, or\n"
-            "                         the client's (local) then the server's (remote), like\n"
-            "                         ucx_perftest -m. Over a transport without MEM_CUDA xfer\n"
+            "  -m, --mem TYPE[,TYPE]  where the buffers live: host (default: posix_memalign,\n"
+            "                         then xfer_mem_register), xfer (host memory from\n"
+            "                         xfer_mem_alloc, as ucx_perftest's from ucp_mem_map: a\n"
+            "                         same-host peer maps it and puts/gets with memcpy) or\n"
+            "                         cuda (CUDA device memory, cuMemAlloc); one TYPE for both\n"
+            "                         sides, or the client's (local) then the server's\n"
+            "                         (remote), like ucx_perftest -m. Over a transport\n"
+            "                         without MEM_CUDA xfer\n"
             "                         stages cuda memory through host memory, except the\n"
             "                         target of a put or get (the server's buffer in put_bw,\n"
             "                         get_bw, put_lat; the client's too in put_lat): xfer_perf\n"
@@ -260,7 +265,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
         case 'm':
             if (parse_mem(optarg, o->mem) != 0) {
                 fprintf(stderr, "xfer_perf: -m: '%s' is not TYPE or TYPE,TYPE with each TYPE "
-                        "host or cuda\n", optarg);
+                        "host, xfer or cuda\n", optarg);
                 return 2;
             }
             break;

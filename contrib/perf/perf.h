@@ -50,6 +50,7 @@ typedef enum {
 typedef enum {
     PERF_MEM_HOST = 0,
     PERF_MEM_CUDA = 1,
+    PERF_MEM_XFER = 2,      /* host memory from xfer_mem_alloc() */
     PERF_MEM_LAST
 } perf_mem_t;
 
