@@ -517,6 +517,8 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
 void xfer_tcp_ep_tx_write(xfer_ep_h ep);
+/* The same, up to about budget bytes: the rest waits for progress (EPOLLOUT armed). */
+void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget);
 /* Of written bytes ever written to socket fd, those the peer's host has acknowledged. */
 uint64_t xfer_tcp_sock_acked(int fd, uint64_t written);
 /* Bytes of ep's send queue that the peer's host has acknowledged, ever. */
@@ -524,6 +526,9 @@ uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep);
 /* After queueing from a posting call: write now unless the socket is known to be full
  * (then EPOLLOUT is armed and progress() writes everything queued by then at once). */
 void xfer_tcp_ep_tx_post(xfer_ep_h ep);
+/* xfer_tcp_ep_tx_post writing at most budget bytes: a posting call that queued much (a batch)
+ * returns after the first budget bytes left, and progress writes the rest. */
+void xfer_tcp_ep_tx_post_some(xfer_ep_h ep, size_t budget);
 /* Free a TX_BUF entry (to the pool it came from) or another kind's malloc'd entry. */
 void xfer_tcp_tx_free(xfer_tcp_tx_t *tx);
 void xfer_tcp_ep_update_events(xfer_ep_h ep);

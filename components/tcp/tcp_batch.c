@@ -28,6 +28,9 @@
 #define BATCH_FL_NOTIFY 1u
 #define BATCH_FL_GET    2u
 
+/* Bytes of a batch written to the socket inside xfer_batch_post(); progress writes the rest. */
+#define XFER_TCP_BATCH_INLINE (64u << 10)
+
 typedef struct tcp_batch_sub {
     xfer_comp_t         comp;
     struct tcp_batch    *b;
@@ -216,7 +219,9 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         }
     }
     ep->tx_corked--;
-    xfer_tcp_ep_tx_post(ep);
+    /* the first frames leave now, so that a small batch goes at once; a large one does not
+     * hold its caller for the copy of all its bytes into the socket - progress writes on */
+    xfer_tcp_ep_tx_post_some(ep, XFER_TCP_BATCH_INLINE);
     /* the posting's own hold: the rest end only from progress */
     if (--b->pending == 0) {
         /* every put went eagerly and BATCH_END could not be queued: nothing will answer */

@@ -212,12 +212,18 @@ static void tx_advance(xfer_ep_h ep, size_t n)
 
 void xfer_tcp_ep_tx_write(xfer_ep_h ep)
 {
+    xfer_tcp_ep_tx_write_some(ep, SIZE_MAX);
+}
+
+void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
+{
     struct iovec iov[XFER_TCP_IOV_MAX];
+    size_t written = 0;
 
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         return;
     }
-    while (!ucs_list_is_empty(&ep->txq)) {
+    while (!ucs_list_is_empty(&ep->txq) && (written < budget)) {
         struct msghdr msg = {0};
         size_t total      = 0;
         int waiting       = 0;  /* device data not copied yet: nothing after it goes */
@@ -259,7 +265,7 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
                 skip              = 0;
                 cnt++;
             }
-            if (cnt >= XFER_TCP_IOV_MAX) {
+            if ((cnt >= XFER_TCP_IOV_MAX) || (total >= budget - written)) {
                 break;
             }
         }
@@ -280,6 +286,7 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
             return;
         }
         ep->tx_written += (size_t)n;
+        written        += (size_t)n;
         tx_advance(ep, (size_t)n);
         if (((size_t)n < total) || waiting) {
             break;  /* the socket is full, or what follows waits for a copy */
@@ -310,8 +317,13 @@ uint64_t xfer_tcp_ep_tx_acked(xfer_ep_h ep)
 
 void xfer_tcp_ep_tx_post(xfer_ep_h ep)
 {
+    xfer_tcp_ep_tx_post_some(ep, SIZE_MAX);
+}
+
+void xfer_tcp_ep_tx_post_some(xfer_ep_h ep, size_t budget)
+{
     if (!(ep->events & EPOLLOUT) && (ep->tx_corked == 0)) {
-        xfer_tcp_ep_tx_write(ep);
+        xfer_tcp_ep_tx_write_some(ep, budget);
     }
 }
 
