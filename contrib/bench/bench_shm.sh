@@ -16,6 +16,9 @@
 #   shm put_bw 64 MiB    >= 1.0 x ucx_perftest                and >= 3 x xfer tcp
 #   batch post           <= 0.5 usec per descriptor (1024 x 4 KiB)
 #   128 x 4 KiB + notify >= 0.9 x one 512 KiB put
+# xfer_perf's buffers come from xfer_mem_alloc (-m xfer), as ucx_perftest's come from
+# ucp_mem_map: a same-host peer maps them (shm puts and batches are a memcpy). One more row
+# gives shm put_bw 64 MiB with malloc'd buffers, which shm moves by CMA (the target copies).
 # The table goes to stdout and DIR/shm.txt. A tool, not a test: it exits 0 whatever the
 # figures, non-zero when something fails to run.
 #
@@ -57,7 +60,8 @@ xfer_run() {
     shift 4
     echo "# xfer_perf -x $tl -t $test -s $size -n $iters $* ..." >&2
     run_pair "xfer_${tl}_${test}_$size" "$RUN_TIMEOUT" "$PERF" -x "$tl" -p "$PORT" -- \
-        "$PERF" -x "$tl" -t "$test" -s "$size" -n "$iters" --json "$@" -p "$PORT" 127.0.0.1 ||
+        "$PERF" -x "$tl" -t "$test" -s "$size" -n "$iters" --json -m xfer "$@" -p "$PORT" \
+        127.0.0.1 ||
         die "xfer_perf -x $tl -t $test -s $size failed"
     [ "$(jq -r '.transport' <<<"$PAIR_OUT")" = "$tl" ] || die "xfer_perf did not run over $tl"
 }
@@ -95,6 +99,7 @@ xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 "$BW_ITERS"
 ucx_fig UCX_BW tag_bw 1048576 "$BW_ITERS"
 xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 "$BW_ITERS"
 xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 "$BIG_ITERS"
+xfer_fig SHM_PUT_CMA bw_average_mbps shm put_bw 67108864 "$BIG_ITERS" -m host
 ucx_fig UCX_PUT ucp_put_bw 67108864 "$BIG_ITERS"
 xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 "$BIG_ITERS"
 
@@ -108,8 +113,8 @@ for tl in shm tcp; do
     xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
 done
 
-for v in SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT UCX_PUT TCP_PUT SHM_POST TCP_POST \
-         SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT SHM_P512 TCP_P512; do
+for v in SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT \
+         SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT SHM_P512 TCP_P512; do
     [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
 done
 
@@ -119,7 +124,7 @@ if [ "$SWEEP" = 1 ]; then
     for tl in shm tcp; do
         echo "# xfer_perf -x $tl -t batch_put -a ..." >&2
         run_pair "xfer_${tl}_batch_sweep" "$RUN_TIMEOUT" "$PERF" -x "$tl" -p "$PORT" -- \
-            "$PERF" -x "$tl" -t batch_put -a --json -p "$PORT" 127.0.0.1 ||
+            "$PERF" -x "$tl" -t batch_put -a --json -m xfer -p "$PORT" 127.0.0.1 ||
             die "xfer_perf -x $tl -t batch_put -a failed"
         jq -r --arg tl "$tl" '.results[] | [$tl, .bytes, .batch, .bw_average_mbps,
                               .t_avg_usec, .notify_avg_usec, .post_usec_per_desc] | @csv' \
@@ -130,7 +135,7 @@ fi
 # ---- the figures and the aims -------------------------------------------------------------------
 {
 awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$UCX_BW" \
-    -v tb="$TCP_BW" -v sp="$SHM_PUT" -v up="$UCX_PUT" -v tp="$TCP_PUT" \
+    -v tb="$TCP_BW" -v sp="$SHM_PUT" -v spc="$SHM_PUT_CMA" -v up="$UCX_PUT" -v tp="$TCP_PUT" \
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
@@ -146,6 +151,7 @@ BEGIN {
     fig("ucx_perftest sm tag_bw 1 MiB", ub, "MB/s")
     fig("xfer tcp tag_bw 1 MiB", tb, "MB/s")
     fig("xfer shm put_bw 64 MiB", sp, "MB/s")
+    fig("xfer shm put_bw 64 MiB, -m host (CMA)", spc, "MB/s")
     fig("ucx_perftest sm ucp_put_bw 64 MiB", up, "MB/s")
     fig("xfer tcp put_bw 64 MiB", tp, "MB/s")
     fig("shm batch_put 1024 x 4 KiB: post per descriptor", spost, "usec")
