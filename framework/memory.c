@@ -163,7 +163,7 @@ static xfer_status_t mem_reg_iface(xfer_fw_iface_t *fi, xfer_mem_t *mem, xfer_me
     params.length = mem->length;
     params.attr   = &mem->attr;
     params.fd        = mem->fd;
-    params.fd_offset = mem->fd_offset;
+    params.fd_offset = 0;     /* xfer_mem_alloc maps its memfd whole */
     return fi->comp->mem_reg_params(fi->iface, &params, memh_p);
 }
 

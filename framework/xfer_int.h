@@ -239,8 +239,7 @@ struct xfer_mem {
     unsigned            busy;           /* outstanding operations using it */
     int                 staged;         /* NULL memh = moved through staging.c there */
     xfer_memh_h         *memh;          /* per ctx->ifaces[i] */
-    int                 fd;             /* memfd holding the range (memory.c), or -1 */
-    uint64_t            fd_offset;
+    int                 fd;             /* memfd holding it from offset 0 (memory.c), or -1 */
     size_t              alloc_length;   /* xfer_mem_alloc: mapped bytes to unmap; else 0 */
 };
 

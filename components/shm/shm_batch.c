@@ -76,8 +76,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
 
-        if ((v->remote < rkey->addr) || (v->remote - rkey->addr > rkey->length) ||
-            (v->length > rkey->length - (v->remote - rkey->addr))) {
+        if (!xfer_shm_rkey_covers(rkey, v->remote, v->length)) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "batch descriptor %zu (%llu bytes at "
                      "0x%llx) lies outside the peer's region", i,
                      (unsigned long long)v->length, (unsigned long long)v->remote);

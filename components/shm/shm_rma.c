@@ -220,6 +220,12 @@ void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
     free(rkey);
 }
 
+int xfer_shm_rkey_covers(xfer_rkey_h rkey, uint64_t addr, uint64_t length)
+{
+    return (addr >= rkey->addr) && (addr - rkey->addr <= rkey->length) &&
+           (length <= rkey->length - (addr - rkey->addr));
+}
+
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
 {
     xfer_shm_peer_fd_t pf = {0};
@@ -269,8 +275,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     if ((rkey == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((remote_addr < rkey->addr) || (remote_addr - rkey->addr > rkey->length) ||
-        (length > rkey->length - (remote_addr - rkey->addr))) {
+    if (!xfer_shm_rkey_covers(rkey, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (rkey->pid != (uint32_t)ep->peer_pid) {
