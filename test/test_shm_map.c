@@ -6,6 +6,11 @@
  * that reuses its descriptor number (the inode must match), and a memfd that is not sealed
  * against shrinking - one the owner could cut short under the mapping, faulting us - is never
  * mapped (the owner announces it by a key it rewrote itself: a hostile peer, for real).
+ *
+ * Rendezvous messages sent from such memory: the receiver copies them from a read-only
+ * mapping of the sender's memfd, kept for later messages (at most 8 per peer); a descriptor
+ * number that names another file now is read by CMA instead; a message that claims bytes
+ * beyond the range it names (the sender rewrites its frame in our ring) fails the endpoint.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -20,8 +25,11 @@
 #include <unistd.h>
 
 #define LEN      (1u << 20)
-#define MAX_MEMS 8
+#define MAX_MEMS 12
 #define FILL     1
+#define MSG_OFF  4096u              /* rendezvous messages start here in an allocation */
+#define MSG_LEN  (LEN - 2 * MSG_OFF)
+#define MSG_TAG  0x5a
 
 static void suite_init(void)
 {
@@ -39,6 +47,11 @@ enum {
     CMD_PAUSE,      /* answer, then wait for the next command without progressing */
     CMD_FAKE,       /* allocate, and send its key naming an unsealed memfd instead */
     CMD_FAKE_CHECK, /* answer 1 when the unsealed memfd still holds pattern(FILL) */
+    CMD_SEND,       /* i: send MSG_LEN bytes at MSG_OFF of allocation i (tag MSG_TAG + i) */
+    CMD_SEND_WAIT,  /* answer the status of the last send */
+    CMD_REPLACE,    /* i: put an unsealed memfd in place of allocation i's descriptor */
+    CMD_CORRUPT,    /* point the mapped rendezvous frames in the peer's ring past their range;
+                     * answer how many */
 };
 
 /* ---- a key's shm part ------------------------------------------------------------------------ */
@@ -87,10 +100,11 @@ static uint32_t key_fd(void *blob, size_t len)
 /* ---- the owner ------------------------------------------------------------------------------- */
 
 typedef struct owner {
-    tp_side_t  *s;
-    xfer_mem_t *mems[MAX_MEMS];
-    unsigned   n;
-    uint8_t    *fake;       /* the unsealed memfd's mapping */
+    tp_side_t      *s;
+    xfer_mem_t     *mems[MAX_MEMS];
+    unsigned       n;
+    uint8_t        *fake;       /* the unsealed memfd's mapping */
+    xfer_request_t *send;       /* the last CMD_SEND's */
 } owner_t;
 
 static uint64_t ctl_u64(tp_side_t *s)
@@ -129,6 +143,81 @@ static unsigned owner_alloc(owner_t *o)
     TP_CHECK_STATUS(xfer_mem_alloc(o->s->ctx, LEN, XFER_MEM_HOST, &o->mems[o->n]), XFER_OK);
     tp_fill_pattern(xfer_mem_address(o->mems[o->n]), LEN, FILL);
     return o->n++;
+}
+
+/* The descriptor number of allocation i's memfd, as its key names it. */
+static int owner_fd(owner_t *o, unsigned i)
+{
+    uint8_t *part;
+    uint32_t fd;
+    size_t len;
+    void *blob;
+
+    TP_CHECK_STATUS(xfer_rkey_pack(o->mems[i], &blob, &len), XFER_OK);
+    part = shm_part(blob, len);
+    TP_CHECK(part != NULL, "the key has an shm part");
+    memcpy(&fd, part + 36, 4);
+    xfer_rkey_blob_free(blob);
+    return (int)fd;
+}
+
+static void owner_send(owner_t *o, unsigned i)
+{
+    uint8_t *addr = xfer_mem_address(o->mems[i]);
+
+    TP_CHECK(o->send == NULL, "a send is pending");
+    TP_CHECK(TP_POSTED(xfer_tag_send(o->s->ep, MSG_TAG + i, addr + MSG_OFF, MSG_LEN,
+                                     o->mems[i], NULL, NULL, &o->send)), "tag send");
+}
+
+static xfer_status_t owner_send_wait(owner_t *o)
+{
+    xfer_status_t st = xfer_request_wait(o->send, TP_WAIT_MS);
+
+    xfer_request_release(o->send);
+    o->send = NULL;
+    return st;
+}
+
+/* Rewrite the payload of every TAG frame flagged RNDV|MAPPED in the rings this process maps
+ * (shm_ring.h's layout; the payload is xfer_shm_rndv_mem_t): its message now starts at the
+ * end of its range. */
+static unsigned owner_corrupt(void)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    unsigned n = 0;
+    char line[512];
+
+    TP_CHECK(maps != NULL, "maps");
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        unsigned long lo, hi;
+        uint32_t ncells, cell_size;
+        uint8_t *base;
+
+        if ((strstr(line, "memfd:xfer-shm") == NULL) ||
+            (sscanf(line, "%lx-%lx", &lo, &hi) != 2)) {
+            continue;
+        }
+        base = (uint8_t*)lo;
+        memcpy(&ncells, base + 8, 4);
+        memcpy(&cell_size, base + 12, 4);
+        for (uint32_t c = 0; c < ncells; c++) {
+            uint8_t *cell = base + 256 + (size_t)c * cell_size;
+            uint16_t type, flags;
+            uint64_t length;
+
+            memcpy(&type, cell + 4, 2);
+            memcpy(&flags, cell + 6, 2);
+            if ((type != 2) || (flags != (1u | 16u))) {     /* TAG, RNDV | MAPPED */
+                continue;
+            }
+            memcpy(&length, cell + 64 + 24, 8);
+            memcpy(cell + 64 + 32, &length, 8);             /* msg_offset = length */
+            n++;
+        }
+    }
+    fclose(maps);
+    return n;
 }
 
 static int srv_owner(tp_side_t *s)
@@ -179,6 +268,25 @@ static int srv_owner(tp_side_t *s)
         case CMD_PAUSE:
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
             TP_CHECK(tp_ctl_ready(s->ctl, TP_WAIT_MS), "no command after a pause");
+            break;
+        case CMD_SEND:
+            i = ctl_u64(s);
+            TP_CHECK((i < o.n) && (o.mems[i] != NULL), "send from %llu", (unsigned long long)i);
+            owner_send(&o, (unsigned)i);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            break;
+        case CMD_SEND_WAIT:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, owner_send_wait(&o)) == 0, "ctl");
+            break;
+        case CMD_REPLACE:
+            i       = ctl_u64(s);
+            fake_fd = memfd_create("xfer-test-unsealed", MFD_CLOEXEC);
+            TP_CHECK((i < o.n) && (fake_fd >= 0) && (ftruncate(fake_fd, LEN) == 0), "memfd");
+            TP_CHECK(dup2(fake_fd, owner_fd(&o, (unsigned)i)) >= 0, "dup2");
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            break;
+        case CMD_CORRUPT:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, owner_corrupt()) == 0, "ctl");
             break;
         default:
             TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
@@ -359,5 +467,157 @@ Test(shm_map, a_memfd_that_is_not_sealed_is_never_mapped)
     tp_send(&in.p, CMD_FAKE_CHECK);
     cr_assert_eq(tp_recv(&in.p), 1, "the unsealed memfd was written");
     cr_assert(owner_holds(&in.p, &k, 0, LEN, 13), "the registered memory holds the put");
+    init_finish(&in, &k, 1);
+}
+
+/* ---- rendezvous messages from allocated memory ------------------------------------------------ */
+
+/* Mappings of a peer's xfer_mem_alloc memfd in this process: read-only ones in *ro. */
+static unsigned peer_mem_mappings(unsigned *ro)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    unsigned n = 0;
+    char line[512];
+
+    cr_assert_not_null(maps);
+    *ro = 0;
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        char perms[8];
+
+        if ((strstr(line, "memfd:xfer-mem") == NULL) ||
+            (sscanf(line, "%*x-%*x %7s", perms) != 1)) {
+            continue;
+        }
+        n++;
+        *ro += (strcmp(perms, "r--s") == 0);
+    }
+    fclose(maps);
+    return n;
+}
+
+/* Receive the message CMD_SEND sends from allocation k into buf at MSG_OFF, posted before the
+ * send (expected) or after it arrived (unexpected); the receive's status. */
+static xfer_status_t recv_msg(init_t *in, const peer_key_t *k, int expected)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+
+    memset(in->buf, 0, LEN);
+    if (!expected) {
+        tp_send(&in->p, CMD_SEND);
+        tp_send(&in->p, k->index);
+        cr_assert_eq(tp_recv(&in->p), 1);
+        tp_progress_for(in->p.ctx, 50);     /* the descriptor arrives unexpected */
+    }
+    st = xfer_tag_recv(in->p.ctx, in->p.ep, MSG_TAG + k->index, UINT64_MAX,
+                       in->buf + MSG_OFF, MSG_LEN, in->mem, NULL, NULL, &req);
+    cr_assert(TP_POSTED(st), "tag recv: %s", xfer_status_string(st));
+    if (expected) {
+        tp_send(&in->p, CMD_SEND);
+        tp_send(&in->p, k->index);
+        cr_assert_eq(tp_recv(&in->p), 1);
+    }
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    xfer_request_release(req);
+    return st;
+}
+
+static void send_done(init_t *in, xfer_status_t want)
+{
+    tp_send(&in->p, CMD_SEND_WAIT);
+    cr_assert_eq(tp_recv(&in->p), (uint64_t)want, "the sender's request");
+}
+
+/* Messages from 10 allocations, expected and unexpected: all arrive whole; they were read
+ * from read-only mappings, of which no more than 8 stay. */
+Test(shm_map, messages_from_allocated_memory_are_copied_from_a_read_only_mapping)
+{
+    peer_key_t k[10];
+    unsigned n, ro;
+    init_t in;
+
+    init_start(&in);
+    for (unsigned i = 0; i < 10; i++) {
+        key_take(&in.p, CMD_ALLOC, &k[i]);
+        for (int expected = 0; expected < 2; expected++) {
+            cr_assert_eq(recv_msg(&in, &k[i], expected), XFER_OK);
+            cr_assert_lt(tp_check_pattern_at(in.buf, MSG_OFF, MSG_LEN, FILL), 0,
+                         "message %u (%s) arrived whole", i, expected ? "expected" :
+                         "unexpected");
+            send_done(&in, XFER_OK);
+        }
+        n = peer_mem_mappings(&ro);
+        cr_assert_eq(n, (i < 8) ? i + 1 : 8, "%u of the peer's memfds are mapped after %u "
+                     "allocations sent from", n, i + 1);
+        cr_assert_eq(ro, n, "%u of %u mappings are read only", ro, n);
+    }
+    init_finish(&in, k, 10);
+}
+
+Test(shm_map, with_XFER_SHM_MAP_n_messages_are_read_by_cma)
+{
+    unsigned ro;
+    init_t in;
+    peer_key_t k;
+
+    setenv("XFER_SHM_MAP", "n", 1);
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    cr_assert_eq(recv_msg(&in, &k, 1), XFER_OK);
+    cr_assert_lt(tp_check_pattern_at(in.buf, MSG_OFF, MSG_LEN, FILL), 0);
+    send_done(&in, XFER_OK);
+    cr_assert_eq(peer_mem_mappings(&ro), 0, "the peer's memory was mapped");
+    init_finish(&in, &k, 1);
+}
+
+/* The sender's descriptor number names another file (a memfd it put in its place): the inode
+ * the message announces does not match, so nothing is mapped and the data comes by CMA. */
+Test(shm_map, a_message_whose_descriptor_names_another_file_is_read_by_cma)
+{
+    unsigned ro;
+    init_t in;
+    peer_key_t k;
+
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    tp_send(&in.p, CMD_REPLACE);
+    tp_send(&in.p, k.index);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    cr_assert_eq(recv_msg(&in, &k, 0), XFER_OK);
+    cr_assert_lt(tp_check_pattern_at(in.buf, MSG_OFF, MSG_LEN, FILL), 0,
+                 "the message came whole, from the sender's memory");
+    send_done(&in, XFER_OK);
+    cr_assert_eq(peer_mem_mappings(&ro), 0, "another file was mapped");
+    init_finish(&in, &k, 1);
+}
+
+/* The sender rewrites its frame in our ring before we read it: the message now claims bytes
+ * past the range it names. The endpoint fails with a protocol error; nothing is read. */
+Test(shm_map, a_message_claiming_bytes_beyond_its_range_fails_the_endpoint)
+{
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    unsigned ro;
+    init_t in;
+    peer_key_t k;
+
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    tp_send(&in.p, CMD_SEND);
+    tp_send(&in.p, k.index);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    tp_send(&in.p, CMD_CORRUPT);
+    cr_assert_eq(tp_recv(&in.p), 1, "the sender found its frame in our ring");
+    memset(in.buf, 0, LEN);
+    cr_assert(TP_POSTED(xfer_tag_recv(in.p.ctx, in.p.ep, MSG_TAG + k.index, UINT64_MAX,
+                                      in.buf + MSG_OFF, MSG_LEN, in.mem, NULL, NULL, &req)));
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    xfer_request_release(req);
+    cr_assert_eq(st, XFER_ERR_PROTOCOL, "the receive: %s", xfer_status_string(st));
+    cr_assert_eq(xfer_endpoint_status(in.p.ep), XFER_ERR_PROTOCOL);
+    for (size_t i = 0; i < LEN; i++) {
+        cr_assert_eq(in.buf[i], 0, "byte %zu of the receive buffer was written", i);
+    }
+    cr_assert_eq(peer_mem_mappings(&ro), 0);
     init_finish(&in, &k, 1);
 }

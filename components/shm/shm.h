@@ -167,9 +167,29 @@ typedef struct xfer_shm_unexp {
     int             complete;       /* all bytes arrived (or RNDV: nothing more comes) */
     int             rndv;           /* the data is in the sender: src, send id */
     uint64_t        src, send_id;
+    int             mapped;         /* RNDV from a memfd the sender announced: mem */
+    xfer_shm_rndv_mem_t mem;
     xfer_shm_op_t   *recv;          /* a receive that matched it while it was arriving */
     uint8_t         data[];
 } xfer_shm_unexp_t;
+
+/* ---- the peer's memory, mapped to read rendezvous messages (shm_map.c) ------------------------ */
+
+#define XFER_SHM_PEER_MAPS 8    /* per endpoint; the least recently used one is replaced */
+
+typedef struct xfer_shm_map {
+    void     *base;         /* the mapping, page-aligned; NULL when none */
+    size_t   map_len;
+    uint8_t  *data;         /* where the announced range starts in it */
+} xfer_shm_map_t;
+
+typedef struct xfer_shm_peer_mem {
+    uint64_t       used;    /* ep->peer_mem_clock at its last use; 0: the entry is free */
+    uint32_t       fd;
+    uint64_t       ino, offset, length;
+    int            refused; /* the checks failed: its messages are read by CMA */
+    xfer_shm_map_t map;
+} xfer_shm_peer_mem_t;
 
 /* ---- endpoint ------------------------------------------------------------------------------- */
 
@@ -244,6 +264,9 @@ struct xfer_ep {
     uint32_t            free_slot;
     uint32_t            busy_slots;
 
+    xfer_shm_peer_mem_t peer_mem[XFER_SHM_PEER_MAPS];
+    uint64_t            peer_mem_clock;
+
     ucs_list_link_t     preqs;          /* xfer_shm_preq_t of this peer */
     uint32_t            num_preqs;
 
@@ -285,13 +308,8 @@ typedef struct xfer_shm_peer_fd {
     uint64_t ino;           /* its inode (0: not checked) */
     uint64_t offset, length;
     int      exact;         /* the file must end where the range ends */
+    int      read_only;     /* map it for reading only */
 } xfer_shm_peer_fd_t;
-
-typedef struct xfer_shm_map {
-    void     *base;         /* the mapping, page-aligned; NULL when none */
-    size_t   map_len;
-    uint8_t  *data;         /* where the announced range starts in it */
-} xfer_shm_map_t;
 
 struct xfer_memh {
     uint64_t id;
@@ -326,6 +344,13 @@ uint64_t xfer_shm_fd_ino(int fd);
 xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *map, char *why,
                                 size_t why_size);
 void xfer_shm_peer_unmap(xfer_shm_map_t *map);
+/* Where the message that m announces is mapped here for reading (mapping the sender's range
+ * first, or taking it from the endpoint's cache); NULL when the range cannot be mapped (its
+ * failure was logged once) and the message is read by CMA. m was checked: the message lies in
+ * the range. */
+const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m);
+/* Unmap every range in the endpoint's cache. */
+void xfer_shm_peer_mem_release(xfer_ep_h ep);
 
 /* ---- shm_component.c ------------------------------------------------------------------------ */
 /* This process's identity for the iface address; why when it cannot be read. */

@@ -545,6 +545,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     xfer_shm_iface_deliver_ep(iface, ep);
     xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);
+    xfer_shm_peer_mem_release(ep);
     if (ep->in.base != NULL) {
         munmap(ep->in.base, ep->in.seg_len);
     }

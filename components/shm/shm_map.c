@@ -10,6 +10,14 @@
  * peer's descriptor is opened through /proc/<pid>/fd/<n>, which the kernel allows with the
  * rights ptrace would need; the inode number that came with the descriptor number must match,
  * so a number the peer has since closed and reused for another file is refused.
+ *
+ * A rendezvous message from memory the sender allocated with xfer_mem_alloc() names that
+ * memory's memfd; the receiver maps the sender's whole registered range once, read only, and
+ * copies this and later messages from it with memcpy instead of process_vm_readv. Each
+ * endpoint keeps up to XFER_SHM_PEER_MAPS such ranges (the least recently used one gives way),
+ * and remembers a range that failed the checks so that it is not tried again. A range the
+ * sender has freed stays mapped here until it gives way: its pages are orphaned, never
+ * memory the sender uses for something else.
  */
 #include "shm.h"
 
@@ -69,7 +77,7 @@ xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *ma
         return XFER_ERR_PROTOCOL;
     }
     snprintf(path, sizeof(path), "/proc/%d/fd/%u", (int)pf->pid, pf->fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
+    fd = open(path, (pf->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
 
@@ -105,7 +113,8 @@ xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *ma
     }
     start = pf->offset / page * page;
     end   = (pf->offset + pf->length + page - 1) / page * page;
-    base  = mmap(NULL, end - start, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+    base  = mmap(NULL, end - start, pf->read_only ? PROT_READ : (PROT_READ | PROT_WRITE),
+                 MAP_SHARED, fd, (off_t)start);
     close(fd);
     if (base == MAP_FAILED) {
         snprintf(why, why_size, "cannot map %llu bytes of the peer's memfd: %s",
@@ -130,4 +139,77 @@ void xfer_shm_peer_unmap(xfer_shm_map_t *map)
     map->base    = NULL;
     map->data    = NULL;
     map->map_len = 0;
+}
+
+/* The cache entry for m's range: the one that holds it, else a free one, else the least
+ * recently used (unmapped first). */
+static xfer_shm_peer_mem_t *peer_mem_entry(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m,
+                                           int *found)
+{
+    xfer_shm_peer_mem_t *victim = &ep->peer_mem[0];
+
+    for (size_t i = 0; i < XFER_SHM_PEER_MAPS; i++) {
+        xfer_shm_peer_mem_t *e = &ep->peer_mem[i];
+
+        if ((e->used != 0) && (e->fd == m->fd) && (e->ino == m->ino) &&
+            (e->offset == m->offset) && (e->length == m->length)) {
+            *found = 1;
+            return e;
+        }
+        if (e->used < victim->used) {
+            victim = e;
+        }
+    }
+    *found = 0;
+    xfer_shm_peer_unmap(&victim->map);
+    memset(victim, 0, sizeof(*victim));
+    return victim;
+}
+
+const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m)
+{
+    xfer_shm_peer_fd_t pf = {0};
+    char why[XFER_REASON_MAX];
+    xfer_shm_peer_mem_t *e;
+    xfer_status_t status;
+    int found;
+
+    if (!ep->iface->cfg->map) {
+        return NULL;
+    }
+    e       = peer_mem_entry(ep, m, &found);
+    e->used = ++ep->peer_mem_clock;
+    if (!found) {
+        e->fd        = m->fd;
+        e->ino       = m->ino;
+        e->offset    = m->offset;
+        e->length    = m->length;
+        pf.pid       = ep->peer_pid;
+        pf.fd        = m->fd;
+        pf.ino       = m->ino;
+        pf.offset    = m->offset;
+        pf.length    = m->length;
+        pf.read_only = 1;
+        status       = xfer_shm_peer_map(&pf, &e->map, why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_log((status == XFER_ERR_PROTOCOL) ? XFER_LOG_WARN : XFER_LOG_INFO,
+                     XFER_SHM_SUBSYS, "messages from %llu bytes of pid %d's memfd %u are read "
+                     "by CMA: %s", (unsigned long long)m->length, (int)ep->peer_pid, m->fd,
+                     why);
+            e->refused = 1;
+        } else {
+            xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "mapped %llu bytes of pid %d's memfd "
+                     "%u: messages from them are a memcpy here", (unsigned long long)m->length,
+                     (int)ep->peer_pid, m->fd);
+        }
+    }
+    return e->refused ? NULL : e->map.data + m->msg_offset;
+}
+
+void xfer_shm_peer_mem_release(xfer_ep_h ep)
+{
+    for (size_t i = 0; i < XFER_SHM_PEER_MAPS; i++) {
+        xfer_shm_peer_unmap(&ep->peer_mem[i].map);
+        ep->peer_mem[i].used = 0;
+    }
 }

@@ -40,7 +40,9 @@
 /* Frame types. */
 enum {
     XFER_SHM_F_DATA = 1,    /* continuation of the message before it */
-    XFER_SHM_F_TAG,         /* id: tag; a: length; RNDV: b source address, c send id */
+    XFER_SHM_F_TAG,         /* id: tag; a: length; RNDV: b source address, c send id;
+                             * RNDV|MAPPED: payload names the source's memfd
+                             * (xfer_shm_rndv_mem_t) */
     XFER_SHM_F_TAG_FIN,     /* id: send id; status: the receiver has read it (or failed) */
     XFER_SHM_F_PUT,         /* id: request; a: region; b: address; c: length; RNDV: d source */
     XFER_SHM_F_PUT_ACK,     /* id: request; status */
@@ -64,6 +66,18 @@ enum {
 #define XFER_SHM_FL_GET    2u   /* BATCH: of gets */
 #define XFER_SHM_FL_NOTIFY 4u   /* BATCH: carries a notification */
 #define XFER_SHM_FL_VOID   8u   /* BATCH, NOTIFY: cancelled before it was written */
+#define XFER_SHM_FL_MAPPED 16u  /* TAG RNDV: the source lies in a memfd the receiver may map */
+
+/* The payload of a TAG frame with RNDV|MAPPED: the sender's registered range of a memfd
+ * (memory from xfer_mem_alloc) and where the message starts in it. */
+typedef struct xfer_shm_rndv_mem {
+    uint32_t fd;            /* the descriptor's number in the sender */
+    uint32_t reserved;
+    uint64_t ino;           /* its inode */
+    uint64_t offset;        /* the registered range: offset in the file ... */
+    uint64_t length;        /* ... and bytes */
+    uint64_t msg_offset;    /* the message, from the range's start */
+} xfer_shm_rndv_mem_t;
 
 typedef struct xfer_shm_frame {
     uint32_t len;           /* payload bytes in this cell */

@@ -10,7 +10,9 @@
  * send completes once it is there - at once for a message that fits the caller's copy. From
  * RNDV_THRESH with CMA only a descriptor goes (RNDV: the source address); the receiver reads
  * the data straight from the sender's buffer into its own once a receive matches, and answers
- * TAG_FIN, which completes the send. Unexpected messages are buffered up to MAX_UNEXPECTED
+ * TAG_FIN, which completes the send; from memory the sender allocated with xfer_mem_alloc()
+ * the descriptor also names its memfd, and the receiver copies from its mapping of it
+ * (shm_map.c) instead. Unexpected messages are buffered up to MAX_UNEXPECTED
  * bytes per interface and MAX_UNEXPECTED_EP per endpoint (a descriptor costs only its
  * bookkeeping); beyond that the endpoint's ring is not read until receives drain the queue.
  */
@@ -68,15 +70,19 @@ static int unexp_room(xfer_ep_h ep, uint64_t cost)
            (ep_after <= 2 * cfg->max_unexpected_ep);
 }
 
-/* Read a RNDV message's data from the sender into buf (n bytes of its length), and tell the
- * sender it may reuse its buffer. The status of the read. */
+/* Read a RNDV message's data from the sender into buf (n bytes of its length) - from the
+ * sender's memfd mapped here when mem names one that maps, else by CMA - and tell the sender
+ * it may reuse its buffer. The status of the read. */
 static xfer_status_t rndv_pull(xfer_ep_h ep, void *buf, uint64_t n, uint64_t src,
-                               uint64_t send_id)
+                               const xfer_shm_rndv_mem_t *mem, uint64_t send_id)
 {
+    const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem) : NULL;
     char why[XFER_REASON_MAX];
     xfer_status_t status = XFER_OK;
 
-    if (n > 0) {
+    if (mapped != NULL) {
+        memcpy(buf, mapped, n);
+    } else if (n > 0) {
         status = xfer_shm_cma(ep, buf, src, n, 0, why, sizeof(why));
     }
     if (status != XFER_OK) {
@@ -101,7 +107,8 @@ static void unexp_deliver(xfer_iface_h iface, xfer_shm_unexp_t *ue, xfer_shm_op_
     xfer_status_t status = (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
 
     if (ue->rndv) {
-        xfer_status_t read = rndv_pull(ue->ep, op->buf, n, ue->src, ue->send_id);
+        xfer_status_t read = rndv_pull(ue->ep, op->buf, n, ue->src,
+                                       ue->mapped ? &ue->mem : NULL, ue->send_id);
 
         status = (read != XFER_OK) ? read : status;
     } else if (n > 0) {
@@ -130,12 +137,13 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
                                 xfer_memh_h memh, xfer_comp_t *comp)
 {
     const xfer_shm_config_t *cfg;
+    xfer_shm_rndv_mem_t mem;
     xfer_shm_frame_t hdr;
     xfer_status_t status;
     xfer_shm_op_t *op;
+    size_t mem_len;
     uint64_t id;
 
-    (void)memh;
     status = xfer_shm_ep_check(ep);
     if (status != XFER_OK) {
         return status;
@@ -175,7 +183,9 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         xfer_shm_tx_write(ep);
         return XFER_INPROGRESS;
     }
-    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_SEND, comp, 0);
+    /* from memory in a memfd (xfer_mem_alloc) the receiver may map it and copy by memcpy */
+    mem_len = ((memh != NULL) && (memh->fd >= 0) && cfg->map) ? sizeof(mem) : 0;
+    op      = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_SEND, comp, mem_len);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
@@ -190,7 +200,17 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     hdr.flags  = XFER_SHM_FL_RNDV;
     hdr.b      = (uint64_t)(uintptr_t)buf;
     hdr.c      = id;
-    xfer_shm_tx_queue(ep, &op->tx, &hdr, NULL, 0, 0, 0);
+    if (mem_len > 0) {
+        memset(&mem, 0, sizeof(mem));
+        mem.fd         = (uint32_t)memh->fd;
+        mem.ino        = memh->ino;
+        mem.offset     = memh->fd_offset;
+        mem.length     = memh->length;
+        mem.msg_offset = (uint64_t)((const uint8_t*)buf - memh->addr);
+        memcpy(op->key, &mem, sizeof(mem));
+        hdr.flags |= XFER_SHM_FL_MAPPED;
+    }
+    xfer_shm_tx_queue(ep, &op->tx, &hdr, (const uint8_t*)op->key, mem_len, 0, 0);
     xfer_shm_tx_write(ep);
     return XFER_INPROGRESS;
 }
@@ -277,7 +297,9 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
 {
     xfer_iface_h iface = ep->iface;
     int rndv           = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    int mapped         = (hdr->flags & XFER_SHM_FL_MAPPED) != 0;
     uint64_t len       = hdr->a;
+    xfer_shm_rndv_mem_t mem;
     xfer_shm_op_t *op, *tmp;
     xfer_shm_unexp_t *ue;
 
@@ -286,11 +308,22 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (unsigned long long)len, (unsigned long long)iface->cfg->max_msg_size);
         return XFER_ERR_PROTOCOL;
     }
-    if (rndv ? (!ep->cma || (hdr->len != 0)) : (hdr->len > len)) {
-        snprintf(why, why_size, "a %s message of %llu bytes with %u in its first frame%s",
-                 rndv ? "rendezvous" : "copied", (unsigned long long)len, hdr->len,
+    if (rndv ? (!ep->cma || (hdr->len != (mapped ? sizeof(mem) : 0))) :
+               (mapped || (hdr->len > len))) {
+        snprintf(why, why_size, "a %s%s message of %llu bytes with %u in its first frame%s",
+                 rndv ? "rendezvous" : "copied", mapped ? " mapped" : "",
+                 (unsigned long long)len, hdr->len,
                  (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
         return XFER_ERR_PROTOCOL;
+    }
+    if (mapped) {
+        memcpy(&mem, payload, sizeof(mem));
+        if ((mem.msg_offset > mem.length) || (len > mem.length - mem.msg_offset)) {
+            snprintf(why, why_size, "a rendezvous message of %llu bytes at %llu of a %llu-byte "
+                     "range of the sender's memfd", (unsigned long long)len,
+                     (unsigned long long)mem.msg_offset, (unsigned long long)mem.length);
+            return XFER_ERR_PROTOCOL;
+        }
     }
     ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
         uint64_t want;
@@ -305,7 +338,8 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         op->ep = ep;
         want   = (len < op->len) ? len : op->len;
         if (rndv) {
-            xfer_status_t read = rndv_pull(ep, op->buf, want, hdr->b, hdr->c);
+            xfer_status_t read = rndv_pull(ep, op->buf, want, hdr->b,
+                                           mapped ? &mem : NULL, hdr->c);
 
             xfer_shm_op_complete(op, (read != XFER_OK) ? read : (len > op->len) ?
                                  XFER_ERR_TRUNCATED : XFER_OK, len, hdr->id);
@@ -334,6 +368,10 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
     ue->rndv     = rndv;
     ue->src      = hdr->b;
     ue->send_id  = hdr->c;
+    ue->mapped   = mapped;
+    if (mapped) {
+        ue->mem = mem;
+    }
     ue->complete = rndv;
     ue->recv     = NULL;
     ucs_list_add_tail(&iface->unexp, &ue->list);
