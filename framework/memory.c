@@ -272,11 +272,33 @@ xfer_status_t xfer_mem_register(xfer_context_t *ctx, void *addr, size_t length,
     return mem_register(ctx, "xfer_mem_register", addr, length, type, -1, 0, mem_p);
 }
 
+int xfer_memfd_sealed(const char *name, size_t length, char *why, size_t why_size)
+{
+    const char *what = NULL;
+    int fd           = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+    if (fd < 0) {
+        what = "memfd_create";
+    } else if (ftruncate(fd, (off_t)length) != 0) {
+        what = "ftruncate";
+    } else if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        what = "F_ADD_SEALS";
+    }
+    if (what != NULL) {
+        snprintf(why, why_size, "%s of a %zu-byte memfd: %s", what, length, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
+    }
+    return fd;
+}
+
 xfer_status_t xfer_mem_alloc(xfer_context_t *ctx, size_t length, xfer_mem_type_t type,
                              xfer_mem_t **mem_p)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    const char *what = NULL;
+    char why[XFER_REASON_MAX];
     xfer_status_t status;
     size_t alloc_length;
     void *addr;
@@ -297,20 +319,9 @@ xfer_status_t xfer_mem_alloc(xfer_context_t *ctx, size_t length, xfer_mem_type_t
         return XFER_ERR_INVALID_PARAM;
     }
     alloc_length = (length + page - 1) / page * page;
-    fd = memfd_create("xfer-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    fd = xfer_memfd_sealed("xfer-mem", alloc_length, why, sizeof(why));
     if (fd < 0) {
-        what = "memfd_create";
-    } else if (ftruncate(fd, (off_t)alloc_length) != 0) {
-        what = "ftruncate";
-    } else if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-        what = "sealing the memfd";
-    }
-    if (what != NULL) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc of %zu bytes: %s: %s", length,
-                 what, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-        }
+        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc of %zu bytes: %s", length, why);
         return XFER_ERR_NO_MEMORY;
     }
     addr = mmap(NULL, alloc_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -333,9 +333,6 @@ struct xfer_rkey {
 };
 
 /* ---- shm_map.c ------------------------------------------------------------------------------ */
-/* A memfd of length bytes sealed against shrinking and growing, for a peer to map; -1 and why
- * if not. */
-int xfer_shm_memfd_sealed(const char *name, size_t length, char *why, size_t why_size);
 /* The inode of fd, 0 if fstat fails. */
 uint64_t xfer_shm_fd_ino(int fd);
 /* Map a range of a peer's memfd, checked first: a regular file, the announced inode, sealed

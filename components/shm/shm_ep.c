@@ -110,7 +110,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
                  strerror(errno));
         goto err;
     }
-    ep->memfd = xfer_shm_memfd_sealed("xfer-shm", seg_len, why, sizeof(why));
+    ep->memfd = xfer_memfd_sealed("xfer-shm", seg_len, why, sizeof(why));
     if (ep->memfd < 0) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create an endpoint's segment: %s",
                  why);

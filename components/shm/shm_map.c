@@ -1,11 +1,11 @@
 /*
- * Memory shared with a peer on this host: memfds this side creates for the peer to map, and
- * the peer's memfds that this side maps (its ring segments, and memory it allocated with
- * xfer_mem_alloc()).
+ * Memory shared with a peer on this host: the peer's memfds that this side maps (its ring
+ * segments, and memory it allocated with xfer_mem_alloc()).
  *
  * A mapping of a file whose owner can still shrink it is a fault waiting to happen: a load or
  * store past its new end raises SIGBUS in the process that maps it. So every memfd offered to
- * a peer is sealed against shrinking and growing before its descriptor is handed out, and a
+ * a peer is sealed against shrinking and growing before its descriptor is handed out
+ * (xfer_memfd_sealed(), the framework's, for the rings and for xfer_mem_alloc()), and a
  * peer's memfd is only mapped once it shows that seal and is large enough for the range. The
  * peer's descriptor is opened through /proc/<pid>/fd/<n>, which the kernel allows with the
  * rights ptrace would need; the inode number that came with the descriptor number must match,
@@ -28,30 +28,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define SEALS_WANTED (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
-
-int xfer_shm_memfd_sealed(const char *name, size_t length, char *why, size_t why_size)
-{
-    const char *what = NULL;
-    int fd           = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-
-    if (fd < 0) {
-        what = "memfd_create";
-    } else if (ftruncate(fd, (off_t)length) != 0) {
-        what = "ftruncate";
-    } else if (fcntl(fd, F_ADD_SEALS, SEALS_WANTED) != 0) {
-        what = "F_ADD_SEALS";
-    }
-    if (what != NULL) {
-        snprintf(why, why_size, "%s of a %zu-byte segment: %s", what, length, strerror(errno));
-        if (fd >= 0) {
-            close(fd);
-        }
-        return -1;
-    }
-    return fd;
-}
 
 uint64_t xfer_shm_fd_ino(int fd)
 {

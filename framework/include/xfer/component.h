@@ -491,6 +491,13 @@ XFER_API void xfer_cuda_describe(char *buf, size_t size);
 XFER_API const char *xfer_cuda_result_string(int result, char *buf, size_t size);
 
 /*
+ * A memfd of length bytes (named name in /proc/<pid>/maps) sealed against shrinking and
+ * growing, for a peer on this host to map: a file its owner could shrink under a peer's
+ * mapping would fault the peer. -1 with why filled when it cannot be made.
+ */
+XFER_API int xfer_memfd_sealed(const char *name, size_t length, char *why, size_t why_size);
+
+/*
  * Find what [addr, addr + length) is, without loading or initialising CUDA: when the driver
  * is not loaded in this process, or loaded but not initialised, no device memory exists and
  * the range is host memory. Otherwise the driver is asked (cuPointerGetAttributes) about both
