@@ -24,8 +24,9 @@
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
 # Knobs: BENCH_PORT (first port, default 19200), LAT_ITERS (20000), BW_ITERS (1 MiB runs,
-# 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 2000), SWEEP (1; 0 skips 3),
-# RUN_TIMEOUT (300). Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot.
+# 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 2000), ROUNDS (3: each figure
+# of 1 and 2 is the median of that many rounds), SWEEP (1; 0 skips 3), RUN_TIMEOUT (300).
+# Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot.
 set -euo pipefail
 
 BENCH_NAME=bench_shm
@@ -42,6 +43,7 @@ BW_ITERS=${BW_ITERS:-2000}
 BIG_ITERS=${BIG_ITERS:-50}
 BATCH_ITERS=${BATCH_ITERS:-2000}
 SWEEP=${SWEEP:-1}
+ROUNDS=${ROUNDS:-3}
 
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
@@ -91,31 +93,70 @@ ucx_fig() {
     fi
 }
 
-# ---- 1. shm against UCX's sm and xfer's tcp ----------------------------------------------------
-xfer_fig SHM_LAT t_typical_usec shm tag_lat 8 "$LAT_ITERS"
-ucx_fig UCX_LAT tag_lat 8 "$LAT_ITERS"
-xfer_fig TCP_LAT t_typical_usec tcp tag_lat 8 "$LAT_ITERS"
-xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 "$BW_ITERS"
-ucx_fig UCX_BW tag_bw 1048576 "$BW_ITERS"
-xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 "$BW_ITERS"
-xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 "$BIG_ITERS"
-xfer_fig SHM_PUT_CMA bw_average_mbps shm put_bw 67108864 "$BIG_ITERS" -m host
-ucx_fig UCX_PUT ucp_put_bw 67108864 "$BIG_ITERS"
-xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 "$BIG_ITERS"
+# Each figure is the median of ROUNDS rounds; a round runs every figure once, xfer and UCX
+# alternating, so that a change in the machine's state (on a VM, which physical cores the two
+# processes get) reaches both sides of a ratio alike.
+FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
+      SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
+      SHM_P512 TCP_P512)
+# each aim's ratio is taken within a round, and the median of those is judged
+RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_PUT
+        SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512)
+declare -A ROUND_FIGS
+for ((round = 1; round <= ROUNDS; round++)); do
+    echo "# round $round of $ROUNDS" >&2
+    # ---- 1. shm against UCX's sm and xfer's tcp ----------------------------------------------------
+    xfer_fig SHM_LAT t_typical_usec shm tag_lat 8 "$LAT_ITERS"
+    ucx_fig UCX_LAT tag_lat 8 "$LAT_ITERS"
+    xfer_fig TCP_LAT t_typical_usec tcp tag_lat 8 "$LAT_ITERS"
+    xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 "$BW_ITERS"
+    ucx_fig UCX_BW tag_bw 1048576 "$BW_ITERS"
+    xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 "$BW_ITERS"
+    xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 "$BIG_ITERS"
+    xfer_fig SHM_PUT_CMA bw_average_mbps shm put_bw 67108864 "$BIG_ITERS" -m host
+    ucx_fig UCX_PUT ucp_put_bw 67108864 "$BIG_ITERS"
+    xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 "$BIG_ITERS"
 
-# ---- 2. batches ---------------------------------------------------------------------------------
-for tl in shm tcp; do
-    T=${tl^^}
-    xfer_fig "${T}_POST" post_usec_per_desc "$tl" batch_put 4096 "$((BATCH_ITERS / 8))" -b 1024
-    xfer_fig "${T}_B128" bw_average_mbps "$tl" batch_put 4096 "$BATCH_ITERS" -b 128
-    printf -v "${T}_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
-    printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
-    xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
+    # ---- 2. batches ---------------------------------------------------------------------------------
+    for tl in shm tcp; do
+        T=${tl^^}
+        xfer_fig "${T}_POST" post_usec_per_desc "$tl" batch_put 4096 "$((BATCH_ITERS / 8))" -b 1024
+        xfer_fig "${T}_B128" bw_average_mbps "$tl" batch_put 4096 "$BATCH_ITERS" -b 128
+        printf -v "${T}_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
+        printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
+        xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
+    done
+
+    for v in "${FIGS[@]}"; do
+        [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
+        ROUND_FIGS[$v]+="${!v} "
+    done
+    for r in "${RATIOS[@]}"; do
+        a=${r%/*} b=${r#*/}
+        ROUND_FIGS[R_${a}_$b]+="$(awk -v a="${!a}" -v b="${!b}" 'BEGIN {print (b > 0) ? a / b : 0}') "
+    done
 done
 
-for v in SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT \
-         SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT SHM_P512 TCP_P512; do
-    [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
+# median NAME: NAME becomes the median of its rounds; NAME_RANGE "min-max"
+median() {
+    local sorted fmt
+    sorted=$(tr ' ' '\n' <<<"${ROUND_FIGS[$1]}" | grep . | sort -g)
+    printf -v "$1" '%s' "$(awk '{a[NR] = $1}
+        END {m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m}' \
+        <<<"$sorted")"
+    fmt=%.3f
+    [[ $1 == R_* ]] && fmt=%.2f
+    printf -v "$1_RANGE" '%s' "$(awk -v f="$fmt" 'NR == 1 {lo = $1} {hi = $1}
+        END {printf f "-" f, lo, hi}' <<<"$sorted")"
+}
+for v in "${FIGS[@]}"; do
+    median "$v"
+    export "${v}_RANGE"
+done
+for r in "${RATIOS[@]}"; do
+    a=${r%/*} b=${r#*/}
+    median "R_${a}_$b"
+    export "R_${a}_$b" "R_${a}_${b}_RANGE"
 done
 
 # ---- 3. the sweep --------------------------------------------------------------------------------
@@ -139,43 +180,47 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
-    -v aim_w=46 "$AWK_AIMS"'
-function fig(run, value, unit) { printf "%-52s %12.3f %s\n", run, value, unit }
+    -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
+function fig(run, value, unit, name) {
+    printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
+}
 BEGIN {
     printf "# same host (%d cores): xfer shm vs ucx_perftest UCX_TLS=sm vs xfer tcp; batches\n", cores
-    printf "%-52s %12s %s\n", "run", "figure", "unit"
-    fig("xfer shm tag_lat 8 B median", sl, "usec")
-    fig("ucx_perftest sm tag_lat 8 B median", ul, "usec")
-    fig("xfer tcp tag_lat 8 B median", tl, "usec")
-    fig("xfer shm tag_bw 1 MiB", sb, "MB/s")
-    fig("ucx_perftest sm tag_bw 1 MiB", ub, "MB/s")
-    fig("xfer tcp tag_bw 1 MiB", tb, "MB/s")
-    fig("xfer shm put_bw 64 MiB", sp, "MB/s")
-    fig("xfer shm put_bw 64 MiB, -m host (CMA)", spc, "MB/s")
-    fig("ucx_perftest sm ucp_put_bw 64 MiB", up, "MB/s")
-    fig("xfer tcp put_bw 64 MiB", tp, "MB/s")
-    fig("shm batch_put 1024 x 4 KiB: post per descriptor", spost, "usec")
-    fig("tcp batch_put 1024 x 4 KiB: post per descriptor", tpost, "usec")
-    fig("shm batch_put 128 x 4 KiB + notify", sb128, "MB/s")
-    fig("  its batch latency (post to completion), avg", sb128l, "usec")
-    fig("  its notification at the target (from post), avg", sb128n, "usec")
-    fig("shm put_bw 512 KiB -w 1", sp512, "MB/s")
-    fig("tcp batch_put 128 x 4 KiB + notify", tb128, "MB/s")
-    fig("  its batch latency (post to completion), avg", tb128l, "usec")
-    fig("  its notification at the target (from post), avg", tb128n, "usec")
-    fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s")
-    printf "\n# the aims: ratio = a / b\n"
+    printf "# each figure: the median of %d rounds (their range after the unit)\n", rounds
+    printf "%-52s %12s %-5s %s\n", "run", "figure", "unit", "rounds"
+    fig("xfer shm tag_lat 8 B median", sl, "usec", "SHM_LAT")
+    fig("ucx_perftest sm tag_lat 8 B median", ul, "usec", "UCX_LAT")
+    fig("xfer tcp tag_lat 8 B median", tl, "usec", "TCP_LAT")
+    fig("xfer shm tag_bw 1 MiB", sb, "MB/s", "SHM_BW")
+    fig("ucx_perftest sm tag_bw 1 MiB", ub, "MB/s", "UCX_BW")
+    fig("xfer tcp tag_bw 1 MiB", tb, "MB/s", "TCP_BW")
+    fig("xfer shm put_bw 64 MiB", sp, "MB/s", "SHM_PUT")
+    fig("xfer shm put_bw 64 MiB, -m host (CMA)", spc, "MB/s", "SHM_PUT_CMA")
+    fig("ucx_perftest sm ucp_put_bw 64 MiB", up, "MB/s", "UCX_PUT")
+    fig("xfer tcp put_bw 64 MiB", tp, "MB/s", "TCP_PUT")
+    fig("shm batch_put 1024 x 4 KiB: post per descriptor", spost, "usec", "SHM_POST")
+    fig("tcp batch_put 1024 x 4 KiB: post per descriptor", tpost, "usec", "TCP_POST")
+    fig("shm batch_put 128 x 4 KiB + notify", sb128, "MB/s", "SHM_B128")
+    fig("  its batch latency (post to completion), avg", sb128l, "usec", "SHM_B128_LAT")
+    fig("  its notification at the target (from post), avg", sb128n, "usec", "SHM_B128_NOT")
+    fig("shm put_bw 512 KiB -w 1", sp512, "MB/s", "SHM_P512")
+    fig("tcp batch_put 128 x 4 KiB + notify", tb128, "MB/s", "TCP_B128")
+    fig("  its batch latency (post to completion), avg", tb128l, "usec", "TCP_B128_LAT")
+    fig("  its notification at the target (from post), avg", tb128n, "usec", "TCP_B128_NOT")
+    fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s", "TCP_P512")
+    printf "\n# the aims: a, b: the figures above; ratio: the median of the rounds\x27 a / b (their\n"
+    printf "# range after the verdict)\n"
     aims_header()
-    aim("shm tag_lat 8 B: xfer shm / ucx sm", sl, ul, "usec", "<=", 1.0)
-    aim("shm tag_lat 8 B: xfer shm / xfer tcp", sl, tl, "usec", "<=", 0.333)
-    aim("tag_bw 1 MiB: xfer shm / ucx sm", sb, ub, "MB/s", ">=", 1.0)
-    aim("tag_bw 1 MiB: xfer shm / xfer tcp", sb, tb, "MB/s", ">=", 3.0)
-    aim("put_bw 64 MiB: xfer shm / ucx sm", sp, up, "MB/s", ">=", 1.0)
-    aim("put_bw 64 MiB: xfer shm / xfer tcp", sp, tp, "MB/s", ">=", 3.0)
+    aim("shm tag_lat 8 B: xfer shm / ucx sm", sl, ul, "usec", "<=", 1.0, ENVIRON["R_SHM_LAT_UCX_LAT"], ENVIRON["R_SHM_LAT_UCX_LAT_RANGE"])
+    aim("shm tag_lat 8 B: xfer shm / xfer tcp", sl, tl, "usec", "<=", 0.333, ENVIRON["R_SHM_LAT_TCP_LAT"], ENVIRON["R_SHM_LAT_TCP_LAT_RANGE"])
+    aim("tag_bw 1 MiB: xfer shm / ucx sm", sb, ub, "MB/s", ">=", 1.0, ENVIRON["R_SHM_BW_UCX_BW"], ENVIRON["R_SHM_BW_UCX_BW_RANGE"])
+    aim("tag_bw 1 MiB: xfer shm / xfer tcp", sb, tb, "MB/s", ">=", 3.0, ENVIRON["R_SHM_BW_TCP_BW"], ENVIRON["R_SHM_BW_TCP_BW_RANGE"])
+    aim("put_bw 64 MiB: xfer shm / ucx sm", sp, up, "MB/s", ">=", 1.0, ENVIRON["R_SHM_PUT_UCX_PUT"], ENVIRON["R_SHM_PUT_UCX_PUT_RANGE"])
+    aim("put_bw 64 MiB: xfer shm / xfer tcp", sp, tp, "MB/s", ">=", 3.0, ENVIRON["R_SHM_PUT_TCP_PUT"], ENVIRON["R_SHM_PUT_TCP_PUT_RANGE"])
     aim("shm: post per descriptor (1024 x 4 KiB)", spost, 1, "usec", "<=", 0.5)
     aim("tcp: post per descriptor (1024 x 4 KiB)", tpost, 1, "usec", "<=", 0.5)
-    aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9)
-    aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9)
+    aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9, ENVIRON["R_SHM_B128_SHM_P512"], ENVIRON["R_SHM_B128_SHM_P512_RANGE"])
+    aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_TCP_P512"], ENVIRON["R_TCP_B128_TCP_P512_RANGE"])
 }'
 } | tee "$TXT"
 

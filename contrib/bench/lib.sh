@@ -24,8 +24,10 @@
 #   bench_out_args ARG...         takes --out DIR / --out=DIR into OUT (default .) and -h (the
 #                                 script's header comment, then exit 0); the rest in BENCH_ARGS
 #   AWK_AIMS                      awk functions aims_header() and aim(what, a, b, unit, op,
-#                                 bound): one line per aim, the two figures, their ratio, the
-#                                 bound and the verdict; the what column is aim_w wide (-v)
+#                                 bound[, ratio, range]): one line per aim, the two figures,
+#                                 their ratio (a / b, or the ratio given: a median of rounds,
+#                                 its range printed after the verdict), the bound and the
+#                                 verdict; the what column is aim_w wide (-v)
 # Every server started is killed, and LOGDIR removed, when the script exits.
 
 die() { echo "$BENCH_NAME: $*" >&2; exit 1; }
@@ -146,9 +148,14 @@ function aims_header() {
     printf "%-" aim_w "s %10s %10s %-5s %7s  %-8s %s\n", "aim", "a", "b", "unit", "ratio",
            "target", "verdict"
 }
-function aim(what, a, b, unit, op, bound,    r, ok) {
-    r = a / b
+function aim(what, a, b, unit, op, bound, ratio, range,    r, ok) {
+    if ((a + 0 <= 0) || (b + 0 <= 0)) {     # a figure that was not measured: no verdict
+        printf "%-" aim_w "s %10.3f %10.3f %-5s %7s  %s %-5s %s\n", what, a, b, unit, "-", op,
+               bound, "no figure"
+        return
+    }
+    r = (ratio != "") ? ratio : a / b
     ok = (op == ">=") ? r >= bound : r <= bound
-    printf "%-" aim_w "s %10.3f %10.3f %-5s %7.2f  %s %-5s %s\n", what, a, b, unit, r, op,
-           bound, ok ? "met" : "NOT met"
+    printf "%-" aim_w "s %10.3f %10.3f %-5s %7.2f  %s %-5s %-7s %s\n", what, a, b, unit, r, op,
+           bound, ok ? "met" : "NOT met", range
 }'
