@@ -9,7 +9,8 @@
  *
  * Rendezvous messages sent from such memory: the receiver copies them from a read-only
  * mapping of the sender's memfd, kept for later messages (at most 8 per peer); a descriptor
- * number that names another file now is read by CMA instead; a message that claims bytes
+ * number that names another file now is read by CMA instead, and after 8 such ranges the
+ * peer is not mapped at all; a message that claims bytes
  * beyond the range it names (the sender rewrites its frame in our ring) fails the endpoint.
  */
 #include "test_peer.h"
@@ -589,6 +590,31 @@ Test(shm_map, a_message_whose_descriptor_names_another_file_is_read_by_cma)
     send_done(&in, XFER_OK);
     cr_assert_eq(peer_mem_mappings(&ro), 0, "another file was mapped");
     init_finish(&in, &k, 1);
+}
+
+/* A peer whose ranges keep failing the checks: after 8 of them its memory is not mapped any
+ * more, even a range that would map - every message still arrives, by CMA. */
+Test(shm_map, after_8_ranges_that_do_not_map_the_peer_is_read_by_cma)
+{
+    peer_key_t k[9];
+    unsigned ro;
+    init_t in;
+
+    init_start(&in);
+    for (unsigned i = 0; i < 9; i++) {
+        key_take(&in.p, CMD_ALLOC, &k[i]);
+        if (i < 8) {
+            tp_send(&in.p, CMD_REPLACE);
+            tp_send(&in.p, k[i].index);
+            cr_assert_eq(tp_recv(&in.p), 1);
+        }
+        cr_assert_eq(recv_msg(&in, &k[i], 1), XFER_OK);
+        cr_assert_lt(tp_check_pattern_at(in.buf, MSG_OFF, MSG_LEN, FILL), 0,
+                     "message %u arrived whole", i);
+        send_done(&in, XFER_OK);
+    }
+    cr_assert_eq(peer_mem_mappings(&ro), 0, "the peer's memory was mapped after 8 refusals");
+    init_finish(&in, k, 9);
 }
 
 /* The sender rewrites its frame in our ring before we read it: the message now claims bytes

@@ -266,6 +266,7 @@ struct xfer_ep {
 
     xfer_shm_peer_mem_t peer_mem[XFER_SHM_PEER_MAPS];
     uint64_t            peer_mem_clock;
+    unsigned            peer_mem_refused;   /* ranges that did not map; at PEER_MAPS: stop */
 
     ucs_list_link_t     preqs;          /* xfer_shm_preq_t of this peer */
     uint32_t            num_preqs;

@@ -15,7 +15,9 @@
  * memory's memfd; the receiver maps the sender's whole registered range once, read only, and
  * copies this and later messages from it with memcpy instead of process_vm_readv. Each
  * endpoint keeps up to XFER_SHM_PEER_MAPS such ranges (the least recently used one gives way),
- * and remembers a range that failed the checks so that it is not tried again. A range the
+ * and remembers a range that failed the checks so that it is not tried again; after
+ * XFER_SHM_PEER_MAPS failures it stops trying for that peer, so that a peer naming ever new
+ * files costs neither a system call nor a log line per message. A range the
  * sender has freed stays mapped here until it gives way: its pages are orphaned, never
  * memory the sender uses for something else.
  */
@@ -150,7 +152,7 @@ const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m)
     xfer_status_t status;
     int found;
 
-    if (!ep->iface->cfg->map) {
+    if (!ep->iface->cfg->map || (ep->peer_mem_refused >= XFER_SHM_PEER_MAPS)) {
         return NULL;
     }
     e       = peer_mem_entry(ep, m, &found);
@@ -173,6 +175,11 @@ const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m)
                      "by CMA: %s", (unsigned long long)m->length, (int)ep->peer_pid, m->fd,
                      why);
             e->refused = 1;
+            if (++ep->peer_mem_refused == XFER_SHM_PEER_MAPS) {
+                xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "%u ranges of pid %d's memory did not "
+                         "map: its messages are read by CMA from now on, without trying",
+                         XFER_SHM_PEER_MAPS, (int)ep->peer_pid);
+            }
         } else {
             xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "mapped %llu bytes of pid %d's memfd "
                      "%u: messages from them are a memcpy here", (unsigned long long)m->length,
