@@ -21,6 +21,7 @@
 #include <xfer/component.h>
 
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -98,6 +99,8 @@ typedef enum {
     XFER_SHM_OP_BATCH,          /* one BATCH frame, answered by BATCH_ACK (shm_batch.c) */
 } xfer_shm_op_kind_t;
 
+#define XFER_SHM_OP_POOL_EXTRA 64u  /* key bytes of a pooled op (shm_iface.c) */
+
 #define XFER_SHM_BATCH_MAX 65536u   /* descriptors of one BATCH frame: a target reads
                                      * 24 bytes each */
 
@@ -112,6 +115,7 @@ struct xfer_shm_op {
     uint64_t            tag;
     int                 busy;       /* data is arriving: too late to cancel */
     int                 on_write;   /* complete once its frames are written */
+    int                 pooled;     /* from iface->op_mp (else malloc) */
     uint32_t            slot;       /* outstanding request: index in ep->slots, or UINT32_MAX */
     void                *buf;
     size_t              len;
@@ -294,6 +298,7 @@ struct xfer_iface {
     ucs_list_link_t          unexp;         /* xfer_shm_unexp_t, arrival order */
     uint64_t                 unexp_bytes;
     ucs_list_link_t          compq;         /* completed ops, callback pending */
+    ucs_mpool_t              op_mp;         /* xfer_shm_op_t with up to OP_POOL_EXTRA key */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
     ucs_list_link_t          failing;
@@ -379,6 +384,8 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
                                xfer_comp_t *comp, size_t extra);
 /* Queue a completion; progress() delivers it. */
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag);
+/* An op that was never completed (its post failed), or one delivered. */
+void xfer_shm_op_free(xfer_shm_op_t *op);
 /* Release the tensors queued on iface->releases (tensor_release); how many. */
 unsigned xfer_shm_iface_releases_run(xfer_iface_h iface);
 /* Deliver now the queued completions of ops that ran on ep (ep_destroy). */

@@ -134,7 +134,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     }
     status = xfer_shm_slot_alloc(ep, op, &id);
     if (status != XFER_OK) {
-        free(op);
+        xfer_shm_op_free(op);
         return status;
     }
     if (nlen > 0) {

@@ -8,6 +8,8 @@
  */
 #include "shm.h"
 
+#include <limits.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,17 @@ uint64_t xfer_shm_random64(void)
     return ((uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^
            (uint64_t)ts.tv_sec;
 }
+
+/* Operations come from a pool: one per receive, put, get and large send, so malloc and
+ * free would be on the data path. Those with more than XFER_SHM_OP_POOL_EXTRA bytes of key
+ * (a long notification or tensor key) are allocated on their own. */
+#define OP_MP_ALIGN 64
+#define OP_MP_CHUNK 64
+
+static ucs_mpool_ops_t op_mp_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+};
 
 xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
@@ -84,6 +97,15 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         free(iface);
         return status;
     }
+    if (ucs_mpool_init(&iface->op_mp, 0, sizeof(xfer_shm_op_t) + XFER_SHM_OP_POOL_EXTRA, 0,
+                       OP_MP_ALIGN, OP_MP_CHUNK, UINT_MAX, &op_mp_ops, "xfer_shm_ops") !=
+        UCS_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create the operation pool");
+        xfer_shm_regions_cleanup(iface);
+        close(iface->epfd);
+        free(iface);
+        return XFER_ERR_NO_MEMORY;
+    }
     *iface_p = iface;
     return XFER_OK;
 }
@@ -96,7 +118,7 @@ static void deliver_one(xfer_shm_op_t *op)
     if (comp != NULL) {
         comp->cb(comp, op->status, op->length, op->tag);
     }
-    free(op);
+    xfer_shm_op_free(op);
 }
 
 unsigned xfer_shm_iface_releases_run(xfer_iface_h iface)
@@ -138,6 +160,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
         deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
     }
     xfer_shm_regions_cleanup(iface);
+    ucs_mpool_cleanup(&iface->op_mp, 1);
     close(iface->epfd);
     free(iface);
 }
@@ -196,9 +219,12 @@ int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, 
 xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
                                xfer_comp_t *comp, size_t extra)
 {
-    xfer_shm_op_t *op = calloc(1, sizeof(*op) + extra);
+    int pooled        = (extra <= XFER_SHM_OP_POOL_EXTRA);
+    xfer_shm_op_t *op = pooled ? ucs_mpool_get(&iface->op_mp) : malloc(sizeof(*op) + extra);
 
     if (op != NULL) {
+        memset(op, 0, sizeof(*op) + extra);
+        op->pooled = pooled;
         op->kind  = kind;
         op->comp  = comp;
         op->iface = iface;
@@ -209,6 +235,15 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
         op->tx.embedded = 1;
     }
     return op;
+}
+
+void xfer_shm_op_free(xfer_shm_op_t *op)
+{
+    if (op->pooled) {
+        ucs_mpool_put(op);
+    } else {
+        free(op);
+    }
 }
 
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)

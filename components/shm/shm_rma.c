@@ -308,7 +308,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     }
     status = xfer_shm_slot_alloc(ep, op, &id);
     if (status != XFER_OK) {
-        free(op);
+        xfer_shm_op_free(op);
         return status;
     }
     rndv       = ep->cma && (length >= ep->iface->cfg->rndv_thresh);

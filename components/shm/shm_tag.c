@@ -191,7 +191,7 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     }
     status = xfer_shm_slot_alloc(ep, op, &id);
     if (status != XFER_OK) {
-        free(op);
+        xfer_shm_op_free(op);
         return status;
     }
     op->buf    = (void*)buf;

@@ -72,7 +72,7 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     op->on_write  = 0;      /* completes with its answer */
     status        = xfer_shm_slot_alloc(ep, op, &id);
     if (status != XFER_OK) {
-        free(op);
+        xfer_shm_op_free(op);
         return status;
     }
     op->rtag = id;          /* the request id, for a TCANCEL */
@@ -86,7 +86,7 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     status = xfer_shm_tx_queue(ep, NULL, &hdr, args->key, args->key_len, 1, 0);
     if (status != XFER_OK) {
         xfer_shm_slot_free(ep, (uint32_t)id);
-        free(op);
+        xfer_shm_op_free(op);
         return status;
     }
     xfer_shm_tx_write(ep);  /* a failure fails the ep, which completes the fetch */
