@@ -23,6 +23,8 @@
 #define REQUEST_ALIGN  64     /* a cache line */
 #define REQUEST_CHUNK  128    /* requests per allocation of the pool */
 
+static const xfer_request_t request_zero;
+
 static void request_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                             uint64_t tag)
 {
@@ -64,8 +66,14 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
     if (req == NULL) {
         return NULL;
     }
-    /* a fetch's part is large (the tensor) and only a fetch reads it */
-    memset(req, 0, (kind == XFER_REQ_FETCH) ? sizeof(*req) : offsetof(xfer_request_t, step));
+    /* a fetch's part is large (the tensor) and only a fetch reads it. The head is copied
+     * from a zero request: GCC turns that into a few vector stores, where a memset of it
+     * becomes a rep stos that costs more than the rest of the post. */
+    if (kind == XFER_REQ_FETCH) {
+        memset(req, 0, sizeof(*req));
+    } else {
+        memcpy(req, &request_zero, offsetof(xfer_request_t, step));
+    }
     req->comp.cb   = request_comp_cb;
     req->ctx       = ctx;
     req->kind      = kind;
