@@ -404,7 +404,8 @@ struct xfer_iface {
     uint16_t                 lane_port;
     struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
     uint64_t                 accept_seq;
-    unsigned                 busy_polls;    /* progress() calls since epoll was last asked */
+    unsigned                 busy_polls;    /* progress() calls since epoll was last asked
+                                             * (busy poll, or no endpoint) */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
                                              * on their way into CUDA memory */
     char                     address[XFER_TCP_IFACE_ADDR_MAX];

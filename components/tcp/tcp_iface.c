@@ -24,6 +24,7 @@
 #define EPOLL_BATCH   64
 #define FLUSH_TICK_NS 1000000     /* 1 ms */
 #define BUSY_POLL_EPOLL 64        /* busy poll: progress() calls between two epoll_waits */
+#define IDLE_EPOLL      64        /* the same, with no endpoint */
 #define TX_MP_ALIGN   64          /* send buffers: a cache line */
 #define TX_MP_CHUNK   4           /* buffers per allocation of the pool */
 #define TX_MP_MAX     128         /* at most 8 MiB kept per iface; beyond, malloc */
@@ -422,7 +423,12 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
             iface->busy_polls = 0;
             num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
         }
+    } else if (ucs_list_is_empty(&iface->eps) && (++iface->busy_polls < IDLE_EPOLL)) {
+        /* no endpoint: nothing in the set is urgent, and a context whose peers are all on
+         * another transport (shm) should not pay a system call in every progress() */
+        num = 0;
     } else {
+        iface->busy_polls = 0;
         num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
         if ((num < 0) && (errno != EINTR)) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
