@@ -314,8 +314,12 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
     if (!ucs_list_is_empty(&ctx->closing)) {
         xfer_endpoints_closing_progress(ctx);
     }
-    count += xfer_tensor_expire(ctx);
-    count += xfer_batch_expire(ctx);
+    if (ctx->tensors != NULL) {
+        count += xfer_tensor_expire(ctx);
+    }
+    if (ctx->batch_deadline != INT64_MAX) {
+        count += xfer_batch_expire(ctx);
+    }
     /* user callbacks only now, after every transport has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {
         count += xfer_requests_dispatch(ctx);

@@ -8,8 +8,8 @@
 
 #define REENTRY_SUBSYS "api"
 
-__thread int xfer_in_callback;
-__thread int xfer_in_alloc;
+XFER_TLS int xfer_in_callback;
+XFER_TLS int xfer_in_alloc;
 
 xfer_status_t xfer_api_refuse(const xfer_context_t *ctx, const char *fn, int posting)
 {

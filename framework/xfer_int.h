@@ -303,10 +303,15 @@ unsigned xfer_progress_locked(xfer_context_t *ctx);
 void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms);
 /* Tell a thread sleeping in poll that there is work (a posted op, a completion). */
 void xfer_wake_locked(xfer_context_t *ctx);
-extern __thread int xfer_in_callback;
+/* Per-thread flags read by every call (xfer_api_check). Initial-exec: a load at a fixed
+ * offset from the thread pointer instead of a call to __tls_get_addr, which cost more than
+ * the check; the 8 bytes come from the static TLS that glibc keeps for libraries loaded
+ * later, so dlopen (Python's cffi) still works. */
+#define XFER_TLS __thread __attribute__((tls_model("initial-exec")))
+extern XFER_TLS int xfer_in_callback;
 /* Inside a fetch's allocation callback, which a transport calls in the middle of its
  * receive path (the size is known only there). */
-extern __thread int xfer_in_alloc;
+extern XFER_TLS int xfer_in_alloc;
 
 /* Calls that reach a transport refuse to run inside an allocation callback (they could change
  * what the transport is walking), and posting calls refuse while the context is destroyed

@@ -427,6 +427,47 @@ Test(perf, batch_tests_move_checked_data_and_time_the_notifications)
     }
 }
 
+/* A JSON figure's value, or -1 when it is missing. */
+static double json_figure(const char *text, const char *name)
+{
+    char key[64];
+    const char *p;
+
+    snprintf(key, sizeof(key), "\"%s\":", name);
+    p = strstr(text, key);
+    return (p != NULL) ? strtod(p + strlen(key), NULL) : -1.0;
+}
+
+/* The latency tests time with the TSC where it is invariant and scale the samples to
+ * microseconds after the loop, against CLOCK_MONOTONIC: the figures must be positive, the
+ * median no more than the 99th percentile, and the samples must add up to most of the timed
+ * phase (which adds the warm-up and the final handshake), never to more. */
+Test(perf, latency_figures_are_in_microseconds)
+{
+    static const char *const tests[] = {"tag_lat", "put_lat", "tensor_lat"};
+    char args[256];
+    perf_run_t r;
+
+    for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+        /* tag_lat and put_lat give half a round trip, tensor_lat a whole fetch */
+        double per_iter = (i < 2) ? 2 : 1, typ, avg, p99, elapsed, share;
+
+        snprintf(args, sizeof(args), "-t %s -s 8 -n 20000 --warmup 10 --json", tests[i]);
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        typ     = json_figure(r.client_out, "t_typical_usec");
+        avg     = json_figure(r.client_out, "t_avg_usec");
+        p99     = json_figure(r.client_out, "t_99_usec");
+        elapsed = json_figure(r.client_out, "elapsed_usec");
+        cr_expect((typ > 0) && (avg > 0) && (p99 >= typ), "%s: typical %g, average %g, 99%% "
+                  "%g usec: %s", tests[i], typ, avg, p99, r.client_out);
+        share = avg * per_iter * 20000 / elapsed;
+        cr_expect((share > 0.5) && (share < 1.01), "%s: 20000 samples of %g usec are %.2f of "
+                  "the %g usec timed", tests[i], avg, share, elapsed);
+        perf_run_free(&r);
+    }
+}
+
 /* -a with -s sweeps the batch lengths 1, 4, ... 1024; with -b the block sizes 4k ... 64m. */
 Test(perf, batch_sweeps_give_a_row_each)
 {

@@ -312,7 +312,10 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
 
             count += (written > 0) ? (unsigned)written : 0;
         }
-        count += xfer_shm_ep_rx_progress(ep);
+        /* an empty ring costs one load here, not a round of the input loop */
+        if (xfer_shm_ring_ready(&ep->in) || !ucs_list_is_empty(&ep->txq)) {
+            count += xfer_shm_ep_rx_progress(ep);
+        }
     }
 
     while (!ucs_list_is_empty(&iface->notify)) {
@@ -323,7 +326,9 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
                                     ep->fail_reason);
         }
     }
-    count += xfer_shm_iface_releases_run(iface);
+    if (!ucs_list_is_empty(&iface->releases)) {
+        count += xfer_shm_iface_releases_run(iface);
+    }
 
     /* only the completions queued now: callbacks that post and complete at once wait */
     for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);

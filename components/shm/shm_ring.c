@@ -14,7 +14,7 @@
 #define OFF_NCELLS   8u
 #define OFF_CELLSIZE 12u
 #define OFF_TOKEN    16u
-#define OFF_HEAD     64u
+#define OFF_HEAD     XFER_SHM_SEG_HEAD
 #define OFF_TAIL     128u
 #define OFF_ARMED    192u
 #define OFF_PWAIT    196u
@@ -204,14 +204,6 @@ void xfer_shm_ring_consume(xfer_shm_ring_t *ring)
 {
     ring->pos++;
     __atomic_store_n(word64(ring->base, OFF_TAIL), ring->pos, __ATOMIC_RELEASE);
-}
-
-int xfer_shm_ring_ready(xfer_shm_ring_t *ring)
-{
-    if (ring->pos != ring->limit) {
-        return 1;
-    }
-    return __atomic_load_n(word64(ring->base, OFF_HEAD), __ATOMIC_ACQUIRE) != ring->pos;
 }
 
 int xfer_shm_ring_arm(xfer_shm_ring_t *ring)

@@ -31,6 +31,7 @@
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
 #define XFER_SHM_SEG_VERSION  1u
 #define XFER_SHM_SEG_CTRL     256u
+#define XFER_SHM_SEG_HEAD     64u          /* offset of head in the control block */
 #define XFER_SHM_FRAME_HDR    64u
 #define XFER_SHM_CELL_MIN     256u
 #define XFER_SHM_CELL_MAX     (1u << 20)
@@ -137,8 +138,13 @@ int xfer_shm_ring_room_notify(xfer_shm_ring_t *ring);
 /* Consumer: about to sleep. 1 when the ring is empty and the producer will ring the
  * doorbell for the next frame; 0 when frames are there (do not sleep). */
 int xfer_shm_ring_arm(xfer_shm_ring_t *ring);
-/* Consumer: is a frame there? */
-int xfer_shm_ring_ready(xfer_shm_ring_t *ring);
+/* Consumer: is a frame there? Inline: progress asks it of every endpoint at every call. */
+static inline int xfer_shm_ring_ready(const xfer_shm_ring_t *ring)
+{
+    return (ring->pos != ring->limit) ||
+           (__atomic_load_n((const uint64_t*)(const void*)(ring->base + XFER_SHM_SEG_HEAD),
+                            __ATOMIC_ACQUIRE) != ring->pos);
+}
 
 /* The payload a cell of ring holds. */
 static inline size_t xfer_shm_cell_payload(const xfer_shm_ring_t *ring)

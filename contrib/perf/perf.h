@@ -121,6 +121,7 @@ typedef struct result {
     double   mpps;
     double   t_typical;
     double   t_avg;
+    double   elapsed_usec;  /* the timed phase, from the first post to the server's ACK */
     double   t_99;
     /* batch tests */
     uint32_t batch;         /* descriptors per batch; bytes is the block size */
@@ -214,8 +215,20 @@ void perf_params_init(const options_t *o, size_t size, uint32_t batch, uint64_t 
 int perf_client_run(perf_t *perf);
 int perf_server_run(perf_t *perf);
 
-/* tests.c */
+/* clock.c */
 uint64_t      perf_now_ns(void);
+/* The latency loops' clock: TSC ticks where invariant (else ns), made ns after the loop. */
+typedef struct perf_lat_clock {
+    int      tsc;
+    uint64_t ns0, ticks0;
+    double   ns_tick;
+} perf_lat_clock_t;
+void          perf_lat_clock_start(perf_lat_clock_t *c);
+uint64_t      perf_lat_clock_now(const perf_lat_clock_t *c);
+/* Scale n samples taken in ticks to ns, by both clocks' advance since start. */
+void          perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n);
+
+/* tests.c */
 void          perf_op_cb(xfer_request_t *req, xfer_status_t status, void *arg);
 int           perf_op_posted(op_slot_t *op, xfer_status_t st, const char *what);
 void          perf_op_reset(op_slot_t *op);

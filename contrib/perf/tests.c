@@ -18,14 +18,6 @@
 
 /* ---- the clock and waiting ------------------------------------------------------------------- */
 
-uint64_t perf_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 xfer_status_t perf_request_wait(xfer_request_t *req)
 {
     xfer_status_t status = xfer_request_wait(req, TIMEOUT_MS);
@@ -305,8 +297,10 @@ static int tag_lat_run(perf_t *perf, int client)
     uint64_t rtag = client ? TAG_PONG : TAG_PING, stag = client ? TAG_PING : TAG_PONG;
     uint64_t sseed = client ? SEED_CLIENT : SEED_SERVER, rseed = client ? SEED_SERVER : SEED_CLIENT;
     op_slot_t *r = &perf->ops[0], *s = &perf->ops[1];
+    perf_lat_clock_t clk;
     xfer_status_t st;
 
+    perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < total; i++) {
         /* the server's receive for i was posted right after its reply to i - 1 */
         if (client || i == 0) {
@@ -320,7 +314,8 @@ static int tag_lat_run(perf_t *perf, int client)
         if (client && (p->flags & PARAM_VERIFY)) {
             perf_slot_fill(perf, 1, p->size, sseed, i);
         }
-        t0 = perf_now_ns();
+        /* only the client times; the server's reply is not held up by a clock read */
+        t0 = client ? perf_lat_clock_now(&clk) : 0;
         if (client) {
             perf_op_reset(s);
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
@@ -329,7 +324,7 @@ static int tag_lat_run(perf_t *perf, int client)
             }
         }
         st = perf_op_wait(perf, r);
-        t1 = perf_now_ns();
+        t1 = client ? perf_lat_clock_now(&clk) : 0;
         if (st != XFER_OK) {
             fprintf(stderr, "xfer_perf: tag_lat: receive %" PRIu64 ": %s\n", i,
                     xfer_status_string(st));
@@ -371,6 +366,9 @@ static int tag_lat_run(perf_t *perf, int client)
         if (client && i >= p->warmup) {
             perf->samples[i - p->warmup] = (double)(t1 - t0) / 2e3;
         }
+    }
+    if (client) {
+        perf_lat_clock_scale(&clk, perf->samples, p->iters);
     }
     return 0;
 }
@@ -422,8 +420,10 @@ static int put_lat_run(perf_t *perf, int client)
     uint8_t *sbuf = perf_slot_buf(perf, 1);
     uint64_t sseed = client ? SEED_CLIENT : SEED_SERVER, rseed = client ? SEED_SERVER : SEED_CLIENT;
     op_slot_t *s = &perf->ops[1];
+    perf_lat_clock_t clk;
     xfer_status_t st;
 
+    perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < total; i++) {
         if (!client) {
             if (put_lat_wait(perf, put_lat_marker(i), i) != 0) {
@@ -440,7 +440,7 @@ static int put_lat_run(perf_t *perf, int client)
             return -1;
         }
         if (client) {
-            t0 = perf_now_ns();
+            t0 = perf_lat_clock_now(&clk);
         }
         perf_op_reset(s);
         st = xfer_put(perf->ep, sbuf, p->size, perf->mem, perf_rkey_slot_addr(perf, 0),
@@ -457,7 +457,7 @@ static int put_lat_run(perf_t *perf, int client)
             if (put_lat_wait(perf, put_lat_marker(i), i) != 0) {
                 return -1;
             }
-            t1 = perf_now_ns();
+            t1 = perf_lat_clock_now(&clk);
             if (p->flags & PARAM_VERIFY) {
                 perf_slot_check(perf, 0, p->size - 1, rseed, i, "put_lat");
             }
@@ -465,6 +465,9 @@ static int put_lat_run(perf_t *perf, int client)
                 perf->samples[i - p->warmup] = (double)(t1 - t0) / 2e3;
             }
         }
+    }
+    if (client) {
+        perf_lat_clock_scale(&clk, perf->samples, p->iters);
     }
     /* both sides, while the other still progresses: their puts are in the peer's memory
      * before either side closes (a close would otherwise wait for a peer that left) */
@@ -476,12 +479,14 @@ static int tensor_lat_run(perf_t *perf)
 {
     const perf_params_t *p = &perf->p;
     op_slot_t *op = &perf->ops[0];
+    perf_lat_clock_t clk;
     uint64_t t0;
     xfer_status_t st;
 
+    perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < p->warmup + p->iters; i++) {
         perf_op_reset(op);
-        t0 = perf_now_ns();
+        t0 = perf_lat_clock_now(&clk);
         if (perf_op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
             return -1;
         }
@@ -493,11 +498,12 @@ static int tensor_lat_run(perf_t *perf)
             return -1;
         }
         if (i >= p->warmup) {
-            perf->samples[i - p->warmup] = (double)(perf_now_ns() - t0) / 1e3;
+            perf->samples[i - p->warmup] = (double)(perf_lat_clock_now(&clk) - t0) / 1e3;
         }
         fetch_done(perf, 0, i, op);
         perf_op_release(op);
     }
+    perf_lat_clock_scale(&clk, perf->samples, p->iters);
     return 0;
 }
 
