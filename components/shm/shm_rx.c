@@ -85,13 +85,17 @@ void xfer_shm_rx_feed(xfer_ep_h ep, const uint8_t *p, uint64_t n)
     rx->got += n;
 }
 
+/* What ep->rx holds between messages. Assigned from a constant, which GCC copies with a few
+ * vector stores, where a memset of this size became a rep stos on every message. */
+static const xfer_shm_rx_t rx_idle;
+
 /* The message is whole: its done function, then the next message. */
 static xfer_status_t rx_finish(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_shm_rx_done_fn_t done = done_fns[ep->rx.kind];
     xfer_status_t status       = (done != NULL) ? done(ep, why, why_size) : XFER_OK;
 
-    memset(&ep->rx, 0, sizeof(ep->rx));
+    ep->rx = rx_idle;
     return status;
 }
 
@@ -136,8 +140,10 @@ static int is_request(const xfer_shm_frame_t *hdr)
 /* One frame of input; 1 when it was taken, 0 to pause, -1 when the ep failed. */
 static int rx_frame(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload)
 {
-    char why[XFER_REASON_MAX] = "";
+    char why[XFER_REASON_MAX];
     xfer_status_t status;
+
+    why[0] = '\0';     /* not the whole array: this runs for every frame */
 
     if (ep->rx.kind != XFER_SHM_RX_IDLE) {
         if (hdr->type != XFER_SHM_F_DATA) {
