@@ -1,14 +1,16 @@
 /*
  * Requests: one per non-blocking operation.
  *
- * Every completion reaches the user from one place, the context's ready list. A transport
+ * Every callback reaches the user from one place, the context's ready list. A transport
  * completes the embedded xfer_comp_t from inside its own progress (or while it tears down an
  * endpoint); xfer_request_complete() then only records the outcome and queues the request.
  * xfer_requests_dispatch(), which progress runs after every transport has returned, makes
  * the outcome visible, runs the user's callback, wakes the threads waiting for it and frees
  * a request the user already released. So a callback never runs inside a walk of a
  * transport's structures: whatever it does - close this or another endpoint, progress, post,
- * release - the transport is not in the middle of anything.
+ * release - the transport is not in the middle of anything. A request with no callback that
+ * the user still holds has nothing to run and nothing to free: its outcome is visible at
+ * once, without the queue.
  */
 #include "xfer_int.h"
 #include "clock.h"
@@ -173,6 +175,20 @@ void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t len
     }
     if (req->kind == XFER_REQ_FETCH) {
         xfer_tensor_fetch_done(req);
+    }
+    if ((req->cb == NULL) && !req->released) {
+        /* nothing of the user's runs and nothing is freed: the outcome is visible at once,
+         * as for an operation that completes while posted (xfer_request_posted_done), and
+         * the request skips the ready list */
+        req->status = (status == XFER_INPROGRESS) ? XFER_ERR_INTERNAL : status;
+        req->length = length;
+        req->tag    = tag;
+        request_mem_release(req);
+        if (!req->ctx->serialized) {
+            pthread_cond_broadcast(&req->ctx->cond);
+        }
+        xfer_wake_locked(req->ctx);
+        return;
     }
     request_queue(req, status, length, tag);
 }
