@@ -158,6 +158,12 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         return XFER_ERR_OUT_OF_RANGE;
     }
     cfg = ep->iface->cfg;
+    if ((length <= cfg->rndv_thresh) && xfer_shm_tx_tag_inline(ep, tag, buf, (uint32_t)length)) {
+        return XFER_OK;     /* copied into the ring: the caller may reuse its buffer */
+    }
+    if (ep->state != XFER_SHM_EP_CONNECTED) {
+        return XFER_OK;     /* failing: the ep fails at the next progress(), with the message */
+    }
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_TAG;
     hdr.id   = tag;
@@ -337,6 +343,15 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         }
         op->ep = ep;
         want   = (len < op->len) ? len : op->len;
+        if (!rndv && (hdr->len == len)) {
+            /* the whole message is in this frame: no receive state to keep */
+            if (want > 0) {
+                memcpy(op->buf, payload, want);
+            }
+            xfer_shm_op_complete(op, (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, len,
+                                 hdr->id);
+            return XFER_OK;
+        }
         if (rndv) {
             xfer_status_t read = rndv_pull(ep, op->buf, want, hdr->b,
                                            mapped ? &mem : NULL, hdr->c);

@@ -176,6 +176,40 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
     return XFER_OK;
 }
 
+int xfer_shm_tx_tag_inline(xfer_ep_h ep, uint64_t tag, const void *data, uint32_t len)
+{
+    char why[XFER_REASON_MAX];
+    xfer_shm_frame_t *h;
+    xfer_status_t status;
+    uint8_t *c;
+
+    if (!ucs_list_is_empty(&ep->txq) || (len > xfer_shm_cell_payload(&ep->out))) {
+        return 0;
+    }
+    c = xfer_shm_ring_claim(&ep->out, &status, why, sizeof(why));
+    if (c == NULL) {
+        if (status != XFER_OK) {
+            xfer_shm_ep_fail_later(ep, status, "%s", why);
+        }
+        return 0;
+    }
+    h = (xfer_shm_frame_t*)(void*)c;
+    memset(h, 0, sizeof(*h));
+    h->len  = len;
+    h->type = XFER_SHM_F_TAG;
+    h->id   = tag;
+    h->a    = len;
+    if (len > 0) {
+        memcpy(c + XFER_SHM_FRAME_HDR, data, len);
+    }
+    ep->tx_queued++;
+    ep->tx_done++;
+    if (xfer_shm_ring_publish(&ep->out)) {
+        xfer_shm_doorbell_ring(ep);
+    }
+    return 1;
+}
+
 xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
                                int answer)
 {
