@@ -334,21 +334,25 @@ static int tag_lat_run(perf_t *perf, int client)
             perf_verify_fail(perf, "tag_lat: iteration %" PRIu64 ": received %zu bytes, "
                              "expected %" PRIu64, i, xfer_request_length(r->req), p->size);
         }
-        perf_op_release(r);
-        if (p->flags & PARAM_VERIFY) {
-            perf_slot_check(perf, 0, p->size, rseed, i, "tag_lat");
-        }
         if (!client) {
-            /* the reply first: the next ping cannot come back sooner than a round trip, and
-             * the receive is posted by then (or the ping waits, unexpected, for it) */
+            /* the reply first, before anything else of this iteration: the next ping cannot
+             * come back sooner than a round trip, and the receive is posted by then (or the
+             * ping waits, unexpected, for it) */
             if (p->flags & PARAM_VERIFY) {
                 perf_slot_fill(perf, 1, p->size, sseed, i);
             }
             perf_op_reset(s);
             st = xfer_tag_send(perf->ep, stag, sbuf, p->size, perf->mem, NULL, NULL, &s->req);
             if (perf_op_posted(s, st, "xfer_tag_send") != 0) {
+                perf_op_release(r);
                 return -1;
             }
+        }
+        perf_op_release(r);
+        if (p->flags & PARAM_VERIFY) {
+            perf_slot_check(perf, 0, p->size, rseed, i, "tag_lat");
+        }
+        if (!client) {
             if (i + 1 < total) {
                 perf_op_reset(r);
                 st = xfer_tag_recv(perf->ctx, perf->ep, rtag, TAG_FULL, rbuf, p->size, perf->mem,
