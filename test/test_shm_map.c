@@ -471,6 +471,49 @@ Test(shm_map, a_memfd_that_is_not_sealed_is_never_mapped)
     init_finish(&in, &k, 1);
 }
 
+/* Copies from XFER_SHM_NT_COPY_MIN on use non-temporal stores (shm_copy.c), which align the
+ * destination themselves: every byte lands, at any alignment of either side, and the bytes
+ * beside the range stay as they were. */
+Test(shm_map, non_temporal_copies_move_every_byte_at_any_alignment)
+{
+    static const struct {
+        size_t src, dst, len;
+    } cases[] = {
+        {1, 7, 65536 + 13},             /* both unaligned, differently */
+        {4099, 70033, 8192 + 5},
+        {15, 81920, 4096},              /* the destination aligned, the source not */
+        {0, 131072, LEN - 131072 - 4096},
+    };
+    uint8_t *want = malloc(LEN);
+    init_t in;
+    peer_key_t k;
+
+    cr_assert_not_null(want);
+    setenv("XFER_SHM_NT_COPY_MIN", "4k", 1);
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t s = cases[i].src, d = cases[i].dst, n = cases[i].len;
+
+        /* the owner checks by offset: what lands at d must be pattern(seed) of d */
+        tp_fill_pattern_at(want, d, n, 20 + i);
+        memcpy(in.buf + s, want + d, n);
+        cr_assert_eq(rma(&in.p, 1, in.buf + s, in.mem, &k, d, n, TP_WAIT_MS, NULL), XFER_OK);
+        cr_assert(owner_holds(&in.p, &k, d, n, 20 + i), "case %zu: the put's bytes", i);
+        cr_assert(owner_holds(&in.p, &k, d - ((d < 64) ? d : 64), (d < 64) ? d : 64, FILL),
+                  "case %zu: bytes before the range changed", i);
+        cr_assert(owner_holds(&in.p, &k, d + n, 64, FILL), "case %zu: bytes after it", i);
+
+        memset(in.buf, 0, LEN);
+        cr_assert_eq(rma(&in.p, 0, in.buf + s, in.mem, &k, d, n, TP_WAIT_MS, NULL), XFER_OK);
+        cr_assert_eq(memcmp(in.buf + s, want + d, n), 0, "case %zu: the get's bytes", i);
+        cr_assert_eq(in.buf[s + n], 0, "case %zu: the get wrote past its range", i);
+        cr_assert((s == 0) || (in.buf[s - 1] == 0), "case %zu: ... or before it", i);
+    }
+    init_finish(&in, &k, 1);
+    free(want);
+}
+
 /* ---- rendezvous messages from allocated memory ------------------------------------------------ */
 
 /* Mappings of a peer's xfer_mem_alloc memfd in this process: read-only ones in *ro. */

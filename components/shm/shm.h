@@ -45,6 +45,7 @@ typedef struct xfer_shm_config {
     uint64_t rndv_thresh;       /* RNDV_THRESH: data from this size moves by CMA */
     int      cma;               /* CMA: auto | on | off */
     int      map;               /* MAP: map peers' xfer_mem_alloc memory, put/get by memcpy */
+    uint64_t nt_copy_min;       /* NT_COPY_MIN: mapped copies from this size bypass the cache */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes, all peers */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
@@ -354,6 +355,11 @@ void xfer_shm_peer_unmap(xfer_shm_map_t *map);
 const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m);
 /* Unmap every range in the endpoint's cache. */
 void xfer_shm_peer_mem_release(xfer_ep_h ep);
+
+/* ---- shm_copy.c ----------------------------------------------------------------------------- */
+/* Copy n bytes to or from a mapping of a peer's memory: memcpy, or from XFER_SHM_NT_COPY_MIN
+ * bytes on non-temporal stores, ordered before anything this side writes after it. */
+void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n);
 
 /* ---- shm_component.c ------------------------------------------------------------------------ */
 /* This process's identity for the iface address; why when it cannot be read. */

@@ -96,9 +96,9 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
             continue;
         }
         if (args->is_put) {
-            memcpy(remote, local, v->length);
+            xfer_shm_copy(ep->iface, remote, local, v->length);
         } else {
-            memcpy(local, remote, v->length);
+            xfer_shm_copy(ep->iface, local, remote, v->length);
         }
     }
     args->landed = args->count;

@@ -44,6 +44,11 @@ static const xfer_param_desc_t shm_params[] = {
      "through the peer. n: the peer carries out every put and get, after checking it "
      "against its live registrations.",
      offsetof(xfer_shm_config_t, map), 0, 0, NULL},
+    {"NT_COPY_MIN", XFER_PARAM_SIZE, "4m",
+     "Copies to and from a mapped peer's memory (MAP) of this size and more write with "
+     "non-temporal stores, which bypass the cache: faster for data too large to stay there, "
+     "slower for data read soon after. Set it above any transfer (1t) to always use memcpy.",
+     offsetof(xfer_shm_config_t, nt_copy_min), 4096, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
     {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "64g",
      "Largest tag message, put/get or tensor this side sends or accepts.",
      offsetof(xfer_shm_config_t, max_msg_size), 1, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},

@@ -290,9 +290,9 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
             return XFER_OK;
         }
         if (kind == XFER_SHM_OP_PUT) {
-            memcpy(remote, buf, length);
+            xfer_shm_copy(ep->iface, remote, buf, length);
         } else {
-            memcpy(buf, remote, length);
+            xfer_shm_copy(ep->iface, buf, remote, length);
         }
         return XFER_OK;
     }

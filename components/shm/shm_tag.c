@@ -81,7 +81,7 @@ static xfer_status_t rndv_pull(xfer_ep_h ep, void *buf, uint64_t n, uint64_t src
     xfer_status_t status = XFER_OK;
 
     if (mapped != NULL) {
-        memcpy(buf, mapped, n);
+        xfer_shm_copy(ep->iface, buf, mapped, n);
     } else if (n > 0) {
         status = xfer_shm_cma(ep, buf, src, n, 0, why, sizeof(why));
     }
