@@ -468,17 +468,19 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         xfer_request_posted(req, req_p);
         status = XFER_OK;
     } else {
-        if (status == XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "%s completed a batch while posting it; "
-                     "a batch completes from progress", batch->ep->transport);
-            status = XFER_ERR_INTERNAL;
-        }
         ucs_list_del(&op->list);
         batch->mem->busy--;
         batch->posts--;
         free(op->subs);
         free(op);
-        xfer_request_discard(req);
+        req->batch_op = NULL;
+        if (status == XFER_OK) {
+            /* the transport moved every descriptor while posting (memory it maps) */
+            req->landed = batch->count;
+            xfer_request_posted_done(req, batch->bytes, req_p);
+        } else {
+            xfer_request_discard(req);
+        }
     }
 out:
     xfer_ctx_unlock(ctx);

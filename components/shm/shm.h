@@ -432,11 +432,13 @@ xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t 
  * data so the caller may reuse it. XFER_OK or XFER_ERR_NO_MEMORY. */
 xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_frame_t *hdr,
                                 const void *data, uint64_t len, int copy, int answer);
+/* A frame of type with id, a and len bytes of payload that fits one cell, into an idle ring
+ * with room (a small tag message, a notification): the header is written field by field
+ * into the cell (no frame built on the stack and copied, which stalls on the copy's loads)
+ * and published. 0 when it was not written: queue it instead. */
+int xfer_shm_tx_inline(xfer_ep_h ep, unsigned type, uint64_t id, uint64_t a, const void *data,
+                       uint32_t len);
 /* A frame with no payload (an answer: TAG_FIN, PUT_ACK, TDONE...). */
-/* A tag message of len bytes that fits one cell, into an idle ring with room: the header is
- * written field by field into the cell (no frame built on the stack and copied, which stalls
- * on the copy's loads) and published. 0 when it was not written: queue it instead. */
-int xfer_shm_tx_tag_inline(xfer_ep_h ep, uint64_t tag, const void *data, uint32_t len);
 xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
                                int answer);
 /* Write what the ring has room for: the frames written, or -1 when the ep failed. Rings the

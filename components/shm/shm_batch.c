@@ -17,7 +17,8 @@
  *
  * To memory the peer allocated with xfer_mem_alloc() and this side mapped (shm_rma.c), every
  * descriptor is a memcpy done before the post returns; the NOTIFY frame (after no PUT frame)
- * is written into the ring after the last copy, so the target reads it after the data.
+ * is written into the ring after the last copy, so the target reads it after the data. When
+ * it could be written at once (or there is none) the batch is complete when the post returns.
  *
  * Cancel: a BATCH or NOTIFY frame not yet written into the ring is voided (the target answers
  * or ignores it without touching memory); what the target already has runs to its end, and
@@ -83,10 +84,6 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
             return XFER_ERR_OUT_OF_RANGE;
         }
     }
-    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_BATCH, comp, nlen);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
         uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
@@ -102,14 +99,21 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
         }
     }
     args->landed = args->count;
-    op->len      = args->count;
-    op->serial   = ++ep->rma_posted;
-    if (args->notify == NULL) {
-        xfer_shm_op_complete(op, XFER_OK, args->count, 0);
-        return XFER_INPROGRESS;
+    /* Done when the notification is in the ring, which the target reads after the data (the
+     * ring's release store orders it after the copies): at once when the ring has room and
+     * nothing queued before it, else once it is written. */
+    if ((args->notify == NULL) ||
+        xfer_shm_tx_inline(ep, XFER_SHM_F_NOTIFY, 0, 0, args->notify, (uint32_t)nlen)) {
+        return XFER_OK;
     }
+    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_BATCH, comp, nlen);
+    if (op == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->len    = args->count;
+    op->serial = ++ep->rma_posted;
     memcpy(op->key, args->notify, nlen);
-    op->on_write = 1;   /* done once the notification is in the ring */
+    op->on_write = 1;
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
     hdr.a    = 0;       /* no PUT frame precedes it */

@@ -158,7 +158,8 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         return XFER_ERR_OUT_OF_RANGE;
     }
     cfg = ep->iface->cfg;
-    if ((length <= cfg->rndv_thresh) && xfer_shm_tx_tag_inline(ep, tag, buf, (uint32_t)length)) {
+    if ((length <= cfg->rndv_thresh) && xfer_shm_tx_inline(ep, XFER_SHM_F_TAG, tag, length, buf,
+                                                         (uint32_t)length)) {
         return XFER_OK;     /* copied into the ring: the caller may reuse its buffer */
     }
     if (ep->state != XFER_SHM_EP_CONNECTED) {

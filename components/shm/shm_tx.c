@@ -176,7 +176,8 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
     return XFER_OK;
 }
 
-int xfer_shm_tx_tag_inline(xfer_ep_h ep, uint64_t tag, const void *data, uint32_t len)
+int xfer_shm_tx_inline(xfer_ep_h ep, unsigned type, uint64_t id, uint64_t a, const void *data,
+                       uint32_t len)
 {
     char why[XFER_REASON_MAX];
     xfer_shm_frame_t *h;
@@ -196,9 +197,9 @@ int xfer_shm_tx_tag_inline(xfer_ep_h ep, uint64_t tag, const void *data, uint32_
     h = (xfer_shm_frame_t*)(void*)c;
     memset(h, 0, sizeof(*h));
     h->len  = len;
-    h->type = XFER_SHM_F_TAG;
-    h->id   = tag;
-    h->a    = len;
+    h->type = (uint16_t)type;
+    h->id   = id;
+    h->a    = a;
     if (len > 0) {
         memcpy(c + XFER_SHM_FRAME_HDR, data, len);
     }

@@ -371,8 +371,9 @@ typedef struct xfer_component_v1 {
     /* Post a batch (xfer_batch_args_t) as one unit and, with args->notify, a notification
      * that the peer delivers (its iface_params' notify) only once every byte of the batch is
      * visible in its memory, or read from it. comp completes once with the status and
-     * length = descriptors landed: XFER_OK when all landed. Returns XFER_INPROGRESS or an
-     * error (comp will not be called). cancel(comp, status) stops it: nothing more is posted
+     * length = descriptors landed: XFER_OK when all landed. Returns XFER_INPROGRESS, or
+     * XFER_OK when every descriptor landed and the notification (if any) is on its way, in
+     * order, before it returns, or an error (comp will not be called in either case). cancel(comp, status) stops it: nothing more is posted
      * and no notification sent; comp completes once what is already in flight has ended
      * (maybe much later), or at ep_destroy. NULL: the framework posts the descriptors one by
      * one through put and get, and refuses notifications. Read only when size covers it. */
