@@ -226,6 +226,32 @@ Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
     }
 }
 
+/* Batches with CUDA memory on either side or both, over tcp, data checked: a batch of puts
+ * from host memory into the peer's CUDA memory goes as PUTV frames, which the target reads
+ * block by block through its bounce buffers; from CUDA memory as PUT frames. */
+Test(perf, batches_move_cuda_memory_on_either_side)
+{
+    static const char *const mems[] = {"host,cuda", "cuda,host", "cuda"};
+    static const char *const tests[] = {"batch_put", "batch_get"};
+    char env[1200], args[256];
+    perf_run_t r;
+
+    if (strcmp(transport(), "tcp") != 0) {
+        cr_skip_test("%s does not move CUDA memory itself (tcp does)", transport());
+    }
+    snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s XFER_TCP_CUDA_CHUNK=64k XFER_TCP_CUDA_DEPTH=2",
+             fake_cuda());
+    for (size_t m = 0; m < sizeof(mems) / sizeof(mems[0]); m++) {
+        for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+            snprintf(args, sizeof(args), "-t %s -m %s -s 300001 -b 5 -w 2 -n 6 --warmup 1 -V",
+                     tests[i], mems[m]);
+            perf_run(env, env, args, &r);
+            expect_ran(&r, tests[i]);
+            perf_run_free(&r);
+        }
+    }
+}
+
 /* -m xfer: buffers from xfer_mem_alloc on both sides (over shm the initiator maps the peer's
  * and copies itself), every test's data checked. */
 Test(perf, every_test_runs_with_memory_from_xfer_mem_alloc)

@@ -11,6 +11,8 @@
 #include "../framework/wire/bootstrap_wire.h"
 #include "../components/tcp/tcp_wire.h"
 
+#include <xfer/byteorder.h>
+
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -533,6 +535,70 @@ Test(tcp_proto, put_whose_rank_skips_one)
     xfer_tcp_wire_pack_put_ext(&rma, frame + n);
     plan = (raw_plan_t){frame, n + XFER_TCP_WIRE_PUT_EXT_LEN, 0, 0, 0, 0};
     expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+/* A PUTV (a batch's small puts in one frame) whose table lies: no blocks, blocks whose
+ * lengths do not add up to the data it carries, a block that wraps around the address
+ * space, a rank that skips one. Each breaks the connection before a byte is written. */
+static size_t putv_frame(uint8_t *frame, uint64_t id, uint32_t count, const uint64_t *addr,
+                         const uint64_t *len, uint64_t data)
+{
+    xfer_tcp_wire_putv_t putv = {1, 2, count};
+    uint64_t table = (uint64_t)count * XFER_TCP_WIRE_PUTV_DESC_LEN;
+    size_t n       = put_hdr(frame, XFER_TCP_WIRE_PUTV, 0, id,
+                             XFER_TCP_WIRE_PUTV_EXT_LEN + table + data);
+
+    xfer_tcp_wire_pack_putv_ext(&putv, frame + n);
+    n += XFER_TCP_WIRE_PUTV_EXT_LEN;
+    for (uint32_t i = 0; i < count; i++) {
+        xfer_tcp_wire_pack_putv_desc(frame + n, i, addr[i], len[i]);
+    }
+    n += (size_t)table;
+    memset(frame + n, 0x5a, (size_t)data);
+    return n + (size_t)data;
+}
+
+static void expect_bad_putv(uint64_t id, uint32_t count, const uint64_t *addr,
+                            const uint64_t *len, uint64_t data)
+{
+    uint8_t frame[512];
+    raw_plan_t plan = {frame, putv_frame(frame, id, count, addr, len, data), 0, 0, 0, 0};
+
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, putv_with_no_blocks)
+{
+    const uint64_t addr[1] = {0x1000}, len[1] = {16};
+    uint8_t frame[512];
+    /* a table of one entry follows, so only the count is wrong */
+    size_t n = putv_frame(frame, 1, 1, addr, len, 16);
+    raw_plan_t plan = {frame, n, 0, 0, 0, 0};
+
+    xfer_put_le32(frame + XFER_TCP_WIRE_HDR_LEN + 16, 0);
+    expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
+}
+
+Test(tcp_proto, putv_whose_blocks_do_not_add_up)
+{
+    const uint64_t addr[2] = {0x1000, 0x2000}, len[2] = {16, 16};
+
+    expect_bad_putv(1, 2, addr, len, 40);
+    expect_bad_putv(1, 2, addr, len, 24);
+}
+
+Test(tcp_proto, putv_whose_block_wraps_around)
+{
+    const uint64_t addr[2] = {0x1000, UINT64_MAX - 7}, len[2] = {16, 16};
+
+    expect_bad_putv(1, 2, addr, len, 32);
+}
+
+Test(tcp_proto, putv_whose_rank_skips_one)
+{
+    const uint64_t addr[1] = {0x1000}, len[1] = {16};
+
+    expect_bad_putv(2, 1, addr, len, 16);
 }
 
 Test(tcp_proto, tensor_response_with_unknown_id)

@@ -58,6 +58,7 @@ typedef struct xfer_tcp_config {
 
 typedef struct xfer_tcp_op  xfer_tcp_op_t;
 typedef struct xfer_tcp_preq xfer_tcp_preq_t;
+typedef struct xfer_tcp_putv_rx xfer_tcp_putv_rx_t;
 
 /* ---- send queue entries ---------------------------------------------------------------------- */
 
@@ -66,13 +67,17 @@ typedef enum {
     XFER_TCP_TX_OP,         /* header + user data of a large send or put (in xfer_tcp_op_t) */
     XFER_TCP_TX_PREQ,       /* a tensor response (in xfer_tcp_preq_t) */
     XFER_TCP_TX_GET_RESP,   /* header + registered memory a peer reads */
+    XFER_TCP_TX_PUTV,       /* a PUTV: header and table, then blocks of a batch's memory
+                             * (xiov); the entry is freed once written or dropped */
 } xfer_tcp_tx_kind_t;
 
 typedef struct xfer_tcp_tx {
     ucs_list_link_t     list;       /* ep->txq */
     xfer_tcp_tx_kind_t  kind;
     struct iovec        iov[2];     /* what to write: [0] header or buffer, [1] data */
-    size_t              sent;       /* bytes of iov[0] + iov[1] already written */
+    const struct iovec  *xiov;      /* PUTV: the data after iov[0] instead of iov[1] */
+    unsigned            xiovcnt;
+    size_t              sent;       /* bytes of iov[0] + iov[1] (or xiov) already written */
     size_t              cap;        /* TX_BUF: room of iov[0] */
     xfer_memh_h         memh;       /* GET_RESP: the region iov[1] points into, or NULL */
     void                *owned;     /* GET_RESP: a private copy of iov[1] (after dereg) */
@@ -224,6 +229,9 @@ typedef struct xfer_tcp_rx {
     xfer_tcp_unexp_t    *unexp;     /* unexpected message being received */
     xfer_tcp_preq_t     *preq;      /* tensor request whose key is arriving */
     xfer_memh_h         memh;       /* PUT target region */
+    /* PUTV: the payload goes to blocks viov[vidx..vcnt) (dest, want, got: the current one) */
+    struct iovec        *viov;
+    uint32_t            vcnt, vidx;
     uint64_t            size;       /* TENSOR_RESP: the tensor's size */
     /* dest is CUDA memory: the payload is read into bounce buffers, each copied to
      * dest + dbase once full (tcp_cuda.c); the frame is done once every copy landed */
@@ -312,6 +320,7 @@ struct xfer_ep {
     uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
     xfer_status_t       put_refused_status;
     uint8_t             *batch_notify;  /* a notification being received */
+    xfer_tcp_putv_rx_t  *putv_rx;       /* a PUTV's table (tcp_batch.c), from the first */
     ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;
@@ -471,7 +480,8 @@ xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *
 xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_size);
 xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                         size_t why_size);
-extern const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end, xfer_tcp_rx_batch_ack;
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end, xfer_tcp_rx_batch_ack,
+                                   xfer_tcp_rx_putv;
 /* Complete the flushes of ep whose conditions now hold; how many. */
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep);
 /* End every flush of ep with status (it failed or closes). */
@@ -577,6 +587,13 @@ extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
                                    xfer_tcp_rx_put, xfer_tcp_rx_put_fail,
                                    xfer_tcp_rx_get_req, xfer_tcp_rx_get_resp;
 xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
+/* Can this side put or get length bytes at remote_addr through rkey? (the key's bounds, the
+ * message limit) */
+xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
+                                 uint64_t remote_addr, xfer_rkey_h rkey);
+/* Where a peer may read or write: the region must be ours and contain the whole range. */
+xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
+                                    xfer_memh_h *memh_p, char *why, size_t why_size);
 void xfer_tcp_regions_cleanup(xfer_iface_h iface);
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p);

@@ -1,9 +1,10 @@
 /*
  * Batches over tcp.
  *
- * A put batch is its descriptors' PUT frames, queued at once (small ones copied into the send
- * buffers and written together, large ones gathered from the caller's memory, striped over
- * the lanes), then a BATCH_END frame carrying the notification. The target handles frames in
+ * A put batch is its descriptors' frames, queued at once - runs of blocks smaller than a
+ * striped frame as PUTV frames (a table, then the blocks gathered from the caller's memory
+ * and read by the target straight into place), larger ones as PUT frames striped over the
+ * lanes - then a BATCH_END frame carrying the notification. The target handles frames in
  * order and a striped frame only once all its shares are in, so when it reads BATCH_END every
  * put before it is in its memory: it delivers the notification - unless one of the batch's
  * puts (BATCH_END names how many precede it) was refused - and answers BATCH_ACK with the
@@ -74,6 +75,86 @@ static xfer_status_t batch_end_queue(xfer_ep_h ep, uint64_t id, unsigned flags, 
         memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, notify, notify_len);
     }
     xfer_tcp_ep_tx_post(ep);
+    return XFER_OK;
+}
+
+/* How many descriptors from first go in one PUTV: a run of puts from host memory, each
+ * smaller than a striped frame (larger ones go as PUTs, cut over the lanes), at most
+ * XFER_TCP_WIRE_PUTV_MAX of them and the peer's message limit in all. 0: none. */
+static size_t putv_run(xfer_ep_h ep, const xfer_batch_args_t *args, size_t first)
+{
+    uint64_t bytes = 0;
+    size_t n       = 0;
+
+    if (!args->is_put || (args->memh == NULL) || args->memh->cuda) {
+        return 0;
+    }
+    while ((first + n < args->count) && (n < XFER_TCP_WIRE_PUTV_MAX)) {
+        uint64_t len = args->iov[first + n].length;
+
+        if ((len >= ep->iface->cfg->lane_min) ||
+            (len > ep->limits.max_msg_size - bytes)) {
+            break;
+        }
+        bytes += len;
+        n++;
+    }
+    return n;
+}
+
+/* Queue descriptors [first, first + n) as one PUTV: the header, extension and table in the
+ * entry's own buffer, the blocks gathered from the batch's memory (which the framework keeps
+ * until the batch completes, after its BATCH_ACK). */
+static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, size_t first,
+                                size_t n)
+{
+    size_t head = XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUTV_EXT_LEN +
+                  n * XFER_TCP_WIRE_PUTV_DESC_LEN;
+    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                               XFER_TCP_WIRE_PUTV, 0, ep->puts_sent + 1,
+                               head - XFER_TCP_WIRE_HDR_LEN, 0};
+    xfer_tcp_wire_putv_t putv = {args->rkey->wire.region, args->rkey->wire.cookie,
+                                 (uint32_t)n};
+    xfer_status_t status;
+    struct iovec *data;
+    xfer_tcp_tx_t *tx;
+    uint8_t *p;
+
+    for (size_t i = first; i < first + n; i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+
+        status = xfer_tcp_rma_check(ep, "batch put", (void*)(uintptr_t)v->local,
+                                    (size_t)v->length, v->remote, args->rkey);
+        if (status != XFER_OK) {
+            return status;
+        }
+        hdr.length += v->length;
+    }
+    tx = malloc(sizeof(*tx) + n * sizeof(*data) + head);
+    if (tx == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    memset(tx, 0, sizeof(*tx));
+    data = (struct iovec*)(void*)(tx + 1);
+    p    = (uint8_t*)(data + n);
+    xfer_tcp_wire_pack_hdr(&hdr, p);
+    xfer_tcp_wire_pack_putv_ext(&putv, p + XFER_TCP_WIRE_HDR_LEN);
+    for (size_t i = 0; i < n; i++) {
+        const xfer_batch_iov_t *v = &args->iov[first + i];
+
+        xfer_tcp_wire_pack_putv_desc(p + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUTV_EXT_LEN,
+                                     (uint32_t)i, v->remote, v->length);
+        data[i].iov_base = (void*)(uintptr_t)v->local;
+        data[i].iov_len  = (size_t)v->length;
+    }
+    tx->kind            = XFER_TCP_TX_PUTV;
+    tx->iov[0].iov_base = p;
+    tx->iov[0].iov_len  = head;
+    tx->xiov            = data;
+    tx->xiovcnt         = (unsigned)n;
+    xfer_tcp_ep_tx_push(ep, tx);
+    ep->puts_sent++;
+    ep->batch_puts_sent += n;
     return XFER_OK;
 }
 
@@ -171,7 +252,24 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
         void *local               = (void*)(uintptr_t)v->local;
+        size_t run                = putv_run(ep, args, i);
 
+        if (run > 0) {
+            status = putv_queue(ep, args, i, run);
+            if (status != XFER_OK) {
+                if (i == 0) {
+                    ep->tx_corked--;
+                    free(b->subs);
+                    free(b);
+                    return status;
+                }
+                b->status = status;
+                break;
+            }
+            posted += run;
+            i      += run - 1;
+            continue;
+        }
         b->subs[i].comp.cb = batch_sub_cb;
         b->subs[i].b       = b;
         status = args->is_put ?
@@ -337,6 +435,87 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
     return XFER_OK;
 }
 
+/* What a PUTV's table unpacks into, and the blocks the payload is read into. */
+struct xfer_tcp_putv_rx {
+    uint64_t     addr[XFER_TCP_WIRE_PUTV_MAX];
+    uint64_t     len[XFER_TCP_WIRE_PUTV_MAX];
+    struct iovec iov[XFER_TCP_WIRE_PUTV_MAX];
+};
+
+/* A PUTV: first its fixed extension (the count), then, ext_len raised, its table. Every block
+ * is checked against the region before any is written; a refused PUTV is drained. */
+static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, size_t why_size)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+    xfer_tcp_putv_rx_t *v;
+    xfer_tcp_wire_putv_t putv;
+    xfer_tcp_wire_rma_t rma;
+    xfer_memh_h memh = NULL;
+    xfer_status_t status;
+
+    status = xfer_tcp_wire_unpack_putv_ext(ext, &rx->hdr, &putv, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (rx->ext_len == XFER_TCP_WIRE_PUTV_EXT_LEN) {
+        if (rx->hdr.id != ep->puts_rcvd + 1) {
+            snprintf(why, why_size, "PUTV carries id %" PRIu64 ", expected %" PRIu64,
+                     rx->hdr.id, ep->puts_rcvd + 1);
+            return XFER_ERR_PROTOCOL;
+        }
+        rx->ext_len += (size_t)putv.count * XFER_TCP_WIRE_PUTV_DESC_LEN;
+        return XFER_INPROGRESS;
+    }
+    if (ep->putv_rx == NULL) {
+        ep->putv_rx = malloc(sizeof(*ep->putv_rx));
+        if (ep->putv_rx == NULL) {
+            snprintf(why, why_size, "out of memory for a PUTV's table");
+            return XFER_ERR_NO_MEMORY;
+        }
+    }
+    v      = ep->putv_rx;
+    status = xfer_tcp_wire_unpack_putv_table(ext + XFER_TCP_WIRE_PUTV_EXT_LEN, &rx->hdr,
+                                             putv.count, v->addr, v->len, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    ep->puts_rcvd++;
+    ep->batch_puts_rcvd += putv.count;
+    rma.region = putv.region;
+    rma.cookie = putv.cookie;
+    for (uint32_t i = 0; (i < putv.count) && (status == XFER_OK); i++) {
+        rma.addr = v->addr[i];
+        rma.len  = v->len[i];
+        status   = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
+        v->iov[i].iov_base = (status == XFER_OK) ?
+                             memh->addr + (rma.addr - (uintptr_t)memh->addr) : NULL;
+        v->iov[i].iov_len  = (size_t)rma.len;
+    }
+    rx->status = status;
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a batch's %" PRIu32 " puts: %s",
+                 putv.count, why);
+        xfer_tcp_rx_expect(ep, NULL, 0, rx->hdr.length - rx->ext_len);
+        return XFER_OK;
+    }
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    rx->memh = memh;
+    rx->viov = v->iov;
+    rx->vcnt = putv.count;
+    rx->vidx = 0;
+    return XFER_OK;
+}
+
+/* Answered only when refused, as a PUT. */
+static xfer_status_t rx_putv_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_batch_put_done(ep);
+    if (ep->rx.status == XFER_OK) {
+        return XFER_OK;
+    }
+    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_FAIL, ep->rx.status, why, why_size);
+}
+
 /* A refused put (either kind) is remembered for the batch whose BATCH_END follows it. */
 void xfer_tcp_batch_put_done(xfer_ep_h ep)
 {
@@ -387,3 +566,5 @@ const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end = {XFER_TCP_WIRE_BATCH_EXT_LEN
 const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_ack = {XFER_TCP_WIRE_BATCH_ACK_LEN,
                                                      xfer_tcp_rx_batch_ack_ext,
                                                      rx_batch_ack_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_putv      = {XFER_TCP_WIRE_PUTV_EXT_LEN, rx_putv_ext,
+                                                     rx_putv_done};

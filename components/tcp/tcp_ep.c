@@ -455,6 +455,20 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
         if (rx->dev) {
             xfer_tcp_cuda_rx_forget(ep);
         }
+        if (rx->viov != NULL) {
+            /* a PUTV: its blocks not yet in, after the current one (whose rest want - got
+             * is in CUDA memory; in host memory got counts into the block itself) */
+            for (uint32_t i = rx->vidx; i < rx->vcnt; i++) {
+                rx->drain += rx->viov[i].iov_len;
+            }
+            if (!rx->dev && (rx->vidx < rx->vcnt)) {
+                rx->drain -= rx->got;
+                rx->got    = 0;
+            } else if (rx->vidx < rx->vcnt) {
+                rx->drain -= rx->viov[rx->vidx].iov_len;
+            }
+            rx->viov = NULL;
+        }
         rx->drain += rx->want - rx->got;
         rx->want   = rx->got;
         rx->memh   = NULL;
@@ -645,6 +659,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     xfer_tcp_iface_deliver_ep(iface, ep);
     xfer_tcp_batch_ep_gone(ep);
     free(ep->batch_notify);
+    free(ep->putv_rx);
     ucs_list_del(&ep->list);
     free(ep->lanes);
     free(ep->slots);

@@ -176,8 +176,8 @@ void xfer_tcp_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 
 /* ---- initiator ------------------------------------------------------------------------------ */
 
-static xfer_status_t rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
-                               uint64_t remote_addr, xfer_rkey_h rkey)
+xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
+                                 uint64_t remote_addr, xfer_rkey_h rkey)
 {
     xfer_status_t status = xfer_tcp_ep_check(ep);
     const xfer_tcp_wire_rkey_t *r;
@@ -231,7 +231,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     int cuda, acked, eager;
     uint8_t *p;
 
-    status = rma_check(ep, "put", buf, length, remote_addr, rkey);
+    status = xfer_tcp_rma_check(ep, "put", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
     }
@@ -330,7 +330,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     uint8_t *p;
     int cuda;
 
-    status = rma_check(ep, "get", buf, length, remote_addr, rkey);
+    status = xfer_tcp_rma_check(ep, "get", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
     }
@@ -373,9 +373,8 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-/* Where a peer may read or write: the region must be ours and contain the whole range. */
-static xfer_status_t region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
-                                  xfer_memh_h *memh_p, char *why, size_t why_size)
+xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
+                                    xfer_memh_h *memh_p, char *why, size_t why_size)
 {
     khiter_t it = kh_get(xfer_tcp_mem, iface->regions, rma->region);
     xfer_memh_h memh;
@@ -417,7 +416,7 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     if (status != XFER_OK) {
         return status;
     }
-    status = region_check(ep->iface, &rma, &memh, why, why_size);
+    status = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
     ep->rx.status = status;
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a put: %s", why);
@@ -497,7 +496,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         return status;
     }
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
-    status = region_check(ep->iface, &rma, &memh, why, why_size);
+    status = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
         return get_resp_error(ep, status, why, why_size);

@@ -38,6 +38,7 @@ static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
     case XFER_TCP_WIRE_FLUSH_ACK:     return &xfer_tcp_rx_flush_ack;
     case XFER_TCP_WIRE_BATCH_END:     return &xfer_tcp_rx_batch_end;
     case XFER_TCP_WIRE_BATCH_ACK:     return &xfer_tcp_rx_batch_ack;
+    case XFER_TCP_WIRE_PUTV:          return &xfer_tcp_rx_putv;
     default:                          return NULL;
     }
 }
@@ -159,6 +160,73 @@ static int rx_fill(xfer_ep_h ep, size_t n)
     return 1;
 }
 
+/* A PUTV's payload into its blocks viov[vidx..vcnt), rx->got bytes of the current one in:
+ * staged bytes are copied, then one readv() fills as many blocks as the socket has data
+ * for, the staging buffer catching what follows. Into CUDA memory, block by block through
+ * tcp_cuda.c. 1 = all in, 0 = wait, -1 = the ep failed. */
+static int rx_blocks(xfer_ep_h ep)
+{
+    xfer_tcp_rx_t *rx = &ep->rx;
+    struct iovec iov[XFER_TCP_IOV_MAX];
+    int cnt, ret;
+    size_t n;
+
+    while (rx->vidx < rx->vcnt) {
+        const struct iovec *b = &rx->viov[rx->vidx];
+        size_t avail          = ep->rlen - ep->roff;
+
+        if (rx->memh->cuda) {
+            if (!rx->dev) {
+                xfer_tcp_rx_expect_device(ep, b->iov_base, b->iov_len, 0);
+            }
+            ret = xfer_tcp_cuda_rx_data(ep);
+            if (ret <= 0) {
+                return ret;
+            }
+            rx->dev = 0;
+            rx->vidx++;
+            continue;
+        }
+        if (rx->got == b->iov_len) {
+            rx->vidx++;
+            rx->got = 0;
+            continue;
+        }
+        if (avail > 0) {
+            n = (avail < b->iov_len - rx->got) ? avail : b->iov_len - rx->got;
+            memcpy((uint8_t*)b->iov_base + rx->got, ep->rbuf + ep->roff, n);
+            ep->roff += n;
+            rx->got  += n;
+            continue;
+        }
+        ep->roff = ep->rlen = 0;
+        iov[0].iov_base = (uint8_t*)b->iov_base + rx->got;
+        iov[0].iov_len  = b->iov_len - rx->got;
+        cnt = 1;
+        for (uint32_t i = rx->vidx + 1; (i < rx->vcnt) && (cnt < XFER_TCP_IOV_MAX - 1); i++) {
+            iov[cnt++] = rx->viov[i];
+        }
+        iov[cnt].iov_base = ep->rbuf;
+        iov[cnt].iov_len  = XFER_TCP_RX_BUF_LEN;
+        ret = xfer_tcp_ep_rx_read(ep, iov, cnt + 1, &n);
+        if (ret <= 0) {
+            return ret;
+        }
+        for (int i = 0; (i < cnt) && (n > 0); i++) {
+            size_t take = (n < iov[i].iov_len) ? n : iov[i].iov_len;
+
+            n       -= take;
+            rx->got += take;
+            if (rx->got == rx->viov[rx->vidx].iov_len) {
+                rx->vidx++;
+                rx->got = 0;
+            }
+        }
+        ep->rlen = n;   /* what follows the payload, for the next frame */
+    }
+    return 1;
+}
+
 /* Move the payload to its destination, then discard what is to be drained. */
 static int rx_data(xfer_ep_h ep)
 {
@@ -167,7 +235,12 @@ static int rx_data(xfer_ep_h ep)
     size_t n;
     int ret;
 
-    if (rx->dev) {
+    if (rx->viov != NULL) {
+        ret = rx_blocks(ep);
+        if (ret <= 0) {
+            return ret;
+        }
+    } else if (rx->dev) {
         ret = xfer_tcp_cuda_rx_data(ep);
         if (ret <= 0) {
             return ret;

@@ -21,7 +21,24 @@
 
 static size_t tx_length(const xfer_tcp_tx_t *tx)
 {
-    return tx->iov[0].iov_len + tx->iov[1].iov_len;
+    size_t len = tx->iov[0].iov_len + tx->iov[1].iov_len;
+
+    for (unsigned i = 0; i < tx->xiovcnt; i++) {
+        len += tx->xiov[i].iov_len;
+    }
+    return len;
+}
+
+/* The i-th piece of what the entry writes: iov[0], then iov[1] or the xiov list. */
+static const struct iovec *tx_piece(const xfer_tcp_tx_t *tx, unsigned i)
+{
+    if (i == 0) {
+        return &tx->iov[0];
+    }
+    if (tx->xiovcnt == 0) {
+        return (i == 1) ? &tx->iov[1] : NULL;
+    }
+    return (i <= tx->xiovcnt) ? &tx->xiov[i - 1] : NULL;
 }
 
 uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
@@ -145,6 +162,7 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
                           &ucs_container_of(tx, xfer_tcp_preq_t, tx)->list);
         break;
     case XFER_TCP_TX_GET_RESP:
+    case XFER_TCP_TX_PUTV:      /* its batch completes with the BATCH_ACK behind it */
         free(tx->owned);
         free(tx);
         break;
@@ -180,6 +198,7 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
         xfer_tcp_preq_free(preq);
         break;
     case XFER_TCP_TX_GET_RESP:
+    case XFER_TCP_TX_PUTV:
         free(tx->owned);
         free(tx);
         break;
@@ -254,13 +273,15 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                 }
                 continue;
             }
-            for (int i = 0; (i < 2) && (cnt < XFER_TCP_IOV_MAX); i++) {
-                if (skip >= tx->iov[i].iov_len) {
-                    skip -= tx->iov[i].iov_len;
+            for (unsigned i = 0; (cnt < XFER_TCP_IOV_MAX) && (tx_piece(tx, i) != NULL); i++) {
+                const struct iovec *piece = tx_piece(tx, i);
+
+                if (skip >= piece->iov_len) {
+                    skip -= piece->iov_len;
                     continue;
                 }
-                iov[cnt].iov_base = (uint8_t*)tx->iov[i].iov_base + skip;
-                iov[cnt].iov_len  = tx->iov[i].iov_len - skip;
+                iov[cnt].iov_base = (uint8_t*)piece->iov_base + skip;
+                iov[cnt].iov_len  = piece->iov_len - skip;
                 total            += iov[cnt].iov_len;
                 skip              = 0;
                 cnt++;

@@ -28,6 +28,7 @@ const char *xfer_tcp_wire_type_name(unsigned type)
         [XFER_TCP_WIRE_FLUSH_ACK]     = "FLUSH_ACK",
         [XFER_TCP_WIRE_BATCH_END]     = "BATCH_END",
         [XFER_TCP_WIRE_BATCH_ACK]     = "BATCH_ACK",
+        [XFER_TCP_WIRE_PUTV]          = "PUTV",
     };
 
     if ((type == 0) || (type >= XFER_TCP_WIRE_TYPE_LAST)) {
@@ -56,6 +57,24 @@ void xfer_tcp_wire_pack_put_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
     xfer_put_le64(p, rma->region);
     xfer_put_le64(p + 8, rma->cookie);
     xfer_put_le64(p + 16, rma->addr);
+}
+
+void xfer_tcp_wire_pack_putv_ext(const xfer_tcp_wire_putv_t *putv, void *buf)
+{
+    uint8_t *p = buf;
+
+    xfer_put_le64(p, putv->region);
+    xfer_put_le64(p + 8, putv->cookie);
+    xfer_put_le32(p + 16, putv->count);
+    xfer_put_le32(p + 20, 0);
+}
+
+void xfer_tcp_wire_pack_putv_desc(void *table, uint32_t i, uint64_t addr, uint64_t len)
+{
+    uint8_t *p = (uint8_t*)table + (size_t)i * XFER_TCP_WIRE_PUTV_DESC_LEN;
+
+    xfer_put_le64(p, addr);
+    xfer_put_le64(p + 8, len);
 }
 
 void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf)
@@ -182,6 +201,11 @@ static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_l
                (len - XFER_TCP_WIRE_BATCH_EXT_LEN <= XFER_TCP_WIRE_MAX_NOTIFY);
     case XFER_TCP_WIRE_BATCH_ACK:
         return len == XFER_TCP_WIRE_BATCH_ACK_LEN;
+    case XFER_TCP_WIRE_PUTV:
+        /* the table's size is checked with its count (unpack_putv_ext) */
+        return (len >= XFER_TCP_WIRE_PUTV_EXT_LEN + XFER_TCP_WIRE_PUTV_DESC_LEN) &&
+               (len - XFER_TCP_WIRE_PUTV_EXT_LEN <= lim->max_msg_size +
+                (uint64_t)XFER_TCP_WIRE_PUTV_MAX * XFER_TCP_WIRE_PUTV_DESC_LEN);
     default: /* PUT_ACK, TENSOR_CANCEL, PUT_FAIL, FLUSH_REQ, FLUSH_ACK */
         return len == 0;
     }
@@ -252,6 +276,59 @@ xfer_status_t xfer_tcp_wire_unpack_put_ext(const void *buf, const xfer_tcp_wire_
     if (rma->addr + rma->len < rma->addr) {
         snprintf(why, why_size, "%s range 0x%" PRIx64 "+%" PRIu64 " wraps around",
                  xfer_tcp_wire_type_name(hdr->type), rma->addr, rma->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_putv_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                            xfer_tcp_wire_putv_t *putv, char *why,
+                                            size_t why_size)
+{
+    const uint8_t *p = buf;
+    uint32_t reserved;
+
+    putv->region = xfer_get_le64(p);
+    putv->cookie = xfer_get_le64(p + 8);
+    putv->count  = xfer_get_le32(p + 16);
+    reserved     = xfer_get_le32(p + 20);
+    if ((putv->count == 0) || (putv->count > XFER_TCP_WIRE_PUTV_MAX) || (reserved != 0)) {
+        snprintf(why, why_size, "PUTV of %" PRIu32 " blocks (1 to %u; reserved %" PRIu32 ")",
+                 putv->count, XFER_TCP_WIRE_PUTV_MAX, reserved);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (hdr->length - XFER_TCP_WIRE_PUTV_EXT_LEN <
+        (uint64_t)putv->count * XFER_TCP_WIRE_PUTV_DESC_LEN) {
+        snprintf(why, why_size, "PUTV of %" PRIu32 " blocks in a frame of %" PRIu64 " bytes",
+                 putv->count, hdr->length);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tcp_wire_unpack_putv_table(const void *table, const xfer_tcp_wire_hdr_t *hdr,
+                                              uint32_t count, uint64_t *addr, uint64_t *len,
+                                              char *why, size_t why_size)
+{
+    const uint8_t *p = table;
+    uint64_t data    = hdr->length - XFER_TCP_WIRE_PUTV_EXT_LEN -
+                       (uint64_t)count * XFER_TCP_WIRE_PUTV_DESC_LEN;
+    uint64_t sum     = 0;
+
+    for (uint32_t i = 0; i < count; i++, p += XFER_TCP_WIRE_PUTV_DESC_LEN) {
+        addr[i] = xfer_get_le64(p);
+        len[i]  = xfer_get_le64(p + 8);
+        if ((addr[i] + len[i] < addr[i]) || (len[i] > data - sum)) {
+            snprintf(why, why_size, "PUTV block %" PRIu32 " (0x%" PRIx64 "+%" PRIu64 ") wraps "
+                     "around or overruns the frame's %" PRIu64 " bytes of data", i, addr[i],
+                     len[i], data);
+            return XFER_ERR_PROTOCOL;
+        }
+        sum += len[i];
+    }
+    if (sum != data) {
+        snprintf(why, why_size, "PUTV blocks of %" PRIu64 " bytes in all, in a frame carrying "
+                 "%" PRIu64, sum, data);
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;

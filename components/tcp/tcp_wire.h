@@ -6,7 +6,7 @@
  *
  *   frame := header extension[ext_len] variable[...] data[...]
  *   header (24 bytes):
- *     magic:u16 = 0x5854 ("TX")  version:u8 = 3  type:u8 (bit 7: STRIPED, see lanes below)
+ *     magic:u16 = 0x5854 ("TX")  version:u8 = 5  type:u8 (bit 7: STRIPED, see lanes below)
  *     status:i32   an xfer_status_t: 0 in requests, 0 or an error in responses
  *     id:u64       TAG: the message tag; others: the request id the initiator chose
  *     length:u64   bytes after the header: ext_len + variable + data
@@ -25,6 +25,14 @@
  *   PUT_FAIL       -                                     -                  - (status not 0)
  *   FLUSH_REQ      -                                     -                  -
  *   FLUSH_ACK      -                                     -                  -
+ *   PUTV           region:u64 cookie:u64 count:u32       count x            the blocks, in
+ *                  reserved:u32 (0)                      (addr:u64 len:u64) order, end to end
+ *
+ * A PUTV carries a batch's small puts in one frame: the target checks every block of its
+ * table against the region before it writes any, then reads the data straight into the
+ * blocks (one readv for many), so neither side copies them through a staging buffer. It is
+ * counted among PUTs (its id is its rank) and answered only when refused (PUT_FAIL), for all
+ * of its blocks at once: a refused PUTV writes nothing.
  *
  * A PUT_REQ is answered by a PUT_ACK once its data is in the target's memory. A PUT is not
  * answered unless it fails: its id is its rank among the initiator's PUTs on the connection
@@ -62,7 +70,7 @@
 #include <stdint.h>
 
 #define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
-#define XFER_TCP_WIRE_VERSION          4u
+#define XFER_TCP_WIRE_VERSION          5u
 #define XFER_TCP_WIRE_STRIPED          0x80u    /* in the type byte */
 #define XFER_TCP_WIRE_LANE_MAGIC       0x4c54u  /* bytes 'T' 'L' */
 #define XFER_TCP_WIRE_LANE_HELLO_LEN   16u
@@ -75,6 +83,9 @@
 #define XFER_TCP_WIRE_MAX_REASON       255u
 #define XFER_TCP_WIRE_BATCH_EXT_LEN    16u      /* flags u32, 0 u32, puts before it u64 */
 #define XFER_TCP_WIRE_BATCH_ACK_LEN    8u       /* descriptors landed u64 */
+#define XFER_TCP_WIRE_PUTV_EXT_LEN     24u
+#define XFER_TCP_WIRE_PUTV_DESC_LEN    16u      /* addr u64, len u64 */
+#define XFER_TCP_WIRE_PUTV_MAX         1024u    /* blocks of one PUTV */
 #define XFER_TCP_WIRE_MAX_NOTIFY       65536u
 #define XFER_TCP_WIRE_RKEY_LEN         32u
 #define XFER_TCP_WIRE_EP_ADDR_LEN      32u
@@ -94,6 +105,7 @@ typedef enum {
     XFER_TCP_WIRE_FLUSH_ACK     = 12,
     XFER_TCP_WIRE_BATCH_END     = 13,   /* ext: flags, puts; payload: the notification */
     XFER_TCP_WIRE_BATCH_ACK     = 14,   /* status; ext: descriptors landed */
+    XFER_TCP_WIRE_PUTV          = 15,   /* a batch's small puts, one frame */
     XFER_TCP_WIRE_TYPE_LAST
 } xfer_tcp_wire_type_t;
 
@@ -157,6 +169,13 @@ typedef struct xfer_tcp_wire_rkey {
     uint64_t length;
 } xfer_tcp_wire_rkey_t;
 
+/* A PUTV's table: where each block goes and how long it is. */
+typedef struct xfer_tcp_wire_putv {
+    uint64_t region;
+    uint64_t cookie;
+    uint32_t count;
+} xfer_tcp_wire_putv_t;
+
 /* Names for logs; "unknown" for anything else. */
 const char *xfer_tcp_wire_type_name(unsigned type);
 
@@ -169,6 +188,9 @@ void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp,
 void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf);
 void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf);
 void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void *buf);
+void xfer_tcp_wire_pack_putv_ext(const xfer_tcp_wire_putv_t *putv, void *buf);
+/* Entry i of a PUTV's table (XFER_TCP_WIRE_PUTV_DESC_LEN bytes each). */
+void xfer_tcp_wire_pack_putv_desc(void *table, uint32_t i, uint64_t addr, uint64_t len);
 
 /*
  * Parse and validate a header (XFER_TCP_WIRE_HDR_LEN bytes): magic, version, type, the status
@@ -190,6 +212,15 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
                                                   const xfer_tcp_wire_limits_t *limits,
                                                   xfer_tcp_wire_tensor_req_t *req, char *why,
                                                   size_t why_size);
+/* A PUTV's extension: count from 1 to XFER_TCP_WIRE_PUTV_MAX, its table within the frame. */
+xfer_status_t xfer_tcp_wire_unpack_putv_ext(const void *buf, const xfer_tcp_wire_hdr_t *hdr,
+                                            xfer_tcp_wire_putv_t *putv, char *why,
+                                            size_t why_size);
+/* Its table (count entries): block i at addr[i], len[i] bytes, none wrapping around, their
+ * lengths adding up to the frame's data exactly. */
+xfer_status_t xfer_tcp_wire_unpack_putv_table(const void *table, const xfer_tcp_wire_hdr_t *hdr,
+                                              uint32_t count, uint64_t *addr, uint64_t *len,
+                                              char *why, size_t why_size);
 /* The fixed part; then the frame's length must be ext + reason_len + data, where data is size
  * for a live tensor with status 0 and nothing otherwise. The shape is checked against the
  * dtype as the framework checks a publish. */

@@ -109,6 +109,41 @@ static void round_trip_ext(const xfer_tcp_wire_hdr_t *hdr, const uint8_t *ext, s
         xfer_tcp_wire_pack_tensor_resp_ext(&resp, buf);
         FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_TRESP_EXT_LEN), "TENSOR_RESP changed");
         break;
+    case XFER_TCP_WIRE_PUTV: {
+        static uint64_t addr[XFER_TCP_WIRE_PUTV_MAX], len[XFER_TCP_WIRE_PUTV_MAX];
+        uint8_t table[XFER_TCP_WIRE_PUTV_DESC_LEN];
+        xfer_tcp_wire_putv_t putv;
+        uint64_t sum = 0;
+
+        if ((avail < XFER_TCP_WIRE_PUTV_EXT_LEN) ||
+            (xfer_tcp_wire_unpack_putv_ext(ext, hdr, &putv, why, sizeof(why)) != XFER_OK)) {
+            return;
+        }
+        FUZZ_CHECK((putv.count >= 1) && (putv.count <= XFER_TCP_WIRE_PUTV_MAX) &&
+                   (hdr->length >= XFER_TCP_WIRE_PUTV_EXT_LEN +
+                    (uint64_t)putv.count * XFER_TCP_WIRE_PUTV_DESC_LEN), "PUTV count %u",
+                   putv.count);
+        xfer_tcp_wire_pack_putv_ext(&putv, buf);
+        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_PUTV_EXT_LEN), "PUTV extension changed");
+        if ((avail - XFER_TCP_WIRE_PUTV_EXT_LEN <
+             (uint64_t)putv.count * XFER_TCP_WIRE_PUTV_DESC_LEN) ||
+            (xfer_tcp_wire_unpack_putv_table(ext + XFER_TCP_WIRE_PUTV_EXT_LEN, hdr, putv.count,
+                                             addr, len, why, sizeof(why)) != XFER_OK)) {
+            return;
+        }
+        for (uint32_t i = 0; i < putv.count; i++) {
+            FUZZ_CHECK(addr[i] + len[i] >= addr[i], "PUTV block %u wraps", i);
+            xfer_tcp_wire_pack_putv_desc(table, 0, addr[i], len[i]);
+            FUZZ_CHECK(!memcmp(table, ext + XFER_TCP_WIRE_PUTV_EXT_LEN +
+                               (size_t)i * XFER_TCP_WIRE_PUTV_DESC_LEN, sizeof(table)),
+                       "PUTV block %u changed", i);
+            sum += len[i];
+        }
+        FUZZ_CHECK(sum == hdr->length - XFER_TCP_WIRE_PUTV_EXT_LEN -
+                   (uint64_t)putv.count * XFER_TCP_WIRE_PUTV_DESC_LEN,
+                   "PUTV blocks do not add up to its data");
+        break;
+    }
     default:
         break;  /* no extension */
     }

@@ -176,6 +176,23 @@ static void tcp_put_noack(uint64_t id, uint64_t region, uint64_t cookie, uint64_
     fill(len, 'q');
 }
 
+/* A PUTV of n blocks of len bytes, block i at addr + i * stride; its id is its PUT rank. */
+static void tcp_putv(uint64_t id, uint64_t region, uint64_t cookie, uint64_t addr,
+                     uint64_t stride, uint32_t n, size_t len)
+{
+    xfer_tcp_wire_putv_t v = {region, cookie, n};
+    uint8_t *table;
+
+    tcp_hdr(XFER_TCP_WIRE_PUTV, 0, id, XFER_TCP_WIRE_PUTV_EXT_LEN +
+            (uint64_t)n * XFER_TCP_WIRE_PUTV_DESC_LEN + (uint64_t)n * len);
+    xfer_tcp_wire_pack_putv_ext(&v, room(XFER_TCP_WIRE_PUTV_EXT_LEN));
+    table = room((size_t)n * XFER_TCP_WIRE_PUTV_DESC_LEN);
+    for (uint32_t i = 0; i < n; i++) {
+        xfer_tcp_wire_pack_putv_desc(table, i, addr + i * stride, len);
+    }
+    fill((size_t)n * len, 'v');
+}
+
 static void tcp_get(uint64_t region, uint64_t cookie, uint64_t addr, size_t len)
 {
     xfer_tcp_wire_rma_t r = {region, cookie, addr, len};
@@ -252,6 +269,8 @@ static void gen_tcp_wire(void)
     save("tcp_wire", "tensor_cancel");
     tcp_put_noack(1, 1, 2, 0x1000, 16);
     save("tcp_wire", "put");
+    tcp_putv(1, 1, 2, 0x1000, 64, 3, 16);
+    save("tcp_wire", "putv");
     tcp_hdr(XFER_TCP_WIRE_PUT_FAIL, XFER_ERR_INVALID_PARAM, 1, 0);
     save("tcp_wire", "put_fail");
     tcp_hdr(XFER_TCP_WIRE_FLUSH_REQ, 0, 1, 0);
@@ -327,6 +346,14 @@ static void gen_tcp_stream(void)
     save("tcp_stream", "put_noack_flush");
     tcp_put_noack(2, TS_REGION_ID, TS_COOKIE, base, 8);
     save("tcp_stream", "put_noack_bad_id");
+    /* a batch's small puts in one frame: into the region, then one refused (a block past it:
+     * nothing of it is written, PUT_FAIL), then one whose rank is wrong */
+    tcp_putv(1, TS_REGION_ID, TS_COOKIE, base + 16, 256, 4, 100);
+    tcp_putv(2, TS_REGION_ID, TS_COOKIE, base + TS_REGION_LEN - 300, 200, 2, 100);
+    tcp_hdr(XFER_TCP_WIRE_FLUSH_REQ, 0, 1, 0);
+    save("tcp_stream", "putv");
+    tcp_putv(5, TS_REGION_ID, TS_COOKIE, base, 64, 2, 8);
+    save("tcp_stream", "putv_bad_id");
     tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
     save("tcp_stream", "flush_ack_unasked");
     /* a striped frame on a connection that has no lanes */
