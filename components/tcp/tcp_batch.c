@@ -215,7 +215,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     size_t nlen          = (args->notify != NULL) ? args->notify_len : 0;
     xfer_status_t status = xfer_tcp_ep_check(ep);
     uint64_t puts_before;
-    size_t posted = 0;
+    size_t posted = 0, n;
     xfer_tcp_op_t *op;
     tcp_batch_t *b;
     uint64_t id;
@@ -249,34 +249,23 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     /* the frames of the whole batch queue first and leave in as few sendmsg calls as the
      * socket takes (XFER_TCP_IOV_MAX entries each), not one call per descriptor */
     ep->tx_corked++;
-    for (size_t i = 0; i < args->count; i++) {
+    for (size_t i = 0; i < args->count; i += n) {
         const xfer_batch_iov_t *v = &args->iov[i];
         void *local               = (void*)(uintptr_t)v->local;
-        size_t run                = putv_run(ep, args, i);
 
-        if (run > 0) {
-            status = putv_queue(ep, args, i, run);
-            if (status != XFER_OK) {
-                if (i == 0) {
-                    ep->tx_corked--;
-                    free(b->subs);
-                    free(b);
-                    return status;
-                }
-                b->status = status;
-                break;
-            }
-            posted += run;
-            i      += run - 1;
-            continue;
+        n = putv_run(ep, args, i);
+        if (n > 0) {
+            status = putv_queue(ep, args, i, n);
+        } else {
+            n = 1;
+            b->subs[i].comp.cb = batch_sub_cb;
+            b->subs[i].b       = b;
+            status = args->is_put ?
+                     xfer_tcp_put(ep, local, v->length, args->memh, v->remote, args->rkey,
+                                  &b->subs[i].comp) :
+                     xfer_tcp_get(ep, local, v->length, args->memh, v->remote, args->rkey,
+                                  &b->subs[i].comp);
         }
-        b->subs[i].comp.cb = batch_sub_cb;
-        b->subs[i].b       = b;
-        status = args->is_put ?
-                 xfer_tcp_put(ep, local, v->length, args->memh, v->remote, args->rkey,
-                              &b->subs[i].comp) :
-                 xfer_tcp_get(ep, local, v->length, args->memh, v->remote, args->rkey,
-                              &b->subs[i].comp);
         if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
             if (i == 0) {
                 ep->tx_corked--;
@@ -288,7 +277,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
             break;
         }
         b->pending += (status == XFER_INPROGRESS);
-        posted++;
+        posted     += n;
     }
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     if (args->is_put) {
