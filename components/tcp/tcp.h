@@ -77,6 +77,7 @@ typedef struct xfer_tcp_tx {
     struct iovec        iov[2];     /* what to write: [0] header or buffer, [1] data */
     const struct iovec  *xiov;      /* PUTV: the data after iov[0] instead of iov[1] */
     unsigned            xiovcnt;
+    size_t              xlen;       /* ... its bytes */
     size_t              sent;       /* bytes of iov[0] + iov[1] (or xiov) already written */
     size_t              cap;        /* TX_BUF: room of iov[0] */
     xfer_memh_h         memh;       /* GET_RESP: the region iov[1] points into, or NULL */

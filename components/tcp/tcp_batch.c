@@ -152,6 +152,7 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     tx->iov[0].iov_len  = head;
     tx->xiov            = data;
     tx->xiovcnt         = (unsigned)n;
+    tx->xlen            = hdr.length - (head - XFER_TCP_WIRE_HDR_LEN);
     xfer_tcp_ep_tx_push(ep, tx);
     ep->puts_sent++;
     ep->batch_puts_sent += n;

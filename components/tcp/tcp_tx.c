@@ -21,12 +21,7 @@
 
 static size_t tx_length(const xfer_tcp_tx_t *tx)
 {
-    size_t len = tx->iov[0].iov_len + tx->iov[1].iov_len;
-
-    for (unsigned i = 0; i < tx->xiovcnt; i++) {
-        len += tx->xiov[i].iov_len;
-    }
-    return len;
+    return tx->iov[0].iov_len + tx->iov[1].iov_len + tx->xlen;
 }
 
 /* The i-th piece of what the entry writes: iov[0], then iov[1] or the xiov list. */
