@@ -260,6 +260,7 @@ static void init_start(init_t *in, tp_scenario_t fn)
     tp_start(&in->p, fn, NULL);
     in->src = malloc(SRC_LEN);
     cr_assert_not_null(in->src);
+    memset(in->src, 0, SRC_LEN);    /* what a case does not fill still goes out defined */
     cr_assert_eq(xfer_mem_register(in->p.ctx, in->src, SRC_LEN, XFER_MEM_HOST, &in->mem),
                  XFER_OK);
     blob = tp_recv_blob(&in->p, &len);

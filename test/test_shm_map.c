@@ -471,6 +471,27 @@ Test(shm_map, a_memfd_that_is_not_sealed_is_never_mapped)
     init_finish(&in, &k, 1);
 }
 
+/* A key of memory registered by its owner (not allocated by xfer) names no file: the
+ * descriptor is the no-file mark, and the inode and offset after it are zeros, not whatever
+ * the heap held (they go to the peer). */
+Test(shm_map, a_key_of_registered_memory_names_no_file_and_carries_no_stray_bytes)
+{
+    static const uint8_t zeros[16];
+    void *blob;
+    uint8_t *part;
+    size_t len;
+    init_t in;
+
+    init_start(&in);
+    cr_assert_eq(xfer_rkey_pack(in.mem, &blob, &len), XFER_OK);
+    part = shm_part(blob, len);
+    cr_assert_not_null(part, "the key has an shm part");
+    cr_assert_eq(key_fd(blob, len), UINT32_MAX, "a descriptor named for malloc'd memory");
+    cr_assert_eq(memcmp(part + 40, zeros, sizeof(zeros)), 0, "inode and offset are not zero");
+    xfer_rkey_blob_free(blob);
+    init_finish(&in, NULL, 0);
+}
+
 /* Copies from XFER_SHM_NT_COPY_MIN on use non-temporal stores (shm_copy.c), which align the
  * destination themselves: every byte lands, at any alignment of either side, and the bytes
  * beside the range stay as they were. */

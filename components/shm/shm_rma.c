@@ -70,10 +70,12 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->id     = iface->next_region++;
-    memh->addr   = addr;
-    memh->length = length;
-    memh->fd     = -1;
+    memh->id        = iface->next_region++;
+    memh->addr      = addr;
+    memh->length    = length;
+    memh->fd        = -1;       /* no memfd: the key says so, and names no inode */
+    memh->ino       = 0;
+    memh->fd_offset = 0;
     it = kh_put(xfer_shm_mem, iface->regions, memh->id, &ret);
     if (ret < 0) {
         free(memh);
