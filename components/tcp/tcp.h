@@ -588,6 +588,8 @@ extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
                                    xfer_tcp_rx_put, xfer_tcp_rx_put_fail,
                                    xfer_tcp_rx_get_req, xfer_tcp_rx_get_resp;
 xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
+/* A PUT (or a PUTV) is received: answered only when it was refused (PUT_FAIL). */
+xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
 /* Can this side put or get length bytes at remote_addr through rkey? (the key's bounds, the
  * message limit) */
 xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,

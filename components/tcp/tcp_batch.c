@@ -496,16 +496,6 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     return XFER_OK;
 }
 
-/* Answered only when refused, as a PUT. */
-static xfer_status_t rx_putv_done(xfer_ep_h ep, char *why, size_t why_size)
-{
-    xfer_tcp_batch_put_done(ep);
-    if (ep->rx.status == XFER_OK) {
-        return XFER_OK;
-    }
-    return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_FAIL, ep->rx.status, why, why_size);
-}
-
 /* A refused put (either kind) is remembered for the batch whose BATCH_END follows it. */
 void xfer_tcp_batch_put_done(xfer_ep_h ep)
 {
@@ -556,5 +546,6 @@ const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end = {XFER_TCP_WIRE_BATCH_EXT_LEN
 const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_ack = {XFER_TCP_WIRE_BATCH_ACK_LEN,
                                                      xfer_tcp_rx_batch_ack_ext,
                                                      rx_batch_ack_done};
+/* answered as a PUT: only when refused */
 const xfer_tcp_rx_handler_t xfer_tcp_rx_putv      = {XFER_TCP_WIRE_PUTV_EXT_LEN, rx_putv_ext,
-                                                     rx_putv_done};
+                                                     xfer_tcp_rx_put_done};

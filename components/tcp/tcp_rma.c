@@ -439,8 +439,7 @@ static xfer_status_t rx_put_req_done(xfer_ep_h ep, char *why, size_t why_size)
     return xfer_tcp_ep_answer(ep, XFER_TCP_WIRE_PUT_ACK, ep->rx.status, why, why_size);
 }
 
-/* An unacknowledged put is answered only when it was refused. */
-static xfer_status_t rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
+xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_tcp_batch_put_done(ep);
     if (ep->rx.status == XFER_OK) {
@@ -616,7 +615,7 @@ const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req  = {XFER_TCP_WIRE_PUT_EXT_LEN, r
                                                     rx_put_req_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put_ack  = {0, rx_put_ack_ext, rx_nothing_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put      = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
-                                                    rx_put_done};
+                                                    xfer_tcp_rx_put_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put_fail = {0, rx_put_fail_ext, rx_nothing_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_get_req  = {XFER_TCP_WIRE_GET_EXT_LEN, rx_get_req_ext,
                                                     rx_nothing_done};
