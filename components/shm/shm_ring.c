@@ -145,12 +145,17 @@ uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, cha
 
 int xfer_shm_ring_publish(xfer_shm_ring_t *ring)
 {
-    uint32_t *armed = word32(ring->base, OFF_ARMED);
-
     ring->pos++;
     __atomic_store_n(word64(ring->base, OFF_HEAD), ring->pos, __ATOMIC_RELEASE);
-    /* pairs with the fence in xfer_shm_ring_arm(): either the consumer sees the new head,
-     * or this side sees armed set */
+    return xfer_shm_ring_wake_needed(ring);
+}
+
+int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring)
+{
+    uint32_t *armed = word32(ring->base, OFF_ARMED);
+
+    /* pairs with the fence in xfer_shm_ring_arm(): either the consumer sees what this side
+     * wrote before, or this side sees armed set */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (__atomic_load_n(armed, __ATOMIC_RELAXED) != 0) {
         __atomic_store_n(armed, 0, __ATOMIC_RELAXED);
@@ -235,4 +240,76 @@ int xfer_shm_ring_room_notify(xfer_shm_ring_t *ring)
         return 1;
     }
     return 0;
+}
+
+/* ---- the slots of shared puts ---------------------------------------------------------------- */
+
+#define COOP_CLAIM(gen, front, back) (((uint64_t)(gen) << 32) | ((uint64_t)(front) << 16) | (back))
+#define COOP_FAILED (1u << 31)
+
+static uint64_t *coop_word(uint8_t *base, unsigned slot, int done)
+{
+    return word64(base, XFER_SHM_SEG_COOP + (size_t)slot * 16 + (done ? 8 : 0));
+}
+
+void xfer_shm_coop_open(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts)
+{
+    /* done first: a target that sees the new claim word counts from zero */
+    __atomic_store_n(coop_word(base, slot, 1), (uint64_t)gen << 32, __ATOMIC_RELAXED);
+    __atomic_store_n(coop_word(base, slot, 0), COOP_CLAIM(gen, 0, nparts), __ATOMIC_RELEASE);
+}
+
+int xfer_shm_coop_take(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts, int back)
+{
+    uint64_t *claim = coop_word(base, slot, 0);
+    uint64_t w      = __atomic_load_n(claim, __ATOMIC_ACQUIRE);
+
+    for (;;) {
+        uint32_t f = (uint32_t)(w >> 16) & 0xffffu;
+        uint32_t b = (uint32_t)w & 0xffffu;
+        uint64_t next;
+
+        if (((uint32_t)(w >> 32) != gen) || (f >= b) || (b > nparts)) {
+            return -1;
+        }
+        next = back ? COOP_CLAIM(gen, f, b - 1) : COOP_CLAIM(gen, f + 1, b);
+        if (__atomic_compare_exchange_n(claim, &w, next, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+            return back ? (int)(b - 1) : (int)f;
+        }
+    }
+}
+
+int xfer_shm_coop_theirs(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts)
+{
+    uint64_t w = __atomic_load_n(coop_word(base, slot, 0), __ATOMIC_ACQUIRE);
+    uint32_t f = (uint32_t)(w >> 16) & 0xffffu;
+    uint32_t b = (uint32_t)w & 0xffffu;
+
+    if (((uint32_t)(w >> 32) != gen) || (f != b) || (b > nparts)) {
+        return -1;
+    }
+    return (int)(nparts - b);
+}
+
+void xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed)
+{
+    uint64_t *done = coop_word(base, slot, 1);
+
+    /* release: the part's bytes are written before the initiator counts them */
+    if (failed) {
+        __atomic_fetch_or(done, COOP_FAILED, __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_add(done, 1, __ATOMIC_RELEASE);
+}
+
+int64_t xfer_shm_coop_done(uint8_t *base, unsigned slot, uint32_t gen, int *failed)
+{
+    uint64_t w = __atomic_load_n(coop_word(base, slot, 1), __ATOMIC_ACQUIRE);
+
+    if ((uint32_t)(w >> 32) != gen) {
+        return -1;
+    }
+    *failed = ((uint32_t)w & COOP_FAILED) != 0;
+    return (int64_t)((uint32_t)w & ~COOP_FAILED);
 }

@@ -11,7 +11,8 @@
  *   128   tail:u64   cells the owner has consumed, ever                (written by the owner)
  *   192   armed:u32  the owner sleeps on its doorbell: ring it         (both)
  *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
- *   256   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
+ *   256   shared puts, XFER_SHM_COOP_SLOTS x (claim:u64 done:u64)      (both; shm_coop.c)
+ *   512   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
  *
  * Head and tail sit on cache lines of their own, the two flags (armed, pwait) share one. A
  * cell holds one frame: a header (xfer_shm_frame_t) and up to cell_size - 64 payload bytes;
@@ -29,9 +30,11 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  1u
-#define XFER_SHM_SEG_CTRL     256u
+#define XFER_SHM_SEG_VERSION  2u
+#define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_HEAD     64u          /* offset of head in the control block */
+#define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
+#define XFER_SHM_COOP_SLOTS   4u
 #define XFER_SHM_FRAME_HDR    64u
 #define XFER_SHM_CELL_MIN     256u
 #define XFER_SHM_CELL_MAX     (1u << 20)
@@ -60,6 +63,9 @@ enum {
                              * NOTIFY: payload is the notification (CMA only) */
     XFER_SHM_F_BATCH_ACK,   /* id: request; status; a: descriptors landed */
     XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification */
+    XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its cookie;
+                             * b: address; c: length; d: source; MAPPED: payload names the
+                             * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put */
     XFER_SHM_F_TYPE_MAX
 };
 
@@ -67,7 +73,8 @@ enum {
 #define XFER_SHM_FL_GET    2u   /* BATCH: of gets */
 #define XFER_SHM_FL_NOTIFY 4u   /* BATCH: carries a notification */
 #define XFER_SHM_FL_VOID   8u   /* BATCH, NOTIFY: cancelled before it was written */
-#define XFER_SHM_FL_MAPPED 16u  /* TAG RNDV: the source lies in a memfd the receiver may map */
+#define XFER_SHM_FL_MAPPED 16u  /* TAG RNDV, SHARE: the source lies in a memfd the receiver
+                                 * may map */
 
 /* The payload of a TAG frame with RNDV|MAPPED: the sender's registered range of a memfd
  * (memory from xfer_mem_alloc) and where the message starts in it. */
@@ -120,6 +127,9 @@ uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, cha
                              size_t why_size);
 /* Producer: publish the claimed cell; 1 when the consumer sleeps and must be woken. */
 int xfer_shm_ring_publish(xfer_shm_ring_t *ring);
+/* Producer, after writing something the consumer looks for when it arms (a published cell,
+ * a shared put's count): 1 when the consumer sleeps and must be woken. */
+int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring);
 /* Producer: the ring is full and this side is about to sleep. 1 when it is still full and
  * the consumer will ring the doorbell once it frees a cell; 0 when there is room now. */
 int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring);
@@ -145,6 +155,30 @@ static inline int xfer_shm_ring_ready(const xfer_shm_ring_t *ring)
            (__atomic_load_n((const uint64_t*)(const void*)(ring->base + XFER_SHM_SEG_HEAD),
                             __ATOMIC_ACQUIRE) != ring->pos);
 }
+
+/* ---- the slots of shared puts (shm_coop.c) ---------------------------------------------------
+ * A slot is two words in the segment of the ring its SHARE frame goes through:
+ *   claim: gen:32 front:16 back:16  parts [0, front) are the initiator's, [back, n) the
+ *                                    target's; both take parts until front meets back
+ *   done:  gen:32 failed:1 count:31  parts the target finished, and whether one failed
+ * A new generation per use, so that a SHARE frame read late finds nothing left to take. */
+#define XFER_SHM_COOP_PARTS_MAX 256u
+
+/* Initiator: open slot of base for a put of nparts parts (1..COOP_PARTS_MAX). */
+void xfer_shm_coop_open(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts);
+/* Take the next part of slot's put: from the front (the initiator) or the back (the target).
+ * The part's index, below nparts; -1 when every part is taken, or when the claim word is of
+ * another generation or impossible (front past back, back past nparts) - a peer that wrote
+ * it takes nothing from us. */
+int xfer_shm_coop_take(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts, int back);
+/* Initiator, once take() found nothing left: the parts the target took, or -1 when the claim
+ * word is not a finished one of gen (front == back <= nparts). */
+int xfer_shm_coop_theirs(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts);
+/* Target: one more of its parts is finished (failed: it could not be copied). */
+void xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed);
+/* Initiator: the parts the target finished, with *failed; -1 when the done word is of
+ * another generation. */
+int64_t xfer_shm_coop_done(uint8_t *base, unsigned slot, uint32_t gen, int *failed);
 
 /* The payload a cell of ring holds. */
 static inline size_t xfer_shm_cell_payload(const xfer_shm_ring_t *ring)
