@@ -202,10 +202,22 @@ Test(shm, peers_killed_at_any_point_leave_nothing_behind)
     cr_assert_eq(dev_shm_xfer_entries(), before, "nothing was left in /dev/shm");
 }
 
-/* A hostile peer: once connected, it writes nonsense into every shm ring it maps - a head
- * far ahead of the tail and a frame claiming 4 GiB in a cell - and waits. */
+/* What a hostile peer writes as the next frame of every shm ring it maps (shm_ring.h's
+ * layout: cells from 512; a header is len:u32 type:u16 flags:u16 status:i32 reserved:u32
+ * id:u64 a b c d e:u64) before it publishes it. */
+typedef struct scribble {
+    uint32_t len;
+    uint16_t type, flags;
+    uint64_t id, c;
+} scribble_t;
+
+static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* a 4 GiB TAG */
+
+/* A hostile peer: once connected, it writes its scribble (arg) into every shm ring it maps,
+ * with a head far ahead of the tail, and waits. */
 static int srv_scribbler(tp_side_t *s)
 {
+    const scribble_t *w = (s->arg != NULL) ? s->arg : &scribble_garbage;
     char line[512];
     FILE *maps = fopen("/proc/self/maps", "r");
     int n = 0;
@@ -215,8 +227,6 @@ static int srv_scribbler(tp_side_t *s)
         unsigned long lo, hi;
         uint8_t *base;
         uint64_t tail, head;
-        uint32_t len = 0xffffffffu;
-        uint16_t type = 2;   /* TAG */
 
         if ((strstr(line, "memfd:xfer-shm") == NULL) ||
             (sscanf(line, "%lx-%lx", &lo, &hi) != 2)) {
@@ -224,8 +234,11 @@ static int srv_scribbler(tp_side_t *s)
         }
         base = (uint8_t*)lo;
         memcpy(&tail, base + 128, 8);
-        memcpy(base + 256, &len, 4);        /* the cell the consumer reads next (tail 0) */
-        memcpy(base + 260, &type, 2);
+        memcpy(base + 512, &w->len, 4);     /* the cell the consumer reads next (tail 0) */
+        memcpy(base + 516, &w->type, 2);
+        memcpy(base + 518, &w->flags, 2);
+        memcpy(base + 528, &w->id, 8);
+        memcpy(base + 552, &w->c, 8);
         head = tail + 1;
         memcpy(base + 64, &head, 8);
         n++;
@@ -237,20 +250,22 @@ static int srv_scribbler(tp_side_t *s)
     return 0;
 }
 
-Test(shm, a_peer_scribbling_over_our_ring_fails_the_endpoint_and_nothing_else)
+/* Our endpoint to a peer that scribbled w: a receive on it fails with a protocol error, the
+ * endpoint too, and another peer still works. */
+static void scribbled(const scribble_t *w, const char *what)
 {
     uint8_t buf[64];
     xfer_request_t *req = NULL;
     xfer_status_t status;
     tp_peer_t p;
 
-    tp_start(&p, srv_scribbler, NULL);
+    tp_start(&p, srv_scribbler, (void*)w);
     cr_assert_eq(tp_recv(&p), 1);
     cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 1, UINT64_MAX, buf, sizeof(buf), NULL,
                                       NULL, NULL, &req)));
     status = xfer_request_wait(req, TP_WAIT_MS);
-    cr_assert_eq(status, XFER_ERR_PROTOCOL, "a receive on an endpoint whose ring is garbage: "
-                 "%s", xfer_status_string(status));
+    cr_assert_eq(status, XFER_ERR_PROTOCOL, "a receive on an endpoint whose ring holds %s: "
+                 "%s", what, xfer_status_string(status));
     cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_PROTOCOL);
     xfer_request_release(req);
     /* the process goes on: another peer works */
@@ -259,4 +274,27 @@ Test(shm, a_peer_scribbling_over_our_ring_fails_the_endpoint_and_nothing_else)
     (void)tp_child_wait(&p, 10);
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
+}
+
+Test(shm, a_peer_scribbling_over_our_ring_fails_the_endpoint_and_nothing_else)
+{
+    scribbled(&scribble_garbage, "garbage");
+}
+
+/* SHARE frames (15) that no initiator writes: a slot past the four, none of the payload its
+ * MAPPED flag (16) calls for, and a put of no bytes. */
+Test(shm, a_shared_put_frame_out_of_bounds_fails_the_endpoint)
+{
+    static const scribble_t bad[] = {
+        {.type = 15, .id = 4 | (1ull << 32), .c = 1 << 20},
+        {.type = 15, .flags = 16, .id = 1ull << 32, .c = 1 << 20},
+        {.type = 15, .id = 1ull << 32, .c = 0},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[64];
+
+        snprintf(what, sizeof(what), "bad SHARE frame %zu", i);
+        scribbled(&bad[i], what);
+    }
 }

@@ -12,12 +12,18 @@
  * number that names another file now is read by CMA instead, and after 8 such ranges the
  * peer is not mapped at all; a message that claims bytes
  * beyond the range it names (the sender rewrites its frame in our ring) fails the endpoint.
+ *
+ * Large puts (XFER_SHM_COOP_MIN, lowered here to 256 KiB so that a 1 MiB put has 4 parts) are
+ * copied by both sides while the owner progresses: the data lands whole, from a mapped source
+ * or by CMA, and the initiator's log shows the owner took parts; an owner that does not
+ * progress takes none and the put completes anyway; a flush waits for a shared put.
  */
 #include "test_peer.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +59,8 @@ enum {
     CMD_REPLACE,    /* i: put an unsealed memfd in place of allocation i's descriptor */
     CMD_CORRUPT,    /* point the mapped rendezvous frames in the peer's ring past their range;
                      * answer how many */
+    CMD_SPIN,       /* answer, then progress without ever sleeping until the next command */
+    CMD_PIN,        /* cpu: run on that cpu only; answer 1 (0 if the kernel refuses) */
 };
 
 /* ---- a key's shm part ------------------------------------------------------------------------ */
@@ -203,7 +211,7 @@ static unsigned owner_corrupt(void)
         memcpy(&ncells, base + 8, 4);
         memcpy(&cell_size, base + 12, 4);
         for (uint32_t c = 0; c < ncells; c++) {
-            uint8_t *cell = base + 256 + (size_t)c * cell_size;
+            uint8_t *cell = base + 512 + (size_t)c * cell_size;  /* cells from 512 */
             uint16_t type, flags;
             uint64_t length;
 
@@ -288,6 +296,22 @@ static int srv_owner(tp_side_t *s)
             break;
         case CMD_CORRUPT:
             TP_CHECK(tp_ctl_send_u64(s->ctl, owner_corrupt()) == 0, "ctl");
+            break;
+        case CMD_PIN: {
+            cpu_set_t set;
+
+            i = ctl_u64(s);
+            CPU_ZERO(&set);
+            CPU_SET((int)i, &set);
+            TP_CHECK(tp_ctl_send_u64(s->ctl, sched_setaffinity(0, sizeof(set), &set) == 0) == 0,
+                     "ctl");
+            break;
+        }
+        case CMD_SPIN:
+            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+            while (!tp_ctl_ready(s->ctl, 0)) {
+                xfer_progress(s->ctx);
+            }
             break;
         default:
             TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
@@ -709,5 +733,224 @@ Test(shm_map, a_message_claiming_bytes_beyond_its_range_fails_the_endpoint)
         cr_assert_eq(in.buf[i], 0, "byte %zu of the receive buffer was written", i);
     }
     cr_assert_eq(peer_mem_mappings(&ro), 0);
+    init_finish(&in, &k, 1);
+}
+
+/* ---- large puts, copied by both sides -------------------------------------------------------- */
+
+#define COOP_TRIES 20
+
+static void coop_env(void)
+{
+    setenv("XFER_SHM_COOP_MIN", "256k", 1);
+    setenv("XFER_LOG_LEVEL", "debug", 1);
+}
+
+/* stderr goes to a file while the puts run: the initiator's debug log says, per shared put,
+ * how many of its parts the target copied. The file is read through a description of its
+ * own, so reading does not move where the log writes. */
+typedef struct log_capture {
+    char     path[64];
+    int      saved;
+    FILE     *reader;
+    unsigned shared;    /* shared puts logged so far */
+    unsigned took;      /* ... of which the target took parts */
+} log_capture_t;
+
+static void capture_start(log_capture_t *c)
+{
+    int fd;
+
+    fflush(stderr);
+    memset(c, 0, sizeof(*c));
+    snprintf(c->path, sizeof(c->path), "/tmp/xfer-test-log-XXXXXX");
+    fd = mkstemp(c->path);
+    cr_assert_geq(fd, 0);
+    c->saved  = dup(2);
+    c->reader = fopen(c->path, "r");
+    cr_assert((c->saved >= 0) && (c->reader != NULL));
+    cr_assert_geq(dup2(fd, 2), 0);
+    close(fd);
+    unlink(c->path);
+}
+
+/* Read what was logged since the last scan. */
+static void capture_scan(log_capture_t *c)
+{
+    char line[512];
+
+    fflush(stderr);
+    clearerr(c->reader);
+    for (;;) {
+        long at = ftell(c->reader);
+        const char *p;
+        unsigned theirs, parts;
+
+        if (fgets(line, sizeof(line), c->reader) == NULL) {
+            break;
+        }
+        if (strchr(line, '\n') == NULL) {
+            fseek(c->reader, at, SEEK_SET);     /* the rest of the line is still coming */
+            break;
+        }
+        p = strstr(line, "the target copied ");
+        if ((p != NULL) && (sscanf(p, "the target copied %u of its %u parts", &theirs,
+                                   &parts) == 2)) {
+            cr_assert_eq(parts, LEN / (256u * 1024u), "a 1 MiB put in %u parts", parts);
+            cr_assert_leq(theirs, parts);
+            c->shared++;
+            c->took += (theirs > 0);
+        }
+    }
+}
+
+static void capture_end(log_capture_t *c)
+{
+    capture_scan(c);
+    cr_assert_geq(dup2(c->saved, 2), 0);
+    close(c->saved);
+    fclose(c->reader);
+}
+
+/* Pin this process and the owner to two cpus of ours: left to itself, the scheduler of a
+ * busy machine runs two processes that talk over a socket on one core, and then the owner
+ * never runs while a put is being copied. 0 when there is only one cpu. */
+static int coop_pin(init_t *in)
+{
+    cpu_set_t set, one;
+    int cpus[2], n = 0;
+
+    cr_assert_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+    for (int c = 0; (c < CPU_SETSIZE) && (n < 2); c++) {
+        if (CPU_ISSET(c, &set)) {
+            cpus[n++] = c;
+        }
+    }
+    if (n < 2) {
+        return 0;
+    }
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+    tp_send(&in->p, CMD_PIN);
+    tp_send(&in->p, (uint64_t)cpus[1]);
+    cr_assert_eq(tp_recv(&in->p), 1, "the owner could not be pinned");
+    return 1;
+}
+
+/* Puts of the whole allocation from src while the owner spins in progress, each checked
+ * whole (a new pattern each time), until the owner took parts of COOP_TRIES of them or
+ * COOP_MS passed (the cpus may be busy with other work). */
+#define COOP_MS 5000
+static void coop_puts(init_t *in, const peer_key_t *k, uint8_t *src, xfer_mem_t *mem,
+                      log_capture_t *cap)
+{
+    double end = tp_now_ms() + COOP_MS;
+    unsigned i;
+
+    capture_start(cap);
+    for (i = 0; (cap->took < COOP_TRIES) && (tp_now_ms() < end); i++) {
+        tp_send(&in->p, CMD_SPIN);
+        cr_assert_eq(tp_recv(&in->p), 1);
+        tp_fill_pattern(src, LEN, 100 + i);
+        cr_assert_eq(rma(&in->p, 1, src, mem, k, 0, LEN, TP_WAIT_MS, NULL), XFER_OK);
+        /* the check is a command: it ends the owner's spin */
+        cr_assert(owner_holds(&in->p, k, 0, LEN, 100 + i), "put %u landed whole", i);
+        capture_scan(cap);
+    }
+    capture_end(cap);
+    cr_assert_eq(cap->shared, i, "%u of %u puts were shared", cap->shared, i);
+    cr_log_info("the owner took parts of %u of %u puts", cap->took, i);
+}
+
+Test(shm_map, a_large_put_from_allocated_memory_is_copied_by_both_sides)
+{
+    log_capture_t cap;
+    xfer_mem_t *mem;
+    init_t in;
+    peer_key_t k;
+    int pinned;
+
+    coop_env();
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    cr_assert_eq(xfer_mem_alloc(in.p.ctx, LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    pinned = coop_pin(&in);
+    coop_puts(&in, &k, xfer_mem_address(mem), mem, &cap);
+    if (pinned) {
+        cr_assert_gt(cap.took, 0, "a spinning owner on a cpu of its own took parts of none "
+                     "of %u puts", cap.shared);
+    } else {
+        cr_log_warn("one cpu: the owner never runs beside the initiator, nothing to check");
+    }
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    init_finish(&in, &k, 1);
+}
+
+/* From malloc'd memory the owner reads its parts by CMA, where the kernel allows it; where it
+ * does not, the initiator copies them all. Either way every put lands whole. */
+Test(shm_map, a_large_put_from_registered_memory_lands_whole)
+{
+    log_capture_t cap;
+    init_t in;
+    peer_key_t k;
+
+    coop_env();
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    coop_puts(&in, &k, in.buf, in.mem, &cap);
+    init_finish(&in, &k, 1);
+}
+
+Test(shm_map, a_large_put_completes_while_the_owner_does_not_progress)
+{
+    log_capture_t cap;
+    init_t in;
+    peer_key_t k;
+
+    coop_env();
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    owner_pause(&in.p);
+    tp_fill_pattern(in.buf, LEN, 21);
+    capture_start(&cap);
+    cr_assert_eq(rma(&in.p, 1, in.buf, in.mem, &k, 0, LEN, 2000, NULL), XFER_OK,
+                 "a large put waited for an owner that does not progress");
+    capture_end(&cap);
+    cr_assert_eq(cap.shared, 1, "the put was not shared");
+    cr_assert_eq(cap.took, 0, "an owner in a pause took parts");
+    cr_assert(owner_holds(&in.p, &k, 0, LEN, 21));
+    init_finish(&in, &k, 1);
+}
+
+/* Shared puts, each followed by a flush: the flush completes after its put. */
+Test(shm_map, a_flush_completes_after_the_shared_puts_before_it)
+{
+    xfer_request_t *put, *flush;
+    xfer_mem_t *mem;
+    uint8_t *src;
+    init_t in;
+    peer_key_t k;
+
+    coop_env();
+    init_start(&in);
+    key_take(&in.p, CMD_ALLOC, &k);
+    cr_assert_eq(xfer_mem_alloc(in.p.ctx, LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    src = xfer_mem_address(mem);
+    tp_send(&in.p, CMD_SPIN);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    for (unsigned round = 0; round < COOP_TRIES; round++) {
+        tp_fill_pattern(src, LEN, 40 + round);
+        cr_assert(TP_POSTED(xfer_put(in.p.ep, src, LEN, mem, k.addr, k.rkey, NULL, NULL,
+                                     &put)));
+        cr_assert(TP_POSTED(xfer_endpoint_flush(in.p.ep, NULL, NULL, &flush)));
+        cr_assert_eq(xfer_request_wait(flush, TP_WAIT_MS), XFER_OK);
+        cr_assert_eq(xfer_request_test(put), XFER_OK, "round %u: the put is not done at its "
+                     "flush", round);
+        xfer_request_release(put);
+        xfer_request_release(flush);
+    }
+    cr_assert(owner_holds(&in.p, &k, 0, LEN, 40 + COOP_TRIES - 1));
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
     init_finish(&in, &k, 1);
 }

@@ -46,6 +46,8 @@ typedef struct xfer_shm_config {
     int      cma;               /* CMA: auto | on | off */
     int      map;               /* MAP: map peers' xfer_mem_alloc memory, put/get by memcpy */
     uint64_t nt_copy_min;       /* NT_COPY_MIN: mapped copies from this size bypass the cache */
+    uint64_t coop_min;          /* COOP_MIN: mapped puts from this size share the copy with
+                                 * the target (shm_coop.c) */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes, all peers */
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
@@ -126,6 +128,7 @@ struct xfer_shm_op {
     xfer_tensor_t       *result;
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
+    uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     char                key[];      /* FETCH: the key, for the request frame */
 };
@@ -196,6 +199,16 @@ typedef struct xfer_shm_peer_mem {
     xfer_shm_map_t map;
 } xfer_shm_peer_mem_t;
 
+/* ---- shared puts (shm_coop.c) ---------------------------------------------------------------- */
+
+/* The initiator's side of a slot (shm_ring.h) whose put waits for the target's parts. */
+typedef struct xfer_shm_coop {
+    xfer_shm_op_t *op;          /* NULL: the slot is free */
+    uint32_t      gen;
+    uint32_t      theirs;       /* parts the target took */
+    uint64_t      seq;          /* rank among the ep's shared puts (flushes wait for it) */
+} xfer_shm_coop_t;
+
 /* ---- endpoint ------------------------------------------------------------------------------- */
 
 typedef enum {
@@ -263,6 +276,11 @@ struct xfer_ep {
     uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */
     ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
+
+    xfer_shm_coop_t     coop[XFER_SHM_COOP_SLOTS];
+    unsigned            coop_busy;      /* slots whose put waits for the target */
+    uint32_t            coop_gen;       /* the last generation given to a slot */
+    uint64_t            coop_posted;    /* shared puts that waited, ever */
 
     xfer_shm_slot_t     *slots;
     uint32_t            num_slots;
@@ -360,6 +378,28 @@ void xfer_shm_peer_mem_release(xfer_ep_h ep);
 /* Copy n bytes to or from a mapping of a peer's memory: memcpy, or from XFER_SHM_NT_COPY_MIN
  * bytes on non-temporal stores, ordered before anything this side writes after it. */
 void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n);
+/* The same for n bytes of a transfer of whole bytes: the stores are chosen by whole. */
+void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole);
+
+/* ---- shm_coop.c ----------------------------------------------------------------------------- */
+/* A put of length bytes from buf (registered as memh, or NULL) to remote, where the
+ * initiator maps the target's memory, copied by both sides when the target progresses.
+ * XFER_OK: all copied here; XFER_INPROGRESS: the op completes once the target's parts are
+ * in; XFER_ERR_UNSUPPORTED: not shared (too small, no free slot, the ring busy, neither a
+ * mapped source nor CMA) - the caller copies it all. */
+xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
+                                xfer_memh_h memh, uint8_t *remote, uint64_t remote_addr,
+                                xfer_rkey_h rkey, xfer_comp_t *comp);
+/* Complete ep's shared puts whose target finished its parts: how many. */
+unsigned xfer_shm_coop_check(xfer_ep_h ep);
+/* Has the target finished its parts of one of ep's waiting shared puts? */
+int xfer_shm_coop_ready(xfer_ep_h ep);
+/* Does a shared put posted as one of the first mark still wait? (flushes) */
+int xfer_shm_coop_waits(xfer_ep_h ep, uint64_t mark);
+/* The ep ends: its waiting shared puts complete with status. */
+void xfer_shm_coop_ep_gone(xfer_ep_h ep, xfer_status_t status);
+xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size);
 
 /* ---- shm_component.c ------------------------------------------------------------------------ */
 /* This process's identity for the iface address; why when it cannot be read. */
@@ -513,9 +553,16 @@ xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
-/* A PUT or GET frame of an op of ours (put, get, a batch's descriptor). */
+/* A put or get of ours (put, get, a batch's descriptor): a copy here into mapped memory -
+ * shared with the target when large (memh: the local registration; NULL never shares: a
+ * batch's notification follows its descriptors' copies) - else a PUT or GET frame. */
 xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
-                                uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
+                                xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey,
+                                xfer_comp_t *comp);
+/* Where a peer's put or get of hdr (a: region, e: cookie, b: address, c: length) lands in
+ * this side's live registrations, or NULL with the status to answer. */
+uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                               xfer_status_t *status_p);
 /* A live registration of this iface: its address and length, or NULL. */
 uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
                               size_t *length_p);

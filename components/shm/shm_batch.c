@@ -471,7 +471,7 @@ static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer
         b->subs[i].comp.cb = batch_sub_cb;
         b->subs[i].b       = b;
         status = xfer_shm_rma_post(ep, args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
-                                   (void*)(uintptr_t)v->local, v->length, v->remote,
+                                   (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
                                    args->rkey, &b->subs[i].comp);
         if (status != XFER_INPROGRESS) {
             if (i == 0) {

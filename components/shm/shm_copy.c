@@ -53,7 +53,13 @@ static void copy_nt(uint8_t *dst, const uint8_t *src, size_t n)
 
 void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n)
 {
-    if (n >= iface->cfg->nt_copy_min) {
+    xfer_shm_copy_part(iface, dst, src, n, n);
+}
+
+void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole)
+{
+    /* a short part of a large transfer (its last) is not worth aligning for streaming */
+    if ((whole >= iface->cfg->nt_copy_min) && (n >= 4096)) {
         copy_nt(dst, src, n);
     } else {
         memcpy(dst, src, n);

@@ -383,7 +383,8 @@ unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep)
     while (!ucs_list_is_empty(&ep->flushes)) {
         xfer_shm_op_t *op = ucs_list_head(&ep->flushes, xfer_shm_op_t, list);
 
-        if ((ep->rma_done < op->serial) || (ep->tx_done < op->mark_tx)) {
+        if ((ep->rma_done < op->serial) || (ep->tx_done < op->mark_tx) ||
+            xfer_shm_coop_waits(ep, op->mark_coop)) {
             break;
         }
         ucs_list_del(&op->list);
@@ -406,7 +407,7 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     }
     /* what is in the peer's ring is in its host's memory: written entries are delivered */
     if ((ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
-        ucs_list_is_empty(&ep->flushes)) {
+        (ep->coop_busy == 0) && ucs_list_is_empty(&ep->flushes)) {
         return XFER_OK;
     }
     op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FLUSH, comp, 0);
@@ -414,7 +415,8 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
         return XFER_ERR_NO_MEMORY;
     }
     op->serial  = ep->rma_posted;
-    op->mark_tx = ep->tx_queued;
+    op->mark_tx   = ep->tx_queued;
+    op->mark_coop = ep->coop_posted;
     ucs_list_add_tail(&ep->flushes, &op->list);
     return XFER_INPROGRESS;
 }
@@ -436,6 +438,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     ep->state = XFER_SHM_EP_FAILED;
     xfer_shm_rx_abort(ep, status);
     xfer_shm_tx_drop_all(ep, status);
+    xfer_shm_coop_ep_gone(ep, status);
     ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
         ucs_list_del(&op->list);
         xfer_shm_op_complete(op, status, 0, 0);

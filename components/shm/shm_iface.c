@@ -316,6 +316,9 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         if (xfer_shm_ring_ready(&ep->in) || !ucs_list_is_empty(&ep->txq)) {
             count += xfer_shm_ep_rx_progress(ep);
         }
+        if ((ep->coop_busy > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+            count += xfer_shm_coop_check(ep);
+        }
     }
 
     while (!ucs_list_is_empty(&iface->notify)) {
@@ -361,6 +364,10 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
             return XFER_ERR_BUSY;
         }
         if (!ucs_list_is_empty(&ep->txq) && !xfer_shm_ring_wait_room(&ep->out)) {
+            return XFER_ERR_BUSY;
+        }
+        /* armed above: a target finishing its parts of a shared put from now on rings */
+        if ((ep->coop_busy > 0) && xfer_shm_coop_ready(ep)) {
             return XFER_ERR_BUSY;
         }
     }

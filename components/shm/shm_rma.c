@@ -262,7 +262,8 @@ int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
 /* ---- initiator ------------------------------------------------------------------------------ */
 
 xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
-                                uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
+                                xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey,
+                                xfer_comp_t *comp)
 {
     const char *what     = (kind == XFER_SHM_OP_PUT) ? "put" : "get";
     xfer_status_t status = xfer_shm_ep_check(ep);
@@ -290,6 +291,12 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
 
         if (length == 0) {
             return XFER_OK;
+        }
+        if ((kind == XFER_SHM_OP_PUT) && (memh != NULL)) {
+            status = xfer_shm_coop_put(ep, buf, length, memh, remote, remote_addr, rkey, comp);
+            if (status != XFER_ERR_UNSUPPORTED) {
+                return status;
+            }
         }
         if (kind == XFER_SHM_OP_PUT) {
             xfer_shm_copy(ep->iface, remote, buf, length);
@@ -338,15 +345,14 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
 xfer_status_t xfer_shm_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
-    (void)memh;
-    return xfer_shm_rma_post(ep, XFER_SHM_OP_PUT, (void*)buf, length, remote_addr, rkey, comp);
+    return xfer_shm_rma_post(ep, XFER_SHM_OP_PUT, (void*)buf, length, memh, remote_addr, rkey,
+                             comp);
 }
 
 xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
                            uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp)
 {
-    (void)memh;
-    return xfer_shm_rma_post(ep, XFER_SHM_OP_GET, buf, length, remote_addr, rkey, comp);
+    return xfer_shm_rma_post(ep, XFER_SHM_OP_GET, buf, length, memh, remote_addr, rkey, comp);
 }
 
 /* The answer to request id on ep: its op, which must be of kind; NULL with why if not. */
@@ -439,8 +445,8 @@ uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
     return memh->addr;
 }
 
-/* Where a peer's request lands: the registered memory, or NULL with the status to answer. */
-static uint8_t *region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr, xfer_status_t *status_p)
+uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                               xfer_status_t *status_p)
 {
     xfer_iface_h iface = ep->iface;
     xfer_memh_h memh;
@@ -502,7 +508,7 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (hdr->c > ep->iface->cfg->max_msg_size) ? ", over XFER_SHM_MAX_MSG_SIZE" : "");
         return XFER_ERR_PROTOCOL;
     }
-    dest = region_check(ep, hdr, &status);
+    dest = xfer_shm_region_check(ep, hdr, &status);
     ep->puts_rx++;
     if (status != XFER_OK) {
         ep->put_refused_at = ep->puts_rx;   /* its batch's notification is not delivered */
@@ -544,7 +550,7 @@ xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
         return XFER_ERR_PROTOCOL;
     }
-    src = region_check(ep, hdr, &status);
+    src = xfer_shm_region_check(ep, hdr, &status);
     memset(&resp, 0, sizeof(resp));
     resp.type = XFER_SHM_F_GET_RESP;
     resp.id   = hdr->id;

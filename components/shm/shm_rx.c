@@ -32,6 +32,7 @@ static const xfer_shm_rx_fn_t handlers[XFER_SHM_F_TYPE_MAX] = {
     [XFER_SHM_F_BATCH]    = xfer_shm_rx_batch,
     [XFER_SHM_F_BATCH_ACK] = xfer_shm_rx_batch_ack,
     [XFER_SHM_F_NOTIFY]   = xfer_shm_rx_notify,
+    [XFER_SHM_F_SHARE]    = xfer_shm_rx_share,
 };
 
 static xfer_status_t rx_discard_done(xfer_ep_h ep, char *why, size_t why_size)
