@@ -597,6 +597,9 @@ xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf
 /* Where a peer may read or write: the region must be ours and contain the whole range. */
 xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
                                     xfer_memh_h *memh_p, char *why, size_t why_size);
+/* The second half of that: does the registration memh contain rma's range? */
+xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
+                                     char *why, size_t why_size);
 void xfer_tcp_regions_cleanup(xfer_iface_h iface);
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p);

@@ -473,10 +473,12 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     ep->batch_puts_rcvd += putv.count;
     rma.region = putv.region;
     rma.cookie = putv.cookie;
+    /* one region for the whole table: looked up once, each block checked inside it */
     for (uint32_t i = 0; (i < putv.count) && (status == XFER_OK); i++) {
         rma.addr = v->addr[i];
         rma.len  = v->len[i];
-        status   = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
+        status   = (i == 0) ? xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size) :
+                              xfer_tcp_region_covers(memh, &rma, why, why_size);
         v->iov[i].iov_base = (status == XFER_OK) ?
                              memh->addr + (rma.addr - (uintptr_t)memh->addr) : NULL;
         v->iov[i].iov_len  = (size_t)rma.len;

@@ -378,21 +378,31 @@ xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_
 {
     khiter_t it = kh_get(xfer_tcp_mem, iface->regions, rma->region);
     xfer_memh_h memh;
-    uint64_t base;
+    xfer_status_t status;
 
     if ((it == kh_end(iface->regions)) || (rma->cookie != iface->cookie)) {
         snprintf(why, why_size, "region %" PRIu64 " is not registered here", rma->region);
         return XFER_ERR_INVALID_PARAM;
     }
-    memh = kh_value(iface->regions, it);
-    base = (uintptr_t)memh->addr;
+    memh   = kh_value(iface->regions, it);
+    status = xfer_tcp_region_covers(memh, rma, why, why_size);
+    if (status == XFER_OK) {
+        *memh_p = memh;
+    }
+    return status;
+}
+
+xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
+                                     char *why, size_t why_size)
+{
+    uint64_t base = (uintptr_t)memh->addr;
+
     if ((rma->addr < base) || (rma->addr - base > memh->length) ||
         (rma->len > memh->length - (rma->addr - base))) {
         snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
                  " (0x%" PRIx64 "+%zu)", rma->addr, rma->len, rma->region, base, memh->length);
         return XFER_ERR_OUT_OF_RANGE;
     }
-    *memh_p = memh;
     return XFER_OK;
 }
 
