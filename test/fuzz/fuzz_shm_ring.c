@@ -88,6 +88,20 @@ static int next_op(fuzz_cursor_t *c, op_t *op)
     case SHM_OP_PWAIT:
         op->v = fuzz_take(c, 1);
         break;
+    case SHM_OP_COOP_OPEN:
+    case SHM_OP_COOP_TAKE:
+    case SHM_OP_COOP_DONE:
+        op->cell = (uint8_t)fuzz_take(c, 1);
+        op->v    = fuzz_take(c, 1);
+        break;
+    case SHM_OP_COOP_WORD:
+        op->cell = (uint8_t)fuzz_take(c, 1);
+        op->type = (uint8_t)fuzz_take(c, 1);
+        op->v    = fuzz_take(c, 8);
+        break;
+    case SHM_OP_COOP_CHECK:
+        op->cell = (uint8_t)fuzz_take(c, 1);
+        break;
     default:
         break;
     }
@@ -214,8 +228,90 @@ static uint8_t *run_attach(unsigned flags, uint32_t ncells, uint32_t cell_size, 
 
 /* ---- producer ---------------------------------------------------------------------------- */
 
+/* ---- shared puts' slots (on the producer's segment, where they live) ---------------------- */
+
+/* What a slot must hold while nobody but the two sides' calls touched it since it opened. */
+typedef struct coop_model {
+    int      clean;         /* opened, and not written by the peer or RAW since */
+    uint32_t gen, nparts, front, back;
+    uint32_t done;
+    int      failed;
+} coop_model_t;
+
+static void coop_op(seg_t *s, coop_model_t *slots, uint32_t *gen, const op_t *op)
+{
+    unsigned slot    = op->cell % XFER_SHM_COOP_SLOTS;
+    coop_model_t *m  = &slots[slot];
+    int failed       = 0;
+    int64_t done;
+    int ret;
+
+    switch (op->kind) {
+    case SHM_OP_COOP_OPEN:
+        memset(m, 0, sizeof(*m));
+        m->clean  = 1;
+        m->gen    = ++*gen;
+        m->nparts = 1 + (uint32_t)(op->v % XFER_SHM_COOP_PARTS_MAX);
+        m->back   = m->nparts;
+        xfer_shm_coop_open(s->base, slot, m->gen, m->nparts);
+        break;
+    case SHM_OP_COOP_TAKE: {
+        int back      = (op->v & 1) != 0;
+        uint32_t g    = (op->v & 2) ? m->gen - 1 : m->gen;
+        uint32_t n    = (m->nparts != 0) ? m->nparts : 1;
+
+        ret = xfer_shm_coop_take(s->base, slot, g, n, back);
+        FUZZ_CHECK((ret == -1) || ((ret >= 0) && ((uint32_t)ret < n)), "part %d of %u", ret, n);
+        if (!m->clean || (m->nparts == 0)) {
+            break;
+        }
+        if ((g != m->gen) || (m->front == m->back)) {
+            FUZZ_CHECK(ret == -1, "took part %d of a %s slot", ret,
+                       (g != m->gen) ? "stale generation's" : "finished");
+        } else if (back) {
+            FUZZ_CHECK((uint32_t)ret == m->back - 1, "the back took %d, not %u", ret,
+                       m->back - 1);
+            m->back--;
+        } else {
+            FUZZ_CHECK((uint32_t)ret == m->front, "the front took %d, not %u", ret, m->front);
+            m->front++;
+        }
+        break;
+    }
+    case SHM_OP_COOP_WORD:
+        wr64(s, SHM_OFF_COOP + slot * 16u + ((op->type & 1) ? 8u : 0u), op->v);
+        m->clean = 0;
+        break;
+    case SHM_OP_COOP_DONE:
+        xfer_shm_coop_done_add(s->base, slot, (op->v & 1) != 0);
+        m->done++;
+        m->failed |= (op->v & 1) != 0;
+        break;
+    case SHM_OP_COOP_CHECK:
+        ret  = xfer_shm_coop_theirs(s->base, slot, m->gen, (m->nparts != 0) ? m->nparts : 1);
+        done = xfer_shm_coop_done(s->base, slot, m->gen, &failed);
+        FUZZ_CHECK(ret <= (int)XFER_SHM_COOP_PARTS_MAX, "the target took %d parts", ret);
+        FUZZ_CHECK(done < (1ll << 31), "%lld parts done", (long long)done);
+        if (!m->clean || (m->nparts == 0)) {
+            break;
+        }
+        FUZZ_CHECK(ret == ((m->front == m->back) ? (int)(m->nparts - m->back) : -1),
+                   "theirs %d with front %u, back %u of %u", ret, m->front, m->back,
+                   m->nparts);
+        if (m->done < (1u << 31)) {
+            FUZZ_CHECK((done == m->done) && (failed == m->failed), "done %lld (failed %d), "
+                       "expected %u (%d)", (long long)done, failed, m->done, m->failed);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
 static void run_producer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
 {
+    coop_model_t slots[XFER_SHM_COOP_SLOTS] = {{0}};
+    uint32_t gen = 0;
     const size_t payload = s->cell_size - XFER_SHM_FRAME_HDR;
     uint64_t m_pos = 0, m_limit = s->ncells;
     char why[FUZZ_WHY_LEN];
@@ -231,9 +327,19 @@ static void run_producer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
             break;
         case SHM_OP_RAW:
             write_raw(s, &op);
+            for (unsigned i = 0; i < XFER_SHM_COOP_SLOTS; i++) {
+                slots[i].clean = 0;     /* it may have written them */
+            }
             break;
         case SHM_OP_ARMED:
             wr32(s, SHM_OFF_ARMED, (uint32_t)op.v);
+            break;
+        case SHM_OP_COOP_OPEN:
+        case SHM_OP_COOP_TAKE:
+        case SHM_OP_COOP_WORD:
+        case SHM_OP_COOP_DONE:
+        case SHM_OP_COOP_CHECK:
+            coop_op(s, slots, &gen, &op);
             break;
         case SHM_OP_WAIT_ROOM: {
             int expect = 0, ret;

@@ -35,6 +35,7 @@
 #define SHM_OFF_TAIL        128u
 #define SHM_OFF_ARMED       192u
 #define SHM_OFF_PWAIT       196u
+#define SHM_OFF_COOP        256u    /* slots of 16 bytes: claim, done */
 
 /* Small rings: 4 to 16 cells of 256 to 512 bytes, so that a segment fits an input. */
 static inline uint32_t shm_fuzz_ncells(uint8_t sel)
@@ -67,6 +68,11 @@ enum {
     SHM_OP_WAIT_ROOM,       /* P: about to sleep on a full ring */
     SHM_OP_ROOM_NOTIFY,     /* C: after consuming, does the producer wait? */
     SHM_OP_PWAIT,           /* C: u8: what the producer's pwait word says */
+    SHM_OP_COOP_OPEN,       /* P: u8 slot, u8 parts - 1: open a shared put's slot */
+    SHM_OP_COOP_TAKE,       /* P: u8 slot, u8 how (1: from the back, 2: a stale generation) */
+    SHM_OP_COOP_WORD,       /* P: u8 slot, u8 which (1: done), u64: the peer writes it */
+    SHM_OP_COOP_DONE,       /* P: u8 slot, u8 failed: one of the target's parts is done */
+    SHM_OP_COOP_CHECK,      /* P: u8 slot: the target's parts, and how many are done */
     SHM_OP_COUNT
 };
 

@@ -724,6 +724,16 @@ static void shm_op64(unsigned op, uint64_t v)
     }
 }
 
+/* 8 bytes of an operand, after an op written with its first operands */
+static void shm_op64_raw(uint64_t v)
+{
+    for (unsigned i = 0; i < 8; i++) {
+        uint8_t b = (uint8_t)(v >> (8 * i));
+
+        add(&b, 1);
+    }
+}
+
 static void shm_ops(unsigned op, unsigned times)
 {
     for (unsigned i = 0; i < times; i++) {
@@ -819,6 +829,37 @@ static void gen_shm_ring(void)
     shm_publish(1);
     shm_op(SHM_OP_WAIT_ROOM);
     save("shm_ring", "full");
+
+    /* a shared put's slot: both sides take parts until they meet, the target's are counted;
+     * a stale generation takes nothing; then the peer rewrites the words */
+    len = shm_segment(4, 256, 0, 0);
+    shm_input(SHM_FIX_ALL, 0, 0, 0, len);
+    shm_op16(SHM_OP_COOP_OPEN, 1 | (7 << 8));          /* slot 1, 8 parts */
+    for (unsigned i = 0; i < 5; i++) {
+        shm_op16(SHM_OP_COOP_TAKE, 1 | ((i & 1) << 8));
+    }
+    shm_op16(SHM_OP_COOP_TAKE, 1 | (2 << 8));
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    shm_op16(SHM_OP_COOP_TAKE, 1 | (1 << 8));
+    shm_op16(SHM_OP_COOP_TAKE, 1);
+    shm_op16(SHM_OP_COOP_TAKE, 1);
+    shm_op16(SHM_OP_COOP_TAKE, 1 | (1 << 8));
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    shm_op16(SHM_OP_COOP_DONE, 1);
+    shm_op16(SHM_OP_COOP_DONE, 1 | (1 << 8));
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    shm_op16(SHM_OP_COOP_OPEN, 1 | (255 << 8));        /* the same slot anew, 256 parts */
+    shm_op16(SHM_OP_COOP_TAKE, 1 | (1 << 8));
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    shm_op16(SHM_OP_COOP_WORD, 1);
+    shm_op64_raw(((uint64_t)2 << 32) | (0xffffull << 16) | 0xffffu);
+    shm_op16(SHM_OP_COOP_TAKE, 1);
+    shm_op16(SHM_OP_COOP_TAKE, 1 | (1 << 8));
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    shm_op16(SHM_OP_COOP_WORD, 1 | (1 << 8));
+    shm_op64_raw(UINT64_MAX);
+    shm_op8(SHM_OP_COOP_CHECK, 1);
+    save("shm_ring", "coop_slot");
 
     /* impossible heads: past a whole ring, behind the tail, the largest */
     len = shm_segment(4, 256, 2, 0);
