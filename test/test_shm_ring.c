@@ -922,7 +922,7 @@ Test(shm_ring, fork_streams_checksummed_frames)
     close(fd);
 }
 
-/* ---- shared puts' slots ------------------------------------------------------------------------ */
+/* ---- shared puts' slots ----------------------------------------------------------------- */
 
 #define COOP_PARTS   200u
 #define COOP_ROUNDS  2000

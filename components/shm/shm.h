@@ -129,6 +129,7 @@ struct xfer_shm_op {
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
+    xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     char                key[];      /* FETCH: the key, for the request frame */
 };
@@ -196,6 +197,7 @@ typedef struct xfer_shm_peer_mem {
     uint32_t       fd;
     uint64_t       ino, offset, length;
     int            refused; /* the checks failed: its messages are read by CMA */
+    int            writable;    /* mapped for writing too (a receive buffer) */
     xfer_shm_map_t map;
 } xfer_shm_peer_mem_t;
 
@@ -205,8 +207,11 @@ typedef struct xfer_shm_peer_mem {
 typedef struct xfer_shm_coop {
     xfer_shm_op_t *op;          /* NULL: the slot is free */
     uint32_t      gen;
-    uint32_t      theirs;       /* parts the target took */
+    uint32_t      theirs;       /* parts the peer took */
     uint64_t      seq;          /* rank among the ep's shared puts (flushes wait for it) */
+    xfer_status_t status;       /* what op completes with once the parts are in */
+    uint64_t      length;
+    uint64_t      tag;
 } xfer_shm_coop_t;
 
 /* ---- endpoint ------------------------------------------------------------------------------- */
@@ -281,6 +286,8 @@ struct xfer_ep {
     unsigned            coop_busy;      /* slots whose put waits for the target */
     uint32_t            coop_gen;       /* the last generation given to a slot */
     uint64_t            coop_posted;    /* shared puts that waited, ever */
+    uint64_t            coop_frame_end; /* our ring's position after the last SHARE frame;
+                                         * 0: none, or not known */
 
     xfer_shm_slot_t     *slots;
     uint32_t            num_slots;
@@ -366,11 +373,11 @@ uint64_t xfer_shm_fd_ino(int fd);
 xfer_status_t xfer_shm_peer_map(const xfer_shm_peer_fd_t *pf, xfer_shm_map_t *map, char *why,
                                 size_t why_size);
 void xfer_shm_peer_unmap(xfer_shm_map_t *map);
-/* Where the message that m announces is mapped here for reading (mapping the sender's range
- * first, or taking it from the endpoint's cache); NULL when the range cannot be mapped (its
- * failure was logged once) and the message is read by CMA. m was checked: the message lies in
- * the range. */
-const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m);
+/* Where the message that m announces is mapped here for reading, or for writing too (mapping
+ * the peer's range first, or taking it from the endpoint's cache); NULL when the range cannot
+ * be mapped (its failure was logged once) and the message is read by CMA. m was checked: the
+ * message lies in the range. */
+uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m, int writable);
 /* Unmap every range in the endpoint's cache. */
 void xfer_shm_peer_mem_release(xfer_ep_h ep);
 
@@ -390,8 +397,17 @@ void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n
 xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
                                 xfer_memh_h memh, uint8_t *remote, uint64_t remote_addr,
                                 xfer_rkey_h rkey, xfer_comp_t *comp);
+/* A rendezvous message of n bytes, whose sender's memory is mapped here at src, into receive
+ * op's buffer: shared with the sender when op's buffer lies in a memfd it may map (the
+ * sender copies parts into it from its send buffer, send_id). Returns as xfer_shm_coop_put();
+ * XFER_INPROGRESS: op completes with status, length and tag once the sender's parts are in. */
+xfer_status_t xfer_shm_coop_recv(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n,
+                                 const uint8_t *src, uint64_t send_id, xfer_status_t status,
+                                 uint64_t length, uint64_t tag);
 /* Complete ep's shared puts whose target finished its parts: how many. */
 unsigned xfer_shm_coop_check(xfer_ep_h ep);
+/* Does one of ep's shared copies wait for the peer's parts to complete comp? */
+int xfer_shm_coop_holds(xfer_ep_h ep, xfer_comp_t *comp);
 /* Has the target finished its parts of one of ep's waiting shared puts? */
 int xfer_shm_coop_ready(xfer_ep_h ep);
 /* Does a shared put posted as one of the first mark still wait? (flushes) */

@@ -49,11 +49,13 @@ static const xfer_param_desc_t shm_params[] = {
      "non-temporal stores, which bypass the cache: faster for data too large to stay there, "
      "slower for data read soon after. Set it above any transfer (1t) to always use memcpy.",
      offsetof(xfer_shm_config_t, nt_copy_min), 4096, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
-    {"COOP_MIN", XFER_PARAM_SIZE, "4m",
-     "Puts into a mapped peer's memory (MAP) of this size and more are copied by both sides "
-     "when the target is in progress() meanwhile: it takes parts of the copy from the back, "
-     "the initiator from the front. A target that does not progress takes none. Set it "
-     "above any transfer (1t) to have the initiator always copy alone.",
+    {"COOP_MIN", XFER_PARAM_SIZE, "1m",
+     "Puts into a mapped peer's memory (MAP) of this size and more, and messages from such "
+     "memory into a receive buffer of such memory, are copied by both sides when the peer is "
+     "in progress() meanwhile: it takes parts of the copy from the back, the side that "
+     "copies from the front; a peer that does not progress takes none. Below 1 MiB it "
+     "measured slower with many transfers in flight (two cores). Set it above any transfer "
+     "(1t) to have one side always copy alone.",
      offsetof(xfer_shm_config_t, coop_min), 4096, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
     {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "64g",
      "Largest tag message, put/get or tensor this side sends or accepts.",

@@ -1,28 +1,33 @@
 /*
- * Large puts into memory the initiator maps, copied by both sides.
+ * Large copies between memory both sides map, done by both: puts into a peer's
+ * xfer_mem_alloc memory, and messages from such memory into a receive buffer of such memory.
  *
- * A put into a peer's xfer_mem_alloc memory is a memcpy by the initiator (shm_rma.c): one
- * core's copy, which on most machines reaches about half of what two cores get from memory.
- * The target of a large put is often in progress() at that moment, waiting for it. From
- * XFER_SHM_COOP_MIN bytes on, the initiator cuts the put into parts and announces it with a
- * SHARE frame; then both take parts through a claim word in the target's segment
- * (shm_ring.h): the initiator from the front inside the post, the target from the back while
- * it handles the frame, until they meet. The target counts its finished parts in a done word;
- * the initiator completes the put, from progress(), once they are all in. A target that does
- * not progress takes nothing, and the initiator copies the whole put at post, as without.
+ * Either is a memcpy by one side (the put's initiator, shm_rma.c; the message's receiver,
+ * shm_tag.c): one core's copy, which on most machines reaches about half of what two cores
+ * get from memory, while the other side is often in progress() waiting for it. From
+ * XFER_SHM_COOP_MIN bytes on, the side that copies cuts the copy into parts and announces it
+ * with a SHARE frame; then both take parts through a claim word in the peer's segment
+ * (shm_ring.h): the announcer from the front, at once, the peer from the back while it
+ * handles the frame, until they meet. The peer counts its finished parts in a done word; the
+ * announcer's operation completes, from progress(), once they are all in. A peer that does
+ * not progress takes nothing and the announcer copies it all, as without; after one SHARE
+ * frame that the peer has not read yet, nothing more is announced to it.
  *
- * The target moves data into its own memory only after checking the region as for any put
- * (a deregistered region is never written), and reads the source from the initiator's memfd,
- * mapped read only (shm_map.c's cache), or by CMA. Whatever the claim word says, each side
- * copies only parts below the count both derive from the length, and the target at most that
- * many; a done word of another generation, or one counting more parts than the target took,
- * fails the endpoint. A target that lies about its parts only spoils its own memory; a
- * target that never finishes a part it took leaves the put waiting, as a target that never
- * answers a put does on any transport - until the endpoint fails or is closed.
+ * The target of a put moves data into its own memory only after checking the region as for
+ * any put (a deregistered region is never written), and reads the initiator's memfd, mapped
+ * read only (shm_map.c's cache), or by CMA. The sender of a message copies from the buffer of
+ * a send still in flight (its completion notice comes after the SHARE frame in the ring) into
+ * the receive buffer's memfd, mapped for writing, within the range the receiver named.
+ * Whatever the claim word says, each side copies only parts below the count both derive from
+ * the length, and the peer at most that many; a done word of another generation, or one
+ * counting more parts than the peer took, fails the endpoint. A peer that lies about its
+ * parts only spoils memory of its own or memory it sends into; a peer that never finishes a
+ * part it took leaves the operation waiting, as a target that never answers a put does on
+ * any transport - until the endpoint fails or is closed.
  *
- * A slot stays the initiator's until the target's parts are counted, so the target never
- * counts into a slot that a later put opened; a SHARE frame read after its put is done finds
- * a claim word of another generation, or nothing left, and takes nothing.
+ * A slot stays the announcer's until the peer's parts are counted, so the peer never counts
+ * into a slot that a later copy opened; a SHARE frame read after its copy is done finds a
+ * claim word of another generation, or nothing left, and takes nothing.
  */
 #include "shm.h"
 
@@ -31,7 +36,7 @@
 
 #define COOP_PART_MIN (256u * 1024u)
 
-/* The parts of a put of len bytes (len > 0): both sides derive them, the peer's word is
+/* The parts of a copy of len bytes (len > 0): both sides derive them, the peer's word is
  * never needed for it. */
 static uint64_t coop_part(uint64_t len)
 {
@@ -48,18 +53,17 @@ static uint32_t coop_nparts(uint64_t len)
     return (uint32_t)((len + part - 1) / part);
 }
 
-/* ---- initiator ------------------------------------------------------------------------------ */
+/* ---- the side that announces --------------------------------------------------------------- */
 
-static void coop_log(xfer_ep_h ep, size_t length, int theirs, uint32_t nparts)
+static const char *coop_what(const xfer_shm_frame_t *hdr)
 {
-    xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "put of %zu bytes to pid %d: the target copied "
-             "%d of its %u parts", length, (int)ep->peer_pid, theirs, nparts);
+    return (hdr->flags & XFER_SHM_FL_RECV) ? "receive" : "put";
 }
 
-static xfer_status_t coop_failed(xfer_ep_h ep, size_t length)
+static xfer_status_t coop_failed(xfer_ep_h ep, const char *what, size_t length)
 {
-    xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a put of %zu bytes to pid %d: the target could "
-             "not read its part of the source (its log says why)", length, (int)ep->peer_pid);
+    xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a %s of %zu bytes with pid %d: the peer could "
+             "not copy its part (its log says why)", what, length, (int)ep->peer_pid);
     return XFER_ERR_IO;
 }
 
@@ -73,24 +77,48 @@ static int coop_slot_free(xfer_ep_h ep)
     return -1;
 }
 
-xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
-                                xfer_memh_h memh, uint8_t *remote, uint64_t remote_addr,
-                                xfer_rkey_h rkey, xfer_comp_t *comp)
+/* Is buf..+length inside memh, memory in a memfd that a peer may map? */
+static int coop_memfd(xfer_ep_h ep, xfer_memh_h memh, const uint8_t *buf, size_t length)
 {
-    const uint8_t *src = buf;
-    xfer_shm_rndv_mem_t mem;
-    xfer_shm_frame_t hdr;
-    xfer_shm_op_t *op;
+    return (memh != NULL) && (memh->fd >= 0) && ep->iface->cfg->map &&
+           (buf >= memh->addr) && ((size_t)(buf - memh->addr) <= memh->length) &&
+           (length <= memh->length - (size_t)(buf - memh->addr));
+}
+
+static void coop_memfd_describe(xfer_memh_h memh, const uint8_t *buf, xfer_shm_rndv_mem_t *mem)
+{
+    memset(mem, 0, sizeof(*mem));
+    mem->fd         = (uint32_t)memh->fd;
+    mem->ino        = memh->ino;
+    mem->offset     = memh->fd_offset;
+    mem->length     = memh->length;
+    mem->msg_offset = (uint64_t)(buf - memh->addr);
+}
+
+/* Share a copy of length bytes from src to dst (both mapped here) with the peer: announce it
+ * by hdr (its id is filled in here; payload, plen bytes, goes with it) and take parts from
+ * the front until they meet the peer's. XFER_ERR_UNSUPPORTED: nothing was announced or
+ * copied; XFER_OK: all is copied (XFER_ERR_IO: a part of the peer's failed); XFER_INPROGRESS:
+ * the peer still copies - op waits in the slot, to complete with status, comp_length and tag;
+ * XFER_ERR_PROTOCOL: the peer spoiled the slot (the ep fails). */
+static xfer_status_t coop_run(xfer_ep_h ep, xfer_shm_frame_t *hdr, const void *payload,
+                              size_t plen, uint8_t *dst, const uint8_t *src, size_t length,
+                              xfer_shm_op_t *op, xfer_status_t status, uint64_t comp_length,
+                              uint64_t tag)
+{
     uint32_t gen, nparts, mine = 0;
+    int slot, theirs, failed;
     uint64_t part;
-    int slot, theirs, mapped, failed;
     int64_t done;
 
-    mapped = (memh != NULL) && (memh->fd >= 0) && ep->iface->cfg->map &&
-             (src >= memh->addr) && ((size_t)(src - memh->addr) <= memh->length) &&
-             (length <= memh->length - (size_t)(src - memh->addr));
     if ((length < ep->iface->cfg->coop_min) || (ep->state != XFER_SHM_EP_CONNECTED) ||
-        !(mapped || ep->cma) || !ucs_list_is_empty(&ep->txq)) {
+        !ucs_list_is_empty(&ep->txq)) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    /* a peer that has not read the last SHARE frame is not progressing: no more frames for
+     * it to skip later, nor to fill its ring (and hold up flushes) meanwhile */
+    if ((ep->coop_frame_end != 0) &&
+        !xfer_shm_ring_consumed(&ep->out, ep->coop_frame_end)) {
         return XFER_ERR_UNSUPPORTED;
     }
     slot = coop_slot_free(ep);
@@ -103,34 +131,14 @@ xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
     if (gen == 0) {
         gen = ++ep->coop_gen;   /* 0 is what a slot never opened holds */
     }
-    memset(&hdr, 0, sizeof(hdr));
-    hdr.type  = XFER_SHM_F_SHARE;
-    hdr.flags = mapped ? XFER_SHM_FL_MAPPED : 0;
-    hdr.id    = (uint64_t)slot | ((uint64_t)gen << 32);
-    hdr.a     = rkey->id;
-    hdr.b     = remote_addr;
-    hdr.c     = length;
-    hdr.d     = (uint64_t)(uintptr_t)buf;
-    hdr.e     = rkey->cookie;
-    if (mapped) {
-        memset(&mem, 0, sizeof(mem));
-        mem.fd         = (uint32_t)memh->fd;
-        mem.ino        = memh->ino;
-        mem.offset     = memh->fd_offset;
-        mem.length     = memh->length;
-        mem.msg_offset = (uint64_t)(src - memh->addr);
-    }
-    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_PUT, comp, 0);
-    if (op == NULL) {
-        return XFER_ERR_UNSUPPORTED;
-    }
+    hdr->id = (uint64_t)slot | ((uint64_t)gen << 32);
     xfer_shm_coop_open(ep->out.base, (unsigned)slot, gen, nparts);
-    /* the ring is idle: the frame goes out now, and the target may start while we copy */
-    if (xfer_shm_tx_queue(ep, NULL, &hdr, &mem, mapped ? sizeof(mem) : 0, 1, 0) != XFER_OK) {
-        xfer_shm_op_free(op);
+    /* the ring is idle: the frame goes out now, and the peer may start while we copy */
+    if (xfer_shm_tx_queue(ep, NULL, hdr, payload, plen, 1, 0) != XFER_OK) {
         return XFER_ERR_UNSUPPORTED;
     }
     xfer_shm_tx_write(ep);
+    ep->coop_frame_end = ucs_list_is_empty(&ep->txq) ? ep->out.pos : 0;
     for (;;) {
         int i = xfer_shm_coop_take(ep->out.base, (unsigned)slot, gen, nparts, 0);
         uint64_t off;
@@ -139,31 +147,88 @@ xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
             break;
         }
         off = (uint64_t)i * part;
-        xfer_shm_copy_part(ep->iface, remote + off, src + off,
+        xfer_shm_copy_part(ep->iface, dst + off, src + off,
                            (size_t)(((length - off) < part) ? (length - off) : part), length);
         mine++;
     }
     theirs = xfer_shm_coop_theirs(ep->out.base, (unsigned)slot, gen, nparts);
     if (theirs < 0) {
-        xfer_shm_op_free(op);
         xfer_shm_ep_fail_later(ep, XFER_ERR_PROTOCOL, "the peer rewrote the claim word of a "
-                               "shared put (slot %d): it is not a finished one of generation "
-                               "%u", slot, gen);
+                               "shared %s (slot %d): it is not a finished one of generation "
+                               "%u", coop_what(hdr), slot, gen);
         return XFER_ERR_PROTOCOL;
     }
-    coop_log(ep, length, theirs, nparts);
+    xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "%s of %zu bytes with pid %d: the peer copied %d "
+             "of its %u parts", coop_what(hdr), length, (int)ep->peer_pid, theirs, nparts);
     done = xfer_shm_coop_done(ep->out.base, (unsigned)slot, gen, &failed);
     if ((theirs == 0) || (done == theirs)) {
-        xfer_shm_op_free(op);
-        return ((theirs > 0) && failed) ? coop_failed(ep, length) : XFER_OK;
+        return ((theirs > 0) && failed) ? coop_failed(ep, coop_what(hdr), length) : XFER_OK;
     }
-    op->len               = length;
     ep->coop[slot].op     = op;
     ep->coop[slot].gen    = gen;
     ep->coop[slot].theirs = (uint32_t)theirs;
-    ep->coop[slot].seq    = ++ep->coop_posted;
+    ep->coop[slot].status = status;
+    ep->coop[slot].length = comp_length;
+    ep->coop[slot].tag    = tag;
+    /* receives are not what flushes wait for */
+    ep->coop[slot].seq    = (op->kind == XFER_SHM_OP_PUT) ? ++ep->coop_posted : UINT64_MAX;
     ep->coop_busy++;
     return XFER_INPROGRESS;
+}
+
+xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
+                                xfer_memh_h memh, uint8_t *remote, uint64_t remote_addr,
+                                xfer_rkey_h rkey, xfer_comp_t *comp)
+{
+    int mapped = coop_memfd(ep, memh, buf, length);
+    xfer_shm_rndv_mem_t mem;
+    xfer_shm_frame_t hdr;
+    xfer_shm_op_t *op;
+    xfer_status_t status;
+
+    if (!(mapped || ep->cma) || (length < ep->iface->cfg->coop_min)) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.type  = XFER_SHM_F_SHARE;
+    hdr.flags = mapped ? XFER_SHM_FL_MAPPED : 0;
+    hdr.a     = rkey->id;
+    hdr.b     = remote_addr;
+    hdr.c     = length;
+    hdr.d     = (uint64_t)(uintptr_t)buf;
+    hdr.e     = rkey->cookie;
+    if (mapped) {
+        coop_memfd_describe(memh, buf, &mem);
+    }
+    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_PUT, comp, 0);
+    if (op == NULL) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    status = coop_run(ep, &hdr, &mem, mapped ? sizeof(mem) : 0, remote, buf, length, op,
+                      XFER_OK, length, 0);
+    if (status != XFER_INPROGRESS) {
+        xfer_shm_op_free(op);
+    }
+    return status;
+}
+
+xfer_status_t xfer_shm_coop_recv(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n,
+                                 const uint8_t *src, uint64_t send_id, xfer_status_t status,
+                                 uint64_t length, uint64_t tag)
+{
+    xfer_shm_rndv_mem_t mem;
+    xfer_shm_frame_t hdr;
+
+    if ((n < ep->iface->cfg->coop_min) || !coop_memfd(ep, op->memh, op->buf, n)) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    memset(&hdr, 0, sizeof(hdr));
+    hdr.type  = XFER_SHM_F_SHARE;
+    hdr.flags = XFER_SHM_FL_MAPPED | XFER_SHM_FL_RECV;
+    hdr.a     = send_id;
+    hdr.c     = n;
+    coop_memfd_describe(op->memh, op->buf, &mem);
+    return coop_run(ep, &hdr, &mem, sizeof(mem), op->buf, src, n, op, status, length, tag);
 }
 
 static void coop_complete(xfer_ep_h ep, unsigned slot, xfer_status_t status)
@@ -172,7 +237,12 @@ static void coop_complete(xfer_ep_h ep, unsigned slot, xfer_status_t status)
 
     ep->coop[slot].op = NULL;
     ep->coop_busy--;
-    xfer_shm_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
+    if (status == XFER_OK) {
+        xfer_shm_op_complete(op, ep->coop[slot].status, ep->coop[slot].length,
+                             ep->coop[slot].tag);
+    } else {
+        xfer_shm_op_complete(op, status, 0, 0);
+    }
 }
 
 unsigned xfer_shm_coop_check(xfer_ep_h ep)
@@ -197,13 +267,24 @@ unsigned xfer_shm_coop_check(xfer_ep_h ep)
         if (done < c->theirs) {
             continue;
         }
-        coop_complete(ep, i, failed ? coop_failed(ep, c->op->len) : XFER_OK);
+        coop_complete(ep, i, failed ? coop_failed(ep, (c->op->kind == XFER_SHM_OP_PUT) ?
+                                                  "put" : "receive", c->length) : XFER_OK);
         count++;
     }
     if ((count > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
         xfer_shm_ep_flushes_check(ep);
     }
     return count;
+}
+
+int xfer_shm_coop_holds(xfer_ep_h ep, xfer_comp_t *comp)
+{
+    for (unsigned i = 0; (i < XFER_SHM_COOP_SLOTS) && (ep->coop_busy > 0); i++) {
+        if ((ep->coop[i].op != NULL) && (ep->coop[i].op->comp == comp)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int xfer_shm_coop_ready(xfer_ep_h ep)
@@ -243,44 +324,36 @@ void xfer_shm_coop_ep_gone(xfer_ep_h ep, xfer_status_t status)
     }
 }
 
-/* ---- target --------------------------------------------------------------------------------- */
+/* ---- the peer ------------------------------------------------------------------------------ */
 
-xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
-                                const uint8_t *payload, char *why, size_t why_size)
+/* The sender's side of a shared receive: the send it names, or NULL when it is no longer in
+ * flight (cancelled); why when the peer names something impossible. */
+static xfer_shm_op_t *share_send(xfer_ep_h ep, const xfer_shm_frame_t *hdr, char *why,
+                                 size_t why_size)
 {
-    int mapped        = (hdr->flags & XFER_SHM_FL_MAPPED) != 0;
-    unsigned slot     = (unsigned)(hdr->id & 0xffffffffu);
-    uint32_t gen      = (uint32_t)(hdr->id >> 32);
-    const uint8_t *src = NULL;
-    xfer_shm_rndv_mem_t mem;
-    xfer_status_t status;
-    uint32_t nparts, took = 0;
-    uint8_t *dest;
-    uint64_t part;
+    xfer_shm_slot_t *s = xfer_shm_slot_find(ep, hdr->a);
 
-    if ((hdr->len != (mapped ? sizeof(mem) : 0)) || (slot >= XFER_SHM_COOP_SLOTS) ||
-        (hdr->c == 0) || (hdr->c > ep->iface->cfg->max_msg_size)) {
-        snprintf(why, why_size, "a shared put of %llu bytes in slot %u (of %u) with %u bytes "
-                 "of payload (%zu expected)", (unsigned long long)hdr->c, slot,
-                 XFER_SHM_COOP_SLOTS, hdr->len, mapped ? sizeof(mem) : (size_t)0);
-        return XFER_ERR_PROTOCOL;
+    if ((s == NULL) || (s->op == NULL) || (s->op->kind != XFER_SHM_OP_SEND)) {
+        return NULL;
     }
-    if (mapped) {
-        memcpy(&mem, payload, sizeof(mem));
-        if ((mem.msg_offset > mem.length) || (hdr->c > mem.length - mem.msg_offset)) {
-            snprintf(why, why_size, "a shared put of %llu bytes at %llu of a %llu-byte range "
-                     "of the initiator's memfd", (unsigned long long)hdr->c,
-                     (unsigned long long)mem.msg_offset, (unsigned long long)mem.length);
-            return XFER_ERR_PROTOCOL;
-        }
-        src = xfer_shm_peer_mem(ep, &mem);
+    if (hdr->c > s->op->len) {
+        snprintf(why, why_size, "a shared receive of %llu bytes of a %zu-byte message",
+                 (unsigned long long)hdr->c, s->op->len);
     }
-    dest = xfer_shm_region_check(ep, hdr, &status);
-    if ((dest == NULL) || ((src == NULL) && !ep->cma)) {
-        return XFER_OK;     /* the initiator copies it all */
-    }
-    part   = coop_part(hdr->c);
-    nparts = coop_nparts(hdr->c);
+    return s->op;
+}
+
+/* The peer's side of a shared copy: take parts from the back, each from src (NULL: by CMA
+ * from the peer's address cma_src) into dest; count them, and wake the peer if it sleeps. */
+static void share_take(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint8_t *dest,
+                       const uint8_t *src)
+{
+    unsigned slot   = (unsigned)(hdr->id & 0xffffffffu);
+    uint32_t gen    = (uint32_t)(hdr->id >> 32);
+    uint64_t part   = coop_part(hdr->c);
+    uint32_t nparts = coop_nparts(hdr->c), took = 0;
+    xfer_status_t status;
+
     for (uint32_t k = 0; k < nparts; k++) {
         int i = xfer_shm_coop_take(ep->in.base, slot, gen, nparts, 1);
         uint64_t off, n;
@@ -311,10 +384,60 @@ xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
             break;
         }
     }
-    /* the initiator may sleep waiting for these parts: its armed flag is in the ring we
-     * write into */
+    /* the peer may sleep waiting for these parts: its armed flag is in the ring we write
+     * into */
     if ((took > 0) && xfer_shm_ring_wake_needed(&ep->out)) {
         xfer_shm_doorbell_ring(ep);
     }
-    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                const uint8_t *payload, char *why, size_t why_size)
+{
+    int mapped     = (hdr->flags & XFER_SHM_FL_MAPPED) != 0;
+    int recv       = (hdr->flags & XFER_SHM_FL_RECV) != 0;
+    unsigned slot  = (unsigned)(hdr->id & 0xffffffffu);
+    const char *what = recv ? "receive" : "put";
+    xfer_shm_rndv_mem_t mem;
+    xfer_shm_op_t *send;
+    xfer_status_t status;
+    uint8_t *dest, *peer = NULL;
+
+    if ((hdr->len != (mapped ? sizeof(mem) : 0)) || (slot >= XFER_SHM_COOP_SLOTS) ||
+        (hdr->c == 0) || (hdr->c > ep->iface->cfg->max_msg_size) || (recv && !mapped)) {
+        snprintf(why, why_size, "a shared %s of %llu bytes in slot %u (of %u) with %u bytes "
+                 "of payload (%zu expected)", what, (unsigned long long)hdr->c, slot,
+                 XFER_SHM_COOP_SLOTS, hdr->len, (mapped || recv) ? sizeof(mem) : (size_t)0);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (mapped) {
+        memcpy(&mem, payload, sizeof(mem));
+        if ((mem.msg_offset > mem.length) || (hdr->c > mem.length - mem.msg_offset)) {
+            snprintf(why, why_size, "a shared %s of %llu bytes at %llu of a %llu-byte range "
+                     "of the peer's memfd", what, (unsigned long long)hdr->c,
+                     (unsigned long long)mem.msg_offset, (unsigned long long)mem.length);
+            return XFER_ERR_PROTOCOL;
+        }
+    }
+    if (recv) {
+        /* we sent the message: copy parts of it from our buffer into the receiver's */
+        why[0] = '\0';
+        send   = share_send(ep, hdr, why, why_size);
+        if (why[0] != '\0') {
+            return XFER_ERR_PROTOCOL;
+        }
+        peer = (send != NULL) ? xfer_shm_peer_mem(ep, &mem, 1) : NULL;
+        if (peer != NULL) {
+            share_take(ep, hdr, peer, send->buf);
+        }
+        return XFER_OK;     /* else the receiver copies it all */
+    }
+    if (mapped) {
+        peer = xfer_shm_peer_mem(ep, &mem, 0);
+    }
+    dest = xfer_shm_region_check(ep, hdr, &status);
+    if ((dest != NULL) && ((peer != NULL) || ep->cma)) {
+        share_take(ep, hdr, dest, peer);
+    }
+    return XFER_OK;         /* else the initiator copies it all */
 }

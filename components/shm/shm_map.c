@@ -19,7 +19,9 @@
  * XFER_SHM_PEER_MAPS failures it stops trying for that peer, so that a peer naming ever new
  * files costs neither a system call nor a log line per message. A range the
  * sender has freed stays mapped here until it gives way: its pages are orphaned, never
- * memory the sender uses for something else.
+ * memory the sender uses for something else. A receiver that shares the copy of a large
+ * message (shm_coop.c) names its receive buffer's memfd the same way; the sender maps that
+ * range for writing, in the same cache.
  */
 #include "shm.h"
 
@@ -122,7 +124,7 @@ void xfer_shm_peer_unmap(xfer_shm_map_t *map)
 /* The cache entry for m's range: the one that holds it, else a free one, else the least
  * recently used (unmapped first). */
 static xfer_shm_peer_mem_t *peer_mem_entry(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m,
-                                           int *found)
+                                           int writable, int *found)
 {
     xfer_shm_peer_mem_t *victim = &ep->peer_mem[0];
 
@@ -130,7 +132,8 @@ static xfer_shm_peer_mem_t *peer_mem_entry(xfer_ep_h ep, const xfer_shm_rndv_mem
         xfer_shm_peer_mem_t *e = &ep->peer_mem[i];
 
         if ((e->used != 0) && (e->fd == m->fd) && (e->ino == m->ino) &&
-            (e->offset == m->offset) && (e->length == m->length)) {
+            (e->offset == m->offset) && (e->length == m->length) &&
+            (e->writable == writable)) {
             *found = 1;
             return e;
         }
@@ -144,7 +147,7 @@ static xfer_shm_peer_mem_t *peer_mem_entry(xfer_ep_h ep, const xfer_shm_rndv_mem
     return victim;
 }
 
-const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m)
+uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m, int writable)
 {
     xfer_shm_peer_fd_t pf = {0};
     char why[XFER_REASON_MAX];
@@ -155,35 +158,39 @@ const uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m)
     if (!ep->iface->cfg->map || (ep->peer_mem_refused >= XFER_SHM_PEER_MAPS)) {
         return NULL;
     }
-    e       = peer_mem_entry(ep, m, &found);
+    e       = peer_mem_entry(ep, m, writable, &found);
     e->used = ++ep->peer_mem_clock;
     if (!found) {
         e->fd        = m->fd;
         e->ino       = m->ino;
         e->offset    = m->offset;
         e->length    = m->length;
+        e->writable  = writable;
         pf.pid       = ep->peer_pid;
         pf.fd        = m->fd;
         pf.ino       = m->ino;
         pf.offset    = m->offset;
         pf.length    = m->length;
-        pf.read_only = 1;
+        pf.read_only = !writable;
         status       = xfer_shm_peer_map(&pf, &e->map, why, sizeof(why));
         if (status != XFER_OK) {
             xfer_log((status == XFER_ERR_PROTOCOL) ? XFER_LOG_WARN : XFER_LOG_INFO,
-                     XFER_SHM_SUBSYS, "messages from %llu bytes of pid %d's memfd %u are read "
-                     "by CMA: %s", (unsigned long long)m->length, (int)ep->peer_pid, m->fd,
-                     why);
+                     XFER_SHM_SUBSYS, "%llu bytes of pid %d's memfd %u do not map for %s: %s",
+                     (unsigned long long)m->length, (int)ep->peer_pid, m->fd, writable ?
+                     "writing (the receiver copies messages into them alone)" :
+                     "reading (messages from them are read by CMA)", why);
             e->refused = 1;
             if (++ep->peer_mem_refused == XFER_SHM_PEER_MAPS) {
                 xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "%u ranges of pid %d's memory did not "
-                         "map: its messages are read by CMA from now on, without trying",
+                         "map: its memory is not mapped from now on, without trying (messages "
+                         "are read by CMA)",
                          XFER_SHM_PEER_MAPS, (int)ep->peer_pid);
             }
         } else {
             xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "mapped %llu bytes of pid %d's memfd "
-                     "%u: messages from them are a memcpy here", (unsigned long long)m->length,
-                     (int)ep->peer_pid, m->fd);
+                     "%u%s: messages %s them are a memcpy here", (unsigned long long)m->length,
+                     (int)ep->peer_pid, m->fd, writable ? " for writing" : "",
+                     writable ? "into" : "from");
         }
     }
     return e->refused ? NULL : e->map.data + m->msg_offset;

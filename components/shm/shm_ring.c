@@ -164,6 +164,14 @@ int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring)
     return 0;
 }
 
+int xfer_shm_ring_consumed(const xfer_shm_ring_t *ring, uint64_t pos)
+{
+    uint64_t tail = __atomic_load_n((const uint64_t*)(const void*)(ring->base + OFF_TAIL),
+                                    __ATOMIC_ACQUIRE);
+
+    return (tail >= pos) && (tail <= ring->pos);
+}
+
 uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring)
 {
     return ring->pos - (ring->limit - ring->ncells);

@@ -65,7 +65,8 @@ enum {
     XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification */
     XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its cookie;
                              * b: address; c: length; d: source; MAPPED: payload names the
-                             * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put */
+                             * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put;
+                             * RECV: take parts of a receive of c bytes of send a */
     XFER_SHM_F_TYPE_MAX
 };
 
@@ -75,6 +76,8 @@ enum {
 #define XFER_SHM_FL_VOID   8u   /* BATCH, NOTIFY: cancelled before it was written */
 #define XFER_SHM_FL_MAPPED 16u  /* TAG RNDV, SHARE: the source lies in a memfd the receiver
                                  * may map */
+#define XFER_SHM_FL_RECV   32u  /* SHARE: of a receive - a: the send's id; payload names the
+                                 * receive buffer's memfd, into which the sender copies */
 
 /* The payload of a TAG frame with RNDV|MAPPED: the sender's registered range of a memfd
  * (memory from xfer_mem_alloc) and where the message starts in it. */
@@ -133,6 +136,9 @@ int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring);
 /* Producer: the ring is full and this side is about to sleep. 1 when it is still full and
  * the consumer will ring the doorbell once it frees a cell; 0 when there is room now. */
 int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring);
+/* Producer: has the consumer taken every cell published before pos (a ring position this
+ * side's pos passed)? Read now; a tail the peer made impossible reads as no. */
+int xfer_shm_ring_consumed(const xfer_shm_ring_t *ring, uint64_t pos);
 /* Producer: cells published and not yet consumed, as far as this side knows. */
 uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring);
 

@@ -70,20 +70,32 @@ static int unexp_room(xfer_ep_h ep, uint64_t cost)
            (ep_after <= 2 * cfg->max_unexpected_ep);
 }
 
-/* Read a RNDV message's data from the sender into buf (n bytes of its length) - from the
- * sender's memfd mapped here when mem names one that maps, else by CMA - and tell the sender
- * it may reuse its buffer. The status of the read. */
-static xfer_status_t rndv_pull(xfer_ep_h ep, void *buf, uint64_t n, uint64_t src,
-                               const xfer_shm_rndv_mem_t *mem, uint64_t send_id)
+/* Read a RNDV message's data from the sender into receive op's buffer (n bytes of its length)
+ * - from the sender's memfd mapped here when mem names one that maps (the copy shared with
+ * the sender when large, shm_coop.c), else by CMA - tell the sender it may reuse its buffer,
+ * and complete op: with done (and length and tag) if the data is in, else with the read's
+ * failure; a shared copy completes op once the sender's parts are in. */
+static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
+                      const xfer_shm_rndv_mem_t *mem, uint64_t send_id, xfer_status_t done,
+                      uint64_t length, uint64_t tag)
 {
-    const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem) : NULL;
+    const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem, 0) : NULL;
     char why[XFER_REASON_MAX];
     xfer_status_t status = XFER_OK;
+    int later            = 0;
 
     if (mapped != NULL) {
-        xfer_shm_copy(ep->iface, buf, mapped, n);
+        status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, done, length, tag);
+        later  = (status == XFER_INPROGRESS);
+        if (status == XFER_ERR_UNSUPPORTED) {
+            xfer_shm_copy(ep->iface, op->buf, mapped, n);
+        }
+        if ((status == XFER_INPROGRESS) || (status == XFER_ERR_UNSUPPORTED)) {
+            status = XFER_OK;
+        }
+        snprintf(why, sizeof(why), "the copy shared with the sender failed");
     } else if (n > 0) {
-        status = xfer_shm_cma(ep, buf, src, n, 0, why, sizeof(why));
+        status = xfer_shm_cma(ep, op->buf, src, n, 0, why, sizeof(why));
     }
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a %llu-byte message cannot be read from "
@@ -97,7 +109,9 @@ static xfer_status_t rndv_pull(xfer_ep_h ep, void *buf, uint64_t n, uint64_t src
             xfer_shm_ep_fail_later(ep, status, "%s", why);
         }
     }
-    return status;
+    if (!later) {
+        xfer_shm_op_complete(op, (status != XFER_OK) ? status : done, length, tag);
+    }
 }
 
 /* A complete unexpected message meets its receive. */
@@ -106,16 +120,16 @@ static void unexp_deliver(xfer_iface_h iface, xfer_shm_unexp_t *ue, xfer_shm_op_
     uint64_t n           = (ue->length < op->len) ? ue->length : op->len;
     xfer_status_t status = (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
 
-    if (ue->rndv) {
-        xfer_status_t read = rndv_pull(ue->ep, op->buf, n, ue->src,
-                                       ue->mapped ? &ue->mem : NULL, ue->send_id);
-
-        status = (read != XFER_OK) ? read : status;
-    } else if (n > 0) {
-        memcpy(op->buf, ue->data, n);
-    }
     op->ep = ue->ep;
-    xfer_shm_op_complete(op, status, ue->length, ue->tag);
+    if (ue->rndv) {
+        rndv_pull(ue->ep, op, n, ue->src, ue->mapped ? &ue->mem : NULL, ue->send_id, status,
+                  ue->length, ue->tag);
+    } else {
+        if (n > 0) {
+            memcpy(op->buf, ue->data, n);
+        }
+        xfer_shm_op_complete(op, status, ue->length, ue->tag);
+    }
     xfer_shm_unexp_release(iface, ue);
 }
 
@@ -230,7 +244,6 @@ xfer_status_t xfer_shm_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
     xfer_status_t status;
     xfer_shm_op_t *op;
 
-    (void)memh;
     if ((iface == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0)) ||
         ((ep != NULL) && (ep->iface != iface))) {
         return XFER_ERR_INVALID_PARAM;
@@ -247,6 +260,7 @@ xfer_status_t xfer_shm_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
     }
     op->buf   = buf;
     op->len   = length;
+    op->memh  = memh;
     op->rtag  = tag;
     op->rmask = tag_mask;
 
@@ -290,9 +304,9 @@ xfer_status_t xfer_shm_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_st
         }
     }
     ucs_list_for_each(ep, &iface->eps, list) {
-        if ((ep->rx.kind == XFER_SHM_RX_TAG) && (ep->rx.op != NULL) &&
-            (ep->rx.op->comp == comp)) {
-            return XFER_ERR_BUSY;
+        if (((ep->rx.kind == XFER_SHM_RX_TAG) && (ep->rx.op != NULL) &&
+             (ep->rx.op->comp == comp)) || xfer_shm_coop_holds(ep, comp)) {
+            return XFER_ERR_BUSY;   /* its data is arriving */
         }
     }
     return XFER_ERR_NOT_FOUND;
@@ -354,11 +368,8 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
             return XFER_OK;
         }
         if (rndv) {
-            xfer_status_t read = rndv_pull(ep, op->buf, want, hdr->b,
-                                           mapped ? &mem : NULL, hdr->c);
-
-            xfer_shm_op_complete(op, (read != XFER_OK) ? read : (len > op->len) ?
-                                 XFER_ERR_TRUNCATED : XFER_OK, len, hdr->id);
+            rndv_pull(ep, op, want, hdr->b, mapped ? &mem : NULL, hdr->c,
+                      (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, len, hdr->id);
             return XFER_OK;
         }
         op->busy      = 1;
