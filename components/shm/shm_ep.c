@@ -407,7 +407,7 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     }
     /* what is in the peer's ring is in its host's memory: written entries are delivered */
     if ((ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
-        (ep->coop_busy == 0) && ucs_list_is_empty(&ep->flushes)) {
+        !xfer_shm_coop_waits(ep, ep->coop_posted) && ucs_list_is_empty(&ep->flushes)) {
         return XFER_OK;
     }
     op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FLUSH, comp, 0);
