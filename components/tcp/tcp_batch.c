@@ -117,6 +117,7 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
                                  (uint32_t)n};
     xfer_status_t status;
     struct iovec *data;
+    size_t nvec = 0;
     xfer_tcp_tx_t *tx;
     uint8_t *p;
 
@@ -141,17 +142,24 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     xfer_tcp_wire_pack_putv_ext(&putv, p + XFER_TCP_WIRE_HDR_LEN);
     for (size_t i = 0; i < n; i++) {
         const xfer_batch_iov_t *v = &args->iov[first + i];
+        uint8_t *local            = (uint8_t*)(uintptr_t)v->local;
 
         xfer_tcp_wire_pack_putv_desc(p + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUTV_EXT_LEN,
                                      (uint32_t)i, v->remote, v->length);
-        data[i].iov_base = (void*)(uintptr_t)v->local;
-        data[i].iov_len  = (size_t)v->length;
+        /* blocks that follow each other here go as one: the kernel's cost is per vector */
+        if ((nvec > 0) && ((uint8_t*)data[nvec - 1].iov_base + data[nvec - 1].iov_len == local)) {
+            data[nvec - 1].iov_len += (size_t)v->length;
+        } else {
+            data[nvec].iov_base = local;
+            data[nvec].iov_len  = (size_t)v->length;
+            nvec++;
+        }
     }
     tx->kind            = XFER_TCP_TX_PUTV;
     tx->iov[0].iov_base = p;
     tx->iov[0].iov_len  = head;
     tx->xiov            = data;
-    tx->xiovcnt         = (unsigned)n;
+    tx->xiovcnt         = (unsigned)nvec;
     tx->xlen            = hdr.length - (head - XFER_TCP_WIRE_HDR_LEN);
     xfer_tcp_ep_tx_push(ep, tx);
     ep->puts_sent++;
@@ -442,6 +450,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     xfer_tcp_wire_rma_t rma;
     xfer_memh_h memh = NULL;
     xfer_status_t status;
+    uint32_t nvec = 0;
 
     status = xfer_tcp_wire_unpack_putv_ext(ext, &rx->hdr, &putv, why, why_size);
     if (status != XFER_OK) {
@@ -473,15 +482,27 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     ep->batch_puts_rcvd += putv.count;
     rma.region = putv.region;
     rma.cookie = putv.cookie;
-    /* one region for the whole table: looked up once, each block checked inside it */
+    /* one region for the whole table: looked up once, each block checked inside it; blocks
+     * that follow each other there are read as one (the kernel's cost is per vector) */
     for (uint32_t i = 0; (i < putv.count) && (status == XFER_OK); i++) {
+        uint8_t *dest;
+
         rma.addr = v->addr[i];
         rma.len  = v->len[i];
         status   = (i == 0) ? xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size) :
                               xfer_tcp_region_covers(memh, &rma, why, why_size);
-        v->iov[i].iov_base = (status == XFER_OK) ?
-                             memh->addr + (rma.addr - (uintptr_t)memh->addr) : NULL;
-        v->iov[i].iov_len  = (size_t)rma.len;
+        if (status != XFER_OK) {
+            break;
+        }
+        dest = memh->addr + (rma.addr - (uintptr_t)memh->addr);
+        if ((nvec > 0) && ((uint8_t*)v->iov[nvec - 1].iov_base + v->iov[nvec - 1].iov_len ==
+                           dest)) {
+            v->iov[nvec - 1].iov_len += (size_t)rma.len;
+        } else {
+            v->iov[nvec].iov_base = dest;
+            v->iov[nvec].iov_len  = (size_t)rma.len;
+            nvec++;
+        }
     }
     rx->status = status;
     if (status != XFER_OK) {
@@ -493,7 +514,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
     rx->memh = memh;
     rx->viov = v->iov;
-    rx->vcnt = putv.count;
+    rx->vcnt = nvec;
     rx->vidx = 0;
     return XFER_OK;
 }
