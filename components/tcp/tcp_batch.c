@@ -117,7 +117,6 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
                                  (uint32_t)n};
     xfer_status_t status;
     struct iovec *data;
-    size_t nvec = 0;
     xfer_tcp_tx_t *tx;
     uint8_t *p;
 
@@ -142,24 +141,21 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     xfer_tcp_wire_pack_putv_ext(&putv, p + XFER_TCP_WIRE_HDR_LEN);
     for (size_t i = 0; i < n; i++) {
         const xfer_batch_iov_t *v = &args->iov[first + i];
-        uint8_t *local            = (uint8_t*)(uintptr_t)v->local;
 
         xfer_tcp_wire_pack_putv_desc(p + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUTV_EXT_LEN,
                                      (uint32_t)i, v->remote, v->length);
-        /* blocks that follow each other here go as one: the kernel's cost is per vector */
-        if ((nvec > 0) && ((uint8_t*)data[nvec - 1].iov_base + data[nvec - 1].iov_len == local)) {
-            data[nvec - 1].iov_len += (size_t)v->length;
-        } else {
-            data[nvec].iov_base = local;
-            data[nvec].iov_len  = (size_t)v->length;
-            nvec++;
-        }
+        /* one vector per block, even where blocks follow each other here: merged, the
+         * socket takes megabytes in one call and the post copies them (measured: 0.07 ->
+         * 0.75 usec per descriptor for 1024 x 4 KiB) while the bandwidth moved within its
+         * run-to-run spread */
+        data[i].iov_base = (void*)(uintptr_t)v->local;
+        data[i].iov_len  = (size_t)v->length;
     }
     tx->kind            = XFER_TCP_TX_PUTV;
     tx->iov[0].iov_base = p;
     tx->iov[0].iov_len  = head;
     tx->xiov            = data;
-    tx->xiovcnt         = (unsigned)nvec;
+    tx->xiovcnt         = (unsigned)n;
     tx->xlen            = hdr.length - (head - XFER_TCP_WIRE_HDR_LEN);
     xfer_tcp_ep_tx_push(ep, tx);
     ep->puts_sent++;
