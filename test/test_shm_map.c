@@ -748,6 +748,27 @@ static void coop_env(void)
     setenv("XFER_LOG_LEVEL", "debug", 1);
 }
 
+/* The owner with one allocation (k), sharing from 256 KiB. */
+static void coop_start_owner(init_t *in, peer_key_t *k)
+{
+    coop_env();
+    init_start(in);
+    key_take(&in->p, CMD_ALLOC, k);
+}
+
+/* The same, and LEN bytes of ours from xfer_mem_alloc (*mem). */
+static void coop_start(init_t *in, peer_key_t *k, xfer_mem_t **mem)
+{
+    coop_start_owner(in, k);
+    cr_assert_eq(xfer_mem_alloc(in->p.ctx, LEN, XFER_MEM_HOST, mem), XFER_OK);
+}
+
+static void coop_finish(init_t *in, peer_key_t *k, xfer_mem_t *mem)
+{
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    init_finish(in, k, 1);
+}
+
 /* stderr goes to a file while the puts run: the initiator's debug log says, per shared put,
  * how many of its parts the target copied. The file is read through a description of its
  * own, so reading does not move where the log writes. */
@@ -876,10 +897,7 @@ Test(shm_map, a_large_put_from_allocated_memory_is_copied_by_both_sides)
     peer_key_t k;
     int pinned;
 
-    coop_env();
-    init_start(&in);
-    key_take(&in.p, CMD_ALLOC, &k);
-    cr_assert_eq(xfer_mem_alloc(in.p.ctx, LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    coop_start(&in, &k, &mem);
     pinned = coop_pin(&in);
     coop_puts(&in, &k, xfer_mem_address(mem), mem, &cap);
     if (pinned) {
@@ -888,8 +906,7 @@ Test(shm_map, a_large_put_from_allocated_memory_is_copied_by_both_sides)
     } else {
         cr_log_warn("one cpu: the owner never runs beside the initiator, nothing to check");
     }
-    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
-    init_finish(&in, &k, 1);
+    coop_finish(&in, &k, mem);
 }
 
 /* From malloc'd memory the owner reads its parts by CMA, where the kernel allows it; where it
@@ -900,9 +917,7 @@ Test(shm_map, a_large_put_from_registered_memory_lands_whole)
     init_t in;
     peer_key_t k;
 
-    coop_env();
-    init_start(&in);
-    key_take(&in.p, CMD_ALLOC, &k);
+    coop_start_owner(&in, &k);
     coop_puts(&in, &k, in.buf, in.mem, &cap);
     init_finish(&in, &k, 1);
 }
@@ -917,9 +932,7 @@ Test(shm_map, large_puts_complete_while_the_owner_does_not_progress)
     init_t in;
     peer_key_t k;
 
-    coop_env();
-    init_start(&in);
-    key_take(&in.p, CMD_ALLOC, &k);
+    coop_start_owner(&in, &k);
     owner_pause(&in.p);
     capture_start(&cap);
     for (unsigned i = 0; i < 300; i++) {
@@ -947,10 +960,7 @@ Test(shm_map, a_flush_completes_after_the_shared_puts_before_it)
     init_t in;
     peer_key_t k;
 
-    coop_env();
-    init_start(&in);
-    key_take(&in.p, CMD_ALLOC, &k);
-    cr_assert_eq(xfer_mem_alloc(in.p.ctx, LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    coop_start(&in, &k, &mem);
     src = xfer_mem_address(mem);
     tp_send(&in.p, CMD_SPIN);
     cr_assert_eq(tp_recv(&in.p), 1);
@@ -966,8 +976,7 @@ Test(shm_map, a_flush_completes_after_the_shared_puts_before_it)
         xfer_request_release(flush);
     }
     cr_assert(owner_holds(&in.p, &k, 0, LEN, 40 + COOP_TRIES - 1));
-    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
-    init_finish(&in, &k, 1);
+    coop_finish(&in, &k, mem);
 }
 
 /* Messages from the owner's allocation into one of ours, the owner spinning meanwhile: each
@@ -984,10 +993,7 @@ Test(shm_map, a_large_message_between_allocated_memory_is_copied_by_both_sides)
     int pinned;
     unsigned i;
 
-    coop_env();
-    init_start(&in);
-    key_take(&in.p, CMD_ALLOC, &k);
-    cr_assert_eq(xfer_mem_alloc(in.p.ctx, LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    coop_start(&in, &k, &mem);
     dst    = xfer_mem_address(mem);
     pinned = coop_pin(&in);
     capture_start(&cap);
@@ -1021,6 +1027,5 @@ Test(shm_map, a_large_message_between_allocated_memory_is_copied_by_both_sides)
         cr_assert_gt(cap.took, 0, "a spinning sender on a cpu of its own took parts of none "
                      "of %u messages", i);
     }
-    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
-    init_finish(&in, &k, 1);
+    coop_finish(&in, &k, mem);
 }
