@@ -92,8 +92,9 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
         }
         if ((status == XFER_INPROGRESS) || (status == XFER_ERR_UNSUPPORTED)) {
             status = XFER_OK;
+        } else if (status != XFER_OK) {
+            snprintf(why, sizeof(why), "the copy shared with the sender failed");
         }
-        snprintf(why, sizeof(why), "the copy shared with the sender failed");
     } else if (n > 0) {
         status = xfer_shm_cma(ep, op->buf, src, n, 0, why, sizeof(why));
     }

@@ -480,7 +480,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     rma.cookie = putv.cookie;
     /* one region for the whole table: looked up once, each block checked inside it; blocks
      * that follow each other there are read as one (the kernel's cost is per vector) */
-    for (uint32_t i = 0; (i < putv.count) && (status == XFER_OK); i++) {
+    for (uint32_t i = 0; i < putv.count; i++) {
         uint8_t *dest;
 
         rma.addr = v->addr[i];
