@@ -1030,10 +1030,13 @@ Test(shm_ring, a_claim_word_of_another_generation_or_impossible_gives_nothing)
     /* a late frame of the slot's last use takes nothing */
     cr_assert_eq(xfer_shm_coop_take(s.own, 2, 6, 10, 1), -1);
     cr_assert_eq(xfer_shm_coop_done(s.peer, 2, 7, &failed), 0);
-    xfer_shm_coop_done_add(s.own, 2, 1);
+    cr_assert_eq(xfer_shm_coop_done_add(s.own, 2, 1), 1, "the count after a part, failed");
     cr_assert_eq(xfer_shm_coop_done(s.peer, 2, 7, &failed), 1);
     cr_assert_eq(failed, 1, "a failed part is reported");
     cr_assert_eq(xfer_shm_coop_done(s.peer, 2, 6, &failed), -1, "another generation's count");
+    cr_assert_eq(xfer_shm_coop_done_add(s.peer, 2, 0), 2, "the count after one more part");
+    cr_assert_eq(xfer_shm_coop_done(s.peer, 2, 7, &failed), 2);
+    cr_assert_eq(failed, 1, "a failed part stays reported");
     /* slots are apart: slot 3 is untouched */
     cr_assert_eq(xfer_shm_coop_take(s.peer, 3, 7, 10, 0), -1);
     seg_close(&s);

@@ -207,7 +207,7 @@ typedef struct xfer_shm_peer_mem {
 typedef struct xfer_shm_coop {
     xfer_shm_op_t *op;          /* NULL: the slot is free */
     uint32_t      gen;
-    uint32_t      theirs;       /* parts the peer took */
+    uint32_t      nparts;       /* parts of the copy: op waits until all are counted */
     uint64_t      seq;          /* rank among the ep's shared puts (flushes wait for it) */
     xfer_status_t status;       /* what op completes with once the parts are in */
     uint64_t      length;

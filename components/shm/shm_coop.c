@@ -8,8 +8,11 @@
  * XFER_SHM_COOP_MIN bytes on, the side that copies cuts the copy into parts and announces it
  * with a SHARE frame; then both take parts through a claim word in the peer's segment
  * (shm_ring.h): the announcer from the front, at once, the peer from the back while it
- * handles the frame, until they meet. The peer counts its finished parts in a done word; the
- * announcer's operation completes, from progress(), once they are all in. A peer that does
+ * handles the frame, until they meet. Both count finished parts in a done word; the last
+ * part is not taken but copied by the side whose count completes the others, so that the
+ * transfer's last bytes land after all the rest (a reader may poll them for its arrival).
+ * The announcer's operation completes once every part is counted, from progress() when the
+ * peer's parts were still being copied at the end of the post. A peer that does
  * not progress takes nothing and the announcer copies it all, as without; after one SHARE
  * frame that the peer has not read yet, nothing more is announced to it.
  *
@@ -60,6 +63,11 @@ static const char *coop_what(const xfer_shm_frame_t *hdr)
     return (hdr->flags & XFER_SHM_FL_RECV) ? "receive" : "put";
 }
 
+static const char *coop_op_what(const xfer_shm_op_t *op)
+{
+    return (op->kind == XFER_SHM_OP_PUT) ? "put" : "receive";
+}
+
 static xfer_status_t coop_failed(xfer_ep_h ep, const char *what, size_t length)
 {
     xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a %s of %zu bytes with pid %d: the peer could "
@@ -95,23 +103,90 @@ static void coop_memfd_describe(xfer_memh_h memh, const uint8_t *buf, xfer_shm_r
     mem->msg_offset = (uint64_t)(buf - memh->addr);
 }
 
+/* One shared copy as one side does it: length bytes into dst, from src mapped here or (src
+ * NULL) by CMA from the peer's address cma_src, in nparts parts of part bytes. The parts but
+ * the last are taken through the slot's claim word; the last is copied by the side whose
+ * count of finished parts reaches nparts - 1, so after every other part: its bytes land
+ * last, and a reader that polls the transfer's last byte for its arrival (xfer_perf put_lat,
+ * as ib_write_lat and ucx_perftest do) finds the rest there. */
+typedef struct coop_copy {
+    xfer_ep_h     ep;
+    uint8_t       *base;    /* the segment that holds the slot */
+    unsigned      slot;
+    uint32_t      gen;
+    uint8_t       *dst;
+    const uint8_t *src;
+    uint64_t      cma_src;
+    uint64_t      length, part;
+    uint32_t      nparts;
+} coop_copy_t;
+
+static xfer_status_t coop_copy_one(const coop_copy_t *c, uint32_t i)
+{
+    uint64_t off = (uint64_t)i * c->part;
+    uint64_t n   = ((c->length - off) < c->part) ? (c->length - off) : c->part;
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+
+    if (c->src != NULL) {
+        xfer_shm_copy_part(c->ep->iface, c->dst + off, c->src + off, (size_t)n,
+                           (size_t)c->length);
+        return XFER_OK;
+    }
+    status = xfer_shm_cma(c->ep, c->dst + off, c->cma_src + off, n, 0, why, sizeof(why));
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's shared put: %s", why);
+        if (status == XFER_ERR_CONNECTION) {
+            xfer_shm_ep_fail_later(c->ep, status, "%s", why);
+        }
+    }
+    return status;
+}
+
+/* Take parts from the front or the back until none is left (or one fails), copying and
+ * counting each, and the last part when this side's count completes the others. How many
+ * parts this side took. */
+static uint32_t coop_take_parts(const coop_copy_t *c, int back)
+{
+    uint32_t nclaim = c->nparts - 1, took = 0;
+    xfer_status_t status = XFER_OK;
+
+    while ((took < nclaim) && (status == XFER_OK)) {
+        int i = xfer_shm_coop_take(c->base, c->slot, c->gen, nclaim, back);
+
+        if (i < 0) {
+            break;
+        }
+        took++;
+        status = coop_copy_one(c, (uint32_t)i);
+        if (xfer_shm_coop_done_add(c->base, c->slot, status != XFER_OK) == nclaim) {
+            status = coop_copy_one(c, nclaim);
+            xfer_shm_coop_done_add(c->base, c->slot, status != XFER_OK);
+        }
+    }
+    return took;
+}
+
 /* Share a copy of length bytes from src to dst (both mapped here) with the peer: announce it
- * by hdr (its id is filled in here; payload, plen bytes, goes with it) and take parts from
- * the front until they meet the peer's. XFER_ERR_UNSUPPORTED: nothing was announced or
- * copied; XFER_OK: all is copied (XFER_ERR_IO: a part of the peer's failed); XFER_INPROGRESS:
- * the peer still copies - op waits in the slot, to complete with status, comp_length and tag;
+ * by hdr (its id is filled in here; payload, plen bytes, goes with it; the caller checked
+ * that length reaches XFER_SHM_COOP_MIN) and take parts from the front until they meet the
+ * peer's. XFER_ERR_UNSUPPORTED: nothing was announced or copied; XFER_OK: all is copied
+ * (XFER_ERR_IO: a part of the peer's failed); XFER_INPROGRESS: the peer still copies - op
+ * waits in the slot for every part to be counted, to complete with status, comp_length and
+ * tag;
  * XFER_ERR_PROTOCOL: the peer spoiled the slot (the ep fails). */
 static xfer_status_t coop_run(xfer_ep_h ep, xfer_shm_frame_t *hdr, const void *payload,
                               size_t plen, uint8_t *dst, const uint8_t *src, size_t length,
                               xfer_shm_op_t *op, xfer_status_t status, uint64_t comp_length,
                               uint64_t tag)
 {
-    uint32_t gen, nparts, mine = 0;
+    coop_copy_t c = {.ep = ep, .base = ep->out.base, .dst = dst, .src = src,
+                     .length = length, .part = coop_part(length), .nparts = coop_nparts(length)};
     int slot, theirs, failed;
-    uint64_t part;
     int64_t done;
 
-    if ((length < ep->iface->cfg->coop_min) || (ep->state != XFER_SHM_EP_CONNECTED) ||
+    /* one part is not worth sharing: the last part is never taken through the slot */
+    if ((c.nparts < 2) || (ep->state != XFER_SHM_EP_CONNECTED) ||
         !ucs_list_is_empty(&ep->txq)) {
         return XFER_ERR_UNSUPPORTED;
     }
@@ -125,48 +200,37 @@ static xfer_status_t coop_run(xfer_ep_h ep, xfer_shm_frame_t *hdr, const void *p
     if (slot < 0) {
         return XFER_ERR_UNSUPPORTED;
     }
-    part   = coop_part(length);
-    nparts = coop_nparts(length);
-    gen    = ++ep->coop_gen;
-    if (gen == 0) {
-        gen = ++ep->coop_gen;   /* 0 is what a slot never opened holds */
+    c.slot = (unsigned)slot;
+    c.gen  = ++ep->coop_gen;
+    if (c.gen == 0) {
+        c.gen = ++ep->coop_gen;     /* 0 is what a slot never opened holds */
     }
-    hdr->id = (uint64_t)slot | ((uint64_t)gen << 32);
-    xfer_shm_coop_open(ep->out.base, (unsigned)slot, gen, nparts);
+    hdr->id = (uint64_t)slot | ((uint64_t)c.gen << 32);
+    xfer_shm_coop_open(c.base, c.slot, c.gen, c.nparts - 1);
     /* the ring is idle: the frame goes out now, and the peer may start while we copy */
     if (xfer_shm_tx_queue(ep, NULL, hdr, payload, plen, 1, 0) != XFER_OK) {
         return XFER_ERR_UNSUPPORTED;
     }
     xfer_shm_tx_write(ep);
     ep->coop_frame_end = ucs_list_is_empty(&ep->txq) ? ep->out.pos : 0;
-    for (;;) {
-        int i = xfer_shm_coop_take(ep->out.base, (unsigned)slot, gen, nparts, 0);
-        uint64_t off;
-
-        if ((i < 0) || (mine == nparts)) {
-            break;
-        }
-        off = (uint64_t)i * part;
-        xfer_shm_copy_part(ep->iface, dst + off, src + off,
-                           (size_t)(((length - off) < part) ? (length - off) : part), length);
-        mine++;
-    }
-    theirs = xfer_shm_coop_theirs(ep->out.base, (unsigned)slot, gen, nparts);
-    if (theirs < 0) {
-        xfer_shm_ep_fail_later(ep, XFER_ERR_PROTOCOL, "the peer rewrote the claim word of a "
-                               "shared %s (slot %d): it is not a finished one of generation "
-                               "%u", coop_what(hdr), slot, gen);
+    coop_take_parts(&c, 0);
+    theirs = xfer_shm_coop_theirs(c.base, c.slot, c.gen, c.nparts - 1);
+    done   = xfer_shm_coop_done(c.base, c.slot, c.gen, &failed);
+    if ((theirs < 0) || (done < 0) || (done > c.nparts)) {
+        xfer_shm_ep_fail_later(ep, XFER_ERR_PROTOCOL, "the peer rewrote the words of a shared "
+                               "%s (slot %d, generation %u): parts taken %d, counted %lld of "
+                               "%u", coop_what(hdr), slot, c.gen, theirs, (long long)done,
+                               c.nparts);
         return XFER_ERR_PROTOCOL;
     }
     xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "%s of %zu bytes with pid %d: the peer copied %d "
-             "of its %u parts", coop_what(hdr), length, (int)ep->peer_pid, theirs, nparts);
-    done = xfer_shm_coop_done(ep->out.base, (unsigned)slot, gen, &failed);
-    if ((theirs == 0) || (done == theirs)) {
-        return ((theirs > 0) && failed) ? coop_failed(ep, coop_what(hdr), length) : XFER_OK;
+             "of its %u parts", coop_what(hdr), length, (int)ep->peer_pid, theirs, c.nparts);
+    if (done == c.nparts) {
+        return failed ? coop_failed(ep, coop_what(hdr), length) : XFER_OK;
     }
     ep->coop[slot].op     = op;
-    ep->coop[slot].gen    = gen;
-    ep->coop[slot].theirs = (uint32_t)theirs;
+    ep->coop[slot].gen    = c.gen;
+    ep->coop[slot].nparts = c.nparts;
     ep->coop[slot].status = status;
     ep->coop[slot].length = comp_length;
     ep->coop[slot].tag    = tag;
@@ -180,13 +244,18 @@ xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
                                 xfer_memh_h memh, uint8_t *remote, uint64_t remote_addr,
                                 xfer_rkey_h rkey, xfer_comp_t *comp)
 {
-    int mapped = coop_memfd(ep, memh, buf, length);
     xfer_shm_rndv_mem_t mem;
     xfer_shm_frame_t hdr;
     xfer_shm_op_t *op;
     xfer_status_t status;
+    int mapped;
 
-    if (!(mapped || ep->cma) || (length < ep->iface->cfg->coop_min)) {
+    /* every put into mapped memory comes here: the size first */
+    if (length < ep->iface->cfg->coop_min) {
+        return XFER_ERR_UNSUPPORTED;
+    }
+    mapped = coop_memfd(ep, memh, buf, length);
+    if (!mapped && !ep->cma) {
         return XFER_ERR_UNSUPPORTED;
     }
     memset(&hdr, 0, sizeof(hdr));
@@ -258,17 +327,17 @@ unsigned xfer_shm_coop_check(xfer_ep_h ep)
             continue;
         }
         done = xfer_shm_coop_done(ep->out.base, i, c->gen, &failed);
-        if ((done < 0) || (done > c->theirs)) {
+        if ((done < 0) || (done > c->nparts)) {
             xfer_shm_ep_fail(ep, XFER_ERR_PROTOCOL, "the peer counts %lld parts done of a "
-                             "shared put in which it took %u (slot %u, generation %u)",
-                             (long long)done, c->theirs, i, c->gen);
+                             "shared %s of %u parts (slot %u, generation %u)",
+                             (long long)done, coop_op_what(c->op), c->nparts, i, c->gen);
             return count;
         }
-        if (done < c->theirs) {
+        if (done < c->nparts) {
             continue;
         }
-        coop_complete(ep, i, failed ? coop_failed(ep, (c->op->kind == XFER_SHM_OP_PUT) ?
-                                                  "put" : "receive", c->length) : XFER_OK);
+        coop_complete(ep, i, failed ? coop_failed(ep, coop_op_what(c->op), c->length) :
+                                      XFER_OK);
         count++;
     }
     if ((count > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
@@ -298,7 +367,7 @@ int xfer_shm_coop_ready(xfer_ep_h ep)
         }
         /* all in, or a count that xfer_shm_coop_check() fails the endpoint for */
         done = xfer_shm_coop_done(ep->out.base, i, ep->coop[i].gen, &failed);
-        if ((done < 0) || (done >= ep->coop[i].theirs)) {
+        if ((done < 0) || (done >= ep->coop[i].nparts)) {
             return 1;
         }
     }
@@ -326,67 +395,44 @@ void xfer_shm_coop_ep_gone(xfer_ep_h ep, xfer_status_t status)
 
 /* ---- the peer ------------------------------------------------------------------------------ */
 
-/* The sender's side of a shared receive: the send it names, or NULL when it is no longer in
- * flight (cancelled); why when the peer names something impossible. */
-static xfer_shm_op_t *share_send(xfer_ep_h ep, const xfer_shm_frame_t *hdr, char *why,
-                                 size_t why_size)
+/* The sender's side of a shared receive: in *send_p the send it names, or NULL when that is
+ * no longer in flight (cancelled); XFER_ERR_PROTOCOL with why when the receive claims more
+ * than the message. */
+static xfer_status_t share_send(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                xfer_shm_op_t **send_p, char *why, size_t why_size)
 {
     xfer_shm_slot_t *s = xfer_shm_slot_find(ep, hdr->a);
 
+    *send_p = NULL;
     if ((s == NULL) || (s->op == NULL) || (s->op->kind != XFER_SHM_OP_SEND)) {
-        return NULL;
+        return XFER_OK;
     }
     if (hdr->c > s->op->len) {
         snprintf(why, why_size, "a shared receive of %llu bytes of a %zu-byte message",
                  (unsigned long long)hdr->c, s->op->len);
+        return XFER_ERR_PROTOCOL;
     }
-    return s->op;
+    *send_p = s->op;
+    return XFER_OK;
 }
 
 /* The peer's side of a shared copy: take parts from the back, each from src (NULL: by CMA
- * from the peer's address cma_src) into dest; count them, and wake the peer if it sleeps. */
+ * from the peer's address in hdr->d) into dest, and wake the peer if it sleeps. */
 static void share_take(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint8_t *dest,
                        const uint8_t *src)
 {
-    unsigned slot   = (unsigned)(hdr->id & 0xffffffffu);
-    uint32_t gen    = (uint32_t)(hdr->id >> 32);
-    uint64_t part   = coop_part(hdr->c);
-    uint32_t nparts = coop_nparts(hdr->c), took = 0;
-    xfer_status_t status;
+    coop_copy_t c = {.ep = ep, .base = ep->in.base, .slot = (unsigned)(hdr->id & 0xffffffffu),
+                     .gen = (uint32_t)(hdr->id >> 32), .dst = dest, .src = src,
+                     .cma_src = hdr->d, .length = hdr->c, .part = coop_part(hdr->c),
+                     .nparts = coop_nparts(hdr->c)};
 
-    for (uint32_t k = 0; k < nparts; k++) {
-        int i = xfer_shm_coop_take(ep->in.base, slot, gen, nparts, 1);
-        uint64_t off, n;
-
-        if (i < 0) {
-            break;
-        }
-        off = (uint64_t)i * part;
-        n   = ((hdr->c - off) < part) ? (hdr->c - off) : part;
-        if (src != NULL) {
-            xfer_shm_copy_part(ep->iface, dest + off, src + off, (size_t)n, (size_t)hdr->c);
-            ep->rx_copied += n;
-            status = XFER_OK;
-        } else {
-            char cwhy[XFER_REASON_MAX];
-
-            status = xfer_shm_cma(ep, dest + off, hdr->d + off, n, 0, cwhy, sizeof(cwhy));
-            if (status != XFER_OK) {
-                xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's shared put: %s", cwhy);
-                if (status == XFER_ERR_CONNECTION) {
-                    xfer_shm_ep_fail_later(ep, status, "%s", cwhy);
-                }
-            }
-        }
-        xfer_shm_coop_done_add(ep->in.base, slot, status != XFER_OK);
-        took++;
-        if (status != XFER_OK) {
-            break;
-        }
+    if ((c.nparts < 2) || (coop_take_parts(&c, 1) == 0)) {
+        return;
     }
+    ep->rx_copied += hdr->c;    /* a large copy ends this round of input */
     /* the peer may sleep waiting for these parts: its armed flag is in the ring we write
      * into */
-    if ((took > 0) && xfer_shm_ring_wake_needed(&ep->out)) {
+    if (xfer_shm_ring_wake_needed(&ep->out)) {
         xfer_shm_doorbell_ring(ep);
     }
 }
@@ -421,10 +467,9 @@ xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     if (recv) {
         /* we sent the message: copy parts of it from our buffer into the receiver's */
-        why[0] = '\0';
-        send   = share_send(ep, hdr, why, why_size);
-        if (why[0] != '\0') {
-            return XFER_ERR_PROTOCOL;
+        status = share_send(ep, hdr, &send, why, why_size);
+        if (status != XFER_OK) {
+            return status;
         }
         peer = (send != NULL) ? xfer_shm_peer_mem(ep, &mem, 1) : NULL;
         if (peer != NULL) {

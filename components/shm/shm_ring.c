@@ -166,8 +166,7 @@ int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring)
 
 int xfer_shm_ring_consumed(const xfer_shm_ring_t *ring, uint64_t pos)
 {
-    uint64_t tail = __atomic_load_n((const uint64_t*)(const void*)(ring->base + OFF_TAIL),
-                                    __ATOMIC_ACQUIRE);
+    uint64_t tail = __atomic_load_n(word64(ring->base, OFF_TAIL), __ATOMIC_ACQUIRE);
 
     return (tail >= pos) && (tail <= ring->pos);
 }
@@ -300,15 +299,16 @@ int xfer_shm_coop_theirs(uint8_t *base, unsigned slot, uint32_t gen, uint32_t np
     return (int)(nparts - b);
 }
 
-void xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed)
+uint32_t xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed)
 {
     uint64_t *done = coop_word(base, slot, 1);
 
-    /* release: the part's bytes are written before the initiator counts them */
+    /* release: the part's bytes are written before the other side counts them; acquire: the
+     * side that counts the last but one part sees every other part's bytes */
     if (failed) {
         __atomic_fetch_or(done, COOP_FAILED, __ATOMIC_RELEASE);
     }
-    __atomic_fetch_add(done, 1, __ATOMIC_RELEASE);
+    return ((uint32_t)__atomic_add_fetch(done, 1, __ATOMIC_ACQ_REL)) & ~COOP_FAILED;
 }
 
 int64_t xfer_shm_coop_done(uint8_t *base, unsigned slot, uint32_t gen, int *failed)

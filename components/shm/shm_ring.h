@@ -164,9 +164,11 @@ static inline int xfer_shm_ring_ready(const xfer_shm_ring_t *ring)
 
 /* ---- the slots of shared puts (shm_coop.c) ---------------------------------------------------
  * A slot is two words in the segment of the ring its SHARE frame goes through:
- *   claim: gen:32 front:16 back:16  parts [0, front) are the initiator's, [back, n) the
- *                                    target's; both take parts until front meets back
- *   done:  gen:32 failed:1 count:31  parts the target finished, and whether one failed
+ *   claim: gen:32 front:16 back:16  of the parts but the last (n of them), [0, front) are
+ *                                    the announcer's, [back, n) the peer's; both take parts
+ *                                    until front meets back
+ *   done:  gen:32 failed:1 count:31  parts either side finished, and whether one failed; the
+ *                                    side that counts the last but one copies the last
  * A new generation per use, so that a SHARE frame read late finds nothing left to take. */
 #define XFER_SHM_COOP_PARTS_MAX 256u
 
@@ -180,8 +182,9 @@ int xfer_shm_coop_take(uint8_t *base, unsigned slot, uint32_t gen, uint32_t npar
 /* Initiator, once take() found nothing left: the parts the target took, or -1 when the claim
  * word is not a finished one of gen (front == back <= nparts). */
 int xfer_shm_coop_theirs(uint8_t *base, unsigned slot, uint32_t gen, uint32_t nparts);
-/* Target: one more of its parts is finished (failed: it could not be copied). */
-void xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed);
+/* Either side: one more part is finished (failed: it could not be copied). The parts counted
+ * now, this one included (as the word holds them: a peer may have written it). */
+uint32_t xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed);
 /* Initiator: the parts the target finished, with *failed; -1 when the done word is of
  * another generation. */
 int64_t xfer_shm_coop_done(uint8_t *base, unsigned slot, uint32_t gen, int *failed);

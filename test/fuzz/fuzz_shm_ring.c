@@ -282,11 +282,17 @@ static void coop_op(seg_t *s, coop_model_t *slots, uint32_t *gen, const op_t *op
         wr64(s, SHM_OFF_COOP + slot * 16u + ((op->type & 1) ? 8u : 0u), op->v);
         m->clean = 0;
         break;
-    case SHM_OP_COOP_DONE:
-        xfer_shm_coop_done_add(s->base, slot, (op->v & 1) != 0);
+    case SHM_OP_COOP_DONE: {
+        uint32_t count = xfer_shm_coop_done_add(s->base, slot, (op->v & 1) != 0);
+
         m->done++;
         m->failed |= (op->v & 1) != 0;
+        FUZZ_CHECK(count < (1u << 31), "a count of %u", count);
+        if (m->clean && (m->nparts != 0) && (m->done < (1u << 31))) {
+            FUZZ_CHECK(count == m->done, "count %u after a part, expected %u", count, m->done);
+        }
         break;
+    }
     case SHM_OP_COOP_CHECK:
         ret  = xfer_shm_coop_theirs(s->base, slot, m->gen, (m->nparts != 0) ? m->nparts : 1);
         done = xfer_shm_coop_done(s->base, slot, m->gen, &failed);
