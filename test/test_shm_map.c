@@ -1029,3 +1029,46 @@ Test(shm_map, a_large_message_between_allocated_memory_is_copied_by_both_sides)
     }
     coop_finish(&in, &k, mem);
 }
+
+/* A forced close while a shared put may still wait for the owner's parts: the put completes
+ * (done, or cancelled), the close completes, and nothing is touched after (ASan, valgrind).
+ * The close comes right after a post that had not completed yet; with the owner spinning on
+ * a cpu of its own that is mostly a put whose owner still copies a part. */
+Test(shm_map, a_forced_close_completes_a_shared_put_that_waits)
+{
+    xfer_request_t *put = NULL, *close_req = NULL;
+    xfer_status_t st = XFER_OK;
+    xfer_mem_t *mem;
+    init_t in;
+    peer_key_t k;
+
+    coop_start(&in, &k, &mem);
+    (void)coop_pin(&in);
+    tp_send(&in.p, CMD_SPIN);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    for (unsigned i = 0; i < 1000; i++) {
+        cr_assert(TP_POSTED(xfer_put(in.p.ep, xfer_mem_address(mem), LEN, mem, k.addr, k.rkey,
+                                     NULL, NULL, &put)));
+        st = xfer_request_test(put);
+        if (st == XFER_INPROGRESS) {
+            break;
+        }
+        cr_assert_eq(st, XFER_OK);
+        xfer_request_release(put);
+        put = NULL;
+    }
+    cr_log_info("closing with a put %s", (put != NULL) ? "not completed" : "none pending");
+    cr_assert(TP_POSTED(xfer_endpoint_close_nb(in.p.ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL,
+                                               &close_req)));
+    in.p.ep = NULL;
+    cr_assert_eq(xfer_request_wait(close_req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(close_req);
+    if (put != NULL) {
+        st = xfer_request_wait(put, TP_WAIT_MS);
+        cr_assert((st == XFER_OK) || (st == XFER_ERR_CANCELED), "the put after a forced close: "
+                  "%s", xfer_status_string(st));
+        cr_log_info("the put ended: %s", xfer_status_string(st));
+        xfer_request_release(put);
+    }
+    coop_finish(&in, &k, mem);
+}
