@@ -203,8 +203,8 @@ Test(shm, peers_killed_at_any_point_leave_nothing_behind)
 }
 
 /* What a hostile peer writes as the next frame of every shm ring it maps (shm_ring.h's
- * layout: cells from 512; a header is len:u32 type:u16 flags:u16 status:i32 reserved:u32
- * id:u64 a b c d e:u64) before it publishes it. */
+ * layout: cells from 512; a header is len:u32 type:u16 flags:u16 status:i32 seq:u32
+ * id:u64 a b c d e:u64) before it publishes it by its stamp. */
 typedef struct scribble {
     uint32_t len;
     uint16_t type, flags;
@@ -214,7 +214,7 @@ typedef struct scribble {
 static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* a 4 GiB TAG */
 
 /* A hostile peer: once connected, it writes its scribble (arg) into every shm ring it maps,
- * with a head far ahead of the tail, and waits. */
+ * as the frame the owner takes next (the ring is new: cell 0, stamp 1), and waits. */
 static int srv_scribbler(tp_side_t *s)
 {
     const scribble_t *w = (s->arg != NULL) ? s->arg : &scribble_garbage;
@@ -226,7 +226,8 @@ static int srv_scribbler(tp_side_t *s)
     while (fgets(line, sizeof(line), maps) != NULL) {
         unsigned long lo, hi;
         uint8_t *base;
-        uint64_t tail, head;
+        uint64_t tail;
+        uint32_t stamp = 1;
 
         if ((strstr(line, "memfd:xfer-shm") == NULL) ||
             (sscanf(line, "%lx-%lx", &lo, &hi) != 2)) {
@@ -234,13 +235,14 @@ static int srv_scribbler(tp_side_t *s)
         }
         base = (uint8_t*)lo;
         memcpy(&tail, base + 128, 8);
+        TP_CHECK(tail == 0, "a ring in which %llu cells were taken already",
+                 (unsigned long long)tail);
         memcpy(base + 512, &w->len, 4);     /* the cell the consumer reads next (tail 0) */
         memcpy(base + 516, &w->type, 2);
         memcpy(base + 518, &w->flags, 2);
         memcpy(base + 528, &w->id, 8);
         memcpy(base + 552, &w->c, 8);
-        head = tail + 1;
-        memcpy(base + 64, &head, 8);
+        __atomic_store_n((uint32_t*)(void*)(base + 524), stamp, __ATOMIC_RELEASE);
         n++;
     }
     fclose(maps);
@@ -295,6 +297,25 @@ Test(shm, a_shared_put_frame_out_of_bounds_fails_the_endpoint)
         char what[64];
 
         snprintf(what, sizeof(what), "bad SHARE frame %zu", i);
+        scribbled(&bad[i], what);
+    }
+}
+
+/* Frames that claim an inline payload (flag 64) no sender writes: longer than the 32 bytes
+ * the header holds, of a type whose header needs every word (PUT, 4), a rendezvous message
+ * (RNDV, 1). */
+Test(shm, an_inline_frame_out_of_bounds_fails_the_endpoint)
+{
+    static const scribble_t bad[] = {
+        {.type = 2, .flags = 64, .len = 33, .id = 1},
+        {.type = 4, .flags = 64, .len = 8},
+        {.type = 2, .flags = 64 | 1, .len = 0, .id = 1},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[64];
+
+        snprintf(what, sizeof(what), "bad inline frame %zu", i);
         scribbled(&bad[i], what);
     }
 }

@@ -491,7 +491,8 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
 /* A frame of type with id, a and len bytes of payload that fits one cell, into an idle ring
  * with room (a small tag message, a notification): the header is written field by field
  * into the cell (no frame built on the stack and copied, which stalls on the copy's loads)
- * and published. 0 when it was not written: queue it instead. */
+ * and published; up to XFER_SHM_INLINE_MAX bytes of a TAG or NOTIFY go into the header's line
+ * (FL_INLINE). 0 when it was not written: queue it instead. */
 int xfer_shm_tx_inline(xfer_ep_h ep, unsigned type, uint64_t id, uint64_t a, const void *data,
                        uint32_t len);
 /* A frame with no payload (an answer: TAG_FIN, PUT_ACK, TDONE...). */

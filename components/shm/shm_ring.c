@@ -1,8 +1,9 @@
 /*
  * The shared segment's control block and its single-producer, single-consumer ring
  * (shm_ring.h). Plain loads and stores of the shared words go through the compiler's
- * __atomic builtins: head and tail with acquire/release (a cell is written before head
- * covers it, and read before tail releases it), the sleep handshake with full fences.
+ * __atomic builtins: a cell's stamp and the tail with acquire/release (a cell is written
+ * before its stamp says so, and read before the tail releases it), the sleep handshake with
+ * full fences.
  */
 #include "shm_ring.h"
 
@@ -14,7 +15,6 @@
 #define OFF_NCELLS   8u
 #define OFF_CELLSIZE 12u
 #define OFF_TOKEN    16u
-#define OFF_HEAD     XFER_SHM_SEG_HEAD
 #define OFF_TAIL     128u
 #define OFF_ARMED    192u
 #define OFF_PWAIT    196u
@@ -69,6 +69,7 @@ void xfer_shm_seg_init(xfer_shm_ring_t *ring, void *base, uint32_t ncells, uint3
     ring->cell_size = cell_size;
     ring->pos       = 0;
     ring->limit     = 0;
+    ring->cur       = b + XFER_SHM_SEG_CTRL;
 }
 
 xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_len,
@@ -113,12 +114,18 @@ xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_
     ring->cell_size = cell_size;
     ring->pos       = 0;
     ring->limit     = ncells;
+    ring->cur       = (uint8_t*)base + XFER_SHM_SEG_CTRL;
     return XFER_OK;
 }
 
-static uint8_t *cell(const xfer_shm_ring_t *ring, uint64_t pos)
+/* Step to the next cell: pos and the cell at it move together (no division per frame). */
+static void ring_advance(xfer_shm_ring_t *ring)
 {
-    return ring->base + XFER_SHM_SEG_CTRL + (size_t)(pos % ring->ncells) * ring->cell_size;
+    ring->pos++;
+    ring->cur += ring->cell_size;
+    if (ring->cur == ring->base + XFER_SHM_SEG_CTRL + (size_t)ring->ncells * ring->cell_size) {
+        ring->cur = ring->base + XFER_SHM_SEG_CTRL;
+    }
 }
 
 uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, char *why,
@@ -140,13 +147,14 @@ uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, cha
             return NULL;
         }
     }
-    return cell(ring, ring->pos);
+    return ring->cur;
 }
 
 int xfer_shm_ring_publish(xfer_shm_ring_t *ring)
 {
-    ring->pos++;
-    __atomic_store_n(word64(ring->base, OFF_HEAD), ring->pos, __ATOMIC_RELEASE);
+    __atomic_store_n((uint32_t*)(void*)(ring->cur + XFER_SHM_FRAME_SEQ),
+                     xfer_shm_stamp(ring->pos), __ATOMIC_RELEASE);
+    ring_advance(ring);
     return xfer_shm_ring_wake_needed(ring);
 }
 
@@ -179,28 +187,30 @@ uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring)
 int xfer_shm_ring_peek(xfer_shm_ring_t *ring, xfer_shm_frame_t *hdr, const uint8_t **payload_p,
                        char *why, size_t why_size)
 {
-    const uint8_t *c;
+    const uint8_t *c = ring->cur;
 
-    if (ring->pos == ring->limit) {
-        uint64_t head = __atomic_load_n(word64(ring->base, OFF_HEAD), __ATOMIC_ACQUIRE);
-
-        if ((head < ring->pos) || (head - ring->pos > ring->ncells)) {
-            snprintf(why, why_size, "the peer reports %llu cells published, %llu consumed of "
-                     "a %u-cell ring", (unsigned long long)head, (unsigned long long)ring->pos,
-                     ring->ncells);
-            return -1;
-        }
-        ring->limit = head;
-        if (ring->pos == ring->limit) {
-            return 0;
-        }
+    if (!xfer_shm_ring_ready(ring)) {
+        return 0;
     }
-    c = cell(ring, ring->pos);
     memcpy(hdr, c, sizeof(*hdr));       /* checked and used from this copy only */
     if ((hdr->type < XFER_SHM_F_DATA) || (hdr->type >= XFER_SHM_F_TYPE_MAX)) {
         snprintf(why, why_size, "frame %llu has unknown type %u",
                  (unsigned long long)ring->pos, hdr->type);
         return -1;
+    }
+    if (hdr->flags & XFER_SHM_FL_INLINE) {
+        if (!xfer_shm_inline_type(hdr->type) || (hdr->flags & XFER_SHM_FL_RNDV) ||
+            (hdr->len > XFER_SHM_INLINE_MAX)) {
+            snprintf(why, why_size, "frame %llu (type %u, flags 0x%x) claims %u inline payload "
+                     "bytes: only a message or a notification of up to %u may",
+                     (unsigned long long)ring->pos, hdr->type, hdr->flags, hdr->len,
+                     XFER_SHM_INLINE_MAX);
+            return -1;
+        }
+        /* the words the payload took read as zero, as in any frame that leaves them unset */
+        hdr->b = hdr->c = hdr->d = hdr->e = 0;
+        *payload_p = c + XFER_SHM_INLINE_OFF;
+        return 1;
     }
     if (hdr->len > xfer_shm_cell_payload(ring)) {
         snprintf(why, why_size, "frame %llu (type %u) claims %u payload bytes in a cell that "
@@ -214,7 +224,7 @@ int xfer_shm_ring_peek(xfer_shm_ring_t *ring, xfer_shm_frame_t *hdr, const uint8
 
 void xfer_shm_ring_consume(xfer_shm_ring_t *ring)
 {
-    ring->pos++;
+    ring_advance(ring);
     __atomic_store_n(word64(ring->base, OFF_TAIL), ring->pos, __ATOMIC_RELEASE);
 }
 
@@ -228,7 +238,7 @@ int xfer_shm_ring_arm(xfer_shm_ring_t *ring)
 int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring)
 {
     xfer_status_t status;
-    char why[8];
+    char why[128];      /* unused: the next claim reports an impossible tail */
 
     __atomic_store_n(word32(ring->base, OFF_PWAIT), 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);

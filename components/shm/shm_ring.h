@@ -7,19 +7,26 @@
  * consumes, the peer produces (single producer, single consumer):
  *
  *   0     magic:u32 version:u32 ncells:u32 cell_size:u32 token:u64     (set by the owner)
- *   64    head:u64   cells the producer has published, ever            (written by the peer)
+ *   64    unused (zero)
  *   128   tail:u64   cells the owner has consumed, ever                (written by the owner)
  *   192   armed:u32  the owner sleeps on its doorbell: ring it         (both)
  *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
  *   256   shared puts, XFER_SHM_COOP_SLOTS x (claim:u64 done:u64)      (both; shm_coop.c)
  *   512   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
  *
- * Head and tail sit on cache lines of their own, the two flags (armed, pwait) share one. A
- * cell holds one frame: a header (xfer_shm_frame_t) and up to cell_size - 64 payload bytes;
- * a message longer than that continues in DATA frames, written as room frees up, so that
- * large data is pipelined through the ring. Every frame is copied out of the cell before its header is checked, and
- * every value either side reads from the other's writes - head, tail, the header's lengths
- * and type - is checked like a wire header before it is used.
+ * A cell holds one frame: a header (xfer_shm_frame_t) and up to cell_size - 64 payload
+ * bytes; a message longer than that continues in DATA frames, written as room frees up, so
+ * that large data is pipelined through the ring. The producer publishes a cell by its stamp:
+ * the header's seq word, written last, holds xfer_shm_stamp() of the cell's ring position,
+ * and that is the consumer's ready test. There is no head index: the consumer reads only the
+ * cell it takes next, so a small message costs it one cache line, not the index's and then
+ * the cell's. A frame of up to XFER_SHM_INLINE_MAX bytes of a type that uses no more than id
+ * and a carries its payload in the header's last 32 bytes (FL_INLINE): one line too. Tail
+ * and the two flags (armed, pwait) sit on cache lines of their own.
+ *
+ * Every frame is copied out of the cell before its header is checked, and every value either
+ * side reads from the other's writes - a stamp, the tail, the header's lengths, type and
+ * flags - is checked like a wire header before it is used.
  */
 #ifndef XFER_SHM_RING_H
 #define XFER_SHM_RING_H
@@ -30,12 +37,14 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  2u
+#define XFER_SHM_SEG_VERSION  3u
 #define XFER_SHM_SEG_CTRL     512u
-#define XFER_SHM_SEG_HEAD     64u          /* offset of head in the control block */
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
 #define XFER_SHM_FRAME_HDR    64u
+#define XFER_SHM_FRAME_SEQ    12u          /* offset of the stamp in a frame header */
+#define XFER_SHM_INLINE_OFF   32u          /* ... of an inline payload (words b..e) */
+#define XFER_SHM_INLINE_MAX   32u
 #define XFER_SHM_CELL_MIN     256u
 #define XFER_SHM_CELL_MAX     (1u << 20)
 #define XFER_SHM_CELLS_MIN    4u
@@ -78,6 +87,8 @@ enum {
                                  * may map */
 #define XFER_SHM_FL_RECV   32u  /* SHARE: of a receive - a: the send's id; payload names the
                                  * receive buffer's memfd, into which the sender copies */
+#define XFER_SHM_FL_INLINE 64u  /* the payload, at most INLINE_MAX bytes, is in the header at
+                                 * INLINE_OFF instead of words b..e (which read as zero) */
 
 /* The payload of a TAG frame with RNDV|MAPPED: the sender's registered range of a memfd
  * (memory from xfer_mem_alloc) and where the message starts in it. */
@@ -95,7 +106,7 @@ typedef struct xfer_shm_frame {
     uint16_t type;
     uint16_t flags;
     int32_t  status;
-    uint32_t reserved;
+    uint32_t seq;           /* the stamp: xfer_shm_stamp(position) once the frame is there */
     uint64_t id;
     uint64_t a, b, c, d, e;
 } xfer_shm_frame_t;
@@ -107,9 +118,17 @@ typedef struct xfer_shm_ring {
     size_t   seg_len;
     uint32_t ncells;
     uint32_t cell_size;
-    uint64_t pos;           /* producer: head; consumer: tail (our copy, authoritative) */
-    uint64_t limit;         /* producer: tail last read + ncells; consumer: head last read */
+    uint64_t pos;           /* producer: cells published; consumer: consumed (our count) */
+    uint64_t limit;         /* producer: tail last read + ncells */
+    uint8_t  *cur;          /* the cell at pos */
 } xfer_shm_ring_t;
+
+/* The stamp of ring position pos: never 0 (what a zeroed header holds), and different from
+ * the stamp of the same cell a lap before, so a cell being written never reads as ready. */
+static inline uint32_t xfer_shm_stamp(uint64_t pos)
+{
+    return (uint32_t)(pos % 0xffffffffu) + 1;
+}
 
 /* Bytes of a segment of ncells cells of cell_size bytes. */
 size_t xfer_shm_seg_len(uint32_t ncells, uint32_t cell_size);
@@ -125,10 +144,12 @@ xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_
                                   uint64_t token, char *why, size_t why_size);
 
 /* Producer: the next free cell, or NULL when the ring is full; XFER_ERR_PROTOCOL in
- * *status_p when the consumer's tail is impossible (why says how). */
+ * *status_p when the consumer's tail is impossible (why says how). The header written into
+ * it must hold seq 0 (any header built from zero does): publish sets the stamp. */
 uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, char *why,
                              size_t why_size);
-/* Producer: publish the claimed cell; 1 when the consumer sleeps and must be woken. */
+/* Producer: publish the claimed cell (its stamp, after everything written into it); 1 when
+ * the consumer sleeps and must be woken. */
 int xfer_shm_ring_publish(xfer_shm_ring_t *ring);
 /* Producer, after writing something the consumer looks for when it arms (a published cell,
  * a shared put's count): 1 when the consumer sleeps and must be woken. */
@@ -143,8 +164,9 @@ int xfer_shm_ring_consumed(const xfer_shm_ring_t *ring, uint64_t pos);
 uint64_t xfer_shm_ring_used(const xfer_shm_ring_t *ring);
 
 /* Consumer: the oldest unconsumed frame, its header copied into *hdr and checked (a known
- * type, len within the cell) and its payload at *payload_p: 1; 0 when the ring is empty;
- * -1 with why when the producer wrote something impossible (head, header). */
+ * type, len within the cell, or within INLINE_MAX for an inline frame of a type that may be
+ * one) and its payload at *payload_p: 1; 0 when the ring is empty; -1 with why when the
+ * producer wrote an impossible header. */
 int xfer_shm_ring_peek(xfer_shm_ring_t *ring, xfer_shm_frame_t *hdr, const uint8_t **payload_p,
                        char *why, size_t why_size);
 /* Consumer: done with the frame peek returned. */
@@ -157,9 +179,8 @@ int xfer_shm_ring_arm(xfer_shm_ring_t *ring);
 /* Consumer: is a frame there? Inline: progress asks it of every endpoint at every call. */
 static inline int xfer_shm_ring_ready(const xfer_shm_ring_t *ring)
 {
-    return (ring->pos != ring->limit) ||
-           (__atomic_load_n((const uint64_t*)(const void*)(ring->base + XFER_SHM_SEG_HEAD),
-                            __ATOMIC_ACQUIRE) != ring->pos);
+    return __atomic_load_n((const uint32_t*)(const void*)(ring->cur + XFER_SHM_FRAME_SEQ),
+                           __ATOMIC_ACQUIRE) == xfer_shm_stamp(ring->pos);
 }
 
 /* ---- the slots of shared puts (shm_coop.c) ---------------------------------------------------
@@ -188,6 +209,13 @@ uint32_t xfer_shm_coop_done_add(uint8_t *base, unsigned slot, int failed);
 /* Initiator: the parts the target finished, with *failed; -1 when the done word is of
  * another generation. */
 int64_t xfer_shm_coop_done(uint8_t *base, unsigned slot, uint32_t gen, int *failed);
+
+/* May a frame of this type carry its payload inline? Those whose header uses no more than id
+ * and a: messages (not rendezvous ones) and notifications. */
+static inline int xfer_shm_inline_type(unsigned type)
+{
+    return (type == XFER_SHM_F_TAG) || (type == XFER_SHM_F_NOTIFY);
+}
 
 /* The payload a cell of ring holds. */
 static inline size_t xfer_shm_cell_payload(const xfer_shm_ring_t *ring)

@@ -44,6 +44,7 @@ static int frame_fill(xfer_ep_h ep, xfer_shm_tx_t *tx, uint8_t *c)
             memcpy(p + tx->head_len, tx->data + tx->sent, n);
         }
         hdr.len     = (uint32_t)(tx->head_len + n);
+        hdr.seq     = 0;        /* the stamp is publish's */
         tx->started = 1;
     } else {
         memset(&hdr, 0, sizeof(hdr));
@@ -130,6 +131,7 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
             xfer_shm_frame_t h = *hdr;
 
             h.len = (uint32_t)len;
+            h.seq = 0;
             memcpy(c, &h, sizeof(h));
             if (len > 0) {
                 memcpy(c + XFER_SHM_FRAME_HDR, data, len);
@@ -200,7 +202,13 @@ int xfer_shm_tx_inline(xfer_ep_h ep, unsigned type, uint64_t id, uint64_t a, con
     h->type = (uint16_t)type;
     h->id   = id;
     h->a    = a;
-    if (len > 0) {
+    if ((len <= XFER_SHM_INLINE_MAX) && xfer_shm_inline_type(type)) {
+        /* in the header's line: the peer reads one cache line for the whole frame */
+        h->flags = XFER_SHM_FL_INLINE;
+        if (len > 0) {
+            memcpy(c + XFER_SHM_INLINE_OFF, data, len);
+        }
+    } else if (len > 0) {
         memcpy(c + XFER_SHM_FRAME_HDR, data, len);
     }
     ep->tx_queued++;

@@ -13,18 +13,21 @@
  *   The script sets the consumer's tail (hostile), its armed word and raw bytes, claims and
  *   publishes, and waits for room. Every cell claimed lies within the segment, cell-aligned,
  *   and is written whole; an impossible tail is XFER_ERR_PROTOCOL with a reason; publish
- *   rings exactly when armed was set, and moves head by one; wait_room sleeps only on a ring
+ *   rings exactly when armed was set, and stamps the cell; wait_room sleeps only on a ring
  *   that is full (never on an impossible tail).
  * - consumer: our own segment (seg_init) with the image copied over all of it, control block
- *   included, since nothing there may matter to the owner once set up. The script sets head,
- *   headers, the producer's pwait word and raw bytes, peeks, consumes, arms, notifies; then
- *   peek and consume until empty or an error, which must come within 2 * ncells + 1
- *   peeks. Every frame returned has its payload, hdr.len bytes of it (all read), inside its
- *   cell; its header is the cell's as it was, of a known type and within the cell; an
- *   impossible head or header is -1 with a reason.
+ *   included, since nothing there may matter to the owner once set up. The script sets
+ *   stamps, headers (inline ones too), the producer's pwait word and raw bytes, peeks,
+ *   consumes, arms, notifies; then peek and consume until empty or an error, which must come
+ *   within 2 * ncells + 1 peeks. A frame is taken only when its cell holds the stamp of the
+ *   consumer's position. Every frame returned has its payload, hdr.len bytes of it (all
+ *   read), inside its cell (inside its header when inline); its header is the cell's as it
+ *   was (the words an inline payload took as zero), of a known type and within the cell; an
+ *   impossible header is -1 with a reason.
  *
- * Each answer is also checked against a model of shm_ring.h's contract: each side re-reads
- * the other's counter only when it has used up what it last read, and keeps its own.
+ * Each answer is also checked against a model of shm_ring.h's contract: the producer re-reads
+ * the consumer's tail only when it has used up what it last read, and each keeps its own
+ * position.
  */
 #include "fuzz.h"
 #include "fuzz_shm_ring.h"
@@ -58,11 +61,11 @@ static int next_op(fuzz_cursor_t *c, op_t *op)
     memset(op, 0, sizeof(*op));
     op->kind = (unsigned)(fuzz_take(c, 1) % SHM_OP_COUNT);
     switch (op->kind) {
-    case SHM_OP_HEAD_REL:
+    case SHM_OP_STAMP_REL:
     case SHM_OP_TAIL_REL:
         op->d = (int8_t)fuzz_take(c, 1);
         break;
-    case SHM_OP_HEAD_RAW:
+    case SHM_OP_STAMP_RAW:
     case SHM_OP_TAIL_RAW:
         op->v = fuzz_take(c, 8);
         break;
@@ -415,13 +418,13 @@ static void run_producer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
 
                 memcpy(c, &h, sizeof(h));
                 rang = xfer_shm_ring_publish(ring);
-                m_pos++;
                 FUZZ_CHECK(rang == (armed != 0), "publish with armed %u: %d", armed, rang);
                 FUZZ_CHECK(rd32(s, SHM_OFF_ARMED) == (rang ? 0 : armed), "armed %u after "
                            "publish", rd32(s, SHM_OFF_ARMED));
-                FUZZ_CHECK(rd64(s, SHM_OFF_HEAD) == m_pos, "head %llu after publish %llu",
-                           (unsigned long long)rd64(s, SHM_OFF_HEAD),
+                FUZZ_CHECK(rd32(s, (size_t)(c - s->base) + XFER_SHM_FRAME_SEQ) ==
+                           xfer_shm_stamp(m_pos), "cell %llu's stamp after publish",
                            (unsigned long long)m_pos);
+                m_pos++;
             }
             break;
         }
@@ -435,50 +438,52 @@ static void run_producer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
 
 /* ---- consumer ---------------------------------------------------------------------------- */
 
+static uint32_t stamp_at(const seg_t *s, uint64_t pos)
+{
+    return rd32(s, (size_t)(cell_of(s, pos) - s->base) + XFER_SHM_FRAME_SEQ);
+}
+
 /* Peek, check the answer; returns it. */
-static int check_peek(seg_t *s, xfer_shm_ring_t *ring, uint64_t m_pos, uint64_t *m_limit)
+static int check_peek(seg_t *s, xfer_shm_ring_t *ring, uint64_t m_pos)
 {
     const size_t payload_max = s->cell_size - XFER_SHM_FRAME_HDR;
-    const uint8_t *payload = NULL;
+    const uint8_t *payload = NULL, *want_payload;
     xfer_shm_frame_t h, want;
     char why[FUZZ_WHY_LEN];
-    int expect = 1, ret;
+    int expect, ret, inl;
     uint8_t *c = cell_of(s, m_pos);
 
-    if (m_pos == *m_limit) {
-        uint64_t head = rd64(s, SHM_OFF_HEAD);
-
-        if ((head < m_pos) || (head - m_pos > s->ncells)) {
-            expect = -1;
-        } else if (head == m_pos) {
-            expect = 0;
-        } else {
-            *m_limit = head;
-        }
-    }
+    expect = (stamp_at(s, m_pos) == xfer_shm_stamp(m_pos));
     memcpy(&want, c, sizeof(want));
+    inl = (want.flags & XFER_SHM_FL_INLINE) != 0;
     if ((expect == 1) && ((want.type < XFER_SHM_F_DATA) || (want.type >= XFER_SHM_F_TYPE_MAX) ||
-                          (want.len > payload_max))) {
+                          (inl ? (!xfer_shm_inline_type(want.type) ||
+                                  (want.flags & XFER_SHM_FL_RNDV) ||
+                                  (want.len > XFER_SHM_INLINE_MAX)) :
+                                 (want.len > payload_max)))) {
         expect = -1;
     }
+    if (inl) {
+        want.b = want.c = want.d = want.e = 0;
+    }
+    want_payload = c + (inl ? XFER_SHM_INLINE_OFF : XFER_SHM_FRAME_HDR);
     why[0] = '\0';
     ret = xfer_shm_ring_peek(ring, &h, &payload, why, sizeof(why));
-    FUZZ_CHECK(ret == expect, "peek at %llu (head %llu): %d, expected %d (%s)",
-               (unsigned long long)m_pos, (unsigned long long)rd64(s, SHM_OFF_HEAD), ret,
-               expect, why);
+    FUZZ_CHECK(ret == expect, "peek at %llu (stamp 0x%x): %d, expected %d (%s)",
+               (unsigned long long)m_pos, stamp_at(s, m_pos), ret, expect, why);
     if (ret < 0) {
         check_why(why, sizeof(why), "peek refused");
         FUZZ_CHECK(payload == NULL, "a refused frame gave a payload");
     } else if (ret == 0) {
         FUZZ_CHECK(payload == NULL, "an empty ring gave a payload");
     } else {
-        FUZZ_CHECK(payload == c + XFER_SHM_FRAME_HDR, "frame %llu's payload at %td",
+        FUZZ_CHECK(payload == want_payload, "frame %llu's payload at %td",
                    (unsigned long long)m_pos, payload - s->base);
-        FUZZ_CHECK((payload >= s->base + XFER_SHM_SEG_CTRL + XFER_SHM_FRAME_HDR) &&
-                   (h.len <= payload_max) &&
+        FUZZ_CHECK((h.len <= (inl ? XFER_SHM_INLINE_MAX : payload_max)) &&
+                   (payload + h.len <= c + (inl ? XFER_SHM_FRAME_HDR : s->cell_size)) &&
                    ((size_t)(payload - s->base) + h.len <= s->len),
-                   "payload %td + %u outside a %zu-byte segment", payload - s->base, h.len,
-                   s->len);
+                   "payload %td + %u outside its %s", payload - s->base, h.len,
+                   inl ? "header" : "cell");
         FUZZ_CHECK((h.type >= XFER_SHM_F_DATA) && (h.type < XFER_SHM_F_TYPE_MAX),
                    "type %u", h.type);
         FUZZ_CHECK(memcmp(&h, &want, sizeof(h)) == 0, "the header is not the cell's");
@@ -494,25 +499,30 @@ static int check_peek(seg_t *s, xfer_shm_ring_t *ring, uint64_t m_pos, uint64_t 
 static void run_consumer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
 {
     const size_t payload = s->cell_size - XFER_SHM_FRAME_HDR;
-    uint64_t m_pos = 0, m_limit = 0;
+    uint64_t m_pos = 0;
     op_t op;
     int ret;
 
     while (next_op(&script, &op)) {
         switch (op.kind) {
-        case SHM_OP_HEAD_REL:
-            wr64(s, SHM_OFF_HEAD, m_pos + (uint64_t)(int64_t)op.d);
+        case SHM_OP_STAMP_REL:
+            wr32(s, (size_t)(cell_of(s, m_pos) - s->base) + XFER_SHM_FRAME_SEQ,
+                 xfer_shm_stamp(m_pos + (uint64_t)(int64_t)op.d));
             break;
-        case SHM_OP_HEAD_RAW:
-            wr64(s, SHM_OFF_HEAD, op.v);
+        case SHM_OP_STAMP_RAW:
+            wr32(s, (size_t)(cell_of(s, op.v >> 32) - s->base) + XFER_SHM_FRAME_SEQ,
+                 (uint32_t)op.v);
             break;
         case SHM_OP_HDR: {
             uint8_t *c = cell_of(s, op.cell);
             uint32_t len = (uint32_t)(op.len % (payload + 2));
-            uint16_t type = (uint16_t)(op.type % (XFER_SHM_F_TYPE_MAX + 1));
+            uint16_t type = (uint16_t)((op.type & 0x3fu) % (XFER_SHM_F_TYPE_MAX + 1));
+            uint16_t fl = (uint16_t)(((op.type & 0x80u) ? XFER_SHM_FL_INLINE : 0) |
+                                     ((op.type & 0x40u) ? XFER_SHM_FL_RNDV : 0));
 
             memcpy(c, &len, sizeof(len));
             memcpy(c + 4, &type, sizeof(type));
+            memcpy(c + 6, &fl, sizeof(fl));
             break;
         }
         case SHM_OP_RAW:
@@ -520,7 +530,7 @@ static void run_consumer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
             break;
         case SHM_OP_PEEK:
         case SHM_OP_PEEK_CONSUME:
-            ret = check_peek(s, ring, m_pos, &m_limit);
+            ret = check_peek(s, ring, m_pos);
             if (ret < 0) {
                 return;     /* the endpoint fails */
             }
@@ -546,7 +556,7 @@ static void run_consumer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
         }
         case SHM_OP_ARM:
         case SHM_OP_READY: {
-            int ready = (m_pos != m_limit) || (rd64(s, SHM_OFF_HEAD) != m_pos);
+            int ready = (stamp_at(s, m_pos) == xfer_shm_stamp(m_pos));
 
             if (op.kind == SHM_OP_ARM) {
                 ret = xfer_shm_ring_arm(ring);
@@ -563,11 +573,11 @@ static void run_consumer(seg_t *s, xfer_shm_ring_t *ring, fuzz_cursor_t script)
         FUZZ_CHECK(ring->pos == m_pos, "consumer at %llu, expected %llu",
                    (unsigned long long)ring->pos, (unsigned long long)m_pos);
     }
-    /* drain: what was read of head, then head once more */
+    /* drain: cells stamped for the positions they are met at; nobody stamps them again */
     for (uint32_t i = 0; ; i++) {
-        FUZZ_CHECK(i <= 2 * s->ncells, "%u frames from a %u-cell ring without head moving", i,
+        FUZZ_CHECK(i <= 2 * s->ncells, "%u frames from a %u-cell ring nobody writes", i,
                    s->ncells);
-        ret = check_peek(s, ring, m_pos, &m_limit);
+        ret = check_peek(s, ring, m_pos);
         if (ret != 1) {
             break;
         }

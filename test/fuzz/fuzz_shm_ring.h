@@ -2,7 +2,7 @@
  * The input format of fuzz_shm_ring.c, shared with gen_corpus.c, which writes its seeds:
  *
  *   flags:u8 ncells:u8 cell:u8 seg:i8 image_len:u16   (little-endian)
- *   image: image_len bytes, the start of a segment (control block, head, tail, armed, cells)
+ *   image: image_len bytes, the start of a segment (control block, tail, armed, cells)
  *   script: the rest, operations of one byte each (op % SHM_OP_COUNT) and their operands
  *
  * ncells and cell pick a valid geometry (SHM_FUZZ_NCELLS, SHM_FUZZ_CELL). The segment the
@@ -31,7 +31,6 @@
 #define SHM_OFF_NCELLS      8u
 #define SHM_OFF_CELLSIZE    12u
 #define SHM_OFF_TOKEN       16u
-#define SHM_OFF_HEAD        64u
 #define SHM_OFF_TAIL        128u
 #define SHM_OFF_ARMED       192u
 #define SHM_OFF_PWAIT       196u
@@ -50,10 +49,12 @@ static inline uint32_t shm_fuzz_cell(uint8_t sel)
 
 /* Script operations. C: the consumer's run, P: the producer's, both: each on its segment. */
 enum {
-    SHM_OP_HEAD_REL,        /* C: i8 d; head = our tail + d */
-    SHM_OP_HEAD_RAW,        /* C: u64 head */
-    SHM_OP_HDR,             /* C: u8 cell, u8 type, u16 len: a header (type and len taken
-                             * modulo just past their valid range) */
+    SHM_OP_STAMP_REL,       /* C: i8 d; the cell at our position gets the stamp of our
+                             * position + d (0: ready) */
+    SHM_OP_STAMP_RAW,       /* C: u64 v; cell (v >> 32) gets the stamp (uint32_t)v */
+    SHM_OP_HDR,             /* C: u8 cell, u8 type, u16 len: a header (type & 0x3f and len
+                             * taken modulo just past their valid range); type's bit 7 sets
+                             * FL_INLINE, bit 6 FL_RNDV */
     SHM_OP_RAW,             /* both: u16 offset, u8 n, n bytes written at offset % seg_len */
     SHM_OP_PEEK,            /* C */
     SHM_OP_PEEK_CONSUME,    /* C: peek, and consume what it returned */

@@ -781,7 +781,7 @@ static void gen_shm_ring(void)
     shm_op(SHM_OP_ARM);
     shm_op(SHM_OP_READY);
     shm_hdr_op(3, XFER_SHM_F_TAG, 5);
-    shm_op8(SHM_OP_HEAD_REL, 1);
+    shm_op8(SHM_OP_STAMP_REL, 0);
     shm_op(SHM_OP_ARM);
     shm_op(SHM_OP_PEEK_CONSUME);
     shm_op8(SHM_OP_ARMED, 1);
@@ -803,8 +803,10 @@ static void gen_shm_ring(void)
         len = shm_segment(ncells, cell, ncells + 2, 2);
         shm_input(SHM_FIX_ALL, (uint8_t)(ncells - 4), (uint8_t)((cell - 256) / 64), 0, len);
         for (unsigned round = 0; round < 3; round++) {
-            shm_op8(SHM_OP_HEAD_REL, (uint8_t)ncells);
-            shm_ops(SHM_OP_PEEK_CONSUME, ncells);
+            for (unsigned i = 0; i < ncells; i++) {
+                shm_op8(SHM_OP_STAMP_REL, 0);
+                shm_op(SHM_OP_PEEK_CONSUME);
+            }
             shm_publish(ncells);
             shm_op8(SHM_OP_TAIL_REL, 0);
         }
@@ -861,22 +863,54 @@ static void gen_shm_ring(void)
     shm_op8(SHM_OP_COOP_CHECK, 1);
     save("shm_ring", "coop_slot");
 
-    /* impossible heads: past a whole ring, behind the tail, the largest */
+    /* stamps that are not the position's: a lap before and after, zero, the largest, a cell
+     * ahead stamped for its own position while the one before is not */
     len = shm_segment(4, 256, 2, 0);
-    shm_word64(SHM_OFF_HEAD, 5);
     shm_input(SHM_FIX_ALL, 0, 0, 0, len);
+    shm_op8(SHM_OP_STAMP_REL, (uint8_t)-4);
     shm_op(SHM_OP_PEEK);
-    save("shm_ring", "head_past_ring");
-    len = shm_segment(4, 256, 2, 0);
+    shm_op(SHM_OP_READY);
+    shm_op8(SHM_OP_STAMP_REL, 4);
+    shm_op(SHM_OP_PEEK);
+    shm_op(SHM_OP_ARM);
+    save("shm_ring", "stamp_a_lap_away");
+    len = shm_segment(4, 256, 4, 0);
     shm_input(SHM_FIX_ALL, 0, 0, 0, len);
     shm_ops(SHM_OP_PEEK_CONSUME, 2);
-    shm_op64(SHM_OP_HEAD_RAW, 1);
+    shm_op64(SHM_OP_STAMP_RAW, 2ull << 32);
     shm_op(SHM_OP_PEEK);
-    save("shm_ring", "head_behind_tail");
+    shm_op64(SHM_OP_STAMP_RAW, (2ull << 32) | UINT32_MAX);
+    shm_op(SHM_OP_PEEK);
+    shm_op64(SHM_OP_STAMP_RAW, (3ull << 32) | 4);
+    shm_op(SHM_OP_PEEK);
+    shm_op64(SHM_OP_STAMP_RAW, (2ull << 32) | 3);
+    shm_ops(SHM_OP_PEEK_CONSUME, 2);
+    save("shm_ring", "stamp_raw");
+
+    /* inline payloads: a message's in its header, then ones no sender writes (too long, of
+     * a PUT, of a rendezvous message) */
+    len = shm_segment(4, 256, 0, 0);
     shm_input(SHM_FIX_ALL, 0, 0, 0, len);
-    shm_op64(SHM_OP_HEAD_RAW, UINT64_MAX);
+    shm_hdr_op(0, 0x80 | XFER_SHM_F_TAG, 8);
+    shm_op8(SHM_OP_STAMP_REL, 0);
+    shm_op(SHM_OP_PEEK_CONSUME);
+    shm_hdr_op(1, 0x80 | XFER_SHM_F_NOTIFY, XFER_SHM_INLINE_MAX);
+    shm_op8(SHM_OP_STAMP_REL, 0);
+    shm_op(SHM_OP_PEEK_CONSUME);
+    shm_hdr_op(2, 0x80 | XFER_SHM_F_TAG, XFER_SHM_INLINE_MAX + 1);
+    shm_op8(SHM_OP_STAMP_REL, 0);
     shm_op(SHM_OP_PEEK);
-    save("shm_ring", "head_max");
+    save("shm_ring", "inline");
+    shm_input(SHM_FIX_ALL, 0, 0, 0, len);
+    shm_hdr_op(0, 0x80 | XFER_SHM_F_PUT, 8);
+    shm_op8(SHM_OP_STAMP_REL, 0);
+    shm_op(SHM_OP_PEEK);
+    save("shm_ring", "inline_put");
+    shm_input(SHM_FIX_ALL, 0, 0, 0, len);
+    shm_hdr_op(0, 0xc0 | XFER_SHM_F_TAG, 8);
+    shm_op8(SHM_OP_STAMP_REL, 0);
+    shm_op(SHM_OP_PEEK);
+    save("shm_ring", "inline_rndv");
 
     /* bad headers: type 0 in the image, type 0xffff and a length past the cell by script */
     len = shm_segment(4, 256, 2, 0);
