@@ -268,18 +268,38 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                 }
                 continue;
             }
-            for (unsigned i = 0; (cnt < XFER_TCP_IOV_MAX) && (tx_piece(tx, i) != NULL); i++) {
+            for (unsigned i = 0; (tx_piece(tx, i) != NULL) && (total < budget - written); i++) {
                 const struct iovec *piece = tx_piece(tx, i);
+                uint8_t *base;
+                size_t len;
 
                 if (skip >= piece->iov_len) {
                     skip -= piece->iov_len;
                     continue;
                 }
-                iov[cnt].iov_base = (uint8_t*)piece->iov_base + skip;
-                iov[cnt].iov_len  = piece->iov_len - skip;
-                total            += iov[cnt].iov_len;
-                skip              = 0;
-                cnt++;
+                base = (uint8_t*)piece->iov_base + skip;
+                len  = piece->iov_len - skip;
+                skip = 0;
+                /* a piece that starts where the last one ends (a batch's blocks end to end
+                 * in the initiator's buffer) extends it: the kernel's cost is per vector
+                 * (measured on loopback: 128 x 4 KiB one vector each cost the sender about
+                 * 30 usec more per 512 KiB than one vector) */
+                if ((cnt > 0) && ((uint8_t*)iov[cnt - 1].iov_base + iov[cnt - 1].iov_len == base)) {
+                    iov[cnt - 1].iov_len += len;
+                } else if (cnt < XFER_TCP_IOV_MAX) {
+                    iov[cnt].iov_base = base;
+                    iov[cnt].iov_len  = len;
+                    cnt++;
+                } else {
+                    break;
+                }
+                total += len;
+            }
+            if (total > budget - written) {
+                /* a posting call writes no more than its budget, however long the last
+                 * vector grew: progress writes the rest */
+                iov[cnt - 1].iov_len -= total - (budget - written);
+                total                 = budget - written;
             }
             if ((cnt >= XFER_TCP_IOV_MAX) || (total >= budget - written)) {
                 break;
