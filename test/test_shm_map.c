@@ -1072,3 +1072,81 @@ Test(shm_map, a_forced_close_completes_a_shared_put_that_waits)
     }
     coop_finish(&in, &k, mem);
 }
+
+/* Shared puts posted from completion callbacks, each from the one before it (with a pattern of
+ * its own, written into the source the completed put let go of): a callback runs from
+ * progress once its put's parts are all counted, so the put it posts opens a slot anew; the
+ * chain runs to its end and the last put lands whole. */
+#define CHAIN_LEN 20
+
+typedef struct put_chain {
+    xfer_endpoint_t  *ep;
+    xfer_mem_t       *mem;
+    uint8_t          *src;
+    const peer_key_t *k;
+    unsigned         posted, done, failed;
+    xfer_status_t    last;
+} put_chain_t;
+
+static void chain_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    put_chain_t *c = arg;
+    xfer_status_t st;
+
+    (void)req;
+    c->done++;
+    if (status != XFER_OK) {
+        c->failed++;
+        c->last = status;
+        return;
+    }
+    if (c->posted < CHAIN_LEN) {
+        /* the put before is done with src: the next one carries a pattern of its own */
+        tp_fill_pattern(c->src, LEN, 77 + c->posted);
+        st = xfer_put(c->ep, c->src, LEN, c->mem, c->k->addr, c->k->rkey, chain_cb, c, NULL);
+        if (st == XFER_OK) {
+            c->posted++;
+        } else {
+            c->failed++;
+            c->last = st;
+        }
+    }
+}
+
+Test(shm_map, shared_puts_posted_from_completion_callbacks_run_to_the_end)
+{
+    put_chain_t c = {0};
+    log_capture_t cap;
+    xfer_mem_t *mem;
+    init_t in;
+    peer_key_t k;
+    double end;
+
+    coop_start(&in, &k, &mem);
+    (void)coop_pin(&in);
+    c.ep  = in.p.ep;
+    c.mem = mem;
+    c.src = xfer_mem_address(mem);
+    c.k   = &k;
+    tp_fill_pattern(c.src, LEN, 77);
+    tp_send(&in.p, CMD_SPIN);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    capture_start(&cap);
+    cr_assert_eq(xfer_put(c.ep, c.src, LEN, mem, k.addr, k.rkey, chain_cb, &c, NULL), XFER_OK);
+    c.posted = 1;
+    end = tp_now_ms() + TP_WAIT_MS;
+    while ((c.done < c.posted || c.posted < CHAIN_LEN) && (c.failed == 0) &&
+           (tp_now_ms() < end)) {
+        xfer_progress(in.p.ctx);
+    }
+    capture_end(&cap);
+    cr_assert_eq(c.failed, 0, "a put of the chain failed: %s", xfer_status_string(c.last));
+    cr_assert_eq(c.done, CHAIN_LEN, "%u of %u puts completed (%u posted)", c.done, CHAIN_LEN,
+                 c.posted);
+    cr_assert_geq(cap.shared, 1, "no put of the chain was shared");
+    cr_log_info("%u of %u chained puts shared, the owner took parts of %u", cap.shared,
+                CHAIN_LEN, cap.took);
+    cr_assert(owner_holds(&in.p, &k, 0, LEN, 77 + CHAIN_LEN - 1),
+              "the chain's last put landed whole");
+    coop_finish(&in, &k, mem);
+}
