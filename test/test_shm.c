@@ -319,3 +319,45 @@ Test(shm, an_inline_frame_out_of_bounds_fails_the_endpoint)
         scribbled(&bad[i], what);
     }
 }
+
+/* Clients that close their endpoint as soon as xfer_connect returns: the server completes its
+ * side while the client's segment goes (unmapped, then its memfd closed, its connection
+ * closed), at any point of that. The accept never answers XFER_ERR_UNAVAILABLE - which says
+ * cross-memory attach does not work and to turn it off - for a peer that merely left: it
+ * gives an endpoint that fails with a connection error, or one that worked until the close. */
+#define QUICK_CLIENTS 300
+
+Test(shm, a_client_that_leaves_at_once_is_a_connection_error_not_a_cma_one)
+{
+    xfer_context_t *ctx = tp_context(0);
+    unsigned failed = 0;
+    xfer_listener_t *l;
+    char addr[64];
+
+    cr_assert_eq(xfer_listen(ctx, "127.0.0.1:0", &l), XFER_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", xfer_listener_port(l));
+    for (unsigned i = 0; i < QUICK_CLIENTS; i++) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_status_t st;
+        tp_peer_t c;
+        double end;
+
+        tp_client_spawn(&c, addr, NULL, NULL, NULL);
+        st = xfer_accept(l, TP_WAIT_MS, &ep);
+        cr_assert_eq(st, XFER_OK, "client %u: accept: %s", i, xfer_status_string(st));
+        /* the close reaches the endpoint as a connection error */
+        end = tp_now_ms() + TP_WAIT_MS;
+        while ((xfer_endpoint_status(ep) == XFER_OK) && (tp_now_ms() < end)) {
+            xfer_progress(ctx);
+        }
+        st = xfer_endpoint_status(ep);
+        cr_assert_eq(st, XFER_ERR_CONNECTION, "client %u: the endpoint of a client that left: "
+                     "%s", i, xfer_status_string(st));
+        xfer_endpoint_close(ep);
+        cr_assert_eq(tp_child_wait(&c, 10), 0, "client %u", i);
+        failed++;
+    }
+    cr_log_info("%u clients came and went", failed);
+    xfer_listener_close(l);
+    xfer_context_destroy(ctx);
+}

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,6 +207,15 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
     return status;
 }
 
+/* Has the peer closed its end of the connection (its endpoint closed, its process gone)? */
+static int peer_hung_up(xfer_ep_h ep)
+{
+    struct pollfd pfd = {.fd = ep->fd, .events = POLLRDHUP};
+
+    return (ep->fd >= 0) && (poll(&pfd, 1, 0) == 1) &&
+           ((pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
+}
+
 xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len)
 {
     struct epoll_event ev = {0};
@@ -244,6 +254,16 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
             snprintf(why, sizeof(why), "read 0x%08x where the peer's segment starts",
                      magic);
             status = XFER_ERR_PROTOCOL;
+        }
+        if ((status != XFER_OK) && peer_hung_up(ep)) {
+            /* the peer closed its endpoint after it sent its address: its segment is
+             * unmapped (EFAULT) or its process gone. An endpoint that fails at once, as when
+             * its segment can no longer be opened - not a verdict on CMA */
+            ep->state     = XFER_SHM_EP_CONNECTED;
+            ep->peer_gone = 1;
+            xfer_shm_ep_fail_later(ep, XFER_ERR_CONNECTION, "the peer closed its endpoint "
+                                   "while this side connected (%s)", why);
+            return XFER_OK;
         }
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "connect: cross-memory attach to the "
