@@ -207,6 +207,16 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
     return status;
 }
 
+/* The peer left while this side connected (why says how it showed): the endpoint is
+ * connected and fails at once with a connection error, as for any peer that goes. */
+static xfer_status_t connect_peer_gone(xfer_ep_h ep, const char *why)
+{
+    ep->state     = XFER_SHM_EP_CONNECTED;
+    ep->peer_gone = 1;
+    xfer_shm_ep_fail_later(ep, XFER_ERR_CONNECTION, "%s", why);
+    return XFER_OK;
+}
+
 /* Has the peer closed its end of the connection (its endpoint closed, its process gone)? */
 static int peer_hung_up(xfer_ep_h ep)
 {
@@ -234,10 +244,7 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
     ep_addr_unpack(peer_ep_addr, &a);
     status = peer_segment_map(ep, &a, why, sizeof(why));
     if (status == XFER_ERR_CONNECTION) {
-        ep->state = XFER_SHM_EP_CONNECTED;
-        ep->peer_gone = 1;
-        xfer_shm_ep_fail_later(ep, status, "%s", why);
-        return XFER_OK;
+        return connect_peer_gone(ep, why);
     }
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "connect: %s", why);
@@ -257,13 +264,12 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         }
         if ((status != XFER_OK) && peer_hung_up(ep)) {
             /* the peer closed its endpoint after it sent its address: its segment is
-             * unmapped (EFAULT) or its process gone. An endpoint that fails at once, as when
-             * its segment can no longer be opened - not a verdict on CMA */
-            ep->state     = XFER_SHM_EP_CONNECTED;
-            ep->peer_gone = 1;
-            xfer_shm_ep_fail_later(ep, XFER_ERR_CONNECTION, "the peer closed its endpoint "
-                                   "while this side connected (%s)", why);
-            return XFER_OK;
+             * unmapped (EFAULT) or its process gone - not a verdict on CMA */
+            char gone[XFER_REASON_MAX + 64];
+
+            snprintf(gone, sizeof(gone), "the peer closed its endpoint while this side "
+                     "connected (%s)", why);
+            return connect_peer_gone(ep, gone);
         }
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "connect: cross-memory attach to the "

@@ -111,6 +111,11 @@ typedef struct xfer_shm_frame {
     uint64_t a, b, c, d, e;
 } xfer_shm_frame_t;
 
+_Static_assert(sizeof(xfer_shm_frame_t) == XFER_SHM_FRAME_HDR, "a frame header is 64 bytes");
+_Static_assert(offsetof(xfer_shm_frame_t, seq) == XFER_SHM_FRAME_SEQ, "the stamp's offset");
+_Static_assert(offsetof(xfer_shm_frame_t, b) == XFER_SHM_INLINE_OFF,
+               "an inline payload takes words b..e");
+
 /* One side's view of one ring. Values that matter are kept here, never re-read from the
  * segment: the peer may change the segment at any time. */
 typedef struct xfer_shm_ring {
