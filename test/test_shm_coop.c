@@ -3,10 +3,10 @@
  * here to 256 KiB so that a 1 MiB put has 4 parts) are copied by both sides while the owner
  * progresses: the data lands whole, from a mapped source or by CMA, and the initiator's log
  * shows the owner took parts; an owner that does not progress takes none and the put
- * completes anyway; a flush waits for a shared put; a forced close completes one that waits;
- * puts posted from completion callbacks run to the end. A large message from allocated memory
- * into allocated memory is shared the same way: the sender copies parts into the receive
- * buffer, which it maps. The owner: shm_owner.h.
+ * completes anyway; a flush waits for a shared put; a forced close completes one that waits,
+ * and so does one from a put's callback; puts posted from completion callbacks run to the
+ * end. A large message from allocated memory into allocated memory is shared the same way:
+ * the sender copies parts into the receive buffer, which it maps. The owner: shm_owner.h.
  */
 #include "shm_owner.h"
 #include "test_util.h"
@@ -431,5 +431,76 @@ Test(shm_coop, shared_puts_posted_from_completion_callbacks_run_to_the_end)
                 CHAIN_LEN, cap.took);
     cr_assert(owner_holds(&in.p, &k, 0, LEN, 77 + CHAIN_LEN - 1),
               "the chain's last put landed whole");
+    coop_finish(&in, &k, mem);
+}
+
+/* A callback that force-closes the endpoint while other shared puts on it still wait for
+ * their parts: the close runs from inside progress, after the transport counted the first
+ * put; every other put still completes, once (done or cancelled), the close completes, and
+ * nothing of the endpoint is touched after (ASan, valgrind). */
+#define CLOSE_PUTS 8
+
+typedef struct put_close {
+    xfer_endpoint_t *ep;
+    xfer_request_t  *close_req;
+    unsigned        done, ok, canceled, other;
+    xfer_status_t   odd;
+} put_close_t;
+
+static void close_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    put_close_t *c = arg;
+
+    (void)req;
+    c->done++;
+    if (status == XFER_OK) {
+        c->ok++;
+    } else if (status == XFER_ERR_CANCELED) {
+        c->canceled++;
+    } else {
+        c->other++;
+        c->odd = status;
+    }
+    if (c->ep != NULL) {
+        cr_assert(TP_POSTED(xfer_endpoint_close_nb(c->ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL,
+                                                   &c->close_req)));
+        c->ep = NULL;
+    }
+}
+
+Test(shm_coop, a_callback_that_closes_the_endpoint_completes_the_puts_still_shared)
+{
+    put_close_t c = {0};
+    log_capture_t cap;
+    xfer_mem_t *mem;
+    init_t in;
+    peer_key_t k;
+    double end;
+
+    coop_start(&in, &k, &mem);
+    (void)coop_pin(&in);
+    c.ep = in.p.ep;
+    tp_fill_pattern(xfer_mem_address(mem), LEN, 5);
+    tp_send(&in.p, CMD_SPIN);
+    cr_assert_eq(tp_recv(&in.p), 1);
+    capture_start(&cap);
+    for (unsigned i = 0; i < CLOSE_PUTS; i++) {
+        cr_assert_eq(xfer_put(in.p.ep, xfer_mem_address(mem), LEN, mem, k.addr, k.rkey,
+                              close_cb, &c, NULL), XFER_OK, "put %u", i);
+    }
+    in.p.ep = NULL;     /* the first callback closes it */
+    end = tp_now_ms() + TP_WAIT_MS;
+    while ((c.done < CLOSE_PUTS) && (tp_now_ms() < end)) {
+        xfer_progress(in.p.ctx);
+    }
+    capture_end(&cap);
+    cr_assert_eq(c.done, CLOSE_PUTS, "%u of %u puts completed", c.done, CLOSE_PUTS);
+    cr_assert_eq(c.other, 0, "a put ended with %s", xfer_status_string(c.odd));
+    cr_assert_geq(c.ok, 1, "the put whose callback closed completed");
+    cr_assert_not_null(c.close_req);
+    cr_assert_eq(xfer_request_wait(c.close_req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(c.close_req);
+    cr_log_info("%u puts done, %u cancelled by the close; %u shared, the owner took parts of %u",
+                c.ok, c.canceled, cap.shared, cap.took);
     coop_finish(&in, &k, mem);
 }
