@@ -5,7 +5,8 @@
  * before anything is mapped: a key whose memory was freed never reaches a later allocation
  * that reuses its descriptor number (the inode must match), and a memfd that is not sealed
  * against shrinking - one the owner could cut short under the mapping, faulting us - is never
- * mapped (the owner announces it by a key it rewrote itself: a hostile peer, for real).
+ * mapped (the owner announces it by a key it rewrote itself: a hostile peer, for real). The
+ * copies land whole at the edges of each way of copying (non-temporal, vector loop, memcpy).
  *
  * Rendezvous messages sent from such memory: the receiver copies them from a read-only
  * mapping of the sender's memfd, kept for later messages (at most 8 per peer); a descriptor
@@ -131,35 +132,36 @@ Test(shm_map, a_key_of_registered_memory_names_no_file_and_carries_no_stray_byte
     init_finish(&in, NULL, 0);
 }
 
-/* Copies from XFER_SHM_NT_COPY_MIN on use non-temporal stores (shm_copy.c), which align the
- * destination themselves: every byte lands, at any alignment of either side, and the bytes
- * beside the range stay as they were. */
-Test(shm_map, non_temporal_copies_move_every_byte_at_any_alignment)
+/* Copies to and from the mapping, case by case: a put from in.buf + src to dst of the owner's
+ * allocation and a get back. Every byte lands, at any alignment of either side, and the bytes
+ * beside the range stay as they were. With same_offset the source is moved up to 31 bytes
+ * so that both sides lie at the same offset within 32 bytes (the mapping is page-aligned). */
+typedef struct copy_case {
+    size_t src, dst, len;
+    int    same_offset;
+} copy_case_t;
+
+static void copies_land(const copy_case_t *cases, size_t num, uint64_t seed)
 {
-    static const struct {
-        size_t src, dst, len;
-    } cases[] = {
-        {1, 7, 65536 + 13},             /* both unaligned, differently */
-        {4099, 70033, 8192 + 5},
-        {15, 81920, 4096},              /* the destination aligned, the source not */
-        {0, 131072, LEN - 131072 - 4096},
-    };
     uint8_t *want = malloc(LEN);
     init_t in;
     peer_key_t k;
 
     cr_assert_not_null(want);
-    setenv("XFER_SHM_NT_COPY_MIN", "4k", 1);
     init_start(&in);
     key_take(&in.p, CMD_ALLOC, &k);
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        size_t s = cases[i].src, d = cases[i].dst, n = cases[i].len;
+    for (size_t i = 0; i < num; i++) {
+        size_t d = cases[i].dst, n = cases[i].len, s = cases[i].src;
 
+        if (cases[i].same_offset) {
+            s += (d - (uintptr_t)(in.buf + s)) & 31;
+        }
+        cr_assert_leq(s + n, LEN);
         /* the owner checks by offset: what lands at d must be pattern(seed) of d */
-        tp_fill_pattern_at(want, d, n, 20 + i);
+        tp_fill_pattern_at(want, d, n, seed + i);
         memcpy(in.buf + s, want + d, n);
         cr_assert_eq(rma(&in.p, 1, in.buf + s, in.mem, &k, d, n, TP_WAIT_MS, NULL), XFER_OK);
-        cr_assert(owner_holds(&in.p, &k, d, n, 20 + i), "case %zu: the put's bytes", i);
+        cr_assert(owner_holds(&in.p, &k, d, n, seed + i), "case %zu: the put's bytes", i);
         cr_assert(owner_holds(&in.p, &k, d - ((d < 64) ? d : 64), (d < 64) ? d : 64, FILL),
                   "case %zu: bytes before the range changed", i);
         cr_assert(owner_holds(&in.p, &k, d + n, 64, FILL), "case %zu: bytes after it", i);
@@ -172,6 +174,45 @@ Test(shm_map, non_temporal_copies_move_every_byte_at_any_alignment)
     }
     init_finish(&in, &k, 1);
     free(want);
+}
+
+/* From XFER_SHM_NT_COPY_MIN on, copies use non-temporal stores (shm_copy.c), which align the
+ * destination themselves. */
+Test(shm_map, non_temporal_copies_move_every_byte_at_any_alignment)
+{
+    static const copy_case_t cases[] = {
+        {1, 7, 65536 + 13, 0},          /* both unaligned, differently */
+        {4099, 70033, 8192 + 5, 0},
+        {15, 81920, 4096, 0},           /* the destination aligned, the source not */
+        {0, 131072, LEN - 131072 - 4096, 0},
+    };
+
+    setenv("XFER_SHM_NT_COPY_MIN", "4k", 1);
+    copies_land(cases, sizeof(cases) / sizeof(cases[0]), 20);
+}
+
+/* Blocks of 256 B to 64 KiB whose sides lie at the same offset within 32 bytes are copied by
+ * a vector loop where the CPU has AVX2 (shm_copy.c): an unaligned head, aligned 32-byte
+ * stores, a tail that overlaps them. The cases sit at its edges - the smallest block, one
+ * byte too short for it, heads and tails of 1 to 31 bytes, the largest block, the first that
+ * memcpy takes again - and beside it (sides at different offsets). Without AVX2 memcpy
+ * copies them all, and the test checks that. */
+Test(shm_map, block_copies_move_every_byte_at_their_edges)
+{
+    /* 64 bytes or more apart at the owner: each case checks the bytes beside its own */
+    static const copy_case_t cases[] = {
+        {0, 0, 256, 1},
+        {4096, 512, 255, 1},                /* memcpy */
+        {8192, 4096, 4096, 1},              /* a page-aligned block */
+        {12288 + 1, 12288 + 1, 4096 + 28, 1}, /* a head of 31 bytes, a tail of 29 */
+        {20480, 20480 + 31, 300, 1},        /* a head of 1 byte, a tail of 11 */
+        {32768, 32768 + 16, 65536 - 1, 1},  /* the largest */
+        {131072, 131072, 65536, 1},         /* memcpy again */
+        {262144 + 3, 262144, 4096, 0},      /* the sides 3 bytes apart: memcpy */
+        {393216, 393216 + 5, 8192 + 7, 0},
+    };
+
+    copies_land(cases, sizeof(cases) / sizeof(cases[0]), 40);
 }
 
 /* ---- rendezvous messages from allocated memory ------------------------------------------------ */

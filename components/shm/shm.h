@@ -382,8 +382,10 @@ uint8_t *xfer_shm_peer_mem(xfer_ep_h ep, const xfer_shm_rndv_mem_t *m, int writa
 void xfer_shm_peer_mem_release(xfer_ep_h ep);
 
 /* ---- shm_copy.c ----------------------------------------------------------------------------- */
-/* Copy n bytes to or from a mapping of a peer's memory: memcpy, or from XFER_SHM_NT_COPY_MIN
- * bytes on non-temporal stores, ordered before anything this side writes after it. */
+/* Copy n bytes to or from a mapping of a peer's memory: memcpy, an AVX2 loop for blocks of
+ * 256 B to 64 KiB at the same offset within 32 bytes on both sides, or from
+ * XFER_SHM_NT_COPY_MIN bytes on non-temporal stores, ordered before anything this side writes
+ * after it. */
 void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n);
 /* The same for n bytes of a transfer of whole bytes: the stores are chosen by whole. */
 void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole);
