@@ -6,7 +6,10 @@
 # 2. Batches (xfer_perf batch_put), over shm and over tcp: the time inside xfer_batch_post
 #    per descriptor for a prepared list of 1024 x 4 KiB; 128 x 4 KiB with a notification
 #    against one 512 KiB put (put_bw -w 1: one put at a time, as one batch at a time); and
-#    the notification's latency at the target beside the batch's own.
+#    the notification's latency at the target beside the batch's own. Beside tcp's, its
+#    floor: tcp_floor (plain sockets, no xfer) receiving 512 KiB messages into 128 scattered
+#    4 KiB blocks with one recvmsg, against into one buffer - what the kernel's copy to many
+#    destinations costs by itself on this host.
 # 3. A sweep of batch_put (-a: blocks 4 KiB - 64 MiB x batch lengths 1 - 1024, up to 256 MiB a
 #    batch) over shm and tcp: DIR/shm_batch.csv and, with gnuplot, DIR/shm_batch.svg
 #    (bandwidth against block size, one line per batch length, shm solid and tcp dashed).
@@ -26,7 +29,8 @@
 # Knobs: BENCH_PORT (first port, default 19200), LAT_ITERS (20000), BW_ITERS (1 MiB runs,
 # 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 2000), ROUNDS (3: each figure
 # of 1 and 2 is the median of that many rounds), SWEEP (1; 0 skips 3), RUN_TIMEOUT (300).
-# Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot.
+# Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot; tcp_floor is built
+# with xfer (BUILD_DIR/contrib/bench).
 set -euo pipefail
 
 BENCH_NAME=bench_shm
@@ -37,6 +41,7 @@ set -- "${BENCH_ARGS[@]}"
 
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=$BUILD/contrib/xfer_perf
+FLOOR=$BUILD/contrib/bench/tcp_floor
 PORT=${BENCH_PORT:-19200}
 LAT_ITERS=${LAT_ITERS:-20000}
 BW_ITERS=${BW_ITERS:-2000}
@@ -46,7 +51,9 @@ SWEEP=${SWEEP:-1}
 ROUNDS=${ROUNDS:-3}
 
 
-[ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
+for bin in "$PERF" "$FLOOR"; do
+    [ -x "$bin" ] || die "no $bin: build first (make -C $BUILD), or pass the build directory"
+done
 for tool in ucx_perftest jq ss; do
     command -v "$tool" >/dev/null || die "$tool not found (apt-get install ucx-utils jq iproute2)"
 done
@@ -76,6 +83,18 @@ xfer_fig() {
     printf -v "$name" '%s' "$(jq ".results[0].$field" <<<"$PAIR_OUT")"
 }
 
+# floor_fig NAME MSGS [ARG...]: tcp_floor bw of 512 KiB messages, polling like xfer_perf;
+# NAME = its MB/s
+floor_fig() {
+    local name=$1 msgs=$2
+    shift 2
+    echo "# tcp_floor -s 512k -n $msgs --wait poll $* ..." >&2
+    run_pair "tcp_floor_${name}" "$RUN_TIMEOUT" "$FLOOR" -p "$PORT" -- \
+        "$FLOOR" -p "$PORT" -s 512k -n "$msgs" --wait poll --json "$@" 127.0.0.1 ||
+        die "tcp_floor $* failed"
+    printf -v "$name" '%s' "$(jq '.mbps' <<<"$PAIR_OUT")"
+}
+
 # ucx_fig NAME TEST SIZE ITERS: ucx_perftest with UCX_TLS=sm; a latency's median or a
 # bandwidth in MB of 10^6 bytes
 ucx_fig() {
@@ -98,10 +117,10 @@ ucx_fig() {
 # processes get) reaches both sides of a ratio alike.
 FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
       SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
-      SHM_P512 TCP_P512)
+      SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT)
 # each aim's ratio is taken within a round, and the median of those is judged
 RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_PUT
-        SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512)
+        SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE)
 declare -A ROUND_FIGS
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
@@ -126,6 +145,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
         printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
         xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
     done
+    floor_fig FLOOR_SCAT "$BATCH_ITERS" --scatter 4096
+    floor_fig FLOOR_ONE "$BATCH_ITERS"
 
     for v in "${FIGS[@]}"; do
         [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
@@ -180,6 +201,7 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
+    -v f1="$FLOOR_ONE" -v fs="$FLOOR_SCAT" \
     -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
 function fig(run, value, unit, name) {
     printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
@@ -208,6 +230,8 @@ BEGIN {
     fig("  its batch latency (post to completion), avg", tb128l, "usec", "TCP_B128_LAT")
     fig("  its notification at the target (from post), avg", tb128n, "usec", "TCP_B128_NOT")
     fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s", "TCP_P512")
+    fig("tcp_floor 512 KiB into 128 scattered 4 KiB blocks", fs, "MB/s", "FLOOR_SCAT")
+    fig("tcp_floor 512 KiB into one buffer", f1, "MB/s", "FLOOR_ONE")
     printf "\n# the aims: a, b: the figures above; ratio: the median of the rounds\x27 a / b (their\n"
     printf "# range after the verdict)\n"
     aims_header()
@@ -221,6 +245,8 @@ BEGIN {
     aim("tcp: post per descriptor (1024 x 4 KiB)", tpost, 1, "usec", "<=", 0.5)
     aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9, ENVIRON["R_SHM_B128_SHM_P512"], ENVIRON["R_SHM_B128_SHM_P512_RANGE"])
     aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_TCP_P512"], ENVIRON["R_TCP_B128_TCP_P512_RANGE"])
+    printf "\n# the floor under the last aim, without xfer: plain sockets, the same blocks\n"
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp_floor: 128 scattered 4 KiB / one buffer", fs, f1, "MB/s", ENVIRON["R_FLOOR_SCAT_FLOOR_ONE"], ENVIRON["R_FLOOR_SCAT_FLOOR_ONE_RANGE"]
 }'
 } | tee "$TXT"
 

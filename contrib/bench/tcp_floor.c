@@ -7,9 +7,12 @@
  *   tcp_floor [options] HOST                client: runs one test against the server on HOST
  *
  *   bw    the client streams messages of -s bytes (default 1 MiB), the server receives each
- *         into one buffer. -P N spreads them over N connections, each with its own sender and
- *         receiver thread. The time runs from the start of the sends until the server has
- *         received every byte.
+ *         into one buffer - or, with --scatter B, into blocks of B bytes scattered over it
+ *         (block i at i * stride mod n, the stride about 0.618 n and prime to n, as xfer_perf's
+ *         batch places its blocks), with one recvmsg over all of them, so that the kernel's
+ *         cost of many destinations shows beside one. -P N spreads them over N connections,
+ *         each with its own sender and receiver thread. The time runs from the start of the
+ *         sends until the server has received every byte.
  *   lat   ping-pong of -s bytes (default 8); half the round trip, median and average.
  *
  * --wait says how each side waits for its socket: block (blocking send and recv, the receive
@@ -188,6 +191,10 @@ static const char *params_check(const params_t *p)
     }
     if ((p->test == TEST_BW) && (p->warmup > 0)) {
         return "bw takes no -w: it times every message";
+    }
+    if ((p->scatter > 0) && ((p->test != TEST_BW) || (p->size % p->scatter != 0) ||
+                             (p->size / p->scatter > FLOOR_MAX_BLOCKS))) {
+        return "--scatter (bw only) must cut -s into whole blocks, 1024 at most";
     }
     return NULL;
 }
@@ -426,9 +433,9 @@ static void bw_report(const params_t *p, const stream_t *st, const result_t *res
                "\"messages\":%" PRIu64 ",\"seconds\":%.6f,\"mbps\":%.1f,\"sndbuf\":%d,"
                "\"rcvbuf\":%" PRIu64 ",\"cpu_client\":%.2f,\"cpu_server\":%.2f,"
                "\"zerocopy\":%s,\"zerocopy_sends\":%" PRIu64 ",\"zerocopy_copied\":%" PRIu64
-               "}\n", p->size, p->streams, wait_name(p->wait), res->bytes / p->size, secs, mbps,
-               sndbuf, res->rcvbuf, cpu_c, cpu_s, p->zerocopy ? "true" : "false", zc_sent,
-               zc_copied);
+               ",\"scatter\":%" PRIu64 "}\n", p->size, p->streams, wait_name(p->wait),
+               res->bytes / p->size, secs, mbps, sndbuf, res->rcvbuf, cpu_c, cpu_s,
+               p->zerocopy ? "true" : "false", zc_sent, zc_copied, p->scatter);
         return;
     }
     printf("bw size %" PRIu64 " streams %" PRIu64 " wait %s msgs %" PRIu64 " secs %.3f MBps %.1f "
@@ -437,6 +444,9 @@ static void bw_report(const params_t *p, const stream_t *st, const result_t *res
            cpu_s);
     if (p->zerocopy) {
         printf(" zerocopy_sends %" PRIu64 " copied %" PRIu64, zc_sent, zc_copied);
+    }
+    if (p->scatter > 0) {
+        printf(" scatter %" PRIu64, p->scatter);
     }
     printf("\n");
 }
@@ -562,6 +572,8 @@ static void usage(FILE *out)
             "      --rcvbuf BYTES  SO_RCVBUF on every data socket (0: autotuning, default)\n"
             "      --zerocopy      bw: send with MSG_ZEROCOPY; reports how many of the sends\n"
             "                      the kernel said it copied after all\n"
+            "      --scatter B     bw: the server receives each message into blocks of B\n"
+            "                      bytes scattered over its buffer, with one recvmsg\n"
             "      --wait MODE     how each side waits for its socket: block (blocking calls,\n"
             "                      the default), poll (MSG_DONTWAIT calls in a spin loop) or\n"
             "                      epoll (epoll_wait, then the call)\n"
@@ -610,7 +622,7 @@ static int bad_arg(const char *opt, const char *val, const char *want)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_SNDBUF = 256, OPT_RCVBUF, OPT_ZEROCOPY, OPT_WAIT };
+    enum { OPT_SNDBUF = 256, OPT_RCVBUF, OPT_ZEROCOPY, OPT_WAIT, OPT_SCATTER };
     static const struct option longopts[] = {
         {"port", required_argument, NULL, 'p'},     {"test", required_argument, NULL, 'T'},
         {"size", required_argument, NULL, 's'},     {"iters", required_argument, NULL, 'n'},
@@ -621,6 +633,7 @@ int main(int argc, char **argv)
         {"rcvbuf", required_argument, NULL, OPT_RCVBUF},
         {"zerocopy", no_argument, NULL, OPT_ZEROCOPY},
         {"wait", required_argument, NULL, OPT_WAIT},
+        {"scatter", required_argument, NULL, OPT_SCATTER},
         {NULL, 0, NULL, 0},
     };
     params_t p = {.test = TEST_BW, .wait = WAIT_BLOCK, .streams = 1};
@@ -686,6 +699,11 @@ int main(int argc, char **argv)
             break;
         case OPT_ZEROCOPY:
             p.zerocopy = 1;
+            break;
+        case OPT_SCATTER:
+            if ((parse_u64(optarg, 1, FLOOR_MAX_SIZE, &p.scatter) != 0) || (p.scatter == 0)) {
+                return bad_arg("--scatter", optarg, "bytes, 1 to 1g");
+            }
             break;
         case OPT_WAIT:
             if (strcmp(optarg, "block") == 0) {

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
@@ -20,7 +21,7 @@
 #endif
 
 #define FLOOR_MAGIC       0x7463666cu           /* "tcfl" */
-#define FLOOR_VERSION     1u
+#define FLOOR_VERSION     2u
 #define FLOOR_PORT        "18700"
 #define FLOOR_TIMEOUT_S   10                    /* without progress from the peer */
 #define FLOOR_MAX_SIZE    (1ull << 30)
@@ -28,6 +29,7 @@
 #define FLOOR_MAX_ITERS   1000000000ull
 #define FLOOR_MAX_SECS    3600u
 #define FLOOR_MAX_SOCKBUF (1ull << 30)
+#define FLOOR_MAX_BLOCKS  1024u                /* --scatter: blocks of a message (IOV_MAX) */
 
 typedef enum { TEST_BW = 1, TEST_LAT = 2 } test_t;
 typedef enum { WAIT_BLOCK = 1, WAIT_POLL = 2, WAIT_EPOLL = 3 } wait_t;
@@ -36,6 +38,7 @@ typedef enum { WAIT_BLOCK = 1, WAIT_POLL = 2, WAIT_EPOLL = 3 } wait_t;
 typedef struct {
     uint64_t magic;                 /* FLOOR_MAGIC << 32 | FLOOR_VERSION */
     uint64_t test, wait, streams, zerocopy, size, iters, warmup, secs, sndbuf, rcvbuf;
+    uint64_t scatter;               /* bw: the receiver's block size; 0: one buffer */
 } params_t;
 
 /* What the server answers: all zeroes once it is ready for the data connections, then, when
@@ -60,6 +63,8 @@ typedef struct {
     uint64_t          zc_sent;      /* sends with MSG_ZEROCOPY that moved bytes */
     uint64_t          zc_done;      /* of those, completions reaped */
     uint64_t          zc_copied;    /* of those, completions flagged ZEROCOPY_COPIED */
+    struct iovec      *blocks;      /* --scatter: a message's blocks in buf, out of order */
+    size_t            nblocks;
     char              err[160];
 } stream_t;
 

@@ -136,6 +136,54 @@ static int epoll_for(stream_t *s, uint32_t events)
     return (r == 0) ? stream_fail(s, "the peer moved nothing for %d s", FLOOR_TIMEOUT_S) : 0;
 }
 
+/* --scatter: receive the rest of a message, done bytes of it in, into its blocks. */
+static ssize_t recv_blocks(stream_t *s, size_t done, int flags)
+{
+    size_t b            = (size_t)s->p->scatter;
+    size_t first        = done / b;
+    struct iovec saved  = s->blocks[first];
+    struct msghdr msg   = {.msg_iov = &s->blocks[first], .msg_iovlen = s->nblocks - first};
+    ssize_t n;
+
+    s->blocks[first].iov_base = (uint8_t *)saved.iov_base + done % b;
+    s->blocks[first].iov_len  = saved.iov_len - done % b;
+    n = recvmsg(s->fd, &msg, flags);
+    s->blocks[first] = saved;
+    return n;
+}
+
+/* --scatter: block i of a message lies at i * stride mod n blocks in the buffer, the stride
+ * about 0.618 n and prime to n, so that no two consecutive blocks are neighbours. */
+static int blocks_build(stream_t *s)
+{
+    size_t n = (size_t)(s->p->size / s->p->scatter), stride = (n * 618 / 1000) | 1;
+
+    for (;;) {
+        size_t a = stride, c = n;
+
+        while (c != 0) {
+            size_t t = a % c;
+
+            a = c;
+            c = t;
+        }
+        if (a == 1) {
+            break;
+        }
+        stride += 2;
+    }
+    s->blocks = calloc(n, sizeof(*s->blocks));
+    if (s->blocks == NULL) {
+        return stream_fail(s, "no memory for %zu blocks", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        s->blocks[i].iov_base = s->buf + (i * stride % n) * s->p->scatter;
+        s->blocks[i].iov_len  = (size_t)s->p->scatter;
+    }
+    s->nblocks = n;
+    return 0;
+}
+
 /* Send (out) or receive len bytes of the stream's buffer, whole, waiting for the socket as
  * --wait says: block in the call (a receive with MSG_WAITALL), spin on MSG_DONTWAIT calls, or
  * sleep in epoll_wait (before each receive; after a send that found the socket full). With
@@ -158,8 +206,9 @@ static int move_all(stream_t *s, int out, size_t len)
         if (!out && (wait == WAIT_EPOLL) && (epoll_for(s, EPOLLIN) != 0)) {
             return -1;
         }
-        n = out ? send(s->fd, s->buf + done, len - done, flags) :
-                  recv(s->fd, s->buf + done, len - done, flags);
+        n = out                 ? send(s->fd, s->buf + done, len - done, flags) :
+            (s->blocks != NULL) ? recv_blocks(s, done, flags) :
+                                  recv(s->fd, s->buf + done, len - done, flags);
         if (n > 0) {
             done     += (size_t)n;
             s->bytes += (uint64_t)n;
@@ -240,18 +289,21 @@ out:
     return NULL;
 }
 
-/* Receive whole messages into one buffer until the sender closes its end. */
+/* Receive whole messages into one buffer (or its scattered blocks) until the sender closes
+ * its end. */
 void *floor_bw_receiver(void *arg)
 {
     stream_t *s = arg;
     size_t len = (size_t)s->p->size;
 
     pthread_barrier_wait(s->start);
-    if (wait_open(s) == 0) {
+    if ((wait_open(s) == 0) && ((s->p->scatter == 0) || (blocks_build(s) == 0))) {
         while (move_all(s, 0, len) == 0) {
         }
     }
     wait_close(s);
+    free(s->blocks);
+    s->blocks = NULL;
     return NULL;
 }
 
