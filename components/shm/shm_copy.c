@@ -120,12 +120,8 @@ static int copy_vec_fits(const void *dst, const void *src, size_t n)
 }
 #endif
 
-void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n)
-{
-    xfer_shm_copy_part(iface, dst, src, n, n);
-}
-
-void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole)
+static inline void copy_chosen(xfer_iface_h iface, void *dst, const void *src, size_t n,
+                               size_t whole)
 {
     /* a short part of a large transfer (its last) is not worth aligning for streaming */
     if ((whole >= iface->cfg->nt_copy_min) && (n >= 4096)) {
@@ -135,4 +131,14 @@ void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n
     } else {
         memcpy(dst, src, n);
     }
+}
+
+void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n)
+{
+    copy_chosen(iface, dst, src, n, n);
+}
+
+void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole)
+{
+    copy_chosen(iface, dst, src, n, whole);
 }

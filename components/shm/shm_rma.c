@@ -222,12 +222,6 @@ void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
     free(rkey);
 }
 
-int xfer_shm_rkey_covers(xfer_rkey_h rkey, uint64_t addr, uint64_t length)
-{
-    return (addr >= rkey->addr) && (addr - rkey->addr <= rkey->length) &&
-           (length <= rkey->length - (addr - rkey->addr));
-}
-
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
 {
     xfer_shm_peer_fd_t pf = {0};
