@@ -27,7 +27,8 @@
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
 # Knobs: BENCH_PORT (first port, default 19200), LAT_ITERS (20000), BW_ITERS (1 MiB runs,
-# 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 2000), ROUNDS (3: each figure
+# 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 20000: at 2000 a 512 KiB run
+# over shm lasts 30 ms, too short to measure on a busy VM), ROUNDS (3: each figure
 # of 1 and 2 is the median of that many rounds), SWEEP (1; 0 skips 3), RUN_TIMEOUT (300).
 # Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot; tcp_floor is built
 # with xfer (BUILD_DIR/contrib/bench).
@@ -46,7 +47,7 @@ PORT=${BENCH_PORT:-19200}
 LAT_ITERS=${LAT_ITERS:-20000}
 BW_ITERS=${BW_ITERS:-2000}
 BIG_ITERS=${BIG_ITERS:-50}
-BATCH_ITERS=${BATCH_ITERS:-2000}
+BATCH_ITERS=${BATCH_ITERS:-20000}
 SWEEP=${SWEEP:-1}
 ROUNDS=${ROUNDS:-3}
 
