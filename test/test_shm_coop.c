@@ -144,6 +144,31 @@ static int coop_pin(init_t *in)
     return 1;
 }
 
+/* The owner with one allocation, ours, both pinned where there are two cpus. */
+static void coop_start_pinned(init_t *in, peer_key_t *k, xfer_mem_t **mem)
+{
+    coop_start(in, k, mem);
+    (void)coop_pin(in);
+}
+
+/* The owner progresses without sleeping until the next command. */
+static void owner_spin(init_t *in)
+{
+    tp_send(&in->p, CMD_SPIN);
+    cr_assert_eq(tp_recv(&in->p), 1);
+}
+
+/* The owner pinned and spinning, our allocation filled with pattern(seed), the log captured:
+ * ready for puts from that allocation. */
+static void coop_spinning(init_t *in, peer_key_t *k, xfer_mem_t **mem, uint64_t seed,
+                          log_capture_t *cap)
+{
+    coop_start_pinned(in, k, mem);
+    tp_fill_pattern(xfer_mem_address(*mem), LEN, seed);
+    owner_spin(in);
+    capture_start(cap);
+}
+
 /* Puts of the whole allocation from src while the owner spins in progress, each checked
  * whole (a new pattern each time), until the owner took parts of COOP_TRIES of them or
  * COOP_MS passed (the cpus may be busy with other work). */
@@ -156,8 +181,7 @@ static void coop_puts(init_t *in, const peer_key_t *k, uint8_t *src, xfer_mem_t 
 
     capture_start(cap);
     for (i = 0; (cap->took < COOP_TRIES) && (tp_now_ms() < end); i++) {
-        tp_send(&in->p, CMD_SPIN);
-        cr_assert_eq(tp_recv(&in->p), 1);
+        owner_spin(in);
         tp_fill_pattern(src, LEN, 100 + i);
         cr_assert_eq(rma(&in->p, 1, src, mem, k, 0, LEN, TP_WAIT_MS, NULL), XFER_OK);
         /* the check is a command: it ends the owner's spin */
@@ -245,8 +269,7 @@ Test(shm_coop, a_flush_completes_after_the_shared_puts_before_it)
 
     coop_start(&in, &k, &mem);
     src = xfer_mem_address(mem);
-    tp_send(&in.p, CMD_SPIN);
-    cr_assert_eq(tp_recv(&in.p), 1);
+    owner_spin(&in);
     for (unsigned round = 0; round < COOP_TRIES; round++) {
         tp_fill_pattern(src, LEN, 40 + round);
         cr_assert(TP_POSTED(xfer_put(in.p.ep, src, LEN, mem, k.addr, k.rkey, NULL, NULL,
@@ -285,8 +308,7 @@ Test(shm_coop, a_large_message_between_allocated_memory_is_copied_by_both_sides)
         tp_send(&in.p, CMD_SEND);
         tp_send(&in.p, k.index);
         cr_assert_eq(tp_recv(&in.p), 1);
-        tp_send(&in.p, CMD_SPIN);
-        cr_assert_eq(tp_recv(&in.p), 1);
+        owner_spin(&in);
         req = NULL;
         cr_assert(TP_POSTED(xfer_tag_recv(in.p.ctx, in.p.ep, MSG_TAG + k.index, UINT64_MAX,
                                           dst + MSG_OFF, MSG_LEN, mem, NULL, NULL, &req)));
@@ -325,10 +347,8 @@ Test(shm_coop, a_forced_close_completes_a_shared_put_that_waits)
     init_t in;
     peer_key_t k;
 
-    coop_start(&in, &k, &mem);
-    (void)coop_pin(&in);
-    tp_send(&in.p, CMD_SPIN);
-    cr_assert_eq(tp_recv(&in.p), 1);
+    coop_start_pinned(&in, &k, &mem);
+    owner_spin(&in);
     for (unsigned i = 0; i < 1000; i++) {
         cr_assert(TP_POSTED(xfer_put(in.p.ep, xfer_mem_address(mem), LEN, mem, k.addr, k.rkey,
                                      NULL, NULL, &put)));
@@ -405,16 +425,11 @@ Test(shm_coop, shared_puts_posted_from_completion_callbacks_run_to_the_end)
     peer_key_t k;
     double end;
 
-    coop_start(&in, &k, &mem);
-    (void)coop_pin(&in);
+    coop_spinning(&in, &k, &mem, 77, &cap);
     c.ep  = in.p.ep;
     c.mem = mem;
     c.src = xfer_mem_address(mem);
     c.k   = &k;
-    tp_fill_pattern(c.src, LEN, 77);
-    tp_send(&in.p, CMD_SPIN);
-    cr_assert_eq(tp_recv(&in.p), 1);
-    capture_start(&cap);
     cr_assert_eq(xfer_put(c.ep, c.src, LEN, mem, k.addr, k.rkey, chain_cb, &c, NULL), XFER_OK);
     c.posted = 1;
     end = tp_now_ms() + TP_WAIT_MS;
@@ -477,13 +492,8 @@ Test(shm_coop, a_callback_that_closes_the_endpoint_completes_the_puts_still_shar
     peer_key_t k;
     double end;
 
-    coop_start(&in, &k, &mem);
-    (void)coop_pin(&in);
+    coop_spinning(&in, &k, &mem, 5, &cap);
     c.ep = in.p.ep;
-    tp_fill_pattern(xfer_mem_address(mem), LEN, 5);
-    tp_send(&in.p, CMD_SPIN);
-    cr_assert_eq(tp_recv(&in.p), 1);
-    capture_start(&cap);
     for (unsigned i = 0; i < CLOSE_PUTS; i++) {
         cr_assert_eq(xfer_put(in.p.ep, xfer_mem_address(mem), LEN, mem, k.addr, k.rkey,
                               close_cb, &c, NULL), XFER_OK, "put %u", i);
