@@ -188,10 +188,11 @@ struct xfer_tcp_preq {
 /* ---- unexpected tag messages ----------------------------------------------------------------- */
 
 typedef struct xfer_tcp_unexp {
-    ucs_list_link_t list;           /* iface->unexp, arrival order */
+    ucs_list_link_t list;           /* iface->unexp, arrival order; or iface->unexp_kept */
     xfer_ep_h       ep;
     uint64_t        tag;
     size_t          length;
+    size_t          capacity;       /* bytes data[] holds (>= length) */
     int             complete;       /* all bytes arrived */
     xfer_tcp_op_t   *recv;          /* a receive that matched it while it was arriving */
     uint8_t         data[];
@@ -398,6 +399,8 @@ struct xfer_iface {
     ucs_list_link_t          posted;        /* xfer_tcp_op_t RECV, posting order */
     ucs_list_link_t          unexp;         /* xfer_tcp_unexp_t, arrival order */
     uint64_t                 unexp_bytes;
+    ucs_list_link_t          unexp_kept;    /* freed large ones, most recent first */
+    uint64_t                 unexp_kept_bytes;
     ucs_list_link_t          compq;         /* completed xfer_tcp_op_t, callback pending */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
     ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
@@ -582,6 +585,8 @@ xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
 /* cancel() for receives: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
 xfer_status_t xfer_tcp_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
 void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue);
+/* Free the buffers kept for unexpected messages (at iface close). */
+void xfer_tcp_unexp_kept_cleanup(xfer_iface_h iface);
 
 /* ---- tcp_rma.c ------------------------------------------------------------------------------ */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,

@@ -67,7 +67,8 @@ static const xfer_param_desc_t tcp_params[] = {
      offsetof(xfer_tcp_config_t, max_unexpected), 4096, 1ull << 40, NULL},
     {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
      "The same bound for one endpoint, so that a peer that floods messages nobody receives "
-     "pauses alone and the others' messages are still buffered.",
+     "pauses alone and the others' messages are still buffered. It also bounds the buffers "
+     "of large unexpected messages (64 KiB and more) kept for the next ones once freed.",
      offsetof(xfer_tcp_config_t, max_unexpected_ep), 4096, 1ull << 40, NULL},
     {"MAX_RESPONSE_BACKLOG", XFER_PARAM_SIZE, "64m",
      "Bytes of answers to a peer's requests (put acknowledgements, get data, tensors) queued "

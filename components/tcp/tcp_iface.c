@@ -172,6 +172,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->posted);
     ucs_list_head_init(&iface->unexp);
+    ucs_list_head_init(&iface->unexp_kept);
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
@@ -267,6 +268,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
         deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
     }
     releases_run(iface);
+    xfer_tcp_unexp_kept_cleanup(iface);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
