@@ -69,8 +69,8 @@ static uint64_t unexp_cost(uint64_t length)
  * kernel when it is freed (munmap, or trimming the heap), so each new one faulted in every
  * page as the socket was read into it, the receiver fell further behind and stayed there:
  * xfer_perf tag_bw 1 MiB over two lanes ran at 2-3 GB/s in 5 runs of 8 (20000 messages)
- * instead of 8-9, page faults a quarter of the receiver's time. With the buffers kept, 8 of 8
- * ran at 8-9 GB/s.
+ * instead of 8-9, page faults a quarter of the receiver's time. With the buffers kept, 10 of
+ * 10 ran at 7.7-8.5 GB/s.
  */
 #define XFER_TCP_UNEXP_KEEP_MIN (64u << 10)
 
