@@ -36,9 +36,10 @@ static void skip_unless_tcp(void)
     }
 }
 
-/* A round's sizes: one that fits a kept 1 MiB buffer with room to spare, one a quarter
- * smaller (the most a kept one may waste), small ones that are never kept, one larger than
- * the bound (never kept), and enough 1 MiB ones to push earlier buffers out of it. */
+/* A round's sizes: 1 MiB (kept); 4 KiB less (a kept 1 MiB buffer fits it); small ones, never
+ * kept; 768 KiB + 1 (a 1 MiB buffer would waste more than a quarter on it: a new one); the
+ * smallest size kept and one byte less; one larger than the bound (never kept); and enough
+ * of about 1 MiB to push earlier buffers out of it. */
 static const size_t sizes[] = {
     1u << 20, (1u << 20) - 4096, 100, (768u << 10) + 1, 65536, 65535, (5u << 20) + 3,
     1u << 20, (1u << 20) + 1, 300u << 10, 1u << 20, 1u << 20, 8,
