@@ -49,6 +49,7 @@ static const size_t sizes[] = {
 #define TRUNCATE  3     /* this one is received into a buffer 1000 bytes short */
 #define LARGE     (1u << 20)
 #define NLARGE    16    /* the fault round: 1 MiB messages */
+#define NBUF      ((NLARGE > NSIZES) ? NLARGE : NSIZES)
 
 static uint64_t seed_of(unsigned round, size_t i)
 {
@@ -61,8 +62,8 @@ static int srv_rounds(tp_side_t *s)
 {
     for (;;) {
         size_t n = NSIZES, len;
-        xfer_request_t *req[NLARGE > NSIZES ? NLARGE : NSIZES];
-        char *buf[NLARGE > NSIZES ? NLARGE : NSIZES];
+        xfer_request_t *req[NBUF];
+        char *buf[NBUF];
         uint64_t v;
 
         TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word from the parent");
@@ -127,7 +128,7 @@ static long minor_faults(void)
 Test(tcp_unexp, unexpected_messages_land_whole_from_kept_buffers_without_faulting_them_in)
 {
     size_t large[NLARGE];
-    char *buf[NLARGE > NSIZES ? NLARGE : NSIZES];
+    char *buf[NBUF];
     long before, faults;
     tp_peer_t p;
 
@@ -138,7 +139,7 @@ Test(tcp_unexp, unexpected_messages_land_whole_from_kept_buffers_without_faultin
     tp_start(&p, srv_rounds, NULL);
     /* the receive buffers, touched now - after the fork, which would make every page
      * copy-on-write again - so that only the transport's own pages count below */
-    for (size_t i = 0; i < (NLARGE > NSIZES ? NLARGE : NSIZES); i++) {
+    for (size_t i = 0; i < NBUF; i++) {
         buf[i] = malloc((5u << 20) + 3);
         cr_assert_not_null(buf[i]);
         memset(buf[i], 1, (5u << 20) + 3);
@@ -168,7 +169,7 @@ Test(tcp_unexp, unexpected_messages_land_whole_from_kept_buffers_without_faultin
     }
     tp_send(&p, 0);
     tp_finish(&p);
-    for (size_t i = 0; i < (NLARGE > NSIZES ? NLARGE : NSIZES); i++) {
+    for (size_t i = 0; i < NBUF; i++) {
         free(buf[i]);
     }
 }

@@ -22,6 +22,7 @@
 #include <linux/errqueue.h>      /* after <time.h>: it uses struct timespec */
 
 #include "tcp_floor.h"
+#include "../perf/scatter.h"
 
 double floor_now_sec(void)
 {
@@ -152,26 +153,12 @@ static ssize_t recv_blocks(stream_t *s, size_t done, int flags)
     return n;
 }
 
-/* --scatter: block i of a message lies at i * stride mod n blocks in the buffer, the stride
- * about 0.618 n and prime to n, so that no two consecutive blocks are neighbours. */
+/* --scatter: a message's blocks lie where xfer_perf's batch puts them (scatter.h). */
 static int blocks_build(stream_t *s)
 {
-    size_t n = (size_t)(s->p->size / s->p->scatter), stride = (n * 618 / 1000) | 1;
+    size_t n      = (size_t)(s->p->size / s->p->scatter);
+    size_t stride = (size_t)scatter_stride(n);
 
-    for (;;) {
-        size_t a = stride, c = n;
-
-        while (c != 0) {
-            size_t t = a % c;
-
-            a = c;
-            c = t;
-        }
-        if (a == 1) {
-            break;
-        }
-        stride += 2;
-    }
     s->blocks = calloc(n, sizeof(*s->blocks));
     if (s->blocks == NULL) {
         return stream_fail(s, "no memory for %zu blocks", n);

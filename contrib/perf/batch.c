@@ -17,6 +17,7 @@
  * acknowledged the end.
  */
 #include "perf.h"
+#include "scatter.h"
 
 #include <xfer/byteorder.h>
 
@@ -43,29 +44,6 @@ size_t perf_batch_region(const perf_params_t *p)
 static uint64_t block_offset(const perf_params_t *p, size_t region, size_t slot, uint64_t i)
 {
     return (uint64_t)slot * region + (i * p->size) % region;
-}
-
-static uint32_t gcd(uint32_t a, uint32_t b)
-{
-    while (b != 0) {
-        uint32_t t = a % b;
-
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* The stride of the permutation that scatters the server's blocks: about 0.618 of the batch,
- * prime to it, so that no two consecutive descriptors are neighbours there. */
-static uint32_t scatter_stride(uint32_t batch)
-{
-    uint32_t s = (uint32_t)((uint64_t)batch * 618 / 1000) | 1;
-
-    while (gcd(s, batch) != 1) {
-        s += 2;
-    }
-    return s;
 }
 
 /* Descriptor i's block: here (the client's side, end to end) and at the server (scattered). */
