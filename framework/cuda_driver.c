@@ -158,6 +158,9 @@ static const struct {
     DRV_ENTRY(event_query,                "cuEventQuery", 0),
     DRV_ENTRY(event_destroy,              "cuEventDestroy_v2", 0),
     DRV_ENTRY(mem_get_handle_for_address_range, "cuMemGetHandleForAddressRange", 1),
+    DRV_ENTRY(ipc_get_mem_handle,         "cuIpcGetMemHandle", 1),
+    DRV_ENTRY(ipc_open_mem_handle,        "cuIpcOpenMemHandle_v2", 1),
+    DRV_ENTRY(ipc_close_mem_handle,       "cuIpcCloseMemHandle", 1),
 };
 
 /* Called with cuda_lock held, once. */

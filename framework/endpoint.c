@@ -584,6 +584,12 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
                                 remote_addr, rkey->rkey, &req->comp) :
                       comp->get(ep->ep, buf, length, mem->memh[ep->fw_iface->index],
                                 remote_addr, rkey->rkey, &req->comp);
+    if ((status == XFER_ERR_UNSUPPORTED) && mem->staged &&
+        !(ep->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
+        /* a transport that put and get CUDA memory by IPC (RMA_CUDA) only where the remote
+         * side lets it declined this one before moving anything: staged as without it */
+        status = xfer_staging_rma(ep, req, is_put, buf, length, mem, remote_addr, rkey);
+    }
     return op_finish(ep->ctx, req, status, length, req_p);
 }
 
@@ -675,7 +681,9 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
             xfer_ctx_unlock(ep->ctx);
             return status;
         }
-        buf = host;
+        buf  = host;
+        memh = NULL;    /* the copy is not the registered memory (shm holds one of CUDA
+                         * memory for put and get only) */
     }
     if (mem != NULL) {
         req->mem = mem;

@@ -127,8 +127,8 @@ static xfer_status_t mem_check_staged_ifaces(xfer_context_t *ctx, const xfer_mem
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         uint64_t caps = ctx->ifaces[i].entry->attr.caps;
 
-        usable += ((caps & XFER_CAP_MEM_CUDA) && (attr->type == XFER_MEM_CUDA)) ||
-                  (caps & (XFER_CAP_PUT | XFER_CAP_GET));
+        usable += ((caps & (XFER_CAP_MEM_CUDA | XFER_CAP_RMA_CUDA)) &&
+                   (attr->type == XFER_MEM_CUDA)) || (caps & (XFER_CAP_PUT | XFER_CAP_GET));
     }
     if (usable == 0) {
         xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %s memory (%s): no open "
@@ -141,14 +141,17 @@ static xfer_status_t mem_check_staged_ifaces(xfer_context_t *ctx, const xfer_mem
 }
 
 /* Whether transport fi is asked to take a registration of mem itself (else staging.c moves
- * it). One that moves CUDA memory may still decline a buffer (XFER_ERR_UNSUPPORTED: no way to
- * register it with its device), which is then staged there too. */
+ * it): CUDA memory goes to the transports that move it (MEM_CUDA) or put and get it
+ * (RMA_CUDA: shm by CUDA IPC; its messages are still staged, xfer_msg_staged()). One may
+ * still decline a buffer (XFER_ERR_UNSUPPORTED: no way to register it with its device, no
+ * IPC handle for it), which is then staged there too. */
 static int mem_iface_direct(const xfer_fw_iface_t *fi, const xfer_mem_t *mem)
 {
     if (!mem->staged) {
         return 1;
     }
-    return (mem->attr.type == XFER_MEM_CUDA) && (fi->entry->attr.caps & XFER_CAP_MEM_CUDA);
+    return (mem->attr.type == XFER_MEM_CUDA) &&
+           (fi->entry->attr.caps & (XFER_CAP_MEM_CUDA | XFER_CAP_RMA_CUDA));
 }
 
 static xfer_status_t mem_reg_iface(xfer_fw_iface_t *fi, xfer_mem_t *mem, xfer_memh_h *memh_p)
@@ -588,7 +591,8 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
         goto malformed;
     }
     if (part == NULL) {
-        /* memory.c registers CUDA memory only with the transports that move it */
+        /* memory.c registers CUDA memory only with the transports that move it or put and
+         * get it (MEM_CUDA, RMA_CUDA) */
         xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s: the "
                  "peer's buffer is not registered with it (CUDA memory is registered only "
                  "with transports that move CUDA memory; staging serves the local buffer "

@@ -21,7 +21,7 @@
 #define SELECT_SUBSYS "select"
 
 static const char *const cap_names[] = {
-    "PUT", "GET", "TAG", "TENSOR", "MEM_HOST", "MEM_CUDA", "INTER_HOST"
+    "PUT", "GET", "TAG", "TENSOR", "MEM_HOST", "MEM_CUDA", "INTER_HOST", "RMA_CUDA"
 };
 
 const char *xfer_caps_string(uint64_t caps, const char *sep, char *buf, size_t size)

@@ -149,7 +149,10 @@ void xfer_msg_stage_free(xfer_request_t *req)
 
 int xfer_msg_staged(const xfer_mem_t *mem, const xfer_fw_iface_t *fi)
 {
-    return (mem != NULL) && mem->staged && (mem->memh[fi->index] == NULL);
+    /* a transport with RMA_CUDA alone holds a registration of CUDA memory for put and get,
+     * not for messages */
+    return (mem != NULL) && mem->staged &&
+           ((mem->memh[fi->index] == NULL) || !(fi->entry->attr.caps & XFER_CAP_MEM_CUDA));
 }
 
 xfer_status_t xfer_msg_stage_send(xfer_request_t *req, const void *buf, size_t length,

@@ -51,8 +51,14 @@ enum {
     XFER_CAP_MEM_HOST   = 1u << 4,  /* moves host (CPU) memory */
     XFER_CAP_MEM_CUDA   = 1u << 5,  /* moves CUDA device memory */
     XFER_CAP_INTER_HOST = 1u << 6,  /* reaches peers on other hosts */
+    /* Registers CUDA memory for put, get and batches: a peer's remote key reaches it, and a
+     * local registration of it is handed to put, get and batch (a put or get the transport
+     * cannot do with it is declined with XFER_ERR_UNSUPPORTED before anything moved, and the
+     * framework stages it). Tagged messages and tensors of it are staged as without
+     * XFER_CAP_MEM_CUDA. */
+    XFER_CAP_RMA_CUDA   = 1u << 7,
 };
-#define XFER_CAP_ALL ((uint64_t)0x7f)
+#define XFER_CAP_ALL ((uint64_t)0xff)
 
 /* ---- parameters ----------------------------------------------------------------------------- */
 
@@ -433,6 +439,12 @@ XFER_API xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, con
  */
 typedef unsigned long long xfer_cu_ptr_t;
 
+#define XFER_CUDA_IPC_HANDLE_SIZE  64u
+#define XFER_CUDA_IPC_LAZY_PEER    0x1u    /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */
+typedef struct xfer_cuda_ipc_handle {
+    char reserved[XFER_CUDA_IPC_HANDLE_SIZE];
+} xfer_cuda_ipc_handle_t;
+
 typedef struct xfer_cuda_driver {
     uint32_t    size;               /* sizeof(xfer_cuda_driver_t) of libxfer's build */
     int         version;            /* cuDriverGetVersion(): 1000 * major + 10 * minor */
@@ -472,6 +484,12 @@ typedef struct xfer_cuda_driver {
     /* NULL with a driver older than CUDA 11.7 (no DMA-BUF export). */
     int (*mem_get_handle_for_address_range)(void *handle, xfer_cu_ptr_t ptr, size_t size,
                                             int handle_type, unsigned long long flags);
+    /* CUDA IPC (legacy handles of cuMemAlloc memory); NULL where the driver lacks them. The
+     * handle is XFER_CUDA_IPC_HANDLE_SIZE bytes (CUipcMemHandle), passed by value to open. */
+    int (*ipc_get_mem_handle)(void *handle, xfer_cu_ptr_t ptr);
+    int (*ipc_open_mem_handle)(xfer_cu_ptr_t *ptr, xfer_cuda_ipc_handle_t handle,
+                               unsigned flags);
+    int (*ipc_close_mem_handle)(xfer_cu_ptr_t ptr);
 } xfer_cuda_driver_t;
 
 /* The driver table, loading the library on the first call; cuInit is not called (see

@@ -180,11 +180,13 @@ XFER_API xfer_status_t xfer_context_arm(xfer_context_t *ctx);
  * has no device memory. XFER_MEM_CUDA loads the driver (XFER_CUDA_LIB, default libcuda.so.1)
  * and initialises it; without one it fails with XFER_ERR_UNAVAILABLE, naming the library and
  * why. The range must lie in one CUDA allocation. CUDA memory is registered with the open
- * transports that move it (XFER_CAP_MEM_CUDA; xfer_info -s says which); on the others put
+ * transports that move it (XFER_CAP_MEM_CUDA; xfer_info -s says which) or put and get it
+ * (XFER_CAP_RMA_CUDA: shm, by CUDA IPC between processes of one host); on the others put
  * and get of it are staged through pinned host buffers (XFER_STAGING_CHUNK,
  * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it through a host buffer of
- * their size, and a peer cannot put to or get from it over them (its remote key has no part
- * for them). It is refused when no open transport moves or stages it. A tensor published
+ * their size (over RMA_CUDA transports too), and a peer cannot put to or get from it over
+ * them (its remote key has no part for them). It is refused when no open transport moves or
+ * stages it. A tensor published
  * from CUDA memory is copied to host memory at publish when an open transport cannot touch
  * it.
  */
