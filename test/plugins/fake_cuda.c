@@ -13,13 +13,23 @@
  * time: a pipeline that used a bounce buffer before its event said so moves wrong bytes.
  * Only what libxfer and xfer_perf (-m cuda: cuMemAlloc, cuMemsetD8, synchronous copies) use
  * is implemented; the rest are missing symbols.
+ *
+ * CUDA IPC between processes: a device allocation's shadow is a memfd, shared with the
+ * process that opens its handle (cuIpcGetMemHandle names the owner's pid and descriptor,
+ * cuIpcOpenMemHandle maps it through /proc/<pid>/fd behind a PROT_NONE range of its own), so
+ * copies into an opened handle land in the owner's device memory. As with the driver, a
+ * handle is of an allocation's base, is not opened by its own process, and an opened range
+ * cannot be exported again. A forked child does not inherit device memory (MADV_DONTFORK).
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -44,7 +54,20 @@ typedef struct alloc {
     size_t             size;
     unsigned long long buffer_id;
     int                host;       /* cuMemHostAlloc: real host memory, no shadow */
+    int                fd;         /* the shadow's memfd (device memory of this process) */
+    int                imported;   /* opened from another process's IPC handle */
 } alloc_t;
+
+/* What cuIpcGetMemHandle writes into the 64-byte handle. */
+typedef struct ipc_handle {
+    char               magic[8];
+    int                pid, fd;
+    unsigned long long size, buffer_id;
+} ipc_handle_t;
+
+typedef struct {
+    char reserved[64];
+} cu_ipc_handle_t;
 
 typedef struct copy {
     void       *dst;
@@ -238,36 +261,81 @@ EXPORT int cuMemGetAddressRange_v2(cu_ptr_t *base, size_t *size, cu_ptr_t ptr)
     return a ? SUCCESS : INVALID_VALUE;
 }
 
-static int alloc_new(size_t size, int host, void **p)
+/* The shadow of size bytes of device memory: a new memfd (*fd_p < 0 on entry), or one
+ * opened from another process's handle, mapped shared. NULL on failure, a memfd made here
+ * closed again. */
+static char *shadow_map(size_t size, int *fd_p)
 {
-    int res = INVALID_VALUE;
+    int fd = (*fd_p >= 0) ? *fd_p : memfd_create("fake-cuda-device", MFD_CLOEXEC);
+    char *shadow = MAP_FAILED;
 
-    pthread_mutex_lock(&lock);
-    for (int i = 0; (i < MAX_ALLOCS) && (res != SUCCESS); i++) {
+    if ((fd >= 0) && ((*fd_p >= 0) || (ftruncate(fd, (off_t)size) == 0))) {
+        shadow = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (shadow == MAP_FAILED) {
+        if ((fd >= 0) && (*fd_p < 0)) {
+            close(fd);
+        }
+        return NULL;
+    }
+    (void)madvise(shadow, size, MADV_DONTFORK);
+    *fd_p = fd;
+    return shadow;
+}
+
+/* A free slot for an allocation of size bytes at a new PROT_NONE (host: read-write) range,
+ * its shadow a memfd (fd >= 0: opened from a handle) unless host; called with lock held. */
+static alloc_t *alloc_slot(size_t size, int host, int fd)
+{
+    for (int i = 0; i < MAX_ALLOCS; i++) {
         alloc_t *a = &allocs[i];
 
         if (a->base != NULL) {
             continue;
         }
+        a->fd   = fd;
         a->base = mmap(NULL, size, host ? PROT_READ | PROT_WRITE : PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        a->shadow = host ? NULL : malloc(size);
-        if ((a->base == MAP_FAILED) || (!host && (a->shadow == NULL))) {
-            if (a->base != MAP_FAILED) {
-                munmap(a->base, size);
-            }
-            free(a->shadow);
+        if (a->base == MAP_FAILED) {
             memset(a, 0, sizeof(*a));
-            break;
+            return NULL;
         }
+        a->shadow = host ? NULL : shadow_map(size, &a->fd);
+        if (!host && (a->shadow == NULL)) {
+            munmap(a->base, size);
+            memset(a, 0, sizeof(*a));
+            return NULL;
+        }
+        (void)madvise(a->base, size, MADV_DONTFORK);
         a->size      = size;
         a->host      = host;
         a->buffer_id = next_buffer_id++;
-        *p           = a->base;
-        res          = SUCCESS;
+        return a;
+    }
+    return NULL;
+}
+
+static int alloc_new(size_t size, int host, void **p)
+{
+    alloc_t *a;
+
+    pthread_mutex_lock(&lock);
+    a = alloc_slot(size, host, -1);
+    if (a != NULL) {
+        *p = a->base;
     }
     pthread_mutex_unlock(&lock);
-    return res;
+    return (a != NULL) ? SUCCESS : INVALID_VALUE;
+}
+
+static void alloc_release(alloc_t *a)
+{
+    munmap(a->base, a->size);
+    if (a->shadow != NULL) {
+        munmap(a->shadow, a->size);
+        close(a->fd);
+    }
+    memset(a, 0, sizeof(*a));
 }
 
 static int alloc_free(void *p)
@@ -276,13 +344,11 @@ static int alloc_free(void *p)
 
     pthread_mutex_lock(&lock);
     a = find(p);
-    if ((a == NULL) || (a->base != p)) {
+    if ((a == NULL) || (a->base != p) || a->imported) {
         pthread_mutex_unlock(&lock);
         return INVALID_VALUE;
     }
-    munmap(a->base, a->size);
-    free(a->shadow);
-    memset(a, 0, sizeof(*a));
+    alloc_release(a);
     pthread_mutex_unlock(&lock);
     return SUCCESS;
 }
@@ -467,5 +533,85 @@ EXPORT int cuEventQuery(void *event)
 EXPORT int cuEventDestroy_v2(void *event)
 {
     free(event);
+    return SUCCESS;
+}
+
+EXPORT int cuIpcGetMemHandle(cu_ipc_handle_t *handle, cu_ptr_t ptr)
+{
+    ipc_handle_t h;
+    alloc_t *a;
+
+    memset(handle, 0, sizeof(*handle));
+    pthread_mutex_lock(&lock);
+    a = find((const void*)(uintptr_t)ptr);
+    if ((a == NULL) || a->host || a->imported || (a->base != (char*)(uintptr_t)ptr)) {
+        pthread_mutex_unlock(&lock);
+        return INVALID_VALUE;
+    }
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, "fakeipc", 8);
+    h.pid       = (int)getpid();
+    h.fd        = a->fd;
+    h.size      = a->size;
+    h.buffer_id = a->buffer_id;
+    pthread_mutex_unlock(&lock);
+    memcpy(handle, &h, sizeof(h));
+    return SUCCESS;
+}
+
+EXPORT int cuIpcOpenMemHandle_v2(cu_ptr_t *ptr, cu_ipc_handle_t handle, unsigned flags)
+{
+    char path[64];
+    ipc_handle_t h;
+    struct stat st;
+    alloc_t *a;
+    int fd;
+
+    (void)flags;
+    memcpy(&h, &handle, sizeof(h));
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    if ((memcmp(h.magic, "fakeipc", 8) != 0) || (h.size == 0)) {
+        return INVALID_VALUE;
+    }
+    if (h.pid == (int)getpid()) {
+        return INVALID_CONTEXT;     /* the driver's answer to a process opening its own */
+    }
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return INVALID_HANDLE;
+    }
+    if ((fstat(fd, &st) != 0) || ((unsigned long long)st.st_size != h.size)) {
+        close(fd);
+        return INVALID_HANDLE;
+    }
+    pthread_mutex_lock(&lock);
+    a = alloc_slot(h.size, 0, fd);
+    if (a != NULL) {
+        a->imported = 1;
+        *ptr        = (uintptr_t)a->base;
+    }
+    pthread_mutex_unlock(&lock);
+    if (a == NULL) {
+        close(fd);
+        return INVALID_VALUE;
+    }
+    return SUCCESS;
+}
+
+EXPORT int cuIpcCloseMemHandle(cu_ptr_t ptr)
+{
+    alloc_t *a;
+
+    pthread_mutex_lock(&lock);
+    a = find((const void*)(uintptr_t)ptr);
+    if ((a == NULL) || !a->imported || (a->base != (char*)(uintptr_t)ptr)) {
+        pthread_mutex_unlock(&lock);
+        return INVALID_VALUE;
+    }
+    alloc_release(a);
+    pthread_mutex_unlock(&lock);
     return SUCCESS;
 }
