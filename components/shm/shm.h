@@ -53,6 +53,7 @@ typedef struct xfer_shm_config {
     uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
     uint64_t max_answers;       /* MAX_ANSWERS: answers queued for a peer before its input
                                  * pauses */
+    int      cuda_ipc;          /* CUDA_IPC: put/get/batches of CUDA memory by IPC handles */
 } xfer_shm_config_t;
 
 /* Who this process is, as the iface address carries it (little-endian, fixed layout). */
@@ -311,6 +312,17 @@ struct xfer_ep {
 
 struct kh_xfer_shm_mem_s;
 
+/* CUDA IPC state of an iface (shm_cuda.c), set up at its first use. */
+typedef struct xfer_shm_cuda_open xfer_shm_cuda_open_t;
+typedef struct xfer_shm_cuda {
+    int             state;          /* 0: not set up, 1: ready, -1: cannot be (why) */
+    void            *ctx;           /* the CUDA context of the stream and opened handles */
+    int             primary;        /* the device whose primary context is retained, or -1 */
+    void            *stream;
+    ucs_list_link_t opened;         /* xfer_shm_cuda_open_t: peers' allocations opened */
+    char            why[XFER_REASON_MAX];
+} xfer_shm_cuda_t;
+
 struct xfer_iface {
     const xfer_shm_config_t  *cfg;
     xfer_iface_params_t      params;
@@ -331,6 +343,7 @@ struct xfer_iface {
     ucs_list_link_t          notify;
     unsigned                 polls;         /* progress() calls since epoll was last asked */
     int                      slept;         /* armed for sleep since: ask epoll at once */
+    xfer_shm_cuda_t          cuda;
 };
 
 /* A range of a peer's memfd, as the peer announced it (shm_map.c). */
@@ -349,12 +362,20 @@ struct xfer_memh {
     size_t   length;
     int      fd;            /* memfd holding it (xfer_mem_alloc), -1: none; not ours */
     uint64_t fd_offset, ino;
+    /* CUDA memory (shm_cuda.c): moved by the peer through its IPC handle, never by us */
+    int                    cuda;
+    void                   *cu_ctx;
+    uint64_t               alloc_base, alloc_len;
+    char                   bus_id[16];
+    xfer_cuda_ipc_handle_t handle;
 };
 
 /* The remote key: the region's id and bounds in the owner, the owner iface's cookie, and
- * for memory in a memfd (xfer_mem_alloc) the descriptor, its inode and the range's offset. */
-#define XFER_SHM_RKEY_LEN    64u
-#define XFER_SHM_RKEY_NO_FD  UINT32_MAX
+ * for memory in a memfd (xfer_mem_alloc) the descriptor, its inode and the range's offset;
+ * byte 56 says whether CUDA IPC fields follow (XFER_SHM_RKEY_CUDA_LEN in all). */
+#define XFER_SHM_RKEY_LEN       64u
+#define XFER_SHM_RKEY_CUDA_LEN  (XFER_SHM_RKEY_LEN + 32u + XFER_CUDA_IPC_HANDLE_SIZE)
+#define XFER_SHM_RKEY_NO_FD     UINT32_MAX
 struct xfer_rkey {
     uint64_t       cookie, id, addr, length;
     uint32_t       pid;
@@ -362,6 +383,12 @@ struct xfer_rkey {
     uint64_t       ino, fd_offset;
     int            map_state;   /* 0: not tried, 1: mapped, -1: refused (puts go by frames) */
     xfer_shm_map_t map;
+    /* CUDA memory: its allocation, GPU and IPC handle; opened here at its first use */
+    int                    cuda;
+    uint64_t               alloc_base, alloc_len;
+    char                   bus_id[16];
+    xfer_cuda_ipc_handle_t handle;
+    xfer_shm_cuda_open_t   *opened;
 };
 
 /* ---- shm_map.c ------------------------------------------------------------------------------ */
@@ -389,6 +416,33 @@ void xfer_shm_peer_mem_release(xfer_ep_h ep);
 void xfer_shm_copy(xfer_iface_h iface, void *dst, const void *src, size_t n);
 /* The same for n bytes of a transfer of whole bytes: the stores are chosen by whole. */
 void xfer_shm_copy_part(xfer_iface_h iface, void *dst, const void *src, size_t n, size_t whole);
+
+/* ---- shm_cuda.c ----------------------------------------------------------------------------- */
+/* Take an IPC handle for CUDA memory being registered (memh filled); XFER_ERR_UNSUPPORTED
+ * (logged) when there is none: the framework stages puts and gets of it. */
+xfer_status_t xfer_shm_cuda_reg(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                xfer_memh_h memh);
+/* The CUDA fields of a remote key, at byte XFER_SHM_RKEY_LEN of it. */
+void xfer_shm_cuda_rkey_pack(xfer_memh_h memh, uint8_t *b);
+/* Read them into rkey (its host fields read first) and check the region lies inside the
+ * allocation named; XFER_ERR_INVALID_PARAM (logged) if not. */
+xfer_status_t xfer_shm_cuda_rkey_unpack(xfer_rkey_h rkey, const uint8_t *b);
+void xfer_shm_cuda_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
+/* Whether a put, get or batch of memh (NULL: unregistered) to rkey is copied by the CUDA
+ * driver here. */
+static inline int xfer_shm_cuda_moves(xfer_memh_h memh, xfer_rkey_h rkey)
+{
+    return rkey->cuda || ((memh != NULL) && memh->cuda);
+}
+/* A put or get copied by the driver, done when it returns: XFER_OK, an error, or
+ * XFER_ERR_UNSUPPORTED before anything moved (device memory here, the peer's host memory not
+ * mapped here). The range was checked against the key. */
+xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t length,
+                                xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey);
+/* Every descriptor of a batch (checked against the key) copied the same way. */
+xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args);
+/* Close the peers' allocations opened here, the stream and the context retained. */
+void xfer_shm_cuda_cleanup(xfer_iface_h iface);
 
 /* ---- shm_coop.c ----------------------------------------------------------------------------- */
 /* A put of length bytes from buf (registered as memh, or NULL) to remote, where the

@@ -19,6 +19,8 @@
  * descriptor is a memcpy done before the post returns; the NOTIFY frame (after no PUT frame)
  * is written into the ring after the last copy, so the target reads it after the data. When
  * it could be written at once (or there is none) the batch is complete when the post returns.
+ * CUDA memory on either side goes the same way, each descriptor copied by the CUDA driver
+ * (shm_cuda.c) and all of them landed before the NOTIFY frame is written.
  *
  * Cancel: a BATCH or NOTIFY frame not yet written into the ring is voided (the target answers
  * or ignores it without touching memory); what the target already has runs to its end, and
@@ -71,6 +73,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     xfer_rkey_h rkey  = args->rkey;
     xfer_shm_frame_t hdr;
     xfer_shm_op_t *op;
+    xfer_status_t status;
 
     /* the framework checked the list against the key's packed bounds; the mapping covers the
      * shm part's, which the peer wrote separately */
@@ -84,7 +87,14 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
             return XFER_ERR_OUT_OF_RANGE;
         }
     }
-    for (size_t i = 0; i < args->count; i++) {
+    if (xfer_shm_cuda_moves(args->memh, rkey)) {
+        /* all copied by the CUDA driver before the notification goes */
+        status = xfer_shm_cuda_batch(ep, args);
+        if (status != XFER_OK) {
+            return status;
+        }
+    }
+    for (size_t i = 0; (i < args->count) && !xfer_shm_cuda_moves(args->memh, rkey); i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
         uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
         void *local               = (void*)(uintptr_t)v->local;
@@ -551,7 +561,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
                  args->notify_len, xfer_shm_cell_payload(&ep->out));
         return XFER_ERR_UNSUPPORTED;
     }
-    if (xfer_shm_rkey_mapped(ep, args->rkey)) {
+    if (xfer_shm_cuda_moves(args->memh, args->rkey) || xfer_shm_rkey_mapped(ep, args->rkey)) {
         return batch_post_mapped(ep, args, comp);
     }
     if (ep->cma && (args->count <= XFER_SHM_BATCH_MAX)) {

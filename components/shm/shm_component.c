@@ -72,6 +72,14 @@ static const xfer_param_desc_t shm_params[] = {
      "Answers to one peer's requests (put acknowledgements, get data, tensors) queued for its "
      "ring before its requests are no longer read.",
      offsetof(xfer_shm_config_t, max_answers), 16, 1u << 24, NULL},
+    {"CUDA_IPC", XFER_PARAM_BOOL, "y",
+     "Put, get and batches to and from a peer's CUDA memory by CUDA IPC: a registration of "
+     "CUDA memory carries its allocation's IPC handle in the remote key, and the initiator "
+     "opens it and copies with the CUDA driver (device to device without host memory). A "
+     "handle opens the whole allocation to the peer. n: CUDA memory is not registered with "
+     "shm; puts and gets of it are staged through host memory and a peer's CUDA memory takes "
+     "none over shm.",
+     offsetof(xfer_shm_config_t, cuda_ipc), 0, 0, NULL},
     {NULL}
 };
 
@@ -235,7 +243,7 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_shm_config_t *cfg = config;
     xfer_device_attr_t *dev      = &attr->devices[0];
-    char why[XFER_REASON_MAX], cma_why[XFER_REASON_MAX];
+    char why[XFER_REASON_MAX], cma_why[XFER_REASON_MAX], driver[XFER_REASON_MAX];
     xfer_shm_host_id_t me;
     int cma;
 
@@ -253,7 +261,7 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
     }
     attr->available = 1;
     attr->caps      = XFER_CAP_PUT | XFER_CAP_GET | XFER_CAP_TAG | XFER_CAP_TENSOR |
-                      XFER_CAP_MEM_HOST;
+                      XFER_CAP_MEM_HOST | (cfg->cuda_ipc ? XFER_CAP_RMA_CUDA : 0);
     attr->limits.max_msg_size   = cfg->max_msg_size;
     attr->limits.max_eager_size = cfg->cell_size - XFER_SHM_FRAME_HDR;
     attr->limits.max_key_len    = 65535;
@@ -274,6 +282,12 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
     xfer_device_attr_add(dev, "map", "%s", cfg->map ? "put/get to a peer's xfer_mem_alloc "
                          "memory: one memcpy here (its sealed memfd mapped at first use)" :
                          "off (XFER_SHM_MAP=n): the peer carries out every put and get");
+    xfer_cuda_describe(driver, sizeof(driver));
+    xfer_device_attr_add(dev, "cuda", "%s", cfg->cuda_ipc ? "put/get/batches to and from a "
+                         "peer's CUDA memory by IPC handles, copied here by the CUDA driver; "
+                         "messages and tensors of CUDA memory staged through host memory" :
+                         "off (XFER_SHM_CUDA_IPC=n): CUDA memory staged through host memory");
+    xfer_device_attr_add(dev, "cuda_driver", "%s", driver);
     xfer_device_attr_add(dev, "wakeup", "busy poll; sleeping peers woken by a byte on the "
                          "endpoint's bootstrap connection, whose end also says the peer died");
     return XFER_OK;

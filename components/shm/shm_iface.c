@@ -74,6 +74,8 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
+    ucs_list_head_init(&iface->cuda.opened);
+    iface->cuda.primary = -1;
     iface->cookie = xfer_shm_random64();
     iface->epfd   = -1;
 
@@ -160,6 +162,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
         deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
     }
     xfer_shm_regions_cleanup(iface);
+    xfer_shm_cuda_cleanup(iface);
     ucs_mpool_cleanup(&iface->op_mp, 1);
     close(iface->epfd);
     free(iface);

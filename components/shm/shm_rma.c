@@ -52,9 +52,11 @@ void xfer_shm_regions_cleanup(xfer_iface_h iface)
     iface->regions = NULL;
 }
 
-xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
-                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
+/* A region of [addr, addr + length): host memory unless params says CUDA. */
+static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
+                                const xfer_mem_reg_params_t *params, xfer_memh_h *memh_p)
 {
+    xfer_status_t status;
     xfer_memh_h memh;
     khiter_t it;
     int ret;
@@ -63,19 +65,21 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
         ((uintptr_t)addr + length < (uintptr_t)addr)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (mem_type != XFER_MEM_HOST) {
-        return XFER_ERR_UNSUPPORTED;
-    }
-    memh = malloc(sizeof(*memh));
+    memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->id        = iface->next_region++;
-    memh->addr      = addr;
-    memh->length    = length;
-    memh->fd        = -1;       /* no memfd: the key says so, and names no inode */
-    memh->ino       = 0;
-    memh->fd_offset = 0;
+    memh->id     = iface->next_region++;
+    memh->addr   = addr;
+    memh->length = length;
+    memh->fd     = -1;      /* no memfd: the key says so, and names no inode */
+    if ((params != NULL) && (params->attr->type == XFER_MEM_CUDA)) {
+        status = xfer_shm_cuda_reg(iface, params, memh);
+        if (status != XFER_OK) {
+            free(memh);
+            return status;
+        }
+    }
     it = kh_put(xfer_shm_mem, iface->regions, memh->id, &ret);
     if (ret < 0) {
         free(memh);
@@ -86,15 +90,25 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     return XFER_OK;
 }
 
+xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
+                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
+{
+    if (mem_type != XFER_MEM_HOST) {
+        return XFER_ERR_UNSUPPORTED;    /* CUDA memory comes with its attributes (below) */
+    }
+    return region_add(iface, addr, length, NULL, memh_p);
+}
+
 xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p)
 {
     xfer_status_t status;
 
-    if ((params == NULL) || (params->attr == NULL)) {
+    if ((params == NULL) || (params->attr == NULL) ||
+        ((params->attr->type != XFER_MEM_HOST) && (params->attr->type != XFER_MEM_CUDA))) {
         return XFER_ERR_INVALID_PARAM;
     }
-    status = xfer_shm_mem_reg(iface, params->addr, params->length, params->attr->type, memh_p);
+    status = region_add(iface, params->addr, params->length, params, memh_p);
     if ((status == XFER_OK) && XFER_MEM_REG_PARAMS_HAS_FD(params) && (params->fd >= 0)) {
         (*memh_p)->fd        = params->fd;
         (*memh_p)->fd_offset = params->fd_offset;
@@ -160,8 +174,8 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < XFER_SHM_RKEY_LEN)) {
-        *len_p = XFER_SHM_RKEY_LEN;
+    if ((buf == NULL) || (*len_p < (memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN))) {
+        *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
     memcpy(b, &iface->cookie, 8);
@@ -177,7 +191,11 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     memcpy(b + 40, &memh->ino, 8);
     memcpy(b + 48, &memh->fd_offset, 8);
     memset(b + 56, 0, XFER_SHM_RKEY_LEN - 56);
-    *len_p = XFER_SHM_RKEY_LEN;
+    b[56] = (uint8_t)memh->cuda;
+    if (memh->cuda) {
+        xfer_shm_cuda_rkey_pack(memh, b + XFER_SHM_RKEY_LEN);
+    }
+    *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
     return XFER_OK;
 }
 
@@ -190,9 +208,11 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     if ((iface == NULL) || (rkey_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (len != XFER_SHM_RKEY_LEN)) {
+    if ((buf == NULL) || (len < XFER_SHM_RKEY_LEN) || (b[56] > 1) ||
+        (len != (b[56] ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN))) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of %zu bytes is not an shm key "
-                 "(%u bytes)", len, XFER_SHM_RKEY_LEN);
+                 "(%u bytes, %u of CUDA memory)", len, XFER_SHM_RKEY_LEN,
+                 XFER_SHM_RKEY_CUDA_LEN);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = calloc(1, sizeof(*rkey));
@@ -207,6 +227,10 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     memcpy(&rkey->fd, b + 36, 4);
     memcpy(&rkey->ino, b + 40, 8);
     memcpy(&rkey->fd_offset, b + 48, 8);
+    if (b[56] && (xfer_shm_cuda_rkey_unpack(rkey, b + XFER_SHM_RKEY_LEN) != XFER_OK)) {
+        free(rkey);
+        return XFER_ERR_INVALID_PARAM;
+    }
     /* nothing is mapped here until it is used; no fd, or XFER_SHM_MAP=n: never */
     rkey->map_state = ((rkey->fd == XFER_SHM_RKEY_NO_FD) || !iface->cfg->map) ? -1 : 0;
     *rkey_p = rkey;
@@ -215,9 +239,9 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
 
 void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 {
-    (void)iface;
     if (rkey != NULL) {
         xfer_shm_peer_unmap(&rkey->map);
+        xfer_shm_cuda_rkey_release(iface, rkey);
     }
     free(rkey);
 }
@@ -279,6 +303,12 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s with a key of pid %u on an endpoint to "
                  "pid %d", what, rkey->pid, (int)ep->peer_pid);
         return XFER_ERR_INVALID_PARAM;
+    }
+    if (xfer_shm_cuda_moves(memh, rkey)) {
+        /* the driver copies here: the peer's device memory opened by its IPC handle, or
+         * device memory here to or from the peer's mapped memory */
+        return xfer_shm_cuda_rma(ep, kind == XFER_SHM_OP_PUT, buf, length, memh, remote_addr,
+                                 rkey);
     }
     if (xfer_shm_rkey_mapped(ep, rkey)) {
         uint8_t *remote = rkey->map.data + (remote_addr - rkey->addr);
@@ -431,8 +461,9 @@ uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
     khiter_t it = kh_get(xfer_shm_mem, iface->regions, id);
     xfer_memh_h memh;
 
-    if ((cookie != iface->cookie) || (it == kh_end(iface->regions))) {
-        return NULL;
+    if ((cookie != iface->cookie) || (it == kh_end(iface->regions)) ||
+        kh_value(iface->regions, it)->cuda) {
+        return NULL;    /* CUDA memory is moved by the initiator, never here */
     }
     memh      = kh_value(iface->regions, it);
     *length_p = memh->length;
@@ -452,6 +483,14 @@ uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return NULL;
     }
     memh = kh_value(iface->regions, it);
+    if (memh->cuda) {
+        /* the initiator copies CUDA memory itself (shm_cuda.c); a frame naming it is not
+         * carried out here, where nothing may touch device memory */
+        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a put or get of pid %d into "
+                 "CUDA memory by frames", (int)ep->peer_pid);
+        *status_p = XFER_ERR_UNSUPPORTED;
+        return NULL;
+    }
     if ((hdr->b < (uintptr_t)memh->addr) || (hdr->b - (uintptr_t)memh->addr > memh->length) ||
         (hdr->c > memh->length - (hdr->b - (uintptr_t)memh->addr))) {
         *status_p = XFER_ERR_OUT_OF_RANGE;

@@ -1,0 +1,468 @@
+/*
+ * CUDA memory between processes of one host, by CUDA IPC.
+ *
+ * A registration of CUDA memory takes the IPC handle of the allocation holding it
+ * (cuIpcGetMemHandle of the allocation's base) and the PCI bus id of its GPU; its remote key
+ * carries both, and the allocation's base and length, after the host key's fields. A peer
+ * that puts to or gets from such a key opens the handle once (cuIpcOpenMemHandle, in a CUDA
+ * context of this iface's: the one of the first local CUDA memory used, or the primary
+ * context of the key's GPU), keeps it open while any of its keys of that allocation lives,
+ * and copies with the driver (cuMemcpyAsync on a stream of its own, then
+ * cuStreamSynchronize): host or device memory here to or from the peer's device memory,
+ * device memory to or from the peer's xfer_mem_alloc memory mapped here (shm_map.c). The
+ * target takes no part: nothing of it runs, and it is told nothing, but a batch's
+ * notification, written into the ring after the last copy landed. A put or get is done when
+ * it returns; a batch when its notification is in the ring.
+ *
+ * Trust: the key's region must lie inside the allocation it names, and the opened
+ * allocation must be at least that long (cuMemGetAddressRange of what the handle opened) -
+ * else the key is refused and nothing moves, so no offset the peer wrote reaches past what
+ * the handle maps here. A handle opens the whole allocation: a peer given a key to part of
+ * one could reach all of it, as with any CUDA IPC. The target refuses PUT, GET and BATCH
+ * frames that name CUDA memory (shm_rma.c): it never touches device memory itself.
+ *
+ * What the initiator cannot do itself - device memory here to or from host memory of the
+ * peer's that is not mapped here - is declined with XFER_ERR_UNSUPPORTED before anything
+ * moved; the framework stages such puts and gets through host memory, and refuses such
+ * batches (it stages none).
+ */
+#include "shm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define CU_STREAM_NON_BLOCKING  0x1u
+
+/* An allocation of a peer's opened here, shared by the keys that name it. */
+struct xfer_shm_cuda_open {
+    ucs_list_link_t        list;       /* iface->cuda.opened */
+    uint32_t               pid;
+    xfer_cuda_ipc_handle_t handle;
+    xfer_cu_ptr_t          base;
+    uint64_t               size;       /* what cuMemGetAddressRange says of it */
+    unsigned               refs;
+};
+
+/* The driver with its IPC entries, or NULL with why. */
+static const xfer_cuda_driver_t *ipc_driver(char *why, size_t why_size)
+{
+    const xfer_cuda_driver_t *drv = xfer_cuda_driver(why, why_size);
+
+    if (drv == NULL) {
+        return NULL;
+    }
+    if ((drv->size < offsetof(xfer_cuda_driver_t, ipc_close_mem_handle) +
+                     sizeof(drv->ipc_close_mem_handle)) ||
+        (drv->ipc_get_mem_handle == NULL) || (drv->ipc_open_mem_handle == NULL) ||
+        (drv->ipc_close_mem_handle == NULL)) {
+        snprintf(why, why_size, "the CUDA driver %s has no IPC entry points "
+                 "(cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle)",
+                 drv->library);
+        return NULL;
+    }
+    return drv;
+}
+
+/* ---- registration and keys ------------------------------------------------------------------ */
+
+xfer_status_t xfer_shm_cuda_reg(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
+                                xfer_memh_h memh)
+{
+    const xfer_mem_attr_t *attr = params->attr;
+    char why[XFER_REASON_MAX], err[XFER_REASON_MAX];
+    const xfer_cuda_driver_t *drv;
+    void *saved = NULL;
+    int res, dev = 0;
+
+    if (!iface->cfg->cuda_ipc) {
+        xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "CUDA memory at %p is not shared by IPC "
+                 "(XFER_SHM_CUDA_IPC=n)", params->addr);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    drv = ipc_driver(why, sizeof(why));
+    if (drv == NULL) {
+        xfer_log(XFER_LOG_INFO, XFER_SHM_SUBSYS, "no CUDA IPC for %zu bytes at %p: %s",
+                 params->length, params->addr, why);
+        return XFER_ERR_UNSUPPORTED;
+    }
+    (void)drv->ctx_get_current(&saved);
+    res = drv->ctx_set_current(attr->cuda_context);
+    if (res == 0) {
+        res = drv->ipc_get_mem_handle(&memh->handle, attr->alloc_base);
+    }
+    if (res == 0) {
+        res = drv->device_get(&dev, attr->cuda_device);
+    }
+    if (res == 0) {
+        res = drv->device_get_pci_bus_id(memh->bus_id, sizeof(memh->bus_id), dev);
+    }
+    (void)drv->ctx_set_current(saved);
+    if (res != 0) {
+        /* memory of cuMemCreate or a stream-ordered pool has no legacy handle */
+        xfer_log(XFER_LOG_INFO, XFER_SHM_SUBSYS, "no CUDA IPC handle for %zu bytes at %p "
+                 "(%s): %s", params->length, params->addr, attr->how,
+                 xfer_cuda_result_string(res, err, sizeof(err)));
+        return XFER_ERR_UNSUPPORTED;
+    }
+    memh->bus_id[sizeof(memh->bus_id) - 1] = '\0';
+    memh->cuda       = 1;
+    memh->cu_ctx     = attr->cuda_context;
+    memh->alloc_base = attr->alloc_base;
+    memh->alloc_len  = attr->alloc_length;
+    return XFER_OK;
+}
+
+void xfer_shm_cuda_rkey_pack(xfer_memh_h memh, uint8_t *b)
+{
+    memcpy(b, &memh->alloc_base, 8);
+    memcpy(b + 8, &memh->alloc_len, 8);
+    memcpy(b + 16, memh->bus_id, sizeof(memh->bus_id));
+    memcpy(b + 32, &memh->handle, XFER_CUDA_IPC_HANDLE_SIZE);
+}
+
+xfer_status_t xfer_shm_cuda_rkey_unpack(xfer_rkey_h rkey, const uint8_t *b)
+{
+    memcpy(&rkey->alloc_base, b, 8);
+    memcpy(&rkey->alloc_len, b + 8, 8);
+    memcpy(rkey->bus_id, b + 16, sizeof(rkey->bus_id));
+    memcpy(&rkey->handle, b + 32, XFER_CUDA_IPC_HANDLE_SIZE);
+    if ((rkey->bus_id[sizeof(rkey->bus_id) - 1] != '\0') ||
+        (rkey->addr < rkey->alloc_base) || (rkey->alloc_len == 0) ||
+        (rkey->addr - rkey->alloc_base > rkey->alloc_len) ||
+        (rkey->length > rkey->alloc_len - (rkey->addr - rkey->alloc_base))) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of CUDA memory: %llu bytes at "
+                 "0x%llx do not lie in the allocation it names (%llu bytes at 0x%llx)",
+                 (unsigned long long)rkey->length, (unsigned long long)rkey->addr,
+                 (unsigned long long)rkey->alloc_len, (unsigned long long)rkey->alloc_base);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    rkey->cuda = 1;
+    return XFER_OK;
+}
+
+/* ---- this side's context and stream --------------------------------------------------------- */
+
+/* The device whose PCI bus id is bus_id, or -1. */
+static int device_by_bus_id(const xfer_cuda_driver_t *drv, const char *bus_id)
+{
+    char id[sizeof(((xfer_memh_h)0)->bus_id)];
+    int count = 0, dev;
+
+    if ((bus_id[0] == '\0') || (drv->device_get_count(&count) != 0)) {
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        if ((drv->device_get(&dev, i) == 0) &&
+            (drv->device_get_pci_bus_id(id, sizeof(id), dev) == 0) &&
+            (strncasecmp(id, bus_id, sizeof(id)) == 0)) {
+            return dev;
+        }
+    }
+    return -1;
+}
+
+/* Set up the iface's context and stream: local_ctx when given, else the primary context of
+ * the GPU with bus_id (the first one when it is not visible here). */
+static xfer_status_t cuda_setup(xfer_iface_h iface, const xfer_cuda_driver_t *drv,
+                                void *local_ctx, const char *bus_id)
+{
+    xfer_shm_cuda_t *c = &iface->cuda;
+    char err[XFER_REASON_MAX];
+    void *ctx = local_ctx;
+    int res, dev = -1;
+
+    if (xfer_cuda_init(c->why, sizeof(c->why)) != XFER_OK) {
+        return XFER_ERR_UNAVAILABLE;
+    }
+    if (ctx == NULL) {
+        dev = device_by_bus_id(drv, bus_id);
+        if (dev < 0) {
+            xfer_log(XFER_LOG_INFO, XFER_SHM_SUBSYS, "the peer's GPU %s is not visible here: "
+                     "its memory is opened in the first GPU's context", bus_id);
+            res = drv->device_get(&dev, 0);
+            if (res != 0) {
+                snprintf(c->why, sizeof(c->why), "no CUDA device here: %s",
+                         xfer_cuda_result_string(res, err, sizeof(err)));
+                return XFER_ERR_UNAVAILABLE;
+            }
+        }
+        res = drv->device_primary_ctx_retain(&ctx, dev);
+        if (res != 0) {
+            snprintf(c->why, sizeof(c->why), "cannot retain the primary context of CUDA device "
+                     "%d: %s", dev, xfer_cuda_result_string(res, err, sizeof(err)));
+            return XFER_ERR_UNAVAILABLE;
+        }
+    }
+    res = drv->ctx_set_current(ctx);
+    if (res == 0) {
+        res = drv->stream_create(&c->stream, CU_STREAM_NON_BLOCKING);
+    }
+    if (res != 0) {
+        snprintf(c->why, sizeof(c->why), "cannot create a CUDA stream: %s",
+                 xfer_cuda_result_string(res, err, sizeof(err)));
+        if (local_ctx == NULL) {
+            (void)drv->device_primary_ctx_release(dev);
+        }
+        return XFER_ERR_UNAVAILABLE;
+    }
+    c->ctx     = ctx;
+    c->primary = (local_ctx == NULL) ? dev : -1;
+    return XFER_OK;
+}
+
+/* Enter the iface's CUDA context (set up at the first use), the caller's kept in *saved_p. */
+static const xfer_cuda_driver_t *cuda_enter(xfer_iface_h iface, void *local_ctx,
+                                            const char *bus_id, void **saved_p)
+{
+    xfer_shm_cuda_t *c = &iface->cuda;
+    const xfer_cuda_driver_t *drv;
+    char why[XFER_REASON_MAX];
+
+    if (c->state < 0) {
+        return NULL;
+    }
+    drv = ipc_driver(why, sizeof(why));
+    if (drv == NULL) {
+        snprintf(c->why, sizeof(c->why), "%s", why);
+        c->state = -1;
+        return NULL;
+    }
+    *saved_p = NULL;
+    (void)drv->ctx_get_current(saved_p);
+    if (c->state == 0) {
+        if (cuda_setup(iface, drv, local_ctx, bus_id) != XFER_OK) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "CUDA IPC: %s", c->why);
+            (void)drv->ctx_set_current(*saved_p);
+            c->state = -1;
+            return NULL;
+        }
+        c->state = 1;
+    } else {
+        (void)drv->ctx_set_current(c->ctx);
+    }
+    return drv;
+}
+
+static void cuda_leave(const xfer_cuda_driver_t *drv, void *saved)
+{
+    (void)drv->ctx_set_current(saved);
+}
+
+void xfer_shm_cuda_cleanup(xfer_iface_h iface)
+{
+    xfer_shm_cuda_t *c = &iface->cuda;
+    const xfer_cuda_driver_t *drv;
+    char why[XFER_REASON_MAX];
+    void *saved = NULL;
+
+    if (c->state <= 0) {
+        return;
+    }
+    drv = xfer_cuda_driver(why, sizeof(why));
+    (void)drv->ctx_get_current(&saved);
+    (void)drv->ctx_set_current(c->ctx);
+    while (!ucs_list_is_empty(&c->opened)) {
+        xfer_shm_cuda_open_t *o = ucs_list_extract_head(&c->opened, xfer_shm_cuda_open_t,
+                                                        list);
+
+        (void)drv->ipc_close_mem_handle(o->base);
+        free(o);
+    }
+    (void)drv->stream_destroy(c->stream);
+    (void)drv->ctx_set_current(saved);
+    if (c->primary >= 0) {
+        (void)drv->device_primary_ctx_release(c->primary);
+    }
+    c->state = 0;
+}
+
+/* ---- the peer's allocations, opened ---------------------------------------------------------- */
+
+/* The peer's allocation that rkey names, opened here (in the iface's context, entered). */
+static xfer_status_t rkey_open(xfer_ep_h ep, const xfer_cuda_driver_t *drv, xfer_rkey_h rkey)
+{
+    xfer_shm_cuda_t *c = &ep->iface->cuda;
+    char err[XFER_REASON_MAX];
+    xfer_shm_cuda_open_t *o;
+    xfer_cu_ptr_t base = 0;
+    size_t size        = 0;
+    int res;
+
+    if (rkey->opened != NULL) {
+        return XFER_OK;
+    }
+    ucs_list_for_each(o, &c->opened, list) {
+        if ((o->pid == rkey->pid) &&
+            (memcmp(&o->handle, &rkey->handle, sizeof(o->handle)) == 0)) {
+            break;
+        }
+    }
+    if (&o->list == &c->opened) {
+        o = calloc(1, sizeof(*o));
+        if (o == NULL) {
+            return XFER_ERR_NO_MEMORY;
+        }
+        res = drv->ipc_open_mem_handle(&o->base, rkey->handle, XFER_CUDA_IPC_LAZY_PEER);
+        if (res != 0) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot open the CUDA IPC handle of "
+                     "pid %u's allocation (%llu bytes on GPU %s): %s", rkey->pid,
+                     (unsigned long long)rkey->alloc_len, rkey->bus_id,
+                     xfer_cuda_result_string(res, err, sizeof(err)));
+            free(o);
+            return XFER_ERR_UNAVAILABLE;
+        }
+        res = drv->mem_get_address_range(&base, &size, o->base);
+        if ((res != 0) || (base != o->base)) {
+            size = 0;
+        }
+        o->pid    = rkey->pid;
+        o->handle = rkey->handle;
+        o->size   = size;
+        ucs_list_add_tail(&c->opened, &o->list);
+    }
+    if (o->size < rkey->alloc_len) {
+        /* the key claims more than the handle maps: nothing it names is touched */
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a remote key of pid %u names a CUDA "
+                 "allocation of %llu bytes; its IPC handle opens %llu", rkey->pid,
+                 (unsigned long long)rkey->alloc_len, (unsigned long long)o->size);
+        if (o->refs == 0) {
+            ucs_list_del(&o->list);
+            (void)drv->ipc_close_mem_handle(o->base);
+            free(o);
+        }
+        return XFER_ERR_INVALID_PARAM;
+    }
+    o->refs++;
+    rkey->opened = o;
+    return XFER_OK;
+}
+
+void xfer_shm_cuda_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
+{
+    xfer_shm_cuda_open_t *o = rkey->opened;
+    const xfer_cuda_driver_t *drv;
+    char why[XFER_REASON_MAX];
+    void *saved = NULL;
+
+    rkey->opened = NULL;
+    if ((o == NULL) || (--o->refs > 0)) {
+        return;
+    }
+    ucs_list_del(&o->list);
+    drv = xfer_cuda_driver(why, sizeof(why));
+    (void)drv->ctx_get_current(&saved);
+    (void)drv->ctx_set_current(iface->cuda.ctx);
+    (void)drv->ipc_close_mem_handle(o->base);
+    (void)drv->ctx_set_current(saved);
+    free(o);
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+/* Where remote_addr of rkey is here: in the peer's opened allocation, or in its memory mapped
+ * here; 0 when neither (then the caller declines). The range was checked against the key. */
+static xfer_cu_ptr_t remote_ptr(const xfer_rkey_h rkey, uint64_t remote_addr)
+{
+    if (rkey->cuda) {
+        return rkey->opened->base + (remote_addr - rkey->alloc_base);
+    }
+    return (xfer_cu_ptr_t)(uintptr_t)(rkey->map.data + (remote_addr - rkey->addr));
+}
+
+/* Enter the context and open what the key names; NULL with *status_p when it cannot. */
+static const xfer_cuda_driver_t *copies_begin(xfer_ep_h ep, xfer_memh_h memh, xfer_rkey_h rkey,
+                                              void **saved_p, xfer_status_t *status_p)
+{
+    const xfer_cuda_driver_t *drv;
+
+    /* device memory here to host memory of the peer's: only where it is mapped here */
+    if (!rkey->cuda && !xfer_shm_rkey_mapped(ep, rkey)) {
+        *status_p = XFER_ERR_UNSUPPORTED;
+        return NULL;
+    }
+    drv = cuda_enter(ep->iface, ((memh != NULL) && memh->cuda) ? memh->cu_ctx : NULL,
+                     rkey->cuda ? rkey->bus_id : "", saved_p);
+    if (drv == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "CUDA memory to or from pid %d: %s",
+                 (int)ep->peer_pid, ep->iface->cuda.why);
+        *status_p = XFER_ERR_UNAVAILABLE;
+        return NULL;
+    }
+    *status_p = rkey->cuda ? rkey_open(ep, drv, rkey) : XFER_OK;
+    if (*status_p != XFER_OK) {
+        cuda_leave(drv, *saved_p);
+        return NULL;
+    }
+    return drv;
+}
+
+static int copy_start(const xfer_cuda_driver_t *drv, xfer_iface_h iface, int is_put,
+                      uint64_t local, xfer_cu_ptr_t remote, uint64_t len)
+{
+    return is_put ? drv->memcpy_async(remote, local, len, iface->cuda.stream) :
+                    drv->memcpy_async(local, remote, len, iface->cuda.stream);
+}
+
+/* Wait for the copies started (after the first failure to start one too, so that nothing
+ * runs on once the operation completed); the first error. */
+static xfer_status_t copies_end(xfer_ep_h ep, const xfer_cuda_driver_t *drv, int res,
+                                void *saved)
+{
+    int sync = drv->stream_synchronize(ep->iface->cuda.stream);
+    char err[XFER_REASON_MAX];
+
+    cuda_leave(drv, saved);
+    if ((res != 0) || (sync != 0)) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a CUDA copy to or from pid %d failed: %s",
+                 (int)ep->peer_pid,
+                 xfer_cuda_result_string((res != 0) ? res : sync, err, sizeof(err)));
+        return XFER_ERR_IO;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t length,
+                                xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey)
+{
+    const xfer_cuda_driver_t *drv;
+    xfer_status_t status;
+    void *saved;
+    int res;
+
+    drv = copies_begin(ep, memh, rkey, &saved, &status);
+    if (drv == NULL) {
+        return status;
+    }
+    res = (length == 0) ? 0 : copy_start(drv, ep->iface, is_put, (uintptr_t)buf,
+                                         remote_ptr(rkey, remote_addr), length);
+    return copies_end(ep, drv, res, saved);
+}
+
+xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args)
+{
+    const xfer_cuda_driver_t *drv;
+    xfer_status_t status;
+    void *saved;
+    int res = 0;
+
+    drv = copies_begin(ep, args->memh, args->rkey, &saved, &status);
+    if (drv == NULL) {
+        if (status == XFER_ERR_UNSUPPORTED) {
+            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a batch of CUDA memory to pid %d: the "
+                     "target's region is host memory not mapped here (only memory from "
+                     "xfer_mem_alloc is), and batches are not staged", (int)ep->peer_pid);
+        }
+        return status;
+    }
+    for (size_t i = 0; (i < args->count) && (res == 0); i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+
+        if (v->length > 0) {
+            res = copy_start(drv, ep->iface, args->is_put, v->local,
+                             remote_ptr(args->rkey, v->remote), v->length);
+        }
+    }
+    return copies_end(ep, drv, res, saved);
+}
