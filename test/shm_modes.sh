@@ -3,16 +3,22 @@
 # first with the defaults (small data through the ring, large data by cross-memory attach),
 # then with XFER_SHM_CMA=off (every byte through the ring, pipelined), test_batch into a target
 # buffer from xfer_mem_alloc (mapped by the initiator), xfer_perf's tests with their copies
-# shared by both sides, and the data-moving suites again
+# shared by both sides, CUDA memory with its IPC off, and the data-moving suites again
 # through a small ring of small cells, so that messages wrap it many times.
 set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=shm
 rc=0
 for suite in tag rma tensor memory close faults progress threads callbacks bounds remap sizes \
-             staging staging_msg nccl_net perf batch; do
+             staging staging_msg nccl_net perf batch cuda_transport cuda_batch; do
     echo "== test_$suite over shm"
     "$build/test/test_$suite" || rc=1
+done
+# CUDA memory not shared by IPC: staged as over a transport without RMA_CUDA, a peer's
+# device memory out of reach of put and get
+for suite in staging cuda_transport; do
+    echo "== test_$suite over shm, XFER_SHM_CUDA_IPC=n"
+    XFER_SHM_CUDA_IPC=n "$build/test/test_$suite" || rc=1
 done
 for suite in tag rma tensor memory close faults batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off"

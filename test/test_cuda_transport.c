@@ -18,9 +18,8 @@
  * peer's device memory skip there (no remote key exists for it; test_staging covers the
  * staged puts and gets of this side's), and so do the two tests of tcp's bounce buffers.
  */
-#include "gpu_fixture.h"
+#include "cuda_peer.h"
 #include "staging_test.h"
-#include "test_peer.h"
 
 #include <xfer/info.h>
 
@@ -31,26 +30,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAXLEN  (1u << 20)
 #define TAG     0x5100u
 
-static const size_t sizes[] = {1, 100, 4095, 4096, 4097, 3 * 4096 + 5, 65536 + 7, MAXLEN - 3};
-
-enum {
-    CMD_DONE = 1,
-    CMD_ECHO,       /* len, tag: post a receive into D (reply 1), send it back with tag + 1
-                     * (reply 2) */
-    CMD_FILL,       /* seed: pattern(seed) into all of D */
-    CMD_CHECK,      /* off, len, seed: D[off, off + len) holds pattern(seed) */
-    CMD_PUBLISH,    /* step, len, seed, copy: publish D[0, len) = pattern(seed) as "t"
-                     * (copy: with XFER_PUBLISH_COPY, D changed right after), wait until it
-                     * was fetched */
-    CMD_STALL_SENDING, /* len, tag: post a send of len host bytes (reply 1), then stop
-                        * progressing until killed */
-    CMD_STALL,      /* reply 1, then stop progressing until killed */
-    CMD_WATCH,      /* len, seed: D[0, len) = something else (reply 1); progress until the
-                     * last byte is pattern(seed)'s, then reply 2 if all of it is, else 3 */
-};
+static const size_t sizes[] = {1, 100, 4095, 4096, 4097, 3 * 4096 + 5, 65536 + 7,
+                               DT_MAXLEN - 3};
 
 static void setup(void)
 {
@@ -62,223 +45,9 @@ static void setup(void)
 
 TestSuite(cuda_transport, .init = setup, .timeout = 240);
 
-/* ---- the peer -------------------------------------------------------------------------------- */
-
-static uint64_t ctl_u64(tp_side_t *s)
-{
-    uint64_t v;
-
-    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
-    return v;
-}
-
-static int srv_device(tp_side_t *s)
-{
-    char why[XFER_REASON_MAX];
-    const xfer_cuda_driver_t *drv;
-    char *host = malloc(MAXLEN);
-    xfer_cu_ptr_t dptr = 0;
-    void *cu_ctx, *blob;
-    xfer_mem_t *mem;
-    size_t len;
-
-    TP_CHECK(host != NULL, "malloc");
-    if (xfer_cuda_init(why, sizeof(why)) != XFER_OK) {
-        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");  /* no GPU: the parent skips */
-        free(host);
-        return 0;
-    }
-    drv = xfer_cuda_driver(why, sizeof(why));
-    TP_CHECK(drv != NULL, "%s", why);
-    TP_CHECK(drv->device_primary_ctx_retain(&cu_ctx, 0) == 0, "primary context");
-    TP_CHECK(drv->ctx_set_current(cu_ctx) == 0, "set context");
-    TP_CHECK(drv->mem_alloc(&dptr, MAXLEN) == 0, "cuMemAlloc");
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, (void*)(uintptr_t)dptr, MAXLEN, XFER_MEM_CUDA,
-                                      &mem), XFER_OK);
-    TP_CHECK(tp_ctl_send_u64(s->ctl, dptr) == 0, "ctl");
-    if (xfer_rkey_pack(mem, &blob, &len) != XFER_OK) {
-        /* the transport does not move CUDA memory itself: no puts and gets into it (only the
-         * initiator's side of those is staged), tags and tensors through host memory */
-        TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
-    } else {
-        TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-        TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-        xfer_rkey_blob_free(blob);
-    }
-    for (;;) {
-        xfer_request_t *req = NULL;
-        uint64_t cmd, a, b, c;
-
-        TP_CHECK(tp_progress_until_ctl(s, 120000) == 0, "no command from the parent");
-        cmd = ctl_u64(s);
-        if (cmd == CMD_DONE) {
-            break;
-        }
-        switch (cmd) {
-        case CMD_ECHO:
-            a = ctl_u64(s);
-            b = ctl_u64(s);
-            TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, s->ep, b, UINT64_MAX, (void*)(uintptr_t)dptr,
-                                             a, mem, NULL, NULL, &req)), "tag recv");
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-            TP_CHECK(xfer_request_length(req) == a, "received %zu bytes of %llu",
-                     xfer_request_length(req), (unsigned long long)a);
-            xfer_request_release(req);
-            req = NULL;
-            TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, b + 1, (void*)(uintptr_t)dptr, a, mem,
-                                             NULL, NULL, &req)), "tag send");
-            if (req != NULL) {
-                TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-                xfer_request_release(req);
-            }
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 2) == 0, "ctl");
-            break;
-        case CMD_FILL:
-            tp_fill_pattern(host, MAXLEN, ctl_u64(s));
-            TP_CHECK(drv->memcpy_htod(dptr, host, MAXLEN) == 0, "cuMemcpyHtoD");
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            break;
-        case CMD_CHECK: {
-            ssize_t bad;
-
-            a = ctl_u64(s);
-            b = ctl_u64(s);
-            c = ctl_u64(s);
-            TP_CHECK(drv->memcpy_dtoh(host, dptr + a, b) == 0, "cuMemcpyDtoH");
-            bad = tp_check_pattern(host, b, c);
-            TP_CHECK(tp_ctl_send_u64(s->ctl, (bad < 0) ? 1 : (uint64_t)bad + 2) == 0, "ctl");
-            break;
-        }
-        case CMD_PUBLISH: {
-            xfer_tensor_t t = {XFER_DTYPE_UINT8, 1, {0}, 0, NULL, 0};
-
-            a = ctl_u64(s);
-            b = ctl_u64(s);
-            c = ctl_u64(s);
-            tp_fill_pattern(host, b, c);
-            TP_CHECK(drv->memcpy_htod(dptr, host, b) == 0, "cuMemcpyHtoD");
-            t.dims[0] = (int64_t)b;
-            t.size    = b;
-            t.data    = (void*)(uintptr_t)dptr;
-            if (ctl_u64(s) != 0) {
-                /* XFER_PUBLISH_COPY: the tensor is copied at once; the device buffer is the
-                 * caller's again and changes before anyone fetches */
-                TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, XFER_PUBLISH_COPY,
-                                                       NULL, NULL, &req)), "publish");
-                tp_fill_pattern(host, b, c + 1000);
-                TP_CHECK(drv->memcpy_htod(dptr, host, b) == 0, "cuMemcpyHtoD");
-            } else {
-                TP_CHECK(TP_POSTED(xfer_tensor_publish(s->ctx, a, "t", &t, 0, NULL, NULL,
-                                                       &req)), "publish");
-            }
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-            xfer_request_release(req);
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 2) == 0, "ctl");
-            break;
-        }
-        case CMD_STALL_SENDING: {
-            char *big;
-
-            a   = ctl_u64(s);
-            b   = ctl_u64(s);
-            big = malloc(a);
-            TP_CHECK(big != NULL, "malloc");
-            memset(big, 0x5a, a);
-            TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, b, big, a, NULL, NULL, NULL, &req)),
-                     "tag send");
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
-            return 1;
-        }
-        case CMD_WATCH: {
-            char last = 0;
-            double end;
-
-            a = ctl_u64(s);
-            b = ctl_u64(s);
-            TP_CHECK(a > 0 && a <= MAXLEN, "length");
-            tp_fill_pattern(host, a, b);
-            c = (uint8_t)host[a - 1];
-            for (uint64_t other = b + 1000; (uint8_t)host[a - 1] == c; other++) {
-                tp_fill_pattern(host, a, other);
-            }
-            TP_CHECK(drv->memcpy_htod(dptr, host, a) == 0, "cuMemcpyHtoD");
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            /* let the put pile up in the socket: it is then read in one go, more of it than
-             * there are bounce buffers */
-            usleep(100 * 1000);
-            end = tp_now_ms() + TP_WAIT_MS;
-            do {
-                TP_CHECK(tp_now_ms() < end, "the put's last byte never came");
-                xfer_progress(s->ctx);
-                TP_CHECK(drv->memcpy_dtoh(&last, dptr + a - 1, 1) == 0, "cuMemcpyDtoH");
-            } while ((uint8_t)last != c);
-            TP_CHECK(drv->memcpy_dtoh(host, dptr, a) == 0, "cuMemcpyDtoH");
-            TP_CHECK(tp_ctl_send_u64(s->ctl, (tp_check_pattern(host, a, b) < 0) ? 2 : 3) == 0,
-                     "ctl");
-            break;
-        }
-        case CMD_STALL:
-            TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            tp_ctl_recv_u64(s->ctl, &c, TP_WAIT_MS * 3);    /* killed before this returns */
-            return 1;
-        default:
-            TP_CHECK(0, "unknown command %llu", (unsigned long long)cmd);
-        }
-    }
-    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
-    TP_CHECK(drv->mem_free(dptr) == 0, "cuMemFree");
-    drv->device_primary_ctx_release(0);
-    free(host);
-    return 0;
-}
-
-/* ---- this side ------------------------------------------------------------------------------- */
-
-typedef struct dev_test {
-    tp_peer_t     peer;
-    tg_gpu_t      gpu;
-    xfer_cu_ptr_t src, dst;         /* this side's device buffers */
-    xfer_mem_t    *src_mem, *dst_mem;
-    uint64_t      remote;           /* the peer's device region */
-    xfer_rkey_t   *rkey;
-    char          *host;
-} dev_test_t;
-
 static void fake_driver(void)
 {
     tg_use_stand_in_driver();
-}
-
-static void dt_start(dev_test_t *t)
-{
-    void *blob;
-    size_t blen;
-
-    memset(t, 0, sizeof(*t));
-    t->host = malloc(MAXLEN);
-    cr_assert_not_null(t->host);
-    tp_start(&t->peer, srv_device, NULL);
-    t->remote = tp_recv(&t->peer);
-    if (t->remote == 0) {
-        tp_finish(&t->peer);
-        fprintf(stderr, "cuda_transport: skipped: the peer found no usable CUDA device\n");
-        cr_skip_test("the peer found no usable CUDA device");
-    }
-    if (tp_recv(&t->peer) != 0) {
-        blob = tp_recv_blob(&t->peer, &blen);
-        cr_assert_eq(xfer_rkey_unpack(t->peer.ep, blob, blen, &t->rkey), XFER_OK);
-        free(blob);
-    }
-    tg_gpu_open(&t->gpu, "cuda_transport");
-    cr_assert_eq(t->gpu.drv->mem_alloc(&t->src, MAXLEN), 0);
-    cr_assert_eq(t->gpu.drv->mem_alloc(&t->dst, MAXLEN), 0);
-    cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->src, MAXLEN, XFER_MEM_CUDA,
-                                   &t->src_mem), XFER_OK);
-    cr_assert_eq(xfer_mem_register(t->peer.ctx, (void*)(uintptr_t)t->dst, MAXLEN, XFER_MEM_CUDA,
-                                   &t->dst_mem), XFER_OK);
 }
 
 /* Where the transport moves device memory itself nothing was staged; elsewhere every
@@ -297,49 +66,6 @@ static void expect_staged(dev_test_t *t, uint64_t at_least)
     }
 }
 
-static void dt_finish(dev_test_t *t)
-{
-    cr_expect_eq(xfer_mem_deregister(t->src_mem), XFER_OK);
-    cr_expect_eq(xfer_mem_deregister(t->dst_mem), XFER_OK);
-    cr_expect_eq(t->gpu.drv->mem_free(t->src), 0);
-    cr_expect_eq(t->gpu.drv->mem_free(t->dst), 0);
-    xfer_rkey_destroy(t->rkey);
-    tp_send(&t->peer, CMD_DONE);
-    tp_finish(&t->peer);
-    t->gpu.drv->device_primary_ctx_release(t->gpu.device);
-    free(t->host);
-}
-
-/* pattern(seed) into this side's device buffer at ptr. */
-static void dev_fill(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed)
-{
-    tp_fill_pattern(t->host, len, seed);
-    cr_assert_eq(t->gpu.drv->memcpy_htod(ptr, t->host, len), 0);
-}
-
-/* Whether this side's device memory at ptr holds pattern(seed); -1 when it does. */
-static ssize_t dev_check(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed)
-{
-    cr_assert_eq(t->gpu.drv->memcpy_dtoh(t->host, ptr, len), 0);
-    return tp_check_pattern(t->host, len, seed);
-}
-
-/* A command of three arguments (CMD_CHECK), and its answer. */
-static uint64_t peer_cmd(dev_test_t *t, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c)
-{
-    tp_send(&t->peer, cmd);
-    tp_send(&t->peer, a);
-    tp_send(&t->peer, b);
-    tp_send(&t->peer, c);
-    return tp_recv(&t->peer);
-}
-
-static void wait_ok(xfer_status_t s, xfer_request_t *req, const char *what, size_t len)
-{
-    cr_assert(TP_POSTED(s), "%s of %zu bytes: %s", what, len, xfer_status_string(s));
-    cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK, "%s of %zu bytes", what, len);
-}
-
 /* A message of len bytes from device memory here to device memory there and back, checked.
  * unexpected: sent before the peer posts its receive, so that it waits in the peer's
  * unexpected queue. */
@@ -348,8 +74,8 @@ static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, 
     xfer_request_t *sreq = NULL, *rreq = NULL;
     xfer_status_t s = XFER_ERR_INTERNAL;
 
-    dev_fill(t, t->src, len, seed);
-    dev_fill(t, t->dst, len, 7);
+    dt_fill(t, t->src, len, seed);
+    dt_fill(t, t->dst, len, 7);
     cr_assert(TP_POSTED(xfer_tag_recv(t->peer.ctx, t->peer.ep, tag + 1, UINT64_MAX,
                                       (void*)(uintptr_t)t->dst, len, t->dst_mem, NULL, NULL,
                                       &rreq)));
@@ -368,10 +94,10 @@ static void echo_check(dev_test_t *t, size_t len, uint64_t tag, int unexpected, 
         s = xfer_tag_send(t->peer.ep, tag, (void*)(uintptr_t)t->src, len, t->src_mem, NULL,
                           NULL, &sreq);
     }
-    wait_ok(s, sreq, unexpected ? "unexpected send" : "send", len);
-    wait_ok(XFER_INPROGRESS, rreq, "echo", len);
+    dt_wait_ok(s, sreq, unexpected ? "unexpected send" : "send", len);
+    dt_wait_ok(XFER_INPROGRESS, rreq, "echo", len);
     cr_expect_eq(tp_recv(&t->peer), 2);
-    cr_expect_eq(dev_check(t, t->dst, len, seed), -1, "%s message of %zu bytes came back "
+    cr_expect_eq(dt_check(t, t->dst, len, seed), -1, "%s message of %zu bytes came back "
                  "wrong", unexpected ? "an unexpected" : "a", len);
 }
 
@@ -414,27 +140,27 @@ static void rma(void)
         cr_skip_test("%s", why);
     }
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-        size_t len = sizes[i], off = (len + 3 <= MAXLEN) ? 3 : 0;
+        size_t len = sizes[i], off = (len + 3 <= DT_MAXLEN) ? 3 : 0;
         xfer_request_t *req = NULL;
         xfer_status_t s;
 
-        dev_fill(&t, t.src, len, 200 + i);
+        dt_fill(&t, t.src, len, 200 + i);
         s = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, len, t.src_mem, t.remote + off, t.rkey,
                      NULL, NULL, &req);
-        wait_ok(s, req, "put", len);
+        dt_wait_ok(s, req, "put", len);
         cr_assert_eq(tp_flush(t.peer.ep, TP_WAIT_MS), XFER_OK, "flush after a put");
-        cr_expect_eq(peer_cmd(&t, CMD_CHECK, off, len, 200 + i), 1, "put of %zu bytes into "
+        cr_expect_eq(dt_cmd(&t, CMD_CHECK, off, len, 200 + i), 1, "put of %zu bytes into "
                      "the peer's device memory", len);
 
         tp_send(&t.peer, CMD_FILL);
         tp_send(&t.peer, 300 + i);
         cr_assert_eq(tp_recv(&t.peer), 1);
-        dev_fill(&t, t.dst, len, 8);
+        dt_fill(&t, t.dst, len, 8);
         req = NULL;
         s   = xfer_get(t.peer.ep, (void*)(uintptr_t)t.dst, len, t.dst_mem, t.remote, t.rkey,
                        NULL, NULL, &req);
-        wait_ok(s, req, "get", len);
-        cr_expect_eq(dev_check(&t, t.dst, len, 300 + i), -1, "get of %zu bytes from the "
+        dt_wait_ok(s, req, "get", len);
+        cr_expect_eq(dt_check(&t, t.dst, len, 300 + i), -1, "get of %zu bytes from the "
                      "peer's device memory", len);
     }
     dt_finish(&t);
@@ -455,17 +181,17 @@ static void puts_land_in_order(void)
         cr_skip_test("no puts into the peer's device memory over this transport");
     }
     for (uint64_t round = 0; round < 8; round++) {
-        size_t len = (round % 2) ? MAXLEN - 1 : 65535;     /* all of it fits the socket */
+        size_t len = (round % 2) ? DT_MAXLEN - 1 : 65535;     /* all of it fits the socket */
         xfer_request_t *req = NULL;
 
-        dev_fill(&t, t.src, len, 800 + round);
+        dt_fill(&t, t.src, len, 800 + round);
         tp_send(&t.peer, CMD_WATCH);
         tp_send(&t.peer, len);
         tp_send(&t.peer, 800 + round);
         cr_assert_eq(tp_recv(&t.peer), 1);
         cr_assert(TP_POSTED(xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, len, t.src_mem,
                                      t.remote, t.rkey, NULL, NULL, &req)));
-        wait_ok(XFER_INPROGRESS, req, "put", len);
+        dt_wait_ok(XFER_INPROGRESS, req, "put", len);
         cr_expect_eq(tp_recv(&t.peer), 2, "round %llu: the peer saw the last byte of the put "
                      "before the bytes ahead of it", (unsigned long long)round);
     }
@@ -507,7 +233,7 @@ static void tensors(void)
                 fp.alloc_arg = &t;
             } else {
                 fp.buffer   = (void*)(uintptr_t)t.dst;
-                fp.capacity = MAXLEN;
+                fp.capacity = DT_MAXLEN;
                 fp.mem      = t.dst_mem;
             }
             tp_send(&t.peer, CMD_PUBLISH);
@@ -523,7 +249,7 @@ static void tensors(void)
             got = xfer_request_tensor(req);
             cr_assert_not_null(got);
             cr_expect_eq(got->size, len);
-            cr_expect_eq(dev_check(&t, (xfer_cu_ptr_t)(uintptr_t)got->data, len, 400 + i), -1,
+            cr_expect_eq(dt_check(&t, (xfer_cu_ptr_t)(uintptr_t)got->data, len, 400 + i), -1,
                          "tensor of %zu bytes fetched %s", len,
                          use_alloc ? "into an allocation" : "into a registered buffer");
             if (use_alloc) {
@@ -637,7 +363,7 @@ typedef struct stalled {
 static void stalled_spawn(stalled_t *p)
 {
     memset(p, 0, sizeof(*p));
-    tp_server_spawn(&p->peer, srv_device, NULL, NULL);
+    tp_server_spawn(&p->peer, dt_serve, NULL, NULL);
 }
 
 static void stalled_connect(dev_test_t *t, stalled_t *p)
@@ -704,8 +430,8 @@ Test(cuda_transport, transfers_with_stalled_peers_do_not_hold_up_another_stand_i
     cr_assert_eq(t.gpu.drv->mem_alloc(&big, DIE_LEN), 0);
     cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
                                    &big_mem), XFER_OK);
-    for (size_t off = 0; off < DIE_LEN; off += MAXLEN) {
-        dev_fill(&t, big + off, MAXLEN, 700 + off / MAXLEN);
+    for (size_t off = 0; off < DIE_LEN; off += DT_MAXLEN) {
+        dt_fill(&t, big + off, DT_MAXLEN, 700 + off / DT_MAXLEN);
     }
     /* receives from A and B whose senders stop half way */
     for (int i = 0; i < 2; i++) {

@@ -198,10 +198,17 @@ static void cuda_to_host(const char *test)
 Test(perf, put_bw_from_cuda_memory) { cuda_to_host("put_bw"); }
 Test(perf, get_bw_into_cuda_memory) { cuda_to_host("get_bw"); }
 
+/* Whether the transport under test puts into and gets from a peer's CUDA memory: tcp moves
+ * it through its bounce buffers, shm opens it by its CUDA IPC handle. */
+static int reaches_peers_cuda(void)
+{
+    return (strcmp(transport(), "tcp") == 0) || (strcmp(transport(), "shm") == 0);
+}
+
 /* Every test with both sides' buffers in CUDA memory, data checked: over a transport that
- * moves it (tcp, through its bounce buffers, made small here so that a message spans many)
- * all of them; over one without MEM_CUDA (verbs in the guest) the tagged and tensor tests,
- * which xfer stages through host memory (a put or get into the peer's cuda memory is refused
+ * reaches a peer's (tcp, through its bounce buffers, made small here so that a message spans
+ * many; shm, by IPC) all of them; over verbs in the guest the tagged and tensor tests, which
+ * xfer stages through host memory (a put or get into the peer's cuda memory is refused
  * there, below). */
 Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
 {
@@ -211,7 +218,7 @@ Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
     char env[1200], args[256];
     perf_run_t r;
 
-    if (strcmp(transport(), "tcp") != 0) {
+    if (!reaches_peers_cuda()) {
         num_tests = 4;
     }
     snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s XFER_TCP_CUDA_CHUNK=64k XFER_TCP_CUDA_DEPTH=2",
@@ -226,22 +233,29 @@ Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
     }
 }
 
-/* Batches with CUDA memory on either side or both, over tcp, data checked: a batch of puts
+/* Batches with CUDA memory on either side or both, data checked. Over tcp a batch of puts
  * from host memory into the peer's CUDA memory goes as PUTV frames, which the target reads
- * block by block through its bounce buffers; from CUDA memory as PUT frames. */
+ * block by block through its bounce buffers; from CUDA memory as PUT frames. Over shm the
+ * initiator copies every block with the CUDA driver, the peer's CUDA memory opened by its
+ * IPC handle, its host memory from xfer_mem_alloc mapped (malloc'd host memory of the peer's
+ * it cannot reach from device memory: batches are not staged). */
 Test(perf, batches_move_cuda_memory_on_either_side)
 {
-    static const char *const mems[] = {"host,cuda", "cuda,host", "cuda"};
+    static const char *const tcp_mems[] = {"host,cuda", "cuda,host", "cuda"};
+    static const char *const shm_mems[] = {"host,cuda", "cuda,xfer", "xfer,cuda", "cuda"};
     static const char *const tests[] = {"batch_put", "batch_get"};
+    int shm = strcmp(transport(), "shm") == 0;
+    const char *const *mems = shm ? shm_mems : tcp_mems;
+    size_t num_mems = shm ? 4 : 3;
     char env[1200], args[256];
     perf_run_t r;
 
-    if (strcmp(transport(), "tcp") != 0) {
-        cr_skip_test("%s does not move CUDA memory itself (tcp does)", transport());
+    if (!reaches_peers_cuda()) {
+        cr_skip_test("%s does not reach a peer's CUDA memory (tcp and shm do)", transport());
     }
     snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s XFER_TCP_CUDA_CHUNK=64k XFER_TCP_CUDA_DEPTH=2",
              fake_cuda());
-    for (size_t m = 0; m < sizeof(mems) / sizeof(mems[0]); m++) {
+    for (size_t m = 0; m < num_mems; m++) {
         for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
             snprintf(args, sizeof(args), "-t %s -m %s -s 300001 -b 5 -w 2 -n 6 --warmup 1 -V",
                      tests[i], mems[m]);

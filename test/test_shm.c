@@ -2,9 +2,12 @@
  * What only the shm component has: it is chosen by default for a peer on this host, a peer
  * killed at any point leaves nothing behind (its segments are memfds, in no mount), a peer
  * killed in the middle of a message fails the endpoint, and a peer that writes nonsense into
- * our ring fails the endpoint with a protocol error and reads or writes nothing outside it.
+ * our ring fails the endpoint with a protocol error and reads or writes nothing outside it;
+ * a put by frames into CUDA memory (which only the initiator moves, by its IPC handle) is
+ * refused.
  * The shared API suites (tag, rma, tensor, ...) run over shm as over tcp: test/shm_modes.sh.
  */
+#include "gpu_fixture.h"
 #include "test_peer.h"
 #include "test_util.h"
 
@@ -204,11 +207,15 @@ Test(shm, peers_killed_at_any_point_leave_nothing_behind)
 
 /* What a hostile peer writes as the next frame of every shm ring it maps (shm_ring.h's
  * layout: cells from 512; a header is len:u32 type:u16 flags:u16 status:i32 seq:u32
- * id:u64 a b c d e:u64) before it publishes it by its stamp. */
+ * id:u64 a b c d e:u64, its payload after the 64 bytes) before it publishes it by its
+ * stamp. key_from_ctl: a, b and e are read from the control socket first (a region of
+ * ours: its id, address and our iface's cookie); payload: len bytes of 0xee follow. */
 typedef struct scribble {
     uint32_t len;
     uint16_t type, flags;
-    uint64_t id, c;
+    uint64_t id, a, b, c, e;
+    int      key_from_ctl;
+    int      payload;
 } scribble_t;
 
 static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* a 4 GiB TAG */
@@ -217,11 +224,17 @@ static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* 
  * as the frame the owner takes next (the ring is new: cell 0, stamp 1), and waits. */
 static int srv_scribbler(tp_side_t *s)
 {
-    const scribble_t *w = (s->arg != NULL) ? s->arg : &scribble_garbage;
+    scribble_t w = *(const scribble_t*)((s->arg != NULL) ? s->arg : &scribble_garbage);
     char line[512];
-    FILE *maps = fopen("/proc/self/maps", "r");
+    FILE *maps;
     int n = 0;
 
+    if (w.key_from_ctl) {
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.a, TP_WAIT_MS) == 0, "ctl");
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.b, TP_WAIT_MS) == 0, "ctl");
+        TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.e, TP_WAIT_MS) == 0, "ctl");
+    }
+    maps = fopen("/proc/self/maps", "r");
     TP_CHECK(maps != NULL, "maps");
     while (fgets(line, sizeof(line), maps) != NULL) {
         unsigned long lo, hi;
@@ -237,11 +250,17 @@ static int srv_scribbler(tp_side_t *s)
         memcpy(&tail, base + 128, 8);
         TP_CHECK(tail == 0, "a ring in which %llu cells were taken already",
                  (unsigned long long)tail);
-        memcpy(base + 512, &w->len, 4);     /* the cell the consumer reads next (tail 0) */
-        memcpy(base + 516, &w->type, 2);
-        memcpy(base + 518, &w->flags, 2);
-        memcpy(base + 528, &w->id, 8);
-        memcpy(base + 552, &w->c, 8);
+        memcpy(base + 512, &w.len, 4);      /* the cell the consumer reads next (tail 0) */
+        memcpy(base + 516, &w.type, 2);
+        memcpy(base + 518, &w.flags, 2);
+        memcpy(base + 528, &w.id, 8);
+        memcpy(base + 536, &w.a, 8);
+        memcpy(base + 544, &w.b, 8);
+        memcpy(base + 552, &w.c, 8);
+        memcpy(base + 568, &w.e, 8);
+        if (w.payload) {
+            memset(base + 576, 0xee, w.len);
+        }
         __atomic_store_n((uint32_t*)(void*)(base + 524), stamp, __ATOMIC_RELEASE);
         n++;
     }
@@ -318,6 +337,58 @@ Test(shm, an_inline_frame_out_of_bounds_fails_the_endpoint)
         snprintf(what, sizeof(what), "bad inline frame %zu", i);
         scribbled(&bad[i], what);
     }
+}
+
+/* A PUT frame (4) with 64 bytes of data in the ring, naming a region of our CUDA memory
+ * (registered with shm for its IPC handle; the stand-in driver's device memory is not
+ * CPU-addressable): refused - only the initiator moves CUDA memory, by the handle - so the
+ * device memory keeps its bytes, the endpoint stays up, and the data is dropped. */
+Test(shm, a_put_frame_into_cuda_memory_is_refused_and_touches_nothing)
+{
+    static const scribble_t put = {.type = 4, .len = 64, .id = 1, .c = 64, .key_from_ctl = 1,
+                                   .payload = 1};
+    uint8_t *host = malloc(1 << 20), *back = malloc(1 << 20), *blob;
+    xfer_cu_ptr_t dptr = 0;
+    uint64_t cookie, id, addr;
+    xfer_mem_t *mem;
+    size_t len, at;
+    tg_gpu_t gpu;
+    tp_peer_t p;
+
+    cr_assert((host != NULL) && (back != NULL));
+    tg_use_stand_in_driver();
+    tp_start(&p, srv_scribbler, (void*)&put);
+    tg_gpu_open(&gpu, "shm");
+    cr_assert_eq(gpu.drv->mem_alloc(&dptr, 1 << 20), 0);
+    tp_fill_pattern(host, 1 << 20, 77);
+    cr_assert_eq(gpu.drv->memcpy_htod(dptr, host, 1 << 20), 0);
+    cr_assert_eq(xfer_mem_register(p.ctx, (void*)(uintptr_t)dptr, 1 << 20, XFER_MEM_CUDA, &mem),
+                 XFER_OK);
+    /* shm's part of the key (memory.c's layout): the cookie, id and address the frame names */
+    cr_assert_eq(xfer_rkey_pack(mem, (void**)&blob, &len), XFER_OK);
+    at = 29;
+    cr_assert((len > at + 6) && (blob[at] == 3) && (memcmp(blob + at + 1, "shm", 3) == 0));
+    memcpy(&cookie, blob + at + 6, 8);
+    memcpy(&id, blob + at + 14, 8);
+    memcpy(&addr, blob + at + 22, 8);
+    xfer_rkey_blob_free(blob);
+    tp_send(&p, id);
+    tp_send(&p, addr);
+    tp_send(&p, cookie);
+    cr_assert_eq(tp_recv(&p), 1);
+    tp_progress_for(p.ctx, 300);
+    cr_expect_eq(xfer_endpoint_status(p.ep), XFER_OK, "a refused put failed the endpoint");
+    cr_assert_eq(gpu.drv->memcpy_dtoh(back, dptr, 1 << 20), 0);
+    cr_expect_eq(memcmp(back, host, 1 << 20), 0, "the refused put changed device memory");
+    kill(p.pid, SIGKILL);
+    (void)tp_child_wait(&p, 10);
+    xfer_endpoint_close(p.ep);
+    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
+    cr_expect_eq(gpu.drv->mem_free(dptr), 0);
+    xfer_context_destroy(p.ctx);
+    gpu.drv->device_primary_ctx_release(gpu.device);
+    free(host);
+    free(back);
 }
 
 /* Clients that close their endpoint as soon as xfer_connect returns: the server completes its

@@ -1,0 +1,425 @@
+/*
+ * Batches into and out of a peer's CUDA device memory, between two processes, over the
+ * transport under test (shm: the initiator opens the peer's allocation by its CUDA IPC handle
+ * and copies with the driver; tcp: through its bounce buffers): the peer checks a put batch's
+ * data in its device memory the moment the notification arrives; a get batch lands
+ * scattered in device memory here; a batch from host memory lands in the peer's device
+ * memory; device memory here moves to and from the peer's host memory (over shm by the
+ * driver into the peer's xfer_mem_alloc memory mapped here; its malloc'd memory takes
+ * staged puts and gets, and refuses batches). Over shm, a remote key that claims more of
+ * the allocation than the handle opens moves nothing, into the allocation or past it.
+ *
+ * Each runs over the GPU's own driver (skipped where there is none) and over
+ * test/plugins/fake_cuda.c, the stand-in for the driver (cuda_peer.h, test_cuda_transport.c):
+ * its device memory is not CPU-addressable, and its copies land only when the stream is
+ * synchronised or its events asked, so a notification sent before the copies were waited
+ * for arrives before the data. Transports that give no remote key for device memory (verbs
+ * without GPUDirect) skip.
+ */
+#include "cuda_peer.h"
+
+#include <xfer/info.h>
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void setup(void)
+{
+    tp_env();
+    unsetenv("XFER_CUDA_LIB");
+}
+
+TestSuite(cuda_batch, .init = setup, .timeout = 240);
+
+#define MAX_DESCS  256
+
+/* A list of blocks: block k of len[k] bytes lies at ro[k] in the remote region, one after
+ * the other, and at lo[k] in the local buffer, in the reverse order - so that neither side's
+ * offsets follow the other's. */
+typedef struct blocks {
+    size_t            n;
+    uint64_t          total;
+    xfer_batch_desc_t d[MAX_DESCS];
+} blocks_t;
+
+static void blocks_make(blocks_t *b, const uint64_t *lens, size_t n)
+{
+    uint64_t at = 0;
+
+    cr_assert_leq(n, MAX_DESCS);
+    b->n = n;
+    for (size_t k = 0; k < n; k++) {
+        b->d[k].remote_offset = at;
+        b->d[k].length        = lens[k];
+        at += lens[k];
+    }
+    b->total = at;
+    cr_assert_leq(b->total, DT_MAXLEN);
+    at = 0;
+    for (size_t k = n; k-- > 0;) {
+        b->d[k].local_offset = at;
+        at += lens[k];
+    }
+}
+
+/* 128 x 4 KiB, and blocks of mixed sizes (one byte to 20000, odd ones included). */
+static size_t lens_of(unsigned round, uint64_t *lens)
+{
+    static const uint64_t mixed[] = {1, 4095, 20000, 4096, 777, 8192, 3, 12289, 64};
+    size_t n = 0;
+
+    if (round == 0) {
+        for (; n < 128; n++) {
+            lens[n] = 4096;
+        }
+        return n;
+    }
+    for (; n < 37; n++) {
+        lens[n] = mixed[(n * 5 + round) % (sizeof(mixed) / sizeof(mixed[0]))];
+    }
+    return n;
+}
+
+/* The local image of pattern(seed) over the remote blocks: block k's bytes at lo[k]. */
+static void local_image(const blocks_t *b, uint64_t seed, char *img)
+{
+    char *want = malloc(b->total);
+
+    cr_assert_not_null(want);
+    tp_fill_pattern(want, b->total, seed);
+    for (size_t k = 0; k < b->n; k++) {
+        memcpy(img + b->d[k].local_offset, want + b->d[k].remote_offset, b->d[k].length);
+    }
+    free(want);
+}
+
+/* A put batch of b from src (registered as mem) with a notification; the peer checks its
+ * device memory when the notification arrives. */
+static void put_round(dev_test_t *t, const blocks_t *b, xfer_mem_t *mem, uint64_t seed)
+{
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch = NULL;
+    char note[32];
+    xfer_status_t s;
+
+    cr_assert_eq(xfer_batch_create(t->peer.ep, XFER_BATCH_PUT, mem, t->rkey, b->d, b->n,
+                                   &batch), XFER_OK);
+    tp_send(&t->peer, CMD_AWAIT_NOTIFY);
+    tp_send(&t->peer, b->total);
+    tp_send(&t->peer, seed);
+    cr_assert_eq(tp_recv(&t->peer), 1);
+    snprintf(note, sizeof(note), "batch %llu", (unsigned long long)seed);
+    s = xfer_batch_post(batch, note, strlen(note), 0, NULL, NULL, &req);
+    cr_assert(TP_POSTED(s), "put batch: %s", xfer_status_string(s));
+    cr_assert_not_null(req);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "put batch of %zu blocks",
+                 b->n);
+    cr_expect_eq(xfer_request_landed(req), b->n);
+    xfer_request_release(req);
+    cr_expect_eq(tp_recv(&t->peer), 2, "%zu blocks, %llu bytes: the peer's device memory did "
+                 "not hold the batch when its notification came", b->n,
+                 (unsigned long long)b->total);
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+}
+
+/* A get batch of b into dst, whose blocks must hold pattern(seed) as the peer's region
+ * does; img: DT_MAXLEN bytes to build the expected image in. */
+static void get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img)
+{
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch = NULL;
+    xfer_status_t s;
+
+    dt_fill(t, t->dst, DT_MAXLEN, 7);
+    cr_assert_eq(xfer_batch_create(t->peer.ep, XFER_BATCH_GET, t->dst_mem, t->rkey, b->d, b->n,
+                                   &batch), XFER_OK);
+    s = xfer_batch_post(batch, NULL, 0, 0, NULL, NULL, &req);
+    dt_wait_ok(s, req, "get batch", b->total);
+    local_image(b, seed, img);
+    cr_assert_eq(t->gpu.drv->memcpy_dtoh(t->host, t->dst, b->total), 0);
+    cr_expect_eq(memcmp(t->host, img, b->total), 0, "%zu blocks, %llu bytes: the blocks read "
+                 "from the peer's region did not land where they belong", b->n,
+                 (unsigned long long)b->total);
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+}
+
+static void start(dev_test_t *t)
+{
+    dt_start(t);
+    if (t->rkey == NULL) {
+        dt_finish(t);
+        fprintf(stderr, "cuda_batch: skipped: %s gives no remote key for device memory\n",
+                xfer_endpoint_transport(t->peer.ep));
+        cr_skip_test("no batches into a peer's device memory over this transport");
+    }
+}
+
+/* Device memory here into the peer's, scattered both ways. */
+static void put_device(void)
+{
+    uint64_t lens[MAX_DESCS];
+    dev_test_t t;
+    blocks_t b;
+
+    start(&t);
+    for (unsigned round = 0; round < 3; round++) {
+        blocks_make(&b, lens, lens_of(round, lens));
+        local_image(&b, 900 + round, t.host);
+        cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
+        put_round(&t, &b, t.src_mem, 900 + round);
+    }
+    dt_finish(&t);
+}
+
+/* The peer's device memory into device memory here. */
+static void get_device(void)
+{
+    uint64_t lens[MAX_DESCS];
+    char *img;
+    dev_test_t t;
+    blocks_t b;
+
+    start(&t);
+    img = malloc(DT_MAXLEN);
+    cr_assert_not_null(img);
+    for (unsigned round = 0; round < 3; round++) {
+        blocks_make(&b, lens, lens_of(round, lens));
+        tp_send(&t.peer, CMD_FILL);
+        tp_send(&t.peer, 950 + round);
+        cr_assert_eq(tp_recv(&t.peer), 1);
+        get_round(&t, &b, 950 + round, img);
+    }
+    free(img);
+    dt_finish(&t);
+}
+
+/* Host memory here into the peer's device memory. */
+static void put_host(void)
+{
+    uint64_t lens[MAX_DESCS];
+    char *src = malloc(DT_MAXLEN);
+    xfer_mem_t *mem;
+    dev_test_t t;
+    blocks_t b;
+
+    cr_assert_not_null(src);
+    start(&t);
+    cr_assert_eq(xfer_mem_register(t.peer.ctx, src, DT_MAXLEN, XFER_MEM_HOST, &mem), XFER_OK);
+    for (unsigned round = 0; round < 2; round++) {
+        blocks_make(&b, lens, lens_of(round, lens));
+        local_image(&b, 980 + round, src);
+        put_round(&t, &b, mem, 980 + round);
+    }
+    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(src);
+    dt_finish(&t);
+}
+
+/* Device memory here into the peer's host memory from xfer_mem_alloc (over shm: mapped
+ * here, the driver copies into the mapping), and back by a get batch. */
+static void device_with_xfer_alloc(void)
+{
+    uint64_t lens[MAX_DESCS];
+    char *img = malloc(DT_MAXLEN);
+    dev_test_t t;
+    blocks_t b;
+
+    cr_assert_not_null(img);
+    dt_peer_region(DT_REGION_XFER_ALLOC);
+    start(&t);
+    for (unsigned round = 0; round < 2; round++) {
+        blocks_make(&b, lens, lens_of(round, lens));
+        local_image(&b, 960 + round, t.host);
+        cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
+        put_round(&t, &b, t.src_mem, 960 + round);
+        get_round(&t, &b, 960 + round, img);    /* what the put left there */
+    }
+    free(img);
+    dt_finish(&t);
+}
+
+/* Device memory here and the peer's malloc'd host memory: over shm neither side can move it
+ * (no CMA into device memory, no mapping of the peer's): a batch is refused before anything
+ * moves, with XFER_ERR_UNSUPPORTED (batches are not staged); a put and a get are staged by the
+ * framework through host buffers and land. Elsewhere the batch goes too. */
+static void device_with_malloc(void)
+{
+    uint64_t lens[MAX_DESCS];
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch;
+    xfer_status_t s;
+    dev_test_t t;
+    blocks_t b;
+
+    dt_peer_region(DT_REGION_MALLOC);
+    start(&t);
+    blocks_make(&b, lens, lens_of(0, lens));
+    local_image(&b, 970, t.host);
+    cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
+    if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") == 0) {
+        cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, b.d, b.n,
+                                       &batch), XFER_OK);
+        s = xfer_batch_post(batch, "x", 1, 0, NULL, NULL, &req);
+        cr_expect_eq(s, XFER_ERR_UNSUPPORTED, "a batch of device memory into a peer's "
+                     "malloc'd memory over shm: %s", xfer_status_string(s));
+        cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+    } else {
+        put_round(&t, &b, t.src_mem, 970);
+    }
+    dt_fill(&t, t.src, DT_MAXLEN, 971);
+    req = NULL;
+    s   = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, 300000, t.src_mem, t.remote + 5, t.rkey,
+                   NULL, NULL, &req);
+    dt_wait_ok(s, req, "put", 300000);
+    cr_assert_eq(tp_flush(t.peer.ep, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(dt_cmd(&t, CMD_CHECK, 5, 300000, 971), 1, "a put of device memory into the "
+                 "peer's malloc'd memory");
+    req = NULL;
+    dt_fill(&t, t.dst, DT_MAXLEN, 7);
+    s = xfer_get(t.peer.ep, (void*)(uintptr_t)t.dst, 300000, t.dst_mem, t.remote + 5, t.rkey,
+                 NULL, NULL, &req);
+    dt_wait_ok(s, req, "get", 300000);
+    cr_expect_eq(dt_check(&t, t.dst, 300000, 971), -1, "a get into device memory of the "
+                 "peer's malloc'd memory");
+    dt_finish(&t);
+}
+
+Test(cuda_batch, device_memory_with_the_peers_xfer_mem_alloc_memory)
+{
+    device_with_xfer_alloc();
+}
+
+Test(cuda_batch, device_memory_with_the_peers_xfer_mem_alloc_memory_stand_in)
+{
+    tg_use_stand_in_driver();
+    device_with_xfer_alloc();
+}
+
+Test(cuda_batch, device_memory_with_the_peers_malloced_memory)
+{
+    device_with_malloc();
+}
+
+Test(cuda_batch, device_memory_with_the_peers_malloced_memory_stand_in)
+{
+    tg_use_stand_in_driver();
+    device_with_malloc();
+}
+
+/* Offsets in a packed remote key (memory.c): the framework's bounds, big-endian, then parts
+ * of name length, name, blob length (2, big-endian) and blob; and in shm's blob (shm.h) the
+ * region's length and the CUDA allocation's, little-endian. */
+#define KEY_LENGTH_AT       21u
+#define SHM_LENGTH_AT       24u
+#define SHM_ALLOC_LEN_AT    72u
+
+static void add_be64(uint8_t *p, uint64_t v)
+{
+    uint64_t x = 0;
+
+    for (int i = 0; i < 8; i++) {
+        x = (x << 8) | p[i];
+    }
+    x += v;
+    for (int i = 7; i >= 0; i--, x >>= 8) {
+        p[i] = (uint8_t)x;
+    }
+}
+
+static void add_le64(uint8_t *p, uint64_t v)
+{
+    uint64_t x;
+
+    memcpy(&x, p, 8);
+    x += v;
+    memcpy(p, &x, 8);
+}
+
+/* The peer's key, grown by 4 KiB past its allocation in every length it states (so that
+ * each layer's own bounds check passes): a put through it, even into the real part, moves
+ * nothing - the IPC handle opens less than the key claims. */
+static void forged(void)
+{
+    xfer_request_t *req = NULL;
+    xfer_rkey_t *fake = NULL;
+    uint8_t *blob, *part = NULL;
+    size_t len, at;
+    dev_test_t t;
+    xfer_status_t s;
+
+    start(&t);
+    if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") != 0) {
+        dt_finish(&t);
+        cr_skip_test("the forged fields are those of shm's key");
+    }
+    tp_send(&t.peer, CMD_FILL);
+    tp_send(&t.peer, 990);
+    cr_assert_eq(tp_recv(&t.peer), 1);
+    tp_send(&t.peer, CMD_KEY);
+    cr_assert_eq(tp_recv(&t.peer), 1);
+    blob = tp_recv_blob(&t.peer, &len);
+    for (at = 29; (part == NULL) && (at + 1 < len);) {
+        size_t name_len = blob[at], blen = ((size_t)blob[at + 1 + name_len] << 8) |
+                                           blob[at + 2 + name_len];
+
+        if ((name_len == 3) && (memcmp(blob + at + 1, "shm", 3) == 0)) {
+            part = blob + at + 3 + name_len;
+            cr_assert_geq(blen, SHM_ALLOC_LEN_AT + 8, "shm's key is not one of CUDA memory");
+        }
+        at += 3 + name_len + blen;
+    }
+    cr_assert_not_null(part, "no shm part in the peer's key");
+    add_be64(blob + KEY_LENGTH_AT, 4096);
+    add_le64(part + SHM_LENGTH_AT, 4096);
+    add_le64(part + SHM_ALLOC_LEN_AT, 4096);
+    cr_assert_eq(xfer_rkey_unpack(t.peer.ep, blob, len, &fake), XFER_OK);
+    free(blob);
+    dt_fill(&t, t.src, 8192, 991);
+    for (int i = 0; i < 2; i++) {
+        uint64_t to = t.remote + (i ? DT_MAXLEN - 4096 : 0);
+
+        req = NULL;
+        s   = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, 8192, t.src_mem, to, fake, NULL,
+                       NULL, &req);
+        if (TP_POSTED(s)) {
+            s = tp_op_result(s, req, TP_WAIT_MS);
+        }
+        cr_expect_eq(s, XFER_ERR_INVALID_PARAM, "a put through a key that claims more than "
+                     "the allocation: %s", xfer_status_string(s));
+    }
+    cr_expect_eq(dt_cmd(&t, CMD_CHECK, 0, DT_MAXLEN, 990), 1, "the peer's device memory "
+                 "changed");
+    xfer_rkey_destroy(fake);
+    dt_finish(&t);
+}
+
+Test(cuda_batch, a_key_claiming_more_than_the_allocation_moves_nothing) { forged(); }
+Test(cuda_batch, a_key_claiming_more_than_the_allocation_moves_nothing_stand_in)
+{
+    tg_use_stand_in_driver();
+    forged();
+}
+
+Test(cuda_batch, a_put_batch_is_in_the_peers_device_memory_at_its_notification) { put_device(); }
+Test(cuda_batch, a_get_batch_lands_in_device_memory_here) { get_device(); }
+Test(cuda_batch, a_put_batch_from_host_memory_lands_in_the_peers_device_memory) { put_host(); }
+
+Test(cuda_batch, a_put_batch_is_in_the_peers_device_memory_at_its_notification_stand_in)
+{
+    tg_use_stand_in_driver();
+    put_device();
+}
+
+Test(cuda_batch, a_get_batch_lands_in_device_memory_here_stand_in)
+{
+    tg_use_stand_in_driver();
+    get_device();
+}
+
+Test(cuda_batch, a_put_batch_from_host_memory_lands_in_the_peers_device_memory_stand_in)
+{
+    tg_use_stand_in_driver();
+    put_host();
+}
