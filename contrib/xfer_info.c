@@ -363,7 +363,17 @@ static void text_select(const xfer_context_t *ctx)
         char mover[XFER_NAME_MAX];
         uint64_t ep_caps = 0;
 
-        if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
+        if ((endpoint_transport(ctx, name, sizeof(name), &ep_caps) != NULL) &&
+            (ep_caps & XFER_CAP_RMA_CUDA) && !(ep_caps & XFER_CAP_MEM_CUDA)) {
+            printf("# cuda memory, by CUDA IPC over %s (peers on this host): put, get and "
+                   "batches to and from a peer's CUDA memory open its allocation's IPC handle "
+                   "and copy with the CUDA driver here; put and get of CUDA memory here with a "
+                   "peer's host memory through pinned host buffers (XFER_STAGING_CHUNK=%s x "
+                   "XFER_STAGING_DEPTH=%s) unless it came from xfer_mem_alloc; tagged messages "
+                   "and tensors through a host buffer of their size\n", name,
+                   param_value(ctx, "XFER_STAGING_CHUNK"),
+                   param_value(ctx, "XFER_STAGING_DEPTH"));
+        } else if (cuda_staged_by(ctx, name, sizeof(name)) != NULL) {
             printf("# cuda memory, staged: put/get through %s and pinned host buffers "
                    "(XFER_STAGING_CHUNK=%s x XFER_STAGING_DEPTH=%s); tagged messages and "
                    "tensors through a host buffer of their size; a peer's put or get cannot "

@@ -297,6 +297,26 @@ Test(info, cuda_memory_without_a_gpu_is_staged_and_says_why)
                          "\"unavailable\" and .capabilities == []"), 0);
 }
 
+/* Peers on this host: shm puts and gets CUDA memory by IPC handles (RMA_CUDA), and -s says
+ * so; with XFER_SHM_CUDA_IPC=n it stages it like any transport without. */
+Test(info, shm_moves_a_peers_cuda_memory_by_ipc_and_says_so)
+{
+    char *out;
+
+    cr_assert_eq(info("XFER_TRANSPORTS=shm,tcp", "-s", 0, &out), 0);
+    expect_contains(out, "# cuda memory, by CUDA IPC over shm (peers on this host): put, get "
+                         "and batches to and from a peer's CUDA memory open its allocation's "
+                         "IPC handle");
+    free(out);
+    cr_assert_eq(info("XFER_SHM_CUDA_IPC=n", "-s", 0, &out), 0);
+    cr_expect_null(strstr(out, "by CUDA IPC"), "XFER_SHM_CUDA_IPC=n, yet:\n%s", out);
+    free(out);
+    cr_expect_eq(info_jq(NULL, NULL, ".components[] | select(.name==\"shm\") | "
+                         ".capabilities | index(\"RMA_CUDA\") != null"), 0);
+    cr_expect_eq(info_jq("XFER_SHM_CUDA_IPC=n", NULL, ".components[] | select(.name==\"shm\") "
+                         "| .capabilities | index(\"RMA_CUDA\") == null"), 0);
+}
+
 /* gdr's parameters are the verbs ones under its own name, and its own. */
 Test(info, gdr_parameters_include_the_verbs_ones)
 {
