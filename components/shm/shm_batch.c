@@ -67,6 +67,27 @@ static int notify_fits(xfer_ep_h ep, const xfer_batch_args_t *args)
 
 /* ---- to mapped memory ----------------------------------------------------------------------- */
 
+/* Every descriptor of args (checked) by memcpy into or out of the peer's memory mapped here. */
+static void batch_copy_mapped(xfer_ep_h ep, const xfer_batch_args_t *args)
+{
+    xfer_rkey_h rkey = args->rkey;
+
+    for (size_t i = 0; i < args->count; i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+        uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
+        void *local               = (void*)(uintptr_t)v->local;
+
+        if (v->length == 0) {
+            continue;
+        }
+        if (args->is_put) {
+            xfer_shm_copy(ep->iface, remote, local, v->length);
+        } else {
+            xfer_shm_copy(ep->iface, local, remote, v->length);
+        }
+    }
+}
+
 static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
     size_t nlen       = (args->notify != NULL) ? args->notify_len : 0;
@@ -93,20 +114,8 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
         if (status != XFER_OK) {
             return status;
         }
-    }
-    for (size_t i = 0; (i < args->count) && !xfer_shm_cuda_moves(args->memh, rkey); i++) {
-        const xfer_batch_iov_t *v = &args->iov[i];
-        uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
-        void *local               = (void*)(uintptr_t)v->local;
-
-        if (v->length == 0) {
-            continue;
-        }
-        if (args->is_put) {
-            xfer_shm_copy(ep->iface, remote, local, v->length);
-        } else {
-            xfer_shm_copy(ep->iface, local, remote, v->length);
-        }
+    } else {
+        batch_copy_mapped(ep, args);
     }
     args->landed = args->count;
     /* Done when the notification is in the ring, which the target reads after the data (the
