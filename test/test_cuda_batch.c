@@ -7,7 +7,8 @@
  * memory; device memory here moves to and from the peer's host memory (over shm by the
  * driver into the peer's xfer_mem_alloc memory mapped here; its malloc'd memory takes
  * staged puts and gets, and refuses batches). Over shm, a remote key that claims more of
- * the allocation than the handle opens moves nothing, into the allocation or past it.
+ * the allocation than the handle opens moves nothing, into the allocation or past it, and
+ * keys that no shm side writes are refused.
  *
  * Each runs over the GPU's own driver (skipped where there is none) and over
  * test/plugins/fake_cuda.c, the stand-in for the driver (cuda_peer.h, test_cuda_transport.c):
@@ -313,7 +314,9 @@ Test(cuda_batch, device_memory_with_the_peers_malloced_memory_stand_in)
  * region's length and the CUDA allocation's, little-endian. */
 #define KEY_LENGTH_AT       21u
 #define SHM_LENGTH_AT       24u
+#define SHM_ALLOC_BASE_AT   64u
 #define SHM_ALLOC_LEN_AT    72u
+#define SHM_BUS_ID_AT       80u
 
 static void add_be64(uint8_t *p, uint64_t v)
 {
@@ -337,9 +340,10 @@ static void add_le64(uint8_t *p, uint64_t v)
     memcpy(p, &x, 8);
 }
 
-/* The peer's key, grown by 4 KiB past its allocation in every length it states (so that
- * each layer's own bounds check passes): a put through it, even into the real part, moves
- * nothing - the IPC handle opens less than the key claims. */
+/* The peer's key altered: what no shm side writes is refused at unpack; grown by 4 KiB past
+ * its allocation in every length it states (so that each layer's own bounds check passes),
+ * it is taken, but a put through it, even into the real part, moves nothing - the IPC handle
+ * opens less than the key claims. */
 static void forged(void)
 {
     xfer_request_t *req = NULL;
@@ -371,6 +375,26 @@ static void forged(void)
         at += 3 + name_len + blen;
     }
     cr_assert_not_null(part, "no shm part in the peer's key");
+    /* keys no shm side writes are refused as they are unpacked */
+    for (int i = 0; i < 5; i++) {
+        static const char *const what[] = {
+            "an unknown kind", "a host key's kind with CUDA fields", "a region below its "
+            "allocation", "a region past its allocation's end", "a bus id without its end"};
+        uint8_t *bad = malloc(len), *bpart = bad + (part - blob);
+
+        cr_assert_not_null(bad);
+        memcpy(bad, blob, len);
+        switch (i) {
+        case 0: bpart[56] = 2; break;
+        case 1: bpart[56] = 0; break;
+        case 2: add_le64(bpart + SHM_ALLOC_BASE_AT, 8); break;
+        case 3: add_le64(bpart + SHM_ALLOC_LEN_AT, (uint64_t)-1); break;
+        default: bpart[SHM_BUS_ID_AT + 15] = 'x'; break;
+        }
+        cr_expect_eq(xfer_rkey_unpack(t.peer.ep, bad, len, &fake), XFER_ERR_INVALID_PARAM,
+                     "a key with %s was taken", what[i]);
+        free(bad);
+    }
     add_be64(blob + KEY_LENGTH_AT, 4096);
     add_le64(part + SHM_LENGTH_AT, 4096);
     add_le64(part + SHM_ALLOC_LEN_AT, 4096);
@@ -395,8 +419,13 @@ static void forged(void)
     dt_finish(&t);
 }
 
-Test(cuda_batch, a_key_claiming_more_than_the_allocation_moves_nothing) { forged(); }
-Test(cuda_batch, a_key_claiming_more_than_the_allocation_moves_nothing_stand_in)
+Test(cuda_batch, a_bad_key_is_refused_and_one_claiming_more_than_the_allocation_moves_nothing)
+{
+    forged();
+}
+
+Test(cuda_batch,
+     a_bad_key_is_refused_and_one_claiming_more_than_the_allocation_moves_nothing_stand_in)
 {
     tg_use_stand_in_driver();
     forged();

@@ -128,8 +128,12 @@ xfer_status_t xfer_shm_cuda_rkey_unpack(xfer_rkey_h rkey, const uint8_t *b)
     memcpy(&rkey->alloc_len, b + 8, 8);
     memcpy(rkey->bus_id, b + 16, sizeof(rkey->bus_id));
     memcpy(&rkey->handle, b + 32, XFER_CUDA_IPC_HANDLE_SIZE);
-    if ((rkey->bus_id[sizeof(rkey->bus_id) - 1] != '\0') ||
-        (rkey->addr < rkey->alloc_base) || (rkey->alloc_len == 0) ||
+    if (rkey->bus_id[sizeof(rkey->bus_id) - 1] != '\0') {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of CUDA memory: its GPU's bus id "
+                 "is not a string of %zu bytes", sizeof(rkey->bus_id));
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((rkey->addr < rkey->alloc_base) || (rkey->alloc_len == 0) ||
         (rkey->addr - rkey->alloc_base > rkey->alloc_len) ||
         (rkey->length > rkey->alloc_len - (rkey->addr - rkey->alloc_base))) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of CUDA memory: %llu bytes at "
