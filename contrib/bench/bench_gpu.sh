@@ -11,6 +11,9 @@
 #   ucx_perftest -m cuda (UCX_TLS=tcp,cuda_copy) tag_bw and ucp_put_bw at 64 MiB, beside,
 #            with its own cuda / host ratio - when its CUDA module is installed; else a line
 #            says it is skipped and why
+#   xfer_perf -x shm -m cuda (CUDA IPC between the two processes) put_bw, get_bw at 64 MiB and
+#            a batch of 128 x 4 KiB against one 512 KiB put, beside ucx_perftest over
+#            UCX_TLS=sm,cuda_copy,cuda_ipc with its ratio
 #   ib_write_bw --use_cuda against ib_write_bw at 64 KiB, and xfer_perf -x verbs -m cuda,host
 #            against -m host, when an RDMA device is present and perftest was built with CUDA
 # A -V run of each cuda memory pair at 64 MiB checks the data first (untimed).
@@ -72,12 +75,15 @@ echo "# how xfer moves host and CUDA memory here (xfer_info -s)"
 # xfer_run MEM TEST SIZE ARGS...: one xfer_perf run; R = its BW (MB/s), or REFUSED / FAILED
 # with the reason on stderr. Servers start in this shell (not in $(...)), so that the exit
 # trap of lib.sh knows them.
+# CLIENT_ARGS: more arguments for the client alone (-b).
+CLIENT_ARGS=()
 xfer_run() {
     local mem=$1 test=$2 size=$3 rc=0
     shift 3
     start_server "xfer_$test" 15 "$PERF" -p "$PORT" --cuda-device "$GPU" "$@"
     "$PERF" -p "$PORT" -t "$test" -s "$size" -m "$mem" --cuda-device "$GPU" --json "$@" \
-        127.0.0.1 >"$LOGDIR/client.json" 2>"$LOGDIR/client.err" || rc=$?
+        ${CLIENT_ARGS[@]+"${CLIENT_ARGS[@]}"} 127.0.0.1 >"$LOGDIR/client.json" \
+        2>"$LOGDIR/client.err" || rc=$?
     next_port
     if [ "$rc" = 0 ]; then
         R=$(jq '.results[0].bw_average_mbps' "$LOGDIR/client.json")
@@ -177,6 +183,71 @@ else
             printf "%-22s %12s %14s %12s %14s %12s\n", t, h, ch, r1, cc, r2 }'
     done
 fi
+
+# ---- same host: xfer_perf -x shm (CUDA IPC) against ucx_perftest UCX_TLS=sm,cuda_copy,cuda_ipc ---
+# put_bw and get_bw at 64 MiB with both sides in CUDA memory (device to device, the peer's
+# allocation opened by its IPC handle), host memory into the peer's CUDA memory, and a batch
+# of 128 x 4 KiB with notification against one 512 KiB put, both cuda; beside, ucx_perftest
+# ucp_put_bw / ucp_get_bw -m cuda over cuda_ipc.
+echo "# xfer_perf -x shm -m cuda: the data checked (-V) first"
+for test in put_bw get_bw; do
+    for mem in cuda host,cuda; do
+        xfer_run "$mem" "$test" 64m -x shm -V -n 4 --warmup 1
+        case $R in
+            REFUSED|FAILED) die "xfer_perf -x shm -t $test -m $mem -V failed (the reason above)" ;;
+            *) echo "#   shm $test -m $mem: the data verified" ;;
+        esac
+    done
+done
+CLIENT_ARGS=(-b 128)
+xfer_run cuda batch_put 4k -x shm -V -n 20 --warmup 2
+CLIENT_ARGS=()
+case $R in
+    REFUSED|FAILED) die "xfer_perf -x shm -t batch_put -m cuda -V failed (the reason above)" ;;
+esac
+echo "#   shm batch_put 128 x 4k -m cuda: the data verified"
+declare -A SHM
+for _ in $(seq "$REPEAT"); do
+    for test in put_bw get_bw; do
+        for mem in cuda host,cuda; do
+            xfer_run "$mem" "$test" 64m -x shm -n "$ITERS_64M"
+            SHM[$test,$mem]+="$R "
+        done
+    done
+    CLIENT_ARGS=(-b 128)
+    xfer_run cuda batch_put 4k -x shm -n 2000
+    CLIENT_ARGS=()
+    SHM[batch,cuda]+="$R "
+    xfer_run cuda put_bw 512k -x shm -n 2000
+    SHM[put512k,cuda]+="$R "
+done
+shm_med() { tr ' ' '\n' <<<"${SHM[$1]}" | grep -E '^[0-9.]+$' | median; }
+ucx_ipc="-"
+ucx_ipc_get="-"
+if command -v ucx_perftest >/dev/null && ucx_perftest -h 2>&1 | grep -qE '^ +cuda +- '; then
+    for test in ucp_put_bw ucp_get_bw; do
+        start_server "ucx_ipc_$test" 15 env UCX_TLS=sm,cuda_copy,cuda_ipc ucx_perftest -p "$PORT"
+        out=$(UCX_TLS=sm,cuda_copy,cuda_ipc ucx_perftest 127.0.0.1 -p "$PORT" -t "$test" \
+              -m cuda -s 67108864 -n "$ITERS_64M" -w 10 -f -v 2>&1) || true
+        next_port
+        v=$(awk -F, -v mb=$UCX_MB '/^[0-9]+,/ {v = $6 * mb} END {print (v == "") ? "-" : v}' <<<"$out")
+        [ "$test" = ucp_put_bw ] && ucx_ipc=$v || ucx_ipc_get=$v
+    done
+else
+    echo "# ucx_perftest over cuda_ipc: skipped: ucx_perftest or its CUDA memory type is missing"
+fi
+printf "# xfer over shm (CUDA IPC), median of %s runs; MB = 10^6 bytes\n" "$REPEAT"
+printf "%-26s %12s %14s %14s %10s\n" "figure [MB/s]" "cuda" "host,cuda" "ucx cuda_ipc" "/ucx"
+for test in put_bw get_bw; do
+    c=$(shm_med "$test,cuda") hc=$(shm_med "$test,host,cuda")
+    u=$([ "$test" = put_bw ] && echo "$ucx_ipc" || echo "$ucx_ipc_get")
+    awk -v t="$test 64m" -v c="$c" -v hc="$hc" -v u="$u" 'BEGIN {
+        printf "%-26s %12s %14s %14s %10s\n", t, c, hc, u,
+               (u == "-" || c == "") ? "-" : sprintf("%.2f", c / u) }'
+done
+awk -v b="$(shm_med batch,cuda)" -v p="$(shm_med put512k,cuda)" 'BEGIN {
+    printf "# shm cuda: 128 x 4 KiB + notify %s, one 512 KiB put %s: %s\n", b, p,
+           (b == "" || p == "") ? "-" : sprintf("%.2f", b / p) }'
 
 # ---- RDMA: ib_write_bw --use_cuda, xfer_perf -x verbs -------------------------------------------
 if [ -z "$RDMA_DEV" ]; then
