@@ -6,7 +6,8 @@
  * scattered in device memory here; a batch from host memory lands in the peer's device
  * memory; device memory here moves to and from the peer's host memory (over shm by the
  * driver into the peer's xfer_mem_alloc memory mapped here; its malloc'd memory takes
- * staged puts and gets, and refuses batches). Over shm, a remote key that claims more of
+ * staged puts and gets, and refuses batches); two contexts of one process do the same
+ * (over shm by the address itself). Over shm, a remote key that claims more of
  * the allocation than the handle opens moves nothing, into the allocation or past it, and
  * keys that no shm side writes are refused.
  *
@@ -22,6 +23,7 @@
 #include <xfer/info.h>
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -307,6 +309,104 @@ Test(cuda_batch, device_memory_with_the_peers_malloced_memory_stand_in)
 {
     tg_use_stand_in_driver();
     device_with_malloc();
+}
+
+typedef struct acceptor {
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep;
+    xfer_status_t   status;
+} acceptor_t;
+
+static void *accept_one(void *arg)
+{
+    acceptor_t *a = arg;
+
+    a->status = xfer_accept(a->l, TP_WAIT_MS, &a->ep);
+    return NULL;
+}
+
+/* Two contexts of one process, connected over the transport under test: a put batch and a
+ * get from device memory of one into device memory of the other (over shm the driver opens
+ * no IPC handle in the process that exported it: the address itself is used). */
+static void same_process(void)
+{
+    xfer_cu_ptr_t a_mem = 0, b_mem = 0;
+    xfer_context_t *ca, *cb;
+    xfer_mem_t *ma, *mb;
+    xfer_endpoint_t *ep;
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch;
+    xfer_rkey_t *rkey;
+    uint64_t lens[MAX_DESCS];
+    char addr[64], *host = malloc(DT_MAXLEN), *img = malloc(DT_MAXLEN);
+    acceptor_t acc = {0};
+    pthread_t th;
+    xfer_status_t s;
+    void *blob;
+    size_t blen;
+    blocks_t b;
+    tg_gpu_t g;
+
+    cr_assert((host != NULL) && (img != NULL));
+    ca = tp_context(XFER_CONTEXT_FLAG_PROGRESS_THREAD);    /* the target progresses alone */
+    cb = tp_context(0);
+    tg_gpu_open(&g, "cuda_batch");     /* after a context took XFER_CUDA_LIB */
+    cr_assert_eq(xfer_listen(ca, "127.0.0.1:0", &acc.l), XFER_OK);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", xfer_listener_port(acc.l));
+    cr_assert_eq(pthread_create(&th, NULL, accept_one, &acc), 0);
+    s = xfer_connect(cb, addr, &ep);
+    pthread_join(th, NULL);
+    cr_assert_eq(s, XFER_OK, "xfer_connect: %s", xfer_status_string(s));
+    cr_assert_eq(acc.status, XFER_OK);
+    cr_assert_eq(g.drv->mem_alloc(&a_mem, DT_MAXLEN), 0);
+    cr_assert_eq(g.drv->mem_alloc(&b_mem, DT_MAXLEN), 0);
+    cr_assert_eq(xfer_mem_register(ca, (void*)(uintptr_t)a_mem, DT_MAXLEN, XFER_MEM_CUDA, &ma),
+                 XFER_OK);
+    cr_assert_eq(xfer_mem_register(cb, (void*)(uintptr_t)b_mem, DT_MAXLEN, XFER_MEM_CUDA, &mb),
+                 XFER_OK);
+    cr_assert_eq(xfer_rkey_pack(ma, &blob, &blen), XFER_OK);
+    cr_assert_eq(xfer_rkey_unpack(ep, blob, blen, &rkey), XFER_OK);
+    xfer_rkey_blob_free(blob);
+
+    blocks_make(&b, lens, lens_of(1, lens));
+    local_image(&b, 1000, host);
+    cr_assert_eq(g.drv->memcpy_htod(b_mem, host, b.total), 0);
+    cr_assert_eq(xfer_batch_create(ep, XFER_BATCH_PUT, mb, rkey, b.d, b.n, &batch), XFER_OK);
+    s = xfer_batch_post(batch, NULL, 0, 0, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+    cr_assert_eq(g.drv->memcpy_dtoh(img, a_mem, b.total), 0);
+    cr_expect_eq(tp_check_pattern(img, b.total, 1000), -1, "a batch between two contexts of "
+                 "one process");
+
+    req = NULL;
+    s   = xfer_get(ep, (void*)(uintptr_t)b_mem, b.total, mb, (uintptr_t)a_mem, rkey, NULL,
+                   NULL, &req);
+    cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(g.drv->memcpy_dtoh(img, b_mem, b.total), 0);
+    cr_expect_eq(tp_check_pattern(img, b.total, 1000), -1, "a get between two contexts of one "
+                 "process");
+
+    xfer_rkey_destroy(rkey);
+    cr_expect_eq(xfer_mem_deregister(ma), XFER_OK);
+    cr_expect_eq(xfer_mem_deregister(mb), XFER_OK);
+    xfer_endpoint_close(ep);
+    xfer_endpoint_close(acc.ep);
+    xfer_listener_close(acc.l);
+    xfer_context_destroy(cb);
+    xfer_context_destroy(ca);
+    cr_expect_eq(g.drv->mem_free(a_mem), 0);
+    cr_expect_eq(g.drv->mem_free(b_mem), 0);
+    g.drv->device_primary_ctx_release(g.device);
+    free(host);
+    free(img);
+}
+
+Test(cuda_batch, device_memory_between_two_contexts_of_one_process) { same_process(); }
+Test(cuda_batch, device_memory_between_two_contexts_of_one_process_stand_in)
+{
+    tg_use_stand_in_driver();
+    same_process();
 }
 
 /* Offsets in a packed remote key (memory.c): the framework's bounds, big-endian, then parts

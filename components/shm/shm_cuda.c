@@ -8,9 +8,10 @@
  * context of this iface's: the one of the first local CUDA memory used, or the primary
  * context of the key's GPU), keeps it open while any of its keys of that allocation lives,
  * and copies with the driver (cuMemcpyAsync on a stream of its own, then
- * cuStreamSynchronize): host or device memory here to or from the peer's device memory,
- * device memory to or from the peer's xfer_mem_alloc memory mapped here (shm_map.c). The
- * target takes no part: nothing of it runs, and it is told nothing, but a batch's
+ * cuStreamSynchronize): host or device memory here to or from the peer's device memory, and
+ * device memory to or from the peer's xfer_mem_alloc memory mapped here (shm_map.c). A peer
+ * in this same process (another context) is reached at its own address: the driver opens no
+ * handle in the process that exported it. The target takes no part: nothing of it runs, and it is told nothing, but a batch's
  * notification, written into the ring after the last copy landed. A put or get is done when
  * it returns; a batch when its notification is in the ring.
  *
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define CU_STREAM_NON_BLOCKING  0x1u
 
@@ -43,6 +45,7 @@ struct xfer_shm_cuda_open {
     xfer_cu_ptr_t          base;
     uint64_t               size;       /* what cuMemGetAddressRange says of it */
     unsigned               refs;
+    int                    own;        /* this process's own memory: not opened, not closed */
 };
 
 /* The driver with its IPC entries, or NULL with why. */
@@ -271,7 +274,9 @@ void xfer_shm_cuda_cleanup(xfer_iface_h iface)
         xfer_shm_cuda_open_t *o = ucs_list_extract_head(&c->opened, xfer_shm_cuda_open_t,
                                                         list);
 
-        (void)drv->ipc_close_mem_handle(o->base);
+        if (!o->own) {
+            (void)drv->ipc_close_mem_handle(o->base);
+        }
         free(o);
     }
     (void)drv->stream_destroy(c->stream);
@@ -308,7 +313,15 @@ static xfer_status_t rkey_open(xfer_ep_h ep, const xfer_cuda_driver_t *drv, xfer
         if (o == NULL) {
             return XFER_ERR_NO_MEMORY;
         }
-        res = drv->ipc_open_mem_handle(&o->base, rkey->handle, XFER_CUDA_IPC_LAZY_PEER);
+        if (rkey->pid == (uint32_t)getpid()) {
+            /* another iface of this process registered it: its address is valid here, and the
+             * driver opens no handle in the process that exported it */
+            o->own  = 1;
+            o->base = rkey->alloc_base;
+            res     = 0;
+        } else {
+            res = drv->ipc_open_mem_handle(&o->base, rkey->handle, XFER_CUDA_IPC_LAZY_PEER);
+        }
         if (res != 0) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot open the CUDA IPC handle of "
                      "pid %u's allocation (%llu bytes on GPU %s): %s", rkey->pid,
@@ -333,7 +346,9 @@ static xfer_status_t rkey_open(xfer_ep_h ep, const xfer_cuda_driver_t *drv, xfer
                  (unsigned long long)rkey->alloc_len, (unsigned long long)o->size);
         if (o->refs == 0) {
             ucs_list_del(&o->list);
-            (void)drv->ipc_close_mem_handle(o->base);
+            if (!o->own) {
+                (void)drv->ipc_close_mem_handle(o->base);
+            }
             free(o);
         }
         return XFER_ERR_INVALID_PARAM;
@@ -355,11 +370,13 @@ void xfer_shm_cuda_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
         return;
     }
     ucs_list_del(&o->list);
-    drv = xfer_cuda_driver(why, sizeof(why));
-    (void)drv->ctx_get_current(&saved);
-    (void)drv->ctx_set_current(iface->cuda.ctx);
-    (void)drv->ipc_close_mem_handle(o->base);
-    (void)drv->ctx_set_current(saved);
+    if (!o->own) {
+        drv = xfer_cuda_driver(why, sizeof(why));
+        (void)drv->ctx_get_current(&saved);
+        (void)drv->ctx_set_current(iface->cuda.ctx);
+        (void)drv->ipc_close_mem_handle(o->base);
+        (void)drv->ctx_set_current(saved);
+    }
     free(o);
 }
 
