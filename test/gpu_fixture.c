@@ -29,7 +29,7 @@ void tg_gpu_open(tg_gpu_t *g, const char *suite)
     cr_assert_eq(g->drv->ctx_set_current(g->cu_ctx), 0);
 }
 
-int tg_transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
+uint64_t tg_transport_caps(xfer_context_t *ctx, xfer_endpoint_t *ep)
 {
     const char *name = xfer_endpoint_transport(ep);
     xfer_component_info_t info;
@@ -37,10 +37,15 @@ int tg_transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
     for (size_t i = 0; i < xfer_component_count(ctx); i++) {
         if ((xfer_component_get(ctx, i, &info) == XFER_OK) && (info.attr != NULL) &&
             (strcmp(info.name, name) == 0)) {
-            return (info.attr->caps & XFER_CAP_MEM_CUDA) != 0;
+            return info.attr->caps;
         }
     }
     return 0;
+}
+
+int tg_transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep)
+{
+    return (tg_transport_caps(ctx, ep) & XFER_CAP_MEM_CUDA) != 0;
 }
 
 void tg_use_stand_in_driver(void)

@@ -24,6 +24,8 @@ void tg_gpu_open(tg_gpu_t *g, const char *suite);
  * XFERTEST_PLUGIN_DIR): the only test double of the suites, for the GPU that is not there. */
 void tg_use_stand_in_driver(void);
 
+/* The capabilities (XFER_CAP_*) of ep's transport. */
+uint64_t tg_transport_caps(xfer_context_t *ctx, xfer_endpoint_t *ep);
 /* Whether ep's transport moves CUDA memory itself (XFER_CAP_MEM_CUDA: tcp through bounce
  * buffers, gdr by GPUDirect) rather than through the staging pipeline. */
 int tg_transport_moves_cuda(xfer_context_t *ctx, xfer_endpoint_t *ep);

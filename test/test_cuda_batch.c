@@ -148,14 +148,18 @@ static void get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img
     cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
 }
 
+/* Start the peer; skip where the transport takes no batch of device memory: no remote key
+ * of the peer's (its region in device memory), or none of this side's device memory (a
+ * transport without MEM_CUDA or RMA_CUDA, whose batches are not staged). */
 static void start(dev_test_t *t)
 {
     dt_start(t);
-    if (t->rkey == NULL) {
-        dt_finish(t);
-        fprintf(stderr, "cuda_batch: skipped: %s gives no remote key for device memory\n",
+    if ((t->rkey == NULL) || !(tg_transport_caps(t->peer.ctx, t->peer.ep) &
+                               (XFER_CAP_MEM_CUDA | XFER_CAP_RMA_CUDA))) {
+        fprintf(stderr, "cuda_batch: skipped: %s takes no batch of device memory\n",
                 xfer_endpoint_transport(t->peer.ep));
-        cr_skip_test("no batches into a peer's device memory over this transport");
+        dt_finish(t);
+        cr_skip_test("no batches of device memory over this transport");
     }
 }
 
@@ -358,6 +362,19 @@ static void same_process(void)
     pthread_join(th, NULL);
     cr_assert_eq(s, XFER_OK, "xfer_connect: %s", xfer_status_string(s));
     cr_assert_eq(acc.status, XFER_OK);
+    if (!(tg_transport_caps(cb, ep) & (XFER_CAP_MEM_CUDA | XFER_CAP_RMA_CUDA))) {
+        fprintf(stderr, "cuda_batch: skipped: %s takes no batch of device memory\n",
+                xfer_endpoint_transport(ep));
+        xfer_endpoint_close(ep);
+        xfer_endpoint_close(acc.ep);
+        xfer_listener_close(acc.l);
+        xfer_context_destroy(cb);
+        xfer_context_destroy(ca);
+        g.drv->device_primary_ctx_release(g.device);
+        free(host);
+        free(img);
+        cr_skip_test("no batches of device memory over this transport");
+    }
     cr_assert_eq(g.drv->mem_alloc(&a_mem, DT_MAXLEN), 0);
     cr_assert_eq(g.drv->mem_alloc(&b_mem, DT_MAXLEN), 0);
     cr_assert_eq(xfer_mem_register(ca, (void*)(uintptr_t)a_mem, DT_MAXLEN, XFER_MEM_CUDA, &ma),

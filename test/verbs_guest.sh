@@ -32,7 +32,7 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # (test_perf alone 300-440 s), so it leaves room above that.
 "$guest" --timeout 1800 -- "$src/test/verbs_suites.sh" "$build" \
     memory rma tag tensor faults threads progress callbacks close bounds remap verbs_mrcache verbs_unmap \
-    verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport perf nccl_net batch $gdr \
+    verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport cuda_batch perf nccl_net batch $gdr \
     XFER_VERBS_MR_CACHE=off remap ||
     failed "the suites' guest" $?
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
