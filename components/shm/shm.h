@@ -434,12 +434,16 @@ static inline int xfer_shm_cuda_moves(xfer_memh_h memh, xfer_rkey_h rkey)
 {
     return rkey->cuda || ((memh != NULL) && memh->cuda);
 }
-/* A put or get copied by the driver, done when it returns: XFER_OK, an error, or
- * XFER_ERR_UNSUPPORTED before anything moved (device memory here, the peer's host memory not
- * mapped here). The range was checked against the key. */
+/* Whether the driver can: the peer's device memory, or its host memory mapped here (device
+ * memory here cannot reach the peer's malloc'd memory: no CMA, no ring copy of device
+ * memory). */
+int xfer_shm_cuda_reaches(xfer_ep_h ep, xfer_rkey_h rkey);
+/* A put or get copied by the driver, done when it returns: XFER_OK or an error. The range
+ * was checked against the key, and a key of host memory is mapped here. */
 xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t length,
                                 xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey);
-/* Every descriptor of a batch (checked against the key) copied the same way. */
+/* Every descriptor of a batch (checked against the key, mapped if host memory) copied the
+ * same way. */
 xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args);
 /* Close the peers' allocations opened here, the stream and the context retained. */
 void xfer_shm_cuda_cleanup(xfer_iface_h iface);

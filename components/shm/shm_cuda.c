@@ -383,7 +383,7 @@ void xfer_shm_cuda_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 /* ---- copies ---------------------------------------------------------------------------------- */
 
 /* Where remote_addr of rkey is here: in the peer's opened allocation, or in its memory mapped
- * here; 0 when neither (then the caller declines). The range was checked against the key. */
+ * here (the caller saw to it that it is one of them). The range was checked against the key. */
 static xfer_cu_ptr_t remote_ptr(const xfer_rkey_h rkey, uint64_t remote_addr)
 {
     if (rkey->cuda) {
@@ -398,11 +398,6 @@ static const xfer_cuda_driver_t *copies_begin(xfer_ep_h ep, xfer_memh_h memh, xf
 {
     const xfer_cuda_driver_t *drv;
 
-    /* device memory here to host memory of the peer's: only where it is mapped here */
-    if (!rkey->cuda && !xfer_shm_rkey_mapped(ep, rkey)) {
-        *status_p = XFER_ERR_UNSUPPORTED;
-        return NULL;
-    }
     drv = cuda_enter(ep->iface, ((memh != NULL) && memh->cuda) ? memh->cu_ctx : NULL,
                      rkey->cuda ? rkey->bus_id : "", saved_p);
     if (drv == NULL) {
@@ -470,11 +465,6 @@ xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args)
 
     drv = copies_begin(ep, args->memh, args->rkey, &saved, &status);
     if (drv == NULL) {
-        if (status == XFER_ERR_UNSUPPORTED) {
-            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a batch of CUDA memory to pid %d: the "
-                     "target's region is host memory not mapped here (only memory from "
-                     "xfer_mem_alloc is), and batches are not staged", (int)ep->peer_pid);
-        }
         return status;
     }
     for (size_t i = 0; (i < args->count) && (res == 0); i++) {

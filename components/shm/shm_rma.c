@@ -246,6 +246,11 @@ void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
     free(rkey);
 }
 
+int xfer_shm_cuda_reaches(xfer_ep_h ep, xfer_rkey_h rkey)
+{
+    return rkey->cuda || xfer_shm_rkey_mapped(ep, rkey);
+}
+
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
 {
     xfer_shm_peer_fd_t pf = {0};
@@ -306,9 +311,11 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     }
     if (xfer_shm_cuda_moves(memh, rkey)) {
         /* the driver copies here: the peer's device memory opened by its IPC handle, or
-         * device memory here to or from the peer's mapped memory */
-        return xfer_shm_cuda_rma(ep, kind == XFER_SHM_OP_PUT, buf, length, memh, remote_addr,
-                                 rkey);
+         * device memory here to or from the peer's mapped memory; else declined before
+         * anything moved, and the framework stages it */
+        return xfer_shm_cuda_reaches(ep, rkey) ?
+               xfer_shm_cuda_rma(ep, kind == XFER_SHM_OP_PUT, buf, length, memh, remote_addr,
+                                 rkey) : XFER_ERR_UNSUPPORTED;
     }
     if (xfer_shm_rkey_mapped(ep, rkey)) {
         uint8_t *remote = rkey->map.data + (remote_addr - rkey->addr);
