@@ -20,6 +20,9 @@ for suite in staging cuda_transport; do
     echo "== test_$suite over shm, XFER_SHM_CUDA_IPC=n"
     XFER_SHM_CUDA_IPC=n "$build/test/test_$suite" || rc=1
 done
+echo "== test_perf over shm, XFER_SHM_CUDA_IPC=n: puts into the peer's CUDA memory refused"
+XFER_SHM_CUDA_IPC=n "$build/test/test_perf" \
+    --filter '*/what_the_transport_does_not_move_is_refused_with_the_reason' || rc=1
 for suite in tag rma tensor memory close faults batch; do
     echo "== test_$suite over shm, XFER_SHM_CMA=off"
     XFER_SHM_CMA=off "$build/test/test_$suite" || rc=1

@@ -199,10 +199,15 @@ Test(perf, put_bw_from_cuda_memory) { cuda_to_host("put_bw"); }
 Test(perf, get_bw_into_cuda_memory) { cuda_to_host("get_bw"); }
 
 /* Whether the transport under test puts into and gets from a peer's CUDA memory: tcp moves
- * it through its bounce buffers, shm opens it by its CUDA IPC handle. */
+ * it through its bounce buffers, shm opens it by its CUDA IPC handle (unless
+ * XFER_SHM_CUDA_IPC turns that off). */
 static int reaches_peers_cuda(void)
 {
-    return (strcmp(transport(), "tcp") == 0) || (strcmp(transport(), "shm") == 0);
+    const char *ipc = getenv("XFER_SHM_CUDA_IPC");
+    int ipc_off     = (ipc != NULL) && ((strcmp(ipc, "n") == 0) || (strcmp(ipc, "no") == 0) ||
+                                        (strcmp(ipc, "0") == 0) || (strcmp(ipc, "off") == 0));
+
+    return (strcmp(transport(), "tcp") == 0) || ((strcmp(transport(), "shm") == 0) && !ipc_off);
 }
 
 /* Every test with both sides' buffers in CUDA memory, data checked: over a transport that
@@ -304,19 +309,19 @@ static const refusal_t refusals[] = {
                                    "supported"},
 };
 
-/* Over a transport without MEM_CUDA (verbs: the guest runs this suite over it), a put or get
- * into the peer's cuda memory - which has no remote key there - is refused before the test
- * starts, by the side concerned, in one line. tcp moves CUDA memory itself, so there the test
- * has nothing to refuse. */
+/* Over a transport that does not reach a peer's CUDA memory (verbs: the guest runs this suite
+ * over it), a put or get into the peer's cuda memory - which has no remote key there - is
+ * refused before the test starts, by the side concerned, in one line. tcp moves CUDA memory
+ * itself and shm opens it by IPC, so there the test has nothing to refuse. */
 Test(perf, what_the_transport_does_not_move_is_refused_with_the_reason)
 {
     char env[1200], args[256], line[1024], why[512];
     perf_run_t r;
 
-    if (strcmp(transport(), "tcp") == 0) {
-        fprintf(stderr, "perf: skipped: tcp moves CUDA memory itself, nothing is refused "
-                "(the guest runs this over verbs)\n");
-        cr_skip_test("tcp moves CUDA memory itself");
+    if (reaches_peers_cuda()) {
+        fprintf(stderr, "perf: skipped: %s reaches a peer's CUDA memory, nothing is refused "
+                "(the guest runs this over verbs)\n", transport());
+        cr_skip_test("%s reaches a peer's CUDA memory", transport());
     }
     snprintf(env, sizeof(env), "XFER_CUDA_LIB=%s", fake_cuda());
     for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
