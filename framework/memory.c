@@ -595,8 +595,9 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
          * get it (MEM_CUDA, RMA_CUDA) */
         xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s: the "
                  "peer's buffer is not registered with it (CUDA memory is registered only "
-                 "with transports that move CUDA memory; staging serves the local buffer "
-                 "of a put or get, not the remote one)", ep->transport);
+                 "with transports that move CUDA memory or put and get it by IPC; staging "
+                 "serves the local buffer of a put or get, not the remote one)",
+                 ep->transport);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = calloc(1, sizeof(*rkey));

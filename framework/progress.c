@@ -50,10 +50,9 @@ static void iface_close(xfer_fw_iface_t *fi)
 /* Open every available, allowed transport that can serve an endpoint, ranked for what every
  * endpoint carries - host memory. Moving CUDA memory (MEM_CUDA, RMA_CUDA) is not counted:
  * tcp does it through bounce buffers and must not outrank verbs for it, and a transport that
- * moves it by
- * GPUDirect carries host memory as fast as the verbs it is built on. Reaching other hosts is
- * not counted either: whether a transport reaches a peer is decided per peer at connect
- * (iface_reachable, negotiation skips it for the others), so shm, which lacks
+ * moves it by GPUDirect carries host memory as fast as the verbs it is built on. Reaching
+ * other hosts is not counted either: whether a transport reaches a peer is decided per peer
+ * at connect (iface_reachable, negotiation skips it for the others), so shm, which lacks
  * XFER_CAP_INTER_HOST, must rank ahead of tcp to be chosen for the peers it does reach. */
 static xfer_status_t ifaces_open(xfer_context_t *ctx)
 {

@@ -186,9 +186,8 @@ XFER_API xfer_status_t xfer_context_arm(xfer_context_t *ctx);
  * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it through a host buffer of
  * their size (over RMA_CUDA transports too), and a peer cannot put to or get from it over
  * them (its remote key has no part for them). It is refused when no open transport moves or
- * stages it. A tensor published
- * from CUDA memory is copied to host memory at publish when an open transport cannot touch
- * it.
+ * stages it. A tensor published from CUDA memory is copied to host memory at publish when an
+ * open transport cannot touch it.
  */
 typedef enum {
     XFER_MEM_HOST = 0,      /* CPU-addressable: malloc, mmap, pinned, CUDA managed memory */
