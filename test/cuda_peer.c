@@ -184,8 +184,11 @@ int dt_serve(tp_side_t *s)
             char last = 0;
             double end;
 
-            a = ctl_u64(s);
-            b = ctl_u64(s);
+            uint64_t pause_ms;
+
+            a        = ctl_u64(s);
+            b        = ctl_u64(s);
+            pause_ms = ctl_u64(s);
             TP_CHECK(a > 0 && a <= DT_MAXLEN, "length");
             tp_fill_pattern(host, a, b);
             c = (uint8_t)host[a - 1];
@@ -194,9 +197,10 @@ int dt_serve(tp_side_t *s)
             }
             d_write(drv, dptr, 0, host, a);
             TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-            /* let the put pile up in the socket: it is then read in one go, more of it than
-             * there are bounce buffers */
-            usleep(100 * 1000);
+            /* over tcp a pause lets the put pile up in the socket: it is then read in one
+             * go, more of it than there are bounce buffers; none watches a put that the
+             * initiator copies itself (shm) while it lands */
+            usleep((useconds_t)pause_ms * 1000);
             end = tp_now_ms() + TP_WAIT_MS;
             do {
                 TP_CHECK(tp_now_ms() < end, "the put's last byte never came");

@@ -31,8 +31,9 @@ enum {
     CMD_STALL_SENDING, /* len, tag: post a send of len host bytes (reply 1), then stop
                         * progressing until killed */
     CMD_STALL,      /* reply 1, then stop progressing until killed */
-    CMD_WATCH,      /* len, seed: D[0, len) = something else (reply 1); progress until the
-                     * last byte is pattern(seed)'s, then reply 2 if all of it is, else 3 */
+    CMD_WATCH,      /* len, seed, pause_ms: D[0, len) = something else (reply 1), sleep
+                     * pause_ms; progress until the last byte is pattern(seed)'s, then reply
+                     * 2 if all of it is, else 3 */
     CMD_AWAIT_NOTIFY, /* len, seed: D[0, len) = something else (reply 1); progress until a
                        * batch notification comes, then reply 2 if D[0, len) holds
                        * pattern(seed) and the notification says "batch <seed>", else 3 */
