@@ -13,7 +13,8 @@
  * in this same process (another context) is reached at its own address: the driver opens no
  * handle in the process that exported it. The target takes no part: nothing of it runs, and it is told nothing, but a batch's
  * notification, written into the ring after the last copy landed. A put or get is done when
- * it returns; a batch when its notification is in the ring.
+ * it returns; a batch when its notification is in the ring. A put's last byte is copied
+ * after the rest, so that a reader polling it sees every byte ahead of it.
  *
  * Trust: the key's region must lie inside the allocation it names, and the opened
  * allocation must be at least that long (cuMemGetAddressRange of what the handle opened) -
@@ -443,6 +444,7 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
                                 xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey)
 {
     const xfer_cuda_driver_t *drv;
+    xfer_cu_ptr_t remote;
     xfer_status_t status;
     void *saved;
     int res;
@@ -451,8 +453,20 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
     if (drv == NULL) {
         return status;
     }
-    res = (length == 0) ? 0 : copy_start(drv, ep->iface, is_put, (uintptr_t)buf,
-                                         remote_ptr(rkey, remote_addr), length);
+    remote = remote_ptr(rkey, remote_addr);
+    if (is_put && (length > 1)) {
+        /* the last byte by a copy of its own, after the rest in stream order: one copy may be
+         * spread over engines that land its bytes in any order, and a reader may poll the
+         * last byte (as xfer_perf's put_lat does) */
+        res = copy_start(drv, ep->iface, 1, (uintptr_t)buf, remote, length - 1);
+        if (res == 0) {
+            res = copy_start(drv, ep->iface, 1, (uintptr_t)buf + length - 1,
+                             remote + length - 1, 1);
+        }
+    } else {
+        res = (length == 0) ? 0 : copy_start(drv, ep->iface, is_put, (uintptr_t)buf, remote,
+                                             length);
+    }
     return copies_end(ep, drv, res, saved);
 }
 
