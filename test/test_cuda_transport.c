@@ -12,11 +12,13 @@
  * a bounce buffer would fault, and its copies land only after several event queries, so a
  * buffer written or reused before its copy landed moves wrong bytes. Small bounce buffers
  * (XFER_TCP_CUDA_CHUNK=4k, two per direction) make every large transfer wait for copies.
- * Over a transport without MEM_CUDA (verbs without GPUDirect) the framework stages what the
- * transport cannot touch: tagged messages and tensors through host buffers of their own
- * (framework/staging_msg.c) - the same scenarios, the same checks; puts and gets into a
- * peer's device memory skip there (no remote key exists for it; test_staging covers the
- * staged puts and gets of this side's), and so do the two tests of tcp's bounce buffers.
+ * Over a transport without MEM_CUDA (verbs without GPUDirect, shm) the framework stages what
+ * the transport cannot touch: tagged messages and tensors through host buffers of their own
+ * (framework/staging_msg.c) - the same scenarios, the same checks. Puts and gets into a
+ * peer's device memory run over shm too (RMA_CUDA: the initiator opens the peer's allocation
+ * by its CUDA IPC handle) and skip over verbs (no remote key exists for it there;
+ * test_staging covers the staged puts and gets of this side's), and so do the two tests of
+ * tcp's bounce buffers wherever tcp is not the transport.
  */
 #include "cuda_peer.h"
 #include "staging_test.h"
