@@ -316,6 +316,7 @@ struct kh_xfer_shm_mem_s;
 typedef struct xfer_shm_cuda_open xfer_shm_cuda_open_t;
 typedef struct xfer_shm_cuda {
     int             state;          /* 0: not set up, 1: ready, -1: cannot be (why) */
+    const xfer_cuda_driver_t *drv;  /* the driver, with its IPC entries (ready) */
     void            *ctx;           /* the CUDA context of the stream and opened handles */
     int             primary;        /* the device whose primary context is retained, or -1 */
     void            *stream;
@@ -434,10 +435,6 @@ static inline int xfer_shm_cuda_moves(xfer_memh_h memh, xfer_rkey_h rkey)
 {
     return rkey->cuda || ((memh != NULL) && memh->cuda);
 }
-/* Whether the driver can: the peer's device memory, or its host memory mapped here (device
- * memory here cannot reach the peer's malloc'd memory: no CMA, no ring copy of device
- * memory). */
-int xfer_shm_cuda_reaches(xfer_ep_h ep, xfer_rkey_h rkey);
 /* A put or get copied by the driver, done when it returns: XFER_OK or an error. The range
  * was checked against the key, and a key of host memory is mapped here. */
 xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t length,
@@ -622,6 +619,10 @@ static inline int xfer_shm_rkey_covers(xfer_rkey_h rkey, uint64_t addr, uint64_t
 }
 /* Whether rkey's memory is mapped here (mapped at its first use when it can be). */
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey);
+/* Whether shm_cuda.c's copies reach rkey from here: the peer's device memory, or
+ * its host memory mapped here (device memory here cannot reach the peer's malloc'd memory: no
+ * CMA, no ring copy of device memory). */
+int xfer_shm_cuda_reaches(xfer_ep_h ep, xfer_rkey_h rkey);
 xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p);
 xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,

@@ -220,7 +220,8 @@ static xfer_status_t cuda_setup(xfer_iface_h iface, const xfer_cuda_driver_t *dr
     return XFER_OK;
 }
 
-/* Enter the iface's CUDA context (set up at the first use), the caller's kept in *saved_p. */
+/* Enter the iface's CUDA context (set up at the first use, the driver table kept from then
+ * on), the caller's kept in *saved_p. */
 static const xfer_cuda_driver_t *cuda_enter(xfer_iface_h iface, void *local_ctx,
                                             const char *bus_id, void **saved_p)
 {
@@ -228,6 +229,12 @@ static const xfer_cuda_driver_t *cuda_enter(xfer_iface_h iface, void *local_ctx,
     const xfer_cuda_driver_t *drv;
     char why[XFER_REASON_MAX];
 
+    if (c->state > 0) {
+        *saved_p = NULL;
+        (void)c->drv->ctx_get_current(saved_p);
+        (void)c->drv->ctx_set_current(c->ctx);
+        return c->drv;
+    }
     if (c->state < 0) {
         return NULL;
     }
@@ -239,17 +246,14 @@ static const xfer_cuda_driver_t *cuda_enter(xfer_iface_h iface, void *local_ctx,
     }
     *saved_p = NULL;
     (void)drv->ctx_get_current(saved_p);
-    if (c->state == 0) {
-        if (cuda_setup(iface, drv, local_ctx, bus_id) != XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "CUDA IPC: %s", c->why);
-            (void)drv->ctx_set_current(*saved_p);
-            c->state = -1;
-            return NULL;
-        }
-        c->state = 1;
-    } else {
-        (void)drv->ctx_set_current(c->ctx);
+    if (cuda_setup(iface, drv, local_ctx, bus_id) != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "CUDA IPC: %s", c->why);
+        (void)drv->ctx_set_current(*saved_p);
+        c->state = -1;
+        return NULL;
     }
+    c->drv   = drv;
+    c->state = 1;
     return drv;
 }
 
@@ -258,27 +262,30 @@ static void cuda_leave(const xfer_cuda_driver_t *drv, void *saved)
     (void)drv->ctx_set_current(saved);
 }
 
+/* Close an allocation opened here (none to close for one of this process) and forget it;
+ * in the iface's context. */
+static void opened_free(const xfer_cuda_driver_t *drv, xfer_shm_cuda_open_t *o)
+{
+    ucs_list_del(&o->list);
+    if (!o->own) {
+        (void)drv->ipc_close_mem_handle(o->base);
+    }
+    free(o);
+}
+
 void xfer_shm_cuda_cleanup(xfer_iface_h iface)
 {
     xfer_shm_cuda_t *c = &iface->cuda;
-    const xfer_cuda_driver_t *drv;
-    char why[XFER_REASON_MAX];
+    const xfer_cuda_driver_t *drv = c->drv;
     void *saved = NULL;
 
     if (c->state <= 0) {
         return;
     }
-    drv = xfer_cuda_driver(why, sizeof(why));
     (void)drv->ctx_get_current(&saved);
     (void)drv->ctx_set_current(c->ctx);
     while (!ucs_list_is_empty(&c->opened)) {
-        xfer_shm_cuda_open_t *o = ucs_list_extract_head(&c->opened, xfer_shm_cuda_open_t,
-                                                        list);
-
-        if (!o->own) {
-            (void)drv->ipc_close_mem_handle(o->base);
-        }
-        free(o);
+        opened_free(drv, ucs_list_head(&c->opened, xfer_shm_cuda_open_t, list));
     }
     (void)drv->stream_destroy(c->stream);
     (void)drv->ctx_set_current(saved);
@@ -346,11 +353,7 @@ static xfer_status_t rkey_open(xfer_ep_h ep, const xfer_cuda_driver_t *drv, xfer
                  "allocation of %llu bytes; its IPC handle opens %llu", rkey->pid,
                  (unsigned long long)rkey->alloc_len, (unsigned long long)o->size);
         if (o->refs == 0) {
-            ucs_list_del(&o->list);
-            if (!o->own) {
-                (void)drv->ipc_close_mem_handle(o->base);
-            }
-            free(o);
+            opened_free(drv, o);
         }
         return XFER_ERR_INVALID_PARAM;
     }
@@ -361,24 +364,18 @@ static xfer_status_t rkey_open(xfer_ep_h ep, const xfer_cuda_driver_t *drv, xfer
 
 void xfer_shm_cuda_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 {
-    xfer_shm_cuda_open_t *o = rkey->opened;
-    const xfer_cuda_driver_t *drv;
-    char why[XFER_REASON_MAX];
-    void *saved = NULL;
+    const xfer_cuda_driver_t *drv = iface->cuda.drv;
+    xfer_shm_cuda_open_t *o       = rkey->opened;
+    void *saved                   = NULL;
 
     rkey->opened = NULL;
     if ((o == NULL) || (--o->refs > 0)) {
-        return;
+        return;     /* nothing opened (then the iface's CUDA state may not be set up) */
     }
-    ucs_list_del(&o->list);
-    if (!o->own) {
-        drv = xfer_cuda_driver(why, sizeof(why));
-        (void)drv->ctx_get_current(&saved);
-        (void)drv->ctx_set_current(iface->cuda.ctx);
-        (void)drv->ipc_close_mem_handle(o->base);
-        (void)drv->ctx_set_current(saved);
-    }
-    free(o);
+    (void)drv->ctx_get_current(&saved);
+    (void)drv->ctx_set_current(iface->cuda.ctx);
+    opened_free(drv, o);
+    (void)drv->ctx_set_current(saved);
 }
 
 /* ---- copies ---------------------------------------------------------------------------------- */
