@@ -23,6 +23,9 @@
 #define XFER_TCP_SUBSYS          "tcp"
 #define XFER_TCP_IFACE_ADDR_MAX  1024
 #define XFER_TCP_RX_BUF_LEN      (64u * 1024u)  /* staging buffer for headers and small data */
+/* How much one read into the staging buffer takes while large payloads flow (tcp_rx.c). */
+#define XFER_TCP_RX_PEEK_LEN     (4u * 1024u)
+#define XFER_TCP_RX_PEEK_FRAMES  16
 #define XFER_TCP_TX_BUF_LEN      (64u * 1024u)  /* one coalescing send buffer */
 #define XFER_TCP_RX_BUDGET       64             /* frames per endpoint per progress() */
 #define XFER_TCP_IOV_MAX         64
@@ -243,6 +246,8 @@ typedef struct xfer_tcp_rx {
     size_t              dbase;      /* where in dest they go */
     unsigned            dcopies;    /* copies of this frame in flight */
     int                 lanes_wait; /* striped: share 0 is in, the other lanes' are not */
+    int                 direct;     /* a frame of XFER_TCP_RX_BUF_LEN or more, its payload read
+                                     * straight into place */
 } xfer_tcp_rx_t;
 
 /* ---- lanes (tcp_lane.c) --------------------------------------------------------------------- */
@@ -330,6 +335,8 @@ struct xfer_ep {
     xfer_tcp_rx_t       rx;
     uint8_t             *rbuf;          /* staging: [roff, rlen) is unparsed input */
     size_t              roff, rlen;
+    unsigned            rx_staged;      /* frames handled from rbuf alone since a payload was
+                                         * read straight into place */
 
     xfer_tcp_slot_t     *slots;
     uint32_t            num_slots;

@@ -46,7 +46,8 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     if (ep == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    ep->rbuf = malloc(XFER_TCP_RX_BUF_LEN);
+    ep->rbuf      = malloc(XFER_TCP_RX_BUF_LEN);
+    ep->rx_staged = XFER_TCP_RX_PEEK_FRAMES;
     if (ep->rbuf == NULL) {
         status = XFER_ERR_NO_MEMORY;
         goto err_free_ep;
