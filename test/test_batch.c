@@ -7,12 +7,14 @@
  * with the count of what landed; a refused descriptor fails its batch and suppresses its
  * notification; a peer that floods notifications past the bound fails the endpoint; bad
  * lists are refused where they are made; a notification handler may post a batch of its own
- * and close its endpoint, after which nothing more reaches it.
+ * and close its endpoint, after which nothing more reaches it. A batch larger than what its
+ * post writes completes in a loop that sleeps on the context's fd whenever arm allows.
  */
 #include "test_peer.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -342,6 +344,51 @@ Test(batch, a_notification_handler_sees_the_data_too)
 
 /* Gets: the target's buffer holds pattern 7; each round reads its blocks into src at their
  * local offsets; the target's notification comes after. */
+/* An application's loop that arms right after the post: arm must say busy while the batch has
+ * bytes its post left queued for progress (tcp writes 64 KiB inside the post), or the loop
+ * sleeps on an fd that nothing will wake. */
+Test(batch, a_large_batch_completes_in_a_loop_that_arms_right_after_its_post)
+{
+    xfer_batch_desc_t d[NDESC];
+    xfer_request_t *req = NULL;
+    struct pollfd pfd;
+    uint32_t r = 0;
+    xfer_batch_t *b;
+    size_t n;
+    init_t in;
+
+    init_start(&in, srv_target);
+    pfd = (struct pollfd){xfer_context_event_fd(in.p.ctx), POLLIN, 0};
+    cr_assert_geq(pfd.fd, 0);
+    n = round_descs(r, d);
+    cr_assert_gt(desc_bytes(d, n), 256u << 10, "the round is not larger than a post writes");
+    tp_fill_pattern(in.src, SRC_LEN, 100 + r);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, n, &b), XFER_OK);
+    cr_assert(TP_POSTED(xfer_batch_post(b, &r, sizeof(r), 0, NULL, NULL, &req)));
+    /* arm before anything progresses (xfer_request_test would) */
+    for (double end = tp_now_ms() + TP_WAIT_MS;;) {
+        xfer_status_t st = xfer_context_arm(in.p.ctx);
+
+        cr_assert(st == XFER_OK || st == XFER_ERR_BUSY, "arm: %s", xfer_status_string(st));
+        if (st == XFER_OK) {
+            cr_assert_eq(poll(&pfd, 1, (int)(end - tp_now_ms())), 1, "the loop slept and "
+                         "nothing woke it: the batch was still in progress");
+        }
+        xfer_progress(in.p.ctx);
+        if (xfer_request_test(req) != XFER_INPROGRESS) {
+            break;
+        }
+    }
+    cr_assert_eq(xfer_request_test(req), XFER_OK);
+    cr_expect_eq(xfer_request_landed(req), n);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    tp_send(&in.p, CMD_POLL);
+    tp_send(&in.p, 1);
+    cr_expect_eq(recv_progressing(&in), 1, "the data was not all there at the notification");
+    init_finish(&in);
+}
+
 Test(batch, get_batches_read_what_the_target_holds)
 {
     uint8_t *image = malloc(DST_LEN);

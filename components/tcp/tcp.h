@@ -347,6 +347,8 @@ struct xfer_ep {
     uint32_t            num_preqs;
 
     int                 in_ready;       /* on iface->rx_ready */
+    int                 in_tx_ready;    /* on iface->tx_ready */
+    ucs_list_link_t     tx_ready_link;
     int                 rx_drained;     /* a read this round came back short: the socket is
                                          * empty, do not pay for a read that says EAGAIN */
     ucs_list_link_t     ready_link;
@@ -412,6 +414,7 @@ struct xfer_iface {
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
     ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
+    ucs_list_link_t          tx_ready;      /* eps whose socket takes more of their queue */
     ucs_list_link_t          failing;       /* eps whose failure is to be handled */
     ucs_list_link_t          notify;        /* failed eps, ep_failed pending */
     ucs_list_link_t          flushing;      /* eps with flushes waiting */
@@ -466,6 +469,8 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
 void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
 /* Ask progress() to look at ep's input again (it was paused, or budget ran out). */
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep);
+/* Ask progress() to write on ep's send queue: a posting call wrote its budget of it. */
+void xfer_tcp_iface_tx_kick(xfer_iface_h iface, xfer_ep_h ep);
 /* ep has flushes that progress() must look at until they end. */
 void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep);
 

@@ -643,6 +643,9 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     if (ep->in_ready) {
         ucs_list_del(&ep->ready_link);
     }
+    if (ep->in_tx_ready) {
+        ucs_list_del(&ep->tx_ready_link);
+    }
     xfer_tcp_cuda_ep_forget(ep);
     if (ep->in_failing) {
         ucs_list_del(&ep->failing_link);
@@ -650,7 +653,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     if (ep->in_notify) {
         ucs_list_del(&ep->notify_link);
     }
-    ep->in_ready = ep->in_failing = ep->in_notify = 0;
+    ep->in_ready = ep->in_tx_ready = ep->in_failing = ep->in_notify = 0;
     /* messages of this peer that nobody received go with it */
     ucs_list_for_each_safe(ue, tmp, &iface->unexp, list) {
         if (ue->ep == ep) {

@@ -177,6 +177,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->rx_ready);
+    ucs_list_head_init(&iface->tx_ready);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->flushing);
@@ -350,6 +351,17 @@ void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep)
     }
 }
 
+/* A send queue that a posting call left behind with its socket not full (the call wrote its
+ * budget): the next progress() writes on, without asking epoll whether the socket has room
+ * (two epoll_ctl calls and a wake-up for every batch larger than its posting budget). */
+void xfer_tcp_iface_tx_kick(xfer_iface_h iface, xfer_ep_h ep)
+{
+    if (!ep->in_tx_ready) {
+        ep->in_tx_ready = 1;
+        ucs_list_add_tail(&iface->tx_ready, &ep->tx_ready_link);
+    }
+}
+
 /* XFER_TCP_BUSY_POLL: every connected endpoint reads (and writes what is queued) as if
  * epoll had reported it ready; a read that finds nothing costs one system call, where
  * epoll_wait and then the read would cost two for a message. */
@@ -407,6 +419,14 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         count++;
     }
     count += xfer_tcp_cuda_progress(iface);
+
+    while (!ucs_list_is_empty(&iface->tx_ready)) {
+        xfer_ep_h ep = ucs_list_extract_head(&iface->tx_ready, struct xfer_ep, tx_ready_link);
+
+        ep->in_tx_ready = 0;
+        xfer_tcp_ep_tx_write(ep);   /* arms EPOLLOUT if the socket fills */
+        count++;
+    }
 
     /* only the endpoints queued now: one that runs out of budget again waits its turn */
     for (n = ucs_list_length(&iface->rx_ready); (n > 0) && !ucs_list_is_empty(&iface->rx_ready);
@@ -485,7 +505,8 @@ int xfer_tcp_iface_event_fd(xfer_iface_h iface)
 xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
     if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
-        !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->failing) ||
+        !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->tx_ready) ||
+        !ucs_list_is_empty(&iface->failing) ||
         !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface) ||
         (iface->cfg->busy_poll && !ucs_list_is_empty(&iface->eps))) {
         return XFER_ERR_BUSY;

@@ -233,6 +233,7 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
 {
     struct iovec iov[XFER_TCP_IOV_MAX];
     size_t written = 0;
+    int stopped    = 0;     /* by a full socket or a copy from device memory */
 
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         return;
@@ -307,7 +308,8 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
             }
         }
         if (cnt == 0) {
-            break;      /* waiting for a copy from device memory */
+            stopped = 1;    /* waiting for a copy from device memory */
+            break;
         }
         msg.msg_iov    = iov;
         msg.msg_iovlen = (size_t)cnt;
@@ -317,6 +319,7 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                 continue;
             }
             if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+                stopped = 1;
                 break;
             }
             xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "send: %s", strerror(errno));
@@ -326,8 +329,12 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
         written        += (size_t)n;
         tx_advance(ep, (size_t)n);
         if (((size_t)n < total) || waiting) {
-            break;  /* the socket is full, or what follows waits for a copy */
+            stopped = 1;    /* the socket is full, or what follows waits for a copy */
+            break;
         }
+    }
+    if (!stopped && !ucs_list_is_empty(&ep->txq)) {
+        xfer_tcp_iface_tx_kick(ep->iface, ep);  /* the budget ran out, not the socket */
     }
     xfer_tcp_ep_update_events(ep);
     if (ep->nlanes > 1) {
@@ -375,7 +382,7 @@ void xfer_tcp_ep_update_events(xfer_ep_h ep)
     if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked && !ep->rx.lanes_wait) {
         events |= EPOLLIN;
     }
-    if (!ucs_list_is_empty(&ep->txq)) {
+    if (!ucs_list_is_empty(&ep->txq) && !ep->in_tx_ready) {
         events |= EPOLLOUT;
     }
     if (events == ep->events) {
