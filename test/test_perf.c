@@ -448,6 +448,15 @@ Test(perf, batch_tests_move_checked_data_and_time_the_notifications)
                      r.client_out);
         perf_run_free(&r);
 
+        /* the longest lists, checked: more blocks than one read or write takes (tcp reads
+         * a PUTV's blocks up to 256 at a time, wherever the socket's data ends) */
+        snprintf(args, sizeof(args), "-t %s -s 4099 -b 1024 -w 2 -n 6 --warmup 1 -V", tests[i]);
+        perf_run("", "", args, &r);
+        expect_ran(&r, tests[i]);
+        cr_expect_eq(count_lines(r.client_out, "4099       1024    6 "), 1, "%s: %s", tests[i],
+                     r.client_out);
+        perf_run_free(&r);
+
         /* the same as JSON: the notification figures, and none without notifications */
         snprintf(args, sizeof(args), "-t %s -s 64k -b 16 -n 30 --json", tests[i]);
         perf_run("", "", args, &r);

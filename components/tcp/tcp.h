@@ -29,6 +29,9 @@
 #define XFER_TCP_TX_BUF_LEN      (64u * 1024u)  /* one coalescing send buffer */
 #define XFER_TCP_RX_BUDGET       64             /* frames per endpoint per progress() */
 #define XFER_TCP_IOV_MAX         64
+/* Blocks of a PUTV one readv() fills: 256 x 16 bytes of vectors the kernel copies in per call,
+ * and a batch of 128 blocks read in one call where the socket holds them. */
+#define XFER_TCP_RX_IOV_MAX      256
 
 /* The parameter table is in tcp_component.c. */
 typedef struct xfer_tcp_config {

@@ -185,7 +185,7 @@ static size_t rx_tail_len(xfer_ep_h ep)
 static int rx_blocks(xfer_ep_h ep)
 {
     xfer_tcp_rx_t *rx = &ep->rx;
-    struct iovec iov[XFER_TCP_IOV_MAX];
+    struct iovec iov[XFER_TCP_RX_IOV_MAX];
     int cnt, ret;
     size_t n;
 
@@ -221,7 +221,7 @@ static int rx_blocks(xfer_ep_h ep)
         iov[0].iov_base = (uint8_t*)b->iov_base + rx->got;
         iov[0].iov_len  = b->iov_len - rx->got;
         cnt = 1;
-        for (uint32_t i = rx->vidx + 1; (i < rx->vcnt) && (cnt < XFER_TCP_IOV_MAX - 1); i++) {
+        for (uint32_t i = rx->vidx + 1; (i < rx->vcnt) && (cnt < XFER_TCP_RX_IOV_MAX - 1); i++) {
             iov[cnt++] = rx->viov[i];
         }
         rx->direct        = (rx->hdr.length >= XFER_TCP_RX_BUF_LEN);
