@@ -138,8 +138,9 @@ int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p
  * While large payloads flow (a frame of the staging buffer's size or more was read straight
  * into place, and fewer than XFER_TCP_RX_PEEK_FRAMES frames came wholly out of the buffer
  * since), a read takes what is needed or XFER_TCP_RX_PEEK_LEN: a full buffer would catch the
- * start of the next large payload, copied a second time out of it (measured on a stream of
- * 512 KiB puts: 12% of the bytes took that way, 0.4% with the short reads). */
+ * start of the next large payload, copied a second time out of it (measured on streams of
+ * 512 KiB puts and of 128 x 4 KiB batches: 12% of the bytes took that way, under 1% with the
+ * short reads). */
 static int rx_fill(xfer_ep_h ep, size_t n)
 {
     while (ep->rlen - ep->roff < n) {
