@@ -9,7 +9,9 @@
  * staged puts and gets, and refuses batches); two contexts of one process do the same
  * (over shm by the address itself). Over shm, a remote key that claims more of
  * the allocation than the handle opens moves nothing, into the allocation or past it, and
- * keys that no shm side writes are refused.
+ * keys that no shm side writes are refused. A peer that stops progressing leaves a batch
+ * with a notification to end at its deadline, saying what landed; once it dies, the
+ * endpoint fails and what is posted after ends with an error.
  *
  * Each runs over the GPU's own driver (skipped where there is none) and over
  * test/plugins/fake_cuda.c, the stand-in for the driver (cuda_peer.h, test_cuda_transport.c):
@@ -24,9 +26,11 @@
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void setup(void)
 {
@@ -546,6 +550,106 @@ Test(cuda_batch,
 {
     tg_use_stand_in_driver();
     forged();
+}
+
+/* The peer stops progressing: batches of one block with a notification complete while the
+ * transport can take their notification without the peer (over shm, into the ring: the data
+ * is copied by this side), then one ends at its 200 ms deadline with XFER_ERR_TIMEOUT and at
+ * most its block counted as landed (over shm its block, copied in the post; over tcp none:
+ * the first batch's BATCH_ACK never comes). The peer
+ * is killed: the endpoint fails, a batch posted then ends with an error, not a hang. */
+#define SILENT_MAX_BATCHES 100000
+
+static void silent_peer(void)
+{
+    xfer_batch_desc_t d = {0, 0, 4096};
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch = NULL;
+    xfer_status_t s = XFER_OK;
+    double t0, took = 0;
+    unsigned i;
+    dev_test_t t;
+
+    start(&t);
+    cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, &d, 1, &batch),
+                 XFER_OK);
+    tp_send(&t.peer, CMD_STALL);
+    cr_assert_eq(tp_recv(&t.peer), 1);
+    for (i = 0; (i < SILENT_MAX_BATCHES) && (s == XFER_OK); i++) {
+        char note[32];
+
+        snprintf(note, sizeof(note), "batch %u", i);
+        req = NULL;
+        t0  = tp_now_ms();
+        s   = xfer_batch_post(batch, note, strlen(note), 200, NULL, NULL, &req);
+        cr_assert(TP_POSTED(s), "batch %u: %s", i, xfer_status_string(s));
+        s    = xfer_request_wait(req, TP_WAIT_MS);
+        took = tp_now_ms() - t0;
+        if (s == XFER_OK) {
+            cr_assert_eq(xfer_request_landed(req), 1);
+            xfer_request_release(req);
+        }
+    }
+    cr_assert_eq(s, XFER_ERR_TIMEOUT, "batch %u to a peer that stopped progressing ended with "
+                 "%s", i - 1, xfer_status_string(s));
+    /* the request's own status, not the wait's */
+    cr_assert_eq(xfer_request_test(req), XFER_ERR_TIMEOUT, "batch %u had not ended %.0f ms "
+                 "after its post, its deadline 200 ms", i - 1, took);
+    cr_expect_geq(took, 150.0, "the batch ended %.0f ms after its post, before its deadline",
+                  took);
+    cr_expect_lt(took, 5000.0, "the batch ended %.0f ms after its post, its deadline 200 ms",
+                 took);
+    cr_expect_leq(xfer_request_landed(req), 1);
+    if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") == 0) {
+        /* the block was copied by this side before the post returned: it is known landed */
+        cr_expect_eq(xfer_request_landed(req), 1, "over shm the batch's block landed, not "
+                     "counted");
+    }
+    fprintf(stderr, "cuda_batch: over %s, batch %u of a silent peer timed out (%.0f ms, %zu "
+            "landed)\n", xfer_endpoint_transport(t.peer.ep), i - 1, took,
+            xfer_request_landed(req));
+    xfer_request_release(req);
+
+    cr_assert_eq(kill(t.peer.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&t.peer, 10), 128 + SIGKILL);
+    close(t.peer.ctl);
+    t.peer.ctl = -1;
+    /* the death is noticed by progress: a batch posted from now on ends with an error */
+    req = NULL;
+    for (t0 = tp_now_ms(); tp_now_ms() - t0 < TP_WAIT_MS; usleep(10 * 1000)) {
+        xfer_progress(t.peer.ctx);
+        if (xfer_endpoint_status(t.peer.ep) != XFER_OK) {
+            break;
+        }
+    }
+    cr_expect_neq(xfer_endpoint_status(t.peer.ep), XFER_OK, "the peer died, its endpoint is "
+                  "still up");
+    s = xfer_batch_post(batch, "late", 4, 200, NULL, NULL, &req);
+    if (TP_POSTED(s)) {
+        s = xfer_request_wait(req, TP_WAIT_MS);
+        xfer_request_release(req);
+    }
+    cr_expect(s < 0 && s != XFER_ERR_TIMEOUT, "a batch to a dead peer ended with %s",
+              xfer_status_string(s));
+
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+    xfer_rkey_destroy(t.rkey);
+    cr_expect_eq(xfer_mem_deregister(t.src_mem), XFER_OK);
+    cr_expect_eq(xfer_mem_deregister(t.dst_mem), XFER_OK);
+    cr_expect_eq(t.gpu.drv->mem_free(t.src), 0);
+    cr_expect_eq(t.gpu.drv->mem_free(t.dst), 0);
+    xfer_endpoint_close(t.peer.ep);
+    xfer_context_destroy(t.peer.ctx);
+    t.gpu.drv->device_primary_ctx_release(t.gpu.device);
+    free(t.host);
+}
+
+Test(cuda_batch, a_batch_to_a_peer_that_stops_progressing_ends_at_its_deadline) { silent_peer(); }
+
+Test(cuda_batch, a_batch_to_a_peer_that_stops_progressing_ends_at_its_deadline_stand_in)
+{
+    tg_use_stand_in_driver();
+    silent_peer();
 }
 
 Test(cuda_batch, a_put_batch_is_in_the_peers_device_memory_at_its_notification) { put_device(); }
