@@ -6,6 +6,7 @@
 #include <xfer/info.h>
 
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,10 +301,23 @@ void dt_finish(dev_test_t *t)
     cr_expect_eq(t->gpu.drv->mem_free(t->src), 0);
     cr_expect_eq(t->gpu.drv->mem_free(t->dst), 0);
     xfer_rkey_destroy(t->rkey);
-    tp_send(&t->peer, CMD_DONE);
-    tp_finish(&t->peer);
+    if (t->peer.ctl >= 0) {
+        tp_send(&t->peer, CMD_DONE);
+        tp_finish(&t->peer);
+    } else {    /* killed: nothing to wait for */
+        xfer_endpoint_close(t->peer.ep);
+        xfer_context_destroy(t->peer.ctx);
+    }
     t->gpu.drv->device_primary_ctx_release(t->gpu.device);
     free(t->host);
+}
+
+void dt_kill(dev_test_t *t)
+{
+    cr_assert_eq(kill(t->peer.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&t->peer, 10), 128 + SIGKILL);
+    close(t->peer.ctl);
+    t->peer.ctl = -1;
 }
 
 void dt_fill(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed)

@@ -66,8 +66,11 @@ int dt_serve(tp_side_t *s);
 /* Start the peer, open the GPU here, allocate and register src and dst; skips the test
  * where the peer found no GPU. */
 void dt_start(dev_test_t *t);
-/* Release this side's buffers and key, stop the peer. */
+/* Release this side's buffers and key, stop the peer (or, after dt_kill, close its endpoint
+ * and context). */
 void dt_finish(dev_test_t *t);
+/* Kill the peer's process (SIGKILL) and reap it; its control channel is closed. */
+void dt_kill(dev_test_t *t);
 /* pattern(seed) into this side's device buffer at ptr. */
 void dt_fill(dev_test_t *t, xfer_cu_ptr_t ptr, size_t len, uint64_t seed);
 /* Whether this side's device memory at ptr holds pattern(seed); -1 when it does. */

@@ -26,7 +26,6 @@
 
 #include <criterion/criterion.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -610,10 +609,7 @@ static void silent_peer(void)
             xfer_request_landed(req));
     xfer_request_release(req);
 
-    cr_assert_eq(kill(t.peer.pid, SIGKILL), 0);
-    cr_assert_eq(tp_child_wait(&t.peer, 10), 128 + SIGKILL);
-    close(t.peer.ctl);
-    t.peer.ctl = -1;
+    dt_kill(&t);
     /* the death is noticed by progress: a batch posted from now on ends with an error */
     req = NULL;
     for (t0 = tp_now_ms(); tp_now_ms() - t0 < TP_WAIT_MS; usleep(10 * 1000)) {
@@ -633,15 +629,7 @@ static void silent_peer(void)
               xfer_status_string(s));
 
     cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
-    xfer_rkey_destroy(t.rkey);
-    cr_expect_eq(xfer_mem_deregister(t.src_mem), XFER_OK);
-    cr_expect_eq(xfer_mem_deregister(t.dst_mem), XFER_OK);
-    cr_expect_eq(t.gpu.drv->mem_free(t.src), 0);
-    cr_expect_eq(t.gpu.drv->mem_free(t.dst), 0);
-    xfer_endpoint_close(t.peer.ep);
-    xfer_context_destroy(t.peer.ctx);
-    t.gpu.drv->device_primary_ctx_release(t.gpu.device);
-    free(t.host);
+    dt_finish(&t);
 }
 
 Test(cuda_batch, a_batch_to_a_peer_that_stops_progressing_ends_at_its_deadline) { silent_peer(); }

@@ -334,10 +334,7 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
     tp_progress_for(t.peer.ctx, 200);
     cr_assert_eq(xfer_request_test(rreq), XFER_INPROGRESS,
                  "16 MiB cannot have come from a sender that stopped progressing");
-    cr_assert_eq(kill(t.peer.pid, SIGKILL), 0);
-    cr_assert_eq(tp_child_wait(&t.peer, 10), 128 + SIGKILL);
-    close(t.peer.ctl);
-    t.peer.ctl = -1;
+    dt_kill(&t);
 
     s = xfer_request_wait(rreq, TP_WAIT_MS);
     cr_expect(s < 0, "the receive ended with %s although its sender died",
@@ -347,15 +344,7 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
     xfer_request_release(rreq);
     cr_expect_eq(xfer_mem_deregister(big_mem), XFER_OK);
     cr_expect_eq(t.gpu.drv->mem_free(big), 0);
-    cr_expect_eq(xfer_mem_deregister(t.src_mem), XFER_OK);
-    cr_expect_eq(xfer_mem_deregister(t.dst_mem), XFER_OK);
-    cr_expect_eq(t.gpu.drv->mem_free(t.src), 0);
-    cr_expect_eq(t.gpu.drv->mem_free(t.dst), 0);
-    xfer_rkey_destroy(t.rkey);
-    xfer_endpoint_close(t.peer.ep);
-    xfer_context_destroy(t.peer.ctx);
-    t.gpu.drv->device_primary_ctx_release(t.gpu.device);
-    free(t.host);
+    dt_finish(&t);
 
     /* a new peer: device memory moves both ways through the bounce buffers again */
     dt_start(&t);
