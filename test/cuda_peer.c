@@ -182,10 +182,9 @@ int dt_serve(tp_side_t *s)
             return 1;
         }
         case CMD_WATCH: {
+            uint64_t pause_ms;
             char last = 0;
             double end;
-
-            uint64_t pause_ms;
 
             a        = ctl_u64(s);
             b        = ctl_u64(s);

@@ -443,6 +443,7 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
     const xfer_cuda_driver_t *drv;
     xfer_cu_ptr_t remote;
     xfer_status_t status;
+    size_t head;
     void *saved;
     int res;
 
@@ -451,18 +452,13 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
         return status;
     }
     remote = remote_ptr(rkey, remote_addr);
-    if (is_put && (length > 1)) {
-        /* the last byte by a copy of its own, after the rest in stream order: one copy may be
-         * spread over engines that land its bytes in any order, and a reader may poll the
-         * last byte (as xfer_perf's put_lat does) */
-        res = copy_start(drv, ep->iface, 1, (uintptr_t)buf, remote, length - 1);
-        if (res == 0) {
-            res = copy_start(drv, ep->iface, 1, (uintptr_t)buf + length - 1,
-                             remote + length - 1, 1);
-        }
-    } else {
-        res = (length == 0) ? 0 : copy_start(drv, ep->iface, is_put, (uintptr_t)buf, remote,
-                                             length);
+    /* a put's last byte by a copy of its own, after the rest in stream order: one copy may be
+     * spread over engines that land its bytes in any order, and a reader may poll the last
+     * byte (as xfer_perf's put_lat does) */
+    head = (is_put && (length > 1)) ? length - 1 : length;
+    res  = (head == 0) ? 0 : copy_start(drv, ep->iface, is_put, (uintptr_t)buf, remote, head);
+    if ((res == 0) && (head < length)) {
+        res = copy_start(drv, ep->iface, 1, (uintptr_t)buf + head, remote + head, 1);
     }
     return copies_end(ep, drv, res, saved);
 }
