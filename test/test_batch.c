@@ -8,7 +8,8 @@
  * notification; a peer that floods notifications past the bound fails the endpoint; bad
  * lists are refused where they are made; a notification handler may post a batch of its own
  * and close its endpoint, after which nothing more reaches it. A batch larger than what its
- * post writes completes in a loop that sleeps on the context's fd whenever arm allows.
+ * post writes completes in a loop that sleeps on the context's fd whenever arm allows, and
+ * ends, its callback agreeing, when its endpoint is closed by force right after the post.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -390,6 +391,42 @@ Test(batch, a_large_batch_completes_in_a_loop_that_arms_right_after_its_post)
     tp_send(&in.p, CMD_POLL);
     tp_send(&in.p, 1);
     cr_expect_eq(recv_progressing(&in), 1, "the data was not all there at the notification");
+    init_finish(&in);
+}
+
+/* The endpoint closed with XFER_CLOSE_FLAG_FORCE right after a large batch's post, while
+ * bytes of it wait for progress (tcp: the post writes 64 KiB): the batch ends (canceled, or
+ * done where the post moved it all), its callback saying the same, a later post is refused,
+ * and nothing of the closed endpoint is touched after (ASan, valgrind). */
+Test(batch, a_forced_close_right_after_a_large_post_ends_the_batch_once)
+{
+    xfer_status_t done = XFER_INPROGRESS;
+    xfer_request_t *req = NULL, *creq = NULL;
+    xfer_batch_desc_t d[NDESC];
+    xfer_status_t s;
+    uint32_t r = 0;
+    xfer_batch_t *b;
+    size_t n;
+    init_t in;
+
+    init_start(&in, srv_target);
+    n = round_descs(r, d);
+    tp_fill_pattern(in.src, SRC_LEN, 100 + r);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, n, &b), XFER_OK);
+    cr_assert(TP_POSTED(xfer_batch_post(b, &r, sizeof(r), 0, status_cb, &done, &req)));
+    s = xfer_endpoint_close_nb(in.p.ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL, &creq);
+    in.p.ep = NULL;
+    cr_assert(TP_POSTED(s), "close: %s", xfer_status_string(s));
+    if (creq != NULL) {
+        (void)xfer_request_wait(creq, TP_WAIT_MS);
+        xfer_request_release(creq);
+    }
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), done);
+    cr_expect(done == XFER_OK || done == XFER_ERR_CANCELED, "the batch ended with %s",
+              xfer_status_string(done));
+    xfer_request_release(req);
+    cr_expect_eq(xfer_batch_post(b, &r, sizeof(r), 0, NULL, NULL, &req), XFER_ERR_CONNECTION);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
     init_finish(&in);
 }
 
