@@ -161,6 +161,11 @@ static const struct {
     DRV_ENTRY(ipc_get_mem_handle,         "cuIpcGetMemHandle", 1),
     DRV_ENTRY(ipc_open_mem_handle,        "cuIpcOpenMemHandle_v2", 1),
     DRV_ENTRY(ipc_close_mem_handle,       "cuIpcCloseMemHandle", 1),
+    DRV_ENTRY(memcpy_batch_async,         "cuMemcpyBatchAsync", 1),
+    DRV_ENTRY(module_load_data,           "cuModuleLoadData", 1),
+    DRV_ENTRY(module_get_function,        "cuModuleGetFunction", 1),
+    DRV_ENTRY(module_unload,              "cuModuleUnload", 1),
+    DRV_ENTRY(launch_kernel,              "cuLaunchKernel", 1),
 };
 
 /* Called with cuda_lock held, once. */

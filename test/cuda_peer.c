@@ -29,6 +29,14 @@ void dt_peer_region(dt_region_t kind)
     region = kind;
 }
 
+static const char *peer_env_name, *peer_env_value;   /* likewise */
+
+void dt_peer_env(const char *name, const char *value)
+{
+    peer_env_name  = name;
+    peer_env_value = value;
+}
+
 /* n bytes into D at off from host memory, or out of it. */
 static void d_write(const xfer_cuda_driver_t *drv, xfer_cu_ptr_t d, uint64_t off,
                     const void *src, size_t n)
@@ -61,6 +69,9 @@ int dt_serve(tp_side_t *s)
     size_t len;
 
     TP_CHECK(host != NULL, "malloc");
+    if (peer_env_name != NULL) {
+        setenv(peer_env_name, peer_env_value, 1);
+    }
     if (xfer_cuda_init(why, sizeof(why)) != XFER_OK) {
         TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");  /* no GPU: the parent skips */
         free(host);

@@ -60,6 +60,9 @@ typedef enum {
 
 /* The kind of D of the peers started from now on (device memory unless said). */
 void dt_peer_region(dt_region_t kind);
+/* An environment variable the peers started from now on set before they touch CUDA (the
+ * stand-in driver's knobs for the peer alone); the strings must outlive them. */
+void dt_peer_env(const char *name, const char *value);
 /* The peer's side: serve commands until CMD_DONE (reply 0 first where there is no GPU). */
 int dt_serve(tp_side_t *s);
 

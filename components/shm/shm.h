@@ -54,6 +54,9 @@ typedef struct xfer_shm_config {
     uint64_t max_answers;       /* MAX_ANSWERS: answers queued for a peer before its input
                                  * pauses */
     int      cuda_ipc;          /* CUDA_IPC: put/get/batches of CUDA memory by IPC handles */
+    int      cuda_batch_copy;   /* CUDA_BATCH_COPY: a batch's copies by cuMemcpyBatchAsync */
+    int      cuda_gather;       /* CUDA_GATHER: device-to-device batches by a kernel */
+    uint64_t cuda_gather_descs; /* CUDA_GATHER_DESCS: entries of the kernel's table */
 } xfer_shm_config_t;
 
 /* Who this process is, as the iface address carries it (little-endian, fixed layout). */
@@ -314,12 +317,23 @@ struct kh_xfer_shm_mem_s;
 
 /* CUDA IPC state of an iface (shm_cuda.c), set up at its first use. */
 typedef struct xfer_shm_cuda_open xfer_shm_cuda_open_t;
+
+/* An entry of the gather kernel's table (shm_cuda_gather.cu reads the same layout). */
+typedef struct xfer_shm_gather_desc {
+    uint64_t dst, src, len;
+} xfer_shm_gather_desc_t;
 typedef struct xfer_shm_cuda {
     int             state;          /* 0: not set up, 1: ready, -1: cannot be (why) */
     const xfer_cuda_driver_t *drv;  /* the driver, with its IPC entries (ready) */
     void            *ctx;           /* the CUDA context of the stream and opened handles */
     int             primary;        /* the device whose primary context is retained, or -1 */
     void            *stream;
+    int             batch_refused;  /* the driver refused cuMemcpyBatchAsync: copies one by one */
+    int             gather_state;   /* the gather kernel: 0 not loaded yet, 1 loaded, -1 cannot be */
+    void            *gather_module;
+    void            *gather_func;
+    xfer_shm_gather_desc_t *gather_table;   /* pinned host memory, cfg->cuda_gather_descs */
+    unsigned        gather_n;       /* entries filled and not launched */
     ucs_list_link_t opened;         /* xfer_shm_cuda_open_t: peers' allocations opened */
     char            why[XFER_REASON_MAX];
 } xfer_shm_cuda_t;
@@ -444,6 +458,18 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
 xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args);
 /* Close the peers' allocations opened here, the stream and the context retained. */
 void xfer_shm_cuda_cleanup(xfer_iface_h iface);
+
+/* ---- shm_cuda_gather.c ---------------------------------------------------------------------- */
+/* Device-to-device batches by the copy kernel; all in the iface's CUDA context, entered. */
+/* 1 when the kernel is loaded (at the first call; the reason logged once where it cannot be). */
+int xfer_shm_gather_ready(xfer_iface_h iface);
+/* A copy of len bytes into the table, launching a full table first: 0 or the driver's error. */
+int xfer_shm_gather_add(xfer_iface_h iface, xfer_cu_ptr_t dst, xfer_cu_ptr_t src,
+                        uint64_t len);
+/* End a batch's adds: res 0 launches what the table holds, else it is dropped; the result. */
+int xfer_shm_gather_end(xfer_iface_h iface, int res);
+/* Free the table and unload the module (the stream waited for). */
+void xfer_shm_gather_cleanup(xfer_iface_h iface);
 
 /* ---- shm_coop.c ----------------------------------------------------------------------------- */
 /* A put of length bytes from buf (registered as memh, or NULL) to remote, where the

@@ -80,6 +80,23 @@ static const xfer_param_desc_t shm_params[] = {
      "shm; puts and gets of it are staged through host memory and a peer's CUDA memory takes "
      "none over shm.",
      offsetof(xfer_shm_config_t, cuda_ipc), 0, 0, NULL},
+    {"CUDA_BATCH_COPY", XFER_PARAM_BOOL, "y",
+     "A batch to or from a peer's CUDA memory hands its copies to the driver up to 256 in one "
+     "cuMemcpyBatchAsync call, where the driver has it (CUDA 12.8 and later); a call costs "
+     "about what one cuMemcpyAsync does, so a batch of small blocks does not pay a driver call "
+     "per block. n: one cuMemcpyAsync per block.",
+     offsetof(xfer_shm_config_t, cuda_batch_copy), 0, 0, NULL},
+    {"CUDA_GATHER", XFER_PARAM_BOOL, "y",
+     "A batch between CUDA memory here and a peer's (opened by IPC) moves by one launch of a "
+     "copy kernel per XFER_SHM_CUDA_GATHER_DESCS pieces of up to 64 KiB, not by a driver "
+     "copy per block: on an H200, 128 blocks of 4 KiB in about 11 us instead of 480. The "
+     "kernel is loaded (its PTX compiled by the driver) at the first such batch; where that "
+     "fails the batch goes by copies and the reason is logged once. n: copies only.",
+     offsetof(xfer_shm_config_t, cuda_gather), 0, 0, NULL},
+    {"CUDA_GATHER_DESCS", XFER_PARAM_UINT, "4096",
+     "Entries of the copy kernel's table, in pinned host memory (24 bytes each): one launch "
+     "copies a full table, and a batch that needs more waits for it before filling it again.",
+     offsetof(xfer_shm_config_t, cuda_gather_descs), 16, 1u << 20, NULL},
     {NULL}
 };
 

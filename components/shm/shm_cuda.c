@@ -9,10 +9,14 @@
  * context of the key's GPU), keeps it open while any of its keys of that allocation lives,
  * and copies with the driver (cuMemcpyAsync on a stream of its own, then
  * cuStreamSynchronize): host or device memory here to or from the peer's device memory, and
- * device memory to or from the peer's xfer_mem_alloc memory mapped here (shm_map.c). A peer
- * in this same process (another context) is reached at its own address: the driver opens no
- * handle in the process that exported it. The target takes no part: nothing of it runs, and it is told nothing, but a batch's
- * notification, written into the ring after the last copy landed. A put or get is done when
+ * device memory to or from the peer's xfer_mem_alloc memory mapped here (shm_map.c). A
+ * batch between device memory on both sides goes by one launch of a copy kernel
+ * (shm_cuda_gather.c); other batches hand the driver their copies up to 256 a
+ * cuMemcpyBatchAsync call where it has it, else one cuMemcpyAsync each. A peer in this same
+ * process (another context) is reached at its own address: the driver opens no handle in
+ * the process that exported it. The target takes no part: nothing of it runs, and it is
+ * told nothing, but a batch's notification, written into the ring after the last copy
+ * landed. A put or get is done when
  * it returns; a batch when its notification is in the ring. A put's last byte is copied
  * after the rest, so that a reader polling it sees every byte ahead of it.
  *
@@ -284,6 +288,8 @@ void xfer_shm_cuda_cleanup(xfer_iface_h iface)
     }
     (void)drv->ctx_get_current(&saved);
     (void)drv->ctx_set_current(c->ctx);
+    (void)drv->stream_synchronize(c->stream);
+    xfer_shm_gather_cleanup(iface);
     while (!ucs_list_is_empty(&c->opened)) {
         opened_free(drv, ucs_list_head(&c->opened, xfer_shm_cuda_open_t, list));
     }
@@ -463,10 +469,80 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
     return copies_end(ep, drv, res, saved);
 }
 
+/* A batch's copies handed to the driver SHM_CUDA_BATCH_MAX at a time by cuMemcpyBatchAsync:
+ * about the cost of one cuMemcpyAsync a call instead of one a block, which is most of the
+ * time of a batch of small blocks. *next_p is the first descriptor no call took; a call's
+ * error is returned as the driver gave it (what that call started is unknown: the caller
+ * waits for the stream and copies from *next_p on again, one by one). */
+#define SHM_CUDA_BATCH_MAX  256
+static int copies_batched(const xfer_cuda_driver_t *drv, xfer_iface_h iface,
+                          const xfer_batch_args_t *args, size_t *next_p)
+{
+    xfer_cu_ptr_t dsts[SHM_CUDA_BATCH_MAX], srcs[SHM_CUDA_BATCH_MAX], remote;
+    xfer_cuda_memcpy_attr_t attr = {.src_access_order = XFER_CUDA_SRC_ACCESS_ORDER_STREAM};
+    size_t sizes[SHM_CUDA_BATCH_MAX], attr_idx = 0, fail_idx, i = 0, n;
+    int res = 0;
+
+    while ((i < args->count) && (res == 0)) {
+        for (n = 0; (i < args->count) && (n < SHM_CUDA_BATCH_MAX); i++) {
+            const xfer_batch_iov_t *v = &args->iov[i];
+
+            if (v->length == 0) {
+                continue;
+            }
+            remote   = remote_ptr(args->rkey, v->remote);
+            dsts[n]  = args->is_put ? remote : v->local;
+            srcs[n]  = args->is_put ? v->local : remote;
+            sizes[n] = v->length;
+            n++;
+        }
+        fail_idx = SIZE_MAX;
+        res = (n == 0) ? 0 : drv->memcpy_batch_async(dsts, srcs, sizes, n, &attr, &attr_idx,
+                                                     1, &fail_idx, iface->cuda.stream);
+        if (res == 0) {
+            *next_p = i;
+        }
+    }
+    return res;
+}
+
+/* Whether the copy kernel takes a batch: device memory here of the iface's context (the
+ * kernel runs in it) and the peer's allocation on the same GPU, opened by IPC in that
+ * context. Not memory of another context of this process, which a kernel here cannot
+ * reach, nor host memory; nor another GPU's, which it reaches only where the two have peer
+ * access (the driver's copies go through the host where they have not). */
+static int gather_fits(xfer_iface_h iface, const xfer_batch_args_t *args)
+{
+    return iface->cfg->cuda_gather && (args->memh != NULL) && args->memh->cuda &&
+           (args->memh->cu_ctx == iface->cuda.ctx) && args->rkey->cuda &&
+           !args->rkey->opened->own &&
+           (strncasecmp(args->memh->bus_id, args->rkey->bus_id,
+                        sizeof(args->rkey->bus_id)) == 0) &&
+           xfer_shm_gather_ready(iface);
+}
+
+static int copies_gathered(xfer_iface_h iface, const xfer_batch_args_t *args)
+{
+    xfer_cu_ptr_t remote;
+    int res = 0;
+
+    for (size_t i = 0; (i < args->count) && (res == 0); i++) {
+        const xfer_batch_iov_t *v = &args->iov[i];
+
+        remote = remote_ptr(args->rkey, v->remote);
+        res    = args->is_put ? xfer_shm_gather_add(iface, remote, v->local, v->length) :
+                                xfer_shm_gather_add(iface, v->local, remote, v->length);
+    }
+    return xfer_shm_gather_end(iface, res);
+}
+
 xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args)
 {
+    xfer_shm_cuda_t *c = &ep->iface->cuda;
     const xfer_cuda_driver_t *drv;
+    char err[XFER_REASON_MAX];
     xfer_status_t status;
+    size_t first = 0;
     void *saved;
     int res = 0;
 
@@ -474,7 +550,26 @@ xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args)
     if (drv == NULL) {
         return status;
     }
-    for (size_t i = 0; (i < args->count) && (res == 0); i++) {
+    if (gather_fits(ep->iface, args)) {
+        return copies_end(ep, drv, copies_gathered(ep->iface, args), saved);
+    }
+    if (ep->iface->cfg->cuda_batch_copy && !c->batch_refused &&
+        (drv->size >= offsetof(xfer_cuda_driver_t, memcpy_batch_async) +
+                      sizeof(drv->memcpy_batch_async)) &&
+        (drv->memcpy_batch_async != NULL)) {
+        res = copies_batched(drv, ep->iface, args, &first);
+        if (res != 0) {
+            /* not for these pointers, or not on this platform: the rest one by one, from
+             * now on every batch (what the failed call started lands before they run) */
+            xfer_log(XFER_LOG_INFO, XFER_SHM_SUBSYS, "cuMemcpyBatchAsync refused a batch to "
+                     "or from pid %d (%s): its copies go one cuMemcpyAsync each",
+                     (int)ep->peer_pid, xfer_cuda_result_string(res, err, sizeof(err)));
+            (void)drv->stream_synchronize(c->stream);
+            c->batch_refused = 1;
+            res = 0;
+        }
+    }
+    for (size_t i = first; (i < args->count) && (res == 0); i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
 
         if (v->length > 0) {

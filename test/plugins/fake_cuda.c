@@ -11,6 +11,8 @@
  * their stream and run one per three cuEventQuery calls (all at cuStreamSynchronize), so an
  * event reports NOT_READY until the copies before it ran, like a copy engine that takes its
  * time: a pipeline that used a bounce buffer before its event said so moves wrong bytes.
+ * Kernels: the one it runs is shm's gather kernel (shm_cuda_gather.cu), by what it does, in
+ * stream order; an entry outside device memory faults it, as on a GPU.
  * Only what libxfer and xfer_perf (-m cuda: cuMemAlloc, cuMemsetD8, synchronous copies) use
  * is implemented; the rest are missing symbols.
  *
@@ -41,6 +43,10 @@ enum {
     INVALID_HANDLE      = 400,
     NOT_READY           = 600,
     NOT_SUPPORTED       = 801,
+    INVALID_PTX         = 218,
+    UNSUPPORTED_PTX_VERSION = 222,
+    NOT_FOUND           = 500,
+    ILLEGAL_ADDRESS     = 700,
 };
 
 #define MAX_ALLOCS  64
@@ -74,12 +80,14 @@ typedef struct copy {
     const void *src;
     size_t     len;
     uint64_t   seq;
+    int        gather;             /* a launch of xfer_shm_gather: src its table, len its count */
 } copy_t;
 
 typedef struct stream {
     copy_t     queue[MAX_QUEUED];
     unsigned   head, tail;         /* queue[head..tail) are pending */
     uint64_t   submitted, done;    /* copies ever queued, ever run */
+    int        error;              /* a kernel touched what is not device memory: sticky */
 } stream_t;
 
 typedef struct event {
@@ -430,6 +438,45 @@ EXPORT int cuMemcpyDtoH_v2(void *dst, cu_ptr_t src, size_t len)
     return copy_now(dst, (const void*)(uintptr_t)src, len);
 }
 
+/* 1 when [p, p + len) lies in one allocation of device memory (a kernel reaches nothing else). */
+static int device_range(const void *p, size_t len)
+{
+    alloc_t *a = find(p);
+
+    return (a != NULL) && !a->host && (len <= a->size - (size_t)((const char*)p - a->base));
+}
+
+/* What xfer_shm_gather does, when the launch's turn comes (its table read then, as the GPU
+ * reads it): each entry {dst, src, len} copied; an entry outside device memory fails the
+ * stream with CUDA_ERROR_ILLEGAL_ADDRESS and moves nothing, as the kernel would fault.
+ * FAKE_CUDA_GATHER_WRONG=1: each entry's last byte is not copied - a kernel the driver
+ * compiled wrong, which no GPU here can be made to produce. */
+typedef struct gather_desc {
+    unsigned long long dst, src, len;
+} gather_desc_t;
+
+static void gather_run(stream_t *s, const gather_desc_t *table, size_t count)
+{
+    const char *w = getenv("FAKE_CUDA_GATHER_WRONG");
+    int wrong     = (w != NULL) && (strcmp(w, "1") == 0);
+
+    for (size_t k = 0; k < count; k++) {
+        const void *dst = (const void*)(uintptr_t)table[k].dst;
+        const void *src = (const void*)(uintptr_t)table[k].src;
+
+        if (!device_range(dst, table[k].len) || !device_range(src, table[k].len)) {
+            fprintf(stderr, "fake_cuda: xfer_shm_gather entry %zu: %llu bytes from %p to %p "
+                    "not in device memory\n", k, table[k].len, src, dst);
+            s->error = ILLEGAL_ADDRESS;
+            return;
+        }
+    }
+    for (size_t k = 0; k < count; k++) {
+        land((void*)(uintptr_t)table[k].dst, (const void*)(uintptr_t)table[k].src,
+             table[k].len - (wrong && (table[k].len > 0)));
+    }
+}
+
 /* Run the oldest queued copy of s; 0 when none was queued. */
 static int stream_step(stream_t *s)
 {
@@ -439,13 +486,17 @@ static int stream_step(stream_t *s)
         return 0;
     }
     c = &s->queue[s->head % MAX_QUEUED];
-    land(c->dst, c->src, c->len);
+    if (c->gather) {
+        gather_run(s, c->src, c->len);
+    } else {
+        land(c->dst, c->src, c->len);
+    }
     s->head++;
     s->done++;
     return 1;
 }
 
-static int enqueue(void *stream, void *dst, const void *src, size_t len)
+static int enqueue_op(void *stream, void *dst, const void *src, size_t len, int gather)
 {
     stream_t *s = stream;
     int res     = SUCCESS;
@@ -457,16 +508,149 @@ static int enqueue(void *stream, void *dst, const void *src, size_t len)
     if (s->tail - s->head >= MAX_QUEUED) {
         res = NOT_SUPPORTED;
     } else {
-        s->queue[s->tail % MAX_QUEUED] = (copy_t){dst, src, len, ++s->submitted};
+        s->queue[s->tail % MAX_QUEUED] = (copy_t){dst, src, len, ++s->submitted, gather};
         s->tail++;
     }
     pthread_mutex_unlock(&lock);
     return res;
 }
 
+static int enqueue(void *stream, void *dst, const void *src, size_t len)
+{
+    return enqueue_op(stream, dst, src, len, 0);
+}
+
+/* Modules: the one kernel the stand-in runs is shm's xfer_shm_gather, found by its name in
+ * the PTX it is given, run by gather_run in stream order. FAKE_CUDA_MODULE_REFUSE=1: every
+ * image is refused (CUDA_ERROR_UNSUPPORTED_PTX_VERSION), as by a driver older than the PTX. */
+static int module_token, gather_token;
+static unsigned long kernel_launches;
+
+EXPORT unsigned long fake_cuda_kernel_launches(void)
+{
+    return __atomic_load_n(&kernel_launches, __ATOMIC_RELAXED);
+}
+
+EXPORT int cuModuleLoadData(void **module, const void *image)
+{
+    const char *refuse = getenv("FAKE_CUDA_MODULE_REFUSE");
+
+    if (current == NULL) {
+        return INVALID_CONTEXT;
+    }
+    if ((refuse != NULL) && (strcmp(refuse, "1") == 0)) {
+        return UNSUPPORTED_PTX_VERSION;
+    }
+    if (strstr(image, ".entry xfer_shm_gather(") == NULL) {
+        return INVALID_PTX;
+    }
+    *module = &module_token;
+    return SUCCESS;
+}
+
+EXPORT int cuModuleGetFunction(void **function, void *module, const char *name)
+{
+    if ((module != &module_token) || (strcmp(name, "xfer_shm_gather") != 0)) {
+        return NOT_FOUND;
+    }
+    *function = &gather_token;
+    return SUCCESS;
+}
+
+EXPORT int cuModuleUnload(void *module)
+{
+    return (module == &module_token) ? SUCCESS : INVALID_HANDLE;
+}
+
+/* xfer_shm_gather(const desc *table, unsigned count): its parameters as the driver takes
+ * them, an array of pointers to each. The table must be host memory the GPU reads (pinned:
+ * cuMemHostAlloc) and hold count entries, else the launch is refused. */
+EXPORT int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                          unsigned by, unsigned bz, unsigned shared, void *stream,
+                          void **params, void **extra)
+{
+    unsigned long long table;
+    unsigned count;
+    alloc_t *a;
+
+    if ((function != &gather_token) || (params == NULL) || (extra != NULL) || (gx == 0) ||
+        (gy != 1) || (gz != 1) || (bx == 0) || (bx > 1024) || (by != 1) || (bz != 1) ||
+        (shared != 0)) {
+        return INVALID_VALUE;
+    }
+    memcpy(&table, params[0], sizeof(table));
+    memcpy(&count, params[1], sizeof(count));
+    pthread_mutex_lock(&lock);
+    a = find((void*)(uintptr_t)table);
+    if ((a == NULL) || !a->host ||
+        ((size_t)count * sizeof(gather_desc_t) >
+         a->size - (size_t)((char*)(uintptr_t)table - a->base))) {
+        pthread_mutex_unlock(&lock);
+        return INVALID_VALUE;
+    }
+    pthread_mutex_unlock(&lock);
+    __atomic_add_fetch(&kernel_launches, 1, __ATOMIC_RELAXED);
+    return enqueue_op(stream, NULL, (void*)(uintptr_t)table, count, 1);
+}
+
 EXPORT int cuMemcpyAsync(cu_ptr_t dst, cu_ptr_t src, size_t len, void *stream)
 {
     return enqueue(stream, (void*)(uintptr_t)dst, (const void*)(uintptr_t)src, len);
+}
+
+/* cuMemcpyBatchAsync, CUDA 12.8's form (with failIdx): the driver's checks of its arguments
+ * (a stream, attributes whose first index is 0 and whose indices rise below count, a valid
+ * source access order), then each copy queued as cuMemcpyAsync queues it. Calls are counted
+ * for the suites (fake_cuda_batch_calls). FAKE_CUDA_BATCH_REFUSE=n: the call queues its
+ * first n copies and then fails with CUDA_ERROR_NOT_SUPPORTED at copy n - a driver that
+ * takes part of a batch before it refuses one of its copies, a fault no real GPU here can be
+ * made to produce. */
+typedef struct memcpy_attr {
+    int      src_access_order;
+    int      src_loc[2], dst_loc[2];
+    unsigned flags;
+} memcpy_attr_t;
+
+static unsigned long batch_calls;
+
+EXPORT unsigned long fake_cuda_batch_calls(void)
+{
+    return __atomic_load_n(&batch_calls, __ATOMIC_RELAXED);
+}
+
+EXPORT int cuMemcpyBatchAsync(cu_ptr_t *dsts, cu_ptr_t *srcs, size_t *sizes, size_t count,
+                              const memcpy_attr_t *attrs, const size_t *attr_idxs,
+                              size_t num_attrs, size_t *fail_idx, void *stream)
+{
+    const char *refuse = getenv("FAKE_CUDA_BATCH_REFUSE");
+    size_t limit = (refuse != NULL) ? strtoul(refuse, NULL, 10) : SIZE_MAX;
+    int res;
+
+    __atomic_add_fetch(&batch_calls, 1, __ATOMIC_RELAXED);
+    *fail_idx = SIZE_MAX;
+    if ((stream == NULL) || (count == 0) || (num_attrs == 0) || (num_attrs > count) ||
+        (attr_idxs[0] != 0)) {
+        return INVALID_VALUE;
+    }
+    for (size_t k = 0; k < num_attrs; k++) {
+        if (((k > 0) && (attr_idxs[k] <= attr_idxs[k - 1])) || (attr_idxs[k] >= count) ||
+            (attrs[k].src_access_order < 1) || (attrs[k].src_access_order > 3)) {
+            return INVALID_VALUE;
+        }
+    }
+    for (size_t i = 0; i < count; i++) {
+        if (i >= limit) {
+            *fail_idx = i;
+            return NOT_SUPPORTED;
+        }
+        res = enqueue(stream, (void*)(uintptr_t)dsts[i], (const void*)(uintptr_t)srcs[i],
+                      sizes[i]);
+        if (res != SUCCESS) {
+            *fail_idx = i;
+            return res;
+        }
+    }
+    return SUCCESS;
 }
 
 EXPORT int cuMemcpyHtoDAsync_v2(cu_ptr_t dst, const void *src, size_t len, void *stream)
@@ -491,11 +675,14 @@ EXPORT int cuStreamCreate(void **stream, unsigned flags)
 
 EXPORT int cuStreamSynchronize(void *stream)
 {
+    int res;
+
     pthread_mutex_lock(&lock);
     while (stream_step(stream)) {
     }
+    res = ((stream_t*)stream)->error;
     pthread_mutex_unlock(&lock);
-    return SUCCESS;
+    return res;
 }
 
 EXPORT int cuStreamDestroy_v2(void *stream)

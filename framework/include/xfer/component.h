@@ -490,7 +490,31 @@ typedef struct xfer_cuda_driver {
     int (*ipc_open_mem_handle)(xfer_cu_ptr_t *ptr, xfer_cuda_ipc_handle_t handle,
                                unsigned flags);
     int (*ipc_close_mem_handle)(xfer_cu_ptr_t ptr);
+    /* cuMemcpyBatchAsync (CUDA 12.8, the form with failIdx): count copies between pointers
+     * in one call, in stream order as a whole, in no order among themselves; NULL where the
+     * driver lacks it. attrs points to num_attrs xfer_cuda_memcpy_attr_t. */
+    int (*memcpy_batch_async)(xfer_cu_ptr_t *dsts, xfer_cu_ptr_t *srcs, size_t *sizes,
+                              size_t count, void *attrs, size_t *attr_idxs, size_t num_attrs,
+                              size_t *fail_idx, void *stream);
+    /* Modules and kernel launches (cuModuleLoadData takes PTX, which the driver compiles for
+     * its GPU); NULL where the library lacks them. */
+    int (*module_load_data)(void **module, const void *image);
+    int (*module_get_function)(void **function, void *module, const char *name);
+    int (*module_unload)(void *module);
+    int (*launch_kernel)(void *function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                         unsigned block_x, unsigned block_y, unsigned block_z,
+                         unsigned shared_bytes, void *stream, void **params, void **extra);
 } xfer_cuda_driver_t;
+
+/* CUmemcpyAttributes: how the copies of a batch from attr_idxs[k] on access their source.
+ * The location hints apply to managed and pageable memory only; type 0 leaves them unset. */
+#define XFER_CUDA_SRC_ACCESS_ORDER_STREAM  1   /* CU_MEMCPY_SRC_ACCESS_ORDER_STREAM */
+typedef struct xfer_cuda_memcpy_attr {
+    int      src_access_order;
+    int      src_loc_type, src_loc_id;
+    int      dst_loc_type, dst_loc_id;
+    unsigned flags;
+} xfer_cuda_memcpy_attr_t;
 
 /* The driver table, loading the library on the first call; cuInit is not called (see
  * xfer_cuda_init). NULL with why filled when the library cannot be loaded or lacks an entry
