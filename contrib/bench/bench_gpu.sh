@@ -12,7 +12,8 @@
 #            with its own cuda / host ratio - when its CUDA module is installed; else a line
 #            says it is skipped and why
 #   xfer_perf -x shm -m cuda (CUDA IPC between the two processes) put_bw, get_bw at 64 MiB and
-#            a batch of 128 x 4 KiB against one 512 KiB put, beside ucx_perftest over
+#            a batch of 128 x 4 KiB against one 512 KiB put (and the batch again by the
+#            driver's copies, XFER_SHM_CUDA_GATHER=n), beside ucx_perftest over
 #            UCX_TLS=sm,cuda_copy,cuda_ipc with its ratio
 #   ib_write_bw --use_cuda against ib_write_bw at 64 KiB, and xfer_perf -x verbs -m cuda,host
 #            against -m host, when an RDMA device is present and perftest was built with CUDA
@@ -187,8 +188,9 @@ fi
 # ---- same host: xfer_perf -x shm (CUDA IPC) against ucx_perftest UCX_TLS=sm,cuda_copy,cuda_ipc ---
 # put_bw and get_bw at 64 MiB with both sides in CUDA memory (device to device, the peer's
 # allocation opened by its IPC handle), host memory into the peer's CUDA memory, and a batch
-# of 128 x 4 KiB with notification against one 512 KiB put, both cuda; beside, ucx_perftest
-# ucp_put_bw / ucp_get_bw -m cuda over cuda_ipc.
+# of 128 x 4 KiB with notification against one 512 KiB put, both cuda (the batch by shm's
+# copy kernel, and again by the driver's copies); beside, ucx_perftest ucp_put_bw /
+# ucp_get_bw -m cuda over cuda_ipc.
 echo "# xfer_perf -x shm -m cuda: the data checked (-V) first"
 for test in put_bw get_bw; do
     for mem in cuda host,cuda; do
@@ -199,13 +201,18 @@ for test in put_bw get_bw; do
         esac
     done
 done
-CLIENT_ARGS=(-b 128)
-xfer_run cuda batch_put 4k -x shm -V -n 20 --warmup 2
-CLIENT_ARGS=()
-case $R in
-    REFUSED|FAILED) die "xfer_perf -x shm -t batch_put -m cuda -V failed (the reason above)" ;;
-esac
-echo "#   shm batch_put 128 x 4k -m cuda: the data verified"
+# batches of device memory by shm's copy kernel: 4 KiB blocks (16-byte accesses) both ways,
+# and blocks of 99999 bytes (odd addresses: bytewise; spread over two table entries each)
+for batch in "put 128 4k" "get 128 4k" "put 37 99999"; do
+    read -r dir n size <<<"$batch"
+    CLIENT_ARGS=(-b "$n")
+    xfer_run cuda "batch_$dir" "$size" -x shm -V -n 20 --warmup 2
+    CLIENT_ARGS=()
+    case $R in
+        REFUSED|FAILED) die "xfer_perf -x shm -t batch_$dir -b $n -s $size -m cuda -V failed (the reason above)" ;;
+    esac
+    echo "#   shm batch_$dir $n x $size -m cuda: the data verified"
+done
 declare -A SHM
 for _ in $(seq "$REPEAT"); do
     for test in put_bw get_bw; do
@@ -216,8 +223,10 @@ for _ in $(seq "$REPEAT"); do
     done
     CLIENT_ARGS=(-b 128)
     xfer_run cuda batch_put 4k -x shm -n 2000
-    CLIENT_ARGS=()
     SHM[batch,cuda]+="$R "
+    XFER_SHM_CUDA_GATHER=n xfer_run cuda batch_put 4k -x shm -n 200
+    SHM[batch_copies,cuda]+="$R "
+    CLIENT_ARGS=()
     xfer_run cuda put_bw 512k -x shm -n 2000
     SHM[put512k,cuda]+="$R "
 done
@@ -245,9 +254,11 @@ for test in put_bw get_bw; do
         printf "%-26s %12s %14s %14s %10s\n", t, c, hc, u,
                (u == "-" || c == "") ? "-" : sprintf("%.2f", c / u) }'
 done
-awk -v b="$(shm_med batch,cuda)" -v p="$(shm_med put512k,cuda)" 'BEGIN {
-    printf "# shm cuda: 128 x 4 KiB + notify %s, one 512 KiB put %s: %s\n", b, p,
-           (b == "" || p == "") ? "-" : sprintf("%.2f", b / p) }'
+awk -v b="$(shm_med batch,cuda)" -v p="$(shm_med put512k,cuda)" \
+    -v c="$(shm_med batch_copies,cuda)" 'BEGIN {
+    printf "# shm cuda: 128 x 4 KiB + notify %s, one 512 KiB put %s: %s; the batch by the " \
+           "driver'"'"'s copies (XFER_SHM_CUDA_GATHER=n) %s\n", b, p,
+           (b == "" || p == "") ? "-" : sprintf("%.2f", b / p), c }'
 
 # ---- RDMA: ib_write_bw --use_cuda, xfer_perf -x verbs -------------------------------------------
 if [ -z "$RDMA_DEV" ]; then
