@@ -24,6 +24,9 @@
 #define GATHER_PIECE    (64u * 1024)    /* largest table entry */
 #define GATHER_THREADS  256u            /* threads of a block of the grid */
 #define GATHER_NAME     "xfer_shm_gather"
+/* The table is read by the GPU at its host address: pinned memory is mapped into the
+ * unified address space (and DEVICEMAP says so where that is not the default). */
+#define CU_MEMHOSTALLOC_DEVICEMAP  0x02u
 
 static int gather_launch(xfer_iface_h iface)
 {
@@ -128,7 +131,7 @@ static int gather_load(xfer_iface_h iface, const xfer_cuda_driver_t *drv, char *
     res = drv->module_get_function(&c->gather_func, c->gather_module, GATHER_NAME);
     if (res == 0) {
         res = drv->mem_host_alloc(&table, iface->cfg->cuda_gather_descs *
-                                  sizeof(xfer_shm_gather_desc_t), 0);
+                                  sizeof(xfer_shm_gather_desc_t), CU_MEMHOSTALLOC_DEVICEMAP);
     }
     if (res != 0) {
         snprintf(why, why_size, "cannot set up the copy kernel %s: %s", GATHER_NAME,
