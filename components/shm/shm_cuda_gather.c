@@ -10,9 +10,16 @@
  * The module is loaded in the iface's context at its first such batch (the driver compiles
  * the PTX then). Where it cannot be - a driver without module entry points, one older than
  * the PTX - the reason is logged once and the iface's batches go by copies (shm_cuda.c).
- * The table is filled by one batch at a time (progress is single-threaded per iface); when
- * a batch fills it, its launch is waited for before it is filled again, and every batch
- * ends by waiting for the stream (shm_cuda.c), so the next finds it free.
+ * Every address the kernel is given was checked before it got here: the local range against
+ * its registration (inside one allocation), the remote one against the key, the key against
+ * the allocation it names and that against what the IPC handle opened (shm_cuda.c). A
+ * driver copy given a bad address fails with an error; a kernel faults, and the fault is
+ * sticky in the CUDA context - the application's too, where it is the primary one - so
+ * nothing unchecked reaches it.
+ *
+ * The table is filled by one batch at a time (the framework calls shm under its context's
+ * lock); when a batch fills it, its launch is waited for before it is filled again, and
+ * every batch ends by waiting for the stream (shm_cuda.c), so the next finds it free.
  */
 #include "shm.h"
 #include "shm_cuda_gather_ptx.h"
