@@ -304,6 +304,13 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
                          "peer's CUDA memory by IPC handles, copied here by the CUDA driver; "
                          "messages and tensors of CUDA memory staged through host memory" :
                          "off (XFER_SHM_CUDA_IPC=n): CUDA memory staged through host memory");
+    if (cfg->cuda_ipc) {
+        xfer_device_attr_add(dev, "cuda_batches", "%s", cfg->cuda_gather ?
+                             "between device memory on one GPU: one launch of a copy kernel "
+                             "per table of pieces (loaded and checked at the first); others "
+                             "by the driver's copies" :
+                             "by the driver's copies (XFER_SHM_CUDA_GATHER=n)");
+    }
     xfer_device_attr_add(dev, "cuda_driver", "%s", driver);
     xfer_device_attr_add(dev, "wakeup", "busy poll; sleeping peers woken by a byte on the "
                          "endpoint's bootstrap connection, whose end also says the peer died");
