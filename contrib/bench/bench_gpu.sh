@@ -8,6 +8,7 @@
 #            (tcp moves CUDA memory on both sides through its bounce buffers), else
 #            cuda,host (a transport that stages the initiator's CUDA memory only; xfer_perf
 #            says so: the refusal is printed)
+#   batch_put 128 x 4 KiB over tcp, -m cuda against -m host (-V checked first)
 #   ucx_perftest -m cuda (UCX_TLS=tcp,cuda_copy) tag_bw and ucp_put_bw at 64 MiB, beside,
 #            with its own cuda / host ratio - when its CUDA module is installed; else a line
 #            says it is skipped and why
@@ -149,6 +150,26 @@ for test in put_bw get_bw; do
                (c >= 0.8 * h) ? "met" : "NOT met", c / h,
                (m == "cuda,host") ? "; -m cuda (CUDA memory on both sides) was refused over tcp" : "" }'
 done
+# a batch of 128 x 4 KiB over tcp, host memory against device memory on both sides (blocks of
+# device memory go as one PUT each through the bounce buffers, a driver copy per block on
+# each side), checked with -V first
+CLIENT_ARGS=(-b 128)
+xfer_run cuda batch_put 4k -x tcp -V -n 20 --warmup 2
+case $R in
+    REFUSED|FAILED) die "xfer_perf -x tcp -t batch_put -b 128 -m cuda -V failed (the reason above)" ;;
+esac
+vals_h=() vals_c=()
+for _ in $(seq "$REPEAT"); do
+    xfer_run host batch_put 4k -x tcp -n 500
+    vals_h+=("$R")
+    xfer_run cuda batch_put 4k -x tcp -n 500
+    vals_c+=("$R")
+done
+CLIENT_ARGS=()
+h=$(printf '%s\n' "${vals_h[@]}" | median) c=$(printf '%s\n' "${vals_c[@]}" | median)
+awk -v h="$h" -v c="$c" 'BEGIN {
+    printf "# tcp batch_put 128 x 4 KiB + notify: -m host %s, -m cuda %s: %.2f (data checked)\n",
+           h, c, c / h }'
 
 # ---- ucx_perftest -m cuda --------------------------------------------------------------------------
 ucx_bw() {   # ucx_bw TEST MEM: R = MB/s (10^6) at 64 MiB, or "-" with the reason on stderr
