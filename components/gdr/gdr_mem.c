@@ -149,7 +149,7 @@ static void gpu_learn(xfer_gdr_mem_t *gm, const xfer_cuda_driver_t *drv, int ord
     if (res != 0) {
         xfer_reason_set(gpu->dmabuf_why, sizeof(gpu->dmabuf_why), "cuDeviceGet(%d): %s",
                         ordinal, xfer_cuda_result_string(res, text, sizeof(text)));
-    } else if (drv->mem_get_handle_for_address_range == NULL) {
+    } else if (!XFER_CUDA_DRIVER_HAS(drv, mem_get_handle_for_address_range)) {
         xfer_reason_set(gpu->dmabuf_why, sizeof(gpu->dmabuf_why), "the CUDA driver (%d) has "
                         "no cuMemGetHandleForAddressRange (needs CUDA 11.7)", drv->version);
     } else if (((res = drv->device_get_attribute(&value, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,

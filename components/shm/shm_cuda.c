@@ -61,10 +61,9 @@ static const xfer_cuda_driver_t *ipc_driver(char *why, size_t why_size)
     if (drv == NULL) {
         return NULL;
     }
-    if ((drv->size < offsetof(xfer_cuda_driver_t, ipc_close_mem_handle) +
-                     sizeof(drv->ipc_close_mem_handle)) ||
-        (drv->ipc_get_mem_handle == NULL) || (drv->ipc_open_mem_handle == NULL) ||
-        (drv->ipc_close_mem_handle == NULL)) {
+    if (!XFER_CUDA_DRIVER_HAS(drv, ipc_get_mem_handle) ||
+        !XFER_CUDA_DRIVER_HAS(drv, ipc_open_mem_handle) ||
+        !XFER_CUDA_DRIVER_HAS(drv, ipc_close_mem_handle)) {
         snprintf(why, why_size, "the CUDA driver %s has no IPC entry points "
                  "(cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcCloseMemHandle)",
                  drv->library);
@@ -554,9 +553,7 @@ xfer_status_t xfer_shm_cuda_batch(xfer_ep_h ep, xfer_batch_args_t *args)
         return copies_end(ep, drv, copies_gathered(ep->iface, args), saved);
     }
     if (ep->iface->cfg->cuda_batch_copy && !c->batch_refused &&
-        (drv->size >= offsetof(xfer_cuda_driver_t, memcpy_batch_async) +
-                      sizeof(drv->memcpy_batch_async)) &&
-        (drv->memcpy_batch_async != NULL)) {
+        XFER_CUDA_DRIVER_HAS(drv, memcpy_batch_async)) {
         res = copies_batched(drv, ep->iface, args, &first);
         if (res != 0) {
             /* not for these pointers, or not on this platform: the rest one by one, from

@@ -122,9 +122,9 @@ static int gather_load(xfer_iface_h iface, const xfer_cuda_driver_t *drv, char *
     void *table = NULL;
     int res;
 
-    if ((drv->size < offsetof(xfer_cuda_driver_t, launch_kernel) + sizeof(drv->launch_kernel)) ||
-        (drv->module_load_data == NULL) || (drv->module_get_function == NULL) ||
-        (drv->module_unload == NULL) || (drv->launch_kernel == NULL)) {
+    if (!XFER_CUDA_DRIVER_HAS(drv, module_load_data) ||
+        !XFER_CUDA_DRIVER_HAS(drv, module_get_function) ||
+        !XFER_CUDA_DRIVER_HAS(drv, module_unload) || !XFER_CUDA_DRIVER_HAS(drv, launch_kernel)) {
         snprintf(why, why_size, "the CUDA driver %s has no module entry points "
                  "(cuModuleLoadData, cuModuleGetFunction, cuLaunchKernel)", drv->library);
         return -1;

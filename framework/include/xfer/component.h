@@ -506,6 +506,12 @@ typedef struct xfer_cuda_driver {
                          unsigned shared_bytes, void *stream, void **params, void **extra);
 } xfer_cuda_driver_t;
 
+/* Whether drv's table (drv->size: libxfer's build) reaches the optional entry _field and the
+ * driver has it: what a component asks before it calls one, whichever libxfer it runs with. */
+#define XFER_CUDA_DRIVER_HAS(_drv, _field) \
+    (((_drv)->size >= offsetof(xfer_cuda_driver_t, _field) + sizeof((_drv)->_field)) && \
+     ((_drv)->_field != NULL))
+
 /* CUmemcpyAttributes: how the copies of a batch from attr_idxs[k] on access their source.
  * The location hints apply to managed and pageable memory only; type 0 leaves them unset. */
 #define XFER_CUDA_SRC_ACCESS_ORDER_STREAM  1   /* CU_MEMCPY_SRC_ACCESS_ORDER_STREAM */
