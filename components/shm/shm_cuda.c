@@ -468,6 +468,17 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
     return copies_end(ep, drv, res, saved);
 }
 
+/* Where descriptor v of a batch copies to and from: a put from here into the peer's memory,
+ * a get the other way. */
+static void batch_ends(const xfer_batch_args_t *args, const xfer_batch_iov_t *v,
+                       xfer_cu_ptr_t *dst_p, xfer_cu_ptr_t *src_p)
+{
+    xfer_cu_ptr_t remote = remote_ptr(args->rkey, v->remote);
+
+    *dst_p = args->is_put ? remote : v->local;
+    *src_p = args->is_put ? v->local : remote;
+}
+
 /* A batch's copies handed to the driver SHM_CUDA_BATCH_MAX at a time by cuMemcpyBatchAsync:
  * about the cost of one cuMemcpyAsync a call instead of one a block, which is most of the
  * time of a batch of small blocks. *next_p is the first descriptor no call took; a call's
@@ -477,7 +488,7 @@ xfer_status_t xfer_shm_cuda_rma(xfer_ep_h ep, int is_put, void *buf, size_t leng
 static int copies_batched(const xfer_cuda_driver_t *drv, xfer_iface_h iface,
                           const xfer_batch_args_t *args, size_t *next_p)
 {
-    xfer_cu_ptr_t dsts[SHM_CUDA_BATCH_MAX], srcs[SHM_CUDA_BATCH_MAX], remote;
+    xfer_cu_ptr_t dsts[SHM_CUDA_BATCH_MAX], srcs[SHM_CUDA_BATCH_MAX];
     xfer_cuda_memcpy_attr_t attr = {.src_access_order = XFER_CUDA_SRC_ACCESS_ORDER_STREAM};
     size_t sizes[SHM_CUDA_BATCH_MAX], attr_idx = 0, fail_idx, i = 0, n;
     int res = 0;
@@ -489,9 +500,7 @@ static int copies_batched(const xfer_cuda_driver_t *drv, xfer_iface_h iface,
             if (v->length == 0) {
                 continue;
             }
-            remote   = remote_ptr(args->rkey, v->remote);
-            dsts[n]  = args->is_put ? remote : v->local;
-            srcs[n]  = args->is_put ? v->local : remote;
+            batch_ends(args, v, &dsts[n], &srcs[n]);
             sizes[n] = v->length;
             n++;
         }
@@ -522,15 +531,12 @@ static int gather_fits(xfer_iface_h iface, const xfer_batch_args_t *args)
 
 static int copies_gathered(xfer_iface_h iface, const xfer_batch_args_t *args)
 {
-    xfer_cu_ptr_t remote;
+    xfer_cu_ptr_t dst, src;
     int res = 0;
 
     for (size_t i = 0; (i < args->count) && (res == 0); i++) {
-        const xfer_batch_iov_t *v = &args->iov[i];
-
-        remote = remote_ptr(args->rkey, v->remote);
-        res    = args->is_put ? xfer_shm_gather_add(iface, remote, v->local, v->length) :
-                                xfer_shm_gather_add(iface, v->local, remote, v->length);
+        batch_ends(args, &args->iov[i], &dst, &src);
+        res = xfer_shm_gather_add(iface, dst, src, args->iov[i].length);
     }
     return xfer_shm_gather_end(iface, res);
 }
