@@ -10,6 +10,8 @@
 #    floor: tcp_floor (plain sockets, no xfer) receiving 512 KiB messages into 128 scattered
 #    4 KiB blocks with one recvmsg, against into one buffer - what the kernel's copy to many
 #    destinations costs by itself on this host.
+#    And tcp's aim taken apart: a batch of one 512 KiB block, and puts that complete when
+#    their data has landed (XFER_TCP_PUT_ACK=y), as a batch does.
 # 3. A sweep of batch_put (-a: blocks 4 KiB - 64 MiB x batch lengths 1 - 1024, up to 256 MiB a
 #    batch) over shm and tcp: DIR/shm_batch.csv and, with gnuplot, DIR/shm_batch.svg
 #    (bandwidth against block size, one line per batch length, shm solid and tcp dashed).
@@ -118,10 +120,11 @@ ucx_fig() {
 # processes get) reaches both sides of a ratio alike.
 FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
       SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
-      SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT)
+      SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT TCP_B1 TCP_P512_ACK)
 # each aim's ratio is taken within a round, and the median of those is judged
 RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_PUT
-        SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE)
+        SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE
+        TCP_B1/TCP_P512 TCP_P512_ACK/TCP_P512 TCP_B128/TCP_B1)
 declare -A ROUND_FIGS
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
@@ -146,6 +149,12 @@ for ((round = 1; round <= ROUNDS; round++)); do
         printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
         xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
     done
+    # where tcp's batch loses to its put: a batch completes when its data has landed, a put
+    # when the socket has taken it (one put at a time still streams; one batch at a time
+    # waits for the last bytes to be read and answered) - the same 512 KiB as one block, and
+    # puts that complete when landed (XFER_TCP_PUT_ACK=y) - and then what 128 blocks cost
+    xfer_fig TCP_B1 bw_average_mbps tcp batch_put 524288 "$BATCH_ITERS" -b 1
+    XFER_TCP_PUT_ACK=y xfer_fig TCP_P512_ACK bw_average_mbps tcp put_bw 524288 "$BATCH_ITERS" -w 1
     floor_fig FLOOR_SCAT "$BATCH_ITERS" --scatter 4096
     floor_fig FLOOR_ONE "$BATCH_ITERS"
 
@@ -202,7 +211,7 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
-    -v f1="$FLOOR_ONE" -v fs="$FLOOR_SCAT" \
+    -v f1="$FLOOR_ONE" -v fs="$FLOOR_SCAT" -v tb1="$TCP_B1" -v tp512a="$TCP_P512_ACK" \
     -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
 function fig(run, value, unit, name) {
     printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
@@ -231,6 +240,8 @@ BEGIN {
     fig("  its batch latency (post to completion), avg", tb128l, "usec", "TCP_B128_LAT")
     fig("  its notification at the target (from post), avg", tb128n, "usec", "TCP_B128_NOT")
     fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s", "TCP_P512")
+    fig("tcp batch_put 1 x 512 KiB + notify", tb1, "MB/s", "TCP_B1")
+    fig("tcp put_bw 512 KiB -w 1, XFER_TCP_PUT_ACK=y", tp512a, "MB/s", "TCP_P512_ACK")
     fig("tcp_floor 512 KiB into 128 scattered 4 KiB blocks", fs, "MB/s", "FLOOR_SCAT")
     fig("tcp_floor 512 KiB into one buffer", f1, "MB/s", "FLOOR_ONE")
     printf "\n# the aims: a, b: the figures above; ratio: the median of the rounds\x27 a / b (their\n"
@@ -248,6 +259,10 @@ BEGIN {
     aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_TCP_P512"], ENVIRON["R_TCP_B128_TCP_P512_RANGE"])
     printf "\n# the floor under the last aim, without xfer: plain sockets, the same blocks\n"
     printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp_floor: 128 scattered 4 KiB / one buffer", fs, f1, "MB/s", ENVIRON["R_FLOOR_SCAT_FLOOR_ONE"], ENVIRON["R_FLOOR_SCAT_FLOOR_ONE_RANGE"]
+    printf "\n# the tcp batch aim taken apart: completion when landed, then the blocks\n"
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: 1 x 512 KiB + notify / one 512 KiB put", tb1, tp512, "MB/s", ENVIRON["R_TCP_B1_TCP_P512"], ENVIRON["R_TCP_B1_TCP_P512_RANGE"]
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: put acked when landed / put", tp512a, tp512, "MB/s", ENVIRON["R_TCP_P512_ACK_TCP_P512"], ENVIRON["R_TCP_P512_ACK_TCP_P512_RANGE"]
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: 128 x 4 KiB / 1 x 512 KiB, both + notify", tb128, tb1, "MB/s", ENVIRON["R_TCP_B128_TCP_B1"], ENVIRON["R_TCP_B128_TCP_B1_RANGE"]
 }'
 } | tee "$TXT"
 
