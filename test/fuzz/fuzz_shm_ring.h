@@ -1,5 +1,5 @@
 /*
- * The input format of fuzz_shm_ring.c, shared with gen_corpus.c, which writes its seeds:
+ * The input format of fuzz_shm_ring.c, shared with gen_corpus_shm.c, which writes its seeds:
  *
  *   flags:u8 ncells:u8 cell:u8 seg:i8 image_len:u16   (little-endian)
  *   image: image_len bytes, the start of a segment (control block, tail, armed, cells)
