@@ -11,11 +11,9 @@
  * the allocation than the handle opens moves nothing, into the allocation or past it, and
  * keys that no shm side writes are refused. A peer that stops progressing leaves a batch
  * with a notification to end at its deadline, saying what landed; once it dies, the
- * endpoint fails and what is posted after ends with an error. Over shm, batches between
- * device memory on both sides go by shm's copy kernel, a table a launch, and the others by
- * cuMemcpyBatchAsync, 256 copies a call (both counted by the stand-in); a kernel the driver
- * cannot load, or one that copies wrong, or a peer on another GPU, leaves the batches to the
- * driver's copies, and a batch call the driver refuses half-way lands copy by copy.
+ * endpoint fails and what is posted after ends with an error. How a batch reaches the
+ * driver (its batch calls, shm's copy kernel, and their faults) is in
+ * test_cuda_batch_driver.c, which shares the helpers here through test_cuda_batch.h.
  *
  * Each runs over the GPU's own driver (skipped where there is none) and over
  * test/plugins/fake_cuda.c, the stand-in for the driver (cuda_peer.h, test_cuda_transport.c):
@@ -24,12 +22,12 @@
  * for arrives before the data. Transports that give no remote key for device memory (verbs
  * without GPUDirect) skip.
  */
+#include "test_cuda_batch.h"
 #include "cuda_peer.h"
 
 #include <xfer/info.h>
 
 #include <criterion/criterion.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,18 +42,7 @@ static void setup(void)
 
 TestSuite(cuda_batch, .init = setup, .timeout = 240);
 
-#define MAX_DESCS  640
-
-/* A list of blocks: block k of len[k] bytes lies at ro[k] in the remote region, one after
- * the other, and at lo[k] in the local buffer, in the reverse order - so that neither side's
- * offsets follow the other's. */
-typedef struct blocks {
-    size_t            n;
-    uint64_t          total;
-    xfer_batch_desc_t d[MAX_DESCS];
-} blocks_t;
-
-static void blocks_make(blocks_t *b, const uint64_t *lens, size_t n)
+void tcb_blocks_make(blocks_t *b, const uint64_t *lens, size_t n)
 {
     uint64_t at = 0;
 
@@ -78,7 +65,7 @@ static void blocks_make(blocks_t *b, const uint64_t *lens, size_t n)
 /* 128 x 4 KiB; 600 blocks of 1 to 1500 bytes (more than one driver call takes over shm:
  * shm_cuda.c hands the driver 256 copies a call); and blocks of mixed sizes (one byte to
  * 20000, odd ones included). */
-static size_t lens_of(unsigned round, uint64_t *lens)
+size_t tcb_lens_of(unsigned round, uint64_t *lens)
 {
     static const uint64_t mixed[] = {1, 4095, 20000, 4096, 777, 8192, 3, 12289, 64};
     size_t n = 0;
@@ -102,7 +89,7 @@ static size_t lens_of(unsigned round, uint64_t *lens)
 }
 
 /* The local image of pattern(seed) over the remote blocks: block k's bytes at lo[k]. */
-static void local_image(const blocks_t *b, uint64_t seed, char *img)
+void tcb_local_image(const blocks_t *b, uint64_t seed, char *img)
 {
     char *want = malloc(b->total);
 
@@ -116,7 +103,7 @@ static void local_image(const blocks_t *b, uint64_t seed, char *img)
 
 /* A put batch of b from src (registered as mem) with a notification; the peer checks its
  * device memory when the notification arrives. */
-static void put_round(dev_test_t *t, const blocks_t *b, xfer_mem_t *mem, uint64_t seed)
+void tcb_put_round(dev_test_t *t, const blocks_t *b, xfer_mem_t *mem, uint64_t seed)
 {
     xfer_request_t *req = NULL;
     xfer_batch_t *batch = NULL;
@@ -145,7 +132,7 @@ static void put_round(dev_test_t *t, const blocks_t *b, xfer_mem_t *mem, uint64_
 
 /* A get batch of b into dst, whose blocks must hold pattern(seed) as the peer's region
  * does; img: DT_MAXLEN bytes to build the expected image in. */
-static void get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img)
+void tcb_get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img)
 {
     xfer_request_t *req = NULL;
     xfer_batch_t *batch = NULL;
@@ -156,7 +143,7 @@ static void get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img
                                    &batch), XFER_OK);
     s = xfer_batch_post(batch, NULL, 0, 0, NULL, NULL, &req);
     dt_wait_ok(s, req, "get batch", b->total);
-    local_image(b, seed, img);
+    tcb_local_image(b, seed, img);
     cr_assert_eq(t->gpu.drv->memcpy_dtoh(t->host, t->dst, b->total), 0);
     cr_expect_eq(memcmp(t->host, img, b->total), 0, "%zu blocks, %llu bytes: the blocks read "
                  "from the peer's region did not land where they belong", b->n,
@@ -167,7 +154,7 @@ static void get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img
 /* Start the peer; skip where the transport takes no batch of device memory: no remote key
  * of the peer's (its region in device memory), or none of this side's device memory (a
  * transport without MEM_CUDA or RMA_CUDA, whose batches are not staged). */
-static void start(dev_test_t *t)
+void tcb_start(dev_test_t *t)
 {
     dt_start(t);
     if ((t->rkey == NULL) || !(tg_transport_caps(t->peer.ctx, t->peer.ep) &
@@ -180,16 +167,16 @@ static void start(dev_test_t *t)
 }
 
 /* Device memory here into the peer's, scattered both ways: 128, 37 and 600 blocks. */
-static void put_rounds(dev_test_t *t)
+void tcb_put_rounds(dev_test_t *t)
 {
     uint64_t lens[MAX_DESCS];
     blocks_t b;
 
     for (unsigned round = 0; round < 3; round++) {
-        blocks_make(&b, lens, lens_of(round, lens));
-        local_image(&b, 900 + round, t->host);
+        tcb_blocks_make(&b, lens, tcb_lens_of(round, lens));
+        tcb_local_image(&b, 900 + round, t->host);
         cr_assert_eq(t->gpu.drv->memcpy_htod(t->src, t->host, b.total), 0);
-        put_round(t, &b, t->src_mem, 900 + round);
+        tcb_put_round(t, &b, t->src_mem, 900 + round);
     }
 }
 
@@ -197,8 +184,8 @@ static void put_device(void)
 {
     dev_test_t t;
 
-    start(&t);
-    put_rounds(&t);
+    tcb_start(&t);
+    tcb_put_rounds(&t);
     dt_finish(&t);
 }
 
@@ -210,15 +197,15 @@ static void get_device(void)
     dev_test_t t;
     blocks_t b;
 
-    start(&t);
+    tcb_start(&t);
     img = malloc(DT_MAXLEN);
     cr_assert_not_null(img);
     for (unsigned round = 0; round < 3; round++) {
-        blocks_make(&b, lens, lens_of(round, lens));
+        tcb_blocks_make(&b, lens, tcb_lens_of(round, lens));
         tp_send(&t.peer, CMD_FILL);
         tp_send(&t.peer, 950 + round);
         cr_assert_eq(tp_recv(&t.peer), 1);
-        get_round(&t, &b, 950 + round, img);
+        tcb_get_round(&t, &b, 950 + round, img);
     }
     free(img);
     dt_finish(&t);
@@ -234,12 +221,12 @@ static void put_host(void)
     blocks_t b;
 
     cr_assert_not_null(src);
-    start(&t);
+    tcb_start(&t);
     cr_assert_eq(xfer_mem_register(t.peer.ctx, src, DT_MAXLEN, XFER_MEM_HOST, &mem), XFER_OK);
     for (unsigned round = 0; round < 2; round++) {
-        blocks_make(&b, lens, lens_of(round, lens));
-        local_image(&b, 980 + round, src);
-        put_round(&t, &b, mem, 980 + round);
+        tcb_blocks_make(&b, lens, tcb_lens_of(round, lens));
+        tcb_local_image(&b, 980 + round, src);
+        tcb_put_round(&t, &b, mem, 980 + round);
     }
     cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
     free(src);
@@ -257,13 +244,13 @@ static void device_with_xfer_alloc(void)
 
     cr_assert_not_null(img);
     dt_peer_region(DT_REGION_XFER_ALLOC);
-    start(&t);
+    tcb_start(&t);
     for (unsigned round = 0; round < 2; round++) {
-        blocks_make(&b, lens, lens_of(round, lens));
-        local_image(&b, 960 + round, t.host);
+        tcb_blocks_make(&b, lens, tcb_lens_of(round, lens));
+        tcb_local_image(&b, 960 + round, t.host);
         cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
-        put_round(&t, &b, t.src_mem, 960 + round);
-        get_round(&t, &b, 960 + round, img);    /* what the put left there */
+        tcb_put_round(&t, &b, t.src_mem, 960 + round);
+        tcb_get_round(&t, &b, 960 + round, img);    /* what the put left there */
     }
     free(img);
     dt_finish(&t);
@@ -283,9 +270,9 @@ static void device_with_malloc(void)
     blocks_t b;
 
     dt_peer_region(DT_REGION_MALLOC);
-    start(&t);
-    blocks_make(&b, lens, lens_of(0, lens));
-    local_image(&b, 970, t.host);
+    tcb_start(&t);
+    tcb_blocks_make(&b, lens, tcb_lens_of(0, lens));
+    tcb_local_image(&b, 970, t.host);
     cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
     if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") == 0) {
         cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, b.d, b.n,
@@ -295,7 +282,7 @@ static void device_with_malloc(void)
                      "malloc'd memory over shm: %s", xfer_status_string(s));
         cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
     } else {
-        put_round(&t, &b, t.src_mem, 970);
+        tcb_put_round(&t, &b, t.src_mem, 970);
     }
     dt_fill(&t, t.src, DT_MAXLEN, 971);
     req = NULL;
@@ -407,8 +394,8 @@ static void same_process(void)
     cr_assert_eq(xfer_rkey_unpack(ep, blob, blen, &rkey), XFER_OK);
     xfer_rkey_blob_free(blob);
 
-    blocks_make(&b, lens, lens_of(1, lens));
-    local_image(&b, 1000, host);
+    tcb_blocks_make(&b, lens, tcb_lens_of(1, lens));
+    tcb_local_image(&b, 1000, host);
     cr_assert_eq(g.drv->memcpy_htod(b_mem, host, b.total), 0);
     cr_assert_eq(xfer_batch_create(ep, XFER_BATCH_PUT, mb, rkey, b.d, b.n, &batch), XFER_OK);
     s = xfer_batch_post(batch, NULL, 0, 0, NULL, NULL, &req);
@@ -492,7 +479,7 @@ static void forged(void)
     dev_test_t t;
     xfer_status_t s;
 
-    start(&t);
+    tcb_start(&t);
     if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") != 0) {
         dt_finish(&t);
         cr_skip_test("the forged fields are those of shm's key");
@@ -588,7 +575,7 @@ static void silent_peer(void)
     unsigned i;
     dev_test_t t;
 
-    start(&t);
+    tcb_start(&t);
     cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, &d, 1, &batch),
                  XFER_OK);
     tp_send(&t.peer, CMD_STALL);
@@ -679,155 +666,4 @@ Test(cuda_batch, a_put_batch_from_host_memory_lands_in_the_peers_device_memory_s
 {
     tg_use_stand_in_driver();
     put_host();
-}
-
-/* A count the stand-in keeps of this process's calls (fake_cuda_batch_calls: of
- * cuMemcpyBatchAsync, fake_cuda_kernel_launches: of its copy kernel). */
-static unsigned long stand_in_count(const char *name)
-{
-    unsigned long (*count)(void);
-    char path[4096];
-    unsigned long n;
-    void *h, *sym;
-
-    snprintf(path, sizeof(path), "%s/fakecuda.so", getenv("XFERTEST_PLUGIN_DIR"));
-    h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    cr_assert_not_null(h, "the stand-in driver is not loaded in this process");
-    sym = dlsym(h, name);
-    cr_assert_not_null(sym, "%s", name);
-    memcpy(&count, &sym, sizeof(count));
-    n = count();
-    dlclose(h);
-    return n;
-}
-
-static int over_shm(dev_test_t *t)
-{
-    return strcmp(xfer_endpoint_transport(t->peer.ep), "shm") == 0;
-}
-
-/* Without the copy kernel (XFER_SHM_CUDA_GATHER=n) a batch's copies go to the driver by
- * cuMemcpyBatchAsync over shm, 256 a call: rounds of 128, 37 and 600 blocks are 1 + 1 + 3
- * calls; tcp moves device memory through its bounce buffers and calls it never. */
-static void batched_calls(const char *refuse, unsigned long shm_calls)
-{
-    dev_test_t t;
-
-    tg_use_stand_in_driver();
-    setenv("XFER_SHM_CUDA_GATHER", "n", 1);
-    if (refuse != NULL) {
-        setenv("FAKE_CUDA_BATCH_REFUSE", refuse, 1);
-    }
-    start(&t);
-    put_rounds(&t);
-    cr_expect_eq(stand_in_count("fake_cuda_batch_calls"), over_shm(&t) ? shm_calls : 0,
-                 "cuMemcpyBatchAsync calls over %s", xfer_endpoint_transport(t.peer.ep));
-    cr_expect_eq(stand_in_count("fake_cuda_kernel_launches"), 0);
-    dt_finish(&t);
-}
-
-Test(cuda_batch, a_batch_hands_the_driver_its_copies_256_a_call_stand_in)
-{
-    batched_calls(NULL, 5);
-}
-
-/* A driver that takes the first 100 copies of a call and then refuses the call: the batch
- * lands whole (the peer checks it at the notification), its copies one by one, and the
- * iface asks the driver no more batches. */
-Test(cuda_batch, a_batch_call_the_driver_refuses_lands_copy_by_copy_stand_in)
-{
-    batched_calls("100", 1);
-}
-
-/* Over shm, device memory here to and from the peer's goes by the copy kernel (checked once
- * at its load by a launch of its own): one launch per
- * table of XFER_SHM_CUDA_GATHER_DESCS entries (16 here), a block of more than 64 KiB spread
- * over entries of at most that, and a batch that needs more than a table waits for each
- * before refilling it (the stand-in reads the table when the launch runs, so an entry
- * overwritten before that moves the wrong block). The peer checks each put batch at its
- * notification; a get batch is checked here. No driver copy is asked for. */
-Test(cuda_batch, device_to_device_batches_go_by_the_copy_kernel_a_table_a_launch_stand_in)
-{
-    static const uint64_t big[] = {300000, 5, 700000};      /* 5 + 1 + 11 entries */
-    uint64_t lens[MAX_DESCS];
-    unsigned long launches = 0;
-    char *img = malloc(DT_MAXLEN);
-    dev_test_t t;
-    blocks_t b;
-
-    cr_assert_not_null(img);
-    tg_use_stand_in_driver();
-    setenv("XFER_SHM_CUDA_GATHER_DESCS", "16", 1);
-    start(&t);
-    for (unsigned round = 0; round < 3; round++) {
-        size_t n = lens_of(round, lens);
-
-        blocks_make(&b, lens, n);
-        local_image(&b, 930 + round, t.host);
-        cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
-        put_round(&t, &b, t.src_mem, 930 + round);
-        tp_send(&t.peer, CMD_FILL);
-        tp_send(&t.peer, 940 + round);
-        cr_assert_eq(tp_recv(&t.peer), 1);
-        get_round(&t, &b, 940 + round, img);
-        launches += 2 * ((n + 15) / 16);        /* no block of these rounds exceeds 64 KiB */
-    }
-    blocks_make(&b, big, 3);
-    local_image(&b, 935, t.host);
-    cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
-    put_round(&t, &b, t.src_mem, 935);
-    launches += 2 + 1;                          /* and the kernel's check at its load */
-    cr_expect_eq(stand_in_count("fake_cuda_kernel_launches"), over_shm(&t) ? launches : 0,
-                 "copy kernel launches over %s", xfer_endpoint_transport(t.peer.ep));
-    cr_expect_eq(stand_in_count("fake_cuda_batch_calls"), 0);
-    free(img);
-    dt_finish(&t);
-}
-
-/* A driver that cannot load the kernel's PTX (older than its ISA): batches go by the
- * driver's copies and land the same. */
-Test(cuda_batch, a_kernel_the_driver_cannot_load_leaves_batches_to_copies_stand_in)
-{
-    dev_test_t t;
-
-    tg_use_stand_in_driver();
-    setenv("FAKE_CUDA_MODULE_REFUSE", "1", 1);
-    start(&t);
-    put_rounds(&t);
-    cr_expect_eq(stand_in_count("fake_cuda_kernel_launches"), 0);
-    cr_expect_eq(stand_in_count("fake_cuda_batch_calls"), over_shm(&t) ? 5 : 0);
-    dt_finish(&t);
-}
-
-/* A kernel that copies wrong (as a driver that compiled its PTX wrong would run it) is
- * caught by the check at its load, before it moved anyone's data: batches go by copies and
- * land whole. */
-Test(cuda_batch, a_copy_kernel_that_copies_wrong_is_not_used_stand_in)
-{
-    dev_test_t t;
-
-    tg_use_stand_in_driver();
-    setenv("FAKE_CUDA_GATHER_WRONG", "1", 1);
-    start(&t);
-    put_rounds(&t);
-    cr_expect_eq(stand_in_count("fake_cuda_kernel_launches"), over_shm(&t) ? 1 : 0,
-                 "the check's launch alone");
-    cr_expect_eq(stand_in_count("fake_cuda_batch_calls"), over_shm(&t) ? 5 : 0);
-    dt_finish(&t);
-}
-
-/* A peer whose memory is on another GPU (the stand-in's bus id, the peer's alone): the
- * kernel here could reach it only with peer access, so the batches go by the driver's
- * copies. */
-Test(cuda_batch, a_peer_on_another_gpu_gets_batches_by_copies_stand_in)
-{
-    dev_test_t t;
-
-    tg_use_stand_in_driver();
-    dt_peer_env("FAKE_CUDA_PCI_BUS_ID", "0000:41:00.0");
-    start(&t);
-    put_rounds(&t);
-    cr_expect_eq(stand_in_count("fake_cuda_kernel_launches"), 0);
-    cr_expect_eq(stand_in_count("fake_cuda_batch_calls"), over_shm(&t) ? 5 : 0);
-    dt_finish(&t);
 }
