@@ -5,6 +5,7 @@
 # small table and by the driver's copies; it fails when a suite fails or when a test that
 # wants the GPU skipped for want of one. Run after a build (make check TESTS= builds the
 # suites without running them); then contrib/bench/bench_gpu.sh for the figures.
+# On a machine without xfer's build dependencies, run it from test/gpu_bundle.sh's bundle.
 set -u
 build=$(cd "${1:-${XFERTEST_BUILD_DIR:-build}}" && pwd) || exit 2
 src=$(cd "$(dirname "$0")/.." && pwd)
