@@ -66,12 +66,14 @@ TXT=$OUT/shm.txt CSV=$OUT/shm_batch.csv SVG=$OUT/shm_batch.svg
 echo "# bench_shm: one host, $(nproc) cores, build $BUILD; MB = 10^6 bytes" >&2
 
 # xfer_run TRANSPORT TEST SIZE ITERS [ARG...]: one xfer_perf run on both sides over TRANSPORT;
-# its JSON object in PAIR_OUT, checked to have run over TRANSPORT
+# its JSON object in PAIR_OUT, checked to have run over TRANSPORT; LOG_TAG, when set, names its
+# logs apart from another run of the same test and size
 xfer_run() {
     local tl=$1 test=$2 size=$3 iters=$4
     shift 4
     echo "# xfer_perf -x $tl -t $test -s $size -n $iters $* ..." >&2
-    run_pair "xfer_${tl}_${test}_$size" "$RUN_TIMEOUT" "$PERF" -x "$tl" -p "$PORT" -- \
+    run_pair "xfer_${tl}_${test}_$size${LOG_TAG:+_$LOG_TAG}" "$RUN_TIMEOUT" "$PERF" -x "$tl" \
+        -p "$PORT" -- \
         "$PERF" -x "$tl" -t "$test" -s "$size" -n "$iters" --json -m xfer "$@" -p "$PORT" \
         127.0.0.1 ||
         die "xfer_perf -x $tl -t $test -s $size failed"
@@ -154,7 +156,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
     # waits for the last bytes to be read and answered) - the same 512 KiB as one block, and
     # puts that complete when landed (XFER_TCP_PUT_ACK=y) - and then what 128 blocks cost
     xfer_fig TCP_B1 bw_average_mbps tcp batch_put 524288 "$BATCH_ITERS" -b 1
-    XFER_TCP_PUT_ACK=y xfer_fig TCP_P512_ACK bw_average_mbps tcp put_bw 524288 "$BATCH_ITERS" -w 1
+    XFER_TCP_PUT_ACK=y LOG_TAG=ack xfer_fig TCP_P512_ACK bw_average_mbps tcp put_bw 524288 \
+        "$BATCH_ITERS" -w 1
     floor_fig FLOOR_SCAT "$BATCH_ITERS" --scatter 4096
     floor_fig FLOOR_ONE "$BATCH_ITERS"
 
