@@ -295,25 +295,11 @@ Test(cuda_transport, puts_land_their_last_byte_last_whatever_the_copy_engine_sta
  * its copies landed before it is reported; the bounce buffers serve the next peer. */
 #define DIE_LEN (16u << 20)
 
-typedef struct calls {
-    int           n;
-    xfer_status_t status;
-} calls_t;
-
-static void count_cb(xfer_request_t *req, xfer_status_t status, void *arg)
-{
-    calls_t *c = arg;
-
-    (void)req;
-    c->n++;
-    c->status = status;
-}
-
 Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_stand_in)
 {
     xfer_cu_ptr_t big = 0;
     xfer_request_t *rreq = NULL;
-    calls_t calls = {0};
+    tp_calls_t calls = {0};
     xfer_mem_t *big_mem;
     xfer_status_t s;
     dev_test_t t;
@@ -325,7 +311,7 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
     cr_assert_eq(xfer_mem_register(t.peer.ctx, (void*)(uintptr_t)big, DIE_LEN, XFER_MEM_CUDA,
                                    &big_mem), XFER_OK);
     cr_assert(TP_POSTED(xfer_tag_recv(t.peer.ctx, t.peer.ep, TAG, UINT64_MAX,
-                                      (void*)(uintptr_t)big, DIE_LEN, big_mem, count_cb, &calls,
+                                      (void*)(uintptr_t)big, DIE_LEN, big_mem, tp_calls_cb, &calls,
                                       &rreq)));
     tp_send(&t.peer, CMD_STALL_SENDING);
     tp_send(&t.peer, DIE_LEN);
@@ -340,7 +326,7 @@ Test(cuda_transport, a_sender_dying_mid_message_fails_the_device_receive_once_st
     cr_expect(s < 0, "the receive ended with %s although its sender died",
               xfer_status_string(s));
     cr_expect_neq(s, XFER_ERR_TIMEOUT);
-    cr_expect_eq(calls.n, 1, "the receive's callback ran %d times", calls.n);
+    cr_expect_eq(calls.calls, 1, "the receive's callback ran %d times", calls.calls);
     xfer_request_release(rreq);
     cr_expect_eq(xfer_mem_deregister(big_mem), XFER_OK);
     cr_expect_eq(t.gpu.drv->mem_free(big), 0);

@@ -27,19 +27,6 @@ TestSuite(faults, .init = setup, .timeout = 120);
 #define BIG       (64u << 20)
 #define FAIL_MS   10000         /* how long a dead peer may take to be noticed */
 
-typedef struct slot {
-    int           calls;
-    xfer_status_t status;
-} slot_t;
-
-static void slot_cb(xfer_request_t *req, xfer_status_t status, void *arg)
-{
-    slot_t *s = arg;
-
-    s->calls++;
-    s->status = status;
-}
-
 static void kill_peer(tp_peer_t *p)
 {
     cr_assert_eq(kill(p->pid, SIGKILL), 0);
@@ -83,13 +70,13 @@ Test(faults, peer_killed_in_the_middle_of_a_64_mib_message)
     tp_peer_t p;
     char *buf = malloc(BIG), tiny[64];
     xfer_request_t *send = NULL, *recv_ep = NULL, *recv_any = NULL, *late = NULL;
-    slot_t send_slot = {0}, recv_slot = {0};
+    tp_calls_t send_slot = {0}, recv_slot = {0};
     xfer_status_t s;
 
     tp_fill_pattern(buf, BIG, 1);
     tp_start(&p, srv_stall_receiving, NULL);
-    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1, buf, BIG, NULL, slot_cb, &send_slot, &send)));
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, tiny, sizeof(tiny), NULL, slot_cb,
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1, buf, BIG, NULL, tp_calls_cb, &send_slot, &send)));
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, tiny, sizeof(tiny), NULL, tp_calls_cb,
                                       &recv_slot, &recv_ep)));
     cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, NULL, 3, ALL, tiny, sizeof(tiny), NULL, NULL, NULL,
                                       &recv_any)));
@@ -147,7 +134,7 @@ static int srv_stall_target(tp_side_t *s)
 
 Test(faults, peer_killed_with_many_puts_in_flight)
 {
-    static slot_t slots[NPUTS];
+    static tp_calls_t slots[NPUTS];
     xfer_request_t *reqs[NPUTS], *late = NULL;
     int pending_at_kill[NPUTS];
     char *buf = calloc(1, BIG);     /* initialised: valgrind checks what is sent */
@@ -168,7 +155,7 @@ Test(faults, peer_killed_with_many_puts_in_flight)
     cr_assert_eq(xfer_mem_register(p.ctx, buf, BIG, XFER_MEM_HOST, &mem), XFER_OK);
     memset(slots, 0, sizeof(slots));
     for (int i = 0; i < NPUTS; i++) {
-        s = xfer_put(p.ep, buf + i * chunk, chunk, mem, base + i * chunk, rkey, slot_cb,
+        s = xfer_put(p.ep, buf + i * chunk, chunk, mem, base + i * chunk, rkey, tp_calls_cb,
                      &slots[i], &reqs[i]);
         cr_assert(TP_POSTED(s), "put %d: %s", i, xfer_status_string(s));
     }
@@ -275,15 +262,16 @@ Test(faults, closing_an_endpoint_cancels_its_pending_operations)
     tp_peer_t p;
     char *big = malloc(BIG), small[64], any_buf[64], fbuf[64];
     xfer_request_t *send = NULL, *recv = NULL, *fetch = NULL, *any = NULL;
-    slot_t send_slot = {0}, recv_slot = {0}, fetch_slot = {0};
+    tp_calls_t send_slot = {0}, recv_slot = {0}, fetch_slot = {0};
     xfer_fetch_params_t fp = {sizeof(fp), fbuf, sizeof(fbuf), NULL, NULL, NULL};
 
     tp_fill_pattern(big, BIG, 3);
     tp_start(&p, srv_deaf, NULL);
-    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1, big, BIG, NULL, slot_cb, &send_slot, &send)));
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, small, sizeof(small), NULL, slot_cb,
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1, big, BIG, NULL, tp_calls_cb, &send_slot, &send)));
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, small, sizeof(small), NULL, tp_calls_cb,
                                       &recv_slot, &recv)));
-    cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, 1, "never", &fp, slot_cb, &fetch_slot, &fetch)));
+    cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, 1, "never", &fp, tp_calls_cb, &fetch_slot,
+                                          &fetch)));
     cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, NULL, 2, ALL, any_buf, sizeof(any_buf), NULL, NULL,
                                       NULL, &any)));
     tp_progress_for(p.ctx, 100);
@@ -407,7 +395,7 @@ static int srv_expect_ep_failure(tp_side_t *s)
 
 Test(faults, context_destroy_with_everything_still_open)
 {
-    static slot_t slots[4];
+    static tp_calls_t slots[4];
     char *big = calloc(1, BIG), small[64] = "", fbuf[64];
     uint8_t tdata[48] = {0};
     xfer_tensor_t t   = {XFER_DTYPE_FLOAT32, 2, {3, 4}, 48, tdata, 0};
@@ -425,12 +413,12 @@ Test(faults, context_destroy_with_everything_still_open)
     memset(slots, 0, sizeof(slots));
     cr_assert_eq(xfer_listen(p.ctx, "127.0.0.1:0", &l), XFER_OK);
     cr_assert_eq(xfer_mem_register(p.ctx, big, BIG, XFER_MEM_HOST, &mem), XFER_OK);
-    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1 << 20, big, BIG, mem, slot_cb, &slots[0], NULL)));
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, small, sizeof(small), NULL, slot_cb,
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 1 << 20, big, BIG, mem, tp_calls_cb, &slots[0], NULL)));
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 2, ALL, small, sizeof(small), NULL, tp_calls_cb,
                                       &slots[1], NULL)));
-    cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, 1, "never", &fp, slot_cb, &slots[2], NULL)));
+    cr_assert(TP_POSTED(xfer_tensor_fetch(p.ep, 1, "never", &fp, tp_calls_cb, &slots[2], NULL)));
     cr_assert(TP_POSTED(xfer_tensor_publish(p.ctx, 1, "unfetched", &t, XFER_PUBLISH_COPY,
-                                            slot_cb, &slots[3], NULL)));
+                                            tp_calls_cb, &slots[3], NULL)));
     tp_progress_for(p.ctx, 50);
     t0 = tp_now_ms();
     xfer_context_destroy(p.ctx);

@@ -522,6 +522,15 @@ void *tp_recv_blob(tp_peer_t *peer, size_t *len_p)
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
+void tp_calls_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    tp_calls_t *c = arg;
+
+    (void)req;
+    c->calls++;
+    c->status = status;
+}
+
 xfer_status_t tp_op_result(xfer_status_t s, xfer_request_t *req, int timeout_ms)
 {
     xfer_status_t w;

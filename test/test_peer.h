@@ -145,6 +145,13 @@ void *tp_recv_blob(tp_peer_t *peer, size_t *len_p);
  * posting failed (req must then be untouched: NULL), else the request's final status within
  * timeout_ms. The request is released. */
 xfer_status_t tp_op_result(xfer_status_t s, xfer_request_t *req, int timeout_ms);
+/* What a request's callback saw: how often it ran, and the status it was last given. */
+typedef struct tp_calls {
+    int           calls;
+    xfer_status_t status;
+} tp_calls_t;
+/* A request callback that counts its calls into the tp_calls_t at arg. */
+void tp_calls_cb(xfer_request_t *req, xfer_status_t status, void *arg);
 /* Flush ep and wait: XFER_OK once every put posted before is in the peer's memory. */
 xfer_status_t tp_flush(xfer_endpoint_t *ep, int timeout_ms);
 

@@ -28,20 +28,6 @@
 
 #define KILL_LEN (64u << 20)
 
-typedef struct slot {
-    int           calls;
-    xfer_status_t status;
-} slot_t;
-
-static void slot_cb(xfer_request_t *req, xfer_status_t status, void *arg)
-{
-    slot_t *s = arg;
-
-    (void)req;
-    s->calls++;
-    s->status = status;
-}
-
 /* A receive for the parent's 64 MiB (tag 2), then streams 64 MiB messages (tag 1) one after
  * the other until killed. */
 static int srv_stream(tp_side_t *s)
@@ -87,7 +73,7 @@ Test(verbs, peer_killed_midtransfer)
     xfer_request_t *pending = NULL;
     volatile uint64_t *mark = (volatile uint64_t *)(void *)(in + KILL_LEN / 8);
     volatile uint64_t *tail = (volatile uint64_t *)(void *)(in + KILL_LEN - 8);
-    slot_t recv_slot = {0}, send_slot = {0};
+    tp_calls_t recv_slot = {0}, send_slot = {0};
     tp_peer_t p;
     xfer_status_t s;
     size_t len;
@@ -109,7 +95,7 @@ Test(verbs, peer_killed_midtransfer)
     memset(in, 0, KILL_LEN);
 
     /* the next one arriving, a receive from any peer and one nothing will be sent for */
-    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 1, ALL, in, KILL_LEN, NULL, slot_cb,
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 1, ALL, in, KILL_LEN, NULL, tp_calls_cb,
                                       &recv_slot, &recv)));
     cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, NULL, 3, ALL, tiny, sizeof(tiny), NULL, NULL, NULL,
                                       &any)));
@@ -131,7 +117,7 @@ Test(verbs, peer_killed_midtransfer)
     cr_log_info("kill %.0f ms after posting, an eighth of the 64 MiB in", tp_now_ms() - t0);
     /* and ours just leaving: the peer has our RTS, or is reading (rxe tends to run one
      * direction's READ before the other's, so no wait would find both mid-way) */
-    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 2, out, KILL_LEN, NULL, slot_cb, &send_slot,
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 2, out, KILL_LEN, NULL, tp_calls_cb, &send_slot,
                                       &send)));
     s = xfer_request_test(send);
     cr_assert_eq(s, XFER_INPROGRESS, "a 64 MiB send ended as soon as it was posted: %s",
