@@ -14,8 +14,8 @@
 #   mv .dev/build build
 #   export LD_LIBRARY_PATH=$PWD/.dev/lib PATH=$PWD/.dev/bin:$PATH
 #   bash test/gpu_suites.sh build && bash contrib/bench/bench_gpu.sh build
-# It ends by checking that every library named is either in OUT_DIR/lib, in the tree, or
-# glibc's or the driver's, and prints the bundle's size.
+# It fails when ldd cannot find a library that is not glibc's or the driver's, and ends by
+# printing the bundle's size.
 set -euo pipefail
 
 build=$(cd "${1:-build}" && pwd)
@@ -35,39 +35,37 @@ tar -C "$(dirname "$build")" --exclude='*.o' --exclude='.deps' -cf - "$(basename
     tar -C "$out" -xf -
 [ "$(basename "$build")" = build ] || mv "$out/$(basename "$build")" "$out/build"
 
+# deps FILE: "NAME PATH" for each library ldd names for FILE, PATH "-" where it finds none
+deps() {
+    ldd "$1" 2>/dev/null | awk '$2 == "=>" {print $1, ($3 ~ /^\//) ? $3 : "-"}'
+}
+
 # the ELF files that run: what libtool put under .libs, and the programs built in place
 mapfile -t elves < <(find "$build" -type f \( -path '*/.libs/*' -o -perm -u+x \) \
                           ! -name '*.o' ! -name '*.la' ! -name '*.lai' -print0 |
                      xargs -0 file -L | awk -F: '/ELF/ {print $1}')
-declare -A need=()
-for f in "${elves[@]}"; do
-    while read -r name path; do
-        [[ $name =~ $host_lib ]] && continue
-        [[ $path == "$build"/* ]] && continue
-        need[$name]=$path
-    done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-done
-for name in "${!need[@]}"; do
-    cp -L "${need[$name]}" "$out/lib/$name"
-done
-cp -L "$(command -v jq)" "$(command -v ss)" "$out/bin/"
-for tool in jq ss; do
-    while read -r name path; do
-        [[ $name =~ $host_lib ]] || [ -e "$out/lib/$name" ] || cp -L "$path" "$out/lib/$name"
-    done < <(ldd "$(command -v "$tool")" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
-done
-
-# every library named is in the bundle, in the tree, or the machine's own
+elves+=("$(command -v jq)" "$(command -v ss)")
+# the tree's own libraries (libxfer, the components): the wrappers find them, not ldd
+declare -A own=()
+while read -r name; do
+    own[$name]=1
+done < <(find "$build" -path '*/.libs/*' -name '*.so*' -printf '%f\n')
 missing=0
 for f in "${elves[@]}"; do
     while read -r name path; do
-        if ! [[ $name =~ $host_lib ]] && [[ $path != "$build"/* ]] && ! [ -e "$out/lib/$name" ]
-        then
-            echo "gpu_bundle: $f needs $name, not bundled" >&2
-            missing=1
+        if [[ $name =~ $host_lib ]] || [ -n "${own[$name]:-}" ] || [[ $path == "$build"/* ]] ||
+           [ -e "$out/lib/$name" ]; then
+            continue
         fi
-    done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
+        if [ "$path" = - ]; then
+            echo "gpu_bundle: $f needs $name, which ldd does not find here" >&2
+            missing=1
+            continue
+        fi
+        cp -L "$path" "$out/lib/$name"
+    done < <(deps "$f")
 done
 [ "$missing" = 0 ] || exit 1
-echo "gpu_bundle: $out: ${#elves[@]} programs and libraries, $(find "$out/lib" -type f | wc -l) libraries bundled," \
-     "$(du -sh "$out" | cut -f1) in all"
+cp -L "$(command -v jq)" "$(command -v ss)" "$out/bin/"
+echo "gpu_bundle: $out: ${#elves[@]} programs and libraries, $(find "$out/lib" -type f | wc -l)" \
+     "libraries bundled, $(du -sh "$out" | cut -f1) in all"
