@@ -219,6 +219,11 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
 function fig(run, value, unit, name) {
     printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
 }
+# a ratio that is no aim (MB/s): a, b, the median of a / b over the rounds (R_<key>), its range
+function part(label, a, b, key) {
+    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", label, a, b, "MB/s",
+           ENVIRON["R_" key], ENVIRON["R_" key "_RANGE"]
+}
 BEGIN {
     printf "# same host (%d cores): xfer shm vs ucx_perftest UCX_TLS=sm vs xfer tcp; batches\n", cores
     printf "# each figure: the median of %d rounds (their range after the unit)\n", rounds
@@ -261,11 +266,11 @@ BEGIN {
     aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9, ENVIRON["R_SHM_B128_SHM_P512"], ENVIRON["R_SHM_B128_SHM_P512_RANGE"])
     aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_TCP_P512"], ENVIRON["R_TCP_B128_TCP_P512_RANGE"])
     printf "\n# the floor under the last aim, without xfer: plain sockets, the same blocks\n"
-    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp_floor: 128 scattered 4 KiB / one buffer", fs, f1, "MB/s", ENVIRON["R_FLOOR_SCAT_FLOOR_ONE"], ENVIRON["R_FLOOR_SCAT_FLOOR_ONE_RANGE"]
+    part("tcp_floor: 128 scattered 4 KiB / one buffer", fs, f1, "FLOOR_SCAT_FLOOR_ONE")
     printf "\n# the tcp batch aim taken apart: completion when landed, then the blocks\n"
-    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: 1 x 512 KiB + notify / one 512 KiB put", tb1, tp512, "MB/s", ENVIRON["R_TCP_B1_TCP_P512"], ENVIRON["R_TCP_B1_TCP_P512_RANGE"]
-    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: put acked when landed / put", tp512a, tp512, "MB/s", ENVIRON["R_TCP_P512_ACK_TCP_P512"], ENVIRON["R_TCP_P512_ACK_TCP_P512_RANGE"]
-    printf "%-46s %10.3f %10.3f %-5s %7.2f  (rounds %s)\n", "tcp: 128 x 4 KiB / 1 x 512 KiB, both + notify", tb128, tb1, "MB/s", ENVIRON["R_TCP_B128_TCP_B1"], ENVIRON["R_TCP_B128_TCP_B1_RANGE"]
+    part("tcp: 1 x 512 KiB + notify / one 512 KiB put", tb1, tp512, "TCP_B1_TCP_P512")
+    part("tcp: put acked when landed / put", tp512a, tp512, "TCP_P512_ACK_TCP_P512")
+    part("tcp: 128 x 4 KiB / 1 x 512 KiB, both + notify", tb128, tb1, "TCP_B128_TCP_B1")
 }'
 } | tee "$TXT"
 
