@@ -4,7 +4,9 @@
  * `window` batches in flight; each batch moves -b blocks of -s bytes between a slot of the
  * client's buffer, where they lie end to end (a staging buffer), and the same slot of the
  * server's, where they are scattered (a paged pool: descriptor i names block i * stride mod
- * the batch length, the stride prime to it, so no two consecutive descriptors touch). With --notify each batch carries a notification of that many
+ * the batch length, the stride prime to it, so no two consecutive descriptors touch); without
+ * -V every slot is the same region on each side, as the bandwidth tests share one buffer
+ * (perf_slots_shared). With --notify each batch carries a notification of that many
  * bytes: the iteration and the post time, on the server's clock. The server takes them as
  * they come (xfer_notify_poll), checks that they arrive whole and in order, and times each
  * from the client's post to its arrival; with -V it also checks, at that moment, that the
@@ -40,10 +42,11 @@ size_t perf_batch_region(const perf_params_t *p)
     return (size_t)((bytes <= cap) ? bytes : cap / p->size * p->size);
 }
 
-/* Block i of a slot's region, wrapping where the region is smaller than the batch. */
+/* Block i of a slot's region, wrapping where the region is smaller than the batch; without
+ * -V every slot is the same region (perf_slots_shared). */
 static uint64_t block_offset(const perf_params_t *p, size_t region, size_t slot, uint64_t i)
 {
-    return (uint64_t)slot * region + (i * p->size) % region;
+    return (perf_slots_shared(p) ? 0 : (uint64_t)slot) * region + (i * p->size) % region;
 }
 
 /* Descriptor i's block: here (the client's side, end to end) and at the server (scattered). */

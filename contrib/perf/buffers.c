@@ -33,7 +33,7 @@ xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why
         perf->nslots = 2;   /* ping-pong: [0] the peer writes here, [1] we send from here */
     }
     perf->slot_stride = perf_slots_shared(p) ? 0 : perf_slot_bytes(perf);
-    bytes             = perf_slots_shared(p) ? p->size : perf->nslots * perf_slot_bytes(perf);
+    bytes             = (perf_slots_shared(p) ? 1 : perf->nslots) * perf_slot_bytes(perf);
     perf->buf_mem = (perf_mem_t)p->mem[client ? SIDE_CLIENT : SIDE_SERVER];
     if (perf->buf_mem == PERF_MEM_CUDA) {
         if (perf_cuda_open(perf->opts.cuda_device, why, why_size) != 0) {

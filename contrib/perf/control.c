@@ -389,9 +389,10 @@ static int client_run_size(perf_t *perf, size_t size, uint32_t batch, uint64_t *
     }
     if (perf_tests[p->test].server_rkey &&
         perf_rkey_take(perf, payload, len,
+                       perf_slots_shared(p) ? (perf_tests[p->test].batch ?
+                                               perf_batch_region(p) : size) :
                        perf_tests[p->test].batch ? p->window * perf_batch_region(p) :
-                       (perf_tests[p->test].bw && !perf_slots_shared(p)) ? p->window * size :
-                       size) != 0) {
+                       perf_tests[p->test].bw ? p->window * size : size) != 0) {
         xfer_rkey_blob_free(blob);
         return -1;
     }

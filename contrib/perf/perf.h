@@ -197,11 +197,13 @@ static inline size_t perf_slot_bytes(const perf_t *perf)
     return perf_tests[perf->p.test].batch ? perf_batch_region(&perf->p) : perf->p.size;
 }
 
-/* Bandwidth tests without -V keep every operation in flight on one buffer, as ucx_perftest
- * and ib_write_bw do, so that both tools touch the same memory; -V needs a slot each. */
+/* Bandwidth and batch tests without -V keep every operation in flight on one buffer (a
+ * batch test: one region), as ucx_perftest and ib_write_bw do, so that both tools touch the
+ * same memory and a window of batches touches as much as a window of puts of their size;
+ * -V needs a slot each. */
 static inline int perf_slots_shared(const perf_params_t *p)
 {
-    return perf_tests[p->test].bw && !(p->flags & PARAM_VERIFY);
+    return (perf_tests[p->test].bw || perf_tests[p->test].batch) && !(p->flags & PARAM_VERIFY);
 }
 
 /* options.c */
