@@ -11,7 +11,10 @@
 #    4 KiB blocks with one recvmsg, against into one buffer - what the kernel's copy to many
 #    destinations costs by itself on this host.
 #    And tcp's aim taken apart: a batch of one 512 KiB block, and puts that complete when
-#    their data has landed (XFER_TCP_PUT_ACK=y), as a batch does.
+#    their data has landed (XFER_TCP_PUT_ACK=y), as a batch does. And the same batches and
+#    puts two in flight (-w 2, each side's window on one region, as put_bw's on one buffer):
+#    the bandwidth of a stream, where the round trip that tells a batch it has landed
+#    overlaps the next batch.
 # 3. A sweep of batch_put (-a: blocks 4 KiB - 64 MiB x batch lengths 1 - 1024, up to 256 MiB a
 #    batch) over shm and tcp: DIR/shm_batch.csv and, with gnuplot, DIR/shm_batch.svg
 #    (bandwidth against block size, one line per batch length, shm solid and tcp dashed).
@@ -20,7 +23,7 @@
 #   shm tag_bw 1 MiB     >= 1.0 x ucx_perftest                and >= 3 x xfer tcp
 #   shm put_bw 64 MiB    >= 1.0 x ucx_perftest                and >= 3 x xfer tcp
 #   batch post           <= 0.5 usec per descriptor (1024 x 4 KiB)
-#   128 x 4 KiB + notify >= 0.9 x one 512 KiB put
+#   128 x 4 KiB + notify >= 0.9 x one 512 KiB put (one at a time, and two in flight)
 # xfer_perf's buffers come from xfer_mem_alloc (-m xfer), as ucx_perftest's come from
 # ucp_mem_map: a same-host peer maps them (shm puts and batches are a memcpy). One more row
 # gives shm put_bw 64 MiB with malloc'd buffers, which shm moves by CMA (the target copies).
@@ -122,11 +125,13 @@ ucx_fig() {
 # processes get) reaches both sides of a ratio alike.
 FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
       SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
-      SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT TCP_B1 TCP_P512_ACK)
+      SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT TCP_B1 TCP_P512_ACK SHM_B128_W2 SHM_P512_W2
+      TCP_B128_W2 TCP_P512_W2)
 # each aim's ratio is taken within a round, and the median of those is judged
 RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_PUT
         SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE
-        TCP_B1/TCP_P512 TCP_P512_ACK/TCP_P512 TCP_B128/TCP_B1)
+        TCP_B1/TCP_P512 TCP_P512_ACK/TCP_P512 TCP_B128/TCP_B1 SHM_B128_W2/SHM_P512_W2
+        TCP_B128_W2/TCP_P512_W2)
 declare -A ROUND_FIGS
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
@@ -150,6 +155,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
         printf -v "${T}_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
         printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
         xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
+        LOG_TAG=w2 xfer_fig "${T}_B128_W2" bw_average_mbps "$tl" batch_put 4096 \
+            "$BATCH_ITERS" -b 128 -w 2
+        LOG_TAG=w2 xfer_fig "${T}_P512_W2" bw_average_mbps "$tl" put_bw 524288 \
+            "$BATCH_ITERS" -w 2
     done
     # where tcp's batch loses to its put: a batch completes when its data has landed, a put
     # when the socket has taken it (one put at a time still streams; one batch at a time
@@ -215,7 +224,8 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v sb128l="$SHM_B128_LAT" -v tb128l="$TCP_B128_LAT" -v sb128n="$SHM_B128_NOT" \
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
     -v f1="$FLOOR_ONE" -v fs="$FLOOR_SCAT" -v tb1="$TCP_B1" -v tp512a="$TCP_P512_ACK" \
-    -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
+    -v sb128w="$SHM_B128_W2" -v sp512w="$SHM_P512_W2" -v tb128w="$TCP_B128_W2" \
+    -v tp512w="$TCP_P512_W2" -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
 function fig(run, value, unit, name) {
     printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
 }
@@ -250,6 +260,10 @@ BEGIN {
     fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s", "TCP_P512")
     fig("tcp batch_put 1 x 512 KiB + notify", tb1, "MB/s", "TCP_B1")
     fig("tcp put_bw 512 KiB -w 1, XFER_TCP_PUT_ACK=y", tp512a, "MB/s", "TCP_P512_ACK")
+    fig("shm batch_put 128 x 4 KiB + notify -w 2", sb128w, "MB/s", "SHM_B128_W2")
+    fig("shm put_bw 512 KiB -w 2", sp512w, "MB/s", "SHM_P512_W2")
+    fig("tcp batch_put 128 x 4 KiB + notify -w 2", tb128w, "MB/s", "TCP_B128_W2")
+    fig("tcp put_bw 512 KiB -w 2", tp512w, "MB/s", "TCP_P512_W2")
     fig("tcp_floor 512 KiB into 128 scattered 4 KiB blocks", fs, "MB/s", "FLOOR_SCAT")
     fig("tcp_floor 512 KiB into one buffer", f1, "MB/s", "FLOOR_ONE")
     printf "\n# the aims: a, b: the figures above; ratio: the median of the rounds\x27 a / b (their\n"
@@ -265,7 +279,9 @@ BEGIN {
     aim("tcp: post per descriptor (1024 x 4 KiB)", tpost, 1, "usec", "<=", 0.5)
     aim("shm: 128 x 4 KiB + notify / one 512 KiB put", sb128, sp512, "MB/s", ">=", 0.9, ENVIRON["R_SHM_B128_SHM_P512"], ENVIRON["R_SHM_B128_SHM_P512_RANGE"])
     aim("tcp: 128 x 4 KiB + notify / one 512 KiB put", tb128, tp512, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_TCP_P512"], ENVIRON["R_TCP_B128_TCP_P512_RANGE"])
-    printf "\n# the floor under the last aim, without xfer: plain sockets, the same blocks\n"
+    aim("shm: the same, two in flight (-w 2)", sb128w, sp512w, "MB/s", ">=", 0.9, ENVIRON["R_SHM_B128_W2_SHM_P512_W2"], ENVIRON["R_SHM_B128_W2_SHM_P512_W2_RANGE"])
+    aim("tcp: the same, two in flight (-w 2)", tb128w, tp512w, "MB/s", ">=", 0.9, ENVIRON["R_TCP_B128_W2_TCP_P512_W2"], ENVIRON["R_TCP_B128_W2_TCP_P512_W2_RANGE"])
+    printf "\n# the floor under the tcp batch aims, without xfer: plain sockets, the same blocks\n"
     part("tcp_floor: 128 scattered 4 KiB / one buffer", fs, f1, "FLOOR_SCAT_FLOOR_ONE")
     printf "\n# the tcp batch aim taken apart: completion when landed, then the blocks\n"
     part("tcp: 1 x 512 KiB + notify / one 512 KiB put", tb1, tp512, "TCP_B1_TCP_P512")
