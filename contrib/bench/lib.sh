@@ -156,6 +156,7 @@ function aim(what, a, b, unit, op, bound, ratio, range,    r, ok) {
     }
     r = (ratio != "") ? ratio : a / b
     ok = (op == ">=") ? r >= bound : r <= bound
-    printf "%-" aim_w "s %10.3f %10.3f %-5s %7.2f  %s %-5s %-7s %s\n", what, a, b, unit, r, op,
+    # three places: a ratio a hair under its bound must not print as the bound itself
+    printf "%-" aim_w "s %10.3f %10.3f %-5s %7.3f  %s %-5s %-7s %s\n", what, a, b, unit, r, op,
            bound, ok ? "met" : "NOT met", range
 }'
