@@ -323,6 +323,18 @@ static int clock_sync(perf_t *perf)
 
 /* ---- client ---------------------------------------------------------------------------------- */
 
+/* The bytes of the server's buffer that this size's operations reach: a slot (a message, or a
+ * batch test's region) for each operation a bandwidth or batch test keeps in flight, one where
+ * those share their slots (perf_slots_shared) and for the other tests. */
+static size_t server_bytes(const perf_params_t *p)
+{
+    size_t slot = perf_tests[p->test].batch ? perf_batch_region(p) : p->size;
+    int windowed = (perf_tests[p->test].bw || perf_tests[p->test].batch) &&
+                   !perf_slots_shared(p);
+
+    return (windowed ? p->window : 1) * slot;
+}
+
 /*
  * One size, the client's side; appends a row to perf->rows. -1: a failure that leaves the
  * session broken (main closes the endpoint); 1: this size did not run or its data did not
@@ -389,10 +401,7 @@ static int client_run_size(perf_t *perf, size_t size, uint32_t batch, uint64_t *
     }
     if (perf_tests[p->test].server_rkey &&
         perf_rkey_take(perf, payload, len,
-                       perf_slots_shared(p) ? (perf_tests[p->test].batch ?
-                                               perf_batch_region(p) : size) :
-                       perf_tests[p->test].batch ? p->window * perf_batch_region(p) :
-                       perf_tests[p->test].bw ? p->window * size : size) != 0) {
+                       server_bytes(p)) != 0) {
         xfer_rkey_blob_free(blob);
         return -1;
     }
