@@ -2,7 +2,8 @@
 # make check: tcp suites again in the component's other modes, so that each mode runs the
 # same scenarios as the default: XFER_TCP_BUSY_POLL=y (sockets read directly, waits never
 # sleep), XFER_TCP_PUT_ACK=y (every put acknowledged by the target), one connection per
-# endpoint (XFER_TCP_LANES=1) and four lanes striping from 64 KiB on.
+# endpoint (XFER_TCP_LANES=1), four lanes striping from 64 KiB on, and batch blocks copied
+# into the socket instead of spliced (XFER_TCP_SPLICE=n).
 set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=tcp
@@ -22,6 +23,10 @@ done
 for suite in tag rma tensor sizes memory staging faults batch; do
     echo "== test_$suite, XFER_TCP_LANES=4 XFER_TCP_LANE_MIN_SIZE=64k"
     XFER_TCP_LANES=4 XFER_TCP_LANE_MIN_SIZE=64k "$build/test/test_$suite" || rc=1
+done
+for suite in batch; do
+    echo "== test_$suite, XFER_TCP_SPLICE=n"
+    XFER_TCP_SPLICE=n "$build/test/test_$suite" || rc=1
 done
 XFER_TCP_BUSY_POLL=y "$build/test/test_lanes" || rc=1
 exit $rc

@@ -54,6 +54,7 @@ typedef struct xfer_tcp_config {
     int      busy_poll;         /* BUSY_POLL: read sockets directly, never let a wait sleep */
     uint64_t lanes;             /* LANES: connections per endpoint; 0 = by the core count */
     uint64_t lane_min;          /* LANE_MIN_SIZE: data striped over the lanes from this size */
+    int      splice;            /* SPLICE: a batch's blocks leave by vmsplice, not a copy */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16
@@ -105,6 +106,7 @@ typedef struct xfer_tcp_tx {
     unsigned            lanes_left;
     int                 lane0_done;
     int                 pooled;     /* TX_BUF from iface->tx_mp (else malloc) */
+    int                 splice;     /* PUTV: its blocks leave through ep->pipe (tcp_tx.c) */
 } xfer_tcp_tx_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
@@ -309,6 +311,12 @@ struct xfer_ep {
     uint64_t            unexp_bytes;    /* what this ep's unexpected messages cost */
     uint64_t            tx_queued;      /* bytes ever queued on txq */
     uint64_t            tx_written;     /* ... and ever handed to the socket */
+    /* The pipe a PUTV's blocks go through, by reference (tcp_tx.c): made on the first, -1
+     * until then; pipe_len bytes of the head entry's blocks are in it, not yet in the socket */
+    int                 pipe[2];
+    size_t              pipe_len, pipe_cap;
+    int                 no_pipe;        /* none could be had: blocks are copied */
+    uint64_t            tx_spliced;     /* bytes of tx_written that went through it */
     uint64_t            rma_serial;     /* acknowledged PUTs and GETs ever posted */
     /* Unacknowledged puts (PUT frames) complete once written; a flush after them sends a
      * FLUSH_REQ and waits for its FLUSH_ACK, by which their data is in the peer's memory. */
@@ -549,6 +557,10 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 void xfer_tcp_ep_tx_write(xfer_ep_h ep);
 /* The same, up to about budget bytes: the rest waits for progress (EPOLLOUT armed). */
 void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget);
+/* xfer_endpoint_counters' list for a tcp endpoint. */
+void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *counters, size_t *count_p);
+/* Close ep's pipe (its page references go); blocks are copied from then on. */
+void xfer_tcp_ep_pipe_close(xfer_ep_h ep);
 /* Of written bytes ever written to socket fd, those the peer's host has acknowledged. */
 uint64_t xfer_tcp_sock_acked(int fd, uint64_t written);
 /* Bytes of ep's send queue that the peer's host has acknowledged, ever. */

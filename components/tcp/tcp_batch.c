@@ -155,6 +155,7 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     tx->xiov            = data;
     tx->xiovcnt         = (unsigned)n;
     tx->xlen            = hdr.length - (head - XFER_TCP_WIRE_HDR_LEN);
+    tx->splice          = ep->iface->cfg->splice && !ep->no_pipe;
     xfer_tcp_ep_tx_push(ep, tx);
     ep->puts_sent++;
     ep->batch_puts_sent += n;

@@ -111,6 +111,15 @@ static const xfer_param_desc_t tcp_params[] = {
      "the first connection alone.",
      offsetof(xfer_tcp_config_t, lane_min), 64.0 * 1024.0, 1024.0 * 1024.0 * 1024.0 * 1024.0,
      NULL},
+    {"SPLICE", XFER_PARAM_BOOL, "y",
+     "y: the blocks of a batch's puts leave without a copy: vmsplice puts references to their "
+     "pages in a pipe, splice moves them into the socket. A batch allows it, as a put does "
+     "not: it completes only once its data is in the peer's memory, so its pages are not "
+     "reused while the socket still refers to them. Costs each endpoint that sends a batch a "
+     "pipe (two file descriptors, up to 1 MiB of page references); where none can be had, or "
+     "only a small one, or a block's pages cannot be referenced, the blocks are copied. n: "
+     "always copied.",
+     offsetof(xfer_tcp_config_t, splice), 0, 0, NULL},
     {NULL}
 };
 
@@ -253,6 +262,11 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
     attr->bandwidth_mbs = 1000.0;
     return XFER_OK;
 }
+
+XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {
+    .size        = sizeof(xfer_component_stats_v1_t),
+    .ep_counters = xfer_tcp_ep_counters,
+};
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .abi_version = XFER_COMPONENT_ABI_V1,

@@ -46,6 +46,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     if (ep == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
+    ep->pipe[0] = ep->pipe[1] = -1;
     ep->rbuf      = malloc(XFER_TCP_RX_BUF_LEN);
     ep->rx_staged = XFER_TCP_RX_PEEK_FRAMES;
     if (ep->rbuf == NULL) {
@@ -84,6 +85,31 @@ err_free_rbuf:
 err_free_ep:
     free(ep);
     return status;
+}
+
+/* ---- counters ------------------------------------------------------------------------------- */
+
+#define EP_STAT(_name, _field) {_name, offsetof(struct xfer_ep, _field)}
+
+static const struct {
+    const char *name;
+    size_t     offset;
+} ep_stats[] = {
+    EP_STAT("tx_bytes_queued", tx_queued),       EP_STAT("tx_bytes", tx_written),
+    EP_STAT("tx_bytes_spliced", tx_spliced),     EP_STAT("tx_puts", puts_sent),
+    EP_STAT("rx_puts", puts_rcvd),               EP_STAT("tx_batch_puts", batch_puts_sent),
+    EP_STAT("rx_batch_puts", batch_puts_rcvd),
+};
+
+void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
+{
+    size_t n = sizeof(ep_stats) / sizeof(ep_stats[0]);
+
+    for (size_t i = 0; (i < n) && (i < *count_p); i++) {
+        snprintf(c[i].name, sizeof(c[i].name), "%s", ep_stats[i].name);
+        c[i].value = *(const uint64_t*)((const char*)ep + ep_stats[i].offset);
+    }
+    *count_p = n;
 }
 
 xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
@@ -528,6 +554,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         ep->fd = -1;
     }
     ep->state = XFER_TCP_EP_FAILED;
+    xfer_tcp_ep_pipe_close(ep);         /* before the entries its pages belong to */
     xfer_tcp_lanes_ep_close(ep, 0);
     xfer_tcp_ep_flushes_fail(ep, status);
     while (!ucs_list_is_empty(&ep->txq)) {

@@ -6,11 +6,14 @@
  * data is queued as a reference to the caller's memory (header + data, written with one
  * sendmsg). flush() writes as much as the socket takes and watches EPOLLOUT only while
  * something is left. Large data may be cut over the endpoint's lanes (tcp_lane.c): the entry
- * then holds lane 0's share, and is done once every lane wrote its share.
+ * then holds lane 0's share, and is done once every lane wrote its share. A batch's blocks
+ * (PUTV entries) leave by reference instead: vmsplice puts their pages in a pipe and splice
+ * moves them into the socket, the sender's copy saved (see tx_splice).
  */
 #include "tcp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,8 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 static size_t tx_length(const xfer_tcp_tx_t *tx)
 {
@@ -224,6 +229,146 @@ static void tx_advance(xfer_ep_h ep, size_t n)
     }
 }
 
+/* ---- blocks by reference -------------------------------------------------------------------- */
+
+/* The pipe asked for, and the least worth using: a user past fs.pipe-user-pages-soft gets pipes
+ * of two pages, and two system calls per 8 KiB cost more than the copy they save. */
+#define TX_PIPE_WANT (1024u * 1024u)
+#define TX_PIPE_MIN  (64u * 1024u)
+/* Vectors of one vmsplice: the blocks not end to end in the caller's memory */
+#define TX_SPLICE_IOV_MAX 128
+
+static int tx_pipe_open(xfer_ep_h ep)
+{
+    int fds[2];
+    int cap;
+
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+        xfer_log(XFER_LOG_INFO, XFER_TCP_SUBSYS, "no pipe for batch blocks (%s): they are "
+                 "copied into the socket", strerror(errno));
+        return -1;
+    }
+    (void)fcntl(fds[1], F_SETPIPE_SZ, TX_PIPE_WANT);   /* fs.pipe-max-size may refuse it */
+    cap = fcntl(fds[1], F_GETPIPE_SZ);
+    if (cap < (int)TX_PIPE_MIN) {
+        xfer_log(XFER_LOG_INFO, XFER_TCP_SUBSYS, "the pipe for batch blocks holds %d bytes "
+                 "(fs.pipe-user-pages-soft reached?): they are copied into the socket", cap);
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    ep->pipe[0]  = fds[0];
+    ep->pipe[1]  = fds[1];
+    ep->pipe_cap = (size_t)cap;
+    ep->pipe_len = 0;
+    return 0;
+}
+
+void xfer_tcp_ep_pipe_close(xfer_ep_h ep)
+{
+    if (ep->pipe[0] >= 0) {
+        close(ep->pipe[0]);
+        close(ep->pipe[1]);
+    }
+    ep->pipe[0]  = ep->pipe[1] = -1;
+    ep->pipe_len = 0;
+}
+
+/* Put the next blocks of tx, after those already in the pipe, into it by reference, as many
+ * as it takes. 0: some (or the pipe is full); -1: none can go so (errno). */
+static int tx_pipe_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+{
+    struct iovec iov[TX_SPLICE_IOV_MAX];
+    size_t skip = tx->sent - tx->iov[0].iov_len + ep->pipe_len;
+    size_t room = ep->pipe_cap - ep->pipe_len;
+    size_t total = 0;
+    unsigned cnt = 0;
+    ssize_t n;
+
+    for (unsigned i = 0; (i < tx->xiovcnt) && (total < room); i++) {
+        uint8_t *base;
+        size_t len;
+
+        if (skip >= tx->xiov[i].iov_len) {
+            skip -= tx->xiov[i].iov_len;
+            continue;
+        }
+        base = (uint8_t*)tx->xiov[i].iov_base + skip;
+        len  = tx->xiov[i].iov_len - skip;
+        skip = 0;
+        if ((cnt > 0) && ((uint8_t*)iov[cnt - 1].iov_base + iov[cnt - 1].iov_len == base)) {
+            iov[cnt - 1].iov_len += len;
+        } else if (cnt < TX_SPLICE_IOV_MAX) {
+            iov[cnt].iov_base = base;
+            iov[cnt].iov_len  = len;
+            cnt++;
+        } else {
+            break;
+        }
+        total += len;
+    }
+    if (cnt == 0) {
+        return 0;       /* every block is in the pipe already */
+    }
+    if (total > room) {
+        iov[cnt - 1].iov_len -= total - room;
+    }
+    do {
+        n = vmsplice(ep->pipe[1], iov, cnt, SPLICE_F_NONBLOCK);
+    } while ((n < 0) && (errno == EINTR));
+    if (n < 0) {
+        return ((errno == EAGAIN) && (ep->pipe_len > 0)) ? 0 : -1;
+    }
+    ep->pipe_len += (size_t)n;
+    return 0;
+}
+
+/* tx, the head entry with its header written, writes its blocks through the pipe: into it as
+ * many as it holds, out of it into the socket as much as the socket and budget take. The pages
+ * stay the caller's, referred to by the socket until the peer's host acknowledges them - which
+ * is before the BATCH_ACK that completes the batch, and only then may the caller reuse them.
+ * Returns 0 with *n written, 1 when the socket is full, 2 when tx's blocks are to be copied
+ * after all (nothing of them in the pipe), -1 when the endpoint failed. */
+static int tx_splice(xfer_ep_h ep, xfer_tcp_tx_t *tx, size_t budget, size_t *n_p)
+{
+    size_t left = tx_length(tx) - tx->sent;
+    ssize_t n;
+
+    if ((ep->pipe[0] < 0) && (tx_pipe_open(ep) != 0)) {
+        ep->no_pipe = 1;
+        tx->splice  = 0;
+        return 2;
+    }
+    if ((ep->pipe_len < left) && (tx_pipe_fill(ep, tx) != 0) && (ep->pipe_len == 0)) {
+        /* pages vmsplice cannot refer to (a device's mapping, say): copied instead */
+        xfer_log(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "vmsplice of a batch's blocks: %s; they "
+                 "are copied", strerror(errno));
+        tx->splice = 0;
+        return 2;
+    }
+    if (ep->pipe_len == 0) {
+        tx->splice = 0;     /* nothing went in (blocks of no bytes): the gather ends it */
+        return 2;
+    }
+    do {
+        n = splice(ep->pipe[0], NULL, ep->fd, NULL,
+                   (ep->pipe_len < budget) ? ep->pipe_len : budget, SPLICE_F_NONBLOCK);
+    } while ((n < 0) && (errno == EINTR));
+    if (n < 0) {
+        if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
+            return 1;
+        }
+        xfer_tcp_ep_fail_later(ep, XFER_ERR_CONNECTION, "splice: %s", strerror(errno));
+        return -1;
+    }
+    ep->pipe_len   -= (size_t)n;
+    ep->tx_written += (size_t)n;
+    ep->tx_spliced += (size_t)n;
+    *n_p            = (size_t)n;
+    tx_advance(ep, (size_t)n);
+    return (n == 0) ? 1 : 0;
+}
+
 void xfer_tcp_ep_tx_write(xfer_ep_h ep)
 {
     xfer_tcp_ep_tx_write_some(ep, SIZE_MAX);
@@ -246,6 +391,23 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
         int cnt = 0;
         ssize_t n;
 
+        tx = ucs_list_head(&ep->txq, xfer_tcp_tx_t, list);
+        if (tx->splice && (tx->sent >= tx->iov[0].iov_len)) {
+            size_t spliced = 0;
+            int ret        = tx_splice(ep, tx, budget - written, &spliced);
+
+            if (ret < 0) {
+                return;
+            }
+            written += spliced;
+            if (ret == 1) {
+                stopped = 1;
+                break;
+            }
+            if (ret == 0) {
+                continue;
+            }
+        }
         ucs_list_for_each(tx, &ep->txq, list) {
             size_t skip = tx->sent;
 
@@ -269,7 +431,10 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                 }
                 continue;
             }
-            for (unsigned i = 0; (tx_piece(tx, i) != NULL) && (total < budget - written); i++) {
+            /* an entry whose blocks go through the pipe gives its header alone, and ends the
+             * gather: its blocks are next, by splice */
+            for (unsigned i = 0; (tx_piece(tx, i) != NULL) && (total < budget - written) &&
+                                 ((i == 0) || !tx->splice); i++) {
                 const struct iovec *piece = tx_piece(tx, i);
                 uint8_t *base;
                 size_t len;
@@ -303,7 +468,7 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                 iov[cnt - 1].iov_len -= total - (budget - written);
                 total                 = budget - written;
             }
-            if ((cnt >= XFER_TCP_IOV_MAX) || (total >= budget - written)) {
+            if ((cnt >= XFER_TCP_IOV_MAX) || (total >= budget - written) || tx->splice) {
                 break;
             }
         }
