@@ -11,7 +11,9 @@
 #    4 KiB blocks with one recvmsg, against into one buffer - what the kernel's copy to many
 #    destinations costs by itself on this host.
 #    And tcp's aim taken apart: a batch of one 512 KiB block, and puts that complete when
-#    their data has landed (XFER_TCP_PUT_ACK=y), as a batch does. And the same batches and
+#    their data has landed (XFER_TCP_PUT_ACK=y), as a batch does; and the 128 blocks copied
+#    into the socket (XFER_TCP_SPLICE=n) instead of spliced, the sender's copy saved, which a
+#    batch allows because it completes only once landed. And the same batches and
 #    puts two in flight (-w 2, each side's window on one region, as put_bw's on one buffer):
 #    the bandwidth of a stream, where the round trip that tells a batch it has landed
 #    overlaps the next batch.
@@ -126,12 +128,12 @@ ucx_fig() {
 FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
       SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
       SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT TCP_B1 TCP_P512_ACK SHM_B128_W2 SHM_P512_W2
-      TCP_B128_W2 TCP_P512_W2)
+      TCP_B128_W2 TCP_P512_W2 TCP_B128_COPY)
 # each aim's ratio is taken within a round, and the median of those is judged
 RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_PUT
         SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE
         TCP_B1/TCP_P512 TCP_P512_ACK/TCP_P512 TCP_B128/TCP_B1 SHM_B128_W2/SHM_P512_W2
-        TCP_B128_W2/TCP_P512_W2)
+        TCP_B128_W2/TCP_P512_W2 TCP_B128/TCP_B128_COPY)
 declare -A ROUND_FIGS
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
@@ -167,6 +169,10 @@ for ((round = 1; round <= ROUNDS; round++)); do
     xfer_fig TCP_B1 bw_average_mbps tcp batch_put 524288 "$BATCH_ITERS" -b 1
     XFER_TCP_PUT_ACK=y LOG_TAG=ack xfer_fig TCP_P512_ACK bw_average_mbps tcp put_bw 524288 \
         "$BATCH_ITERS" -w 1
+    # a batch's blocks leave by splice, the sender's copy saved (a put's cannot: it completes
+    # when the socket has it); the same batches copied
+    XFER_TCP_SPLICE=n LOG_TAG=copy xfer_fig TCP_B128_COPY bw_average_mbps tcp batch_put 4096 \
+        "$BATCH_ITERS" -b 128
     floor_fig FLOOR_SCAT "$BATCH_ITERS" --scatter 4096
     floor_fig FLOOR_ONE "$BATCH_ITERS"
 
@@ -225,7 +231,7 @@ awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$U
     -v tb128n="$TCP_B128_NOT" -v sp512="$SHM_P512" -v tp512="$TCP_P512" -v cores="$(nproc)" \
     -v f1="$FLOOR_ONE" -v fs="$FLOOR_SCAT" -v tb1="$TCP_B1" -v tp512a="$TCP_P512_ACK" \
     -v sb128w="$SHM_B128_W2" -v sp512w="$SHM_P512_W2" -v tb128w="$TCP_B128_W2" \
-    -v tp512w="$TCP_P512_W2" -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
+    -v tp512w="$TCP_P512_W2" -v tb128c="$TCP_B128_COPY" -v rounds="$ROUNDS" -v aim_w=46 "$AWK_AIMS"'
 function fig(run, value, unit, name) {
     printf "%-52s %12.3f %-5s %s\n", run, value, unit, ENVIRON[name "_RANGE"]
 }
@@ -260,6 +266,7 @@ BEGIN {
     fig("tcp put_bw 512 KiB -w 1", tp512, "MB/s", "TCP_P512")
     fig("tcp batch_put 1 x 512 KiB + notify", tb1, "MB/s", "TCP_B1")
     fig("tcp put_bw 512 KiB -w 1, XFER_TCP_PUT_ACK=y", tp512a, "MB/s", "TCP_P512_ACK")
+    fig("tcp batch_put 128 x 4 KiB + notify, XFER_TCP_SPLICE=n", tb128c, "MB/s", "TCP_B128_COPY")
     fig("shm batch_put 128 x 4 KiB + notify -w 2", sb128w, "MB/s", "SHM_B128_W2")
     fig("shm put_bw 512 KiB -w 2", sp512w, "MB/s", "SHM_P512_W2")
     fig("tcp batch_put 128 x 4 KiB + notify -w 2", tb128w, "MB/s", "TCP_B128_W2")
@@ -287,6 +294,7 @@ BEGIN {
     part("tcp: 1 x 512 KiB + notify / one 512 KiB put", tb1, tp512, "TCP_B1_TCP_P512")
     part("tcp: put acked when landed / put", tp512a, tp512, "TCP_P512_ACK_TCP_P512")
     part("tcp: 128 x 4 KiB / 1 x 512 KiB, both + notify", tb128, tb1, "TCP_B128_TCP_B1")
+    part("tcp: 128 x 4 KiB, blocks spliced / copied", tb128, tb128c, "TCP_B128_TCP_B128_COPY")
 }'
 } | tee "$TXT"
 
