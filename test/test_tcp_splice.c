@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #define BLOCK     4096u
-#define NBLK      512u                  /* 2 MiB a batch: twice the pipe tcp asks for */
+#define NBLK      512u                  /* 2 MiB a batch: more than the pipe holds */
 #define ROUNDS    6u
 #define PART      (NBLK * BLOCK)        /* the target's room for one round */
 #define DST_LEN   (ROUNDS * PART)

@@ -55,6 +55,7 @@ typedef struct xfer_tcp_config {
     uint64_t lanes;             /* LANES: connections per endpoint; 0 = by the core count */
     uint64_t lane_min;          /* LANE_MIN_SIZE: data striped over the lanes from this size */
     int      splice;            /* SPLICE: a batch's blocks leave by vmsplice, not a copy */
+    uint64_t splice_pipe;       /* SPLICE_PIPE: bytes of the pipe they go through */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16

@@ -116,10 +116,17 @@ static const xfer_param_desc_t tcp_params[] = {
      "pages in a pipe, splice moves them into the socket. A batch allows it, as a put does "
      "not: it completes only once its data is in the peer's memory, so its pages are not "
      "reused while the socket still refers to them. Costs each endpoint that sends a batch a "
-     "pipe (two file descriptors, up to 1 MiB of page references); where none can be had, or "
-     "only a small one, or a block's pages cannot be referenced, the blocks are copied. n: "
-     "always copied.",
+     "pipe (two file descriptors, XFER_TCP_SPLICE_PIPE); where none can be had, or only a "
+     "small one, or a block's pages cannot be referenced, the blocks are copied. n: always "
+     "copied.",
      offsetof(xfer_tcp_config_t, splice), 0, 0, NULL},
+    {"SPLICE_PIPE", XFER_PARAM_SIZE, "256k",
+     "Bytes of the pipe an endpoint sends a batch's blocks through (XFER_TCP_SPLICE), asked of "
+     "the kernel (fs.pipe-max-size bounds it). Its pages count against the user's "
+     "fs.pipe-user-pages-soft, which every pipe of the user's processes shares (by default "
+     "16384 pages: 64 endpoints at 1 MiB, 256 at 256 KiB); past it a new pipe gets two pages, "
+     "too few to gain by, and the endpoint copies.",
+     offsetof(xfer_tcp_config_t, splice_pipe), 64.0 * 1024.0, 64.0 * 1024.0 * 1024.0, NULL},
     {NULL}
 };
 

@@ -231,9 +231,8 @@ static void tx_advance(xfer_ep_h ep, size_t n)
 
 /* ---- blocks by reference -------------------------------------------------------------------- */
 
-/* The pipe asked for, and the least worth using: a user past fs.pipe-user-pages-soft gets pipes
- * of two pages, and two system calls per 8 KiB cost more than the copy they save. */
-#define TX_PIPE_WANT (1024u * 1024u)
+/* The least pipe worth using: a user past fs.pipe-user-pages-soft gets pipes of two pages, and
+ * two system calls per 8 KiB cost more than the copy they save. */
 #define TX_PIPE_MIN  (64u * 1024u)
 /* Vectors of one vmsplice: the blocks not end to end in the caller's memory */
 #define TX_SPLICE_IOV_MAX 128
@@ -248,7 +247,8 @@ static int tx_pipe_open(xfer_ep_h ep)
                  "copied into the socket", strerror(errno));
         return -1;
     }
-    (void)fcntl(fds[1], F_SETPIPE_SZ, TX_PIPE_WANT);   /* fs.pipe-max-size may refuse it */
+    /* XFER_TCP_SPLICE_PIPE; fs.pipe-max-size may refuse it, the default (64 KiB) stays */
+    (void)fcntl(fds[1], F_SETPIPE_SZ, (int)ep->iface->cfg->splice_pipe);
     cap = fcntl(fds[1], F_GETPIPE_SZ);
     if (cap < (int)TX_PIPE_MIN) {
         xfer_log(XFER_LOG_INFO, XFER_TCP_SUBSYS, "the pipe for batch blocks holds %d bytes "
