@@ -29,6 +29,23 @@ static size_t tx_length(const xfer_tcp_tx_t *tx)
     return tx->iov[0].iov_len + tx->iov[1].iov_len + tx->xlen;
 }
 
+/* Add [base, base + len) to the *cnt vectors of iov: to the last one when it ends at base, else
+ * as a new one if fewer than max. -1: no room. */
+static int iov_append(struct iovec *iov, int *cnt, int max, uint8_t *base, size_t len)
+{
+    if ((*cnt > 0) && ((uint8_t*)iov[*cnt - 1].iov_base + iov[*cnt - 1].iov_len == base)) {
+        iov[*cnt - 1].iov_len += len;
+        return 0;
+    }
+    if (*cnt >= max) {
+        return -1;
+    }
+    iov[*cnt].iov_base = base;
+    iov[*cnt].iov_len  = len;
+    (*cnt)++;
+    return 0;
+}
+
 /* The i-th piece of what the entry writes: iov[0], then iov[1] or the xiov list. */
 static const struct iovec *tx_piece(const xfer_tcp_tx_t *tx, unsigned i)
 {
@@ -282,7 +299,7 @@ static int tx_pipe_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     size_t skip = tx->sent - tx->iov[0].iov_len + ep->pipe_len;
     size_t room = ep->pipe_cap - ep->pipe_len;
     size_t total = 0;
-    unsigned cnt = 0;
+    int cnt      = 0;
     ssize_t n;
 
     for (unsigned i = 0; (i < tx->xiovcnt) && (total < room); i++) {
@@ -296,13 +313,7 @@ static int tx_pipe_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         base = (uint8_t*)tx->xiov[i].iov_base + skip;
         len  = tx->xiov[i].iov_len - skip;
         skip = 0;
-        if ((cnt > 0) && ((uint8_t*)iov[cnt - 1].iov_base + iov[cnt - 1].iov_len == base)) {
-            iov[cnt - 1].iov_len += len;
-        } else if (cnt < TX_SPLICE_IOV_MAX) {
-            iov[cnt].iov_base = base;
-            iov[cnt].iov_len  = len;
-            cnt++;
-        } else {
+        if (iov_append(iov, &cnt, TX_SPLICE_IOV_MAX, base, len) != 0) {
             break;
         }
         total += len;
@@ -314,7 +325,7 @@ static int tx_pipe_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         iov[cnt - 1].iov_len -= total - room;
     }
     do {
-        n = vmsplice(ep->pipe[1], iov, cnt, SPLICE_F_NONBLOCK);
+        n = vmsplice(ep->pipe[1], iov, (unsigned long)cnt, SPLICE_F_NONBLOCK);
     } while ((n < 0) && (errno == EINTR));
     if (n < 0) {
         return ((errno == EAGAIN) && (ep->pipe_len > 0)) ? 0 : -1;
@@ -450,14 +461,7 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
                  * in the initiator's buffer) extends it: the kernel's cost is per vector
                  * (measured on loopback: 128 x 4 KiB one vector each cost the sender about
                  * 25 usec more per 512 KiB than one vector) */
-                if ((cnt > 0) &&
-                    ((uint8_t*)iov[cnt - 1].iov_base + iov[cnt - 1].iov_len == base)) {
-                    iov[cnt - 1].iov_len += len;
-                } else if (cnt < XFER_TCP_IOV_MAX) {
-                    iov[cnt].iov_base = base;
-                    iov[cnt].iov_len  = len;
-                    cnt++;
-                } else {
+                if (iov_append(iov, &cnt, XFER_TCP_IOV_MAX, base, len) != 0) {
                     break;
                 }
                 total += len;
