@@ -209,6 +209,16 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
     return XFER_OK;
 }
 
+void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n, const char *prefix,
+                      const char *name, uint64_t value)
+{
+    if (*n < max) {
+        snprintf(counters[*n].name, sizeof(counters[*n].name), "%s%s", prefix, name);
+        counters[*n].value = value;
+    }
+    (*n)++;
+}
+
 #define op_begin xfer_endpoint_op_begin
 static xfer_status_t op_finish(xfer_context_t *ctx, xfer_request_t *req, xfer_status_t status,
                                size_t length, xfer_request_t **req_p);

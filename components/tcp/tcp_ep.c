@@ -103,11 +103,11 @@ static const struct {
 
 void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
 {
-    size_t n = sizeof(ep_stats) / sizeof(ep_stats[0]);
+    size_t n = 0;
 
-    for (size_t i = 0; (i < n) && (i < *count_p); i++) {
-        snprintf(c[i].name, sizeof(c[i].name), "%s", ep_stats[i].name);
-        c[i].value = *(const uint64_t*)((const char*)ep + ep_stats[i].offset);
+    for (size_t i = 0; i < sizeof(ep_stats) / sizeof(ep_stats[0]); i++) {
+        xfer_counter_put(c, *count_p, &n, "", ep_stats[i].name,
+                         *(const uint64_t*)((const char*)ep + ep_stats[i].offset));
     }
     *count_p = n;
 }

@@ -6,17 +6,6 @@
 #include "verbs.h"
 
 #include <stddef.h>
-#include <stdio.h>
-
-static void counter_put(xfer_counter_t *c, size_t max, size_t *n, const char *prefix,
-                        const char *name, uint64_t value)
-{
-    if (*n < max) {
-        snprintf(c[*n].name, sizeof(c[*n].name), "%s%s", prefix, name);
-        c[*n].value = value;
-    }
-    (*n)++;
-}
 
 #define STAT(_name, _field) {_name, offsetof(xfer_verbs_ch_stats_t, _field)}
 
@@ -41,14 +30,14 @@ void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
     size_t n   = 0;
 
     for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
-        counter_put(c, max, &n, "tx_", xfer_verbs_msg_name(t), st->tx_msgs[t]);
+        xfer_counter_put(c, max, &n, "tx_", xfer_verbs_msg_name(t), st->tx_msgs[t]);
     }
     for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
-        counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
+        xfer_counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
     }
     for (size_t i = 0; i < sizeof(scalar_counters) / sizeof(scalar_counters[0]); i++) {
-        counter_put(c, max, &n, "", scalar_counters[i].name,
-                    *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
+        xfer_counter_put(c, max, &n, "", scalar_counters[i].name,
+                         *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
     }
     *count_p = n;
 }

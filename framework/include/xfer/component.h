@@ -416,6 +416,11 @@ XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
  * each byte outside printable ASCII replaced by '?', so that it can go into a log line. */
 XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t len);
 
+/* One counter of an ep_counters list: entry *n of counters, named prefix + name, when *n < max;
+ * *n counts it either way, so that the list reports how many counters there are. */
+XFER_API void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n,
+                               const char *prefix, const char *name, uint64_t value);
+
 /* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
