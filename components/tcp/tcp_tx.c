@@ -351,14 +351,12 @@ static int tx_splice(xfer_ep_h ep, xfer_tcp_tx_t *tx, size_t budget, size_t *n_p
         return 2;
     }
     if ((ep->pipe_len < left) && (tx_pipe_fill(ep, tx) != 0) && (ep->pipe_len == 0)) {
-        /* pages vmsplice cannot refer to (a device's mapping, say): copied instead */
+        /* pages vmsplice cannot refer to (a device's mapping, say) */
         xfer_log(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "vmsplice of a batch's blocks: %s; they "
                  "are copied", strerror(errno));
-        tx->splice = 0;
-        return 2;
     }
     if (ep->pipe_len == 0) {
-        tx->splice = 0;     /* nothing went in (blocks of no bytes): the gather ends it */
+        tx->splice = 0;     /* nothing went in: the gather copies the rest */
         return 2;
     }
     do {
