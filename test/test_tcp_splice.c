@@ -7,17 +7,21 @@
  * source, more of them than one vmsplice takes. Where the kernel gives no pipe (RLIMIT_NOFILE
  * reached) or cannot refer to the pages (memfd_secret memory: copy_from_user reads it, page
  * references to it are refused), the blocks are copied and land all the same; the endpoint's
- * counters tell the two paths apart (tx_bytes_spliced).
+ * counters tell the two paths apart (tx_bytes_spliced). A target SIGKILLed while a batch's
+ * blocks are in the pipe and the socket fails the batch with an error, not a hang, and the
+ * endpoint's close gives back its descriptors, the pipe's included.
  */
 #include "test_peer.h"
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -232,4 +236,95 @@ Test(tcp_splice, pages_that_cannot_be_referred_to_are_copied)
     cr_expect_eq(run_rounds(&p, src, NULL), 0);
     munmap(src, len);
     close(fd);
+}
+
+/* ---- a target that dies mid-batch ------------------------------------------------------------ */
+
+#define BIG_BLOCK (16u << 10)
+#define BIG_NBLK  1024u                 /* 16 MiB: more than the socket and the pipe hold */
+#define BIG_LEN   (BIG_BLOCK * BIG_NBLK)
+
+/* Registers BIG_LEN bytes, sends its key, then waits on the control channel without
+ * progressing, so that what the initiator sends piles up, until it is killed. */
+static int srv_stalls(tp_side_t *s)
+{
+    uint8_t *dst = malloc(BIG_LEN);
+    xfer_mem_t *mem;
+    uint64_t cmd;
+    size_t len;
+    void *blob;
+
+    TP_CHECK(dst != NULL, "malloc");
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, BIG_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    (void)tp_ctl_recv_u64(s->ctl, &cmd, TP_WAIT_MS * 3);
+    return 1;   /* never reached in the test: the initiator kills this process first */
+}
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n  = 0;
+
+    cr_assert_not_null(d);
+    while (readdir(d) != NULL) {
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+Test(tcp_splice, a_target_killed_mid_batch_fails_it_and_the_close_gives_back_the_pipe)
+{
+    uint8_t *src = aligned_alloc(BLOCK, BIG_LEN);
+    xfer_batch_desc_t *d = calloc(BIG_NBLK, sizeof(*d));
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    xfer_rkey_t *rkey;
+    xfer_batch_t *b;
+    xfer_mem_t *mem;
+    uint64_t spliced;
+    int fds_before;
+    tp_peer_t p;
+    size_t len;
+    void *blob;
+
+    cr_assert((src != NULL) && (d != NULL));
+    fds_before = open_fds();
+    tp_start(&p, srv_stalls, NULL);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, BIG_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    for (unsigned i = 0; i < BIG_NBLK; i++) {
+        d[i] = (xfer_batch_desc_t){(uint64_t)i * BIG_BLOCK,
+                                   (uint64_t)((i * 313u) % BIG_NBLK) * BIG_BLOCK, BIG_BLOCK};
+    }
+    tp_fill_pattern(src, BIG_LEN, 7);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, BIG_NBLK, &b), XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
+    tp_progress_for(p.ctx, 300);        /* the socket fills; the rest waits in the queue */
+    spliced = counter(p.ep, "tx_bytes_spliced");
+    cr_expect_gt(spliced, 0, "the blocks were not going by splice");
+    cr_expect_lt(spliced, (uint64_t)BIG_LEN, "a stalled target took every byte");
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+    status = xfer_request_wait(req, TP_WAIT_MS);
+    cr_expect(status != XFER_OK, "a batch to a dead target completed with %s",
+              xfer_status_string(status));
+    cr_expect_neq(status, XFER_INPROGRESS, "the batch still waits %d ms after its target died",
+                  TP_WAIT_MS);
+    cr_expect_neq(xfer_endpoint_status(p.ep), XFER_OK);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    close(p.ctl);                       /* what tp_finish() would close, the peer gone */
+    cr_expect_eq(open_fds(), fds_before, "descriptors left after the close (the pipe's?)");
+    free(d);
+    free(src);
 }
