@@ -454,6 +454,8 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
                           (timeout_ms == 0) ? ctx->fw_config.batch_timeout : 0;
     op->deadline        = (timeout > 0) ? xfer_now_ms() + (int64_t)(timeout * 1000.0) :
                           INT64_MAX;
+    op->args.deadline_ns = (op->deadline == INT64_MAX) ? 0 :
+                           (uint64_t)op->deadline * 1000000ull;
     deadline            = op->deadline;
     req->batch_op       = op;
     batch->posts++;
@@ -487,25 +489,43 @@ out:
     return status;
 }
 
-/* ---- ending early: deadline and cancel ------------------------------------------------------ */
+/* ---- ending early: deadline and cancel ------------------------------------------------------
+ *
+ * Decided once, by the transport: a batch whose notification has not left ends now - the
+ * request completes with status and what is known to have landed, the transport posts
+ * nothing more of it and never sends the notification, and the op stays until the transport
+ * has let go of what was in flight. One whose notification has left goes on: its request
+ * completes with the target's answer, and the cancel reports XFER_ERR_BUSY. A batch posted one
+ * by one (no notification) always stops. */
 
-/* The request completes now with status and what landed so far; the transport is told to stop
- * and the op stays until it has. */
-static void batch_op_detach(batch_op_t *op, xfer_status_t status)
+/* XFER_OK: op ended early with status (its request completed); XFER_ERR_BUSY: too late. */
+static xfer_status_t batch_op_end_early(batch_op_t *op, xfer_status_t status)
 {
-    xfer_request_t *req         = op->req;
-    xfer_fw_iface_t *fi         = op->batch->fw_iface;
+    xfer_request_t *req = op->req;
+    xfer_fw_iface_t *fi = op->batch->fw_iface;
+    xfer_status_t ret;
 
+    if (op->subs == NULL) {
+        ret = (fi->comp->cancel != NULL) ? fi->comp->cancel(fi->iface, &op->comp, status) :
+                                           XFER_ERR_BUSY;
+        if (req->batch_op == NULL) {
+            return XFER_OK;     /* the transport ended it inside cancel() */
+        }
+        if (ret != XFER_OK) {
+            /* its notification left (or its end is already on its way): the target's word
+             * completes it, the deadline no more */
+            op->deadline = INT64_MAX;
+            return XFER_ERR_BUSY;
+        }
+    }
     op->req       = NULL;
     op->stopped   = 1;
     op->deadline  = INT64_MAX;
     req->batch_op = NULL;
     req->landed   = op->args.landed;
-    if ((op->subs == NULL) && (fi->comp->cancel != NULL)) {
-        (void)fi->comp->cancel(fi->iface, &op->comp, status);
-    }
     xfer_request_complete(req, status, 0, 0);
     xfer_wake_locked(req->ctx);
+    return XFER_OK;
 }
 
 xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status)
@@ -513,8 +533,7 @@ xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status)
     if (req->batch_op == NULL) {
         return XFER_OK;     /* it ended already */
     }
-    batch_op_detach(req->batch_op, status);
-    return XFER_OK;
+    return batch_op_end_early(req->batch_op, status);
 }
 
 unsigned xfer_batch_expire(xfer_context_t *ctx)
@@ -531,17 +550,28 @@ unsigned xfer_batch_expire(xfer_context_t *ctx)
         return 0;
     }
     ucs_list_for_each_safe(op, tmp, &ctx->batch_ops, list) {
-        if (op->req == NULL) {
+        if ((op->req == NULL) || (op->deadline == INT64_MAX)) {
             continue;
         }
         if (op->deadline <= now) {
-            xfer_log(XFER_LOG_WARN, BATCH_SUBSYS, "a batch of %zu %s to %s over %s passed its "
-                     "deadline with %zu descriptor(s) known landed; it completes with "
-                     "XFER_ERR_TIMEOUT", op->args.count, op->batch->is_put ? "puts" : "gets",
-                     op->batch->ep ? op->batch->ep->peer : "a closed endpoint",
-                     op->batch->fw_iface->entry->name, op->args.landed);
-            batch_op_detach(op, XFER_ERR_TIMEOUT);
-            count++;
+            size_t count_desc = op->args.count, landed = op->args.landed;
+            const char *peer  = op->batch->ep ? op->batch->ep->peer : "a closed endpoint";
+            const char *name  = op->batch->fw_iface->entry->name;
+            int is_put        = op->batch->is_put;
+
+            /* op may be gone once it ended */
+            if (batch_op_end_early(op, XFER_ERR_TIMEOUT) == XFER_OK) {
+                xfer_log(XFER_LOG_INFO, BATCH_SUBSYS, "a batch of %zu %s to %s over %s passed "
+                         "its deadline with %zu descriptor(s) known landed; it completes with "
+                         "XFER_ERR_TIMEOUT", count_desc, is_put ? "puts" : "gets", peer, name,
+                         landed);
+                count++;
+            } else {
+                xfer_log_at(XFER_LOG_DEBUG, BATCH_SUBSYS, "a batch of %zu %s to %s over %s "
+                            "passed its deadline after its notification left: it completes "
+                            "with the target's answer", count_desc, is_put ? "puts" : "gets",
+                            peer, name);
+            }
         } else if (op->deadline < next) {
             next = op->deadline;
         }

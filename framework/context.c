@@ -75,6 +75,12 @@ static const xfer_param_desc_t fw_params[] = {
      "more fails the endpoint with XFER_ERR_NO_RESOURCE, so that it cannot make this side "
      "hold without bound.",
      offsetof(xfer_fw_config_t, notify_max_queued), 1, 1 << 24, NULL},
+    {"FAIR_SLICE", XFER_PARAM_SIZE, "4m",
+     "Most bytes one peer's operation moves in one round of progress: a larger one (a batch "
+     "a target moves, a stream of large frames) goes on in the next rounds, in turn with the "
+     "other endpoints, so that one peer's largest batch delays another's round trip by a "
+     "slice, not by the batch.",
+     offsetof(xfer_fw_config_t, fair_slice), 65536, (double)(1ull << 40), NULL},
     {"CUDA_LIB", XFER_PARAM_STRING, "libcuda.so.1",
      "The CUDA driver library, loaded with dlopen on the first registration of CUDA memory "
      "(never before, so that a process without device memory does not initialise CUDA). The "

@@ -255,14 +255,17 @@ xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep)
 /* ---- flush and close ----
  *
  * A close moves the endpoint from ctx->endpoints to ctx->closing and asks its transport to
- * flush. The flush completes from inside the transport's progress, where the endpoint
- * cannot be destroyed (the transport is walking its structures): the completion only marks
- * it, and xfer_endpoints_closing_progress() - after the transports' progress - destroys the
- * endpoint and completes the close request. A close whose flush does not end by its deadline
- * is forced: what is left is cancelled. */
+ * flush, then - the flush having succeeded - to shut the endpoint down in order (ep_shutdown:
+ * the peer hears that everything before came, and its endpoint says XFER_ERR_PEER_CLOSED).
+ * Each step completes from inside the transport's progress, where the endpoint cannot be
+ * destroyed (the transport is walking its structures): the completion only marks it, and
+ * xfer_endpoints_closing_progress() - after the transports' progress - takes the next step,
+ * and at the end destroys the endpoint and completes the close request. A close whose steps
+ * do not end by its deadline is forced: what is left is cancelled, and the peer sees the
+ * connection end. */
 
-static void close_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
-                           uint64_t tag)
+static void close_step_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
+                          uint64_t tag)
 {
     xfer_endpoint_t *ep = ucs_container_of(self, xfer_endpoint_t, flush_comp);
 
@@ -283,17 +286,33 @@ static void close_finish(xfer_endpoint_t *ep, xfer_status_t status)
     }
 }
 
-/* Ask the transport to flush what was posted; the close finishes when it has. */
-static void close_flush(xfer_endpoint_t *ep)
+/* Start a step (ep_flush, then ep_shutdown); the close finishes when the last has ended. */
+static void close_step(xfer_endpoint_t *ep, int shutdown)
 {
+    xfer_ep_shutdown_func_t fn = xfer_component_ep_shutdown(ep->fw_iface->comp);
     xfer_status_t status;
 
     ep->flush_deferred = 0;
-    ep->flush_comp.cb  = close_flush_cb;
-    status = ep->fw_iface->comp->ep_flush(ep->ep, &ep->flush_comp);
+    ep->flush_done     = 0;
+    ep->shutting_down  = shutdown;
+    ep->flush_comp.cb  = close_step_cb;
+    status = shutdown ? fn(ep->ep, &ep->flush_comp) :
+                        ep->fw_iface->comp->ep_flush(ep->ep, &ep->flush_comp);
     if (status != XFER_INPROGRESS) {
-        close_finish(ep, status);       /* XFER_OK: nothing was outstanding */
+        close_step_cb(&ep->flush_comp, status, 0, 0);
     }
+}
+
+/* A step ended with status: take the next one, or finish. The peer hears of an orderly close
+ * only after a flush that succeeded while it was still there. */
+static void close_step_done(xfer_endpoint_t *ep, xfer_status_t status)
+{
+    if (!ep->shutting_down && (status == XFER_OK) && (ep->status == XFER_OK) &&
+        (xfer_component_ep_shutdown(ep->fw_iface->comp) != NULL)) {
+        close_step(ep, 1);
+        return;
+    }
+    close_finish(ep, status);
 }
 
 static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req)
@@ -307,7 +326,7 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     xfer_notify_ep_cleanup(ep);     /* the handle is gone: nobody can take them */
     ucs_list_del(&ep->list);
     ucs_list_add_tail(&ctx->closing, &ep->list);
-    if (ep->status != XFER_OK) {
+    if ((ep->status != XFER_OK) && (ep->status != XFER_ERR_PEER_CLOSED)) {
         close_finish(ep, ep->status);   /* failed: nothing more can be delivered */
         return;
     }
@@ -316,12 +335,13 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
         close_finish(ep, XFER_OK);
         return;
     }
+    /* after the peer's orderly close the flush still says whether it had everything */
     ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
     if (ep->staged_ops > 0) {
         /* staged puts and gets post their chunks still: flush after the last one */
         ep->flush_deferred = 1;
     } else {
-        close_flush(ep);
+        close_step(ep, 0);
     }
     xfer_wake_locked(ctx);
 }
@@ -333,20 +353,21 @@ void xfer_endpoints_closing_progress(xfer_context_t *ctx)
 
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
-            close_finish(ep, ep->flush_status);
+            close_step_done(ep, ep->flush_status);
         } else if (ep->flush_deferred && (ep->staged_ops == 0) && (ep->status == XFER_OK)) {
-            close_flush(ep);
-        } else if (ep->status != XFER_OK) {
+            close_step(ep, 0);
+        } else if ((ep->status != XFER_OK) && (ep->status != XFER_ERR_PEER_CLOSED)) {
             close_finish(ep, ep->status);
         } else {
             if (now < 0) {
                 now = xfer_now_ms();
             }
             if (now >= ep->close_deadline) {
-                xfer_log(XFER_LOG_WARN, EP_SUBSYS, "closing the endpoint to %s over %s: what "
-                         "was sent did not reach the peer within XFER_CLOSE_TIMEOUT=%gs; "
-                         "closing anyway, the rest is cancelled", ep->peer, ep->transport,
-                         ctx->fw_config.close_timeout);
+                xfer_log(XFER_LOG_WARN, EP_SUBSYS, "closing the endpoint to %s over %s: %s "
+                         "within XFER_CLOSE_TIMEOUT=%gs; closing anyway, the rest is "
+                         "cancelled", ep->peer, ep->transport, ep->shutting_down ?
+                         "the peer did not take the notice of the close" :
+                         "what was sent did not reach the peer", ctx->fw_config.close_timeout);
                 close_finish(ep, XFER_ERR_TIMEOUT);
             }
         }
@@ -445,7 +466,10 @@ xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, voi
     xfer_request_t *req;
     xfer_status_t status;
 
-    status = op_begin(ep, "xfer_endpoint_flush", (void*)xfer_endpoint_flush);
+    /* after the peer's orderly close a flush still says whether everything sent before it
+     * reached the peer: the transport answers */
+    status = xfer_endpoint_op_begin_closed(ep, "xfer_endpoint_flush",
+                                           (void*)xfer_endpoint_flush, 1);
     if (status != XFER_OK) {
         return status;
     }
@@ -464,6 +488,12 @@ xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, voi
 /* Common entry checks; on success returns with the lock held. */
 xfer_status_t xfer_endpoint_op_begin(xfer_endpoint_t *ep, const char *op, void *fn)
 {
+    return xfer_endpoint_op_begin_closed(ep, op, fn, 0);
+}
+
+xfer_status_t xfer_endpoint_op_begin_closed(xfer_endpoint_t *ep, const char *op, void *fn,
+                                            int peer_closed_ok)
+{
     xfer_status_t status;
 
     if (ep == NULL) {
@@ -481,7 +511,8 @@ xfer_status_t xfer_endpoint_op_begin(xfer_endpoint_t *ep, const char *op, void *
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_INVALID_PARAM;
     }
-    if (ep->status != XFER_OK) {
+    if ((ep->status != XFER_OK) &&
+        !(peer_closed_ok && (ep->status == XFER_ERR_PEER_CLOSED))) {
         xfer_log(XFER_LOG_DEBUG, EP_SUBSYS, "%s on a failed endpoint to %s: %s", op, ep->peer,
                  xfer_status_string(ep->status));
         xfer_ctx_unlock(ep->ctx);

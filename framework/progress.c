@@ -33,8 +33,14 @@ static void ep_failed_upcall(void *fw_arg, void *fw_ep, xfer_status_t status, co
     if ((ep != NULL) && (ep->status == XFER_OK)) {
         ep->status = status;
         /* the transport logged the cause at the level it deserves; a clean close is routine */
-        xfer_log(XFER_LOG_INFO, PROGRESS_SUBSYS, "endpoint to %s over %s failed: %s (%s)",
-                 ep->peer, ep->transport, reason ? reason : "", xfer_status_string(status));
+        if (status == XFER_ERR_PEER_CLOSED) {
+            xfer_log(XFER_LOG_INFO, PROGRESS_SUBSYS, "endpoint to %s over %s: the peer closed "
+                     "it in order", ep->peer, ep->transport);
+        } else {
+            xfer_log(XFER_LOG_INFO, PROGRESS_SUBSYS, "endpoint to %s over %s failed: %s (%s)",
+                     ep->peer, ep->transport, reason ? reason : "",
+                     xfer_status_string(status));
+        }
     }
 }
 
@@ -100,6 +106,7 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.max_tensor_requests = (uint32_t)ctx->fw_config.tensor_max_requests;
         params.notify          = xfer_notify_upcall;
         params.max_notify_len  = (uint32_t)ctx->fw_config.notify_max_len;
+        params.fair_slice      = ctx->fw_config.fair_slice;
 
         fi->entry    = e;
         fi->comp     = comp;

@@ -89,6 +89,13 @@ static inline xfer_batch_func_t xfer_component_batch(const xfer_component_v1_t *
     return XFER_COMPONENT_V1_HAS(comp, batch) ? comp->batch : NULL;
 }
 
+typedef xfer_status_t (*xfer_ep_shutdown_func_t)(xfer_ep_h ep, xfer_comp_t *comp);
+
+static inline xfer_ep_shutdown_func_t xfer_component_ep_shutdown(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, ep_shutdown) ? comp->ep_shutdown : NULL;
+}
+
 /* Framework configuration: the table is in context.c. */
 typedef struct xfer_fw_config {
     int         log_level;          /* xfer_log_level_t */
@@ -109,6 +116,7 @@ typedef struct xfer_fw_config {
     uint64_t    batch_max_descs;    /* XFER_BATCH_MAX_DESCS */
     uint64_t    notify_max_len;     /* XFER_NOTIFY_MAX_LEN, bytes */
     uint64_t    notify_max_queued;  /* XFER_NOTIFY_MAX_QUEUED, per endpoint */
+    uint64_t    fair_slice;         /* XFER_FAIR_SLICE, bytes */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -222,6 +230,7 @@ struct xfer_endpoint {
     int                 flush_done;
     xfer_status_t       flush_status;
     int                 flush_deferred; /* closing: the flush waits for staged_ops to end */
+    int                 shutting_down;  /* closing: the step under way is ep_shutdown */
     unsigned            staged_ops;     /* staging.c operations still using it */
     ucs_list_link_t     batches;        /* batch.c: the lists prepared for it */
     ucs_list_link_t     notifies;       /* notify.c: notifications not taken yet, oldest first */
@@ -435,6 +444,9 @@ int xfer_tensor_expiry_timeout(xfer_context_t *ctx);
  * ep can take an operation (fn != NULL: the transport implements it). On an error the lock
  * is released and the cause logged. */
 xfer_status_t xfer_endpoint_op_begin(xfer_endpoint_t *ep, const char *op, void *fn);
+/* The same; with peer_closed_ok an endpoint whose peer closed in order is let through. */
+xfer_status_t xfer_endpoint_op_begin_closed(xfer_endpoint_t *ep, const char *op, void *fn,
+                                            int peer_closed_ok);
 
 /* batch.c */
 void xfer_batch_ctx_init(xfer_context_t *ctx);

@@ -319,6 +319,7 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .event_arm      = xfer_verbs_iface_event_arm,
     .ep_flush       = xfer_verbs_ep_flush,
     .mem_reg_params = xfer_gdr_mem_reg_params,
+    .ep_shutdown    = xfer_verbs_ep_shutdown,
 };
 
 XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {

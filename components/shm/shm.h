@@ -71,6 +71,7 @@ typedef struct xfer_shm_host_id {
 } xfer_shm_host_id_t;
 
 typedef struct xfer_shm_op  xfer_shm_op_t;
+typedef struct xfer_shm_batch_rx xfer_shm_batch_rx_t;
 typedef struct xfer_shm_preq xfer_shm_preq_t;
 
 /* ---- send queue ------------------------------------------------------------------------------ */
@@ -261,6 +262,8 @@ struct xfer_ep {
     xfer_status_t       fail_status;
     char                fail_reason[XFER_REASON_MAX];
     int                 peer_gone;      /* its connection ended: what it wrote is all */
+    int                 bye_clean;      /* its BYE came when all we wrote was delivered and
+                                         * answered: a flush after it succeeds */
     int                 cma;            /* both sides allow CMA */
     pid_t               peer_pid;
     uint64_t            token;          /* names our segment to the peer */
@@ -277,6 +280,11 @@ struct xfer_ep {
     int                 rx_paused;      /* input waits (unexpected bounds, answers) */
     uint64_t            rx_copied;      /* CMA bytes this progress round (RX_BYTES_BUDGET) */
     int                 rx_yield;       /* a notification was delivered: end the round */
+    int                 rx_more;        /* a frame's work goes on in the next round */
+    int                 move_active;    /* the frame at move_pos of our ring moves in slices */
+    uint64_t            move_pos;
+    uint64_t            move_done;      /* ... bytes of it moved */
+    xfer_shm_batch_rx_t *batch_rx;      /* a peer's batch being moved (shm_batch.c) */
     xfer_shm_rx_t       rx;
     uint64_t            unexp_bytes;
 
@@ -353,6 +361,7 @@ struct xfer_iface {
     ucs_list_link_t          compq;         /* completed ops, callback pending */
     ucs_mpool_t              op_mp;         /* xfer_shm_op_t with up to OP_POOL_EXTRA key */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
+    ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
     ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
     ucs_list_link_t          failing;
     ucs_list_link_t          notify;
@@ -543,6 +552,11 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
 xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
 void xfer_shm_ep_destroy(xfer_ep_h ep);
 xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+/* An orderly close (ep_shutdown): BYE behind everything written, and a flush behind it. */
+xfer_status_t xfer_shm_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp);
+/* The peer's BYE: the endpoint ends with XFER_ERR_PEER_CLOSED. */
+xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                              const uint8_t *payload, char *why, size_t why_size);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_shm_ep_check(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress(). */
@@ -672,6 +686,8 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p);
 /* A live registration of this iface: its address and length, or NULL. */
+/* Whether the frame at the head of ep's ring is a put or get moving in slices. */
+int xfer_shm_move_resuming(const xfer_ep_h ep);
 uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
                               size_t *length_p);
 
@@ -682,6 +698,10 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 void xfer_shm_batch_ep_gone(xfer_ep_h ep);
 /* Hand a peer's notification to the framework; a refusal fails the ep (NO_RESOURCE). */
 xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len);
+/* A slice of each mapped batch with copies left (progress). */
+unsigned xfer_shm_batch_work(xfer_iface_h iface);
+/* The ep's input ends: a peer's batch being moved is dropped (unanswered). */
+void xfer_shm_batch_rx_abort(xfer_ep_h ep);
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,

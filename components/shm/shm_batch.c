@@ -24,7 +24,8 @@
  *
  * Cancel: a BATCH or NOTIFY frame not yet written into the ring is voided (the target answers
  * or ignores it without touching memory); what the target already has runs to its end, and
- * the batch completes when its answers are in.
+ * the batch completes when its answers are in. Once the frame that carries the notification
+ * is in the ring the target will deliver it: the cancel is too late (XFER_ERR_BUSY).
  */
 #include "shm.h"
 
@@ -34,10 +35,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #define BATCH_IOV_CHUNK  1024   /* iovecs per process_vm_readv/writev (IOV_MAX on Linux) */
 
-/* A batch through the ring, descriptor by descriptor. */
+/* Bytes of a batch through the ring in flight at once: the rest is posted as they complete,
+ * so that one that ends early stops there. */
+#define XFER_SHM_BATCH_WINDOW (8u << 20)
+
+/* A batch through the ring, descriptor by descriptor, or copied into the peer's mapped memory
+ * a slice at a time. */
 typedef struct shm_batch_sub {
     xfer_comp_t         comp;
     struct shm_batch    *b;
@@ -45,14 +52,20 @@ typedef struct shm_batch_sub {
 
 typedef struct shm_batch {
     ucs_list_link_t     list;       /* iface->batches */
+    ucs_list_link_t     work_link;  /* iface->batch_work while copies of it are left */
+    int                 working;
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
     xfer_batch_args_t   *args;
+    size_t              next;       /* the first descriptor not posted (ring) or copied */
+    uint64_t            offset;     /* mapped: bytes of iov[next] copied */
+    uint64_t            inflight;   /* ring: bytes of posted descriptors not completed */
     size_t              pending;    /* subs not completed, plus one while posting */
     size_t              landed;
     xfer_status_t       status;
     int                 stopped;
     int                 has_notify;
+    int                 notify_sent;    /* its NOTIFY frame is in the peer's ring */
     xfer_comp_t         notify_comp;    /* the NOTIFY frame was written (or dropped) */
     xfer_shm_op_t       *notify_op;     /* carries the frame until then; NULL after */
     size_t              notify_len;
@@ -88,6 +101,19 @@ static void batch_copy_mapped(xfer_ep_h ep, const xfer_batch_args_t *args)
     }
 }
 
+static uint64_t batch_bytes(const xfer_batch_args_t *args)
+{
+    uint64_t bytes = 0;
+
+    for (size_t i = 0; i < args->count; i++) {
+        bytes += args->iov[i].length;
+    }
+    return bytes;
+}
+
+static xfer_status_t batch_post_mapped_sliced(xfer_ep_h ep, xfer_batch_args_t *args,
+                                              xfer_comp_t *comp);
+
 static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
     size_t nlen       = (args->notify != NULL) ? args->notify_len : 0;
@@ -114,6 +140,8 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
         if (status != XFER_OK) {
             return status;
         }
+    } else if (batch_bytes(args) > XFER_IFACE_FAIR_SLICE(&ep->iface->params)) {
+        return batch_post_mapped_sliced(ep, args, comp);
     } else {
         batch_copy_mapped(ep, args);
     }
@@ -173,6 +201,8 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.a     = args->rkey->id;
     hdr.b     = (uint64_t)(uintptr_t)args->iov;
     hdr.c     = args->count;
+    hdr.d     = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
+                               sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
     hdr.e     = args->rkey->cookie;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(ep);
@@ -206,24 +236,27 @@ xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 }
 
 /*
- * The iovecs of up to n descriptors from iov[0] (its first skip bytes already moved): ours
- * (the descriptors' remote side) in liov, the initiator's in riov, each merged where one
- * range ends at the next one's start - process_vm_readv/writev take the two lists as two
- * streams, so a side that is contiguous costs the kernel one range however scattered the
- * other is. Returns the bytes.
+ * The iovecs of up to n descriptors from iov[0] (its first skip bytes already moved), at most
+ * budget bytes: ours (the descriptors' remote side) in liov, the initiator's in riov, each
+ * merged where one range ends at the next one's start - process_vm_readv/writev take the two
+ * lists as two streams, so a side that is contiguous costs the kernel one range however
+ * scattered the other is. Returns the bytes.
  */
 static size_t batch_iov_build(const xfer_batch_iov_t *iov, uint64_t n, uint64_t skip,
                               struct iovec *liov, size_t *nl_p, struct iovec *riov,
-                              size_t *nr_p)
+                              size_t *nr_p, uint64_t budget)
 {
     size_t nl = 0, nr = 0, want = 0;
 
-    for (uint64_t k = 0; k < n; k++) {
+    for (uint64_t k = 0; (k < n) && (want < budget); k++) {
         uint64_t o    = (k == 0) ? skip : 0;
         uint8_t *ours = (uint8_t*)(uintptr_t)(iov[k].remote + o);
         uint8_t *peer = (uint8_t*)(uintptr_t)(iov[k].local + o);
         size_t len    = iov[k].length - o;
 
+        if (len > budget - want) {
+            len = (size_t)(budget - want);  /* the rest of it in the next slice */
+        }
         if (len == 0) {
             continue;
         }
@@ -244,99 +277,134 @@ static size_t batch_iov_build(const xfer_batch_iov_t *iov, uint64_t n, uint64_t 
     return want;
 }
 
-/* The target: check every descriptor, then move them all. Returns the status to answer;
- * *landed_p the descriptors whose bytes all moved. */
-static xfer_status_t batch_move(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint64_t *landed_p)
+/* A peer's BATCH frame being moved. Its frame stays at the head of our ring while its data
+ * moves, a slice (XFER_FAIR_SLICE bytes) each round of progress, in turn with the other
+ * endpoints; it is answered, and consumed, once done - or at its deadline. */
+struct xfer_shm_batch_rx {
+    uint64_t          pos;          /* our ring's position of its frame */
+    xfer_batch_iov_t  *iov;         /* the initiator's descriptors, read once, checked */
+    uint64_t          count;
+    uint64_t          done;         /* descriptors moved whole */
+    uint64_t          skip;         /* bytes of iov[done] moved */
+    struct iovec      liov[BATCH_IOV_CHUNK], riov[BATCH_IOV_CHUNK];
+};
+
+static uint64_t now_ns(void)
 {
-    int get               = (hdr->flags & XFER_SHM_FL_GET) != 0;
-    uint64_t count        = hdr->c, done = 0, skip = 0;
-    xfer_batch_iov_t *iov = NULL;
-    struct iovec *liov = NULL, *riov = NULL;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void batch_rx_free(xfer_ep_h ep)
+{
+    if (ep->batch_rx != NULL) {
+        free(ep->batch_rx->iov);
+        free(ep->batch_rx);
+        ep->batch_rx = NULL;
+    }
+}
+
+/* Read the frame's descriptors and check each against its region before a byte moves. */
+static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
+{
+    uint64_t count = hdr->c;
     char why[XFER_REASON_MAX];
+    xfer_shm_batch_rx_t *br;
     xfer_status_t status;
     uint8_t *base;
     size_t rlen;
 
-    *landed_p = 0;
     base = xfer_shm_region_find(ep->iface, hdr->a, hdr->e, &rlen);
     if (base == NULL) {
         xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: region %llu is not "
                  "registered here", (unsigned long long)hdr->a);
         return XFER_ERR_NOT_FOUND;
     }
-    iov  = malloc(count * sizeof(*iov));
-    liov = malloc(BATCH_IOV_CHUNK * sizeof(*liov));
-    riov = malloc(BATCH_IOV_CHUNK * sizeof(*riov));
-    if ((iov == NULL) || (liov == NULL) || (riov == NULL)) {
-        status = XFER_ERR_NO_MEMORY;
-        goto out;
+    br = calloc(1, sizeof(*br));
+    if ((br == NULL) || ((br->iov = malloc(count * sizeof(*br->iov))) == NULL)) {
+        free(br);
+        return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_shm_cma(ep, iov, hdr->b, count * sizeof(*iov), 0, why, sizeof(why));
+    status = xfer_shm_cma(ep, br->iov, hdr->b, count * sizeof(*br->iov), 0, why, sizeof(why));
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its descriptors: "
                  "%s", why);
-        goto out;
+        free(br->iov);
+        free(br);
+        return status;
     }
     for (uint64_t i = 0; i < count; i++) {
-        uint64_t off = iov[i].remote - (uintptr_t)base;
+        uint64_t off = br->iov[i].remote - (uintptr_t)base;
 
-        if ((iov[i].remote < (uintptr_t)base) || (off > rlen) || (iov[i].length > rlen - off) ||
-            (iov[i].length > SSIZE_MAX)) {
+        if ((br->iov[i].remote < (uintptr_t)base) || (off > rlen) ||
+            (br->iov[i].length > rlen - off) || (br->iov[i].length > SSIZE_MAX)) {
             xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: descriptor %llu "
                      "(0x%llx+%llu) is outside region %llu", (unsigned long long)i,
-                     (unsigned long long)iov[i].remote, (unsigned long long)iov[i].length,
-                     (unsigned long long)hdr->a);
-            status = XFER_ERR_OUT_OF_RANGE;
-            goto out;
+                     (unsigned long long)br->iov[i].remote,
+                     (unsigned long long)br->iov[i].length, (unsigned long long)hdr->a);
+            free(br->iov);
+            free(br);
+            return XFER_ERR_OUT_OF_RANGE;
         }
     }
-    /* chunks of descriptors, each side's ranges merged where they touch; a short transfer
-     * goes on from where it stopped */
+    br->pos      = ep->in.pos;
+    br->count    = count;
+    ep->batch_rx = br;
+    return XFER_OK;
+}
+
+/* Move up to budget bytes of the batch, in chunks of descriptors whose ranges are merged on
+ * each side where they touch; a short transfer goes on from where it stopped. XFER_OK when
+ * every descriptor moved, XFER_INPROGRESS when the rest waits for the next round, or the
+ * error of a transfer. */
+static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
+{
+    xfer_shm_batch_rx_t *br = ep->batch_rx;
+    uint64_t moved          = 0;
+
     for (;;) {
-        uint64_t skip_left;
+        uint64_t skip_left, n;
         size_t nl, nr, want;
         ssize_t got;
 
-        while ((done < count) && (iov[done].length == skip)) {
-            done++;             /* finished, or empty */
-            skip      = 0;
-            *landed_p = done;
+        while ((br->done < br->count) && (br->iov[br->done].length == br->skip)) {
+            br->done++;             /* finished, or empty */
+            br->skip = 0;
         }
-        if (done == count) {
-            break;
+        if (br->done == br->count) {
+            return XFER_OK;
         }
-        want = batch_iov_build(iov + done, (count - done < BATCH_IOV_CHUNK) ?
-                               count - done : BATCH_IOV_CHUNK, skip, liov, &nl, riov, &nr);
-        got = get ? process_vm_writev(ep->peer_pid, liov, nl, riov, nr, 0) :
-                    process_vm_readv(ep->peer_pid, liov, nl, riov, nr, 0);
+        if (moved >= budget) {
+            return XFER_INPROGRESS;
+        }
+        n    = (br->count - br->done < BATCH_IOV_CHUNK) ? br->count - br->done : BATCH_IOV_CHUNK;
+        want = batch_iov_build(br->iov + br->done, n, br->skip, br->liov, &nl, br->riov, &nr,
+                               budget - moved);
+        got  = get ? process_vm_writev(ep->peer_pid, br->liov, nl, br->riov, nr, 0) :
+                     process_vm_readv(ep->peer_pid, br->liov, nl, br->riov, nr, 0);
         if (got <= 0) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: %s of %zu bytes "
                      "in pid %d failed: %s", get ? "process_vm_writev" : "process_vm_readv",
                      want, (int)ep->peer_pid, (got == 0) ? "no progress" : strerror(errno));
-            status = ((got < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
-            goto out;
+            return ((got < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
         }
         ep->rx_copied += (uint64_t)got;
+        moved         += (uint64_t)got;
         /* past the descriptors the transfer finished */
         for (skip_left = (uint64_t)got; skip_left > 0;) {
-            uint64_t left = iov[done].length - skip;
+            uint64_t left = br->iov[br->done].length - br->skip;
 
             if (skip_left < left) {
-                skip     += skip_left;
+                br->skip += skip_left;
                 break;
             }
             skip_left -= left;
-            skip       = 0;
-            done++;
-            *landed_p  = done;
+            br->skip   = 0;
+            br->done++;
         }
     }
-    status = XFER_OK;
-out:
-    free(iov);
-    free(liov);
-    free(riov);
-    return status;
 }
 
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -355,10 +423,30 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  ep->cma ? "" : " on an endpoint without CMA");
         return XFER_ERR_PROTOCOL;
     }
+    if ((ep->batch_rx != NULL) && (ep->batch_rx->pos != ep->in.pos)) {
+        snprintf(why, why_size, "a batch frame at %llu while the one at %llu is not done",
+                 (unsigned long long)ep->in.pos, (unsigned long long)ep->batch_rx->pos);
+        return XFER_ERR_PROTOCOL;
+    }
     if (hdr->flags & XFER_SHM_FL_VOID) {
         status = XFER_ERR_CANCELED;     /* cancelled before it was written */
+    } else if ((hdr->d != 0) && (now_ns() >= hdr->d)) {
+        /* past its deadline: the initiator has ended it, nothing more moves for it */
+        status = XFER_ERR_TIMEOUT;
     } else {
-        status = batch_move(ep, hdr, &landed);
+        status = (ep->batch_rx != NULL) ? XFER_OK : batch_rx_start(ep, hdr);
+        if (status == XFER_OK) {
+            status = batch_rx_move(ep, (hdr->flags & XFER_SHM_FL_GET) != 0,
+                                   XFER_IFACE_FAIR_SLICE(params));
+        }
+        if (status == XFER_INPROGRESS) {
+            ep->rx_more = 1;
+            return XFER_ERR_BUSY;   /* the frame stays: the rest in the next round */
+        }
+    }
+    if (ep->batch_rx != NULL) {
+        landed = ep->batch_rx->done;
+        batch_rx_free(ep);
     }
     if ((status == XFER_OK) && (hdr->flags & XFER_SHM_FL_NOTIFY) &&
         (xfer_shm_notify_deliver(ep, payload, hdr->len) != XFER_OK)) {
@@ -380,6 +468,11 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     return XFER_OK;
 }
 
+void xfer_shm_batch_rx_abort(xfer_ep_h ep)
+{
+    batch_rx_free(ep);
+}
+
 /* ---- descriptor by descriptor, through the ring --------------------------------------------- */
 
 /* One of the batch's holds ended (a descriptor, the NOTIFY frame, the posting). */
@@ -390,10 +483,10 @@ static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t leng
 {
     shm_batch_t *b = ucs_container_of(self, shm_batch_t, notify_comp);
 
-    (void)status;
     (void)length;
     (void)tag;
-    b->notify_op = NULL;
+    b->notify_sent = (status == XFER_OK) && !b->stopped;
+    b->notify_op   = NULL;
     batch_ring_release(b);
 }
 
@@ -436,10 +529,50 @@ static void batch_ring_release(shm_batch_t *b)
             return;
         }
     }
+    if (b->working) {
+        ucs_list_del(&b->work_link);
+    }
     ucs_list_del(&b->list);
+    if ((b->status == XFER_OK) && (b->landed < b->args->count)) {
+        b->status = XFER_ERR_CANCELED;  /* ended early, nothing failed */
+    }
+    b->args->landed = b->landed;
     b->comp->cb(b->comp, b->status, b->landed, 0);
     free(b->subs);
     free(b);
+}
+
+static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag);
+
+/* Post b's next descriptors while at most XFER_SHM_BATCH_WINDOW bytes of it are in flight;
+ * after a put batch's last, its NOTIFY. */
+static void batch_ring_fill(shm_batch_t *b)
+{
+    const xfer_batch_args_t *args = b->args;
+
+    while (!b->stopped && (b->next < args->count) && (b->inflight < XFER_SHM_BATCH_WINDOW) &&
+           (b->ep != NULL)) {
+        const xfer_batch_iov_t *v = &args->iov[b->next];
+        xfer_status_t status;
+
+        b->subs[b->next].comp.cb = batch_sub_cb;
+        b->subs[b->next].b       = b;
+        status = xfer_shm_rma_post(b->ep, args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
+                                   (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
+                                   args->rkey, &b->subs[b->next].comp);
+        if (status != XFER_INPROGRESS) {
+            b->status  = (status == XFER_OK) ? XFER_ERR_INTERNAL : status;
+            b->stopped = 1;
+            break;
+        }
+        b->pending++;
+        b->inflight += v->length;
+        b->next++;
+    }
+    if (args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
+        (b->next == args->count) && (b->notify_comp.cb == NULL)) {
+        batch_notify_queue(b, b->next);     /* behind every PUT frame of the batch */
+    }
 }
 
 static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
@@ -449,28 +582,32 @@ static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
 
     (void)length;
     (void)tag;
+    b->inflight -= b->args->iov[sub - b->subs].length;
     if (status == XFER_OK) {
         b->landed++;
         b->args->landed = b->landed;
     } else if (b->status == XFER_OK) {
         b->status = status;
     }
+    batch_ring_fill(b);
     batch_ring_release(b);
 }
 
-static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
+static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp,
+                              int subs)
 {
-    size_t nlen = (args->notify != NULL) ? args->notify_len : 0;
+    size_t nlen    = (args->notify != NULL) ? args->notify_len : 0;
     shm_batch_t *b = calloc(1, sizeof(*b) + nlen);
-    size_t posted  = 0;
 
     if (b == NULL) {
-        return XFER_ERR_NO_MEMORY;
+        return NULL;
     }
-    b->subs = calloc(args->count, sizeof(*b->subs));
-    if (b->subs == NULL) {
-        free(b);
-        return XFER_ERR_NO_MEMORY;
+    if (subs) {
+        b->subs = calloc(args->count, sizeof(*b->subs));
+        if (b->subs == NULL) {
+            free(b);
+            return NULL;
+        }
     }
     b->ep         = ep;
     b->comp       = comp;
@@ -481,35 +618,112 @@ static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer
     if (nlen > 0) {
         memcpy(b->notify, args->notify, nlen);
     }
-    b->pending = 1;
+    b->pending = 1;     /* the posting's own hold */
     ucs_list_add_tail(&ep->iface->batches, &b->list);
-    for (size_t i = 0; i < args->count; i++) {
-        const xfer_batch_iov_t *v = &args->iov[i];
-        xfer_status_t status;
+    return b;
+}
 
-        b->subs[i].comp.cb = batch_sub_cb;
-        b->subs[i].b       = b;
-        status = xfer_shm_rma_post(ep, args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
-                                   (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
-                                   args->rkey, &b->subs[i].comp);
-        if (status != XFER_INPROGRESS) {
-            if (i == 0) {
-                ucs_list_del(&b->list);
-                free(b->subs);
-                free(b);
-                return status;
-            }
-            b->status = status;
-            break;
-        }
-        b->pending++;
-        posted++;
+static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
+{
+    xfer_status_t status;
+    shm_batch_t *b;
+
+    /* a batch whose first descriptor is refused is refused whole: nothing of it went */
+    if (!xfer_shm_rkey_covers(args->rkey, args->iov[0].remote, args->iov[0].length) ||
+        (args->iov[0].length > ep->max_msg)) {
+        return XFER_ERR_OUT_OF_RANGE;
     }
-    if (args->is_put && b->has_notify && (b->status == XFER_OK)) {
-        batch_notify_queue(b, posted);  /* behind every PUT frame of the batch */
+    b = batch_new(ep, args, comp, 1);
+    if (b == NULL) {
+        return XFER_ERR_NO_MEMORY;
     }
-    b->pending--;   /* the posting's own hold; the others end only from progress */
+    batch_ring_fill(b);
+    if ((b->next == 0) && (b->status != XFER_OK)) {
+        status = b->status;
+        ucs_list_del(&b->list);
+        free(b->subs);
+        free(b);
+        return status;
+    }
+    batch_ring_release(b);  /* the posting's own hold; the others end only from progress */
     return XFER_INPROGRESS;
+}
+
+/* ---- to mapped memory, a slice at a time ---------------------------------------------------- */
+
+/* Copy up to budget bytes of b into or out of the peer's mapped memory; 1 when all are. */
+static int mapped_copy(shm_batch_t *b, uint64_t budget)
+{
+    const xfer_batch_args_t *args = b->args;
+    uint64_t copied               = 0;
+
+    while ((b->next < args->count) && (copied < budget)) {
+        const xfer_batch_iov_t *v = &args->iov[b->next];
+        uint8_t *remote = args->rkey->map.data + (v->remote - args->rkey->addr) + b->offset;
+        uint8_t *local  = (uint8_t*)(uintptr_t)v->local + b->offset;
+        uint64_t len    = v->length - b->offset;
+
+        if (len > budget - copied) {
+            len = budget - copied;
+        }
+        if (len > 0) {
+            if (args->is_put) {
+                xfer_shm_copy(b->ep->iface, remote, local, len);
+            } else {
+                xfer_shm_copy(b->ep->iface, local, remote, len);
+            }
+        }
+        copied    += len;
+        b->offset += len;
+        if (b->offset == v->length) {
+            b->offset = 0;
+            b->next++;
+            b->landed = b->next;
+            b->args->landed = b->landed;
+        }
+    }
+    return b->next == args->count;
+}
+
+/* A mapped batch larger than a slice: copied from progress, a slice each round. */
+static xfer_status_t batch_post_mapped_sliced(xfer_ep_h ep, xfer_batch_args_t *args,
+                                              xfer_comp_t *comp)
+{
+    shm_batch_t *b = batch_new(ep, args, comp, 0);
+
+    if (b == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    b->working = 1;
+    ucs_list_add_tail(&ep->iface->batch_work, &b->work_link);
+    return XFER_INPROGRESS;
+}
+
+unsigned xfer_shm_batch_work(xfer_iface_h iface)
+{
+    uint64_t slice = XFER_IFACE_FAIR_SLICE(&iface->params);
+    unsigned long n;
+
+    /* one slice of each batch with copies left, in turn */
+    for (n = ucs_list_length(&iface->batch_work);
+         (n > 0) && !ucs_list_is_empty(&iface->batch_work); n--) {
+        shm_batch_t *b = ucs_list_extract_head(&iface->batch_work, shm_batch_t, work_link);
+
+        b->working = 0;
+        if (!b->stopped && (b->ep != NULL) && (b->ep->state == XFER_SHM_EP_CONNECTED) &&
+            !mapped_copy(b, slice)) {
+            b->working = 1;
+            ucs_list_add_tail(&iface->batch_work, &b->work_link);
+            continue;
+        }
+        if ((b->ep == NULL) || (b->ep->state != XFER_SHM_EP_CONNECTED)) {
+            b->status = (b->ep != NULL) ? b->ep->fail_status : XFER_ERR_CANCELED;
+        } else if (!b->stopped && b->has_notify) {
+            batch_notify_queue(b, 0);   /* after the last copy: the target reads it after */
+        }
+        batch_ring_release(b);
+    }
+    return 0;
 }
 
 xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -598,8 +812,12 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
     (void)status;
     ucs_list_for_each(b, &iface->batches, list) {
         if (b->comp == comp) {
+            if (b->notify_sent ||
+                ((b->notify_op != NULL) && b->notify_op->tx.started)) {
+                return XFER_ERR_BUSY;   /* the target has its notification */
+            }
             b->stopped = 1;
-            if ((b->notify_op != NULL) && !b->notify_op->tx.started) {
+            if (b->notify_op != NULL) {
                 b->notify_op->tx.hdr.flags |= XFER_SHM_FL_VOID;
             }
             return XFER_OK;
@@ -613,7 +831,24 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
                 (op->kind == XFER_SHM_OP_BATCH) && (op->comp == comp)) {
                 if (!op->tx.started) {
                     op->tx.hdr.flags |= XFER_SHM_FL_VOID;
+                } else if (op->tx.hdr.flags & XFER_SHM_FL_NOTIFY) {
+                    return XFER_ERR_BUSY;   /* the target has the frame, notification too */
                 }
+                return XFER_OK;
+            }
+        }
+    }
+    /* into mapped memory: the data is there, the NOTIFY frame maybe still in the queue */
+    ucs_list_for_each(ep, &iface->eps, list) {
+        xfer_shm_tx_t *tx;
+
+        ucs_list_for_each(tx, &ep->txq, list) {
+            if ((tx->op != NULL) && (tx->op->kind == XFER_SHM_OP_BATCH) &&
+                (tx->op->comp == comp)) {
+                if (tx->started) {
+                    return XFER_ERR_BUSY;
+                }
+                tx->hdr.flags |= XFER_SHM_FL_VOID;
                 return XFER_OK;
             }
         }
@@ -624,11 +859,19 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
 /* The ep goes: ring batches lose it (their subs complete through the ep's teardown). */
 void xfer_shm_batch_ep_gone(xfer_ep_h ep)
 {
-    shm_batch_t *b;
+    shm_batch_t *b, *tmp;
 
-    ucs_list_for_each(b, &ep->iface->batches, list) {
-        if (b->ep == ep) {
-            b->ep = NULL;
+    ucs_list_for_each_safe(b, tmp, &ep->iface->batches, list) {
+        if (b->ep != ep) {
+            continue;
+        }
+        b->ep = NULL;
+        if (b->working) {
+            /* copies left: they end with the endpoint */
+            ucs_list_del(&b->work_link);
+            b->working = 0;
+            b->status  = XFER_ERR_CANCELED;
+            batch_ring_release(b);
         }
     }
 }

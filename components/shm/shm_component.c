@@ -352,4 +352,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .mem_reg_params = xfer_shm_mem_reg_params,
     .iface_reachable = xfer_shm_iface_reachable,
     .batch         = xfer_shm_batch,
+    .ep_shutdown   = xfer_shm_ep_shutdown,
 };

@@ -420,20 +420,29 @@ unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep)
     return count;
 }
 
+/* Nothing a flush would wait for: every entry written, every put and get answered. What is
+ * in the peer's ring is in its host's memory: written entries are delivered. */
+static int all_delivered(xfer_ep_h ep)
+{
+    return (ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
+           !xfer_shm_coop_waits(ep, ep->coop_posted) && ucs_list_is_empty(&ep->flushes);
+}
+
 xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
 {
     xfer_status_t status = xfer_shm_ep_check(ep);
     xfer_shm_op_t *op;
 
+    if ((status == XFER_ERR_PEER_CLOSED) && (ep->state == XFER_SHM_EP_FAILED)) {
+        return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
+    }
     if (status != XFER_OK) {
         return status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
-    /* what is in the peer's ring is in its host's memory: written entries are delivered */
-    if ((ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
-        !xfer_shm_coop_waits(ep, ep->coop_posted) && ucs_list_is_empty(&ep->flushes)) {
+    if (all_delivered(ep)) {
         return XFER_OK;
     }
     op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FLUSH, comp, 0);
@@ -445,6 +454,44 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     op->mark_coop = ep->coop_posted;
     ucs_list_add_tail(&ep->flushes, &op->list);
     return XFER_INPROGRESS;
+}
+
+/* ---- orderly close ---------------------------------------------------------------------------
+ *
+ * The closing side has flushed; BYE goes into the peer's ring behind everything, and the close
+ * goes on once it is written. The peer handles every frame before it, completes the flushes
+ * that what it wrote satisfies, and ends its endpoint with XFER_ERR_PEER_CLOSED; the end of
+ * the connection without a BYE is a broken one. */
+
+xfer_status_t xfer_shm_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp)
+{
+    xfer_status_t status = xfer_shm_ep_check(ep);
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_BYE, XFER_OK, 0, 0);
+    if (status != XFER_OK) {
+        return status;
+    }
+    return xfer_shm_ep_flush(ep, comp);
+}
+
+xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                              const uint8_t *payload, char *why, size_t why_size)
+{
+    (void)payload;
+    if ((hdr->status != XFER_OK) || (hdr->len != 0) || (hdr->flags != 0) ||
+        ((hdr->id | hdr->a | hdr->b | hdr->c | hdr->d | hdr->e) != 0)) {
+        snprintf(why, why_size, "a BYE frame with status %d, %u payload bytes, flags 0x%x or "
+                 "words set: all are reserved (0)", (int)hdr->status, hdr->len, hdr->flags);
+        return XFER_ERR_PROTOCOL;
+    }
+    xfer_shm_ep_flushes_check(ep);
+    ep->bye_clean = all_delivered(ep);
+    ep->peer_gone = 1;      /* nothing more comes: no warning */
+    snprintf(why, why_size, "the peer closed its endpoint");
+    return XFER_ERR_PEER_CLOSED;
 }
 
 /* ---- failure and teardown ------------------------------------------------------------------- */
@@ -490,10 +537,15 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
 
 static void ep_fail_now(xfer_ep_h ep)
 {
-    xfer_log_at(ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                "endpoint to the %s (pid %d) failed: %s (%s)", ep->is_server ? "client" :
-                "server", (int)ep->peer_pid, ep->fail_reason,
-                xfer_status_string(ep->fail_status));
+    if (ep->fail_status == XFER_ERR_PEER_CLOSED) {
+        xfer_log_at(XFER_LOG_INFO, XFER_SHM_SUBSYS, "the %s (pid %d) closed its endpoint in "
+                    "order", ep->is_server ? "client" : "server", (int)ep->peer_pid);
+    } else {
+        xfer_log_at(ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_SHM_SUBSYS,
+                    "endpoint to the %s (pid %d) failed: %s (%s)", ep->is_server ? "client" :
+                    "server", (int)ep->peer_pid, ep->fail_reason,
+                    xfer_status_string(ep->fail_status));
+    }
     ep_teardown(ep, ep->fail_status);
     if (!ep->in_notify) {
         ep->in_notify = 1;

@@ -71,6 +71,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->unexp);
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
+    ucs_list_head_init(&iface->batch_work);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
@@ -324,6 +325,10 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         }
     }
 
+    if (!ucs_list_is_empty(&iface->batch_work)) {
+        count += xfer_shm_batch_work(iface) + 1;
+    }
+
     while (!ucs_list_is_empty(&iface->notify)) {
         ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
         ep->in_notify = 0;
@@ -355,15 +360,17 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
     xfer_ep_h ep;
 
     if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
-        !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify)) {
+        !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify) ||
+        !ucs_list_is_empty(&iface->batch_work)) {
         return XFER_ERR_BUSY;
     }
     ucs_list_for_each(ep, &iface->eps, list) {
         if (ep->state != XFER_SHM_EP_CONNECTED) {
             continue;
         }
-        /* input that waits for a receive or for room does not keep us awake */
-        if (!xfer_shm_ring_arm(&ep->in) && !ep->rx_paused) {
+        /* input that waits for a receive or for room does not keep us awake; a frame whose
+         * work goes on in slices does */
+        if ((!xfer_shm_ring_arm(&ep->in) && !ep->rx_paused) || ep->rx_more) {
             return XFER_ERR_BUSY;
         }
         if (!ucs_list_is_empty(&ep->txq) && !xfer_shm_ring_wait_room(&ep->out)) {

@@ -76,6 +76,8 @@ enum {
                              * b: address; c: length; d: source; MAPPED: payload names the
                              * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put;
                              * RECV: take parts of a receive of c bytes of send a */
+    XFER_SHM_F_BYE,         /* the sender's endpoint closes in order: everything it wrote
+                             * before is delivered; nothing follows */
     XFER_SHM_F_TYPE_MAX
 };
 

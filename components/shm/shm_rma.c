@@ -534,10 +534,40 @@ static xfer_status_t rndv_move(xfer_ep_h ep, void *local, uint64_t remote, uint6
     return status;
 }
 
+/* A peer's rendezvous put or get of len bytes, moved a slice (XFER_FAIR_SLICE) per round of
+ * progress: its frame stays at the head of our ring until the last slice, so that another
+ * endpoint waits a slice, not the whole transfer. XFER_OK when every byte moved,
+ * XFER_INPROGRESS when the rest waits for the next round, or the error. */
+static xfer_status_t rndv_move_sliced(xfer_ep_h ep, uint8_t *local, uint64_t remote,
+                                      uint64_t len, int to_peer)
+{
+    uint64_t slice = XFER_IFACE_FAIR_SLICE(&ep->iface->params);
+    uint64_t done  = xfer_shm_move_resuming(ep) ? ep->move_done : 0;
+    uint64_t n     = (len - done < slice) ? len - done : slice;
+    xfer_status_t status;
+
+    ep->move_active = 0;
+    status = rndv_move(ep, local + done, remote + done, n, to_peer);
+    if ((status != XFER_OK) || (done + n == len)) {
+        return status;
+    }
+    ep->move_active = 1;
+    ep->move_pos    = ep->in.pos;
+    ep->move_done   = done + n;
+    ep->rx_more     = 1;
+    return XFER_INPROGRESS;
+}
+
+int xfer_shm_move_resuming(const xfer_ep_h ep)
+{
+    return ep->move_active && (ep->move_pos == ep->in.pos);
+}
+
 xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size)
 {
-    int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    int rndv     = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    int resuming = xfer_shm_move_resuming(ep);
     xfer_status_t status;
     uint8_t *dest;
 
@@ -549,17 +579,23 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         return XFER_ERR_PROTOCOL;
     }
     dest = xfer_shm_region_check(ep, hdr, &status);
-    ep->puts_rx++;
+    if (!resuming) {
+        ep->puts_rx++;
+    }
     if (status != XFER_OK) {
         ep->put_refused_at = ep->puts_rx;   /* its batch's notification is not delivered */
     }
     if (rndv) {
         if ((dest != NULL) && (hdr->c > 0)) {
-            status = rndv_move(ep, dest, hdr->d, hdr->c, 0);
+            status = rndv_move_sliced(ep, dest, hdr->d, hdr->c, 0);
+            if (status == XFER_INPROGRESS) {
+                return XFER_ERR_BUSY;   /* the frame stays: the rest in the next round */
+            }
             if (status != XFER_OK) {
                 ep->put_refused_at = ep->puts_rx;
             }
         }
+        ep->move_active = 0;
         return answer(ep, XFER_SHM_F_PUT_ACK, status, hdr->id, why, why_size);
     }
     /* copied data follows in the ring: answered once it is all in (or dropped) */
@@ -596,10 +632,14 @@ xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
     resp.id   = hdr->id;
     if ((src != NULL) && rndv) {
         if (hdr->c > 0) {
-            status = rndv_move(ep, src, hdr->d, hdr->c, 1);
+            status = rndv_move_sliced(ep, src, hdr->d, hdr->c, 1);
+            if (status == XFER_INPROGRESS) {
+                return XFER_ERR_BUSY;   /* the frame stays: the rest in the next round */
+            }
         }
         resp.flags = XFER_SHM_FL_RNDV;
     }
+    ep->move_active = 0;
     resp.status = (int32_t)status;
     /* copied data follows in the ring from the region itself; otherwise the frame is all */
     resp.a = ((src != NULL) && !rndv && (status == XFER_OK)) ? hdr->c : 0;

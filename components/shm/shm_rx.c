@@ -33,6 +33,7 @@ static const xfer_shm_rx_fn_t handlers[XFER_SHM_F_TYPE_MAX] = {
     [XFER_SHM_F_BATCH_ACK] = xfer_shm_rx_batch_ack,
     [XFER_SHM_F_NOTIFY]   = xfer_shm_rx_notify,
     [XFER_SHM_F_SHARE]    = xfer_shm_rx_share,
+    [XFER_SHM_F_BYE]      = xfer_shm_rx_bye,
 };
 
 static xfer_status_t rx_discard_done(xfer_ep_h ep, char *why, size_t why_size)
@@ -55,7 +56,7 @@ static const xfer_shm_rx_done_fn_t done_fns[] = {
 
 xfer_status_t xfer_shm_status_from_peer(int32_t status)
 {
-    if ((status > XFER_OK) || (status < XFER_ERR_INTERNAL)) {
+    if ((status > XFER_OK) || (status < XFER_ERR_LOWEST)) {
         return XFER_ERR_PROTOCOL;
     }
     return (xfer_status_t)status;
@@ -127,6 +128,8 @@ void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status)
         break;
     }
     memset(rx, 0, sizeof(*rx));
+    xfer_shm_batch_rx_abort(ep);
+    ep->move_active = 0;
 }
 
 /* Is hdr a request whose answer would go into the peer's ring? */
@@ -203,6 +206,7 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
     ep->rx_paused = 0;
     ep->rx_copied = 0;
     ep->rx_yield  = 0;
+    ep->rx_more   = 0;
     while ((count < XFER_SHM_RX_BUDGET) && (ep->rx_copied < XFER_SHM_RX_BYTES_BUDGET) &&
            !ep->rx_yield && (ep->state == XFER_SHM_EP_CONNECTED)) {
         r = xfer_shm_ring_peek(&ep->in, &hdr, &payload, why, sizeof(why));
@@ -250,7 +254,8 @@ void xfer_shm_ep_doorbell(xfer_ep_h ep)
         break;
     }
     /* the connection ended: the peer closed its endpoint or its process is gone. What it
-     * wrote into our ring before is delivered first. */
+     * wrote into our ring before is delivered first - messages nobody receives yet beyond
+     * the bounds too, as the ring bounds them - up to its BYE, if it closed in order. */
     ep->peer_gone = 1;
     while ((ep->state == XFER_SHM_EP_CONNECTED) && (xfer_shm_ep_rx_progress(ep) > 0)) {
     }

@@ -66,6 +66,11 @@ static int unexp_room(xfer_ep_h ep, uint64_t cost)
     if ((iface_after <= cfg->max_unexpected) && (ep_after <= cfg->max_unexpected_ep)) {
         return 1;
     }
+    if (ep->peer_gone && (cost <= ep->in.seg_len)) {
+        /* the peer wrote its last: what is left of it is in our ring, which bounds it, and
+         * its end (a BYE or not) is known only once it is read */
+        return 1;
+    }
     return (ep->busy_slots > 0) && (iface_after <= 2 * cfg->max_unexpected) &&
            (ep_after <= 2 * cfg->max_unexpected_ep);
 }

@@ -301,6 +301,9 @@ struct xfer_ep {
     xfer_status_t       fail_status;
     char                fail_reason[XFER_REASON_MAX];
     int                 clean_close;    /* the peer closed between two frames */
+    /* the peer closed in order (BYE) when every byte this side sent, every put and every
+     * fence had been acknowledged: a flush after it succeeds (else it fails) */
+    int                 bye_clean;
     uint32_t            events;         /* registered with epoll */
     xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
 
@@ -339,6 +342,7 @@ struct xfer_ep {
     uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
     xfer_status_t       put_refused_status;
     uint8_t             *batch_notify;  /* a notification being received */
+    ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
     xfer_tcp_putv_rx_t  *putv_rx;       /* a PUTV's table (tcp_batch.c), from the first */
     ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
     int                 in_flushing;    /* on iface->flushing */
@@ -361,6 +365,7 @@ struct xfer_ep {
     int                 in_ready;       /* on iface->rx_ready */
     int                 in_tx_ready;    /* on iface->tx_ready */
     ucs_list_link_t     tx_ready_link;
+    uint64_t            rx_round;       /* bytes read this round (XFER_FAIR_SLICE bounds it) */
     int                 rx_drained;     /* a read this round came back short: the socket is
                                          * empty, do not pay for a read that says EAGAIN */
     ucs_list_link_t     ready_link;
@@ -495,9 +500,14 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep);
 /* ep_flush(): see component.h. */
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req, xfer_tcp_rx_flush_ack;
+/* An orderly close (ep_shutdown): a BYE behind everything sent, and a flush behind it. */
+xfer_status_t xfer_tcp_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp);
+extern const xfer_tcp_rx_handler_t xfer_tcp_rx_bye;
 
 /* ---- tcp_batch.c ---------------------------------------------------------------------------- */
 xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
+/* Queue more frames of ep's batches, as far as their window allows; 1 when some were. */
+int xfer_tcp_batch_fill(xfer_ep_h ep);
 xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                     xfer_status_t status);
 void xfer_tcp_batch_ep_gone(xfer_ep_h ep);

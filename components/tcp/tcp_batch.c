@@ -28,9 +28,14 @@
 
 #define BATCH_FL_NOTIFY 1u
 #define BATCH_FL_GET    2u
+#define BATCH_FL_VOID   4u      /* ended early: deliver nothing, answer what landed */
 
 /* Bytes of a batch written to the socket inside xfer_batch_post(); progress writes the rest. */
 #define XFER_TCP_BATCH_INLINE (64u << 10)
+/* A batch's frames are queued as the socket takes them, at most this many bytes ahead of it
+ * (put batches: written to the socket; get batches: asked for and not come back), so that one
+ * that ends early stops there, and a large one holds neither memory nor the endpoint. */
+#define XFER_TCP_BATCH_WINDOW (8u << 20)
 
 typedef struct tcp_batch_sub {
     xfer_comp_t         comp;
@@ -39,29 +44,42 @@ typedef struct tcp_batch_sub {
 
 typedef struct tcp_batch {
     ucs_list_link_t     list;       /* iface->batches */
+    ucs_list_link_t     fill_link;  /* ep->batch_fill while frames of it are to be queued */
+    int                 filling;
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
     xfer_batch_args_t   *args;
+    size_t              next;       /* the first descriptor not queued */
     size_t              pending;    /* descriptors and the answer not in, + 1 while posting */
     size_t              landed;
     xfer_status_t       status;
-    int                 stopped;
-    xfer_comp_t         ack_comp;   /* BATCH_ACK, through an op holding a slot */
+    int                 stopped;    /* ended early, or failed: nothing more is queued */
+    uint64_t            puts_before;    /* ep->batch_puts_sent before its first frame */
+    uint64_t            get_bytes;  /* a get batch's bytes asked for and not come back */
+    xfer_tcp_op_t       *ack;       /* a put batch's BATCH_ACK, in a slot from the post on */
+    xfer_comp_t         ack_comp;
+    int                 end_queued;
+    int                 end_notify; /* ... and carried the notification */
+    uint64_t            end_pos;    /* ep->tx_queued where its BATCH_END starts */
+    uint8_t             *end_flags; /* ... and its flags in the send queue, until written */
     tcp_batch_sub_t     *subs;
     size_t              notify_len;
     int                 has_notify;
     uint8_t             notify[];
 } tcp_batch_t;
 
-/* Queue BATCH_END: id (0 for a get batch: no answer), the puts before it, the notification. */
-static xfer_status_t batch_end_queue(xfer_ep_h ep, uint64_t id, unsigned flags, uint64_t puts,
-                                     const void *notify, size_t notify_len)
+/* Queue BATCH_END: id (0 for a get batch: no answer), the puts before it, the notification
+ * when flags carry NOTIFY. Its position is kept, so that an early end can still void it. */
+static xfer_status_t batch_end_queue(tcp_batch_t *b, uint64_t id, unsigned flags, uint64_t puts)
 {
+    xfer_ep_h ep            = b->ep;
+    size_t nlen             = (flags & BATCH_FL_NOTIFY) ? b->notify_len : 0;
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_BATCH_END, 0, id,
-                               XFER_TCP_WIRE_BATCH_EXT_LEN + (uint64_t)notify_len, 0};
+                               XFER_TCP_WIRE_BATCH_EXT_LEN + (uint64_t)nlen, 0};
+    uint64_t pos            = ep->tx_queued;
     uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_BATCH_EXT_LEN +
-                                        notify_len, 0);
+                                        nlen, 0);
 
     if (p == NULL) {
         return XFER_ERR_NO_MEMORY;
@@ -71,11 +89,21 @@ static xfer_status_t batch_end_queue(xfer_ep_h ep, uint64_t id, unsigned flags, 
     xfer_put_le32(p, flags);
     xfer_put_le32(p + 4, 0);
     xfer_put_le64(p + 8, puts);
-    if (notify_len > 0) {
-        memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, notify, notify_len);
+    if (nlen > 0) {
+        memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, b->notify, nlen);
     }
-    xfer_tcp_ep_tx_post(ep);
+    b->end_queued = 1;
+    b->end_notify = (flags & BATCH_FL_NOTIFY) != 0;
+    b->end_pos    = pos;
+    b->end_flags  = p;
     return XFER_OK;
+}
+
+/* Whether BATCH_END may still be changed: queued, and not a byte of it written. */
+static int end_unwritten(const tcp_batch_t *b)
+{
+    return b->end_queued && (b->ep != NULL) && (b->ep->state == XFER_TCP_EP_CONNECTED) &&
+           (b->ep->tx_written <= b->end_pos);
 }
 
 /* How many descriptors from first go in one PUTV: a run of puts from host memory, each
@@ -162,30 +190,43 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     return XFER_OK;
 }
 
+static void batch_free(tcp_batch_t *b)
+{
+    if (b->filling) {
+        ucs_list_del(&b->fill_link);
+    }
+    ucs_list_del(&b->list);
+    free(b->subs);
+    free(b);
+}
+
 static void batch_release(tcp_batch_t *b)
 {
     if (--b->pending > 0) {
         return;
     }
     if (!b->args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
-        (b->ep != NULL)) {
+        (b->ep != NULL) && (b->ep->state == XFER_TCP_EP_CONNECTED)) {
         /* every get has its data: the target may know */
-        if (batch_end_queue(b->ep, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0, b->notify,
-                            b->notify_len) != XFER_OK) {
+        if (batch_end_queue(b, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0) != XFER_OK) {
             b->status = XFER_ERR_NO_MEMORY;
+        } else {
+            xfer_tcp_ep_tx_post(b->ep);
         }
     }
     b->args->landed = b->landed;
-    ucs_list_del(&b->list);
+    if ((b->status == XFER_OK) && (b->landed < b->args->count)) {
+        b->status = XFER_ERR_CANCELED;  /* ended early, nothing failed */
+    }
     b->comp->cb(b->comp, b->status, b->landed, 0);
-    free(b->subs);
-    free(b);
+    batch_free(b);
 }
 
 static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
 {
     tcp_batch_sub_t *sub = ucs_container_of(self, tcp_batch_sub_t, comp);
     tcp_batch_t *b       = sub->b;
+    size_t i             = (size_t)(sub - b->subs);
 
     (void)length;
     (void)tag;
@@ -193,9 +234,16 @@ static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
         if (b->status == XFER_OK) {
             b->status = status;
         }
+        b->stopped = 1;
     } else if (!b->args->is_put) {
         b->landed++;            /* a get's data is here; a put's counts at BATCH_ACK */
         b->args->landed = b->landed;
+    }
+    if (!b->args->is_put) {
+        b->get_bytes -= b->args->iov[i].length;
+        if (b->filling && (b->ep != NULL) && xfer_tcp_batch_fill(b->ep)) {
+            xfer_tcp_ep_tx_post(b->ep);     /* the window opened: more reads go */
+        }
     }
     batch_release(b);
 }
@@ -204,23 +252,135 @@ static void batch_ack_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
 {
     tcp_batch_t *b = ucs_container_of(self, tcp_batch_t, ack_comp);
 
+    (void)length;
     (void)tag;
-    if (status == XFER_OK) {
-        b->landed = length;
-    } else if (b->status == XFER_OK) {
+    b->ack = NULL;
+    if ((status == XFER_OK) || (status == XFER_ERR_CANCELED)) {
+        /* BATCH_ACK: every put before it landed - all of them, or those of a batch that
+         * ended early */
+        b->landed = b->next;
+    }
+    if ((status != XFER_OK) && (b->status == XFER_OK)) {
         b->status = status;
-        b->landed = length;
     }
     batch_release(b);
+}
+
+/* Whether b may queue more now: a put batch while its frames are at most the window ahead of
+ * the socket, a get batch while at most the window of its bytes are asked for. */
+static int window_open(const tcp_batch_t *b)
+{
+    const xfer_ep_h ep = b->ep;
+
+    return b->args->is_put ? (ep->tx_queued - ep->tx_written < XFER_TCP_BATCH_WINDOW) :
+                             (b->get_bytes < XFER_TCP_BATCH_WINDOW);
+}
+
+/* b has queued its last frame (or ended early): off the fill list; a put batch's BATCH_END
+ * goes behind its frames - with the notification, or void after an early end, so that the
+ * target still answers and the slot is freed. */
+static void fill_done(tcp_batch_t *b)
+{
+    xfer_ep_h ep = b->ep;
+    xfer_status_t status;
+    unsigned flags;
+
+    ucs_list_del(&b->fill_link);
+    b->filling = 0;
+    if (!b->args->is_put || (b->ack == NULL)) {
+        return;
+    }
+    flags = (b->stopped || (b->status != XFER_OK)) ? BATCH_FL_VOID :
+            b->has_notify ? BATCH_FL_NOTIFY : 0;
+    b->ack->mark_put = ep->puts_sent;   /* BATCH_ACK proves these landed */
+    b->ack->len      = ep->batch_puts_sent - b->puts_before;
+    status = batch_end_queue(b, b->ack->slot | ((uint64_t)ep->slots[b->ack->slot].gen << 32),
+                             flags, ep->batch_puts_sent - b->puts_before);
+    if (status != XFER_OK) {
+        /* nothing will answer: the slot goes, and the batch with it */
+        xfer_tcp_op_t *ack = b->ack;
+
+        xfer_tcp_slot_free(ep, ack->slot);
+        ack->serial = 0;
+        if (b->status == XFER_OK) {
+            b->status = status;
+        }
+        xfer_tcp_op_complete(ack, status, 0, 0);
+    }
+}
+
+/* Queue the next descriptor run of b: a PUTV, or one put or get. */
+static xfer_status_t fill_one(tcp_batch_t *b)
+{
+    const xfer_batch_args_t *args = b->args;
+    const xfer_batch_iov_t *v     = &args->iov[b->next];
+    xfer_ep_h ep                  = b->ep;
+    size_t i = b->next, n = putv_run(ep, args, i);
+    xfer_status_t status;
+
+    if (n > 0) {
+        status = putv_queue(ep, args, i, n);
+        if (status == XFER_OK) {
+            b->next += n;
+        }
+        return status;
+    }
+    b->subs[i].comp.cb = batch_sub_cb;
+    b->subs[i].b       = b;
+    status = args->is_put ?
+             xfer_tcp_put(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
+                          args->rkey, &b->subs[i].comp) :
+             xfer_tcp_get(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
+                          args->rkey, &b->subs[i].comp);
+    if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
+        return status;
+    }
+    if (status == XFER_INPROGRESS) {
+        b->pending++;
+        b->get_bytes += args->is_put ? 0 : v->length;
+    } else if (!args->is_put) {
+        b->landed++;
+    }
+    b->next++;
+    return XFER_OK;
+}
+
+int xfer_tcp_batch_fill(xfer_ep_h ep)
+{
+    int queued = 0;
+
+    /* what is queued here is written by the caller, not by each put or get as it is queued:
+     * writing from inside would fill again, one level deeper per descriptor */
+    ep->tx_corked++;
+    while (!ucs_list_is_empty(&ep->batch_fill) && (ep->state == XFER_TCP_EP_CONNECTED)) {
+        tcp_batch_t *b = ucs_list_head(&ep->batch_fill, tcp_batch_t, fill_link);
+
+        while (!b->stopped && (b->next < b->args->count) && window_open(b)) {
+            xfer_status_t status = fill_one(b);
+
+            if (status != XFER_OK) {
+                xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "a batch stops at descriptor %zu of "
+                         "%zu: %s", b->next, b->args->count, xfer_status_string(status));
+                b->status  = status;
+                b->stopped = 1;
+                break;
+            }
+            queued = 1;
+        }
+        if (!b->stopped && (b->next < b->args->count)) {
+            break;      /* the window is full: the rest as it opens */
+        }
+        fill_done(b);
+        queued = 1;
+    }
+    ep->tx_corked--;
+    return queued;
 }
 
 xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
     size_t nlen          = (args->notify != NULL) ? args->notify_len : 0;
     xfer_status_t status = xfer_tcp_ep_check(ep);
-    uint64_t puts_before;
-    size_t posted = 0, n;
-    xfer_tcp_op_t *op;
     tcp_batch_t *b;
     uint64_t id;
 
@@ -229,6 +389,14 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     }
     if ((comp == NULL) || (args->count == 0)) {
         return XFER_ERR_INVALID_PARAM;
+    }
+    /* a batch whose first descriptor cannot go is refused whole, nothing of it sent; a later
+     * one that cannot ends it there */
+    status = xfer_tcp_rma_check(ep, args->is_put ? "batch put" : "batch get",
+                                (void*)(uintptr_t)args->iov[0].local,
+                                (size_t)args->iov[0].length, args->iov[0].remote, args->rkey);
+    if (status != XFER_OK) {
+        return status;
     }
     b = calloc(1, sizeof(*b) + nlen);
     if (b == NULL) {
@@ -239,89 +407,42 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         free(b);
         return XFER_ERR_NO_MEMORY;
     }
-    b->ep         = ep;
-    b->comp       = comp;
-    b->args       = args;
-    b->status     = XFER_OK;
-    b->has_notify = (args->notify != NULL);
-    b->notify_len = nlen;
+    b->ep          = ep;
+    b->comp        = comp;
+    b->args        = args;
+    b->status      = XFER_OK;
+    b->has_notify  = (args->notify != NULL);
+    b->notify_len  = nlen;
+    b->puts_before = ep->batch_puts_sent;
     if (nlen > 0) {
         memcpy(b->notify, args->notify, nlen);
     }
-    b->pending  = 1;
-    puts_before = ep->batch_puts_sent;
-    /* the frames of the whole batch queue first and leave in as few sendmsg calls as the
-     * socket takes (XFER_TCP_IOV_MAX entries each), not one call per descriptor */
-    ep->tx_corked++;
-    for (size_t i = 0; i < args->count; i += n) {
-        const xfer_batch_iov_t *v = &args->iov[i];
-        void *local               = (void*)(uintptr_t)v->local;
-
-        n = putv_run(ep, args, i);
-        if (n > 0) {
-            status = putv_queue(ep, args, i, n);
-        } else {
-            n = 1;
-            b->subs[i].comp.cb = batch_sub_cb;
-            b->subs[i].b       = b;
-            status = args->is_put ?
-                     xfer_tcp_put(ep, local, v->length, args->memh, v->remote, args->rkey,
-                                  &b->subs[i].comp) :
-                     xfer_tcp_get(ep, local, v->length, args->memh, v->remote, args->rkey,
-                                  &b->subs[i].comp);
-        }
-        if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
-            if (i == 0) {
-                ep->tx_corked--;
-                free(b->subs);
-                free(b);
-                return status;
-            }
-            b->status = status;
-            break;
-        }
-        b->pending += (status == XFER_INPROGRESS);
-        posted     += n;
-    }
-    ucs_list_add_tail(&ep->iface->batches, &b->list);
     if (args->is_put) {
-        /* the answer to BATCH_END says that the puts before it are in the peer's memory */
-        op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_BATCH, &b->ack_comp);
-        status = (op == NULL) ? XFER_ERR_NO_MEMORY :
-                 xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_BATCH, op, &id);
-        if (status == XFER_OK) {
-            op->len         = posted;
-            op->serial      = ++ep->rma_serial;
-            op->mark_put    = ep->puts_sent;    /* BATCH_ACK proves these landed */
-            b->ack_comp.cb  = batch_ack_cb;
-            status = batch_end_queue(ep, id, b->has_notify ? BATCH_FL_NOTIFY : 0,
-                                     ep->batch_puts_sent - puts_before, b->notify, nlen);
-            if (status != XFER_OK) {
-                xfer_tcp_slot_free(ep, op->slot);
-            }
-        }
+        /* the answer to BATCH_END says that the puts before it are in the peer's memory; its
+         * slot is taken now, so that a flush posted after the batch waits for it */
+        b->ack = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_BATCH, &b->ack_comp);
+        status = (b->ack == NULL) ? XFER_ERR_NO_MEMORY :
+                 xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_BATCH, b->ack, &id);
         if (status != XFER_OK) {
-            free(op);
-            if (b->status == XFER_OK) {
-                b->status = status;
-            }
-        } else {
-            b->pending++;
+            free(b->ack);
+            free(b->subs);
+            free(b);
+            return status;
         }
+        b->ack->len     = args->count;
+        b->ack->serial  = ++ep->rma_serial;
+        b->ack_comp.cb  = batch_ack_cb;
+        b->pending++;
     }
-    ep->tx_corked--;
+    b->pending++;       /* the posting's own hold */
+    ucs_list_add_tail(&ep->iface->batches, &b->list);
+    ucs_list_add_tail(&ep->batch_fill, &b->fill_link);
+    b->filling = 1;
+    xfer_tcp_batch_fill(ep);
     /* the first frames leave now, so that a small batch goes at once; a large one does not
      * hold its caller for the copy of all its bytes into the socket - progress writes on */
     xfer_tcp_ep_tx_post_some(ep, XFER_TCP_BATCH_INLINE);
-    /* the posting's own hold: the rest end only from progress */
-    if (--b->pending == 0) {
-        /* every put went eagerly and BATCH_END could not be queued: nothing will answer */
-        status = b->status;
-        ucs_list_del(&b->list);
-        free(b->subs);
-        free(b);
-        return status;
-    }
+    batch_release(b);   /* the posting's own hold: the rest end only from progress */
     return XFER_INPROGRESS;
 }
 
@@ -339,9 +460,11 @@ xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *
     uint32_t flags = xfer_get_le32(ext);
     uint64_t puts  = xfer_get_le64(ext + 8);
 
-    if ((flags & ~(BATCH_FL_NOTIFY | BATCH_FL_GET)) ||
+    if ((flags & ~(BATCH_FL_NOTIFY | BATCH_FL_GET | BATCH_FL_VOID)) ||
         (nlen > ep->iface->params.max_notify_len) ||
-        (!(flags & BATCH_FL_NOTIFY) && (nlen > 0)) || (puts > ep->batch_puts_rcvd) ||
+        (!(flags & (BATCH_FL_NOTIFY | BATCH_FL_VOID)) && (nlen > 0)) ||
+        (puts > ep->batch_puts_rcvd) ||
+        ((flags & BATCH_FL_VOID) && (flags & BATCH_FL_NOTIFY)) ||
         ((flags & BATCH_FL_GET) && ((ep->rx.hdr.id != 0) || (puts != 0)))) {
         snprintf(why, why_size, "BATCH_END with flags 0x%x, %" PRIu64 " bytes of notification "
                  "and %" PRIu64 " puts (%" PRIu64 " came)", flags, nlen, puts,
@@ -368,7 +491,8 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
     int refused     = (ep->put_refused_at != 0) &&
                       (ep->put_refused_at > ep->batch_puts_rcvd - puts);
     size_t nlen     = (size_t)(ep->rx.hdr.length - XFER_TCP_WIRE_BATCH_EXT_LEN);
-    xfer_status_t status = refused ? ep->put_refused_status : XFER_OK;
+    xfer_status_t status = refused ? ep->put_refused_status :
+                           (ep->rx.batch_flags & BATCH_FL_VOID) ? XFER_ERR_CANCELED : XFER_OK;
     uint8_t *p;
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_BATCH_ACK, (int32_t)status, ep->rx.hdr.id,
@@ -412,12 +536,14 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
         return XFER_ERR_PROTOCOL;
     }
     op = slot->op;
-    if ((landed > op->len) || ((status == XFER_OK) && (landed != op->len))) {
+    if ((landed > op->len) ||
+        (((status == XFER_OK) || (status == XFER_ERR_CANCELED)) && (landed != op->len))) {
         snprintf(why, why_size, "BATCH_ACK says %" PRIu64 " of %zu puts landed (%s)", landed,
                  op->len, xfer_status_string(status));
         return XFER_ERR_PROTOCOL;
     }
-    if ((status == XFER_OK) && (op->mark_put > ep->fence_put)) {
+    if (((status == XFER_OK) || (status == XFER_ERR_CANCELED)) &&
+        (op->mark_put > ep->fence_put)) {
         /* the target handles frames in order: every put queued before this BATCH_END has
          * landed, so a flush (or a close) need not fence them again */
         ep->fence_put = op->mark_put;
@@ -531,10 +657,24 @@ xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
 
     (void)status;
     ucs_list_for_each(b, &iface->batches, list) {
-        if (b->comp == comp) {
-            b->stopped = 1;
-            return XFER_OK;
+        if (b->comp != comp) {
+            continue;
         }
+        if (b->end_notify && !end_unwritten(b)) {
+            return XFER_ERR_BUSY;   /* the target has, or will have, its notification */
+        }
+        b->stopped = 1;
+        if (end_unwritten(b)) {
+            /* nothing of the BATCH_END left: the target hears that the batch ended */
+            xfer_put_le32(b->end_flags, (xfer_get_le32(b->end_flags) & ~BATCH_FL_NOTIFY) |
+                                        BATCH_FL_VOID);
+            b->end_notify = 0;
+        }
+        if (b->filling && (b->ep != NULL)) {
+            xfer_tcp_batch_fill(b->ep);    /* its end goes behind what was queued */
+            xfer_tcp_ep_tx_post(b->ep);
+        }
+        return XFER_OK;
     }
     return XFER_ERR_NOT_FOUND;
 }
@@ -545,6 +685,10 @@ void xfer_tcp_batch_ep_gone(xfer_ep_h ep)
 
     ucs_list_for_each(b, &ep->iface->batches, list) {
         if (b->ep == ep) {
+            if (b->filling) {
+                ucs_list_del(&b->fill_link);
+                b->filling = 0;
+            }
             b->ep = NULL;
         }
     }

@@ -309,4 +309,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .ep_flush      = xfer_tcp_ep_flush,
     .mem_reg_params = xfer_tcp_mem_reg_params,
     .batch         = xfer_tcp_batch,
+    .ep_shutdown   = xfer_tcp_ep_shutdown,
 };

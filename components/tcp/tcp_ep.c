@@ -70,6 +70,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->preqs);
     ucs_list_head_init(&ep->flushes);
+    ucs_list_head_init(&ep->batch_fill);
     status = xfer_tcp_lanes_ep_init(ep);
     if (status != XFER_OK) {
         goto err_close_fd;
@@ -328,26 +329,45 @@ static xfer_status_t fence_send(xfer_ep_h ep)
     return XFER_OK;
 }
 
+/* The acknowledged puts and gets outstanding (a flush waits for them to complete). */
+static uint64_t rma_pending(xfer_ep_h ep)
+{
+    uint64_t pending = 0;
+
+    for (uint32_t i = 0; i < ep->num_slots; i++) {
+        pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
+                   (ep->slots[i].kind == XFER_TCP_SLOT_GET) ||
+                   (ep->slots[i].kind == XFER_TCP_SLOT_BATCH);
+    }
+    return pending;
+}
+
+/* Nothing a flush would wait for: every byte, put and fence acknowledged, no refusal to
+ * report. */
+static int all_acked(xfer_ep_h ep, uint64_t pending)
+{
+    return (pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
+           (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
+           (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued) && xfer_tcp_lanes_acked(ep, NULL);
+}
+
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
 {
     xfer_status_t status = xfer_tcp_ep_check(ep);
-    uint64_t pending = 0;
+    uint64_t pending;
     xfer_tcp_op_t *op;
 
+    if ((status == XFER_ERR_PEER_CLOSED) && (ep->state == XFER_TCP_EP_FAILED)) {
+        return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
+    }
     if (status != XFER_OK) {
         return status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
-    for (uint32_t i = 0; i < ep->num_slots; i++) {
-        pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
-                   (ep->slots[i].kind == XFER_TCP_SLOT_GET) ||
-                   (ep->slots[i].kind == XFER_TCP_SLOT_BATCH);
-    }
-    if ((pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
-        (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
-        (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued) && xfer_tcp_lanes_acked(ep, NULL)) {
+    pending = rma_pending(ep);
+    if (all_acked(ep, pending)) {
         return XFER_OK;
     }
     op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FLUSH, comp);
@@ -457,6 +477,52 @@ static xfer_status_t rx_flush_ack_done(xfer_ep_h ep, char *why, size_t why_size)
 
 const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req = {0, rx_flush_req_ext, rx_flush_req_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_ack = {0, rx_flush_ack_ext, rx_flush_ack_done};
+
+/* ---- orderly close ---------------------------------------------------------------------------
+ *
+ * The closing side has flushed; it queues BYE behind everything (a fence first, should a put
+ * have gone since), and its close goes on once the BYE itself is acknowledged, so that the
+ * connection then ends with a FIN that the peer reads after it, not with a reset that could
+ * overtake it. The peer handles every frame before the BYE, completes the flushes that
+ * everything it sent satisfies, and ends its endpoint with XFER_ERR_PEER_CLOSED. */
+
+xfer_status_t xfer_tcp_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp)
+{
+    xfer_status_t status = xfer_tcp_ep_check(ep);
+
+    if (status != XFER_OK) {
+        return status;
+    }
+    if ((ep->fence_put != ep->puts_sent) && (fence_send(ep) != XFER_OK)) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    status = xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_BYE, XFER_OK, 0, 0);
+    if (status != XFER_OK) {
+        return status;
+    }
+    xfer_tcp_ep_tx_post(ep);
+    return xfer_tcp_ep_flush(ep, comp);
+}
+
+static xfer_status_t rx_bye_ext(xfer_ep_h ep, const uint8_t *ext, char *why, size_t why_size)
+{
+    (void)ext;
+    (void)why;
+    (void)why_size;
+    xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    return XFER_OK;
+}
+
+static xfer_status_t rx_bye_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    xfer_tcp_ep_flushes_check(ep);
+    ep->bye_clean   = all_acked(ep, rma_pending(ep));
+    ep->clean_close = 1;
+    snprintf(why, why_size, "the peer closed its endpoint");
+    return XFER_ERR_PEER_CLOSED;    /* the ep ends: what waits for the peer fails with it */
+}
+
+const xfer_tcp_rx_handler_t xfer_tcp_rx_bye = {0, rx_bye_ext, rx_bye_done};
 
 void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status)
 {
@@ -587,9 +653,14 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
 static void ep_fail_now(xfer_ep_h ep)
 {
     /* a peer that closes between frames just left; everything else is worth a warning */
-    xfer_log_at(ep->clean_close ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_TCP_SUBSYS,
-                "connection to the %s failed: %s (%s)", ep->is_server ? "client" : "server",
-                ep->fail_reason, xfer_status_string(ep->fail_status));
+    if (ep->fail_status == XFER_ERR_PEER_CLOSED) {
+        xfer_log_at(XFER_LOG_INFO, XFER_TCP_SUBSYS, "the %s closed its endpoint in order",
+                    ep->is_server ? "client" : "server");
+    } else {
+        xfer_log_at(ep->clean_close ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_TCP_SUBSYS,
+                    "connection to the %s failed: %s (%s)", ep->is_server ? "client" :
+                    "server", ep->fail_reason, xfer_status_string(ep->fail_status));
+    }
     ep_teardown(ep, ep->fail_status);
     if (!ep->in_notify) {
         ep->in_notify = 1;

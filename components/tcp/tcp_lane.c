@@ -379,8 +379,11 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
         socklen_t len = sizeof(err);
 
         getsockopt(lane->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (ep->state == XFER_TCP_EP_CREATED) {
-            /* not connected yet: nothing to fail but the lane; a frame that needs it will */
+        if ((ep->state == XFER_TCP_EP_CREATED) ||
+            (!lane->rx_active && ucs_list_is_empty(&lane->txq))) {
+            /* not connected yet, or owing and owed nothing: only the lane goes. Lane 0 says
+             * whether the peer left in order (a BYE) or not; a frame that needs this lane
+             * fails its endpoint when it comes */
             epoll_ctl(ep->iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
             close(lane->fd);
             lane->fd          = -1;

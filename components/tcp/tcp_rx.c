@@ -39,6 +39,7 @@ static const xfer_tcp_rx_handler_t *rx_handler(unsigned type)
     case XFER_TCP_WIRE_BATCH_END:     return &xfer_tcp_rx_batch_end;
     case XFER_TCP_WIRE_BATCH_ACK:     return &xfer_tcp_rx_batch_ack;
     case XFER_TCP_WIRE_PUTV:          return &xfer_tcp_rx_putv;
+    case XFER_TCP_WIRE_BYE:           return &xfer_tcp_rx_bye;
     default:                          return NULL;
     }
 }
@@ -96,6 +97,9 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
 static int rx_read_error(xfer_ep_h ep, ssize_t ret)
 {
     if (ret == 0) {
+        /* the peer's end came in order (a FIN: its kernel had nothing of ours unread), so
+         * what it acknowledged before is what a flush asked for: those flushes succeed */
+        xfer_tcp_ep_flushes_check(ep);
         if ((ep->rx.state == XFER_TCP_RX_HDR) && (ep->rlen == ep->roff)) {
             ep->clean_close = 1;
             xfer_tcp_ep_fail(ep, XFER_ERR_CONNECTION, "peer closed the connection");
@@ -120,6 +124,11 @@ int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p
     if (ep->rx_drained) {
         return 0;
     }
+    if (ep->rx_round >= XFER_IFACE_FAIR_SLICE(&ep->iface->params)) {
+        /* this peer had its slice of the round: the rest in the next, in turn with others */
+        xfer_tcp_iface_rx_kick(ep->iface, ep);
+        return 0;
+    }
     for (int i = 0; i < iovcnt; i++) {
         space += iov[i].iov_len;
     }
@@ -130,6 +139,7 @@ int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p
         return rx_read_error(ep, ret);
     }
     ep->rx_drained = ((size_t)ret < space);
+    ep->rx_round  += (uint64_t)ret;
     *n_p           = (size_t)ret;
     return 1;
 }
@@ -442,6 +452,7 @@ unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
     unsigned frames = 0;
 
     ep->rx_drained = 0;     /* called on an event, or with input buffered: read again */
+    ep->rx_round   = 0;
     while (ep->state == XFER_TCP_EP_CONNECTED) {
         if (frames >= XFER_TCP_RX_BUDGET) {
             xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */

@@ -14,6 +14,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +336,34 @@ static int tx_pipe_fill(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     return 0;
 }
 
+/* splice() into a socket takes no MSG_NOSIGNAL: into a connection the peer reset it raises
+ * SIGPIPE, whose default action would end the application. The signal is blocked around the
+ * call, and the one the call raised - not one that was pending before - is taken back before
+ * the mask is restored, so that the failure is only the EPIPE it returns. */
+static ssize_t splice_nosignal(int in, int out, size_t len)
+{
+    struct timespec none = {0, 0};
+    sigset_t pipe_set, old, pending;
+    int was_pending, err;
+    ssize_t n;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    was_pending = (sigpending(&pending) == 0) && sigismember(&pending, SIGPIPE);
+    do {
+        n = splice(in, NULL, out, NULL, len, SPLICE_F_NONBLOCK);
+    } while ((n < 0) && (errno == EINTR));
+    err = errno;
+    if ((n < 0) && (err == EPIPE) && !was_pending) {
+        while ((sigtimedwait(&pipe_set, NULL, &none) < 0) && (errno == EINTR)) {
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = err;
+    return n;
+}
+
 /* tx, the head entry with its header written, writes its blocks through the pipe: into it as
  * many as it holds, out of it into the socket as much as the socket and budget take. The pages
  * stay the caller's, referred to by the socket until the peer's host acknowledges them - which
@@ -359,10 +389,7 @@ static int tx_splice(xfer_ep_h ep, xfer_tcp_tx_t *tx, size_t budget, size_t *n_p
         tx->splice = 0;     /* nothing went in: the gather copies the rest */
         return 2;
     }
-    do {
-        n = splice(ep->pipe[0], NULL, ep->fd, NULL,
-                   (ep->pipe_len < budget) ? ep->pipe_len : budget, SPLICE_F_NONBLOCK);
-    } while ((n < 0) && (errno == EINTR));
+    n = splice_nosignal(ep->pipe[0], ep->fd, (ep->pipe_len < budget) ? ep->pipe_len : budget);
     if (n < 0) {
         if ((errno == EAGAIN) || (errno == EWOULDBLOCK)) {
             return 1;
@@ -383,6 +410,16 @@ void xfer_tcp_ep_tx_write(xfer_ep_h ep)
     xfer_tcp_ep_tx_write_some(ep, SIZE_MAX);
 }
 
+/* Whether anything is queued to write, batches' next frames queued first (as far as their
+ * windows allow): the socket takes a large batch as fast as it drains, no faster. */
+static int tx_more(xfer_ep_h ep)
+{
+    if (!ucs_list_is_empty(&ep->batch_fill)) {
+        xfer_tcp_batch_fill(ep);
+    }
+    return !ucs_list_is_empty(&ep->txq);
+}
+
 void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
 {
     struct iovec iov[XFER_TCP_IOV_MAX];
@@ -392,7 +429,7 @@ void xfer_tcp_ep_tx_write_some(xfer_ep_h ep, size_t budget)
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         return;
     }
-    while (!ucs_list_is_empty(&ep->txq) && (written < budget)) {
+    while ((written < budget) && tx_more(ep)) {
         struct msghdr msg = {0};
         size_t total      = 0;
         int waiting       = 0;  /* device data not copied yet: nothing after it goes */

@@ -29,6 +29,7 @@ const char *xfer_tcp_wire_type_name(unsigned type)
         [XFER_TCP_WIRE_BATCH_END]     = "BATCH_END",
         [XFER_TCP_WIRE_BATCH_ACK]     = "BATCH_ACK",
         [XFER_TCP_WIRE_PUTV]          = "PUTV",
+        [XFER_TCP_WIRE_BYE]           = "BYE",
     };
 
     if ((type == 0) || (type >= XFER_TCP_WIRE_TYPE_LAST)) {
@@ -159,7 +160,7 @@ void xfer_tcp_wire_stripe(uint64_t len, unsigned lanes, unsigned i, uint64_t *of
 
 static int status_is_valid(int32_t status)
 {
-    return (status == XFER_OK) || ((status < 0) && (status >= XFER_ERR_INTERNAL));
+    return (status == XFER_OK) || ((status < 0) && (status >= XFER_ERR_LOWEST));
 }
 
 static int type_is_response(unsigned type)
@@ -252,6 +253,11 @@ xfer_status_t xfer_tcp_wire_unpack_hdr(const void *buf, const xfer_tcp_wire_limi
         ((hdr->type == XFER_TCP_WIRE_PUT_FAIL) && (hdr->status == XFER_OK))) {
         snprintf(why, why_size, "%s frame carries status %" PRId32 ", which is not valid there",
                  xfer_tcp_wire_type_name(hdr->type), hdr->status);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->type == XFER_TCP_WIRE_BYE) && (hdr->id != 0)) {
+        snprintf(why, why_size, "BYE frame carries id %" PRIu64 " where 0 is reserved",
+                 hdr->id);
         return XFER_ERR_PROTOCOL;
     }
     if (!length_is_valid(hdr, limits)) {

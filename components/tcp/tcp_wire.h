@@ -27,6 +27,12 @@
  *   FLUSH_ACK      -                                     -                  -
  *   PUTV           region:u64 cookie:u64 count:u32       count x            the blocks, in
  *                  reserved:u32 (0)                      (addr:u64 len:u64) order, end to end
+ *   BYE            -                                     -                  - (id 0)
+ *
+ * BYE is the last frame of an endpoint that closes in order: its sender flushed what it sent
+ * before, and closes the connection once the BYE is acknowledged. The receiver handles the
+ * frames before it and then ends its endpoint with XFER_ERR_PEER_CLOSED; a connection that
+ * ends without one broke (XFER_ERR_CONNECTION).
  *
  * A PUTV carries a batch's small puts in one frame: the target checks every block of its
  * table against the region before it writes any, then reads the data straight into the
@@ -106,6 +112,7 @@ typedef enum {
     XFER_TCP_WIRE_BATCH_END     = 13,   /* ext: flags, puts; payload: the notification */
     XFER_TCP_WIRE_BATCH_ACK     = 14,   /* status; ext: descriptors landed */
     XFER_TCP_WIRE_PUTV          = 15,   /* a batch's small puts, one frame */
+    XFER_TCP_WIRE_BYE           = 16,   /* the sender's endpoint closes in order */
     XFER_TCP_WIRE_TYPE_LAST
 } xfer_tcp_wire_type_t;
 

@@ -235,7 +235,7 @@ xfer_status_t xfer_tensor_wire_unpack_err(const uint8_t *buf, size_t len, int32_
                  len - XFER_TENSOR_WIRE_ERR_FIXED);
         return XFER_ERR_PROTOCOL;
     }
-    if ((status >= XFER_OK) || (status < XFER_ERR_INTERNAL)) {
+    if ((status >= XFER_OK) || (status < XFER_ERR_LOWEST)) {
         snprintf(why, why_size, "ERROR_STATUS carries status %" PRId32 ", not an error this "
                  "side knows", status);
         return XFER_ERR_PROTOCOL;

@@ -328,6 +328,10 @@ struct xfer_ep {
     uint32_t              sq_len;
     uint64_t              sq_posted;    /* work requests posted, ever */
     uint64_t              sq_done;      /* ... known complete */
+    uint64_t              data_seq;     /* sq_posted after the last one that carried data
+                                         * (a message, an RDMA read or write) */
+    int                   bye_clean;    /* the peer's BYE came when everything we had sent
+                                         * was known delivered: a flush after it succeeds */
     uint32_t              unsignaled;
     uint32_t              signal_interval; /* SIGNAL_INTERVAL, at most a quarter of sq_len */
     uint8_t               *tx_slab;     /* ring of tx_slots copy buffers */
@@ -520,6 +524,10 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
     __attribute__((format(printf, 3, 4)));
 /* Socket events of the bootstrap connection. */
 void xfer_verbs_ch_sock_event(xfer_ep_h ch);
+/* An orderly close (ep_shutdown): BYE behind everything sent, and a flush behind it. */
+xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp);
+/* The peer's BYE: the channel ends with XFER_ERR_PEER_CLOSED. */
+void xfer_verbs_ch_bye_rx(xfer_ep_h ch);
 void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
 
 /* ---- verbs_tx.c ------------------------------------------------------------------------------- */

@@ -32,8 +32,9 @@
  * requests (its NOTIFY when it has one) completed; the failure status (XFER_ERR_CANCELED when
  * the endpoint is destroyed) and what is known landed when the channel ends first. cancel()
  * stops it: what was not posted is dropped, its NOTIFY too when it has not gone, and it
- * completes with the cancel's status once what was posted has completed. A flush waits for
- * the batches posted before it (verbs_tx.c).
+ * completes with the cancel's status once what was posted has completed - unless its NOTIFY
+ * was posted already: then the cancel is too late (XFER_ERR_BUSY) and the batch completes
+ * as it would have. A flush waits for the batches posted before it (verbs_tx.c).
  *
  * At the target a NOTIFY goes to the framework (the iface's notify upcall) as it arrives. One
  * longer than max_notify_len is a protocol error; the framework's refusal (its queue for the
@@ -231,6 +232,7 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         return -1;
     }
     ch->sq_posted  += n;
+    ch->data_seq    = ch->sq_posted;
     ch->sq_free    -= n;
     ch->unsignaled  = 0;    /* the chain ends signalled */
     return 0;
@@ -464,6 +466,9 @@ xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             }
             if (b->stopped) {
                 return XFER_OK;
+            }
+            if ((b->msg_len > 0) && !b->notify_wait) {
+                return XFER_ERR_BUSY;   /* its NOTIFY is on its way: the target will have it */
             }
             /* nothing more of it goes: its unposted work requests and NOTIFY are dropped */
             b->stopped     = 1;

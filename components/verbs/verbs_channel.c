@@ -494,9 +494,15 @@ static void ch_fail_va(xfer_ep_h ch, xfer_log_level_t level, xfer_status_t statu
     }
     vsnprintf(ch->fail_reason, sizeof(ch->fail_reason), fmt, ap);
     ch->fail_status = status;
-    xfer_log_at(level, XFER_VERBS_SUBSYS, "channel of QP 0x%x (%s) failed: %s (%s)",
-                (ch->qp != NULL) ? ch->qp->qp_num : 0, ch->iface->dev_name, ch->fail_reason,
-                xfer_status_string(status));
+    if (status == XFER_ERR_PEER_CLOSED) {
+        xfer_log_at(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x (%s): the peer "
+                    "closed its endpoint in order", (ch->qp != NULL) ? ch->qp->qp_num : 0,
+                    ch->iface->dev_name);
+    } else {
+        xfer_log_at(level, XFER_VERBS_SUBSYS, "channel of QP 0x%x (%s) failed: %s (%s)",
+                    (ch->qp != NULL) ? ch->qp->qp_num : 0, ch->iface->dev_name,
+                    ch->fail_reason, xfer_status_string(status));
+    }
     ch_teardown(ch, status);
     if (!ch->in_notify) {
         ch->in_notify = 1;
@@ -616,6 +622,38 @@ static void probe(xfer_ep_h ch, double now)
         ch->ka_pending    = 1;
         ch->last_activity = now;
     }
+}
+
+/* ---- orderly close -------------------------------------------------------------------------
+ *
+ * The closing side has flushed; its BYE goes behind everything (RC delivers in order) and the
+ * close goes on once its send completed - the peer's device has it. The peer handles every
+ * message before it and ends the channel with XFER_ERR_PEER_CLOSED; a flush there succeeds
+ * when everything it had sent that carried data was known delivered by then (work requests
+ * posted after the last signalled completion are not known, and count as not delivered). */
+
+xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
+{
+    xfer_verbs_wire_hdr_t hdr = {.type = XFER_VERBS_MSG_BYE};
+    xfer_status_t status;
+
+    if (ch->state == XFER_VERBS_CH_FAILED) {
+        return ch->fail_status;
+    }
+    status = xfer_verbs_ch_send_ctrl(ch, &hdr, NULL, 0, NULL, 0);
+    if (status != XFER_OK) {
+        return status;
+    }
+    return xfer_verbs_ep_flush(ch, comp);
+}
+
+void xfer_verbs_ch_bye_rx(xfer_ep_h ch)
+{
+    xfer_verbs_ch_flushes_check(ch);
+    ch->bye_clean = ucs_list_is_empty(&ch->pendq) && ucs_list_is_empty(&ch->flushes) &&
+                    ucs_list_is_empty(&ch->batches) && (ch->busy_slots == 0) &&
+                    (ch->sq_done >= ch->data_seq);
+    ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "the peer closed its endpoint");
 }
 
 void xfer_verbs_ep_destroy(xfer_ep_h ch)

@@ -133,6 +133,9 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
             status = xfer_verbs_treq_rx(ch, &hdr, ext, why, sizeof(why));
         } else if (hdr.type == XFER_VERBS_MSG_NOTIFY) {
             status = xfer_verbs_notify_rx(ch, &hdr, ext, why, sizeof(why));
+        } else if (hdr.type == XFER_VERBS_MSG_BYE) {
+            xfer_verbs_ch_bye_rx(ch);
+            return;     /* the channel ended */
         } else {
             status = xfer_verbs_rsp_rx(ch, &hdr, ext, why, sizeof(why));
         }

@@ -162,7 +162,11 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
                 "credits left, %u returned", ch->qp->qp_num, xfer_verbs_msg_name(msg[3]),
                 total, (wr.send_flags & IBV_SEND_INLINE) ? "inline" : "copied", ch->credits,
                 credits);
-    return xfer_verbs_ch_post_send(ch, &wr, op, op != NULL);
+    if (xfer_verbs_ch_post_send(ch, &wr, op, op != NULL) != 0) {
+        return -1;
+    }
+    ch->data_seq = ch->sq_posted;
+    return 0;
 }
 
 /* Post RDMA chunks of op (XFER_VERBS_RDMA_CHUNK bytes each, the last one the rest) while
@@ -220,6 +224,7 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
         }
         op->rdma_posted += len;
         op->rdma_inflight++;
+        ch->data_seq = ch->sq_posted;
     }
     return 1;
 }
@@ -303,7 +308,9 @@ xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
     xfer_verbs_op_t *op;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
+        /* after the peer's BYE: what it knew then */
+        return ((ch->fail_status == XFER_ERR_PEER_CLOSED) && ch->bye_clean) ? XFER_OK :
+               ch->fail_status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;

@@ -23,6 +23,7 @@ const char *xfer_verbs_msg_name(unsigned type)
         [XFER_VERBS_MSG_TENSOR_RE_REQUEST] = "TENSOR_RE_REQUEST",
         [XFER_VERBS_MSG_ERROR_STATUS]      = "ERROR_STATUS",
         [XFER_VERBS_MSG_NOTIFY]            = "NOTIFY",
+        [XFER_VERBS_MSG_BYE]               = "BYE",
     };
 
     return ((type < XFER_VERBS_MSG_LAST) && (names[type] != NULL)) ? names[type] : "?";
@@ -135,6 +136,12 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
     if (hdr->length < min_ext(hdr->type)) {
         snprintf(why, why_size, "%s of %" PRIu32 " bytes is shorter than its extension (%u)",
                  xfer_verbs_msg_name(hdr->type), hdr->length, min_ext(hdr->type));
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->type == XFER_VERBS_MSG_BYE) &&
+        ((hdr->status != 0) || (hdr->length != 0) || (hdr->id != 0) || (hdr->tag != 0) ||
+         (hdr->size != 0))) {
+        snprintf(why, why_size, "BYE with fields set that are reserved (0)");
         return XFER_ERR_PROTOCOL;
     }
     if ((hdr->type == XFER_VERBS_MSG_RTS) && (hdr->length != XFER_VERBS_WIRE_RTS_LEN)) {

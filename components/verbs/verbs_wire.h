@@ -38,6 +38,9 @@
  * A NOTIFY (a batch's notification, verbs_batch.c) has the 40-byte header; its extension is
  * the notification (0 bytes or more, at most the receiver's XFER_NOTIFY_MAX_LEN).
  *
+ * A BYE is the last message of an endpoint that closes in order, after its flush: a 40-byte
+ * header whose status, length, id, tag and size are 0.
+ *
  * The tensor messages' extensions are in tensor_wire.h. A message of another version or of
  * an unknown type is refused with XFER_ERR_UNSUPPORTED (the header's fields are still read,
  * so that the receiver can name the message in an ERROR_STATUS back to the sender); one
@@ -55,13 +58,14 @@
 #include <stdint.h>
 
 #define XFER_VERBS_WIRE_MAGIC    0x5856u
-#define XFER_VERBS_WIRE_VERSION  6u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
+#define XFER_VERBS_WIRE_VERSION  7u     /* 2: the seeds' tensor messages replaced TREQ/TRESP;
                                          * 3: a 16-byte header for eager TAG messages;
                                          * 4: a 24-byte header and compact metadata for
                                          *    TENSOR_REQUEST;
                                          * 5: the endpoint address carries magic, version
                                          *    and the RDMA chunk size;
-                                         * 6: NOTIFY, a batch's notification */
+                                         * 6: NOTIFY, a batch's notification;
+                                         * 7: BYE, an orderly close */
 #define XFER_VERBS_WIRE_HDR_LEN  40u     /* the header of every type but TAG, TENSOR_REQUEST */
 #define XFER_VERBS_WIRE_TAG_HDR_LEN 16u  /* an eager TAG message's header */
 #define XFER_VERBS_WIRE_TREQ_HDR_LEN 24u /* a TENSOR_REQUEST's header */
@@ -78,6 +82,8 @@ typedef enum {
     XFER_VERBS_MSG_ERROR_STATUS      = 7, /* either side: request id failed (or withdrawn) */
     XFER_VERBS_MSG_NOTIFY            = 8, /* a batch's notification: its bytes are the
                                            * extension; id: the batch's number (for logs) */
+    XFER_VERBS_MSG_BYE               = 9, /* the sender's endpoint closes in order: what it
+                                           * sent before is delivered; every field 0 */
     XFER_VERBS_MSG_LAST
 } xfer_verbs_msg_type_t;
 

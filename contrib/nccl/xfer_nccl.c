@@ -60,6 +60,7 @@ ncclResult_t xn_result(xfer_status_t st)
     case XFER_OK:
         return ncclSuccess;
     case XFER_ERR_CONNECTION:
+    case XFER_ERR_PEER_CLOSED:
     case XFER_ERR_UNREACHABLE:
     case XFER_ERR_PROTOCOL:
     case XFER_ERR_TIMEOUT:

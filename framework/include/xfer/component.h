@@ -40,6 +40,9 @@ extern "C" {
 #define XFER_DEVICE_MAX      32   /* devices reported by one query */
 #define XFER_DEVICE_ATTR_MAX 24   /* key/value attributes per device */
 
+/* The lowest xfer_status_t: a status off the wire below it (or above XFER_OK) is not one. */
+#define XFER_ERR_LOWEST XFER_ERR_PEER_CLOSED
+
 /* ---- capabilities --------------------------------------------------------------------------- */
 
 /* What a component really does. A bit is set only when the operation is implemented. */
@@ -176,6 +179,10 @@ typedef struct xfer_batch_args {
     /* The component raises it as descriptors are known to have landed (in the peer's memory
      * for a put, ours for a get); the framework reads it when the batch ends early. */
     size_t                 landed;
+    /* The batch's deadline on CLOCK_MONOTONIC in nanoseconds, 0 for none. A target that moves
+     * the data itself stops at it and reports XFER_ERR_TIMEOUT with no notification, so that
+     * it does not work for a batch that ended. Read only when size covers it. */
+    uint64_t               deadline_ns;
 } xfer_batch_args_t;
 
 /* What the framework hands a component when it opens an interface. */
@@ -187,8 +194,9 @@ typedef struct xfer_iface_params {
                            xfer_tensor_waiter_t *waiter);
     void (*tensor_withdraw)(void *fw_arg, xfer_tensor_waiter_t *waiter);
     void (*tensor_release)(void *fw_arg, void *handle, xfer_status_t status);
-    /* An endpoint failed (peer gone, protocol error): its pending operations have been or
-     * are being completed with status; reason says what happened. */
+    /* An endpoint failed (peer gone, protocol error) or its peer closed in order
+     * (XFER_ERR_PEER_CLOSED, see ep_shutdown): its pending operations have been or are being
+     * completed with status; reason says what happened. */
     void (*ep_failed)(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason);
     /* A receive posted for any peer (tag_recv with ep == NULL) may be posted on several
      * transports at once. Before a component binds a message to such a receive - a new
@@ -198,9 +206,9 @@ typedef struct xfer_iface_params {
      * Exactly one transport ever gets 1 for a receive; the framework then cancels the
      * receive on the others. Present when size covers it. */
     int  (*tag_claim)(void *fw_arg, xfer_comp_t *comp);
-    /* Requests from one peer (endpoint) that may wait in tensor_request() for tensors not
-     * published yet; the component answers one past it at once with XFER_ERR_NO_RESOURCE
-     * and a reason. Present when size covers it. */
+    /* Requests from one peer (endpoint) that may be pending here - waiting in
+     * tensor_request() or being answered; the component answers one past it at once with
+     * XFER_ERR_NO_RESOURCE and a reason. Present when size covers it. */
     uint32_t max_tensor_requests;
     /* A peer's batch notification: every byte of its batch is visible here (or was read from
      * here). Delivered in the order the peer posted them. msg is valid during the call. 0:
@@ -209,7 +217,16 @@ typedef struct xfer_iface_params {
     int  (*notify)(void *fw_arg, void *fw_ep, const void *msg, size_t length);
     /* Longest notification; a longer one from a peer is a protocol error. */
     uint32_t max_notify_len;
+    /* Most bytes one peer's operation moves in one progress() (XFER_FAIR_SLICE): a larger
+     * one goes on in the next calls, in turn with the other endpoints. Present when size
+     * covers it (else take 4 MiB). */
+    uint64_t fair_slice;
 } xfer_iface_params_t;
+
+/* The fair slice of params (xfer_iface_params_t of params->size bytes). */
+#define XFER_IFACE_FAIR_SLICE(_params) \
+    ((((_params)->size >= offsetof(xfer_iface_params_t, fair_slice) + sizeof(uint64_t)) && \
+      ((_params)->fair_slice > 0)) ? (_params)->fair_slice : (uint64_t)(4u << 20))
 
 /* What the framework hands a component when it creates an endpoint. */
 typedef struct xfer_ep_params {
@@ -379,11 +396,25 @@ typedef struct xfer_component_v1 {
      * visible in its memory, or read from it. comp completes once with the status and
      * length = descriptors landed: XFER_OK when all landed. Returns XFER_INPROGRESS, or
      * XFER_OK when every descriptor landed and the notification (if any) is on its way, in
-     * order, before it returns, or an error (comp will not be called in either case). cancel(comp, status) stops it: nothing more is posted
-     * and no notification sent; comp completes once what is already in flight has ended
-     * (maybe much later), or at ep_destroy. NULL: the framework posts the descriptors one by
-     * one through put and get, and refuses notifications. Read only when size covers it. */
+     * order, before it returns, or an error (comp will not be called in either case).
+     * cancel(comp, status) decides the batch once: XFER_OK when its notification has not
+     * left and never will - nothing more of it is posted, and comp completes once what is
+     * already in flight has ended (maybe much later), or at ep_destroy; XFER_ERR_BUSY when
+     * the notification has left: the batch goes on and comp completes with the target's
+     * answer (XFER_OK when it delivered the notification). A batch without a notification
+     * can always be stopped. NULL: the framework posts the descriptors one by one through put
+     * and get, and refuses notifications. Read only when size covers it. */
     xfer_status_t (*batch)(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
+
+    /* An orderly close, after a flush that completed: tell the peer, behind everything
+     * already sent, that this endpoint closes in order. The peer's transport handles what
+     * came before, then fails its endpoint with XFER_ERR_PEER_CLOSED (ep_failed): its pending
+     * operations that needed this side complete with it, what it had received stays
+     * receivable. comp completes once the notice is in the peer's host (XFER_OK), or with
+     * the endpoint's error; ep_destroy follows. Returns XFER_INPROGRESS, XFER_OK (delivered
+     * already; comp is not called) or an error. NULL: the peer sees the connection end
+     * (XFER_ERR_CONNECTION), as after a forced close. Read only when size covers it. */
+    xfer_status_t (*ep_shutdown)(xfer_ep_h ep, xfer_comp_t *comp);
 } xfer_component_v1_t;
 
 /*

@@ -47,6 +47,7 @@ typedef enum {
     XFER_ERR_ABORTED        = -17,
     XFER_ERR_UNREACHABLE    = -18,  /* the peers share no transport */
     XFER_ERR_INTERNAL       = -19,
+    XFER_ERR_PEER_CLOSED    = -20,  /* the peer closed its endpoint in order */
 } xfer_status_t;
 
 XFER_API const char *xfer_status_string(xfer_status_t status);
@@ -252,7 +253,8 @@ XFER_API xfer_status_t xfer_request_test(xfer_request_t *req);
  * XFER_ERR_TIMEOUT with the request still pending. */
 XFER_API xfer_status_t xfer_request_wait(xfer_request_t *req, int timeout_ms);
 /* Cancel a posted tag receive, a pending tensor fetch or a batch: it completes with
- * XFER_ERR_CANCELED. XFER_ERR_BUSY when it can no longer be cancelled (data is arriving);
+ * XFER_ERR_CANCELED. XFER_ERR_BUSY when it can no longer be cancelled (data is arriving; a
+ * batch whose notification has left, which the target's answer completes);
  * XFER_ERR_UNSUPPORTED for other operations. A completed request is left as it is. */
 XFER_API xfer_status_t xfer_request_cancel(xfer_request_t *req);
 /* After completion: bytes moved. For XFER_ERR_TRUNCATED: the length of the message. */
@@ -332,7 +334,10 @@ XFER_API xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep);
  * refused fails the flush with its status), gets complete; eager sends, large tcp sends
  * and tensor answers are acknowledged. A rendezvous send (a large message over verbs, which
  * the receiver pulls once it matches) is not waited for: it has not been reported complete.
- * XFER_OK then, or the endpoint's error when it fails first. Non-blocking, like any other
+ * XFER_OK then, or the endpoint's error when it fails first. After the peer closed its
+ * endpoint in order (XFER_ERR_PEER_CLOSED), a flush still completes XFER_OK when everything
+ * sent before it had been acknowledged by then, else with XFER_ERR_PEER_CLOSED: the answer
+ * depends on what reached the peer, not on when it closed. Non-blocking, like any other
  * operation (UCX's ucp_ep_flush_nbx).
  */
 XFER_API xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb,
@@ -351,9 +356,12 @@ enum {
  * operations still pending (receives, fetches, rendezvous sends, whatever the timeout cut
  * short) complete with XFER_ERR_CANCELED. The request completes with XFER_OK once the
  * endpoint closed with everything delivered, XFER_ERR_TIMEOUT when the timeout forced it,
- * or the endpoint's error when it had failed (then nothing more could be delivered). After
- * puts over tcp the flush needs the peer's answer: a peer that closes first (both sides
- * closing at once) can fail it, so peers that both put flush before either closes.
+ * or the endpoint's error when it had failed (then nothing more could be delivered). Once
+ * flushed, the transport tells the peer, behind everything sent: the peer's endpoint handles
+ * all of it, then says XFER_ERR_PEER_CLOSED (its pending receives and requests that needed
+ * this side complete with it; what it received stays receivable). A forced close, one that
+ * the timeout forced, or a process that ends without closing, is a broken connection there
+ * (XFER_ERR_CONNECTION).
  */
 XFER_API xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags,
                                               xfer_request_cb_t cb, void *user_data,
@@ -479,13 +487,17 @@ XFER_API xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, con
  * arrive in the order their batches were posted.
  *
  * Each post has a deadline (timeout_ms > 0; 0: XFER_BATCH_TIMEOUT; XFER_BATCH_NO_TIMEOUT:
- * none). A batch not done by then completes with XFER_ERR_TIMEOUT, and
- * xfer_request_landed() says how many descriptors are known to have landed; the transport
- * posts nothing more of it and sends no notification. What was already on its way may still
- * land: until the transport has let go of it - xfer_mem_deregister() succeeds again - the
- * ranges of the descriptors not counted as landed are undefined, in the local buffer of a
- * get and in the peer's buffer of a put. xfer_request_cancel() ends a batch the same way
- * with XFER_ERR_CANCELED.
+ * none). A batch not done by then whose notification has not left completes with
+ * XFER_ERR_TIMEOUT, and xfer_request_landed() says how many descriptors are known to have
+ * landed; the transport posts nothing more of it and never sends its notification. What was
+ * already on its way may still land: until the transport has let go of it -
+ * xfer_mem_deregister() succeeds again - the ranges of the descriptors not counted as landed
+ * are undefined, in the local buffer of a get and in the peer's buffer of a put.
+ * xfer_request_cancel() ends a batch the same way with XFER_ERR_CANCELED. Once the
+ * notification has left, the target's word is final: the cancel returns XFER_ERR_BUSY, the
+ * deadline no longer ends the batch, and it completes with the target's answer (XFER_OK when
+ * the notification was delivered) - a batch never both ends early and notifies. A target
+ * that moves the data itself (shm) stops at the deadline too (docs/contract.md, C16).
  */
 typedef struct xfer_batch xfer_batch_t;
 
