@@ -1,0 +1,190 @@
+/*
+ * The contract (docs/contract.md), batches: a batch that ends early - cancelled, or past its
+ * deadline - delivers no notification, and one whose notification was delivered completes
+ * XFER_OK with every descriptor landed. Never both: the target's word is final.
+ */
+#include "contract.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TGT_LEN   (8u << 20)
+#define SRC_LEN   (1u << 20)
+#define POSTS     300
+#define INFLIGHT  8
+
+/* The target: registers TGT_LEN bytes, sends the key, takes notifications (each a u32 batch
+ * number) by handler until the initiator says how many posts there were and that all ended;
+ * then progresses a while longer (a notification must not come after the batch ended) and
+ * sends the bitmap of the numbers it saw, and how often it saw one twice. */
+typedef struct seen {
+    uint8_t  bits[POSTS];
+    uint64_t twice, bad;
+} seen_t;
+
+static void seen_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
+{
+    seen_t *s = arg;
+    uint32_t i;
+
+    (void)ep;
+    if (len != sizeof(i)) {
+        s->bad++;
+        return;
+    }
+    memcpy(&i, msg, sizeof(i));
+    if (i >= POSTS) {
+        s->bad++;
+    } else if (s->bits[i]++) {
+        s->twice++;
+    }
+}
+
+static int srv_notified(tp_side_t *s)
+{
+    static uint8_t dst[TGT_LEN];
+    static seen_t seen;
+    xfer_mem_t *mem;
+    uint64_t v;
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, sizeof(dst), XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, seen_cb, &seen), XFER_OK);
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    tp_progress_for(s->ctx, 300);
+    TP_CHECK(tp_ctl_send(s->ctl, &seen, sizeof(seen)) == 0, "ctl");
+    /* the initiator flushes (what ended early may still be on its way) */
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    return 0;
+}
+
+typedef struct post {
+    xfer_request_t *req;
+    xfer_status_t  status;
+    size_t         landed;
+    int            cancel_ok;   /* xfer_request_cancel said XFER_OK */
+} post_t;
+
+/* POSTS batches of ndesc blocks of blk bytes, INFLIGHT at a time, each with its number as
+ * notification; every third cancelled at once (cancel), or all given a deadline of
+ * timeout_ms. Then every batch that completed XFER_OK was notified once, all of its
+ * descriptors landed, and no batch that ended otherwise was notified. */
+static void cancel_or_deadline(int cancel, int timeout_ms, size_t ndesc, uint64_t blk)
+{
+    static post_t posts[POSTS];
+    xfer_batch_desc_t *d = calloc(ndesc, sizeof(*d));
+    unsigned ok = 0, ended = 0;
+    xfer_mem_t *mem;
+    xfer_rkey_t *rkey;
+    xfer_batch_t *b;
+    uint8_t *src;
+    void *blob;
+    size_t len;
+    seen_t seen;
+    tp_peer_t p;
+
+    cr_assert_not_null(d);
+    memset(posts, 0, sizeof(posts));
+    tp_start(&p, srv_notified, NULL);
+    src = malloc(SRC_LEN);
+    cr_assert_not_null(src);
+    tp_fill_pattern(src, SRC_LEN, 3);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, SRC_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    for (size_t i = 0; i < ndesc; i++) {
+        d[i] = (xfer_batch_desc_t){(i * blk) % (SRC_LEN - blk), (i * blk) % (TGT_LEN - blk),
+                                   blk};
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, ndesc, &b), XFER_OK);
+    for (uint32_t i = 0; i < POSTS + INFLIGHT; i++) {
+        if (i >= INFLIGHT) {
+            post_t *q = &posts[i - INFLIGHT];
+
+            q->status = xfer_request_wait(q->req, TP_WAIT_MS);
+            cr_assert_neq(xfer_request_test(q->req), XFER_INPROGRESS, "batch %u did not end "
+                          "within %d ms", i - INFLIGHT, TP_WAIT_MS);
+            q->landed = xfer_request_landed(q->req);
+            xfer_request_release(q->req);
+            q->req = NULL;
+        }
+        if (i < POSTS) {
+            post_t *q = &posts[i];
+
+            cr_assert_eq(xfer_batch_post(b, &i, sizeof(i), cancel ? XFER_BATCH_NO_TIMEOUT :
+                                         timeout_ms, NULL, NULL, &q->req), XFER_OK);
+            if (cancel && (i % 3 == 0)) {
+                xfer_status_t c = xfer_request_cancel(q->req);
+
+                cr_assert((c == XFER_OK) || (c == XFER_ERR_BUSY), "cancel: %s",
+                          xfer_status_string(c));
+                q->cancel_ok = (c == XFER_OK);
+            }
+        }
+    }
+    tp_send(&p, 1);
+    cr_assert_eq(tp_ctl_recv(p.ctl, &seen, sizeof(seen), &len, TP_WAIT_MS * 2), 0);
+    cr_assert_eq(len, sizeof(seen));
+    cr_expect_eq(seen.twice, 0, "notifications delivered twice");
+    cr_expect_eq(seen.bad, 0, "notifications that were not sent");
+    for (unsigned i = 0; i < POSTS; i++) {
+        const post_t *q = &posts[i];
+
+        if (q->status == XFER_OK) {
+            ok++;
+            cr_expect(seen.bits[i], "batch %u completed XFER_OK but its notification never "
+                      "came", i);
+            cr_expect_eq(q->landed, ndesc, "batch %u completed XFER_OK with %zu of %zu "
+                         "descriptors landed", i, q->landed, ndesc);
+            cr_expect(!q->cancel_ok, "batch %u: its cancel said XFER_OK, then it completed "
+                      "XFER_OK", i);
+        } else {
+            ended++;
+            cr_expect_eq(q->status, cancel ? XFER_ERR_CANCELED : XFER_ERR_TIMEOUT, "batch %u "
+                         "ended with %s", i, xfer_status_string(q->status));
+            cr_expect(!seen.bits[i], "batch %u ended with %s, and its notification was "
+                      "delivered too", i, xfer_status_string(q->status));
+            cr_expect_leq(q->landed, ndesc);
+            if (cancel) {
+                cr_expect(q->cancel_ok, "batch %u was cancelled though its cancel said "
+                          "XFER_ERR_BUSY", i);
+            }
+        }
+    }
+    cr_log_info("over %s: %u batches completed, %u ended early", tp_transport(), ok, ended);
+    if (!cancel) {
+        cr_expect_eq(ok + ended, POSTS);
+    }
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    {
+        xfer_status_t st = tp_flush(p.ep, TP_WAIT_MS);
+
+        cr_assert_eq(st, XFER_OK, "the flush after the batches: %s", xfer_status_string(st));
+    }
+    tp_send(&p, 2);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(src);
+    free(d);
+    tp_finish(&p);
+}
+
+Test(contract, a_cancelled_batch_is_either_cancelled_unnotified_or_complete_and_notified)
+{
+    cancel_or_deadline(1, 0, 16, 4096);
+}
+
+Test(contract, a_batch_past_its_deadline_is_either_unnotified_or_complete_and_notified)
+{
+    cancel_or_deadline(0, 1, 64, 16384);
+}

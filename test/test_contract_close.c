@@ -1,0 +1,209 @@
+/*
+ * The contract (docs/contract.md), flush and close: what a flush reports depends on what the
+ * peer acknowledged, never on when it closed; an orderly close by the peer is told apart from a
+ * broken connection; what the peer sent before it closed can still be received.
+ */
+#include "contract.h"
+
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define ROUNDS   12
+#define PUT_LEN  65536
+#define TAG_LAST 0x1a57ull
+#define ALL      (~0ull)
+
+/* Servers that accept each round's client themselves. */
+static const tp_opts_t accept_none = {.accepts = -1};
+
+/* Accept ROUNDS clients; from each receive one message and close at once, in order. */
+static int srv_close_on_last_message(tp_side_t *s)
+{
+    static uint8_t region[PUT_LEN];
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, region, sizeof(region), XFER_MEM_HOST, &mem),
+                    XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    for (int r = 0; r < ROUNDS; r++) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_request_t *req = NULL;
+        uint64_t msg;
+
+        TP_CHECK_STATUS(xfer_accept(s->listener, TP_WAIT_MS, &ep), XFER_OK);
+        TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, ep, TAG_LAST, ALL, &msg, sizeof(msg), NULL,
+                                         NULL, NULL, &req)), "recv");
+        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(req);
+        xfer_endpoint_close(ep);
+    }
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    return 0;
+}
+
+/* A client puts, flushes, sends its last message and flushes again; the server closes its
+ * endpoint in order the moment that message arrives. The message reached the peer, so the
+ * second flush succeeds as the first did - on every transport, every time - and the endpoint
+ * then says that the peer closed in order. */
+Test(contract, a_flush_succeeds_when_the_peer_received_everything_before_closing)
+{
+    static uint8_t src[PUT_LEN];
+    xfer_context_t *ctx;
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    tp_server_spawn(&p, srv_close_on_last_message, NULL, &accept_none);
+    ctx  = tp_context(0);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_mem_register(ctx, src, sizeof(src), XFER_MEM_HOST, &mem), XFER_OK);
+    for (int r = 0; r < ROUNDS; r++) {
+        xfer_endpoint_t *ep = tp_connect(ctx, &p);
+        uint64_t last       = r;
+        xfer_rkey_t *rkey;
+
+        cr_assert_eq(xfer_rkey_unpack(ep, blob, len, &rkey), XFER_OK);
+        tp_fill_pattern(src, sizeof(src), r);
+        cr_assert_eq(ct_put(ep, src, sizeof(src), mem, xfer_rkey_address(rkey), rkey), XFER_OK);
+        cr_assert_eq(tp_flush(ep, TP_WAIT_MS), XFER_OK, "round %d: the first flush", r);
+        cr_assert_eq(ct_send(ep, TAG_LAST, &last, sizeof(last)), XFER_OK);
+        cr_assert_eq(tp_flush(ep, TP_WAIT_MS), XFER_OK, "round %d: the flush after the last "
+                     "message", r);
+        cr_assert_eq(ct_status_change(ctx, ep, TP_WAIT_MS), XFER_ERR_PEER_CLOSED, "round %d", r);
+        xfer_rkey_destroy(rkey);
+        xfer_endpoint_close(ep);
+    }
+    free(blob);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    xfer_context_destroy(ctx);
+    tp_child_expect_ok(&p, 60);
+}
+
+/* Accept ROUNDS clients; from each receive one message, then (the client closes in order right
+ * after sending it) flush: nothing this side sent is outstanding, so the flush succeeds. */
+static int srv_flush_after_peer_close(tp_side_t *s)
+{
+    for (int r = 0; r < ROUNDS; r++) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_request_t *req = NULL;
+        uint64_t msg;
+
+        TP_CHECK_STATUS(xfer_accept(s->listener, TP_WAIT_MS, &ep), XFER_OK);
+        TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, ep, TAG_LAST, ALL, &msg, sizeof(msg), NULL,
+                                         NULL, NULL, &req)), "recv");
+        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(req);
+        /* let the peer's close arrive (or not): the answer must not depend on it */
+        tp_progress_for(s->ctx, (r % 3) * 5);
+        TP_CHECK_STATUS(tp_flush(ep, TP_WAIT_MS), XFER_OK);
+        TP_CHECK_STATUS(ct_status_change(s->ctx, ep, TP_WAIT_MS), XFER_ERR_PEER_CLOSED);
+        TP_CHECK_STATUS(tp_flush(ep, TP_WAIT_MS), XFER_OK);
+        xfer_endpoint_close(ep);
+    }
+    return 0;
+}
+
+Test(contract, a_flush_with_nothing_outstanding_succeeds_after_the_peer_closed)
+{
+    xfer_context_t *ctx;
+    tp_peer_t p;
+
+    tp_server_spawn(&p, srv_flush_after_peer_close, NULL, &accept_none);
+    ctx = tp_context(0);
+    for (int r = 0; r < ROUNDS; r++) {
+        xfer_endpoint_t *ep = tp_connect(ctx, &p);
+        uint64_t last       = r;
+
+        cr_assert_eq(ct_send(ep, TAG_LAST, &last, sizeof(last)), XFER_OK);
+        xfer_endpoint_close(ep);
+    }
+    xfer_context_destroy(ctx);
+    tp_child_expect_ok(&p, 60);
+}
+
+/* The server sends MANY messages and closes its endpoint in order; the client, which posted
+ * one receive on a tag nobody sends, still receives every message after the close, sees that
+ * receive fail with XFER_ERR_PEER_CLOSED, and its posts fail with it too. */
+#define MANY 64
+static int srv_send_many_and_close(tp_side_t *s)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    for (uint64_t i = 0; i < MANY; i++) {
+        TP_CHECK_STATUS(xfer_tag_send(s->ep, 10 + i, &i, sizeof(i), NULL, NULL, NULL, NULL),
+                        XFER_OK);
+    }
+    xfer_endpoint_close(s->ep);
+    s->ep = NULL;
+    return 0;
+}
+
+Test(contract, what_the_peer_sent_before_an_orderly_close_is_received_and_the_rest_fails)
+{
+    xfer_request_t *never = NULL;
+    xfer_status_t st;
+    uint64_t v;
+    tp_peer_t p;
+
+    tp_start(&p, srv_send_many_and_close, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 5, ALL, &v, sizeof(v), NULL, NULL, NULL,
+                                      &never)));
+    tp_send(&p, 1);
+    cr_assert_eq(ct_status_change(p.ctx, p.ep, TP_WAIT_MS), XFER_ERR_PEER_CLOSED);
+    tp_child_expect_ok(&p, 30);
+    for (uint64_t i = 0; i < MANY; i++) {
+        xfer_request_t *req = NULL;
+
+        st = xfer_tag_recv(p.ctx, p.ep, 10 + i, ALL, &v, sizeof(v), NULL, NULL, NULL, &req);
+        cr_assert(TP_POSTED(st), "message %llu: %s", (unsigned long long)i,
+                  xfer_status_string(st));
+        cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+        cr_assert_eq(v, i);
+        xfer_request_release(req);
+    }
+    cr_assert_eq(xfer_request_wait(never, TP_WAIT_MS), XFER_ERR_PEER_CLOSED);
+    xfer_request_release(never);
+    cr_assert_eq(xfer_tag_send(p.ep, 1, &v, sizeof(v), NULL, NULL, NULL, NULL),
+                 XFER_ERR_PEER_CLOSED);
+    st = xfer_tag_recv(p.ctx, p.ep, 999, ALL, &v, sizeof(v), NULL, NULL, NULL, &never);
+    cr_assert_eq(st, XFER_ERR_PEER_CLOSED, "%s", xfer_status_string(st));
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+}
+
+/* A peer that dies is not an orderly close: the endpoint fails with XFER_ERR_CONNECTION. */
+static int srv_die(tp_side_t *s)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    raise(SIGKILL);
+    return 1;
+}
+
+Test(contract, a_peer_that_dies_fails_the_endpoint_with_a_connection_error)
+{
+    xfer_request_t *never = NULL;
+    uint64_t v;
+    tp_peer_t p;
+
+    tp_start(&p, srv_die, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 5, ALL, &v, sizeof(v), NULL, NULL, NULL,
+                                      &never)));
+    tp_send(&p, 1);
+    cr_assert_eq(tp_child_wait(&p, 30), 128 + SIGKILL);
+    cr_assert_eq(xfer_request_wait(never, TP_WAIT_MS), XFER_ERR_CONNECTION);
+    xfer_request_release(never);
+    cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_CONNECTION);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+}
