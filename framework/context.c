@@ -81,6 +81,34 @@ static const xfer_param_desc_t fw_params[] = {
      "other endpoints, so that one peer's largest batch delays another's round trip by a "
      "slice, not by the batch.",
      offsetof(xfer_fw_config_t, fair_slice), 65536, (double)(1ull << 40), NULL},
+    {"UNEXPECTED_BUDGET", XFER_PARAM_SIZE, "256m",
+     "Bytes of messages nobody received yet that the whole process buffers, every peer of "
+     "every transport together (each endpoint also has XFER_UNEXPECTED_EP): one peer may "
+     "hold a fair share of it, and a peer past its share is not read until receives take "
+     "its messages. 0: no process-wide bound.",
+     offsetof(xfer_fw_config_t, unexpected_budget), 0, (double)(1ull << 42), NULL},
+    {"UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
+     "Bytes of one peer's messages nobody received yet that this side buffers (each counts "
+     "64 bytes more, so that their number is bounded too); past it the peer is not read until "
+     "receives take them. One whose peer waits for answers behind them may go on to twice "
+     "it, so that those answers are not held behind messages nobody receives. It also bounds "
+     "the buffers of large such messages (64 KiB and more) kept for the next ones once freed.",
+     offsetof(xfer_fw_config_t, unexpected_ep), 4096, (double)(1ull << 40), NULL},
+    {"ANSWERS_BUDGET", XFER_PARAM_SIZE, "256m",
+     "Bytes of answers (get data, acknowledgements, tensors) the whole process queues for "
+     "peers that do not read them; a peer past its fair share has its requests left unread "
+     "until its answers go. 0: no process-wide bound.",
+     offsetof(xfer_fw_config_t, answers_budget), 0, (double)(1ull << 42), NULL},
+    {"NOTIFY_BUDGET", XFER_PARAM_SIZE, "64m",
+     "Bytes of notifications not taken yet the whole process keeps (each counts 64 bytes "
+     "more); a peer past its fair share fails its endpoint with XFER_ERR_NO_RESOURCE. 0: no "
+     "process-wide bound.",
+     offsetof(xfer_fw_config_t, notify_budget), 0, (double)(1ull << 42), NULL},
+    {"TENSOR_BUDGET", XFER_PARAM_UINT, "16384",
+     "Peers' requests for tensors not published yet that the whole process keeps waiting; "
+     "one past a peer's fair share is answered at once with XFER_ERR_NO_RESOURCE. 0: no "
+     "process-wide bound.",
+     offsetof(xfer_fw_config_t, tensor_budget), 0, 1 << 30, NULL},
     {"CUDA_LIB", XFER_PARAM_STRING, "libcuda.so.1",
      "The CUDA driver library, loaded with dlopen on the first registration of CUDA memory "
      "(never before, so that a process without device memory does not initialise CUDA). The "
@@ -239,6 +267,7 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
     ctx->fw_config = *(xfer_fw_config_t*)ctx->fw_params.config;
     xfer_log_set_level((xfer_log_level_t)ctx->fw_config.log_level);
     xfer_cuda_lib_set(ctx->fw_config.cuda_lib);
+    xfer_budget_configure(&ctx->fw_config);
     if ((flags & XFER_CONTEXT_FLAG_SERIALIZED) &&
         (ctx->fw_config.progress_thread || (flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD))) {
         xfer_log(XFER_LOG_ERROR, CONTEXT_SUBSYS, "XFER_CONTEXT_FLAG_SERIALIZED with a progress "

@@ -157,6 +157,7 @@ void xfer_endpoint_discard(xfer_endpoint_t *ep)
 
     xfer_ctx_lock(ctx);
     ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_budget_ep_release(ep);
     xfer_ctx_unlock(ctx);
     free(ep);
 }
@@ -233,7 +234,9 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
         xfer_staging_ep_destroy(ep);
     }
     ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_tm_ep_gone(ep);
     xfer_notify_ep_cleanup(ep);
+    xfer_budget_ep_release(ep);
     free(ep);
 }
 
@@ -683,7 +686,7 @@ static int tag_mem_staged(const xfer_context_t *ctx, const xfer_mem_t *mem,
         return xfer_msg_staged(mem, fi);
     }
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
-        if ((ctx->ifaces[i].comp->tag_recv != NULL) && xfer_msg_staged(mem, &ctx->ifaces[i])) {
+        if ((ctx->ifaces[i].comp->tag_send != NULL) && xfer_msg_staged(mem, &ctx->ifaces[i])) {
             return 1;
         }
     }
@@ -738,11 +741,9 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
                             uint64_t tag_mask, void *buf, size_t length, xfer_mem_t *mem,
                             xfer_request_cb_t cb, void *user_data, xfer_request_t **req_p)
 {
-    xfer_fw_iface_t *fi;
-    int any = 0;
     xfer_request_t *req;
     xfer_status_t status;
-    xfer_mem_t *post = mem;     /* the registration the transport is given */
+    xfer_mem_t *post = mem;     /* the registration the transports are given */
     void *host;
 
     if ((ctx == NULL) || ((ep != NULL) && (ep->ctx != ctx))) {
@@ -751,39 +752,27 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         return XFER_ERR_INVALID_PARAM;
     }
     /* No endpoint status check: a failed endpoint may still hold messages that arrived
-     * before it failed; the transport matches those and refuses the rest. */
+     * before it failed; the matching takes those and refuses the rest. */
     xfer_ctx_lock(ctx);
     status = xfer_api_check(ctx, "xfer_tag_recv", 1);
     if (status == XFER_OK) {
         status = tag_mem_check(ctx, "xfer_tag_recv", buf, length, mem);
     }
+    if ((status == XFER_OK) && (ep != NULL) && ep->closing) {
+        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv on an endpoint that was closed");
+        status = XFER_ERR_INVALID_PARAM;
+    }
     if (status != XFER_OK) {
         xfer_ctx_unlock(ctx);
         return status;
     }
-    /* A receive from one endpoint goes to its transport; one from any peer to the one
-     * transport with tags, or to each of them when there are several (tag_any.c). */
-    fi = (ep != NULL) ? ep->fw_iface : NULL;
-    if ((ep == NULL) && (xfer_tag_ifaces(ctx) > 1)) {
-        any = 1;
-    }
-    for (unsigned i = 0; (fi == NULL) && !any && (i < ctx->num_ifaces); i++) {
-        if (ctx->ifaces[i].comp->tag_recv != NULL) {
-            fi = &ctx->ifaces[i];
-        }
-    }
-    if ((fi == NULL) && !any) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: no open transport supports tags");
-        xfer_ctx_unlock(ctx);
-        return XFER_ERR_UNSUPPORTED;
-    }
-    req = xfer_request_new(ctx, XFER_REQ_RECV, fi, cb, user_data);
+    req = xfer_request_new(ctx, XFER_REQ_RECV, NULL, cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ctx);
         return XFER_ERR_NO_MEMORY;
     }
-    if (tag_mem_staged(ctx, mem, fi)) {
-        /* the transport cannot touch it: received into host memory, then copied up */
+    if (tag_mem_staged(ctx, mem, (ep != NULL) ? ep->fw_iface : NULL)) {
+        /* a transport cannot touch it: received into host memory, then copied up */
         status = xfer_msg_stage_recv(req, buf, length, mem, &host);
         if (status != XFER_OK) {
             xfer_request_discard(req);
@@ -797,15 +786,7 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         req->mem = mem;
         mem->busy++;
     }
-    if (any) {
-        status = xfer_tag_recv_any(ctx, req, tag, tag_mask, buf, length, post);
-    } else {
-        status = fi->comp->tag_recv(fi->iface, ep ? ep->ep : NULL, tag, tag_mask, buf,
-                                    length, post ? post->memh[fi->index] : NULL, &req->comp);
-    }
-    if (status == XFER_OK) {
-        status = XFER_INPROGRESS;   /* a receive always completes through comp */
-    }
+    status = xfer_tm_post(ctx, ep, req, tag, tag_mask, buf, length, post);
     return op_finish(ctx, req, status, length, req_p);
 }
 

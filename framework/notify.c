@@ -1,8 +1,9 @@
 /*
  * Batch notifications at the target. A transport hands each one over (xfer_notify_upcall) once
  * its batch's data is visible here; the framework copies it into the endpoint's queue, oldest
- * first, bounded by XFER_NOTIFY_MAX_QUEUED so that a peer cannot make this side hold without
- * limit - the transport fails an endpoint whose peer goes past it. The application takes them
+ * first, bounded by XFER_NOTIFY_MAX_QUEUED per endpoint and by the process's XFER_NOTIFY_BUDGET
+ * (each peer a fair share of it, budget.c) so that peers cannot make this process hold without
+ * limit - the transport fails an endpoint whose peer goes past either. The application takes them
  * by polling the endpoint, or the context's handler gets them from progress, after every
  * transport has returned (like completion callbacks, so that it may close or post).
  */
@@ -19,6 +20,9 @@ typedef struct notify_msg {
     size_t          length;
     uint8_t         data[];
 } notify_msg_t;
+
+/* What a kept notification counts against the budget: its bytes and its bookkeeping. */
+#define NOTIFY_COST(_len) ((uint64_t)(_len) + 64u)
 
 static void notify_list(xfer_endpoint_t *ep)
 {
@@ -60,8 +64,16 @@ int xfer_notify_upcall(void *fw_arg, void *fw_ep, const void *msg, size_t length
                  "endpoint fails", ep->peer, ctx->fw_config.notify_max_queued);
         return -1;
     }
+    if (!xfer_budget_take(ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(length))) {
+        xfer_log(XFER_LOG_ERROR, NOTIFY_SUBSYS, "endpoint to %s: the peer's notifications not "
+                 "taken reach its share of XFER_NOTIFY_BUDGET=%" PRIu64 " bytes, which all "
+                 "peers of this process share; the endpoint fails", ep->peer,
+                 ctx->fw_config.notify_budget);
+        return -1;
+    }
     m = malloc(sizeof(*m) + length);
     if (m == NULL) {
+        xfer_budget_give(ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(length));
         xfer_log(XFER_LOG_ERROR, NOTIFY_SUBSYS, "endpoint to %s: out of memory keeping a "
                  "notification of %zu bytes", ep->peer, length);
         return -1;
@@ -83,6 +95,7 @@ static notify_msg_t *notify_take(xfer_endpoint_t *ep)
 {
     notify_msg_t *m = ucs_list_extract_head(&ep->notifies, notify_msg_t, list);
 
+    xfer_budget_give(ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(m->length));
     ep->num_notifies--;
     if (ep->num_notifies == 0) {
         notify_unlist(ep);

@@ -41,6 +41,7 @@ static void ep_failed_upcall(void *fw_arg, void *fw_ep, xfer_status_t status, co
                      ep->peer, ep->transport, reason ? reason : "",
                      xfer_status_string(status));
         }
+        xfer_tm_ep_failed(ep, status);
     }
 }
 
@@ -102,7 +103,6 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.tensor_withdraw = xfer_tensor_upcall_withdraw;
         params.tensor_release  = xfer_tensor_upcall_release;
         params.ep_failed       = ep_failed_upcall;
-        params.tag_claim       = xfer_tag_claim_upcall;
         params.max_tensor_requests = (uint32_t)ctx->fw_config.tensor_max_requests;
         params.notify          = xfer_notify_upcall;
         params.max_notify_len  = (uint32_t)ctx->fw_config.notify_max_len;
@@ -170,6 +170,7 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ucs_list_head_init(&ctx->ready);
     ucs_list_head_init(&ctx->notify_ready);
     xfer_batch_ctx_init(ctx);
+    xfer_tm_init(ctx);
     pthread_mutex_init(&ctx->lock, NULL);
     ctx->lock_owner = (pthread_t)0;
     ctx->lock_depth = 0;
@@ -222,8 +223,8 @@ static void requests_drain_for_destroy(xfer_context_t *ctx)
         }
         if (req->kind == XFER_REQ_BATCH) {
             (void)xfer_batch_cancel(req, XFER_ERR_CANCELED);
-        } else if (req->any != NULL) {
-            (void)xfer_tag_any_cancel(req, XFER_ERR_CANCELED);
+        } else if (req->kind == XFER_REQ_RECV) {
+            (void)xfer_tm_cancel(req, XFER_ERR_CANCELED);
         } else if ((req->fw_iface != NULL) && (req->fw_iface->comp->cancel != NULL)) {
             (void)req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
                                               XFER_ERR_CANCELED);
@@ -276,6 +277,7 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
         requests_detach_mems(ctx);
     }
     xfer_batch_ctx_cleanup(ctx);
+    xfer_tm_cleanup(ctx);
     xfer_rkeys_release_all(ctx);
     xfer_mems_release_all(ctx);
     num_ifaces = ctx->num_ifaces;
@@ -327,6 +329,9 @@ unsigned xfer_progress_locked(xfer_context_t *ctx)
     }
     if (ctx->batch_deadline != INT64_MAX) {
         count += xfer_batch_expire(ctx);
+    }
+    if (ctx->tm.paused) {
+        count += xfer_tm_progress(ctx);
     }
     /* user callbacks only now, after every transport has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {

@@ -316,13 +316,13 @@ xfer_status_t xfer_request_cancel(xfer_request_t *req)
         status = XFER_OK;       /* complete, or its completion is being delivered */
     } else if (req->kind == XFER_REQ_BATCH) {
         status = xfer_batch_cancel(req, XFER_ERR_CANCELED);
-    } else if ((req->kind != XFER_REQ_RECV) && (req->kind != XFER_REQ_FETCH)) {
-        status = XFER_ERR_UNSUPPORTED;
-    } else if (req->any != NULL) {
-        status = xfer_tag_any_cancel(req, XFER_ERR_CANCELED);
+    } else if (req->kind == XFER_REQ_RECV) {
+        status = xfer_tm_cancel(req, XFER_ERR_CANCELED);
         if (status == XFER_OK) {
             xfer_wake_locked(req->ctx);
         }
+    } else if (req->kind != XFER_REQ_FETCH) {
+        status = XFER_ERR_UNSUPPORTED;
     } else if (req->fw_iface->comp->cancel == NULL) {
         status = XFER_ERR_UNSUPPORTED;
     } else {

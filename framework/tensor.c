@@ -42,6 +42,7 @@ typedef struct waiter_node {
     int64_t                 deadline;       /* xfer_now_ms(): answered XFER_ERR_TIMEOUT then */
     xfer_tensor_waiter_t    *waiter;
     struct slot             *slot;
+    xfer_endpoint_t         *ep;            /* the peer's: its count and budget */
 } waiter_node_t;
 
 /* One (step, key). The table is a set of slots hashed by their own (step, key); a lookup
@@ -329,6 +330,8 @@ static xfer_tensor_waiter_t *node_take(xfer_tensor_table_t *t, waiter_node_t *no
     }
     ucs_list_del(&node->list);
     ucs_list_del(&node->age);
+    node->ep->tensor_waiting--;
+    xfer_budget_give(node->ep, XFER_BUDGET_TENSOR, 1);
     free(node);
     return waiter;
 }
@@ -441,10 +444,11 @@ out:
 
 /* ---- upcalls from transports (producer side), under the context lock ---- */
 
-void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, size_t key_len,
-                                xfer_tensor_waiter_t *waiter)
+void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const char *key,
+                                size_t key_len, xfer_tensor_waiter_t *waiter)
 {
     xfer_context_t *ctx    = fw_arg;
+    xfer_endpoint_t *ep    = fw_ep;
     xfer_tensor_table_t *t = ctx->tensors;
     xfer_status_t status;
     waiter_node_t *node;
@@ -476,8 +480,21 @@ void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, si
         hand_over(pub, waiter);
         return;
     }
+    /* it waits for a publish: within this peer's bound and its share of the process's */
+    if ((ep->tensor_waiting >= ctx->fw_config.tensor_max_requests) ||
+        !xfer_budget_take(ep, XFER_BUDGET_TENSOR, 1)) {
+        xfer_log_at(XFER_LOG_DEBUG, TENSOR_SUBSYS, "refusing a tensor request of %s: %u of its "
+                    "requests wait for a publish (XFER_TENSOR_MAX_REQUESTS=%llu, or its share "
+                    "of XFER_TENSOR_BUDGET=%llu)", ep->peer, ep->tensor_waiting,
+                    (unsigned long long)ctx->fw_config.tensor_max_requests,
+                    (unsigned long long)ctx->fw_config.tensor_budget);
+        slot_maybe_free(t, slot);
+        waiter->ready(waiter, XFER_ERR_NO_RESOURCE, NULL, NULL);
+        return;
+    }
     node = calloc(1, sizeof(*node));
     if (node == NULL) {
+        xfer_budget_give(ep, XFER_BUDGET_TENSOR, 1);
         slot_maybe_free(t, slot);
         waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
         return;
@@ -485,6 +502,7 @@ void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, si
     it = kh_put(xfer_waiter, &t->waiters, (uint64_t)(uintptr_t)waiter, &ret);
     if (ret < 0) {
         free(node);
+        xfer_budget_give(ep, XFER_BUDGET_TENSOR, 1);
         slot_maybe_free(t, slot);
         waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
         return;
@@ -492,6 +510,8 @@ void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, si
     kh_value(&t->waiters, it) = node;
     node->waiter   = waiter;
     node->slot     = slot;
+    node->ep       = ep;
+    ep->tensor_waiting++;
     node->deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.tensor_request_timeout * 1000.0);
     ucs_list_add_tail(&slot->waiters, &node->list);
     ucs_list_add_tail(&t->parked, &node->age);

@@ -96,6 +96,36 @@ static inline xfer_ep_shutdown_func_t xfer_component_ep_shutdown(const xfer_comp
     return XFER_COMPONENT_V1_HAS(comp, ep_shutdown) ? comp->ep_shutdown : NULL;
 }
 
+typedef xfer_status_t (*xfer_tag_pull_func_t)(xfer_ep_h ep, const void *priv, size_t priv_len,
+                                              uint64_t length, void *buf, size_t capacity,
+                                              xfer_memh_h memh, void *handle);
+typedef xfer_status_t (*xfer_tag_copy_func_t)(xfer_ep_h ep, void *dst, xfer_memh_h memh,
+                                              const void *src, size_t len);
+typedef void (*xfer_tag_released_func_t)(xfer_ep_h ep, const void *priv, size_t priv_len,
+                                         int received);
+typedef void (*xfer_tag_resume_func_t)(xfer_iface_h iface);
+
+static inline xfer_tag_pull_func_t xfer_component_tag_pull(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, tag_pull) ? comp->tag_pull : NULL;
+}
+
+static inline xfer_tag_copy_func_t xfer_component_tag_copy(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, tag_copy) ? comp->tag_copy : NULL;
+}
+
+static inline xfer_tag_released_func_t
+xfer_component_tag_released(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, tag_released) ? comp->tag_released : NULL;
+}
+
+static inline xfer_tag_resume_func_t xfer_component_tag_resume(const xfer_component_v1_t *comp)
+{
+    return XFER_COMPONENT_V1_HAS(comp, tag_resume) ? comp->tag_resume : NULL;
+}
+
 /* Framework configuration: the table is in context.c. */
 typedef struct xfer_fw_config {
     int         log_level;          /* xfer_log_level_t */
@@ -117,6 +147,11 @@ typedef struct xfer_fw_config {
     uint64_t    notify_max_len;     /* XFER_NOTIFY_MAX_LEN, bytes */
     uint64_t    notify_max_queued;  /* XFER_NOTIFY_MAX_QUEUED, per endpoint */
     uint64_t    fair_slice;         /* XFER_FAIR_SLICE, bytes */
+    uint64_t    unexpected_budget;  /* XFER_UNEXPECTED_BUDGET, bytes, the process's */
+    uint64_t    answers_budget;     /* XFER_ANSWERS_BUDGET, bytes */
+    uint64_t    notify_budget;      /* XFER_NOTIFY_BUDGET, bytes */
+    uint64_t    tensor_budget;      /* XFER_TENSOR_BUDGET, requests */
+    uint64_t    unexpected_ep;      /* XFER_UNEXPECTED_EP, bytes, one endpoint's */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -178,6 +213,14 @@ struct xfer_context {
     xfer_notify_cb_t        notify_cb;      /* notify.c: the handler, or NULL */
     void                    *notify_arg;
     ucs_list_link_t         notify_ready;   /* endpoints with notifications for the handler */
+    struct {                                /* tag_match.c */
+        ucs_list_link_t     posted;         /* receives (xfer_request_t), posting order */
+        ucs_list_link_t     unexp;          /* messages nobody received yet, arrival order */
+        ucs_list_link_t     kept;           /* their large buffers, kept for the next ones */
+        uint64_t            kept_bytes;
+        int                 paused;         /* a transport paused a peer at the bounds */
+        uint64_t            gives_seen;     /* xfer_budget_gives() then */
+    } tm;
 };
 
 typedef enum {
@@ -201,12 +244,20 @@ struct xfer_request {
     xfer_request_cb_t   cb;
     void                *user_data;
     struct xfer_mem     *mem;           /* held busy until completion */
-    struct tag_any      *any;           /* a receive from any peer on several transports */
     struct xfer_msg_stage *stage;       /* a message or tensor staged whole (staging_msg.c) */
     int                 released;       /* free on completion */
     int                 in_callback;
     struct xfer_batch_op *batch_op;     /* a batch's transport side, until it ends */
     size_t              landed;         /* a batch: descriptors known landed */
+    /* a tag receive (tag_match.c), set when it is posted */
+    ucs_list_link_t     recv_list;      /* ctx->tm.posted */
+    struct xfer_endpoint *recv_ep;      /* the filter (NULL: any peer), then the message's */
+    uint64_t            recv_tag, recv_mask;
+    void                *recv_buf;
+    size_t              recv_cap;
+    struct xfer_mem     *recv_mem;      /* the registration the transports are given */
+    int                 recv_busy;      /* a message is arriving into it */
+    uint64_t            msg_tag, msg_len;
     uint64_t            step;           /* fetch */
     xfer_tensor_alloc_cb_t alloc;
     void                *alloc_arg;
@@ -237,6 +288,9 @@ struct xfer_endpoint {
     size_t              num_notifies;
     ucs_list_link_t     notify_link;    /* ctx->notify_ready */
     int                 notify_listed;
+    uint64_t            budget_used[XFER_BUDGET_KINDS];    /* budget.c */
+    uint64_t            unexp_bytes;    /* tag_match.c: what its kept messages count */
+    uint32_t            tensor_waiting; /* this peer's requests parked in the tensor table */
 };
 
 struct xfer_mem {
@@ -407,23 +461,30 @@ void xfer_rkey_put(xfer_rkey_t *rkey);
 /* Is [buf, buf + length) inside mem? */
 int xfer_mem_covers(const xfer_mem_t *mem, const void *buf, size_t length);
 
-/* tag_any.c: receives from any peer when several transports carry tags */
-/* The open transports that carry tagged messages. */
-unsigned xfer_tag_ifaces(const xfer_context_t *ctx);
-/* Post req (a receive for any peer) to every tag transport; XFER_INPROGRESS or the error
- * when no transport took it. */
-xfer_status_t xfer_tag_recv_any(xfer_context_t *ctx, xfer_request_t *req, uint64_t tag,
-                                uint64_t tag_mask, void *buf, size_t length, xfer_mem_t *mem);
-/* cancel() of such a receive: XFER_OK, or XFER_ERR_BUSY when a message is arriving. */
-xfer_status_t xfer_tag_any_cancel(xfer_request_t *req, xfer_status_t status);
-/* The transports' tag_claim upcall. */
-int xfer_tag_claim_upcall(void *fw_arg, xfer_comp_t *comp);
+/* tag_match.c: the receives and the messages nobody received yet, for every transport */
+void xfer_tm_init(xfer_context_t *ctx);
+void xfer_tm_cleanup(xfer_context_t *ctx);
+/* Post req, a receive (for ep, or any peer when ep is NULL): matched now against what
+ * arrived, or queued. XFER_INPROGRESS, or ep's status when it ended and nothing it sent
+ * before matches. */
+xfer_status_t xfer_tm_post(xfer_context_t *ctx, xfer_endpoint_t *ep, xfer_request_t *req,
+                           uint64_t tag, uint64_t mask, void *buf, size_t length,
+                           xfer_mem_t *mem);
+/* Cancel a posted receive: XFER_OK (it completes with status), XFER_ERR_BUSY (a message is
+ * arriving into it). */
+xfer_status_t xfer_tm_cancel(xfer_request_t *req, xfer_status_t status);
+/* ep failed or its peer closed: the receives for it alone complete with status. */
+void xfer_tm_ep_failed(xfer_endpoint_t *ep, xfer_status_t status);
+/* ep goes: its receives complete cancelled, its messages nobody received go. */
+void xfer_tm_ep_gone(xfer_endpoint_t *ep);
+/* Peers paused at the process's budget try again when it moved; how many events. */
+unsigned xfer_tm_progress(xfer_context_t *ctx);
 
 /* tensor.c */
 xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx);
 void xfer_tensor_table_destroy(xfer_context_t *ctx);
-void xfer_tensor_upcall_request(void *fw_arg, uint64_t step, const char *key, size_t key_len,
-                                xfer_tensor_waiter_t *waiter);
+void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const char *key,
+                                size_t key_len, xfer_tensor_waiter_t *waiter);
 void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter);
 void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status);
 /* Fetch-side bookkeeping: is the step aborted here (returns the status or XFER_OK)? */
@@ -467,6 +528,12 @@ int xfer_notify_upcall(void *fw_arg, void *fw_ep, const void *msg, size_t length
 unsigned xfer_notify_dispatch(xfer_context_t *ctx);
 /* The endpoint goes: drop what it still queues. */
 void xfer_notify_ep_cleanup(xfer_endpoint_t *ep);
+
+/* budget.c */
+/* The limits, from the context being created (the process's: the last context's word). */
+void xfer_budget_configure(const xfer_fw_config_t *cfg);
+/* The endpoint goes: what it still holds is given back (logged: it should be none). */
+void xfer_budget_ep_release(xfer_endpoint_t *ep);
 
 /* log.c */
 void xfer_log_set_level(xfer_log_level_t level);

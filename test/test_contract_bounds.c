@@ -17,18 +17,11 @@
 #define NBIG      8
 #define BOUND     "4k"
 
-/* The bound on messages nobody received yet, for one endpoint, on every transport (each
- * names it its own way). Set before the contexts are made; the children inherit it. */
+/* The bound on messages nobody received yet, for one endpoint (the framework's, so every
+ * transport's). Set before the contexts are made; the children inherit it. */
 static void bound_set(void)
 {
-    static const char *const names[] = {"XFER_TCP_MAX_UNEXPECTED_EP",
-                                        "XFER_SHM_MAX_UNEXPECTED_EP",
-                                        "XFER_VERBS_MAX_UNEXPECTED_EP",
-                                        "XFER_GDR_MAX_UNEXPECTED_EP"};
-
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        setenv(names[i], BOUND, 1);
-    }
+    setenv("XFER_UNEXPECTED_EP", BOUND, 1);
     setenv("XFER_CLOSE_TIMEOUT", "1s", 1);
 }
 

@@ -174,7 +174,7 @@ Test(verbs, credit_exhaustion)
  * credits back, the sender stalls, and everything must still flow once receives are posted. */
 Test(verbs, credit_exhaustion_with_a_capped_unexpected_queue)
 {
-    setenv("XFER_VERBS_MAX_UNEXPECTED", "4k", 1);
+    setenv("XFER_UNEXPECTED_EP", "4k", 1);
     credit_run();
 }
 
@@ -183,7 +183,7 @@ Test(verbs, credit_exhaustion_with_a_capped_unexpected_queue)
 Test(verbs, credit_exhaustion_with_the_fewest_slots)
 {
     setenv("XFER_VERBS_RX_QUEUE_LEN", "16", 1);
-    setenv("XFER_VERBS_MAX_UNEXPECTED", "4k", 1);
+    setenv("XFER_UNEXPECTED_EP", "4k", 1);
     credit_run();
 }
 

@@ -49,8 +49,6 @@ typedef struct xfer_shm_config {
     uint64_t coop_min;          /* COOP_MIN: mapped puts from this size share the copy with
                                  * the target (shm_coop.c) */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
-    uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes, all peers */
-    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, one peer */
     uint64_t max_answers;       /* MAX_ANSWERS: answers queued for a peer before its input
                                  * pauses */
     int      cuda_ipc;          /* CUDA_IPC: put/get/batches of CUDA memory by IPC handles */
@@ -95,11 +93,14 @@ typedef struct xfer_shm_tx {
     int                 embedded;   /* part of op or preq: not freed on its own */
 } xfer_shm_tx_t;
 
+/* What a queued answer of len data bytes counts against XFER_ANSWERS_BUDGET. */
+#define XFER_SHM_ANSWER_COST(_len) ((uint64_t)(_len) + sizeof(xfer_shm_tx_t))
+
 /* ---- operations ------------------------------------------------------------------------------ */
 
 typedef enum {
     XFER_SHM_OP_SEND,
-    XFER_SHM_OP_RECV,
+    XFER_SHM_OP_RECV,           /* a rendezvous message read for the framework's receive */
     XFER_SHM_OP_PUT,
     XFER_SHM_OP_GET,
     XFER_SHM_OP_FETCH,
@@ -113,7 +114,7 @@ typedef enum {
                                      * 24 bytes each */
 
 struct xfer_shm_op {
-    ucs_list_link_t     list;       /* iface->posted (RECV), ep->flushes, or iface->compq */
+    ucs_list_link_t     list;       /* ep->flushes, or iface->compq */
     xfer_shm_op_kind_t  kind;
     xfer_comp_t         *comp;
     xfer_iface_h        iface;
@@ -127,7 +128,8 @@ struct xfer_shm_op {
     uint32_t            slot;       /* outstanding request: index in ep->slots, or UINT32_MAX */
     void                *buf;
     size_t              len;
-    uint64_t            rtag, rmask;
+    uint64_t            rtag;       /* FETCH: the request id, for a TCANCEL */
+    void                *tag_handle;    /* RECV: the framework's, told at delivery */
     void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
     void                *alloc_arg;
     xfer_tensor_t       *result;
@@ -170,22 +172,6 @@ struct xfer_shm_preq {
     uint32_t             key_len, key_got;
     char                 key[];
 };
-
-/* ---- unexpected tag messages ----------------------------------------------------------------- */
-
-typedef struct xfer_shm_unexp {
-    ucs_list_link_t list;           /* iface->unexp, arrival order */
-    xfer_ep_h       ep;
-    uint64_t        tag;
-    uint64_t        length;
-    int             complete;       /* all bytes arrived (or RNDV: nothing more comes) */
-    int             rndv;           /* the data is in the sender: src, send id */
-    uint64_t        src, send_id;
-    int             mapped;         /* RNDV from a memfd the sender announced: mem */
-    xfer_shm_rndv_mem_t mem;
-    xfer_shm_op_t   *recv;          /* a receive that matched it while it was arriving */
-    uint8_t         data[];
-} xfer_shm_unexp_t;
 
 /* ---- the peer's memory, mapped to read rendezvous messages (shm_map.c) ------------------------ */
 
@@ -231,7 +217,7 @@ typedef enum {
 /* What the frames being received go into. */
 typedef enum {
     XFER_SHM_RX_IDLE,
-    XFER_SHM_RX_TAG,            /* into rx.op's buffer or rx.ue */
+    XFER_SHM_RX_TAG,            /* where the framework said (rx.tag_handle) */
     XFER_SHM_RX_PUT,            /* into a checked region */
     XFER_SHM_RX_GET_RESP,       /* into rx.op's buffer */
     XFER_SHM_RX_FETCH_KEY,      /* into rx.preq's key */
@@ -248,7 +234,7 @@ typedef struct xfer_shm_rx {
     xfer_status_t       status;
     uint64_t            id, tag;
     xfer_shm_op_t       *op;
-    xfer_shm_unexp_t    *ue;
+    void                *tag_handle;    /* a message's, from the framework's matching */
     xfer_shm_preq_t     *preq;
 } xfer_shm_rx_t;
 
@@ -277,6 +263,7 @@ struct xfer_ep {
     uint64_t            tx_queued;      /* entries ever queued */
     uint64_t            tx_done;        /* ... and ever written whole */
     uint64_t            answers;        /* answers to the peer queued now */
+    xfer_budget_queue_t answer_bytes;   /* ... their bytes, charged to XFER_ANSWERS_BUDGET */
     int                 rx_paused;      /* input waits (unexpected bounds, answers) */
     uint64_t            rx_copied;      /* CMA bytes this progress round (RX_BYTES_BUDGET) */
     int                 rx_yield;       /* a notification was delivered: end the round */
@@ -286,7 +273,6 @@ struct xfer_ep {
     uint64_t            move_done;      /* ... bytes of it moved */
     xfer_shm_batch_rx_t *batch_rx;      /* a peer's batch being moved (shm_batch.c) */
     xfer_shm_rx_t       rx;
-    uint64_t            unexp_bytes;
 
     uint64_t            puts_rx;        /* PUT frames ever received */
     uint64_t            put_refused_at; /* puts_rx at the last refused one; 0: none */
@@ -355,9 +341,6 @@ struct xfer_iface {
     uint64_t                 next_region;
     struct kh_xfer_shm_mem_s *regions;
     ucs_list_link_t          eps;
-    ucs_list_link_t          posted;        /* RECV ops, posting order */
-    ucs_list_link_t          unexp;         /* xfer_shm_unexp_t, arrival order */
-    uint64_t                 unexp_bytes;
     ucs_list_link_t          compq;         /* completed ops, callback pending */
     ucs_mpool_t              op_mp;         /* xfer_shm_op_t with up to OP_POOL_EXTRA key */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
@@ -499,7 +482,6 @@ xfer_status_t xfer_shm_coop_recv(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n,
 /* Complete ep's shared puts whose target finished its parts: how many. */
 unsigned xfer_shm_coop_check(xfer_ep_h ep);
 /* Does one of ep's shared copies wait for the peer's parts to complete comp? */
-int xfer_shm_coop_holds(xfer_ep_h ep, xfer_comp_t *comp);
 /* Has the target finished its parts of one of ep's waiting shared puts? */
 int xfer_shm_coop_ready(xfer_ep_h ep);
 /* Does a shared put posted as one of the first mark still wait? (flushes) */
@@ -631,16 +613,15 @@ typedef xfer_status_t (*xfer_shm_rx_done_fn_t)(xfer_ep_h ep, char *why, size_t w
 /* ---- shm_tag.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
                                 xfer_memh_h memh, xfer_comp_t *comp);
-xfer_status_t xfer_shm_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
-                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
-                                xfer_comp_t *comp);
-xfer_status_t xfer_shm_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+/* tag_pull: a rendezvous message the framework kept, read for its receive. */
+xfer_status_t xfer_shm_tag_pull(xfer_ep_h ep, const void *priv, size_t priv_len,
+                                uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
+                                void *handle);
 xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tag_fin(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size);
-void xfer_shm_unexp_release(xfer_iface_h iface, xfer_shm_unexp_t *ue);
 
 /* ---- shm_rma.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_shm_regions_init(xfer_iface_h iface);

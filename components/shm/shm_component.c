@@ -60,14 +60,6 @@ static const xfer_param_desc_t shm_params[] = {
     {"MAX_MSG_SIZE", XFER_PARAM_SIZE, "64g",
      "Largest tag message, put/get or tensor this side sends or accepts.",
      offsetof(xfer_shm_config_t, max_msg_size), 1, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
-    {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
-     "Bytes of unexpected messages (no receive posted yet) buffered for all peers; past it an "
-     "endpoint's ring is not read until receives drain the queue.",
-     offsetof(xfer_shm_config_t, max_unexpected), 0, 1024.0 * 1024.0 * 1024.0 * 1024.0, NULL},
-    {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
-     "The same bound for the unexpected messages of one peer.",
-     offsetof(xfer_shm_config_t, max_unexpected_ep), 0, 1024.0 * 1024.0 * 1024.0 * 1024.0,
-     NULL},
     {"MAX_ANSWERS", XFER_PARAM_UINT, "4096",
      "Answers to one peer's requests (put acknowledgements, get data, tensors) queued for its "
      "ring before its requests are no longer read.",
@@ -342,7 +334,6 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .put           = xfer_shm_put,
     .get           = xfer_shm_get,
     .tag_send      = xfer_shm_tag_send,
-    .tag_recv      = xfer_shm_tag_recv,
     .tensor_fetch  = xfer_shm_tensor_fetch,
     .cancel        = xfer_shm_cancel,
     .progress      = xfer_shm_iface_progress,
@@ -353,4 +344,5 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .iface_reachable = xfer_shm_iface_reachable,
     .batch         = xfer_shm_batch,
     .ep_shutdown   = xfer_shm_ep_shutdown,
+    .tag_pull      = xfer_shm_tag_pull,
 };

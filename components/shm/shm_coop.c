@@ -346,16 +346,6 @@ unsigned xfer_shm_coop_check(xfer_ep_h ep)
     return count;
 }
 
-int xfer_shm_coop_holds(xfer_ep_h ep, xfer_comp_t *comp)
-{
-    for (unsigned i = 0; (i < XFER_SHM_COOP_SLOTS) && (ep->coop_busy > 0); i++) {
-        if ((ep->coop[i].op != NULL) && (ep->coop[i].op->comp == comp)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
 int xfer_shm_coop_ready(xfer_ep_h ep)
 {
     for (unsigned i = 0; i < XFER_SHM_COOP_SLOTS; i++) {

@@ -526,12 +526,6 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
             xfer_shm_op_complete(op, status, 0, 0);
         }
     }
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        if (op->ep == ep) {
-            ucs_list_del(&op->list);
-            xfer_shm_op_complete(op, status, 0, 0);
-        }
-    }
     xfer_shm_preq_withdraw_all(ep, status);
 }
 
@@ -599,7 +593,6 @@ void xfer_shm_ep_fail_deferred(xfer_ep_h ep)
 void xfer_shm_ep_destroy(xfer_ep_h ep)
 {
     xfer_iface_h iface;
-    xfer_shm_unexp_t *ue, *tmp;
 
     if (ep == NULL) {
         return;
@@ -615,12 +608,6 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         ucs_list_del(&ep->notify_link);
     }
     ep->in_failing = ep->in_notify = 0;
-    /* messages of this peer that nobody received go with it */
-    ucs_list_for_each_safe(ue, tmp, &iface->unexp, list) {
-        if (ue->ep == ep) {
-            xfer_shm_unexp_release(iface, ue);
-        }
-    }
     /* tensors handed out for this peer's fetches are released before the ep goes */
     xfer_shm_iface_releases_run(iface);
     xfer_shm_iface_deliver_ep(iface, ep);

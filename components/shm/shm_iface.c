@@ -67,8 +67,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->params.size = sizeof(iface->params);
     ucs_list_head_init(&iface->eps);
-    ucs_list_head_init(&iface->posted);
-    ucs_list_head_init(&iface->unexp);
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
@@ -118,7 +116,9 @@ static void deliver_one(xfer_shm_op_t *op)
     xfer_comp_t *comp = op->comp;
 
     ucs_list_del(&op->list);
-    if (comp != NULL) {
+    if (op->kind == XFER_SHM_OP_RECV) {
+        xfer_tag_done(op->tag_handle, op->status);   /* the framework's receive */
+    } else if (comp != NULL) {
         comp->cb(comp, op->status, op->length, op->tag);
     }
     xfer_shm_op_free(op);
@@ -148,15 +148,6 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     }
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_shm_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
-    }
-    while (!ucs_list_is_empty(&iface->posted)) {
-        xfer_shm_op_t *op = ucs_list_head(&iface->posted, xfer_shm_op_t, list);
-
-        ucs_list_del(&op->list);
-        xfer_shm_op_complete(op, XFER_ERR_CANCELED, 0, 0);
-    }
-    while (!ucs_list_is_empty(&iface->unexp)) {
-        xfer_shm_unexp_release(iface, ucs_list_head(&iface->unexp, xfer_shm_unexp_t, list));
     }
     xfer_shm_iface_releases_run(iface);
     while (!ucs_list_is_empty(&iface->compq)) {
@@ -391,10 +382,6 @@ xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status
 
     if ((iface == NULL) || (comp == NULL)) {
         return XFER_ERR_INVALID_PARAM;
-    }
-    ret = xfer_shm_tag_cancel(iface, comp, status);
-    if (ret != XFER_ERR_NOT_FOUND) {
-        return ret;
     }
     ret = xfer_shm_tensor_cancel(iface, comp, status);
     if (ret != XFER_ERR_NOT_FOUND) {

@@ -8,7 +8,8 @@
  *
  * A handler that cannot take its frame now (no room for an unexpected message) leaves it in
  * the ring: the endpoint's input pauses there and is tried again at each progress(). So does
- * a peer's request while the answers to its earlier requests are MAX_ANSWERS deep.
+ * a peer's request while the answers to its earlier requests are MAX_ANSWERS deep, or hold
+ * more than the process's XFER_ANSWERS_BUDGET grants (its fair share of it).
  */
 #include "shm.h"
 
@@ -107,14 +108,9 @@ void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status)
 
     switch (rx->kind) {
     case XFER_SHM_RX_TAG:
-        if (rx->op != NULL) {
-            xfer_shm_op_complete(rx->op, status, 0, 0);
-        } else if (rx->ue != NULL) {
-            if (rx->ue->recv != NULL) {
-                xfer_shm_op_complete(rx->ue->recv, status, 0, 0);
-                rx->ue->recv = NULL;
-            }
-            xfer_shm_unexp_release(ep->iface, rx->ue);
+        /* the message will not be whole: its receive, or the framework's buffer, hears it */
+        if (rx->tag_handle != NULL) {
+            xfer_tag_done(rx->tag_handle, status);
         }
         break;
     case XFER_SHM_RX_FETCH_KEY:
@@ -168,7 +164,9 @@ static int rx_frame(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *pa
             snprintf(why, sizeof(why), "a DATA frame outside a message");
             goto fail_proto;
         }
-        if (is_request(hdr) && (ep->answers >= ep->iface->cfg->max_answers)) {
+        if (is_request(hdr) &&
+            ((ep->answers >= ep->iface->cfg->max_answers) ||
+             !xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes))) {
             return 0;   /* the answers the peer has not taken yet go first */
         }
         status = handlers[hdr->type](ep, hdr, payload, why, sizeof(why));

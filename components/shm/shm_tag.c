@@ -1,20 +1,17 @@
 /*
- * Tagged messages: sending, matching and the unexpected queue.
- *
- * A message matches a receive when (msg_tag & mask) == (tag & mask) and the receive is for any
- * peer or for the message's endpoint; arriving messages meet posted receives in posting
- * order, new receives meet unexpected messages in arrival order, so each peer's messages
- * match in the order it sent them.
+ * Tagged messages over shm: sending, and handing arriving ones to the framework's matching
+ * (framework/tag_match.c), which says where each one's data goes.
  *
  * Up to RNDV_THRESH (or at any size without CMA) a message is copied into the ring and the
  * send completes once it is there - at once for a message that fits the caller's copy. From
  * RNDV_THRESH with CMA only a descriptor goes (RNDV: the source address); the receiver reads
- * the data straight from the sender's buffer into its own once a receive matches, and answers
- * TAG_FIN, which completes the send; from memory the sender allocated with xfer_mem_alloc()
- * the descriptor also names its memfd, and the receiver copies from its mapping of it
- * (shm_map.c) instead. Unexpected messages are buffered up to MAX_UNEXPECTED
- * bytes per interface and MAX_UNEXPECTED_EP per endpoint (a descriptor costs only its
- * bookkeeping); beyond that the endpoint's ring is not read until receives drain the queue.
+ * the data straight from the sender's buffer into its own once a receive takes it (at once,
+ * or when the framework asks, tag_pull) and answers TAG_FIN, which completes the send; from
+ * memory the sender allocated with xfer_mem_alloc() the descriptor also names its memfd, and
+ * the receiver copies from its mapping of it (shm_map.c) instead. A message nobody receives
+ * past the bounds leaves the ring unread (the endpoint's input pauses there) until the
+ * framework has room; one whose peer is gone is kept past them, the ring bounding what is
+ * left, so that its end is seen.
  */
 #include "shm.h"
 
@@ -23,66 +20,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int tag_matches(uint64_t msg_tag, uint64_t tag, uint64_t mask)
-{
-    return ((msg_tag ^ tag) & mask) == 0;
-}
+/* What the framework keeps of a rendezvous message until a receive takes it. */
+typedef struct rndv_priv {
+    uint64_t            src, send_id;
+    uint32_t            mapped;
+    xfer_shm_rndv_mem_t mem;
+} rndv_priv_t;
 
-/* A receive for any peer may be posted on other transports too: it is ours only if the
- * framework says so (tag_claim), else it completes cancelled and matching goes on. */
-static int recv_claim(xfer_iface_h iface, xfer_shm_op_t *op)
-{
-    const xfer_iface_params_t *p = &iface->params;
-
-    if ((p->tag_claim == NULL) || p->tag_claim(p->fw_arg, op->comp)) {
-        return 1;
-    }
-    xfer_shm_op_complete(op, XFER_ERR_CANCELED, 0, 0);
-    return 0;
-}
-
-static uint64_t unexp_cost(const xfer_shm_unexp_t *ue)
-{
-    return (ue->rndv ? 0 : ue->length) + XFER_SHM_ENTRY_OVERHEAD;
-}
-
-void xfer_shm_unexp_release(xfer_iface_h iface, xfer_shm_unexp_t *ue)
-{
-    ucs_list_del(&ue->list);
-    iface->unexp_bytes  -= unexp_cost(ue);
-    ue->ep->unexp_bytes -= unexp_cost(ue);
-    free(ue);
-}
-
-/* May cost more bytes of unexpected messages be buffered? An endpoint that waits for answers
- * to its requests may go to twice the bounds, so that those answers are not held behind a
- * message nobody receives yet; past that it pauses anyway and memory stays bounded. */
-static int unexp_room(xfer_ep_h ep, uint64_t cost)
-{
-    const xfer_shm_config_t *cfg = ep->iface->cfg;
-    uint64_t iface_after         = ep->iface->unexp_bytes + cost;
-    uint64_t ep_after            = ep->unexp_bytes + cost;
-
-    if ((iface_after <= cfg->max_unexpected) && (ep_after <= cfg->max_unexpected_ep)) {
-        return 1;
-    }
-    if (ep->peer_gone && (cost <= ep->in.seg_len)) {
-        /* the peer wrote its last: what is left of it is in our ring, which bounds it, and
-         * its end (a BYE or not) is known only once it is read */
-        return 1;
-    }
-    return (ep->busy_slots > 0) && (iface_after <= 2 * cfg->max_unexpected) &&
-           (ep_after <= 2 * cfg->max_unexpected_ep);
-}
+_Static_assert(sizeof(rndv_priv_t) <= XFER_TAG_PRIV_MAX, "a rendezvous message's description "
+               "fits what the framework keeps");
 
 /* Read a RNDV message's data from the sender into receive op's buffer (n bytes of its length)
  * - from the sender's memfd mapped here when mem names one that maps (the copy shared with
  * the sender when large, shm_coop.c), else by CMA - tell the sender it may reuse its buffer,
- * and complete op: with done (and length and tag) if the data is in, else with the read's
- * failure; a shared copy completes op once the sender's parts are in. */
+ * and complete op (which hands the framework's receive its status when delivered): with
+ * XFER_OK if the data is in, else with the read's failure; a shared copy completes op once
+ * the sender's parts are in. */
 static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
-                      const xfer_shm_rndv_mem_t *mem, uint64_t send_id, xfer_status_t done,
-                      uint64_t length, uint64_t tag)
+                      const xfer_shm_rndv_mem_t *mem, uint64_t send_id)
 {
     const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem, 0) : NULL;
     char why[XFER_REASON_MAX];
@@ -90,7 +45,7 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
     int later            = 0;
 
     if (mapped != NULL) {
-        status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, done, length, tag);
+        status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, XFER_OK, n, 0);
         later  = (status == XFER_INPROGRESS);
         if (status == XFER_ERR_UNSUPPORTED) {
             xfer_shm_copy(ep->iface, op->buf, mapped, n);
@@ -116,41 +71,8 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
         }
     }
     if (!later) {
-        xfer_shm_op_complete(op, (status != XFER_OK) ? status : done, length, tag);
+        xfer_shm_op_complete(op, status, n, 0);
     }
-}
-
-/* A complete unexpected message meets its receive. */
-static void unexp_deliver(xfer_iface_h iface, xfer_shm_unexp_t *ue, xfer_shm_op_t *op)
-{
-    uint64_t n           = (ue->length < op->len) ? ue->length : op->len;
-    xfer_status_t status = (ue->length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
-
-    op->ep = ue->ep;
-    if (ue->rndv) {
-        rndv_pull(ue->ep, op, n, ue->src, ue->mapped ? &ue->mem : NULL, ue->send_id, status,
-                  ue->length, ue->tag);
-    } else {
-        if (n > 0) {
-            memcpy(op->buf, ue->data, n);
-        }
-        xfer_shm_op_complete(op, status, ue->length, ue->tag);
-    }
-    xfer_shm_unexp_release(iface, ue);
-}
-
-/* Did ep send a message, complete before it failed, that this receive would take? */
-static int unexp_has(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag, uint64_t tag_mask)
-{
-    xfer_shm_unexp_t *ue;
-
-    ucs_list_for_each(ue, &iface->unexp, list) {
-        if ((ue->ep == ep) && ue->complete && !ue->rndv && (ue->recv == NULL) &&
-            tag_matches(ue->tag, tag, tag_mask)) {
-            return 1;
-        }
-    }
-    return 0;
 }
 
 xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
@@ -242,100 +164,59 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     return XFER_INPROGRESS;
 }
 
-xfer_status_t xfer_shm_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
-                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
-                                xfer_comp_t *comp)
+/* A receive's op for a rendezvous message: its data lands in buf (capacity bytes) by
+ * rndv_pull, and its completion hands the framework's handle its status (deliver_one). */
+static xfer_status_t rndv_start(xfer_ep_h ep, void *handle, void *buf, size_t capacity,
+                                xfer_memh_h memh, uint64_t length, const rndv_priv_t *r)
 {
-    xfer_shm_unexp_t *ue;
-    xfer_status_t status;
-    xfer_shm_op_t *op;
+    xfer_shm_op_t *op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_RECV, NULL, 0);
+    uint64_t n        = (length < capacity) ? length : capacity;
 
-    if ((iface == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0)) ||
-        ((ep != NULL) && (ep->iface != iface))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (ep != NULL) {
-        status = xfer_shm_ep_check(ep);
-        if ((status != XFER_OK) && !unexp_has(iface, ep, tag, tag_mask)) {
-            return status;  /* nothing it sent before failing matches */
-        }
-    }
-    op = xfer_shm_op_new(iface, ep, XFER_SHM_OP_RECV, comp, 0);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->buf   = buf;
-    op->len   = length;
-    op->memh  = memh;
-    op->rtag  = tag;
-    op->rmask = tag_mask;
-
-    ucs_list_for_each(ue, &iface->unexp, list) {
-        if ((ue->recv != NULL) || ((ep != NULL) && (ue->ep != ep)) ||
-            !tag_matches(ue->tag, tag, tag_mask)) {
-            continue;
-        }
-        if ((ep == NULL) && !recv_claim(iface, op)) {
-            return XFER_INPROGRESS;     /* another transport's: completed cancelled */
-        }
-        if (ue->complete) {
-            unexp_deliver(iface, ue, op);
-        } else {
-            ue->recv = op;      /* completes when the rest has arrived */
-            op->ep   = ue->ep;
-            op->busy = 1;
-        }
-        return XFER_INPROGRESS;
-    }
-    ucs_list_add_tail(&iface->posted, &op->list);
+    op->buf        = buf;
+    op->len        = capacity;
+    op->memh       = memh;
+    op->tag_handle = handle;
+    rndv_pull(ep, op, n, r->src, r->mapped ? &r->mem : NULL, r->send_id);
     return XFER_INPROGRESS;
 }
 
-xfer_status_t xfer_shm_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+xfer_status_t xfer_shm_tag_pull(xfer_ep_h ep, const void *priv, size_t priv_len,
+                                uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
+                                void *handle)
 {
-    xfer_shm_unexp_t *ue;
-    xfer_shm_op_t *op;
-    xfer_ep_h ep;
+    rndv_priv_t r;
 
-    ucs_list_for_each(op, &iface->posted, list) {
-        if (op->comp == comp) {
-            ucs_list_del(&op->list);
-            xfer_shm_op_complete(op, status, 0, 0);
-            return XFER_OK;
-        }
+    if ((priv_len != sizeof(r)) || (ep->state != XFER_SHM_EP_CONNECTED)) {
+        return (ep->state != XFER_SHM_EP_CONNECTED) ? xfer_shm_ep_check(ep) :
+               XFER_ERR_INTERNAL;
     }
-    ucs_list_for_each(ue, &iface->unexp, list) {
-        if ((ue->recv != NULL) && (ue->recv->comp == comp)) {
-            return XFER_ERR_BUSY;
-        }
-    }
-    ucs_list_for_each(ep, &iface->eps, list) {
-        if (((ep->rx.kind == XFER_SHM_RX_TAG) && (ep->rx.op != NULL) &&
-             (ep->rx.op->comp == comp)) || xfer_shm_coop_holds(ep, comp)) {
-            return XFER_ERR_BUSY;   /* its data is arriving */
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
+    memcpy(&r, priv, sizeof(r));
+    return rndv_start(ep, handle, buf, capacity, memh, length, &r);
 }
 
-/* The first frame of a message: find its receive, or buffer it, or pause. */
+/* The first frame of a message: its data goes where the framework says, or the endpoint's
+ * input pauses on it. */
 xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size)
 {
-    xfer_iface_h iface = ep->iface;
-    int rndv           = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
-    int mapped         = (hdr->flags & XFER_SHM_FL_MAPPED) != 0;
-    uint64_t len       = hdr->a;
-    xfer_shm_rndv_mem_t mem;
-    xfer_shm_op_t *op, *tmp;
-    xfer_shm_unexp_t *ue;
+    const xfer_iface_params_t *p = &ep->iface->params;
+    int rndv                     = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    int mapped                   = (hdr->flags & XFER_SHM_FL_MAPPED) != 0;
+    uint64_t len                 = hdr->a;
+    unsigned flags               = rndv ? XFER_TAG_ARRIVE_RNDV : 0;
+    rndv_priv_t r;
+    xfer_tag_dest_t dest;
+    xfer_status_t status;
 
-    if (len > iface->cfg->max_msg_size) {
+    if (len > ep->iface->cfg->max_msg_size) {
         snprintf(why, why_size, "a %llu-byte message exceeds XFER_SHM_MAX_MSG_SIZE (%llu)",
-                 (unsigned long long)len, (unsigned long long)iface->cfg->max_msg_size);
+                 (unsigned long long)len, (unsigned long long)ep->iface->cfg->max_msg_size);
         return XFER_ERR_PROTOCOL;
     }
-    if (rndv ? (!ep->cma || (hdr->len != (mapped ? sizeof(mem) : 0))) :
+    if (rndv ? (!ep->cma || (hdr->len != (mapped ? sizeof(r.mem) : 0))) :
                (mapped || (hdr->len > len))) {
         snprintf(why, why_size, "a %s%s message of %llu bytes with %u in its first frame%s",
                  rndv ? "rendezvous" : "copied", mapped ? " mapped" : "",
@@ -343,99 +224,73 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
         return XFER_ERR_PROTOCOL;
     }
+    memset(&r, 0, sizeof(r));
+    r.src     = hdr->b;
+    r.send_id = hdr->c;
+    r.mapped  = mapped;
     if (mapped) {
-        memcpy(&mem, payload, sizeof(mem));
-        if ((mem.msg_offset > mem.length) || (len > mem.length - mem.msg_offset)) {
+        memcpy(&r.mem, payload, sizeof(r.mem));
+        if ((r.mem.msg_offset > r.mem.length) || (len > r.mem.length - r.mem.msg_offset)) {
             snprintf(why, why_size, "a rendezvous message of %llu bytes at %llu of a %llu-byte "
                      "range of the sender's memfd", (unsigned long long)len,
-                     (unsigned long long)mem.msg_offset, (unsigned long long)mem.length);
+                     (unsigned long long)r.mem.msg_offset, (unsigned long long)r.mem.length);
             return XFER_ERR_PROTOCOL;
         }
     }
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        uint64_t want;
-
-        if (((op->ep != NULL) && (op->ep != ep)) || !tag_matches(hdr->id, op->rtag, op->rmask)) {
-            continue;
-        }
-        ucs_list_del(&op->list);
-        if ((op->ep == NULL) && !recv_claim(iface, op)) {
-            continue;
-        }
-        op->ep = ep;
-        want   = (len < op->len) ? len : op->len;
-        if (!rndv && (hdr->len == len)) {
-            /* the whole message is in this frame: no receive state to keep */
-            if (want > 0) {
-                memcpy(op->buf, payload, want);
-            }
-            xfer_shm_op_complete(op, (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, len,
-                                 hdr->id);
-            return XFER_OK;
-        }
+    if (ep->busy_slots > 0) {
+        flags |= XFER_TAG_ARRIVE_URGENT;    /* our answers wait behind it */
+    }
+    if (ep->peer_gone) {
+        flags |= XFER_TAG_ARRIVE_FORCE;     /* what is left of the peer is in the ring */
+    }
+    switch (xfer_tag_arrive(p->fw_arg, ep->fw_ep, hdr->id, len, flags, rndv ? &r : NULL,
+                            rndv ? sizeof(r) : 0, &dest)) {
+    case XFER_TAG_MATCHED:
         if (rndv) {
-            rndv_pull(ep, op, want, hdr->b, mapped ? &mem : NULL, hdr->c,
-                      (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK, len, hdr->id);
+            status = rndv_start(ep, dest.handle, dest.buf, dest.capacity, dest.memh, len, &r);
+            if (status != XFER_INPROGRESS) {
+                xfer_tag_done(dest.handle, status);
+            }
             return XFER_OK;
         }
-        op->busy      = 1;
-        ep->rx.op     = op;
-        ep->rx.tag    = hdr->id;
-        xfer_shm_rx_expect(ep, XFER_SHM_RX_TAG, op->buf, op->len, len);
-        ep->rx.status = (len > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
+        if (hdr->len == len) {
+            /* the whole message is in this frame: no receive state to keep */
+            uint64_t n = (len < dest.capacity) ? len : dest.capacity;
+
+            if (n > 0) {
+                memcpy(dest.buf, payload, n);
+            }
+            xfer_tag_done(dest.handle, XFER_OK);
+            return XFER_OK;
+        }
+        ep->rx.tag_handle = dest.handle;
+        xfer_shm_rx_expect(ep, XFER_SHM_RX_TAG, dest.buf, dest.capacity, len);
         xfer_shm_rx_feed(ep, payload, hdr->len);
         return XFER_OK;
-    }
-    if (!unexp_room(ep, (rndv ? 0 : len) + XFER_SHM_ENTRY_OVERHEAD)) {
+    case XFER_TAG_UNEXPECTED:
+        if (!rndv) {
+            ep->rx.tag_handle = dest.handle;
+            xfer_shm_rx_expect(ep, XFER_SHM_RX_TAG, dest.buf, len, len);
+            xfer_shm_rx_feed(ep, payload, hdr->len);
+        }
+        return XFER_OK;
+    case XFER_TAG_PAUSE:
         return XFER_ERR_BUSY;
-    }
-    ue = malloc(sizeof(*ue) + (rndv ? 0 : len));
-    if (ue == NULL) {
-        snprintf(why, why_size, "out of memory for a %llu-byte unexpected message",
+    default:
+        snprintf(why, why_size, "out of memory for a %llu-byte message nobody received yet",
                  (unsigned long long)len);
         return XFER_ERR_NO_MEMORY;
     }
-    ue->ep       = ep;
-    ue->tag      = hdr->id;
-    ue->length   = len;
-    ue->rndv     = rndv;
-    ue->src      = hdr->b;
-    ue->send_id  = hdr->c;
-    ue->mapped   = mapped;
-    if (mapped) {
-        ue->mem = mem;
-    }
-    ue->complete = rndv;
-    ue->recv     = NULL;
-    ucs_list_add_tail(&iface->unexp, &ue->list);
-    iface->unexp_bytes += unexp_cost(ue);
-    ep->unexp_bytes    += unexp_cost(ue);
-    if (!rndv) {
-        ep->rx.ue  = ue;
-        ep->rx.tag = hdr->id;
-        xfer_shm_rx_expect(ep, XFER_SHM_RX_TAG, ue->data, len, len);
-        xfer_shm_rx_feed(ep, payload, hdr->len);
-    }
-    return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_shm_unexp_t *ue = ep->rx.ue;
+    void *handle = ep->rx.tag_handle;
 
     (void)why;
     (void)why_size;
-    if (ep->rx.op != NULL) {
-        xfer_shm_op_complete(ep->rx.op, ep->rx.status, ep->rx.total, ep->rx.tag);
-        return XFER_OK;
-    }
-    ue->complete = 1;
-    if (ue->recv != NULL) {
-        xfer_shm_op_t *op = ue->recv;
-
-        ue->recv = NULL;
-        unexp_deliver(ep->iface, ue, op);
-    }
+    ep->rx.tag_handle = NULL;
+    xfer_tag_done(handle, XFER_OK);
     return XFER_OK;
 }
 

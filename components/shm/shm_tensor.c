@@ -557,8 +557,8 @@ xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size)
     ep->num_preqs++;
     /* ready() may come before this returns; it queues the answer and leaves the writing to
      * progress(), which is running. preq is freed only by progress() (iface->releases). */
-    iface->params.tensor_request(iface->params.fw_arg, preq->step, preq->key, preq->key_len,
-                                 &preq->waiter);
+    iface->params.tensor_request(iface->params.fw_arg, ep->fw_ep, preq->step, preq->key,
+                                 preq->key_len, &preq->waiter);
     ep->rx.preq = NULL;
     return XFER_OK;
 }

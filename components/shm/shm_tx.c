@@ -70,6 +70,8 @@ static void tx_done(xfer_ep_h ep, xfer_shm_tx_t *tx)
     ep->tx_done++;
     if (tx->answer) {
         ep->answers--;
+        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+                                 XFER_SHM_ANSWER_COST(tx->len));
     }
     if ((tx->op != NULL) && tx->op->on_write) {
         xfer_shm_op_complete(tx->op, XFER_OK, tx->op->len, 0);
@@ -173,7 +175,11 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
         tx->head_len = cap;     /* callers keep heads well under a cell */
     }
     ep->tx_queued++;
-    ep->answers += (answer != 0);
+    if (answer) {
+        ep->answers++;
+        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+                              XFER_SHM_ANSWER_COST(len));
+    }
     ucs_list_add_tail(&ep->txq, &tx->list);
     return XFER_OK;
 }
@@ -243,6 +249,8 @@ void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status)
 
         if (tx->answer) {
             ep->answers--;
+            xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+                                     XFER_SHM_ANSWER_COST(tx->len));
         }
         /* an op waiting for an answer is failed with its slot; one that completes once
          * written is failed here */

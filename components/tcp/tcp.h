@@ -45,8 +45,6 @@ typedef struct xfer_tcp_config {
     double   keepintvl;         /* KEEPINTVL: seconds between probes */
     uint64_t keepcnt;           /* KEEPCNT: unanswered probes before the peer is dead */
     double   user_timeout;      /* USER_TIMEOUT: TCP_USER_TIMEOUT, seconds; 0 = system */
-    uint64_t max_unexpected;    /* MAX_UNEXPECTED: buffered unexpected bytes before pausing */
-    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one endpoint */
     uint64_t max_backlog;       /* MAX_RESPONSE_BACKLOG: queued answers before input pauses */
     uint64_t cuda_chunk;        /* CUDA_CHUNK: bytes of one bounce buffer for device memory */
     uint64_t cuda_depth;        /* CUDA_DEPTH: bounce buffers for each direction */
@@ -90,8 +88,8 @@ typedef struct xfer_tcp_tx {
     size_t              cap;        /* TX_BUF: room of iov[0] */
     xfer_memh_h         memh;       /* GET_RESP: the region iov[1] points into, or NULL */
     void                *owned;     /* GET_RESP: a private copy of iov[1] (after dereg) */
-    uint64_t            resp;       /* what it counts in ep->resp_backlog (answers to the
-                                     * peer's requests) */
+    uint64_t            resp;       /* what it counts in ep->answers (answers to the peer's
+                                     * requests) */
     /* iov[1] is CUDA memory: it is written from bounce buffers (tcp_cuda.c) holding the
      * chunks [first, next) in order, one per entry of ring */
     int                 dev;
@@ -114,7 +112,6 @@ typedef struct xfer_tcp_tx {
 
 typedef enum {
     XFER_TCP_OP_SEND,
-    XFER_TCP_OP_RECV,
     XFER_TCP_OP_PUT,
     XFER_TCP_OP_GET,
     XFER_TCP_OP_FETCH,
@@ -125,7 +122,7 @@ typedef enum {
 #define XFER_TCP_OP_HDR_MAX (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUT_EXT_LEN)
 
 struct xfer_tcp_op {
-    ucs_list_link_t     list;       /* iface->posted (RECV) or iface->compq */
+    ucs_list_link_t     list;       /* iface->compq */
     xfer_tcp_op_kind_t  kind;
     xfer_comp_t         *comp;
     xfer_iface_h        iface;
@@ -140,7 +137,6 @@ struct xfer_tcp_op {
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer, FETCH caller buffer */
     size_t              len;        /* its length (FETCH: capacity) */
-    uint64_t            rtag, rmask;
     void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
     void                *alloc_arg;
     xfer_tensor_t       *result;
@@ -194,19 +190,6 @@ struct xfer_tcp_preq {
     char                 key[];
 };
 
-/* ---- unexpected tag messages ----------------------------------------------------------------- */
-
-typedef struct xfer_tcp_unexp {
-    ucs_list_link_t list;           /* iface->unexp, arrival order; or iface->unexp_kept */
-    xfer_ep_h       ep;
-    uint64_t        tag;
-    size_t          length;
-    size_t          capacity;       /* bytes data[] holds (>= length) */
-    int             complete;       /* all bytes arrived */
-    xfer_tcp_op_t   *recv;          /* a receive that matched it while it was arriving */
-    uint8_t         data[];
-} xfer_tcp_unexp_t;
-
 /* ---- endpoint ------------------------------------------------------------------------------- */
 
 typedef enum {
@@ -237,7 +220,7 @@ typedef struct xfer_tcp_rx {
     uint64_t            batch_puts;
     xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
     xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
-    xfer_tcp_unexp_t    *unexp;     /* unexpected message being received */
+    void                *tag_handle;    /* a message's, from the framework's matching */
     xfer_tcp_preq_t     *preq;      /* tensor request whose key is arriving */
     xfer_memh_h         memh;       /* PUT target region */
     /* PUTV: the payload goes to blocks viov[vidx..vcnt) (dest, want, got: the current one) */
@@ -308,11 +291,12 @@ struct xfer_ep {
     xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
 
     ucs_list_link_t     txq;            /* xfer_tcp_tx_t, in wire order */
-    uint64_t            resp_backlog;   /* bytes of queued answers to the peer's requests */
-    int                 rx_blocked;     /* input not read while resp_backlog is too long */
+    /* bytes of queued answers to the peer's requests, charged to the process's
+     * XFER_ANSWERS_BUDGET */
+    xfer_budget_queue_t answers;
+    int                 rx_blocked;     /* input not read while answers are past the bounds */
     int                 peer_closed;    /* EPOLLRDHUP: the peer sends nothing more, so what is
                                          * left of its input is in the socket already */
-    uint64_t            unexp_bytes;    /* what this ep's unexpected messages cost */
     uint64_t            tx_queued;      /* bytes ever queued on txq */
     uint64_t            tx_written;     /* ... and ever handed to the socket */
     /* The pipe a PUTV's blocks go through, by reference (tcp_tx.c): made on the first, -1
@@ -422,11 +406,6 @@ struct xfer_iface {
     uint64_t                 next_region;
     struct kh_xfer_tcp_mem_s *regions;
     ucs_list_link_t          eps;
-    ucs_list_link_t          posted;        /* xfer_tcp_op_t RECV, posting order */
-    ucs_list_link_t          unexp;         /* xfer_tcp_unexp_t, arrival order */
-    uint64_t                 unexp_bytes;
-    ucs_list_link_t          unexp_kept;    /* freed large ones, most recent first */
-    uint64_t                 unexp_kept_bytes;
     ucs_list_link_t          compq;         /* completed xfer_tcp_op_t, callback pending */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
     ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
@@ -547,7 +526,7 @@ void xfer_tcp_sock_tune(xfer_iface_h iface, int fd);
 
 /* ---- tcp_tx.c ------------------------------------------------------------------------------- */
 /* Room for a len-byte frame at the end of the send queue (copied data); NULL: no memory.
- * answer: it answers a request of the peer (it counts in ep->resp_backlog). */
+ * answer: it answers a request of the peer (it counts in ep->answers). */
 uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer);
 /* Queue a frame that is only a header (type, status, id); answer as for tx_reserve. */
 xfer_status_t xfer_tcp_ep_tx_hdr(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,
@@ -556,9 +535,9 @@ xfer_status_t xfer_tcp_ep_tx_hdr(xfer_ep_h ep, unsigned type, xfer_status_t stat
 xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t status, char *why,
                                  size_t why_size);
 /* Queue an entry whose memory the caller owns (zero-copy frames); tx->resp says what it
- * counts in ep->resp_backlog. */
+ * counts in ep->answers. */
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
-/* Bytes an answer of len frame bytes counts in ep->resp_backlog. */
+/* Bytes an answer of len frame bytes counts in ep->answers. */
 #define XFER_TCP_ANSWER_COST(_len) ((uint64_t)(_len) + XFER_TCP_ENTRY_OVERHEAD)
 /* A queue entry was written completely (on every lane). */
 void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
@@ -617,14 +596,11 @@ struct xfer_tcp_rx_handler {
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tag;
 xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
                                 xfer_memh_h memh, xfer_comp_t *comp);
-xfer_status_t xfer_tcp_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
-                                uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
-                                xfer_comp_t *comp);
-/* cancel() for receives: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
-xfer_status_t xfer_tcp_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
-void xfer_tcp_unexp_release(xfer_iface_h iface, xfer_tcp_unexp_t *ue);
-/* Free the buffers kept for unexpected messages (at iface close). */
-void xfer_tcp_unexp_kept_cleanup(xfer_iface_h iface);
+/* tag_copy: a message the framework kept into a receive's buffer (device memory too). */
+xfer_status_t xfer_tcp_tag_copy(xfer_ep_h ep, void *dst, xfer_memh_h memh, const void *src,
+                                size_t len);
+/* tag_resume: endpoints paused at the bounds on messages nobody received read again. */
+void xfer_tcp_tag_resume(xfer_iface_h iface);
 
 /* ---- tcp_rma.c ------------------------------------------------------------------------------ */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,

@@ -58,18 +58,6 @@ static const xfer_param_desc_t tcp_params[] = {
      "How long sent data may stay unacknowledged before the connection is declared dead "
      "(TCP_USER_TIMEOUT); 0 keeps the system default (many minutes of retransmissions).",
      offsetof(xfer_tcp_config_t, user_timeout), 0, 2000000, NULL},
-    {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",
-     "Bytes of tag messages that arrived before a matching receive, buffered per interface "
-     "(each counts 64 bytes more, so that the count is bounded too). Beyond it an endpoint "
-     "stops reading until receives are posted; one that waits for put/get/fetch answers "
-     "may go on to twice the limit first, so that answers are not held behind messages "
-     "nobody receives yet.",
-     offsetof(xfer_tcp_config_t, max_unexpected), 4096, 1ull << 40, NULL},
-    {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",
-     "The same bound for one endpoint, so that a peer that floods messages nobody receives "
-     "pauses alone and the others' messages are still buffered. It also bounds the buffers "
-     "of large unexpected messages (64 KiB and more) kept for the next ones once freed.",
-     offsetof(xfer_tcp_config_t, max_unexpected_ep), 4096, 1ull << 40, NULL},
     {"MAX_RESPONSE_BACKLOG", XFER_PARAM_SIZE, "64m",
      "Bytes of answers to a peer's requests (put acknowledgements, get data, tensors) queued "
      "and not yet written, each counting 64 bytes more; past it the endpoint stops reading "
@@ -300,7 +288,6 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .put           = xfer_tcp_put,
     .get           = xfer_tcp_get,
     .tag_send      = xfer_tcp_tag_send,
-    .tag_recv      = xfer_tcp_tag_recv,
     .tensor_fetch  = xfer_tcp_tensor_fetch,
     .cancel        = xfer_tcp_cancel,
     .progress      = xfer_tcp_iface_progress,
@@ -310,4 +297,6 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .mem_reg_params = xfer_tcp_mem_reg_params,
     .batch         = xfer_tcp_batch,
     .ep_shutdown   = xfer_tcp_ep_shutdown,
+    .tag_copy      = xfer_tcp_tag_copy,
+    .tag_resume    = xfer_tcp_tag_resume,
 };

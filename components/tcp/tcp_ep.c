@@ -610,7 +610,7 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
 static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
 {
     xfer_iface_h iface = ep->iface;
-    xfer_tcp_op_t *op, *tmp;
+    xfer_tcp_op_t *op;
 
     if (ep->fd >= 0) {
         if (ep->state != XFER_TCP_EP_CREATED) {
@@ -638,12 +638,6 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         op = ep->slots[i].op;
         xfer_tcp_slot_free(ep, i);
         if (op != NULL) {
-            xfer_tcp_op_complete(op, status, 0, 0);
-        }
-    }
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        if (op->ep == ep) {
-            ucs_list_del(&op->list);
             xfer_tcp_op_complete(op, status, 0, 0);
         }
     }
@@ -718,7 +712,6 @@ void xfer_tcp_ep_fail_deferred(xfer_ep_h ep)
 void xfer_tcp_ep_destroy(xfer_ep_h ep)
 {
     xfer_iface_h iface;
-    xfer_tcp_unexp_t *ue, *tmp;
 
     if (ep == NULL) {
         return;
@@ -752,12 +745,6 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         ucs_list_del(&ep->notify_link);
     }
     ep->in_ready = ep->in_tx_ready = ep->in_failing = ep->in_notify = 0;
-    /* messages of this peer that nobody received go with it */
-    ucs_list_for_each_safe(ue, tmp, &iface->unexp, list) {
-        if (ue->ep == ep) {
-            xfer_tcp_unexp_release(iface, ue);
-        }
-    }
     xfer_tcp_iface_deliver_ep(iface, ep);
     xfer_tcp_batch_ep_gone(ep);
     free(ep->batch_notify);

@@ -170,9 +170,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     iface->limits.max_key_len  = params->max_key_len;
     iface->cookie              = xfer_tcp_random64();
     ucs_list_head_init(&iface->eps);
-    ucs_list_head_init(&iface->posted);
-    ucs_list_head_init(&iface->unexp);
-    ucs_list_head_init(&iface->unexp_kept);
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
@@ -252,24 +249,16 @@ static unsigned releases_run(xfer_iface_h iface)
 
 void xfer_tcp_iface_close(xfer_iface_h iface)
 {
-    xfer_tcp_op_t *op, *tmp;
-
     if (iface == NULL) {
         return;
     }
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_tcp_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
-    /* receives from any peer are all that can be left */
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        ucs_list_del(&op->list);
-        xfer_tcp_op_complete(op, XFER_ERR_CANCELED, 0, 0);
-    }
     while (!ucs_list_is_empty(&iface->compq)) {
         deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
     }
     releases_run(iface);
-    xfer_tcp_unexp_kept_cleanup(iface);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
@@ -520,10 +509,6 @@ xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status
 
     if ((iface == NULL) || (comp == NULL)) {
         return XFER_ERR_INVALID_PARAM;
-    }
-    ret = xfer_tcp_tag_cancel(iface, comp, status);
-    if (ret != XFER_ERR_NOT_FOUND) {
-        return ret;
     }
     ret = xfer_tcp_tensor_cancel(iface, comp, status);
     if (ret != XFER_ERR_NOT_FOUND) {

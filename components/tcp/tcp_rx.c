@@ -74,17 +74,10 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
     if (rx->dev) {
         xfer_tcp_cuda_rx_quiesce(ep);   /* before the destination is reported free */
     }
-    if ((rx->op != NULL) && (rx->op->kind == XFER_TCP_OP_RECV)) {
-        xfer_tcp_op_complete(rx->op, status, 0, 0);
-    }   /* a GET or FETCH op is completed with the outstanding requests */
-    if (rx->unexp != NULL) {
-        xfer_tcp_unexp_t *ue = rx->unexp;
-
-        if (ue->recv != NULL) {
-            xfer_tcp_op_complete(ue->recv, status, 0, 0);
-            ue->recv = NULL;
-        }
-        xfer_tcp_unexp_release(ep->iface, ue);
+    /* a GET or FETCH op is completed with the outstanding requests; a message's receive
+     * (or the framework's buffer for it) hears that it will not be whole */
+    if (rx->tag_handle != NULL) {
+        xfer_tag_done(rx->tag_handle, status);
     }
     free(rx->preq);
     if (rx->hdr.striped) {
@@ -344,15 +337,18 @@ static int rx_step(xfer_ep_h ep)
     for (;;) {
         switch (rx->state) {
         case XFER_TCP_RX_HDR:
-            if ((ep->resp_backlog > ep->iface->cfg->max_backlog) && !ep->peer_closed) {
-                /* the peer does not read what we answer: read no more of its requests
-                 * until half of it has gone (tx_write resumes) */
+            if (((ep->answers.held > ep->iface->cfg->max_backlog) ||
+                 !xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) &&
+                !ep->peer_closed) {
+                /* the peer does not read what we answer, or the process holds all the
+                 * answers it may (XFER_ANSWERS_BUDGET): read no more of its requests until
+                 * half of them have gone and the rest fit (tx_done resumes) */
                 if (!ep->rx_blocked) {
                     ep->rx_blocked = 1;
                     xfer_tcp_ep_update_events(ep);
                     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p pauses its input: "
                                 "%llu bytes of answers wait to be written", (void*)ep,
-                                (unsigned long long)ep->resp_backlog);
+                                (unsigned long long)ep->answers.held);
                 }
                 return 0;
             }
@@ -399,8 +395,7 @@ static int rx_step(xfer_ep_h ep)
                     rx->state = XFER_TCP_RX_PAUSED;
                     xfer_tcp_ep_update_events(ep);
                     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p pauses its input: "
-                                "%llu bytes of unexpected messages are buffered", (void*)ep,
-                                (unsigned long long)ep->iface->unexp_bytes);
+                                "its messages nobody received reach the bounds", (void*)ep);
                 }
                 return 0;
             }

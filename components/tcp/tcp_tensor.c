@@ -413,8 +413,8 @@ static xfer_status_t rx_tensor_req_done(xfer_ep_h ep, char *why, size_t why_size
     ucs_list_add_tail(&ep->preqs, &preq->list);
     ep->num_preqs++;
     /* preq may be answered - and sent - before this returns; it is freed only by progress() */
-    iface->params.tensor_request(iface->params.fw_arg, preq->step, preq->key, preq->key_len,
-                                 &preq->waiter);
+    iface->params.tensor_request(iface->params.fw_arg, ep->fw_ep, preq->step, preq->key,
+                                 preq->key_len, &preq->waiter);
     return XFER_OK;
 }
 

@@ -75,7 +75,9 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
             tx->iov[0].iov_len += len;
             tx->resp           += cost;
             ep->tx_queued      += len;
-            ep->resp_backlog   += cost;
+            if (cost > 0) {
+                xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
+            }
             return p;
         }
     }
@@ -96,8 +98,10 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
     tx->iov[0].iov_len  = len;
     tx->resp            = cost;
     ucs_list_add_tail(&ep->txq, &tx->list);
-    ep->tx_queued    += len;
-    ep->resp_backlog += cost;
+    ep->tx_queued += len;
+    if (cost > 0) {
+        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
+    }
     return (uint8_t*)(tx + 1);
 }
 
@@ -131,8 +135,10 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     tx->lanes_left = 0;
     xfer_tcp_lanes_tx_stripe(ep, tx);   /* large data: iov[1] becomes lane 0's share */
     ucs_list_add_tail(&ep->txq, &tx->list);
-    ep->tx_queued    += tx_length(tx);
-    ep->resp_backlog += tx->resp;
+    ep->tx_queued += tx_length(tx);
+    if (tx->resp > 0) {
+        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+    }
     if (tx->dev) {
         /* device data: its first chunks start copying now, while what is before it goes */
         tx->ring_head = tx->ring_count = 0;
@@ -156,8 +162,11 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     xfer_tcp_op_t *op;
 
-    ep->resp_backlog -= tx->resp;
-    if (ep->rx_blocked && (ep->resp_backlog <= ep->iface->cfg->max_backlog / 2)) {
+    if (tx->resp > 0) {
+        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+    }
+    if (ep->rx_blocked && (ep->answers.held <= ep->iface->cfg->max_backlog / 2) &&
+        xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) {
         /* the peer reads its answers again: read its requests again. Here, where the backlog
          * shrinks, whichever connection wrote an answer's last bytes (lane 0 or a lane). */
         ep->rx_blocked = 0;
@@ -197,7 +206,9 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
     xfer_tcp_preq_t *preq;
     xfer_tcp_op_t *op;
 
-    ep->resp_backlog -= tx->resp;
+    if (tx->resp > 0) {
+        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+    }
     if (tx->dev) {
         xfer_tcp_cuda_tx_release(ep, tx);
     }

@@ -434,8 +434,8 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
     }
     kh_val(&ch->rsp_by_idx, it) = rsp;
     ucs_list_add_tail(&ch->rsps, &rsp->list);
-    iface->params.tensor_request(iface->params.fw_arg, rsp->step, rsp->key, rsp->key_len,
-                                 &rsp->waiter);
+    iface->params.tensor_request(iface->params.fw_arg, ch->fw_ep, rsp->step, rsp->key,
+                                 rsp->key_len, &rsp->waiter);
     return XFER_OK;
 }
 

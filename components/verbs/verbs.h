@@ -79,8 +79,6 @@ typedef struct xfer_verbs_config {
     double   keepalive;         /* KEEPALIVE: probe an idle channel after this long */
     uint64_t max_msg_size;      /* MAX_MSG_SIZE */
     uint64_t rdma_chunk;        /* RDMA_CHUNK: bytes of one RDMA WRITE or READ work request */
-    uint64_t max_unexpected;    /* MAX_UNEXPECTED: bytes of unexpected messages kept */
-    uint64_t max_unexpected_ep; /* MAX_UNEXPECTED_EP: the same, for one channel */
     int      mr_cache;          /* MR_CACHE: XFER_VERBS_MR_CACHE_AUTO or _OFF */
     uint64_t mrc_max_entries;   /* MR_CACHE_MAX_ENTRIES */
     uint64_t mrc_max_bytes;     /* MR_CACHE_MAX_BYTES */
@@ -95,7 +93,6 @@ enum {
 typedef struct xfer_verbs_op    xfer_verbs_op_t;
 typedef struct xfer_verbs_treq  xfer_verbs_treq_t;
 typedef struct xfer_verbs_rsp   xfer_verbs_rsp_t;
-typedef struct xfer_verbs_unexp xfer_verbs_unexp_t;
 
 /* ---- operations ------------------------------------------------------------------------------ */
 
@@ -121,7 +118,7 @@ typedef enum {
 } xfer_verbs_post_t;
 
 struct xfer_verbs_op {
-    ucs_list_link_t      list;      /* iface->posted, ch->pendq, or iface->compq */
+    ucs_list_link_t      list;      /* ch->pendq, or iface->compq */
     xfer_verbs_op_kind_t kind;
     xfer_comp_t          *comp;
     xfer_iface_h         iface;
@@ -139,7 +136,7 @@ struct xfer_verbs_op {
     xfer_memh_h          memh;      /* the user's registration of buf, or NULL */
     uint32_t             lkey;      /* of buf (user memh or cache entry) */
     xfer_verbs_mr_t      *mr;       /* cache hold on buf, put at completion */
-    uint64_t             rtag, rmask;
+    void                 *tag_handle;   /* RECV: the framework's, told at delivery */
 
     /* message to send */
     xfer_verbs_post_t    post;
@@ -266,21 +263,6 @@ typedef struct xfer_verbs_ch_stats {
     uint64_t rejected;                      /* stale or duplicate request indices */
 } xfer_verbs_ch_stats_t;
 
-/* ---- unexpected tag messages ----------------------------------------------------------------- */
-
-struct xfer_verbs_unexp {
-    ucs_list_link_t list;           /* iface->unexp, arrival order */
-    xfer_ep_h       ch;
-    uint64_t        tag;
-    size_t          length;
-    int             rndv;           /* data is at the sender: read it at addr/rkey */
-    uint64_t        sender_id;
-    uint64_t        addr;
-    uint32_t        rkey;
-    int             held_credit;    /* its credit is returned when it is received */
-    uint8_t         data[];
-};
-
 /* ---- channel (the component's endpoint) -------------------------------------------------------- */
 
 typedef enum {
@@ -316,7 +298,7 @@ struct xfer_ep {
     uint32_t              rx_slots;
     uint32_t              credits_owed; /* consumed and reposted, not yet returned */
     uint32_t              credits_held; /* held back for unexpected messages over the cap */
-    uint64_t              unexp_bytes;  /* what this channel's unexpected messages cost */
+    int                   rx_slot_kept; /* the message being handled stays in its slot */
     uint32_t              rx_batch;     /* reposts wait until this many are due ... */
     uint32_t              rx_due;       /* ... slots consumed, not reposted yet */
     uint32_t              rx_due_owed;  /* of those, how many become credits_owed */
@@ -330,6 +312,11 @@ struct xfer_ep {
     uint64_t              sq_done;      /* ... known complete */
     uint64_t              data_seq;     /* sq_posted after the last one that carried data
                                          * (a message, an RDMA read or write) */
+    uint64_t              tx_msgs;      /* work requests posted that take a receive at the
+                                         * peer (sends, writes with immediate), ever */
+    uint64_t              data_msgs;    /* tx_msgs the peer must have taken for everything
+                                         * that carried data to be there (BYE's count) */
+    uint64_t              rx_msgs;      /* the peer's such work requests received here */
     int                   bye_clean;    /* the peer's BYE came when everything we had sent
                                          * was known delivered: a flush after it succeeds */
     uint32_t              unsignaled;
@@ -419,10 +406,7 @@ struct xfer_iface {
     double                    fds_polled;   /* when progress() last looked at epfd */
     uint32_t                  next_ch_id;
     ucs_list_link_t           channels;
-    ucs_list_link_t           posted;       /* RECV ops, posting order */
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
-    ucs_list_link_t           unexp;        /* xfer_verbs_unexp_t, arrival order */
-    uint64_t                  unexp_bytes;
     ucs_list_link_t           compq;        /* completed ops, callback pending */
     ucs_mpool_t               op_mp;        /* xfer_verbs_op_t: one per operation */
     int                       op_mp_ready;
@@ -526,8 +510,9 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
 void xfer_verbs_ch_sock_event(xfer_ep_h ch);
 /* An orderly close (ep_shutdown): BYE behind everything sent, and a flush behind it. */
 xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp);
-/* The peer's BYE: the channel ends with XFER_ERR_PEER_CLOSED. */
-void xfer_verbs_ch_bye_rx(xfer_ep_h ch);
+/* The peer's BYE, after it took peer_rx of our messages: the channel ends with
+ * XFER_ERR_PEER_CLOSED. */
+void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx);
 void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
 
 /* ---- verbs_tx.c ------------------------------------------------------------------------------- */
@@ -553,6 +538,9 @@ void xfer_verbs_ch_progress_pending(xfer_ep_h ch);
 int xfer_verbs_ch_post_msg_op(xfer_ep_h ch, xfer_verbs_op_t *op);
 /* A received data message was consumed later (unexpected over the cap). */
 void xfer_verbs_ch_credit_release(xfer_ep_h ch);
+/* A receive slot that held a message past the bounds (rx_slot_kept) is posted again, and its
+ * credit goes back to the peer. */
+void xfer_verbs_ch_slot_return(xfer_ep_h ch, uint32_t idx);
 
 /* ---- verbs_rx.c ------------------------------------------------------------------------------- */
 /* Post the receive of slot idx. */
@@ -608,16 +596,18 @@ void xfer_verbs_batch_iface_cleanup(xfer_iface_h iface);
 /* ---- verbs_tag.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_verbs_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
                                   xfer_memh_h memh, xfer_comp_t *comp);
-xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag,
-                                  uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
-                                  xfer_comp_t *comp);
-xfer_status_t xfer_verbs_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                    xfer_status_t status);
+/* The framework's tag matching: a kept message into a receive's buffer (GPU memory too), a
+ * rendezvous one read for its receive, one kept past the bounds let go (its credit back). */
+xfer_status_t xfer_verbs_tag_copy(xfer_ep_h ch, void *dst, xfer_memh_h memh, const void *src,
+                                  size_t len);
+xfer_status_t xfer_verbs_tag_pull(xfer_ep_h ch, const void *priv, size_t priv_len,
+                                  uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
+                                  void *handle);
+void xfer_verbs_tag_released(xfer_ep_h ch, const void *priv, size_t priv_len, int received);
 /* Incoming TAG / RTS / FIN; why is filled on a protocol error. */
 xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
-                                const uint8_t *ext, char *why, size_t why_size);
+                                const uint8_t *ext, uint32_t slot, char *why, size_t why_size);
 void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status);
-void xfer_verbs_unexp_drop_ch(xfer_iface_h iface, xfer_ep_h ch, int all);
 
 /* ---- tensor_request.c ------------------------------------------------------------------------ */
 xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,

@@ -285,9 +285,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     iface->params = *params;
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
-    ucs_list_head_init(&iface->posted);
     ucs_list_head_init(&iface->busy);
-    ucs_list_head_init(&iface->unexp);
     ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->notify);
@@ -366,9 +364,14 @@ static unsigned deliver(xfer_iface_h iface)
         xfer_status_t st    = op->status;
         size_t length       = op->length;
         uint64_t tag        = op->tag;
+        void *handle        = (op->kind == XFER_VERBS_OP_RECV) ? op->tag_handle : NULL;
 
         xfer_verbs_op_free(op);
-        comp->cb(comp, st, length, tag);
+        if (handle != NULL) {
+            xfer_tag_done(handle, st);      /* the framework's receive */
+        } else {
+            comp->cb(comp, st, length, tag);
+        }
         count++;
     }
     while (!ucs_list_is_empty(&iface->releases)) {
@@ -397,12 +400,6 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->channels)) {
         xfer_verbs_ep_destroy(ucs_list_head(&iface->channels, struct xfer_ep, list));
     }
-    while (!ucs_list_is_empty(&iface->posted)) {
-        xfer_verbs_op_t *op = ucs_list_extract_head(&iface->posted, xfer_verbs_op_t, list);
-
-        xfer_verbs_op_complete(op, XFER_ERR_CANCELED, 0, 0);
-    }
-    xfer_verbs_unexp_drop_ch(iface, NULL, 1);
     deliver(iface);
     xfer_verbs_batch_iface_cleanup(iface);
     if (iface->mrc != NULL) {
@@ -701,11 +698,8 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 
 xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
-    xfer_status_t st = xfer_verbs_tag_cancel(iface, comp, status);
+    xfer_status_t st = xfer_verbs_tensor_cancel(iface, comp, status);
 
-    if (st == XFER_ERR_NOT_FOUND) {
-        st = xfer_verbs_tensor_cancel(iface, comp, status);
-    }
     return (st != XFER_ERR_NOT_FOUND) ? st : xfer_verbs_batch_cancel(iface, comp, status);
 }
 
@@ -765,10 +759,15 @@ void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch)
             xfer_status_t st  = op->status;
             size_t length     = op->length;
             uint64_t tag      = op->tag;
+            void *handle      = (op->kind == XFER_VERBS_OP_RECV) ? op->tag_handle : NULL;
 
             ucs_list_del(&op->list);
             xfer_verbs_op_free(op);
-            comp->cb(comp, st, length, tag);
+            if (handle != NULL) {
+                xfer_tag_done(handle, st);
+            } else {
+                comp->cb(comp, st, length, tag);
+            }
         }
     }
 }

@@ -233,6 +233,7 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
     }
     ch->sq_posted  += n;
     ch->data_seq    = ch->sq_posted;
+    ch->data_msgs   = ch->tx_msgs + 1;     /* known there once a later message is */
     ch->sq_free    -= n;
     ch->unsignaled  = 0;    /* the chain ends signalled */
     return 0;

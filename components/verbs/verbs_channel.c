@@ -412,7 +412,6 @@ xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch)
 /* Complete everything ch has pending with status. */
 static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
 {
-    xfer_iface_h iface = ch->iface;
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     xfer_verbs_op_t *op, *tmp;
 
@@ -476,14 +475,6 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
         }
     }
     xfer_verbs_rsp_drop_ch(ch, status);
-    /* receives for this peer only fail; receives for any peer stay posted */
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        if (op->ch == ch) {
-            ucs_list_del(&op->list);
-            xfer_verbs_op_complete(op, status, 0, 0);
-        }
-    }
-    xfer_verbs_unexp_drop_ch(iface, ch, 0);
 }
 
 static void ch_fail_va(xfer_ep_h ch, xfer_log_level_t level, xfer_status_t status,
@@ -640,6 +631,7 @@ xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return ch->fail_status;
     }
+    hdr.tag = ch->rx_msgs;
     status = xfer_verbs_ch_send_ctrl(ch, &hdr, NULL, 0, NULL, 0);
     if (status != XFER_OK) {
         return status;
@@ -647,12 +639,28 @@ xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
     return xfer_verbs_ep_flush(ch, comp);
 }
 
-void xfer_verbs_ch_bye_rx(xfer_ep_h ch)
+void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx)
 {
+    xfer_verbs_op_t *op, *tmp;
+    int only_flushes = 1;
+
     xfer_verbs_ch_flushes_check(ch);
-    ch->bye_clean = ucs_list_is_empty(&ch->pendq) && ucs_list_is_empty(&ch->flushes) &&
-                    ucs_list_is_empty(&ch->batches) && (ch->busy_slots == 0) &&
-                    (ch->sq_done >= ch->data_seq);
+    ucs_list_for_each(op, &ch->pendq, list) {
+        only_flushes &= (op->post == XFER_VERBS_POST_FLUSH);
+    }
+    /* what carried data is known there: acknowledged by the peer's device, or posted before
+     * a message the peer took before its BYE (RC executes in order) */
+    ch->bye_clean = only_flushes && ucs_list_is_empty(&ch->batches) &&
+                    (ch->busy_slots == 0) &&
+                    ((ch->sq_done >= ch->data_seq) || (peer_rx >= ch->data_msgs));
+    if (ch->bye_clean) {
+        /* the flushes waiting for acknowledgements have what they wait for */
+        ucs_list_for_each_safe(op, tmp, &ch->pendq, list) {
+            ucs_list_del(&op->list);
+            xfer_verbs_op_complete(op, XFER_OK, 0, 0);
+        }
+        xfer_verbs_ch_flushes_fail(ch, XFER_OK);
+    }
     ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "the peer closed its endpoint");
 }
 
@@ -674,7 +682,6 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
         ch->in_notify = 0;
     }
     xfer_verbs_iface_deliver_ch(iface, ch);
-    xfer_verbs_unexp_drop_ch(iface, ch, 1);
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);
     iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);

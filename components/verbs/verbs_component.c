@@ -121,7 +121,6 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .put           = xfer_verbs_put,
     .get           = xfer_verbs_get,
     .tag_send      = xfer_verbs_tag_send,
-    .tag_recv      = xfer_verbs_tag_recv,
     .tensor_fetch  = xfer_verbs_tensor_fetch,
     .cancel        = xfer_verbs_cancel,
     .progress      = xfer_verbs_iface_progress,
@@ -130,6 +129,9 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .ep_flush      = xfer_verbs_ep_flush,
     .batch         = xfer_verbs_batch,
     .ep_shutdown   = xfer_verbs_ep_shutdown,
+    .tag_pull      = xfer_verbs_tag_pull,
+    .tag_copy      = xfer_verbs_tag_copy,
+    .tag_released  = xfer_verbs_tag_released,
 };
 
 XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {

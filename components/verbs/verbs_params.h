@@ -69,14 +69,6 @@ extern const char *const xfer_verbs_mr_cache_values[] __attribute__((visibility(
      "tensor writes are split into chunks of this size (lowered to the port's largest "            \
      "message). The endpoint address tells the peer, which checks a tensor's last chunk by "       \
      "it.", XFER_VERBS_CFG(rdma_chunk), 4096, 2048.0 * 1024.0 * 1024.0, NULL},                     \
-    {"MAX_UNEXPECTED", XFER_PARAM_SIZE, "64m",                                                     \
-     "Bytes of unexpected messages kept before senders are slowed (credits held back), "           \
-     "each message or rendezvous announcement counting its bookkeeping too.",                      \
-     XFER_VERBS_CFG(max_unexpected), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},                    \
-    {"MAX_UNEXPECTED_EP", XFER_PARAM_SIZE, "16m",                                                  \
-     "The same bound for one peer's messages, so that a peer that floods messages nobody "         \
-     "receives is slowed alone.",                                                                  \
-     XFER_VERBS_CFG(max_unexpected_ep), 0, 1024.0 * 1024.0 * 1024.0 * 64.0, NULL},                 \
     {"MR_CACHE", XFER_PARAM_ENUM, "auto",                                                          \
      "Registrations of buffers the user did not register (tag messages, published tensors, "       \
      "fetch destinations given without xfer_mem_register): auto keeps them for reuse while "       \

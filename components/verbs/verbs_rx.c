@@ -83,6 +83,13 @@ static int rx_repost(xfer_ep_h ch, uint32_t idx, int owed)
     return (ch->rx_due >= ch->rx_batch) ? xfer_verbs_ch_rx_flush(ch) : 0;
 }
 
+void xfer_verbs_ch_slot_return(xfer_ep_h ch, uint32_t idx)
+{
+    if (ch->state != XFER_VERBS_CH_FAILED) {
+        (void)rx_repost(ch, idx, 1);
+    }
+}
+
 /* ---- completions ------------------------------------------------------------------------- */
 
 /* A message this side does not speak (another version, an unknown type): say so to the
@@ -126,7 +133,12 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
             status = XFER_ERR_PROTOCOL;
         } else if ((hdr.type == XFER_VERBS_MSG_TAG) || (hdr.type == XFER_VERBS_MSG_RTS) ||
                    (hdr.type == XFER_VERBS_MSG_FIN)) {
-            status = xfer_verbs_tag_rx(ch, &hdr, ext, why, sizeof(why));
+            ch->rx_slot_kept = 0;
+            status = xfer_verbs_tag_rx(ch, &hdr, ext, idx, why, sizeof(why));
+            if (ch->rx_slot_kept) {
+                ch->rx_slot_kept = 0;
+                return;     /* the message stays in its slot until it is received */
+            }
         } else if ((hdr.type == XFER_VERBS_MSG_META_DATA_UPDATE) ||
                    ((hdr.type == XFER_VERBS_MSG_ERROR_STATUS) &&
                     (hdr.tag == XFER_TENSOR_ERR_TO_CONSUMER))) {
@@ -134,7 +146,7 @@ static void rx_message(xfer_ep_h ch, uint32_t idx, uint32_t byte_len)
         } else if (hdr.type == XFER_VERBS_MSG_NOTIFY) {
             status = xfer_verbs_notify_rx(ch, &hdr, ext, why, sizeof(why));
         } else if (hdr.type == XFER_VERBS_MSG_BYE) {
-            xfer_verbs_ch_bye_rx(ch);
+            xfer_verbs_ch_bye_rx(ch, hdr.tag);
             return;     /* the channel ended */
         } else {
             status = xfer_verbs_rsp_rx(ch, &hdr, ext, why, sizeof(why));
@@ -211,6 +223,7 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
         if (idx >= ch->rx_slots) {
             return;
         }
+        ch->rx_msgs++;
         if ((wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) &&
             (ntohl(wc->imm_data) & XFER_TENSOR_IMM_FLAG)) {
             /* a tensor write: repost first, the completion may post an answer */

@@ -1,20 +1,20 @@
 /*
- * Tagged messages over verbs, with the tcp component's semantics: a message matches a
- * receive when (msg_tag & mask) == (tag & mask) and the receive is for any peer or for the
- * message's channel; arriving messages meet posted receives in posting order, new receives
- * meet unexpected messages in arrival order; one channel delivers in order, so matching
- * keeps per-peer order. A message longer than the receive completes it with
- * XFER_ERR_TRUNCATED and the full length, after the part that fits.
+ * Tagged messages over verbs: sending, and handing arriving ones to the framework's matching
+ * (framework/tag_match.c), which says where each one's data goes. One channel delivers in
+ * order, so a peer's messages match in the order it sent them.
  *
  * Small messages go eagerly through the message slots (copied, or inline). Larger ones go by
  * rendezvous: RTS {id, tag, size, address, rkey}, the receiver RDMA-READs straight into its
  * buffer (zero copies when both buffers are registered; through the MR cache otherwise),
  * then answers FIN {id, status} and the sender completes.
  *
- * Unexpected eager messages are copied out so that their slot is reposted at once. Past
- * MAX_UNEXPECTED bytes the copy is still kept but its credit is held back until a receive
- * takes it, so a sender nobody receives from slows down instead of growing the queue without
- * bound (control messages keep their own credits; see verbs_tx.c).
+ * A message nobody receives yet is copied out (an eager one's data; a rendezvous one's
+ * address) so that its slot is reposted at once. Past the framework's bounds it is still
+ * kept - an eager one in its receive slot, not copied (XFER_TAG_ARRIVE_INPLACE) - and its
+ * credit is not returned until a receive takes it (tag_pull) or it is dropped
+ * (tag_released), so a sender nobody receives from slows down instead of growing the queue:
+ * what it makes this process hold past the bounds is its slots, allocated already (control
+ * messages keep their own credits; see verbs_tx.c).
  */
 #include "verbs.h"
 
@@ -23,11 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int tag_matches(uint64_t msg_tag, uint64_t tag, uint64_t mask)
-{
-    return ((msg_tag ^ tag) & mask) == 0;
-}
 
 static size_t eager_max(const xfer_iface_h iface)
 {
@@ -125,6 +120,18 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
 
 /* ---- receiving ------------------------------------------------------------------------------ */
 
+/* What the framework keeps of a message until a receive takes it: a rendezvous one's RTS, or
+ * where an eager one kept in place lies (its receive slot). */
+typedef struct tag_priv {
+    uint64_t size, sender_id, addr;
+    uint32_t rkey;
+    uint32_t slot;
+    int      inplace;
+} tag_priv_t;
+
+_Static_assert(sizeof(tag_priv_t) <= XFER_TAG_PRIV_MAX, "a message's description fits what "
+               "the framework keeps");
+
 static void fin_send(xfer_ep_h ch, uint64_t id, xfer_status_t status)
 {
     xfer_verbs_wire_hdr_t hdr = {.type = XFER_VERBS_MSG_FIN, .id = id, .status = status};
@@ -134,61 +141,91 @@ static void fin_send(xfer_ep_h ch, uint64_t id, xfer_status_t status)
     }
 }
 
-/* A receive takes an eager message's data. */
-static void recv_deliver(xfer_verbs_op_t *op, xfer_ep_h ch, uint64_t tag, const void *data,
-                         size_t length)
+xfer_status_t xfer_verbs_tag_copy(xfer_ep_h ch, void *dst, xfer_memh_h memh, const void *src,
+                                  size_t len)
 {
-    size_t n             = (length < op->len) ? length : op->len;
-    xfer_status_t status = (length > op->len) ? XFER_ERR_TRUNCATED : XFER_OK;
-
-    if ((n > 0) && xfer_verbs_memh_on_gpu(op->memh)) {
-        xfer_status_t copied = op->iface->devmem->copy_in(op->iface, op->memh, op->buf, data,
-                                                          n);
-
-        status = (copied != XFER_OK) ? copied : status;
-    } else if (n > 0) {
-        memcpy(op->buf, data, n);
+    if (len == 0) {
+        return XFER_OK;
     }
-    op->ch = ch;
-    xfer_verbs_op_complete(op, status, length, tag);
+    if (xfer_verbs_memh_on_gpu(memh)) {
+        return ch->iface->devmem->copy_in(ch->iface, memh, dst, src, len);
+    }
+    if (unregistered_check(ch->iface, dst, len, memh) != XFER_OK) {
+        return XFER_ERR_INVALID_PARAM;  /* device memory without a registration */
+    }
+    memcpy(dst, src, len);
+    return XFER_OK;
 }
 
-/* A receive met a rendezvous: read what fits from the sender's buffer. */
-static void recv_read(xfer_verbs_op_t *op, xfer_ep_h ch, uint64_t tag, uint64_t size,
-                      uint64_t sender_id, uint64_t addr, uint32_t rkey)
+static const uint8_t *inplace_data(xfer_ep_h ch, const tag_priv_t *r)
 {
-    size_t n = (size < op->len) ? (size_t)size : op->len;
+    return ch->rx_slab + (size_t)r->slot * ch->iface->cfg->seg_size +
+           XFER_VERBS_WIRE_TAG_HDR_LEN;
+}
+
+void xfer_verbs_tag_released(xfer_ep_h ch, const void *priv, size_t priv_len, int received)
+{
+    tag_priv_t r;
+
+    memset(&r, 0, sizeof(r));
+    if (priv_len == sizeof(r)) {
+        memcpy(&r, priv, sizeof(r));
+    }
+    if (r.inplace) {
+        if (!received) {
+            xfer_verbs_ch_slot_return(ch, r.slot);  /* dropped: tag_pull did not return it */
+        }
+    } else {
+        xfer_verbs_ch_credit_release(ch);       /* kept past the bounds, its credit held */
+    }
+}
+
+/* A receive met a rendezvous (handle: the framework's): read what fits from the sender's
+ * buffer, then xfer_tag_done(). XFER_INPROGRESS, or an error (done is not called). */
+static xfer_status_t recv_read(xfer_ep_h ch, void *handle, void *buf, size_t capacity,
+                               xfer_memh_h memh, const tag_priv_t *r)
+{
+    size_t n = (r->size < capacity) ? (size_t)r->size : capacity;
+    xfer_verbs_op_t *op;
     xfer_status_t status;
 
-    op->ch      = ch;
-    op->tag     = tag;
-    op->length  = (size_t)size;
-    op->peer_id = sender_id;
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        xfer_verbs_op_complete(op, ch->fail_status, 0, tag);
-        return;
+        return ch->fail_status;
     }
     if (n == 0) {
-        fin_send(ch, sender_id, XFER_OK);
-        xfer_verbs_op_complete(op, (size > op->len) ? XFER_ERR_TRUNCATED : XFER_OK,
-                               (size_t)size, tag);
-        return;
+        fin_send(ch, r->sender_id, XFER_OK);
+        xfer_tag_done(handle, XFER_OK);
+        return XFER_INPROGRESS;
     }
-    op->len = n;
-    status  = xfer_verbs_op_lkey(op, op->memh);
+    if (unregistered_check(ch->iface, buf, n, memh) != XFER_OK) {
+        fin_send(ch, r->sender_id, XFER_ERR_INVALID_PARAM);
+        return XFER_ERR_INVALID_PARAM;  /* device memory without a registration */
+    }
+    op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_RECV, NULL);
+    if (op == NULL) {
+        fin_send(ch, r->sender_id, XFER_ERR_NO_MEMORY);
+        return XFER_ERR_NO_MEMORY;
+    }
+    op->tag_handle = handle;
+    op->buf        = buf;
+    op->len        = n;
+    op->memh       = memh;
+    op->peer_id    = r->sender_id;
+    status         = xfer_verbs_op_lkey(op, memh);
     if (status != XFER_OK) {
-        fin_send(ch, sender_id, status);
-        xfer_verbs_op_complete(op, status, 0, tag);
-        return;
+        fin_send(ch, r->sender_id, status);
+        xfer_verbs_op_free(op);
+        return status;
     }
     op->opcode   = IBV_WR_RDMA_READ;
-    op->raddr    = addr;
-    op->rkey     = rkey;
+    op->raddr    = r->addr;
+    op->rkey     = r->rkey;
     op->rdma_len = n;
     op->busy     = 1;
     op->post     = XFER_VERBS_POST_RDMA;
     ucs_list_add_tail(&op->iface->busy, &op->busy_link);
     xfer_verbs_ch_submit(ch, op);
+    return XFER_INPROGRESS;
 }
 
 void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status)
@@ -198,185 +235,100 @@ void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status)
     if ((status == XFER_OK) && (op->rdma_len > 0) && xfer_verbs_memh_on_gpu(op->memh)) {
         status = op->iface->devmem->landed(op->iface, op->memh, op->buf, op->rdma_len);
     }
-    if ((status == XFER_OK) && (op->length > op->len)) {
-        status = XFER_ERR_TRUNCATED;
-    }
-    xfer_verbs_op_complete(op, status, op->length, op->tag);
+    xfer_verbs_op_complete(op, status, op->len, 0);     /* hands the framework its status */
 }
 
-/* What an unexpected message counts against MAX_UNEXPECTED(_EP): its data (none for a
- * rendezvous announcement) and its bookkeeping, so that the count is bounded too. */
-static uint64_t unexp_cost(const xfer_verbs_unexp_t *ue)
+xfer_status_t xfer_verbs_tag_pull(xfer_ep_h ch, const void *priv, size_t priv_len,
+                                  uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
+                                  void *handle)
 {
-    return sizeof(*ue) + (ue->rndv ? 0 : ue->length);
-}
+    tag_priv_t r;
 
-static void unexp_release(xfer_iface_h iface, xfer_verbs_unexp_t *ue)
-{
-    ucs_list_del(&ue->list);
-    iface->unexp_bytes  -= unexp_cost(ue);
-    ue->ch->unexp_bytes -= unexp_cost(ue);
-    if (ue->held_credit) {
-        xfer_verbs_ch_credit_release(ue->ch);
+    (void)length;
+    if (priv_len != sizeof(r)) {
+        return XFER_ERR_INTERNAL;
     }
-    free(ue);
-}
+    memcpy(&r, priv, sizeof(r));
+    if (r.inplace) {
+        /* an eager message kept in its slot: copied out, and the slot goes back */
+        size_t n             = (r.size < capacity) ? (size_t)r.size : capacity;
+        xfer_status_t status = xfer_verbs_tag_copy(ch, buf, memh, inplace_data(ch, &r), n);
 
-void xfer_verbs_unexp_drop_ch(xfer_iface_h iface, xfer_ep_h ch, int all)
-{
-    xfer_verbs_unexp_t *ue, *tmp;
-
-    ucs_list_for_each_safe(ue, tmp, &iface->unexp, list) {
-        if (((ch == NULL) || (ue->ch == ch)) && (all || ue->rndv)) {
-            ue->held_credit = 0;    /* the channel is going away */
-            unexp_release(iface, ue);
-        }
-    }
-}
-
-/* A receive for any peer may be posted on other transports too: it is ours only if the
- * framework says so (tag_claim), else it completes cancelled and matching goes on. */
-static int recv_claim(xfer_iface_h iface, xfer_verbs_op_t *op)
-{
-    const xfer_iface_params_t *p = &iface->params;
-
-    if ((p->size < offsetof(xfer_iface_params_t, tag_claim) + sizeof(p->tag_claim)) ||
-        (p->tag_claim == NULL) || p->tag_claim(p->fw_arg, op->comp)) {
-        return 1;
-    }
-    xfer_verbs_op_complete(op, XFER_ERR_CANCELED, 0, 0);
-    return 0;
-}
-
-xfer_status_t xfer_verbs_tag_recv(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag,
-                                  uint64_t tag_mask, void *buf, size_t length, xfer_memh_h memh,
-                                  xfer_comp_t *comp)
-{
-    xfer_verbs_unexp_t *ue;
-    xfer_verbs_op_t *op;
-
-    if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (unregistered_check(iface, buf, length, memh) != XFER_OK) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    op = xfer_verbs_op_new(iface, ch, XFER_VERBS_OP_RECV, comp);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    op->buf   = buf;
-    op->len   = length;
-    op->memh  = memh;
-    op->rtag  = tag;
-    op->rmask = tag_mask;
-    ucs_list_for_each(ue, &iface->unexp, list) {
-        if (((ch != NULL) && (ue->ch != ch)) || !tag_matches(ue->tag, tag, tag_mask)) {
-            continue;
-        }
-        if ((ch == NULL) && !recv_claim(iface, op)) {
-            return XFER_INPROGRESS;     /* another transport's: completed cancelled */
-        }
-        if (ue->rndv) {
-            recv_read(op, ue->ch, ue->tag, ue->length, ue->sender_id, ue->addr, ue->rkey);
-        } else {
-            recv_deliver(op, ue->ch, ue->tag, ue->data, ue->length);
-        }
-        unexp_release(iface, ue);
+        xfer_verbs_ch_slot_return(ch, r.slot);
+        xfer_tag_done(handle, status);
         return XFER_INPROGRESS;
     }
-    if ((ch != NULL) && (ch->state == XFER_VERBS_CH_FAILED)) {
-        xfer_status_t status = ch->fail_status;
-
-        xfer_verbs_op_free(op);
-        return status;
-    }
-    ucs_list_add_tail(&iface->posted, &op->list);
-    return XFER_INPROGRESS;
+    return recv_read(ch, handle, buf, capacity, memh, &r);
 }
 
-xfer_status_t xfer_verbs_tag_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                    xfer_status_t status)
+/* A message arrived (an eager one in receive slot slot): its data goes where the framework
+ * says. It is kept whatever the bounds (its data is here, or its sender waits for it); past
+ * them its credit is held back, which the return value says (XFER_INPROGRESS), and an eager
+ * one stays in its slot (ch->rx_slot_kept). */
+static xfer_status_t tag_arrive(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
+                                const uint8_t *data, const tag_priv_t *rts, uint32_t slot,
+                                char *why, size_t why_size)
 {
-    xfer_verbs_op_t *op;
+    const xfer_iface_params_t *p = &ch->iface->params;
+    unsigned flags = XFER_TAG_ARRIVE_FORCE | XFER_TAG_ARRIVE_NOTIFY |
+                     ((rts != NULL) ? XFER_TAG_ARRIVE_RNDV : XFER_TAG_ARRIVE_INPLACE);
+    uint64_t len   = (rts != NULL) ? rts->size : hdr->length;
+    tag_priv_t here;
+    xfer_tag_dest_t dest;
+    xfer_status_t status;
+    size_t n;
 
-    ucs_list_for_each(op, &iface->posted, list) {
-        if (op->comp == comp) {
-            ucs_list_del(&op->list);
-            xfer_verbs_op_complete(op, status, 0, 0);
+    if (rts == NULL) {
+        memset(&here, 0, sizeof(here));
+        here.size    = len;
+        here.slot    = slot;
+        here.inplace = 1;
+    }
+    switch (xfer_tag_arrive(p->fw_arg, ch->fw_ep, hdr->tag, len, flags,
+                            (rts != NULL) ? rts : &here, sizeof(here), &dest)) {
+    case XFER_TAG_MATCHED:
+        if (rts != NULL) {
+            status = recv_read(ch, dest.handle, dest.buf, dest.capacity, dest.memh, rts);
+            if (status != XFER_INPROGRESS) {
+                xfer_tag_done(dest.handle, status);
+            }
             return XFER_OK;
         }
-    }
-    ucs_list_for_each(op, &iface->busy, busy_link) {
-        if ((op->comp == comp) && (op->kind == XFER_VERBS_OP_RECV)) {
-            return XFER_ERR_BUSY;
+        n = (len < dest.capacity) ? (size_t)len : dest.capacity;
+        xfer_tag_done(dest.handle, xfer_verbs_tag_copy(ch, dest.buf, dest.memh, data, n));
+        return XFER_OK;
+    case XFER_TAG_UNEXPECTED:
+        if ((rts == NULL) && (dest.buf == NULL)) {
+            ch->rx_slot_kept = 1;   /* past the bounds: it stays in its slot */
+            return XFER_OK;
         }
-    }
-    return XFER_ERR_NOT_FOUND;
-}
-
-static xfer_verbs_op_t *posted_match(xfer_iface_h iface, xfer_ep_h ch, uint64_t tag)
-{
-    xfer_verbs_op_t *op, *tmp;
-
-    ucs_list_for_each_safe(op, tmp, &iface->posted, list) {
-        if (((op->ch == NULL) || (op->ch == ch)) && tag_matches(tag, op->rtag, op->rmask)) {
-            ucs_list_del(&op->list);
-            if ((op->ch == NULL) && !recv_claim(iface, op)) {
-                continue;
+        if (rts == NULL) {
+            if (len > 0) {
+                memcpy(dest.buf, data, (size_t)len);
             }
-            return op;
+            xfer_tag_done(dest.handle, XFER_OK);
         }
-    }
-    return NULL;
-}
-
-static xfer_status_t unexp_add(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
-                               const uint8_t *data, const xfer_verbs_wire_rts_t *rts)
-{
-    xfer_iface_h iface     = ch->iface;
-    size_t copy            = (rts == NULL) ? hdr->length : 0;
-    xfer_verbs_unexp_t *ue = malloc(sizeof(*ue) + copy);
-
-    if (ue == NULL) {
+        return dest.over ? XFER_INPROGRESS : XFER_OK;
+    default:
+        snprintf(why, why_size, "out of memory for a %llu-byte message nobody received yet",
+                 (unsigned long long)len);
         return XFER_ERR_NO_MEMORY;
     }
-    ue->ch          = ch;
-    ue->tag         = hdr->tag;
-    ue->rndv        = (rts != NULL);
-    ue->length      = (rts != NULL) ? (size_t)hdr->size : copy;
-    ue->sender_id   = hdr->id;
-    ue->addr        = (rts != NULL) ? rts->addr : 0;
-    ue->rkey        = (rts != NULL) ? rts->rkey : 0;
-    /* over either bound the sender is slowed: the credit of this message's slot goes back
-     * only when it is received */
-    ue->held_credit = (iface->unexp_bytes + unexp_cost(ue) > iface->cfg->max_unexpected) ||
-                      (ch->unexp_bytes + unexp_cost(ue) > iface->cfg->max_unexpected_ep);
-    if (copy > 0) {
-        memcpy(ue->data, data, copy);
-    }
-    iface->unexp_bytes += unexp_cost(ue);
-    ch->unexp_bytes    += unexp_cost(ue);
-    ucs_list_add_tail(&iface->unexp, &ue->list);
-    return ue->held_credit ? XFER_INPROGRESS : XFER_OK;
 }
 
 xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
-                                const uint8_t *ext, char *why, size_t why_size)
+                                const uint8_t *ext, uint32_t rx_slot, char *why,
+                                size_t why_size)
 {
     xfer_verbs_wire_rts_t rts;
     xfer_verbs_slot_t *slot;
     xfer_verbs_op_t *op;
+    tag_priv_t r;
 
     switch (hdr->type) {
     case XFER_VERBS_MSG_TAG:
         /* its length is what arrived (xfer_verbs_wire_unpack_hdr): nothing to check */
-        op = posted_match(ch->iface, ch, hdr->tag);
-        if (op != NULL) {
-            recv_deliver(op, ch, hdr->tag, ext, hdr->length);
-            return XFER_OK;
-        }
-        return unexp_add(ch, hdr, ext, NULL);
+        return tag_arrive(ch, hdr, ext, NULL, rx_slot, why, why_size);
     case XFER_VERBS_MSG_RTS:
         if (hdr->size > ch->max_msg_size) {
             snprintf(why, why_size, "RTS of %" PRIu64 " bytes exceeds the agreed limit of %"
@@ -384,12 +336,12 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
             return XFER_ERR_PROTOCOL;
         }
         xfer_verbs_wire_unpack_rts(ext, &rts);
-        op = posted_match(ch->iface, ch, hdr->tag);
-        if (op != NULL) {
-            recv_read(op, ch, hdr->tag, hdr->size, hdr->id, rts.addr, rts.rkey);
-            return XFER_OK;
-        }
-        return unexp_add(ch, hdr, NULL, &rts);
+        memset(&r, 0, sizeof(r));
+        r.size      = hdr->size;
+        r.sender_id = hdr->id;
+        r.addr      = rts.addr;
+        r.rkey      = rts.rkey;
+        return tag_arrive(ch, hdr, NULL, &r, rx_slot, why, why_size);
     case XFER_VERBS_MSG_FIN:
         slot = xfer_verbs_slot_find(ch, hdr->id);
         if ((slot == NULL) || (slot->kind != XFER_VERBS_SLOT_SEND)) {

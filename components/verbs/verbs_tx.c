@@ -61,6 +61,10 @@ int xfer_verbs_ch_post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_
     }
     ch->sq_posted++;
     ch->sq_free--;
+    if ((wr->opcode == IBV_WR_SEND) || (wr->opcode == IBV_WR_SEND_WITH_IMM) ||
+        (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)) {
+        ch->tx_msgs++;
+    }
     return 0;
 }
 
@@ -165,7 +169,8 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
     if (xfer_verbs_ch_post_send(ch, &wr, op, op != NULL) != 0) {
         return -1;
     }
-    ch->data_seq = ch->sq_posted;
+    ch->data_seq  = ch->sq_posted;
+    ch->data_msgs = ch->tx_msgs;
     return 0;
 }
 
@@ -225,6 +230,8 @@ static int post_rdma(xfer_ep_h ch, xfer_verbs_op_t *op)
         op->rdma_posted += len;
         op->rdma_inflight++;
         ch->data_seq = ch->sq_posted;
+        /* a plain write or read is known there once a later message is */
+        ch->data_msgs = ch->tx_msgs + (wr.opcode != IBV_WR_RDMA_WRITE_WITH_IMM);
     }
     return 1;
 }

@@ -139,8 +139,7 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         return XFER_ERR_PROTOCOL;
     }
     if ((hdr->type == XFER_VERBS_MSG_BYE) &&
-        ((hdr->status != 0) || (hdr->length != 0) || (hdr->id != 0) || (hdr->tag != 0) ||
-         (hdr->size != 0))) {
+        ((hdr->status != 0) || (hdr->length != 0) || (hdr->id != 0) || (hdr->size != 0))) {
         snprintf(why, why_size, "BYE with fields set that are reserved (0)");
         return XFER_ERR_PROTOCOL;
     }

@@ -39,7 +39,10 @@
  * the notification (0 bytes or more, at most the receiver's XFER_NOTIFY_MAX_LEN).
  *
  * A BYE is the last message of an endpoint that closes in order, after its flush: a 40-byte
- * header whose status, length, id, tag and size are 0.
+ * header whose tag is how many of the receiver's work requests that take a receive (sends,
+ * writes with immediate) the sender's receives took before it, and whose status, length, id
+ * and size are 0. RC executes in order, so everything the receiver posted before the last of
+ * those is in the sender's memory: the receiver's flush may succeed on it.
  *
  * The tensor messages' extensions are in tensor_wire.h. A message of another version or of
  * an unknown type is refused with XFER_ERR_UNSUPPORTED (the header's fields are still read,
@@ -83,7 +86,8 @@ typedef enum {
     XFER_VERBS_MSG_NOTIFY            = 8, /* a batch's notification: its bytes are the
                                            * extension; id: the batch's number (for logs) */
     XFER_VERBS_MSG_BYE               = 9, /* the sender's endpoint closes in order: what it
-                                           * sent before is delivered; every field 0 */
+                                           * sent before is delivered; tag: the receiver's
+                                           * messages it took, every other field 0 */
     XFER_VERBS_MSG_LAST
 } xfer_verbs_msg_type_t;
 

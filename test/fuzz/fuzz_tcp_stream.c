@@ -6,14 +6,18 @@
  * (id, cookie and address fixed, so that PUT_REQ and GET_REQ frames can hit it) and puts, a
  * get and tensor fetches are outstanding (so that responses can match); the framework's
  * upcalls are this file's (tensor_request answers at once, later, with an error or with a
- * bad tensor, by the key's first byte; release, withdraw and ep_failed record). After the
- * input, the peer closes its end, and everything is torn down.
+ * bad tensor, by the key's first byte; release, withdraw and ep_failed record), and so is
+ * tag matching: xfer_tag_arrive and xfer_tag_done are defined here, in place of
+ * framework/tag_match.c's (which needs a whole context), as a small matcher with three
+ * posted receives and a bounded store for what nobody receives. After the input, the peer
+ * closes its end, and everything is torn down.
  *
  * The endpoint may fail - a protocol error is a correct outcome. What must not happen: a
  * crash, a sanitizer report, a leak, a hang (progress that never settles), a frame the
  * endpoint sends that a peer's parser would refuse, an operation completed twice or never,
  * a waiter withdrawn after its ready() or never answered nor withdrawn, a tensor released
- * twice or never, ep_failed twice.
+ * twice or never, ep_failed twice, a message handed to the matcher with a length past the
+ * limit, a matcher handle finished twice or never.
  */
 #include "fuzz.h"
 #include "fuzz_tcp_stream.h"
@@ -48,6 +52,26 @@ typedef struct ts_comp {
     size_t        length;
 } ts_comp_t;
 
+/* A receive of the harness's matcher: posted, then matched (its data on the way), then done. */
+typedef enum { R_POSTED, R_MATCHED, R_DONE } ts_recv_state_t;
+
+typedef struct ts_recv {
+    int             comp;       /* its COMP_RECV_* */
+    uint64_t        tag, mask;
+    void            *buf;
+    size_t          capacity;
+    ts_recv_state_t state;
+    uint64_t        msg_len;
+} ts_recv_t;
+
+/* A message nobody received: its bytes are written into data, then done. */
+typedef struct ts_unexp {
+    struct ts_unexp *next;
+    uint64_t        len;
+    int             done;
+    uint8_t         data[];
+} ts_unexp_t;
+
 enum { COMP_RECV_EXACT, COMP_RECV_ANY_PEER, COMP_RECV_ANY_TAG, COMP_PUT_SMALL, COMP_PUT_LARGE,
        COMP_GET, COMP_FETCH_BUF, COMP_FETCH_ALLOC, COMP_FETCH_CANCELLED, NUM_COMPS };
 
@@ -77,6 +101,11 @@ typedef struct ts {
     int           fw_ep;            /* its address is the endpoint's fw_ep */
     unsigned      failed;           /* ep_failed calls */
     ts_comp_t     comps[NUM_COMPS];
+    ts_recv_t     recvs[3];         /* in matching order: exact, any peer, any tag */
+    ts_unexp_t    *unexp;           /* newest first */
+    uint64_t      unexp_bytes;
+    unsigned      tag_open;         /* handles given out and not yet done */
+    uint64_t      budget_held;      /* charged to the process's budgets, not given back */
     ts_waiter_t   *waiters;
     size_t        num_waiters, cap_waiters;
     void          *alloced;         /* what the alloc callback returned */
@@ -171,13 +200,14 @@ static void waiter_answer(ts_t *ts, size_t i, char how)
     waiter->ready(waiter, XFER_OK, &t, (void*)(uintptr_t)(i + 1));
 }
 
-static void up_tensor_request(void *fw_arg, uint64_t step, const char *key, size_t key_len,
-                              xfer_tensor_waiter_t *waiter)
+static void up_tensor_request(void *fw_arg, void *fw_ep, uint64_t step, const char *key,
+                              size_t key_len, xfer_tensor_waiter_t *waiter)
 {
     ts_t *ts = fw_arg;
     char how = (key_len > 0) ? key[0] : 0;
 
     (void)step;
+    FUZZ_CHECK(fw_ep == &ts->fw_ep, "tensor_request names another endpoint");
     FUZZ_CHECK(key_len <= TS_MAX_KEY, "a %zu-byte key reached the framework", key_len);
     FUZZ_CHECK(waiter_find(ts, waiter) == NULL, "a waiting waiter handed over again");
     if (ts->num_waiters == ts->cap_waiters) {
@@ -242,6 +272,174 @@ static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
     }
     ts->alloced = malloc(meta->size ? meta->size : 1);
     return ts->alloced;
+}
+
+/* ---- tag matching: the framework's, in small ------------------------------------------------ */
+
+static ts_t *ts_current;        /* handles carry no harness pointer of their own */
+
+static void recv_init(ts_t *ts, int i, int ci, uint64_t tag, uint64_t mask, void *buf,
+                      size_t capacity)
+{
+    ts_recv_t *r = &ts->recvs[i];
+
+    r->comp     = ci;
+    r->tag      = tag;
+    r->mask     = mask;
+    r->buf      = buf;
+    r->capacity = capacity;
+    r->state    = R_POSTED;
+}
+
+static void recv_complete(ts_t *ts, ts_recv_t *r, xfer_status_t status)
+{
+    r->state = R_DONE;
+    comp_cb(&ts->comps[r->comp].comp, status, (size_t)r->msg_len, r->tag);
+}
+
+/* The component offers an arriving message's header; the contract is component.h's. */
+int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length, unsigned flags,
+                    const void *priv, size_t priv_len, xfer_tag_dest_t *dest)
+{
+    ts_t *ts = fw_arg;
+    uint64_t room;
+    ts_unexp_t *ue;
+
+    (void)priv;
+    FUZZ_CHECK(ts == ts_current, "xfer_tag_arrive with another iface's fw_arg");
+    FUZZ_CHECK(fw_ep == &ts->fw_ep, "xfer_tag_arrive names another endpoint");
+    FUZZ_CHECK(length <= TS_MAX_MSG, "a %llu-byte message reached the matcher",
+               (unsigned long long)length);
+    FUZZ_CHECK(!(flags & XFER_TAG_ARRIVE_RNDV) && (priv_len == 0),
+               "tcp offers a rendezvous message");
+    memset(dest, 0, sizeof(*dest));
+    for (int i = 0; i < 3; i++) {
+        ts_recv_t *r = &ts->recvs[i];
+
+        if ((r->state == R_POSTED) && (((tag ^ r->tag) & r->mask) == 0)) {
+            r->state       = R_MATCHED;
+            r->msg_len     = length;
+            dest->buf      = r->buf;
+            dest->capacity = r->capacity;
+            dest->handle   = r;
+            ts->tag_open++;
+            return XFER_TAG_MATCHED;
+        }
+    }
+    room = TS_MAX_UNEXPECTED * ((flags & XFER_TAG_ARRIVE_URGENT) ? 2 : 1);
+    if (!(flags & XFER_TAG_ARRIVE_FORCE) && (ts->unexp_bytes + length > room)) {
+        return XFER_TAG_PAUSE;
+    }
+    ue = malloc(sizeof(*ue) + length);
+    if (ue == NULL) {
+        return XFER_TAG_NO_MEMORY;
+    }
+    ue->len          = length;
+    ue->done         = 0;
+    ue->next         = ts->unexp;
+    ts->unexp        = ue;
+    ts->unexp_bytes += length;
+    dest->buf        = ue->data;
+    dest->capacity   = (size_t)length;
+    dest->handle     = (uint8_t*)ue + 1;   /* odd: tells it from a receive */
+    dest->over       = ts->unexp_bytes > TS_MAX_UNEXPECTED;
+    ts->tag_open++;
+    return XFER_TAG_UNEXPECTED;
+}
+
+void xfer_tag_done(void *handle, xfer_status_t status)
+{
+    ts_t *ts = ts_current;
+
+    FUZZ_CHECK((ts != NULL) && (ts->tag_open > 0), "xfer_tag_done without a message");
+    ts->tag_open--;
+    if ((uintptr_t)handle & 1) {
+        ts_unexp_t *ue = (ts_unexp_t*)((uint8_t*)handle - 1);
+
+        FUZZ_CHECK(!ue->done, "xfer_tag_done twice for a message nobody received");
+        ue->done = 1;
+        return;
+    }
+    {
+        ts_recv_t *r = handle;
+
+        FUZZ_CHECK((r >= ts->recvs) && (r < ts->recvs + 3) && (r->state == R_MATCHED),
+                   "xfer_tag_done for a receive that is not being filled");
+        if ((status == XFER_OK) && (r->msg_len > r->capacity)) {
+            status = XFER_ERR_TRUNCATED;
+        }
+        recv_complete(ts, r, status);
+    }
+}
+
+/* A receive cancelled: as xfer_cancel answers for one the framework holds. */
+static xfer_status_t recv_cancel(ts_t *ts, int i)
+{
+    ts_recv_t *r = &ts->recvs[i];
+
+    switch (r->state) {
+    case R_POSTED:
+        r->msg_len = 0;
+        recv_complete(ts, r, XFER_ERR_CANCELED);
+        return XFER_OK;
+    case R_MATCHED:
+        return XFER_ERR_BUSY;
+    default:
+        return XFER_ERR_NOT_FOUND;
+    }
+}
+
+static void matcher_cleanup(ts_t *ts)
+{
+    FUZZ_CHECK(ts->tag_open == 0, "%u message(s) handed to the matcher never finished",
+               ts->tag_open);
+    for (int i = 0; i < 3; i++) {
+        (void)recv_cancel(ts, i);
+    }
+    while (ts->unexp != NULL) {
+        ts_unexp_t *ue = ts->unexp;
+
+        ts->unexp = ue->next;
+        free(ue);
+    }
+}
+
+/* ---- the process's budgets: the framework's, in small ----------------------------------------
+ * Every amount is granted (the budget's limits are libxfer's to test); what is checked is
+ * that the component never gives back more than its queue holds and holds nothing at the
+ * end. */
+
+void xfer_budget_queue_add(void *fw_ep, xfer_budget_kind_t kind, xfer_budget_queue_t *q,
+                           uint64_t amount)
+{
+    FUZZ_CHECK((ts_current != NULL) && (fw_ep == &ts_current->fw_ep),
+               "a budget charged to another endpoint");
+    FUZZ_CHECK(kind == XFER_BUDGET_ANSWERS, "tcp charges budget kind %d", (int)kind);
+    q->held    += amount;
+    q->granted  = q->held;
+    ts_current->budget_held += amount;
+}
+
+void xfer_budget_queue_remove(void *fw_ep, xfer_budget_kind_t kind, xfer_budget_queue_t *q,
+                              uint64_t amount)
+{
+    (void)kind;
+    FUZZ_CHECK((ts_current != NULL) && (fw_ep == &ts_current->fw_ep),
+               "a budget given back by another endpoint");
+    FUZZ_CHECK((amount <= q->held) && (amount <= ts_current->budget_held),
+               "gives back %llu of a queue that holds %llu", (unsigned long long)amount,
+               (unsigned long long)q->held);
+    q->held    -= amount;
+    q->granted  = q->held;
+    ts_current->budget_held -= amount;
+}
+
+int xfer_budget_queue_within(void *fw_ep, xfer_budget_kind_t kind, xfer_budget_queue_t *q)
+{
+    (void)fw_ep;
+    (void)kind;
+    FUZZ_CHECK(q->granted == q->held, "a queue held past what was granted");
+    return 1;
 }
 
 /* ---- the peer's side ------------------------------------------------------------------------ */
@@ -452,17 +650,11 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
     FUZZ_CHECK((comp->rkey_pack(ts->iface, *memh_p, rkey_buf, &rkey_len) == XFER_OK) &&
                (comp->rkey_unpack(ts->iface, rkey_buf, rkey_len, rkey_p) == XFER_OK), "rkey");
 
-    FUZZ_CHECK(comp->tag_recv(ts->iface, ts->ep, TS_TAG_EXACT, UINT64_MAX, ts->recv_exact,
-                              sizeof(ts->recv_exact), NULL, &ts->comps[COMP_RECV_EXACT].comp) ==
-               XFER_INPROGRESS, "tag_recv");
-    FUZZ_CHECK(comp->tag_recv(ts->iface, NULL, TS_TAG_ANY_PEER, UINT64_MAX, ts->recv_any_peer,
-                              sizeof(ts->recv_any_peer), NULL,
-                              &ts->comps[COMP_RECV_ANY_PEER].comp) == XFER_INPROGRESS,
-               "tag_recv");
-    FUZZ_CHECK(comp->tag_recv(ts->iface, NULL, 0, 0, ts->recv_any_tag,
-                              sizeof(ts->recv_any_tag), NULL,
-                              &ts->comps[COMP_RECV_ANY_TAG].comp) == XFER_INPROGRESS,
-               "tag_recv");
+    recv_init(ts, 0, COMP_RECV_EXACT, TS_TAG_EXACT, UINT64_MAX, ts->recv_exact,
+              sizeof(ts->recv_exact));
+    recv_init(ts, 1, COMP_RECV_ANY_PEER, TS_TAG_ANY_PEER, UINT64_MAX, ts->recv_any_peer,
+              sizeof(ts->recv_any_peer));
+    recv_init(ts, 2, COMP_RECV_ANY_TAG, 0, 0, ts->recv_any_tag, sizeof(ts->recv_any_tag));
 
     /* in slot order (fuzz_tcp_stream.h): their ids are TS_ID(slot) */
     FUZZ_CHECK(comp->put(ts->ep, ts->put_src, TS_PUT_SMALL_LEN, NULL, base, *rkey_p,
@@ -553,11 +745,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     ts = calloc(1, sizeof(*ts));
     FUZZ_CHECK(ts != NULL, "out of memory");
+    ts_current          = ts;
     ts->out.need        = XFER_TCP_WIRE_HDR_LEN;
     cfg.iface           = "lo";
     cfg.eager_threshold = TS_EAGER;
     cfg.max_msg_size    = TS_MAX_MSG;
-    cfg.max_unexpected  = TS_MAX_UNEXPECTED;
     /* acknowledged puts hold request ids that answers in the input can match; a PUT_FAIL or
      * FLUSH_ACK in the input meets an endpoint that sent no PUT and no FLUSH_REQ */
     cfg.put_ack         = 1;
@@ -567,7 +759,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     drive(ts);
     feed(ts, data, size);
     /* what the state machine holds mid-frame: cancels that may find it busy */
-    status = comp->cancel(ts->iface, &ts->comps[COMP_RECV_ANY_PEER].comp, XFER_ERR_CANCELED);
+    status = recv_cancel(ts, 1);
     FUZZ_CHECK((status == XFER_OK) || (status == XFER_ERR_BUSY) ||
                (status == XFER_ERR_NOT_FOUND), "cancel: %d", status);
     status = comp->cancel(ts->iface, &ts->comps[COMP_FETCH_BUF].comp, XFER_ERR_CANCELED);
@@ -584,9 +776,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     comp->ep_destroy(ts->ep);
     comp->iface_close(ts->iface);
     close(ts->peer);
+    matcher_cleanup(ts);
+    FUZZ_CHECK(ts->budget_held == 0, "the endpoint went holding %llu bytes of budget",
+               (unsigned long long)ts->budget_held);
     check_done(ts);
     free(ts->alloced);
     free(ts->waiters);
     free(ts);
+    ts_current = NULL;
     return 0;
 }

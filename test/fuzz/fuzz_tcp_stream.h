@@ -13,7 +13,8 @@
 #define TS_MAX_MSG        (1u << 20)   /* XFER_TCP_MAX_MSG_SIZE of both sides */
 #define TS_MAX_KEY        64u          /* key limit of both sides */
 #define TS_EAGER          256u         /* larger puts and get responses go zero-copy */
-#define TS_MAX_UNEXPECTED 4096u        /* beyond it a TAG with no receive pauses the input */
+#define TS_MAX_UNEXPECTED 4096u        /* the harness's matcher: beyond it a TAG with no
+                                        * receive pauses the input */
 
 /* The registered region: id 1 (the iface's first), a fixed cookie and, where the address
  * can be mapped there, a fixed address. */

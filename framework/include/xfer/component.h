@@ -190,22 +190,18 @@ typedef struct xfer_iface_params {
     uint32_t size;                  /* sizeof(xfer_iface_params_t) of the caller's build */
     void     *fw_arg;               /* opaque; passed back to the callbacks below */
     uint32_t max_key_len;           /* longest tensor key accepted, in bytes */
-    void (*tensor_request)(void *fw_arg, uint64_t step, const char *key, size_t key_len,
-                           xfer_tensor_waiter_t *waiter);
+    /* A peer (fw_ep: the framework's endpoint of it) asks for (step, key). The framework
+     * bounds how many of one peer's requests wait for a publish (XFER_TENSOR_MAX_REQUESTS)
+     * and of all peers' (XFER_TENSOR_BUDGET): one past them is answered at once with
+     * XFER_ERR_NO_RESOURCE through ready(). */
+    void (*tensor_request)(void *fw_arg, void *fw_ep, uint64_t step, const char *key,
+                           size_t key_len, xfer_tensor_waiter_t *waiter);
     void (*tensor_withdraw)(void *fw_arg, xfer_tensor_waiter_t *waiter);
     void (*tensor_release)(void *fw_arg, void *handle, xfer_status_t status);
     /* An endpoint failed (peer gone, protocol error) or its peer closed in order
      * (XFER_ERR_PEER_CLOSED, see ep_shutdown): its pending operations have been or are being
      * completed with status; reason says what happened. */
     void (*ep_failed)(void *fw_arg, void *fw_ep, xfer_status_t status, const char *reason);
-    /* A receive posted for any peer (tag_recv with ep == NULL) may be posted on several
-     * transports at once. Before a component binds a message to such a receive - a new
-     * message matching it, or it matching an unexpected message - it asks here: 1, the
-     * receive is this transport's; 0, another transport took it (or it was cancelled):
-     * complete comp with XFER_ERR_CANCELED and go on matching as if it were not posted.
-     * Exactly one transport ever gets 1 for a receive; the framework then cancels the
-     * receive on the others. Present when size covers it. */
-    int  (*tag_claim)(void *fw_arg, xfer_comp_t *comp);
     /* Requests from one peer (endpoint) that may be pending here - waiting in
      * tensor_request() or being answered; the component answers one past it at once with
      * XFER_ERR_NO_RESOURCE and a reason. Present when size covers it. */
@@ -334,8 +330,8 @@ typedef struct xfer_component_v1 {
      * packed bounds; the component must still check on the target side what came off the
      * wire. put, get and tag_send return XFER_OK when the operation completed while it was
      * posted (all length bytes moved; comp will not be called), XFER_INPROGRESS when comp
-     * will be called, or an error (comp will not be called). tag_recv and tensor_fetch
-     * return XFER_INPROGRESS or an error. */
+     * will be called, or an error (comp will not be called). tensor_fetch returns
+     * XFER_INPROGRESS or an error. */
     xfer_status_t (*put)(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
                          uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
     xfer_status_t (*get)(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
@@ -344,15 +340,12 @@ typedef struct xfer_component_v1 {
     /* memh may be NULL (the buffer is not registered). */
     xfer_status_t (*tag_send)(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
                               xfer_memh_h memh, xfer_comp_t *comp);
-    /* ep == NULL matches any peer. */
-    xfer_status_t (*tag_recv)(xfer_iface_h iface, xfer_ep_h ep, uint64_t tag, uint64_t tag_mask,
-                              void *buf, size_t length, xfer_memh_h memh, xfer_comp_t *comp);
 
     xfer_status_t (*tensor_fetch)(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                   xfer_comp_t *comp);
 
-    /* Cancel a posted tag receive or a pending tensor fetch: comp completes with status (from
-     * the next progress()). XFER_ERR_BUSY when it is too late (data is arriving),
+    /* Cancel a pending tensor fetch or a batch: comp completes with status (from the next
+     * progress()). XFER_ERR_BUSY when it is too late (data is arriving),
      * XFER_ERR_NOT_FOUND when comp is not pending here. */
     xfer_status_t (*cancel)(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
 
@@ -415,6 +408,29 @@ typedef struct xfer_component_v1 {
      * already; comp is not called) or an error. NULL: the peer sees the connection end
      * (XFER_ERR_CONNECTION), as after a forced close. Read only when size covers it. */
     xfer_status_t (*ep_shutdown)(xfer_ep_h ep, xfer_comp_t *comp);
+
+    /* Tag matching is the framework's (xfer_tag_arrive): a component with XFER_CAP_TAG
+     * offers tag_send and these. Read only when size covers them. */
+
+    /* Pull a rendezvous message the framework kept (priv, priv_len: what the component gave
+     * xfer_tag_arrive) into buf: min(length, capacity) bytes, memh its registration or NULL;
+     * then xfer_tag_done(handle, status), maybe before this returns. XFER_INPROGRESS, or an
+     * error (xfer_tag_done is not called; the receive completes with it). */
+    xfer_status_t (*tag_pull)(xfer_ep_h ep, const void *priv, size_t priv_len,
+                              uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
+                              void *handle);
+    /* Copy len bytes of a message the framework kept into a receive's buffer dst (memh its
+     * registration or NULL), where a CPU copy cannot (device memory). NULL: memcpy. */
+    xfer_status_t (*tag_copy)(xfer_ep_h ep, void *dst, xfer_memh_h memh, const void *src,
+                              size_t len);
+    /* A message kept past the bounds (FORCE) with XFER_TAG_ARRIVE_NOTIFY leaves the
+     * framework: received (1) or dropped (0) - the transport stops slowing its peer for it.
+     * Not called for those of an endpoint being destroyed. */
+    void          (*tag_released)(xfer_ep_h ep, const void *priv, size_t priv_len,
+                                  int received);
+    /* Room was made (a receive was posted, a kept message taken): the endpoints the
+     * component paused at XFER_TAG_PAUSE may read again. NULL: it tries at each progress. */
+    void          (*tag_resume)(xfer_iface_h iface);
 } xfer_component_v1_t;
 
 /*
@@ -451,6 +467,101 @@ XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t l
  * *n counts it either way, so that the list reports how many counters there are. */
 XFER_API void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n,
                                const char *prefix, const char *name, uint64_t value);
+
+/*
+ * Process-wide budgets (framework/budget.c): what peers make this process hold, summed over
+ * every endpoint of every context. A transport takes from a kind when a peer makes it hold
+ * more (a message nobody receives yet, an answer the peer does not read) and gives back when
+ * it lets go; fw_ep is the framework's endpoint (xfer_ep_params_t.fw_ep). A take that does not
+ * fit the process's limit or the endpoint's fair share of it returns 0 and takes nothing: the
+ * transport then slows its peer down as at its own per-endpoint bound, and tries again once
+ * xfer_budget_gives() has moved on.
+ */
+typedef enum xfer_budget_kind {
+    XFER_BUDGET_UNEXPECTED,     /* bytes of messages nobody received yet */
+    XFER_BUDGET_ANSWERS,        /* bytes of answers queued for peers */
+    XFER_BUDGET_NOTIFY,         /* bytes of notifications not taken (the framework's) */
+    XFER_BUDGET_TENSOR,         /* requests waiting for a tensor (the framework's) */
+    XFER_BUDGET_KINDS
+} xfer_budget_kind_t;
+
+XFER_API int xfer_budget_take(void *fw_ep, xfer_budget_kind_t kind, uint64_t amount);
+XFER_API void xfer_budget_give(void *fw_ep, xfer_budget_kind_t kind, uint64_t amount);
+/* A count that moves on at every give: a transport that paused a peer on a budget compares
+ * it with the one it saw then, and lets the peer try again once it moved. */
+XFER_API uint64_t xfer_budget_gives(void);
+/* The parameter that sets kind's limit, for log lines. */
+XFER_API const char *xfer_budget_name(xfer_budget_kind_t kind);
+
+/* A queue a transport keeps for one peer, charged to a budget kind: what it holds and what of
+ * that the budget granted (in steps of XFER_BUDGET_STEP, so that a take is not a lock per
+ * item). What is held past the grant - an answer must be queued even when the budget is
+ * spent - is the transport's cue to read no more of that peer's requests until
+ * xfer_budget_queue_within() says the rest is granted too; removing gives back what the
+ * queue no longer needs. Both sides of the queue are the transport's, under its lock. */
+#define XFER_BUDGET_STEP (64u << 10)
+typedef struct xfer_budget_queue {
+    uint64_t held;
+    uint64_t granted;
+} xfer_budget_queue_t;
+
+XFER_API void xfer_budget_queue_add(void *fw_ep, xfer_budget_kind_t kind,
+                                    xfer_budget_queue_t *q, uint64_t amount);
+XFER_API void xfer_budget_queue_remove(void *fw_ep, xfer_budget_kind_t kind,
+                                       xfer_budget_queue_t *q, uint64_t amount);
+/* 1 when all that q holds is granted (trying for the rest now), 0 when the peer must wait. */
+XFER_API int xfer_budget_queue_within(void *fw_ep, xfer_budget_kind_t kind,
+                                      xfer_budget_queue_t *q);
+
+/*
+ * Tag matching (framework/tag_match.c): the receives and the messages nobody received yet
+ * are the framework's, for every transport. A component hands it each arriving message's
+ * header (fw_arg: the iface's xfer_iface_params_t.fw_arg; fw_ep: the endpoint's) and learns:
+ *   XFER_TAG_MATCHED     a receive takes it: move min(length, dest->capacity) bytes into
+ *                        dest->buf (dest->memh: its registration here, or NULL), drop the
+ *                        rest, then xfer_tag_done(dest->handle, status);
+ *   XFER_TAG_UNEXPECTED  the framework keeps it: move its length bytes into dest->buf (none
+ *                        for a rendezvous one, whose priv it keeps), then xfer_tag_done();
+ *                        dest->over says it was kept past the bounds (FORCE);
+ *   XFER_TAG_PAUSE       no room within the bounds: read no more of this peer until
+ *                        tag_resume (or the next progress), then offer it again;
+ *   XFER_TAG_NO_MEMORY   fail the endpoint.
+ * A receive completes with the message's length and tag, XFER_ERR_TRUNCATED when it was
+ * longer than the buffer; a failure in xfer_tag_done() fails it (a kept message is lost).
+ */
+#define XFER_TAG_PRIV_MAX 64u          /* bytes a component keeps about a rendezvous message */
+enum {
+    XFER_TAG_ARRIVE_RNDV   = 1u << 0,   /* the data stays at the sender: tag_pull moves it */
+    XFER_TAG_ARRIVE_FORCE  = 1u << 1,   /* keep it past the bounds (its data is here already,
+                                         * or the peer's end bounds what is left) */
+    XFER_TAG_ARRIVE_URGENT = 1u << 2,   /* answers to this side wait behind it: the endpoint
+                                         * may keep twice its bound */
+    XFER_TAG_ARRIVE_NOTIFY = 1u << 3,   /* kept past the bounds: call tag_released when it
+                                         * goes */
+    XFER_TAG_ARRIVE_INPLACE = 1u << 4,  /* with FORCE: past the bounds, the data stays where
+                                         * it arrived (priv says where; dest->buf is NULL)
+                                         * and is kept as a rendezvous one - tag_pull copies
+                                         * it out, tag_released lets it go - so that what is
+                                         * past the bounds costs no memory of its own */
+};
+enum {
+    XFER_TAG_MATCHED,
+    XFER_TAG_UNEXPECTED,
+    XFER_TAG_PAUSE,
+    XFER_TAG_NO_MEMORY,
+};
+typedef struct xfer_tag_dest {
+    void        *buf;
+    size_t      capacity;
+    xfer_memh_h memh;
+    void        *handle;
+    int         over;
+} xfer_tag_dest_t;
+
+XFER_API int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length,
+                             unsigned flags, const void *priv, size_t priv_len,
+                             xfer_tag_dest_t *dest);
+XFER_API void xfer_tag_done(void *handle, xfer_status_t status);
 
 /* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)

@@ -1,13 +1,15 @@
 /*
- * tcp's unexpected messages: buffers of large ones are kept when freed and taken again by the
- * next ones they fit (tcp_tag.c). Rounds of messages of mixed sizes arrive with nothing
- * posted, then receives take them: every one lands whole, of its own length and bytes (a
- * kept buffer never leaks a message's bytes into another's, nor its length), truncated ones
- * included, whether its buffer was kept, too large to keep or pushed out of the kept ones
- * (the bound, MAX_UNEXPECTED_EP, is 4 MiB here). And once a round has warmed the kept
- * buffers, a round of large messages lands without faulting in a fresh page per 4 KiB of
- * data, which is what made a receiver that fell behind a stream of large messages stay behind
- * (tag_bw 1 MiB at a quarter of its speed). Two processes, real sockets.
+ * Messages nobody received yet, on every transport (framework/tag_match.c keeps them): the
+ * buffers of large ones are kept when freed and taken again by the next ones they fit. Rounds
+ * of messages of mixed sizes arrive with nothing posted, then receives take them: every one
+ * lands whole, of its own length and bytes (a kept buffer never leaks a message's bytes into
+ * another's, nor its length), truncated ones included, whether its buffer was kept, too large
+ * to keep or pushed out of the kept ones, or the message stayed at the sender until its
+ * receive pulled it (shm by CMA, verbs by RDMA READ); the bound, XFER_UNEXPECTED_EP, is 4 MiB
+ * here. And once a round has warmed the kept buffers, a round of large messages lands without
+ * faulting in a fresh page per 4 KiB of data, which is what made a receiver that fell behind
+ * a stream of large messages stay behind (tcp tag_bw 1 MiB at a quarter of its speed). Two
+ * processes, over XFERTEST_TRANSPORT.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -21,20 +23,12 @@
 static void setup(void)
 {
     tp_env();
-    setenv("XFER_TCP_MAX_UNEXPECTED_EP", "4m", 1);
+    setenv("XFER_UNEXPECTED_EP", "4m", 1);
 }
 
-TestSuite(tcp_unexp, .init = setup, .timeout = 120);
+TestSuite(unexp, .init = setup, .timeout = 120);
 
 #define TAG 9u
-
-static void skip_unless_tcp(void)
-{
-    if (strcmp(tp_transport(), "tcp") != 0) {
-        cr_skip_test("the kept buffers are the tcp transport's; this run is over %s",
-                     tp_transport());
-    }
-}
 
 /* A round's sizes: 1 MiB (kept); 4 KiB less (a kept 1 MiB buffer fits it); small ones, never
  * kept; 768 KiB + 1 (a 1 MiB buffer would waste more than a quarter on it: a new one); the
@@ -125,14 +119,13 @@ static long minor_faults(void)
     return ru.ru_minflt;
 }
 
-Test(tcp_unexp, unexpected_messages_land_whole_from_kept_buffers_without_faulting_them_in)
+Test(unexp, unexpected_messages_land_whole_from_kept_buffers_without_faulting_them_in)
 {
     size_t large[NLARGE];
     char *buf[NBUF];
     long before, faults;
     tp_peer_t p;
 
-    skip_unless_tcp();
     for (size_t i = 0; i < NLARGE; i++) {
         large[i] = LARGE;
     }
