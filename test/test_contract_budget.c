@@ -231,8 +231,7 @@ static void serve_good(xfer_context_t *ctx, xfer_endpoint_t *ep)
     }
 }
 
-Test(contract, hostile_peers_together_stay_within_the_process_budgets_and_a_good_peer_completes,
-     .timeout = 600)
+Test(contract, hostile_peers_together_stay_within_the_process_budgets_and_a_good_peer_completes)
 {
     static uint8_t region[REGION];
     static const char tensor_data[8] = "tensor!";

@@ -125,7 +125,7 @@ struct xfer_shm_op {
     int                 busy;       /* data is arriving: too late to cancel */
     int                 on_write;   /* complete once its frames are written */
     int                 pooled;     /* from iface->op_mp (else malloc) */
-    uint32_t            slot;       /* outstanding request: index in ep->slots, or UINT32_MAX */
+    uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;
     size_t              len;
     uint64_t            rtag;       /* FETCH: the request id, for a TCANCEL */
@@ -141,18 +141,12 @@ struct xfer_shm_op {
     char                key[];      /* FETCH: the key, for the request frame */
 };
 
+/* The kinds of ep->slots (the framework's slot table): requests awaiting the peer's answer. */
 typedef enum {
-    XFER_SHM_SLOT_FREE,
+    XFER_SHM_SLOT_FREE = XFER_SLOT_FREE,
     XFER_SHM_SLOT_OP,           /* an op waits for the answer */
     XFER_SHM_SLOT_TOMBSTONE,    /* a cancelled fetch whose answer is still to come */
 } xfer_shm_slot_kind_t;
-
-typedef struct xfer_shm_slot {
-    uint32_t             gen;
-    uint32_t             next_free;
-    xfer_shm_slot_kind_t kind;
-    xfer_shm_op_t        *op;
-} xfer_shm_slot_t;
 
 /* ---- producer side of a tensor fetch --------------------------------------------------------- */
 
@@ -287,10 +281,7 @@ struct xfer_ep {
     uint64_t            coop_frame_end; /* our ring's position after the last SHARE frame;
                                          * 0: none, or not known */
 
-    xfer_shm_slot_t     *slots;
-    uint32_t            num_slots;
-    uint32_t            free_slot;
-    uint32_t            busy_slots;
+    xfer_slots_t        slots;          /* requests awaiting the peer's answer */
 
     xfer_shm_peer_mem_t peer_mem[XFER_SHM_PEER_MAPS];
     uint64_t            peer_mem_clock;
@@ -551,11 +542,6 @@ void xfer_shm_ep_fail_deferred(xfer_ep_h ep);
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep);
 /* A PUT or GET completed (they complete in order). */
 void xfer_shm_ep_rma_done(xfer_ep_h ep);
-/* Outstanding-request slots: ids carry a generation so that a stale or forged id is found
- * as no request. */
-xfer_status_t xfer_shm_slot_alloc(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t *id_p);
-xfer_shm_slot_t *xfer_shm_slot_find(xfer_ep_h ep, uint64_t id);
-void xfer_shm_slot_free(xfer_ep_h ep, uint32_t idx);
 /* Cross-memory attach between this process and the peer: move len bytes between local and
  * the peer's remote address (to_peer: write into the peer). XFER_OK, or an error with why. */
 xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t len, int to_peer,

@@ -183,7 +183,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_shm_slot_alloc(ep, op, &id);
+    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -212,8 +212,8 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
 xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                     const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_shm_slot_t *slot = xfer_shm_slot_find(ep, hdr->id);
-    xfer_shm_op_t *op     = (slot != NULL) ? slot->op : NULL;
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
+    xfer_shm_op_t *op     = (slot != NULL) ? slot->obj : NULL;
     xfer_status_t status;
 
     (void)payload;
@@ -230,7 +230,7 @@ xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  (unsigned long long)hdr->a, op->len);
         return XFER_ERR_PROTOCOL;
     }
-    xfer_shm_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_shm_op_complete(op, status, hdr->a, 0);
     return XFER_OK;
 }
@@ -824,10 +824,10 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
         }
     }
     ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->num_slots; i++) {
-            xfer_shm_op_t *op = ep->slots[i].op;
+        for (uint32_t i = 0; i < ep->slots.num; i++) {
+            xfer_shm_op_t *op = ep->slots.s[i].obj;
 
-            if ((ep->slots[i].kind == XFER_SHM_SLOT_OP) && (op != NULL) &&
+            if ((ep->slots.s[i].kind == XFER_SHM_SLOT_OP) && (op != NULL) &&
                 (op->kind == XFER_SHM_OP_BATCH) && (op->comp == comp)) {
                 if (!op->tx.started) {
                     op->tx.hdr.flags |= XFER_SHM_FL_VOID;

@@ -94,7 +94,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->peer_pid  = (pid_t)peer.pid;
     ep->cma       = iface->me.cma && peer.cma;
     ep->token     = xfer_shm_random64();
-    ep->free_slot = UINT32_MAX;
+    xfer_slots_init(&ep->slots, SLOTS_MAX);
     ep->max_msg   = cfg->max_msg_size;
     ep->fd        = -1;
     ep->memfd     = -1;
@@ -329,69 +329,6 @@ xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
     }
 }
 
-/* ---- slots ---------------------------------------------------------------------------------- */
-
-xfer_status_t xfer_shm_slot_alloc(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t *id_p)
-{
-    uint32_t idx;
-
-    if (ep->free_slot == UINT32_MAX) {
-        uint32_t num = ep->num_slots ? 2 * ep->num_slots : 64;
-        xfer_shm_slot_t *grown;
-
-        if (num > SLOTS_MAX) {
-            return XFER_ERR_NO_RESOURCE;
-        }
-        grown = realloc(ep->slots, num * sizeof(*grown));
-        if (grown == NULL) {
-            return XFER_ERR_NO_MEMORY;
-        }
-        for (uint32_t i = ep->num_slots; i < num; i++) {
-            grown[i].gen       = 1;
-            grown[i].kind      = XFER_SHM_SLOT_FREE;
-            grown[i].op        = NULL;
-            grown[i].next_free = (i + 1 < num) ? i + 1 : UINT32_MAX;
-        }
-        ep->free_slot = ep->num_slots;
-        ep->slots     = grown;
-        ep->num_slots = num;
-    }
-    idx           = ep->free_slot;
-    ep->free_slot = ep->slots[idx].next_free;
-    ep->slots[idx].kind = XFER_SHM_SLOT_OP;
-    ep->slots[idx].op   = op;
-    ep->busy_slots++;
-    op->slot = idx;
-    *id_p    = ((uint64_t)ep->slots[idx].gen << 32) | idx;
-    return XFER_OK;
-}
-
-xfer_shm_slot_t *xfer_shm_slot_find(xfer_ep_h ep, uint64_t id)
-{
-    uint32_t idx = (uint32_t)id;
-
-    if ((idx >= ep->num_slots) || (ep->slots[idx].gen != (uint32_t)(id >> 32)) ||
-        (ep->slots[idx].kind == XFER_SHM_SLOT_FREE)) {
-        return NULL;
-    }
-    return &ep->slots[idx];
-}
-
-void xfer_shm_slot_free(xfer_ep_h ep, uint32_t idx)
-{
-    xfer_shm_slot_t *s = &ep->slots[idx];
-
-    if (s->op != NULL) {
-        s->op->slot = UINT32_MAX;
-    }
-    s->kind      = XFER_SHM_SLOT_FREE;
-    s->op        = NULL;
-    s->gen++;
-    s->next_free = ep->free_slot;
-    ep->free_slot = idx;
-    ep->busy_slots--;
-}
-
 /* ---- flushes -------------------------------------------------------------------------------- */
 
 void xfer_shm_ep_rma_done(xfer_ep_h ep)
@@ -516,12 +453,12 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         ucs_list_del(&op->list);
         xfer_shm_op_complete(op, status, 0, 0);
     }
-    for (uint32_t i = 0; i < ep->num_slots; i++) {
-        if (ep->slots[i].kind == XFER_SHM_SLOT_FREE) {
+    for (uint32_t i = 0; i < ep->slots.num; i++) {
+        if (ep->slots.s[i].kind == XFER_SHM_SLOT_FREE) {
             continue;
         }
-        op = ep->slots[i].op;
-        xfer_shm_slot_free(ep, i);
+        op = ep->slots.s[i].obj;
+        xfer_slot_free(&ep->slots, i);
         if (op != NULL) {
             xfer_shm_op_complete(op, status, 0, 0);
         }
@@ -623,6 +560,6 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     if (ep->memfd >= 0) {
         close(ep->memfd);
     }
-    free(ep->slots);
+    xfer_slots_cleanup(&ep->slots);
     free(ep);
 }

@@ -346,7 +346,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_shm_slot_alloc(ep, op, &id);
+    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -390,14 +390,14 @@ xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 static xfer_shm_op_t *answered_op(xfer_ep_h ep, uint64_t id, xfer_shm_op_kind_t kind,
                                   const char *what, char *why, size_t why_size)
 {
-    xfer_shm_slot_t *slot = xfer_shm_slot_find(ep, id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, id);
 
-    if ((slot == NULL) || (slot->op == NULL) || (slot->op->kind != kind)) {
+    if ((slot == NULL) || (slot->obj == NULL) || (((xfer_shm_op_t*)slot->obj)->kind != kind)) {
         snprintf(why, why_size, "%s for request %llx, which is not one of ours in flight",
                  what, (unsigned long long)id);
         return NULL;
     }
-    return slot->op;
+    return slot->obj;
 }
 
 xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -412,7 +412,7 @@ xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return XFER_ERR_PROTOCOL;
     }
     status = xfer_shm_status_from_peer(hdr->status);
-    xfer_shm_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_shm_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
     return XFER_OK;
 }
@@ -433,7 +433,7 @@ xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                      hdr->len);
             return XFER_ERR_PROTOCOL;
         }
-        xfer_shm_slot_free(ep, op->slot);
+        xfer_slot_free(&ep->slots, op->slot);
         xfer_shm_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
         return XFER_OK;
     }
@@ -455,7 +455,7 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 
     (void)why;
     (void)why_size;
-    xfer_shm_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_shm_op_complete(op, XFER_OK, op->len, 0);
     return XFER_OK;
 }

@@ -70,7 +70,7 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     op->alloc_arg = args->alloc_arg;
     op->result    = args->result;
     op->on_write  = 0;      /* completes with its answer */
-    status        = xfer_shm_slot_alloc(ep, op, &id);
+    status        = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -85,7 +85,7 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
      * was written completes (and its op goes) while the entry still waits for the ring. */
     status = xfer_shm_tx_queue(ep, NULL, &hdr, args->key, args->key_len, 1, 0);
     if (status != XFER_OK) {
-        xfer_shm_slot_free(ep, (uint32_t)id);
+        xfer_slot_free(&ep->slots, (uint32_t)id);
         xfer_shm_op_free(op);
         return status;
     }
@@ -100,9 +100,9 @@ xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
     xfer_ep_h ep;
 
     ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->num_slots; i++) {
-            xfer_shm_slot_t *slot = &ep->slots[i];
-            xfer_shm_op_t *op     = slot->op;
+        for (uint32_t i = 0; i < ep->slots.num; i++) {
+            xfer_slot_t *slot = &ep->slots.s[i];
+            xfer_shm_op_t *op     = slot->obj;
             uint64_t id;
 
             if ((slot->kind != XFER_SHM_SLOT_OP) || (op == NULL) ||
@@ -114,7 +114,7 @@ xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             }
             id         = op->rtag;
             slot->kind = XFER_SHM_SLOT_TOMBSTONE;
-            slot->op   = NULL;
+            slot->obj  = NULL;
             xfer_shm_op_complete(op, status, 0, 0);
             if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
                 return XFER_OK;         /* failing: the tombstone goes with the ep's slots */
@@ -162,7 +162,7 @@ static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_shm_slot_t *slot = xfer_shm_slot_find(ep, hdr->id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
     int64_t dims[XFER_TENSOR_MAX_RANK] = {0};
     int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
     unsigned dtype, rank, is_dead;
@@ -173,8 +173,8 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 
     if ((slot == NULL) ||
         ((slot->kind != XFER_SHM_SLOT_TOMBSTONE) &&
-         ((slot->kind != XFER_SHM_SLOT_OP) || (slot->op == NULL) ||
-          (slot->op->kind != XFER_SHM_OP_FETCH)))) {
+         ((slot->kind != XFER_SHM_SLOT_OP) || (slot->obj == NULL) ||
+          (((xfer_shm_op_t*)slot->obj)->kind != XFER_SHM_OP_FETCH)))) {
         snprintf(why, why_size, "TRESP for unknown request id 0x%016" PRIx64, hdr->id);
         return XFER_ERR_PROTOCOL;
     }
@@ -182,7 +182,7 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         snprintf(why, why_size, "TRESP with unknown flags 0x%x", hdr->flags);
         return XFER_ERR_PROTOCOL;
     }
-    op         = (slot->kind == XFER_SHM_SLOT_OP) ? slot->op : NULL;
+    op         = (slot->kind == XFER_SHM_SLOT_OP) ? slot->obj : NULL;
     ep->rx.op  = op;
     ep->rx.id  = hdr->id;
     if (hdr->status != XFER_OK) {
@@ -303,7 +303,7 @@ xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size)
 
     (void)why;
     (void)why_size;
-    xfer_shm_slot_free(ep, (uint32_t)ep->rx.id);
+    xfer_slot_free(&ep->slots, (uint32_t)ep->rx.id);
     ep->rx.op = NULL;
     if (op != NULL) {
         xfer_shm_op_complete(op, ep->rx.status, op->length, 0);

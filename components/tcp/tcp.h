@@ -154,22 +154,16 @@ struct xfer_tcp_op {
     uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
 };
 
-/* An outstanding request of this side, found again by the id in its response. */
+/* An outstanding request of this side, found again by the id in its response (ep->slots, the
+ * framework's slot table: the op is the slot's obj). */
 typedef enum {
-    XFER_TCP_SLOT_FREE,
+    XFER_TCP_SLOT_FREE = XFER_SLOT_FREE,
     XFER_TCP_SLOT_PUT,
     XFER_TCP_SLOT_GET,
     XFER_TCP_SLOT_FETCH,
     XFER_TCP_SLOT_BATCH,
     XFER_TCP_SLOT_TOMBSTONE,    /* a cancelled fetch whose response is still to come */
 } xfer_tcp_slot_kind_t;
-
-typedef struct xfer_tcp_slot {
-    uint32_t             gen;
-    uint32_t             next_free;
-    xfer_tcp_slot_kind_t kind;
-    xfer_tcp_op_t        *op;
-} xfer_tcp_slot_t;
 
 /* ---- producer side of a tensor fetch --------------------------------------------------------- */
 
@@ -338,10 +332,7 @@ struct xfer_ep {
     unsigned            rx_staged;      /* frames handled from rbuf alone since a payload was
                                          * read straight into place */
 
-    xfer_tcp_slot_t     *slots;
-    uint32_t            num_slots;
-    uint32_t            free_slot;      /* head of the free list, UINT32_MAX = none */
-    uint32_t            busy_slots;
+    xfer_slots_t        slots;          /* requests awaiting the peer's answer */
 
     ucs_list_link_t     preqs;          /* xfer_tcp_preq_t waiting for ready() */
     uint32_t            num_preqs;
@@ -514,11 +505,6 @@ void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 /* Handle an ep whose failure was deferred. */
 void xfer_tcp_ep_fail_deferred(xfer_ep_h ep);
-/* Outstanding-request slots. */
-xfer_status_t xfer_tcp_slot_alloc(xfer_ep_h ep, xfer_tcp_slot_kind_t kind, xfer_tcp_op_t *op,
-                                  uint64_t *id_p);
-xfer_tcp_slot_t *xfer_tcp_slot_find(xfer_ep_h ep, uint64_t id);
-void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx);
 /* Stop writing into a region that is being deregistered. */
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 /* The socket options of the configuration (TCP_NODELAY, buffers, keepalive, timeouts). */

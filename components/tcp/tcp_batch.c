@@ -294,13 +294,13 @@ static void fill_done(tcp_batch_t *b)
             b->has_notify ? BATCH_FL_NOTIFY : 0;
     b->ack->mark_put = ep->puts_sent;   /* BATCH_ACK proves these landed */
     b->ack->len      = ep->batch_puts_sent - b->puts_before;
-    status = batch_end_queue(b, b->ack->slot | ((uint64_t)ep->slots[b->ack->slot].gen << 32),
+    status = batch_end_queue(b, b->ack->slot | ((uint64_t)ep->slots.s[b->ack->slot].gen << 32),
                              flags, ep->batch_puts_sent - b->puts_before);
     if (status != XFER_OK) {
         /* nothing will answer: the slot goes, and the batch with it */
         xfer_tcp_op_t *ack = b->ack;
 
-        xfer_tcp_slot_free(ep, ack->slot);
+        xfer_slot_free(&ep->slots, ack->slot);
         ack->serial = 0;
         if (b->status == XFER_OK) {
             b->status = status;
@@ -422,7 +422,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
          * slot is taken now, so that a flush posted after the batch waits for it */
         b->ack = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_BATCH, &b->ack_comp);
         status = (b->ack == NULL) ? XFER_ERR_NO_MEMORY :
-                 xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_BATCH, b->ack, &id);
+                 xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_BATCH, b->ack, &id, &b->ack->slot);
         if (status != XFER_OK) {
             free(b->ack);
             free(b->subs);
@@ -525,7 +525,7 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
 xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                         size_t why_size)
 {
-    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
     uint64_t landed       = xfer_get_le64(ext);
     xfer_status_t status  = ep->rx.hdr.status;
     xfer_tcp_op_t *op;
@@ -535,7 +535,7 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
                  ep->rx.hdr.id);
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->op;
+    op = slot->obj;
     if ((landed > op->len) ||
         (((status == XFER_OK) || (status == XFER_ERR_CANCELED)) && (landed != op->len))) {
         snprintf(why, why_size, "BATCH_ACK says %" PRIu64 " of %zu puts landed (%s)", landed,
@@ -548,7 +548,7 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
          * landed, so a flush (or a close) need not fence them again */
         ep->fence_put = op->mark_put;
     }
-    xfer_tcp_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_tcp_op_complete(op, status, (size_t)landed, 0);
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
     return XFER_OK;

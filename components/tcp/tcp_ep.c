@@ -24,7 +24,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SLOT_NONE UINT32_MAX
 
 /* ---- creation and connection ---------------------------------------------------------------- */
 
@@ -65,7 +64,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->is_server = params->is_server;
     ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
-    ep->free_slot = SLOT_NONE;
+    xfer_slots_init(&ep->slots, 1u << 30);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->preqs);
@@ -234,77 +233,6 @@ xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep)
     return XFER_OK;
 }
 
-/* ---- outstanding-request slots --------------------------------------------------------------- */
-
-xfer_status_t xfer_tcp_slot_alloc(xfer_ep_h ep, xfer_tcp_slot_kind_t kind, xfer_tcp_op_t *op,
-                                  uint64_t *id_p)
-{
-    xfer_tcp_slot_t *slot;
-    uint32_t idx;
-
-    if (ep->free_slot == SLOT_NONE) {
-        uint32_t num = ep->num_slots ? ep->num_slots * 2 : 16;
-        xfer_tcp_slot_t *slots;
-
-        if (ep->num_slots >= (1u << 30)) {
-            return XFER_ERR_NO_RESOURCE;
-        }
-        slots = realloc(ep->slots, num * sizeof(*slots));
-        if (slots == NULL) {
-            return XFER_ERR_NO_MEMORY;
-        }
-        for (uint32_t i = ep->num_slots; i < num; i++) {
-            slots[i].gen       = 1;
-            slots[i].kind      = XFER_TCP_SLOT_FREE;
-            slots[i].op        = NULL;
-            slots[i].next_free = (i + 1 < num) ? i + 1 : SLOT_NONE;
-        }
-        ep->free_slot = ep->num_slots;
-        ep->slots     = slots;
-        ep->num_slots = num;
-    }
-    idx           = ep->free_slot;
-    slot          = &ep->slots[idx];
-    ep->free_slot = slot->next_free;
-    slot->kind    = kind;
-    slot->op      = op;
-    ep->busy_slots++;
-    if (op != NULL) {
-        op->slot = idx;
-    }
-    *id_p = ((uint64_t)slot->gen << 32) | idx;
-    return XFER_OK;
-}
-
-xfer_tcp_slot_t *xfer_tcp_slot_find(xfer_ep_h ep, uint64_t id)
-{
-    uint32_t idx = (uint32_t)id;
-    xfer_tcp_slot_t *slot;
-
-    if (idx >= ep->num_slots) {
-        return NULL;
-    }
-    slot = &ep->slots[idx];
-    if ((slot->kind == XFER_TCP_SLOT_FREE) || (slot->gen != (uint32_t)(id >> 32))) {
-        return NULL;
-    }
-    return slot;
-}
-
-void xfer_tcp_slot_free(xfer_ep_h ep, uint32_t idx)
-{
-    xfer_tcp_slot_t *slot = &ep->slots[idx];
-
-    slot->kind = XFER_TCP_SLOT_FREE;
-    slot->op   = NULL;
-    if (++slot->gen == 0) {
-        slot->gen = 1;
-    }
-    slot->next_free = ep->free_slot;
-    ep->free_slot   = idx;
-    ep->busy_slots--;
-}
-
 /* ---- flush -----------------------------------------------------------------------------------
  *
  * A flush is done once the peer's host has acknowledged every byte queued before it (the
@@ -334,10 +262,10 @@ static uint64_t rma_pending(xfer_ep_h ep)
 {
     uint64_t pending = 0;
 
-    for (uint32_t i = 0; i < ep->num_slots; i++) {
-        pending += (ep->slots[i].kind == XFER_TCP_SLOT_PUT) ||
-                   (ep->slots[i].kind == XFER_TCP_SLOT_GET) ||
-                   (ep->slots[i].kind == XFER_TCP_SLOT_BATCH);
+    for (uint32_t i = 0; i < ep->slots.num; i++) {
+        pending += (ep->slots.s[i].kind == XFER_TCP_SLOT_PUT) ||
+                   (ep->slots.s[i].kind == XFER_TCP_SLOT_GET) ||
+                   (ep->slots.s[i].kind == XFER_TCP_SLOT_BATCH);
     }
     return pending;
 }
@@ -631,12 +559,12 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
                             status);
     }
     xfer_tcp_ep_rx_abort(ep, status);
-    for (uint32_t i = 0; i < ep->num_slots; i++) {
-        if (ep->slots[i].kind == XFER_TCP_SLOT_FREE) {
+    for (uint32_t i = 0; i < ep->slots.num; i++) {
+        if (ep->slots.s[i].kind == XFER_TCP_SLOT_FREE) {
             continue;
         }
-        op = ep->slots[i].op;
-        xfer_tcp_slot_free(ep, i);
+        op = ep->slots.s[i].obj;
+        xfer_slot_free(&ep->slots, i);
         if (op != NULL) {
             xfer_tcp_op_complete(op, status, 0, 0);
         }
@@ -751,7 +679,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     free(ep->putv_rx);
     ucs_list_del(&ep->list);
     free(ep->lanes);
-    free(ep->slots);
+    xfer_slots_cleanup(&ep->slots);
     free(ep->rbuf);
     free(ep);
 }

@@ -266,7 +266,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     }
     if (acked) {
         hdr.type = XFER_TCP_WIRE_PUT_REQ;
-        status   = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_PUT, op, &hdr.id);
+        status   = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_PUT, op, &hdr.id, &op->slot);
         if (status != XFER_OK) {
             free(bounce);
             free(op);
@@ -284,7 +284,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_OP_HDR_MAX + length, 0);
         if (p == NULL) {
             if (acked) {
-                xfer_tcp_slot_free(ep, op->slot);
+                xfer_slot_free(&ep->slots, op->slot);
             }
             free(bounce);
             free(op);
@@ -349,7 +349,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     op->buf  = buf;
     op->len  = length;
     op->cuda = cuda;
-    status  = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_GET, op, &hdr.id);
+    status  = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_GET, op, &hdr.id, &op->slot);
     if (status != XFER_OK) {
         free(op);
         return status;
@@ -357,7 +357,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     op->serial = ++ep->rma_serial;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN, 0);
     if (p == NULL) {
-        xfer_tcp_slot_free(ep, op->slot);
+        xfer_slot_free(&ep->slots, op->slot);
         free(op);
         return XFER_ERR_NO_MEMORY;
     }
@@ -461,7 +461,7 @@ xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
 static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                     size_t why_size)
 {
-    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
     xfer_tcp_op_t *op;
 
     (void)ext;
@@ -469,12 +469,12 @@ static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         snprintf(why, why_size, "PUT_ACK for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->op;
+    op = slot->obj;
     if (op->tx_pending) {
         snprintf(why, why_size, "PUT_ACK for a put whose data was not sent yet");
         return XFER_ERR_PROTOCOL;
     }
-    xfer_tcp_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_tcp_op_complete(op, ep->rx.hdr.status, (ep->rx.hdr.status == XFER_OK) ? op->len : 0,
                          0);
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
@@ -551,7 +551,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
 static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                      size_t why_size)
 {
-    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, ep->rx.hdr.id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
     xfer_tcp_op_t *op;
 
     (void)ext;
@@ -559,7 +559,7 @@ static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why
         snprintf(why, why_size, "GET_RESP for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->op;
+    op = slot->obj;
     if ((ep->rx.hdr.status == XFER_OK) && (ep->rx.hdr.length != op->len)) {
         snprintf(why, why_size, "GET_RESP carries %" PRIu64 " bytes, %zu were asked for",
                  ep->rx.hdr.length, op->len);
@@ -582,7 +582,7 @@ static xfer_status_t rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size)
 
     (void)why;
     (void)why_size;
-    xfer_tcp_slot_free(ep, op->slot);
+    xfer_slot_free(&ep->slots, op->slot);
     xfer_tcp_op_complete(op, ep->rx.status, (ep->rx.status == XFER_OK) ? op->len : 0, 0);
     return XFER_OK;
 }

@@ -132,7 +132,7 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
 {
     const xfer_iface_params_t *p = &ep->iface->params;
     uint64_t len                 = ep->rx.hdr.length;
-    unsigned flags               = (ep->busy_slots > 0) ? XFER_TAG_ARRIVE_URGENT : 0;
+    unsigned flags               = (ep->slots.busy > 0) ? XFER_TAG_ARRIVE_URGENT : 0;
     char cwhy[XFER_REASON_MAX]   = "";
     xfer_tag_dest_t dest;
     size_t want;
@@ -170,12 +170,12 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
         xfer_tcp_rx_expect(ep, dest.buf, (size_t)len, 0);
         return XFER_OK;
     case XFER_TAG_PAUSE:
-        if ((ep->rx.state != XFER_TCP_RX_PAUSED) && (ep->busy_slots > 0)) {
+        if ((ep->rx.state != XFER_TCP_RX_PAUSED) && (ep->slots.busy > 0)) {
             xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "input from the %s pauses: its messages "
                      "nobody received yet reach the bounds (XFER_UNEXPECTED_EP, "
                      "XFER_UNEXPECTED_BUDGET), and the answers to %u request(s) of ours are "
                      "behind them until receives are posted", ep->is_server ? "client" :
-                     "server", ep->busy_slots);
+                     "server", ep->slots.busy);
         }
         return XFER_ERR_BUSY;
     default:

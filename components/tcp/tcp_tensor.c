@@ -67,7 +67,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     op->alloc     = args->alloc;
     op->alloc_arg = args->alloc_arg;
     op->result    = args->result;
-    status        = xfer_tcp_slot_alloc(ep, XFER_TCP_SLOT_FETCH, op, &hdr.id);
+    status        = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_FETCH, op, &hdr.id, &op->slot);
     if (status != XFER_OK) {
         free(op);
         return status;
@@ -75,7 +75,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     hdr.length = XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
     if (p == NULL) {
-        xfer_tcp_slot_free(ep, op->slot);
+        xfer_slot_free(&ep->slots, op->slot);
         free(op);
         return XFER_ERR_NO_MEMORY;
     }
@@ -97,9 +97,9 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
     xfer_ep_h ep;
 
     ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->num_slots; i++) {
-            xfer_tcp_slot_t *slot = &ep->slots[i];
-            xfer_tcp_op_t *op     = slot->op;
+        for (uint32_t i = 0; i < ep->slots.num; i++) {
+            xfer_slot_t *slot = &ep->slots.s[i];
+            xfer_tcp_op_t *op     = slot->obj;
             uint64_t id;
 
             if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->comp != comp)) {
@@ -109,7 +109,7 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                 return XFER_ERR_BUSY;   /* its response is arriving */
             }
             slot->kind = XFER_TCP_SLOT_TOMBSTONE;
-            slot->op   = NULL;
+            slot->obj  = NULL;
             id         = ((uint64_t)slot->gen << 32) | i;
             xfer_tcp_op_complete(op, status, 0, 0);
             if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
@@ -131,7 +131,7 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
                                         size_t why_size)
 {
     xfer_tcp_rx_t *rx     = &ep->rx;
-    xfer_tcp_slot_t *slot = xfer_tcp_slot_find(ep, rx->hdr.id);
+    xfer_slot_t *slot = xfer_slot_find(&ep->slots, rx->hdr.id);
     xfer_tcp_wire_tensor_resp_t resp;
     xfer_status_t status;
     uint64_t data_len;
@@ -155,7 +155,7 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
         return XFER_INPROGRESS;
     }
     data_len = xfer_tcp_wire_tensor_data_len(&rx->hdr, &resp);
-    op       = slot->op;
+    op       = slot->obj;
     rx->op   = op;
     rx->size = resp.size;
     if (op == NULL) {   /* cancelled: drop the answer */
@@ -226,7 +226,7 @@ static xfer_status_t rx_tensor_resp_done(xfer_ep_h ep, char *why, size_t why_siz
 
     (void)why;
     (void)why_size;
-    xfer_tcp_slot_free(ep, (uint32_t)ep->rx.hdr.id);
+    xfer_slot_free(&ep->slots, (uint32_t)ep->rx.hdr.id);
     if (op != NULL) {
         xfer_tcp_op_complete(op, ep->rx.status,
                              (ep->rx.hdr.status == XFER_OK) ? (size_t)ep->rx.size : 0, 0);

@@ -25,7 +25,7 @@
  * ERROR_STATUS that answers the withdrawal) came: the caller's buffer is never written after
  * its fetch completed. A request whose destination was never told completes at once.
  *
- * Request indices are the channel's slot table (slot + generation, verbs_slots.c): an
+ * Request indices are the channel's slot table (slot + generation, the framework's): an
  * answer for a request that ended finds another generation and is rejected and counted,
  * never applied to the slot's next owner.
  *
@@ -101,12 +101,12 @@ static const treq_action_t transitions[XFER_VERBS_TREQ_NUM_STATES][TREQ_EV_NUM] 
 static xfer_verbs_treq_t *treq_find(xfer_ep_h ch, uint32_t idx)
 {
     uint32_t slot = xfer_tensor_idx_slot(idx);
-    const xfer_verbs_slot_t *s;
+    const xfer_slot_t *s;
 
-    if (slot >= ch->num_slots) {
+    if (slot >= ch->slots.num) {
         return NULL;
     }
-    s = &ch->slots[slot];
+    s = &ch->slots.s[slot];
     if ((s->kind != XFER_VERBS_SLOT_FETCH) || (xfer_tensor_idx_make(slot, s->gen) != idx)) {
         return NULL;
     }
@@ -115,7 +115,7 @@ static xfer_verbs_treq_t *treq_find(xfer_ep_h ch, uint32_t idx)
 
 static void treq_free(xfer_verbs_treq_t *treq)
 {
-    xfer_verbs_slot_free(treq->ch, treq->slot);
+    xfer_slot_free(&treq->ch->slots, treq->slot);
     free(treq);
 }
 
@@ -351,7 +351,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     }
     status = dest_set(treq, args->buffer, args->buffer ? args->capacity : 0);
     if (status == XFER_OK) {
-        status = xfer_verbs_slot_alloc(ch, XFER_VERBS_SLOT_FETCH, treq, &id);
+        status = xfer_slot_alloc(&ch->slots, XFER_VERBS_SLOT_FETCH, treq, &id, &treq->slot);
     }
     if (status != XFER_OK) {
         if (op->mr != NULL) {
@@ -401,10 +401,10 @@ xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
     xfer_ep_h ch;
 
     ucs_list_for_each(ch, &iface->channels, list) {
-        for (uint32_t i = 0; i < ch->num_slots; i++) {
-            xfer_verbs_treq_t *treq = ch->slots[i].obj;
+        for (uint32_t i = 0; i < ch->slots.num; i++) {
+            xfer_verbs_treq_t *treq = ch->slots.s[i].obj;
 
-            if ((ch->slots[i].kind != XFER_VERBS_SLOT_FETCH) || (treq->op == NULL) ||
+            if ((ch->slots.s[i].kind != XFER_VERBS_SLOT_FETCH) || (treq->op == NULL) ||
                 (treq->op->comp != comp)) {
                 continue;
             }

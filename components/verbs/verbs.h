@@ -4,7 +4,6 @@
  *   verbs_channel.c  one RC QP per peer: creation, connection, liveness, failure, teardown
  *   verbs_tx.c       a channel's sending: messages, RDMA chunks, credits, its send queue
  *   verbs_rx.c       a channel's receives, their batched reposts, and its completions
- *   verbs_slots.c    a channel's outstanding exchanges, found again by the peer's answer
  *   verbs_counters.c a channel's counters by name
  *   verbs_params.c   the parameters' enumerations (the table is verbs_params.h) and what
  *                    XFER_VERBS_MR_CACHE allows
@@ -163,19 +162,14 @@ struct xfer_verbs_op {
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
 };                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
 
-/* An outstanding exchange of this side, found again by the id in the peer's answer. */
+/* An outstanding exchange of this side, found again by the id in the peer's answer (ch->slots,
+ * the framework's slot table; obj: xfer_verbs_op_t for SEND, xfer_verbs_treq_t for FETCH).
+ * A tensor request packs its id into 31 bits (tensor_wire.h): at most 2^20 slots. */
 typedef enum {
-    XFER_VERBS_SLOT_FREE,
+    XFER_VERBS_SLOT_FREE = XFER_SLOT_FREE,
     XFER_VERBS_SLOT_SEND,       /* RTS sent, FIN awaited */
     XFER_VERBS_SLOT_FETCH,      /* a tensor request (xfer_verbs_treq_t), until its end */
 } xfer_verbs_slot_kind_t;
-
-typedef struct xfer_verbs_slot {
-    uint32_t               gen;
-    uint32_t               next_free;
-    xfer_verbs_slot_kind_t kind;
-    void                   *obj;    /* xfer_verbs_op_t (SEND), xfer_verbs_treq_t (FETCH) */
-} xfer_verbs_slot_t;
 
 /* ---- tensor fetches --------------------------------------------------------------------------- */
 
@@ -341,10 +335,7 @@ struct xfer_ep {
     ucs_list_link_t       notifyq;      /* ... of those, the ones whose NOTIFY is not posted */
     uint64_t              batch_seq;    /* batches posted, ever (numbers them) */
 
-    xfer_verbs_slot_t     *slots;
-    uint32_t              num_slots;
-    uint32_t              free_slot;
-    uint32_t              busy_slots;
+    xfer_slots_t          slots;        /* exchanges awaiting the peer's answer */
     ucs_list_link_t       rsps;         /* xfer_verbs_rsp_t this side answers */
     khash_t(xfer_verbs_rsp) rsp_by_idx;
     khash_t(xfer_verbs_meta) meta_cache;
@@ -550,11 +541,6 @@ xfer_status_t xfer_verbs_ch_rx_post(xfer_ep_h ch, uint32_t idx);
 int xfer_verbs_ch_rx_flush(xfer_ep_h ch);
 void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
 
-/* ---- verbs_slots.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_verbs_slot_alloc(xfer_ep_h ch, xfer_verbs_slot_kind_t kind, void *obj,
-                                    uint64_t *id_p);
-xfer_verbs_slot_t *xfer_verbs_slot_find(xfer_ep_h ch, uint64_t id);
-void xfer_verbs_slot_free(xfer_ep_h ch, uint32_t idx);
 
 /* ---- verbs_rma.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,

@@ -3,8 +3,8 @@
  * flow control (where the seeds' design had one slot per peer and an ACK per message), from
  * creation through connection and liveness to failure and teardown. What it sends is posted
  * by verbs_tx.c, what it receives and every completion are handled by verbs_rx.c, the ids of
- * its outstanding exchanges live in verbs_slots.c and its counters are listed by
- * verbs_counters.c.
+ * its outstanding exchanges live in the framework's slot table (ch->slots) and its counters
+ * are listed by verbs_counters.c.
  *
  * Connection. ep_create() takes the QP to INIT and posts every receive; the endpoint
  * addresses (QPN, a random non-zero PSN, slot count and size, a keepalive word) cross the
@@ -140,7 +140,7 @@ static void ch_free(xfer_ep_h ch)
     free(ch->ka_word);
     free(ch->wrs);
     free(ch->rx_due_idx);
-    free(ch->slots);
+    xfer_slots_cleanup(&ch->slots);
     xfer_verbs_meta_cache_clear(ch);
     kh_destroy_inplace(xfer_verbs_meta, &ch->meta_cache);
     kh_destroy_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
@@ -163,7 +163,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ch->fw_ep     = params->fw_ep;
     ch->is_server = params->is_server;
     ch->sock      = -1;
-    ch->free_slot = UINT32_MAX;
+    xfer_slots_init(&ch->slots, 1u << 20);   /* a tensor request's id has 20 bits of slot */
     ch->state     = XFER_VERBS_CH_CREATED;
     ch->sq_len    = (uint32_t)cfg->tx_queue_len;
     ch->rx_slots  = (uint32_t)cfg->rx_queue_len;
@@ -448,7 +448,7 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
             continue;   /* its request, in the slots below, completes it */
         }
         if (op->slot != UINT32_MAX) {
-            xfer_verbs_slot_free(ch, op->slot);
+            xfer_slot_free(&ch->slots, op->slot);
             op->slot = UINT32_MAX;
         }
         if ((op->busy && (op->kind == XFER_VERBS_OP_RECV)) ||
@@ -458,16 +458,16 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
             xfer_verbs_op_complete(op, status, 0, 0);
         }
     }
-    for (uint32_t i = 0; i < ch->num_slots; i++) {
-        xfer_verbs_slot_t *slot = &ch->slots[i];
+    for (uint32_t i = 0; i < ch->slots.num; i++) {
+        xfer_slot_t *slot = &ch->slots.s[i];
         void *obj               = slot->obj;
-        xfer_verbs_slot_kind_t kind = slot->kind;
+        uint32_t kind           = slot->kind;
 
         if (kind == XFER_VERBS_SLOT_FREE) {
             continue;
         }
         if (kind == XFER_VERBS_SLOT_SEND) {
-            xfer_verbs_slot_free(ch, i);
+            xfer_slot_free(&ch->slots, i);
             ((xfer_verbs_op_t*)obj)->slot = UINT32_MAX;
             xfer_verbs_op_complete(obj, status, 0, 0);
         } else {
@@ -513,7 +513,7 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
 /* A peer that closes between two exchanges is an ordinary end, not worth a warning. */
 static void ch_fail_quiet(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
 {
-    int busy = !ucs_list_is_empty(&ch->pendq) || (ch->busy_slots > 0) ||
+    int busy = !ucs_list_is_empty(&ch->pendq) || (ch->slots.busy > 0) ||
                (ch->sq_done != ch->sq_posted) || !ucs_list_is_empty(&ch->batches);
     va_list ap;
 
@@ -651,7 +651,7 @@ void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx)
     /* what carried data is known there: acknowledged by the peer's device, or posted before
      * a message the peer took before its BYE (RC executes in order) */
     ch->bye_clean = only_flushes && ucs_list_is_empty(&ch->batches) &&
-                    (ch->busy_slots == 0) &&
+                    (ch->slots.busy == 0) &&
                     ((ch->sq_done >= ch->data_seq) || (peer_rx >= ch->data_msgs));
     if (ch->bye_clean) {
         /* the flushes waiting for acknowledgements have what they wait for */

@@ -97,7 +97,7 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
 
         status = xfer_verbs_op_lkey(op, memh);
         if (status == XFER_OK) {
-            status = xfer_verbs_slot_alloc(ch, XFER_VERBS_SLOT_SEND, op, &hdr.id);
+            status = xfer_slot_alloc(&ch->slots, XFER_VERBS_SLOT_SEND, op, &hdr.id, &op->slot);
         }
         if (status != XFER_OK) {
             if (op->mr != NULL) {
@@ -321,7 +321,7 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                 size_t why_size)
 {
     xfer_verbs_wire_rts_t rts;
-    xfer_verbs_slot_t *slot;
+    xfer_slot_t *slot;
     xfer_verbs_op_t *op;
     tag_priv_t r;
 
@@ -343,13 +343,13 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
         r.rkey      = rts.rkey;
         return tag_arrive(ch, hdr, NULL, &r, rx_slot, why, why_size);
     case XFER_VERBS_MSG_FIN:
-        slot = xfer_verbs_slot_find(ch, hdr->id);
+        slot = xfer_slot_find(&ch->slots, hdr->id);
         if ((slot == NULL) || (slot->kind != XFER_VERBS_SLOT_SEND)) {
             snprintf(why, why_size, "FIN for unknown send id 0x%016" PRIx64, hdr->id);
             return XFER_ERR_PROTOCOL;
         }
         op = slot->obj;
-        xfer_verbs_slot_free(ch, op->slot);
+        xfer_slot_free(&ch->slots, op->slot);
         op->slot = UINT32_MAX;
         xfer_verbs_op_complete(op, (hdr->status == XFER_OK) ? XFER_OK : XFER_ERR_IO,
                                op->len, 0);

@@ -468,101 +468,6 @@ XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t l
 XFER_API void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n,
                                const char *prefix, const char *name, uint64_t value);
 
-/*
- * Process-wide budgets (framework/budget.c): what peers make this process hold, summed over
- * every endpoint of every context. A transport takes from a kind when a peer makes it hold
- * more (a message nobody receives yet, an answer the peer does not read) and gives back when
- * it lets go; fw_ep is the framework's endpoint (xfer_ep_params_t.fw_ep). A take that does not
- * fit the process's limit or the endpoint's fair share of it returns 0 and takes nothing: the
- * transport then slows its peer down as at its own per-endpoint bound, and tries again once
- * xfer_budget_gives() has moved on.
- */
-typedef enum xfer_budget_kind {
-    XFER_BUDGET_UNEXPECTED,     /* bytes of messages nobody received yet */
-    XFER_BUDGET_ANSWERS,        /* bytes of answers queued for peers */
-    XFER_BUDGET_NOTIFY,         /* bytes of notifications not taken (the framework's) */
-    XFER_BUDGET_TENSOR,         /* requests waiting for a tensor (the framework's) */
-    XFER_BUDGET_KINDS
-} xfer_budget_kind_t;
-
-XFER_API int xfer_budget_take(void *fw_ep, xfer_budget_kind_t kind, uint64_t amount);
-XFER_API void xfer_budget_give(void *fw_ep, xfer_budget_kind_t kind, uint64_t amount);
-/* A count that moves on at every give: a transport that paused a peer on a budget compares
- * it with the one it saw then, and lets the peer try again once it moved. */
-XFER_API uint64_t xfer_budget_gives(void);
-/* The parameter that sets kind's limit, for log lines. */
-XFER_API const char *xfer_budget_name(xfer_budget_kind_t kind);
-
-/* A queue a transport keeps for one peer, charged to a budget kind: what it holds and what of
- * that the budget granted (in steps of XFER_BUDGET_STEP, so that a take is not a lock per
- * item). What is held past the grant - an answer must be queued even when the budget is
- * spent - is the transport's cue to read no more of that peer's requests until
- * xfer_budget_queue_within() says the rest is granted too; removing gives back what the
- * queue no longer needs. Both sides of the queue are the transport's, under its lock. */
-#define XFER_BUDGET_STEP (64u << 10)
-typedef struct xfer_budget_queue {
-    uint64_t held;
-    uint64_t granted;
-} xfer_budget_queue_t;
-
-XFER_API void xfer_budget_queue_add(void *fw_ep, xfer_budget_kind_t kind,
-                                    xfer_budget_queue_t *q, uint64_t amount);
-XFER_API void xfer_budget_queue_remove(void *fw_ep, xfer_budget_kind_t kind,
-                                       xfer_budget_queue_t *q, uint64_t amount);
-/* 1 when all that q holds is granted (trying for the rest now), 0 when the peer must wait. */
-XFER_API int xfer_budget_queue_within(void *fw_ep, xfer_budget_kind_t kind,
-                                      xfer_budget_queue_t *q);
-
-/*
- * Tag matching (framework/tag_match.c): the receives and the messages nobody received yet
- * are the framework's, for every transport. A component hands it each arriving message's
- * header (fw_arg: the iface's xfer_iface_params_t.fw_arg; fw_ep: the endpoint's) and learns:
- *   XFER_TAG_MATCHED     a receive takes it: move min(length, dest->capacity) bytes into
- *                        dest->buf (dest->memh: its registration here, or NULL), drop the
- *                        rest, then xfer_tag_done(dest->handle, status);
- *   XFER_TAG_UNEXPECTED  the framework keeps it: move its length bytes into dest->buf (none
- *                        for a rendezvous one, whose priv it keeps), then xfer_tag_done();
- *                        dest->over says it was kept past the bounds (FORCE);
- *   XFER_TAG_PAUSE       no room within the bounds: read no more of this peer until
- *                        tag_resume (or the next progress), then offer it again;
- *   XFER_TAG_NO_MEMORY   fail the endpoint.
- * A receive completes with the message's length and tag, XFER_ERR_TRUNCATED when it was
- * longer than the buffer; a failure in xfer_tag_done() fails it (a kept message is lost).
- */
-#define XFER_TAG_PRIV_MAX 64u          /* bytes a component keeps about a rendezvous message */
-enum {
-    XFER_TAG_ARRIVE_RNDV   = 1u << 0,   /* the data stays at the sender: tag_pull moves it */
-    XFER_TAG_ARRIVE_FORCE  = 1u << 1,   /* keep it past the bounds (its data is here already,
-                                         * or the peer's end bounds what is left) */
-    XFER_TAG_ARRIVE_URGENT = 1u << 2,   /* answers to this side wait behind it: the endpoint
-                                         * may keep twice its bound */
-    XFER_TAG_ARRIVE_NOTIFY = 1u << 3,   /* kept past the bounds: call tag_released when it
-                                         * goes */
-    XFER_TAG_ARRIVE_INPLACE = 1u << 4,  /* with FORCE: past the bounds, the data stays where
-                                         * it arrived (priv says where; dest->buf is NULL)
-                                         * and is kept as a rendezvous one - tag_pull copies
-                                         * it out, tag_released lets it go - so that what is
-                                         * past the bounds costs no memory of its own */
-};
-enum {
-    XFER_TAG_MATCHED,
-    XFER_TAG_UNEXPECTED,
-    XFER_TAG_PAUSE,
-    XFER_TAG_NO_MEMORY,
-};
-typedef struct xfer_tag_dest {
-    void        *buf;
-    size_t      capacity;
-    xfer_memh_h memh;
-    void        *handle;
-    int         over;
-} xfer_tag_dest_t;
-
-XFER_API int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length,
-                             unsigned flags, const void *priv, size_t priv_len,
-                             xfer_tag_dest_t *dest);
-XFER_API void xfer_tag_done(void *handle, xfer_status_t status);
-
 /* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -743,5 +648,8 @@ XFER_API xfer_status_t xfer_devcopy_sync(xfer_devcopy_t *dc, void *dst, const vo
 #ifdef __cplusplus
 }
 #endif
+
+/* The shared engines: budgets, tag matching, slot tables, operation pools. */
+#include <xfer/engine.h>
 
 #endif /* XFER_COMPONENT_H */
