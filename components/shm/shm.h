@@ -114,22 +114,18 @@ typedef enum {
                                      * 24 bytes each */
 
 struct xfer_shm_op {
-    ucs_list_link_t     list;       /* ep->flushes, or iface->compq */
+    xfer_op_t           base;       /* the framework's: comp (or a receive's tag_handle), and
+                                     * the result once complete */
+    ucs_list_link_t     list;       /* ep->flushes */
     xfer_shm_op_kind_t  kind;
-    xfer_comp_t         *comp;
     xfer_iface_h        iface;
-    xfer_ep_h           ep;         /* RECV: the filter, then the source */
-    xfer_status_t       status;
-    size_t              length;
-    uint64_t            tag;
+    xfer_ep_h           ep;         /* RECV: the source */
     int                 busy;       /* data is arriving: too late to cancel */
     int                 on_write;   /* complete once its frames are written */
-    int                 pooled;     /* from iface->op_mp (else malloc) */
     uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;
     size_t              len;
     uint64_t            rtag;       /* FETCH: the request id, for a TCANCEL */
-    void                *tag_handle;    /* RECV: the framework's, told at delivery */
     void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
     void                *alloc_arg;
     xfer_tensor_t       *result;
@@ -332,8 +328,8 @@ struct xfer_iface {
     uint64_t                 next_region;
     struct kh_xfer_shm_mem_s *regions;
     ucs_list_link_t          eps;
-    ucs_list_link_t          compq;         /* completed ops, callback pending */
-    ucs_mpool_t              op_mp;         /* xfer_shm_op_t with up to OP_POOL_EXTRA key */
+    xfer_op_pool_t           *ops;          /* xfer_shm_op_t with up to OP_POOL_EXTRA key,
+                                             * and their completions */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
     ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
@@ -511,12 +507,13 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
                                xfer_comp_t *comp, size_t extra);
 /* Queue a completion; progress() delivers it. */
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag);
-/* An op that was never completed (its post failed), or one delivered. */
-void xfer_shm_op_free(xfer_shm_op_t *op);
+/* An op that was never completed (its post failed) goes back to the pool. */
+static inline void xfer_shm_op_free(xfer_shm_op_t *op)
+{
+    xfer_op_put(op->iface->ops, op);
+}
 /* Release the tensors queued on iface->releases (tensor_release); how many. */
 unsigned xfer_shm_iface_releases_run(xfer_iface_h iface);
-/* Deliver now the queued completions of ops that ran on ep (ep_destroy). */
-void xfer_shm_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
 
 /* ---- shm_ep.c ------------------------------------------------------------------------------- */
 xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,

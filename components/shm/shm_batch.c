@@ -828,7 +828,7 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
             xfer_shm_op_t *op = ep->slots.s[i].obj;
 
             if ((ep->slots.s[i].kind == XFER_SHM_SLOT_OP) && (op != NULL) &&
-                (op->kind == XFER_SHM_OP_BATCH) && (op->comp == comp)) {
+                (op->kind == XFER_SHM_OP_BATCH) && (op->base.comp == comp)) {
                 if (!op->tx.started) {
                     op->tx.hdr.flags |= XFER_SHM_FL_VOID;
                 } else if (op->tx.hdr.flags & XFER_SHM_FL_NOTIFY) {
@@ -844,7 +844,7 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
 
         ucs_list_for_each(tx, &ep->txq, list) {
             if ((tx->op != NULL) && (tx->op->kind == XFER_SHM_OP_BATCH) &&
-                (tx->op->comp == comp)) {
+                (tx->op->base.comp == comp)) {
                 if (tx->started) {
                     return XFER_ERR_BUSY;
                 }

@@ -547,7 +547,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     ep->in_failing = ep->in_notify = 0;
     /* tensors handed out for this peer's fetches are released before the ep goes */
     xfer_shm_iface_releases_run(iface);
-    xfer_shm_iface_deliver_ep(iface, ep);
+    xfer_op_deliver_owner(iface->ops, ep);
     xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);
     xfer_shm_peer_mem_release(ep);

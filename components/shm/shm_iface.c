@@ -35,17 +35,6 @@ uint64_t xfer_shm_random64(void)
            (uint64_t)ts.tv_sec;
 }
 
-/* Operations come from a pool: one per receive, put, get and large send, so malloc and
- * free would be on the data path. Those with more than XFER_SHM_OP_POOL_EXTRA bytes of key
- * (a long notification or tensor key) are allocated on their own. */
-#define OP_MP_ALIGN 64
-#define OP_MP_CHUNK 64
-
-static ucs_mpool_ops_t op_mp_ops = {
-    .chunk_alloc   = ucs_mpool_chunk_malloc,
-    .chunk_release = ucs_mpool_chunk_free,
-};
-
 xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
 {
@@ -67,7 +56,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->params.size = sizeof(iface->params);
     ucs_list_head_init(&iface->eps);
-    ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
     ucs_list_head_init(&iface->releases);
@@ -98,9 +86,10 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         free(iface);
         return status;
     }
-    if (ucs_mpool_init(&iface->op_mp, 0, sizeof(xfer_shm_op_t) + XFER_SHM_OP_POOL_EXTRA, 0,
-                       OP_MP_ALIGN, OP_MP_CHUNK, UINT_MAX, &op_mp_ops, "xfer_shm_ops") !=
-        UCS_OK) {
+    /* one op per receive, put, get and large send: from a pool, not malloc; one with more
+     * than XFER_SHM_OP_POOL_EXTRA bytes of key (a long notification) on its own */
+    if (xfer_op_pool_create(sizeof(xfer_shm_op_t), sizeof(xfer_shm_op_t),
+                            XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops", &iface->ops) != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create the operation pool");
         xfer_shm_regions_cleanup(iface);
         close(iface->epfd);
@@ -109,19 +98,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     }
     *iface_p = iface;
     return XFER_OK;
-}
-
-static void deliver_one(xfer_shm_op_t *op)
-{
-    xfer_comp_t *comp = op->comp;
-
-    ucs_list_del(&op->list);
-    if (op->kind == XFER_SHM_OP_RECV) {
-        xfer_tag_done(op->tag_handle, op->status);   /* the framework's receive */
-    } else if (comp != NULL) {
-        comp->cb(comp, op->status, op->length, op->tag);
-    }
-    xfer_shm_op_free(op);
 }
 
 unsigned xfer_shm_iface_releases_run(xfer_iface_h iface)
@@ -150,12 +126,9 @@ void xfer_shm_iface_close(xfer_iface_h iface)
         xfer_shm_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
     xfer_shm_iface_releases_run(iface);
-    while (!ucs_list_is_empty(&iface->compq)) {
-        deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
-    }
+    xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     xfer_shm_regions_cleanup(iface);
     xfer_shm_cuda_cleanup(iface);
-    ucs_mpool_cleanup(&iface->op_mp, 1);
     close(iface->epfd);
     free(iface);
 }
@@ -214,14 +187,10 @@ int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, 
 xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
                                xfer_comp_t *comp, size_t extra)
 {
-    int pooled        = (extra <= XFER_SHM_OP_POOL_EXTRA);
-    xfer_shm_op_t *op = pooled ? ucs_mpool_get(&iface->op_mp) : malloc(sizeof(*op) + extra);
+    xfer_shm_op_t *op = xfer_op_get(iface->ops, extra, comp, ep);
 
     if (op != NULL) {
-        memset(op, 0, sizeof(*op) + extra);
-        op->pooled = pooled;
         op->kind  = kind;
-        op->comp  = comp;
         op->iface = iface;
         op->ep    = ep;
         op->slot  = UINT32_MAX;
@@ -232,38 +201,15 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
     return op;
 }
 
-void xfer_shm_op_free(xfer_shm_op_t *op)
-{
-    if (op->pooled) {
-        ucs_mpool_put(op);
-    } else {
-        free(op);
-    }
-}
-
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
-    op->status = status;
-    op->length = length;
-    op->tag    = tag;
-    op->busy   = 0;
-    ucs_list_add_tail(&op->iface->compq, &op->list);
+    op->busy = 0;
+    xfer_op_complete(op->iface->ops, op, status, length, tag);
     /* a flush waiting for this put or get completes after it */
     if ((op->serial != 0) && (op->ep != NULL) &&
         ((op->kind == XFER_SHM_OP_PUT) || (op->kind == XFER_SHM_OP_GET) ||
          (op->kind == XFER_SHM_OP_BATCH))) {
         xfer_shm_ep_rma_done(op->ep);
-    }
-}
-
-void xfer_shm_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep)
-{
-    xfer_shm_op_t *op, *tmp;
-
-    ucs_list_for_each_safe(op, tmp, &iface->compq, list) {
-        if (op->ep == ep) {
-            deliver_one(op);
-        }
     }
 }
 
@@ -284,7 +230,6 @@ static unsigned epoll_progress(xfer_iface_h iface)
 unsigned xfer_shm_iface_progress(xfer_iface_h iface)
 {
     unsigned count = 0;
-    unsigned long n;
     xfer_ep_h ep, tmp;
 
     while (!ucs_list_is_empty(&iface->failing)) {
@@ -333,12 +278,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     }
 
     /* only the completions queued now: callbacks that post and complete at once wait */
-    for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);
-         n--) {
-        deliver_one(ucs_list_head(&iface->compq, xfer_shm_op_t, list));
-        count++;
-    }
-    return count;
+    return count + xfer_op_deliver(iface->ops);
 }
 
 int xfer_shm_iface_event_fd(xfer_iface_h iface)
@@ -350,7 +290,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
 {
     xfer_ep_h ep;
 
-    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
         !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify) ||
         !ucs_list_is_empty(&iface->batch_work)) {
         return XFER_ERR_BUSY;

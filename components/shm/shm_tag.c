@@ -145,7 +145,7 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     }
     op->buf    = (void*)buf;
     op->len    = length;
-    op->tag    = tag;
+    op->base.tag = tag;
     hdr.flags  = XFER_SHM_FL_RNDV;
     hdr.b      = (uint64_t)(uintptr_t)buf;
     hdr.c      = id;
@@ -178,7 +178,7 @@ static xfer_status_t rndv_start(xfer_ep_h ep, void *handle, void *buf, size_t ca
     op->buf        = buf;
     op->len        = capacity;
     op->memh       = memh;
-    op->tag_handle = handle;
+    op->base.tag_handle = handle;
     rndv_pull(ep, op, n, r->src, r->mapped ? &r->mem : NULL, r->send_id);
     return XFER_INPROGRESS;
 }

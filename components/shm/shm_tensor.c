@@ -106,7 +106,7 @@ xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             uint64_t id;
 
             if ((slot->kind != XFER_SHM_SLOT_OP) || (op == NULL) ||
-                (op->kind != XFER_SHM_OP_FETCH) || (op->comp != comp)) {
+                (op->kind != XFER_SHM_OP_FETCH) || (op->base.comp != comp)) {
                 continue;
             }
             if (op->busy) {
@@ -126,7 +126,7 @@ xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
         }
         ucs_list_for_each(tx, &ep->txq, list) {
             if ((tx->op != NULL) && (tx->op->kind == XFER_SHM_OP_FETCH) &&
-                (tx->op->comp == comp)) {
+                (tx->op->base.comp == comp)) {
                 return XFER_ERR_BUSY;   /* it has its data and completes with its TDONE */
             }
         }
@@ -153,7 +153,7 @@ static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "tensor fetch failed at the producer: %s "
                     "(%s)", reason, xfer_status_string(ep->rx.status));
         op->busy   = 1;
-        op->length = 0;
+        op->base.length = 0;
     }
     xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
     return XFER_OK;
@@ -227,7 +227,7 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         xfer_tensor_t *t = op->result;
 
         op->busy   = 1;
-        op->length = (size_t)hdr->a;
+        op->base.length = (size_t)hdr->a;
         memset(t, 0, sizeof(*t));
         t->dtype   = (xfer_dtype_t)dtype;
         t->rank    = rank;
@@ -306,7 +306,7 @@ xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size)
     xfer_slot_free(&ep->slots, (uint32_t)ep->rx.id);
     ep->rx.op = NULL;
     if (op != NULL) {
-        xfer_shm_op_complete(op, ep->rx.status, op->length, 0);
+        xfer_shm_op_complete(op, ep->rx.status, op->base.length, 0);
     }
     return XFER_OK;
 }

@@ -122,14 +122,11 @@ typedef enum {
 #define XFER_TCP_OP_HDR_MAX (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_PUT_EXT_LEN)
 
 struct xfer_tcp_op {
-    ucs_list_link_t     list;       /* iface->compq */
+    xfer_op_t           base;       /* the framework's: comp, and the result once complete */
+    ucs_list_link_t     list;       /* ep->flushes */
     xfer_tcp_op_kind_t  kind;
-    xfer_comp_t         *comp;
     xfer_iface_h        iface;
-    xfer_ep_h           ep;         /* the ep it runs on; for RECV the filter, then the source */
-    xfer_status_t       status;     /* result, once complete */
-    size_t              length;
-    uint64_t            tag;
+    xfer_ep_h           ep;         /* the ep it runs on */
     int                 busy;       /* data is arriving: too late to cancel */
     int                 tx_pending; /* its zero-copy frame is still in the send queue */
     int                 on_write;   /* SEND, unacknowledged PUT: complete once written */
@@ -397,7 +394,7 @@ struct xfer_iface {
     uint64_t                 next_region;
     struct kh_xfer_tcp_mem_s *regions;
     ucs_list_link_t          eps;
-    ucs_list_link_t          compq;         /* completed xfer_tcp_op_t, callback pending */
+    xfer_op_pool_t           *ops;          /* xfer_tcp_op_t, and their completions */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
     ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
@@ -452,8 +449,11 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
                           uint64_t tag);
 xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
                                xfer_comp_t *comp);
-/* Deliver now the queued completions of ops that ran on ep (ep_destroy). */
-void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep);
+/* An op that was never posted goes back to the pool. */
+static inline void xfer_tcp_op_free(xfer_tcp_op_t *op)
+{
+    xfer_op_put(op->iface->ops, op);
+}
 /* Ask progress() to look at ep's input again (it was paused, or budget ran out). */
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep);
 /* Ask progress() to write on ep's send queue: a posting call wrote its budget of it. */

@@ -424,7 +424,9 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         status = (b->ack == NULL) ? XFER_ERR_NO_MEMORY :
                  xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_BATCH, b->ack, &id, &b->ack->slot);
         if (status != XFER_OK) {
-            free(b->ack);
+            if (b->ack != NULL) {
+                xfer_tcp_op_free(b->ack);
+            }
             free(b->subs);
             free(b);
             return status;

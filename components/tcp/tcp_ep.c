@@ -303,7 +303,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
         return XFER_ERR_NO_MEMORY;
     }
     if ((ep->fence_put != ep->puts_sent) && (fence_send(ep) != XFER_OK)) {
-        free(op);
+        xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
     op->mark_tx     = ep->tx_queued;
@@ -673,7 +673,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         ucs_list_del(&ep->notify_link);
     }
     ep->in_ready = ep->in_tx_ready = ep->in_failing = ep->in_notify = 0;
-    xfer_tcp_iface_deliver_ep(iface, ep);
+    xfer_op_deliver_owner(iface->ops, ep);
     xfer_tcp_batch_ep_gone(ep);
     free(ep->batch_notify);
     free(ep->putv_rx);

@@ -170,7 +170,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     iface->limits.max_key_len  = params->max_key_len;
     iface->cookie              = xfer_tcp_random64();
     ucs_list_head_init(&iface->eps);
-    ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->rx_ready);
@@ -202,6 +201,13 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
         goto err_close_timer;
     }
     iface->tx_mp_ready = 1;
+    status = xfer_op_pool_create(sizeof(xfer_tcp_op_t), sizeof(xfer_tcp_op_t), 0,
+                                 "xfer_tcp_ops", &iface->ops);
+    if (status != XFER_OK) {
+        ucs_mpool_cleanup(&iface->tx_mp, 1);
+        xfer_tcp_regions_cleanup(iface);
+        goto err_close_timer;
+    }
     address_build(iface);
     xfer_tcp_lanes_iface_open(iface);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
@@ -216,18 +222,6 @@ err_close_epfd:
 err_free:
     free(iface);
     return status;
-}
-
-static void deliver_one(xfer_tcp_op_t *op)
-{
-    xfer_comp_t *comp = op->comp;
-    xfer_status_t status = op->status;
-    size_t length = op->length;
-    uint64_t tag = op->tag;
-
-    ucs_list_del(&op->list);
-    free(op);
-    comp->cb(comp, status, length, tag);
 }
 
 static unsigned releases_run(xfer_iface_h iface)
@@ -255,9 +249,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_tcp_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
-    while (!ucs_list_is_empty(&iface->compq)) {
-        deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
-    }
+    xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     releases_run(iface);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
@@ -289,11 +281,10 @@ xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_
 xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
                                xfer_comp_t *comp)
 {
-    xfer_tcp_op_t *op = calloc(1, sizeof(*op));
+    xfer_tcp_op_t *op = xfer_op_get(iface->ops, 0, comp, ep);
 
     if (op != NULL) {
         op->kind  = kind;
-        op->comp  = comp;
         op->iface = iface;
         op->ep    = ep;
         ucs_list_head_init(&op->list);
@@ -306,30 +297,8 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
     if ((op->serial != 0) && (op->ep != NULL)) {
         xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
     }
-    op->status = status;
-    op->length = length;
-    op->tag    = tag;
-    op->busy   = 0;
-    ucs_list_add_tail(&op->iface->compq, &op->list);
-}
-
-void xfer_tcp_iface_deliver_ep(xfer_iface_h iface, xfer_ep_h ep)
-{
-    /* restart the scan after each callback: it may change the queue */
-    for (;;) {
-        xfer_tcp_op_t *op, *found = NULL;
-
-        ucs_list_for_each(op, &iface->compq, list) {
-            if (op->ep == ep) {
-                found = op;
-                break;
-            }
-        }
-        if (found == NULL) {
-            return;
-        }
-        deliver_one(found);
-    }
+    op->busy = 0;
+    xfer_op_complete(op->iface->ops, op, status, length, tag);
 }
 
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep)
@@ -478,12 +447,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     count += releases_run(iface);
 
     /* only the completions queued now: callbacks that post and complete at once wait */
-    for (n = ucs_list_length(&iface->compq); (n > 0) && !ucs_list_is_empty(&iface->compq);
-         n--) {
-        deliver_one(ucs_list_head(&iface->compq, xfer_tcp_op_t, list));
-        count++;
-    }
-    return count;
+    return count + xfer_op_deliver(iface->ops);
 }
 
 int xfer_tcp_iface_event_fd(xfer_iface_h iface)
@@ -493,7 +457,7 @@ int xfer_tcp_iface_event_fd(xfer_iface_h iface)
 
 xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
-    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->tx_ready) ||
         !ucs_list_is_empty(&iface->failing) ||
         !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface) ||

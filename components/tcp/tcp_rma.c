@@ -259,7 +259,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         status = xfer_tcp_cuda_copy_small(ep->iface, buf, length, &bounce, why, sizeof(why));
         if (status != XFER_OK) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "put from CUDA memory: %s", why);
-            free(op);
+            xfer_tcp_op_free(op);
             return status;
         }
         buf = bounce;
@@ -269,7 +269,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         status   = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_PUT, op, &hdr.id, &op->slot);
         if (status != XFER_OK) {
             free(bounce);
-            free(op);
+            xfer_tcp_op_free(op);
             return status;
         }
         op->serial = ++ep->rma_serial;
@@ -287,7 +287,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
                 xfer_slot_free(&ep->slots, op->slot);
             }
             free(bounce);
-            free(op);
+            xfer_tcp_op_free(op);
             return XFER_ERR_NO_MEMORY;
         }
         xfer_tcp_wire_pack_hdr(&hdr, p);
@@ -351,14 +351,14 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     op->cuda = cuda;
     status  = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_GET, op, &hdr.id, &op->slot);
     if (status != XFER_OK) {
-        free(op);
+        xfer_tcp_op_free(op);
         return status;
     }
     op->serial = ++ep->rma_serial;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN, 0);
     if (p == NULL) {
         xfer_slot_free(&ep->slots, op->slot);
-        free(op);
+        xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
     rma.region = rkey->wire.region;

@@ -57,7 +57,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
 
         if (cuda < 0) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch: %s", why);
-            free(op);
+            xfer_tcp_op_free(op);
             return XFER_ERR_INVALID_PARAM;
         }
         op->cuda = cuda;
@@ -69,14 +69,14 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     op->result    = args->result;
     status        = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_FETCH, op, &hdr.id, &op->slot);
     if (status != XFER_OK) {
-        free(op);
+        xfer_tcp_op_free(op);
         return status;
     }
     hdr.length = XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
     if (p == NULL) {
         xfer_slot_free(&ep->slots, op->slot);
-        free(op);
+        xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
     req.step    = args->step;
@@ -102,7 +102,7 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             xfer_tcp_op_t *op     = slot->obj;
             uint64_t id;
 
-            if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->comp != comp)) {
+            if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->base.comp != comp)) {
                 continue;
             }
             if (op->busy) {

@@ -405,7 +405,7 @@ xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
             xfer_verbs_treq_t *treq = ch->slots.s[i].obj;
 
             if ((ch->slots.s[i].kind != XFER_VERBS_SLOT_FETCH) || (treq->op == NULL) ||
-                (treq->op->comp != comp)) {
+                (treq->op->base.comp != comp)) {
                 continue;
             }
             if (treq->op->post != XFER_VERBS_POST_NONE) {

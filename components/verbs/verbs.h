@@ -117,16 +117,13 @@ typedef enum {
 } xfer_verbs_post_t;
 
 struct xfer_verbs_op {
-    ucs_list_link_t      list;      /* ch->pendq, or iface->compq */
+    xfer_op_t            base;      /* the framework's: comp (or a receive's tag_handle), and
+                                     * the result once complete */
+    ucs_list_link_t      list;      /* ch->pendq */
     xfer_verbs_op_kind_t kind;
-    xfer_comp_t          *comp;
     xfer_iface_h         iface;
-    xfer_ep_h            ch;        /* the channel it runs on; RECV: filter, then source */
-    xfer_status_t        status;
-    size_t               length;    /* reported length */
-    uint64_t             tag;
+    xfer_ep_h            ch;        /* the channel it runs on; RECV: the source */
     int                  busy;      /* data is moving: too late to cancel */
-    int                  completed; /* on compq */
     uint32_t             slot;      /* index in ch->slots while an answer is awaited */
 
     ucs_list_link_t      busy_link; /* iface->busy: RECV/FETCH whose data is being read */
@@ -135,7 +132,6 @@ struct xfer_verbs_op {
     xfer_memh_h          memh;      /* the user's registration of buf, or NULL */
     uint32_t             lkey;      /* of buf (user memh or cache entry) */
     xfer_verbs_mr_t      *mr;       /* cache hold on buf, put at completion */
-    void                 *tag_handle;   /* RECV: the framework's, told at delivery */
 
     /* message to send */
     xfer_verbs_post_t    post;
@@ -160,7 +156,7 @@ struct xfer_verbs_op {
     uint64_t             flush_batch; /* ... and every batch numbered below it has ended */
     xfer_tensor_t        *result;   /* FETCH */
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
-};                                  /* from iface->op_mp; all but msg_buf zeroed by op_new */
+};                                  /* from iface->ops; all but msg_buf zeroed by op_new */
 
 /* An outstanding exchange of this side, found again by the id in the peer's answer (ch->slots,
  * the framework's slot table; obj: xfer_verbs_op_t for SEND, xfer_verbs_treq_t for FETCH).
@@ -398,9 +394,7 @@ struct xfer_iface {
     uint32_t                  next_ch_id;
     ucs_list_link_t           channels;
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
-    ucs_list_link_t           compq;        /* completed ops, callback pending */
-    ucs_mpool_t               op_mp;        /* xfer_verbs_op_t: one per operation */
-    int                       op_mp_ready;
+    xfer_op_pool_t            *ops;         /* xfer_verbs_op_t, and their completions */
     ucs_list_link_t           releases;     /* rsps to release (tensor_release pending) */
     ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
@@ -469,13 +463,16 @@ xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n);
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
 double xfer_verbs_now(void);
 
-void xfer_verbs_op_free(xfer_verbs_op_t *op);
+/* An op that was never completed goes back to the pool. */
+static inline void xfer_verbs_op_free(xfer_verbs_op_t *op)
+{
+    xfer_op_put(op->iface->ops, op);
+}
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp);
 /* Queue op's completion for progress(); releases its cache hold. CTRL ops are freed. */
 void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t length,
                             uint64_t tag);
-void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch);
 /* The lkey of [buf, buf+len): the user's registration, or a cache hold kept in op->mr. */
 xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh);
 

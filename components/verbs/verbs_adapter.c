@@ -29,15 +29,6 @@
 
 #define PROGRESS_FD_PERIOD 64   /* read the clock every this many progress() calls, */
 #define PROGRESS_FD_GAP    1e-3 /* and look at the fds once this many seconds have passed */
-#define OP_ALIGN           64   /* a cache line */
-#define OP_CHUNK           256  /* ops per allocation of the pool */
-
-/* Operations come from a memory pool: malloc and free per message would be on the data
- * path. The pool is guarded by the context's lock, like everything of the iface. */
-static ucs_mpool_ops_t op_mp_ops = {
-    .chunk_alloc   = ucs_mpool_chunk_malloc,
-    .chunk_release = ucs_mpool_chunk_free,
-};
 
 double xfer_verbs_now(void)
 {
@@ -286,15 +277,14 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     ucs_list_head_init(&iface->busy);
-    ucs_list_head_init(&iface->compq);
     ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->notify);
-    if (ucs_mpool_init(&iface->op_mp, 0, sizeof(xfer_verbs_op_t), 0, OP_ALIGN, OP_CHUNK,
-                       UINT_MAX, &op_mp_ops, "xfer_verbs_ops") != UCS_OK) {
+    /* operations from a pool: malloc and free per message would be on the data path */
+    if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), offsetof(xfer_verbs_op_t, msg_buf), 0,
+                            "xfer_verbs_ops", &iface->ops) != XFER_OK) {
         free(iface);
         return XFER_ERR_NO_MEMORY;
     }
-    iface->op_mp_ready = 1;
 
     status = port_open(iface);
     if (status != XFER_OK) {
@@ -356,24 +346,8 @@ err:
 /* Deliver queued completions, tensor releases and failure notices. */
 static unsigned deliver(xfer_iface_h iface)
 {
-    unsigned count = 0;
+    unsigned count = xfer_op_deliver(iface->ops);
 
-    while (!ucs_list_is_empty(&iface->compq)) {
-        xfer_verbs_op_t *op = ucs_list_extract_head(&iface->compq, xfer_verbs_op_t, list);
-        xfer_comp_t *comp   = op->comp;
-        xfer_status_t st    = op->status;
-        size_t length       = op->length;
-        uint64_t tag        = op->tag;
-        void *handle        = (op->kind == XFER_VERBS_OP_RECV) ? op->tag_handle : NULL;
-
-        xfer_verbs_op_free(op);
-        if (handle != NULL) {
-            xfer_tag_done(handle, st);      /* the framework's receive */
-        } else {
-            comp->cb(comp, st, length, tag);
-        }
-        count++;
-    }
     while (!ucs_list_is_empty(&iface->releases)) {
         xfer_verbs_rsp_t *rsp = ucs_list_extract_head(&iface->releases, xfer_verbs_rsp_t,
                                                       list);
@@ -405,8 +379,8 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     if (iface->mrc != NULL) {
         xfer_verbs_mrc_destroy(iface->mrc);
     }
-    if (iface->op_mp_ready) {
-        ucs_mpool_cleanup(&iface->op_mp, 1);
+    if (iface->ops != NULL) {
+        xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     }
     if (iface->timerfd >= 0) {
         close(iface->timerfd);
@@ -673,7 +647,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 {
     int n;
 
-    if (!ucs_list_is_empty(&iface->compq) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
         !ucs_list_is_empty(&iface->notify) || (iface->backlog_len > 0)) {
         return XFER_ERR_BUSY;
     }
@@ -693,7 +667,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
         iface->backlog_len = n;
         return XFER_ERR_BUSY;
     }
-    return ucs_list_is_empty(&iface->compq) ? XFER_OK : XFER_ERR_BUSY;
+    return xfer_op_queued(iface->ops) ? XFER_ERR_BUSY : XFER_OK;
 }
 
 xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
@@ -708,23 +682,16 @@ xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_stat
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp)
 {
-    xfer_verbs_op_t *op = ucs_mpool_get(&iface->op_mp);
+    xfer_verbs_op_t *op = xfer_op_get(iface->ops, 0, comp, ch);
 
     if (op != NULL) {
-        memset(op, 0, offsetof(xfer_verbs_op_t, msg_buf));
         op->iface = iface;
         op->ch    = ch;
         op->kind  = kind;
-        op->comp  = comp;
         op->slot  = UINT32_MAX;
         op->msg   = op->msg_buf;
     }
     return op;
-}
-
-void xfer_verbs_op_free(xfer_verbs_op_t *op)
-{
-    ucs_mpool_put(op);
 }
 
 void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t length,
@@ -742,34 +709,7 @@ void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t le
         xfer_verbs_op_free(op);
         return;
     }
-    op->status    = status;
-    op->length    = length;
-    op->tag       = tag;
-    op->completed = 1;
-    ucs_list_add_tail(&op->iface->compq, &op->list);
-}
-
-void xfer_verbs_iface_deliver_ch(xfer_iface_h iface, xfer_ep_h ch)
-{
-    xfer_verbs_op_t *op, *tmp;
-
-    ucs_list_for_each_safe(op, tmp, &iface->compq, list) {
-        if (op->ch == ch) {
-            xfer_comp_t *comp = op->comp;
-            xfer_status_t st  = op->status;
-            size_t length     = op->length;
-            uint64_t tag      = op->tag;
-            void *handle      = (op->kind == XFER_VERBS_OP_RECV) ? op->tag_handle : NULL;
-
-            ucs_list_del(&op->list);
-            xfer_verbs_op_free(op);
-            if (handle != NULL) {
-                xfer_tag_done(handle, st);
-            } else {
-                comp->cb(comp, st, length, tag);
-            }
-        }
-    }
+    xfer_op_complete(op->iface->ops, op, status, length, tag);
 }
 
 xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh)

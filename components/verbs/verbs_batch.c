@@ -462,7 +462,7 @@ xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
         ucs_list_for_each(b, &ch->batches, list) {
             xfer_verbs_op_t *op = b->op;
 
-            if (op->comp != comp) {
+            if (op->base.comp != comp) {
                 continue;
             }
             if (b->stopped) {

@@ -681,7 +681,7 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
         ucs_list_del(&ch->notify_link);
         ch->in_notify = 0;
     }
-    xfer_verbs_iface_deliver_ch(iface, ch);
+    xfer_op_deliver_owner(iface->ops, ch);
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);
     iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);

@@ -206,7 +206,7 @@ static xfer_status_t recv_read(xfer_ep_h ch, void *handle, void *buf, size_t cap
         fin_send(ch, r->sender_id, XFER_ERR_NO_MEMORY);
         return XFER_ERR_NO_MEMORY;
     }
-    op->tag_handle = handle;
+    op->base.tag_handle = handle;
     op->buf        = buf;
     op->len        = n;
     op->memh       = memh;

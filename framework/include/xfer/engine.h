@@ -157,4 +157,47 @@ static inline uint64_t xfer_slot_id(const xfer_slots_t *t, uint32_t idx)
     return ((uint64_t)t->s[idx].gen << 32) | idx;
 }
 
+/*
+ * Operations (framework/op.c): what a component keeps of each operation in flight comes from
+ * a pool of its iface, and its completion is queued there and delivered at the end of the
+ * component's progress - the framework's request, or the receive of its tag matching, is
+ * told only then, never inside the component's walk of its sockets, rings or queues. A
+ * component's op struct starts with an xfer_op_t; the pool zeroes its first zero_len bytes
+ * when it hands one out. Pool and queue are the component's iface's, under its lock.
+ */
+typedef struct xfer_op {
+    struct xfer_op *next;           /* the pool's: its completion queue */
+    xfer_comp_t    *comp;           /* told at delivery; NULL: nobody */
+    void           *tag_handle;     /* a receive of the framework's matching: xfer_tag_done()
+                                     * at delivery instead of comp */
+    void           *owner;          /* the component's endpoint (xfer_op_deliver_owner) */
+    size_t         length;
+    uint64_t       tag;
+    xfer_status_t  status;
+    uint32_t       pool_flags;      /* the pool's */
+} xfer_op_t;
+
+typedef struct xfer_op_pool xfer_op_pool_t;
+
+/* A pool of ops of op_size bytes and up to extra_max more for each from its chunks (larger
+ * ones are allocated on their own). XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_op_pool_create(size_t op_size, size_t zero_len, size_t extra_max,
+                                           const char *name, xfer_op_pool_t **pool_p);
+/* Delivers what is queued, then frees the pool: every op must be back. */
+XFER_API void xfer_op_pool_destroy(xfer_op_pool_t *pool);
+/* An op of op_size + extra bytes for owner, told comp when it completes; NULL: no memory. */
+XFER_API void *xfer_op_get(xfer_op_pool_t *pool, size_t extra, xfer_comp_t *comp, void *owner);
+/* Give back an op that will not complete (it failed to post; nobody is told). */
+XFER_API void xfer_op_put(xfer_op_pool_t *pool, void *op);
+/* The op is done: queued, with its result, for the next delivery. */
+XFER_API void xfer_op_complete(xfer_op_pool_t *pool, void *op, xfer_status_t status,
+                               size_t length, uint64_t tag);
+/* Deliver the completions queued when it is called (those that callbacks queue wait for the
+ * next call): each op goes back to the pool, then its comp or receive is told. How many. */
+XFER_API unsigned xfer_op_deliver(xfer_op_pool_t *pool);
+/* Deliver the queued completions of owner now (its endpoint goes). */
+XFER_API void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner);
+/* Completions wait for delivery: a component does not sleep then. */
+XFER_API int xfer_op_queued(const xfer_op_pool_t *pool);
+
 #endif /* XFER_ENGINE_H */
