@@ -294,7 +294,6 @@ struct xfer_ep {
 
 /* ---- interface ------------------------------------------------------------------------------ */
 
-struct kh_xfer_shm_mem_s;
 
 /* CUDA IPC state of an iface (shm_cuda.c), set up at its first use. */
 typedef struct xfer_shm_cuda_open xfer_shm_cuda_open_t;
@@ -325,8 +324,7 @@ struct xfer_iface {
     xfer_shm_host_id_t       me;
     int                      epfd;
     uint64_t                 cookie;        /* random: keys of another iface do not fit */
-    uint64_t                 next_region;
-    struct kh_xfer_shm_mem_s *regions;
+    xfer_regions_t           *regions;      /* xfer_memh_h, by id */
     ucs_list_link_t          eps;
     xfer_op_pool_t           *ops;          /* xfer_shm_op_t with up to OP_POOL_EXTRA key,
                                              * and their completions */
@@ -489,7 +487,6 @@ xfer_status_t xfer_shm_host_id_unpack(const void *buf, size_t len, xfer_shm_host
 #define XFER_SHM_IFACE_ADDR_LEN 52u
 
 /* ---- shm_iface.c ---------------------------------------------------------------------------- */
-uint64_t xfer_shm_random64(void);
 xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p);
 void xfer_shm_iface_close(xfer_iface_h iface);

@@ -93,7 +93,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->state     = XFER_SHM_EP_CREATED;
     ep->peer_pid  = (pid_t)peer.pid;
     ep->cma       = iface->me.cma && peer.cma;
-    ep->token     = xfer_shm_random64();
+    ep->token     = xfer_random64();
     xfer_slots_init(&ep->slots, SLOTS_MAX);
     ep->max_msg   = cfg->max_msg_size;
     ep->fd        = -1;

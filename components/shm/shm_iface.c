@@ -15,25 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 #define EPOLL_BATCH 16
 #define EPOLL_EVERY 64
-
-uint64_t xfer_shm_random64(void)
-{
-    uint64_t v;
-    struct timespec ts;
-
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) == (ssize_t)sizeof(v)) {
-        return v;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ((uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^
-           (uint64_t)ts.tv_sec;
-}
 
 xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
@@ -63,7 +48,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->cuda.opened);
     iface->cuda.primary = -1;
-    iface->cookie = xfer_shm_random64();
+    iface->cookie = xfer_random64();
     iface->epfd   = -1;
 
     cma    = xfer_shm_cma_allowed(cfg, cma_why, sizeof(cma_why));

@@ -19,36 +19,20 @@
  */
 #include "shm.h"
 
-#include <ucs/datastruct/khash.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-KHASH_MAP_INIT_INT64(xfer_shm_mem, xfer_memh_h)
-
 xfer_status_t xfer_shm_regions_init(xfer_iface_h iface)
 {
-    iface->regions = kh_init(xfer_shm_mem);
-    if (iface->regions == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    iface->next_region = 1;
-    return XFER_OK;
+    return xfer_regions_create(&iface->regions);
 }
 
 void xfer_shm_regions_cleanup(xfer_iface_h iface)
 {
-    xfer_memh_h memh;
-
-    if (iface->regions == NULL) {
-        return;
-    }
-    kh_foreach_value(iface->regions, memh, {
-        free(memh);
-    });
-    kh_destroy(xfer_shm_mem, iface->regions);
+    xfer_regions_destroy(iface->regions, free);
     iface->regions = NULL;
 }
 
@@ -58,18 +42,14 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
 {
     xfer_status_t status;
     xfer_memh_h memh;
-    khiter_t it;
-    int ret;
 
-    if ((iface == NULL) || (memh_p == NULL) || (addr == NULL) || (length == 0) ||
-        ((uintptr_t)addr + length < (uintptr_t)addr)) {
+    if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
         return XFER_ERR_INVALID_PARAM;
     }
     memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->id     = iface->next_region++;
     memh->addr   = addr;
     memh->length = length;
     memh->fd     = -1;      /* no memfd: the key says so, and names no inode */
@@ -80,12 +60,10 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
             return status;
         }
     }
-    it = kh_put(xfer_shm_mem, iface->regions, memh->id, &ret);
-    if (ret < 0) {
+    if (xfer_region_insert(iface->regions, memh, &memh->id) != XFER_OK) {
         free(memh);
         return XFER_ERR_NO_MEMORY;
     }
-    kh_value(iface->regions, it) = memh;
     *memh_p = memh;
     return XFER_OK;
 }
@@ -125,19 +103,16 @@ static int in_region(xfer_memh_h memh, const void *p)
 void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 {
     xfer_shm_tx_t *tx;
-    khiter_t it;
     xfer_ep_h ep;
 
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    it = kh_get(xfer_shm_mem, iface->regions, memh->id);
-    if ((it == kh_end(iface->regions)) || (kh_value(iface->regions, it) != memh)) {
+    if (!xfer_region_remove(iface->regions, memh->id, memh)) {
         xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "mem_dereg of an unknown region %p",
                  (void*)memh);
         return;
     }
-    kh_del(xfer_shm_mem, iface->regions, it);
     ucs_list_for_each(ep, &iface->eps, list) {
         /* a put arriving into it goes nowhere, and fails */
         if ((ep->rx.kind == XFER_SHM_RX_PUT) && (ep->rx.dest != NULL) &&
@@ -465,14 +440,11 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
                               size_t *length_p)
 {
-    khiter_t it = kh_get(xfer_shm_mem, iface->regions, id);
-    xfer_memh_h memh;
+    xfer_memh_h memh = (cookie == iface->cookie) ? xfer_region_lookup(iface->regions, id) : NULL;
 
-    if ((cookie != iface->cookie) || (it == kh_end(iface->regions)) ||
-        kh_value(iface->regions, it)->cuda) {
+    if ((memh == NULL) || memh->cuda) {
         return NULL;    /* CUDA memory is moved by the initiator, never here */
     }
-    memh      = kh_value(iface->regions, it);
     *length_p = memh->length;
     return memh->addr;
 }
@@ -481,15 +453,13 @@ uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p)
 {
     xfer_iface_h iface = ep->iface;
-    xfer_memh_h memh;
-    khiter_t it;
+    xfer_memh_h memh   = (hdr->e == iface->cookie) ? xfer_region_lookup(iface->regions, hdr->a) :
+                         NULL;
 
-    it = kh_get(xfer_shm_mem, iface->regions, hdr->a);
-    if ((hdr->e != iface->cookie) || (it == kh_end(iface->regions))) {
+    if (memh == NULL) {
         *status_p = XFER_ERR_NOT_FOUND;
         return NULL;
     }
-    memh = kh_value(iface->regions, it);
     if (memh->cuda) {
         /* the initiator copies CUDA memory itself (shm_cuda.c); a frame naming it is not
          * carried out here, where nothing may touch device memory */
@@ -498,8 +468,7 @@ uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         *status_p = XFER_ERR_UNSUPPORTED;
         return NULL;
     }
-    if ((hdr->b < (uintptr_t)memh->addr) || (hdr->b - (uintptr_t)memh->addr > memh->length) ||
-        (hdr->c > memh->length - (hdr->b - (uintptr_t)memh->addr))) {
+    if (!xfer_range_within((uintptr_t)memh->addr, memh->length, hdr->b, hdr->c)) {
         *status_p = XFER_ERR_OUT_OF_RANGE;
         return NULL;
     }

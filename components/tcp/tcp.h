@@ -360,7 +360,6 @@ struct xfer_ep {
 
 /* ---- interface ------------------------------------------------------------------------------ */
 
-struct kh_xfer_tcp_mem_s;
 
 /* The bounce buffers through which CUDA memory moves (tcp_cuda.c): slots [0, depth) receive,
  * [depth, 2 * depth) send, so that a send waiting for the socket never holds up receiving. */
@@ -391,8 +390,7 @@ struct xfer_iface {
     xfer_tcp_wire_limits_t   limits;
     int                      epfd;
     uint64_t                 cookie;        /* random: rkeys of another iface do not fit */
-    uint64_t                 next_region;
-    struct kh_xfer_tcp_mem_s *regions;
+    xfer_regions_t           *regions;      /* xfer_memh_h, by id */
     ucs_list_link_t          eps;
     xfer_op_pool_t           *ops;          /* xfer_tcp_op_t, and their completions */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
@@ -435,7 +433,6 @@ int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
 
 /* ---- tcp_iface.c ---------------------------------------------------------------------------- */
 /* 64 random bits (getrandom; a clock-and-pid mix where it fails): keys and tokens. */
-uint64_t xfer_tcp_random64(void);
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p);
 void xfer_tcp_iface_close(xfer_iface_h iface);

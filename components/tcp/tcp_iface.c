@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,19 +70,6 @@ static void address_build(xfer_iface_h iface)
     }
     freeifaddrs(ifa_list);
     iface->address_len = off;
-}
-
-uint64_t xfer_tcp_random64(void)
-{
-    uint64_t cookie = 0;
-
-    if (getrandom(&cookie, sizeof(cookie), 0) != sizeof(cookie)) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        cookie = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
-    }
-    return cookie;
 }
 
 /* The flush timer: acknowledgements from the peer's host raise no event, so while flushes
@@ -168,7 +154,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->limits.max_msg_size = iface->cfg->max_msg_size;
     iface->limits.max_key_len  = params->max_key_len;
-    iface->cookie              = xfer_tcp_random64();
+    iface->cookie              = xfer_random64();
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->releases);

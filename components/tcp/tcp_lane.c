@@ -170,7 +170,7 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
         lane_port_open(iface);
     }
     ep->lanes_max = iface->lanes;
-    ep->token     = xfer_tcp_random64();
+    ep->token     = xfer_random64();
     if (ep->lanes_max < 2) {
         return XFER_OK;
     }

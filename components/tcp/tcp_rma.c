@@ -10,36 +10,20 @@
  */
 #include "tcp.h"
 
-#include <ucs/datastruct/khash.h>
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-KHASH_MAP_INIT_INT64(xfer_tcp_mem, xfer_memh_h)
-
 xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface)
 {
-    iface->regions = kh_init(xfer_tcp_mem);
-    if (iface->regions == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    iface->next_region = 1;
-    return XFER_OK;
+    return xfer_regions_create(&iface->regions);
 }
 
 void xfer_tcp_regions_cleanup(xfer_iface_h iface)
 {
-    xfer_memh_h memh;
-
-    if (iface->regions == NULL) {
-        return;
-    }
-    kh_foreach_value(iface->regions, memh, {
-        free(memh);
-    });
-    kh_destroy(xfer_tcp_mem, iface->regions);
+    xfer_regions_destroy(iface->regions, free);
     iface->regions = NULL;
 }
 
@@ -47,11 +31,8 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
 {
     xfer_memh_h memh;
-    khiter_t it;
-    int ret;
 
-    if ((iface == NULL) || (memh_p == NULL) || (addr == NULL) || (length == 0) ||
-        ((uintptr_t)addr + length < (uintptr_t)addr)) {
+    if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (mem_type != XFER_MEM_HOST) {
@@ -61,16 +42,13 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->id     = iface->next_region++;
     memh->addr   = addr;
     memh->length = length;
     memh->cuda   = 0;
-    it = kh_put(xfer_tcp_mem, iface->regions, memh->id, &ret);
-    if (ret < 0) {
+    if (xfer_region_insert(iface->regions, memh, &memh->id) != XFER_OK) {
         free(memh);
         return XFER_ERR_NO_MEMORY;
     }
-    kh_value(iface->regions, it) = memh;
     *memh_p = memh;
     return XFER_OK;
 }
@@ -104,19 +82,16 @@ xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 
 void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 {
-    khiter_t it;
     xfer_ep_h ep;
 
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    it = kh_get(xfer_tcp_mem, iface->regions, memh->id);
-    if ((it == kh_end(iface->regions)) || (kh_value(iface->regions, it) != memh)) {
+    if (!xfer_region_remove(iface->regions, memh->id, memh)) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "mem_dereg of an unknown region %p",
                  (void*)memh);
         return;
     }
-    kh_del(xfer_tcp_mem, iface->regions, it);
     /* peers' puts and gets in flight must not touch it any more */
     ucs_list_for_each(ep, &iface->eps, list) {
         xfer_tcp_ep_forget_region(ep, memh);
@@ -189,8 +164,7 @@ xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf
         return XFER_ERR_INVALID_PARAM;
     }
     r = &rkey->wire;
-    if ((remote_addr < r->addr) || (remote_addr - r->addr > r->length) ||
-        (length > r->length - (remote_addr - r->addr))) {
+    if (!xfer_range_within(r->addr, r->length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (length > ep->limits.max_msg_size) {
@@ -376,15 +350,14 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
                                     xfer_memh_h *memh_p, char *why, size_t why_size)
 {
-    khiter_t it = kh_get(xfer_tcp_mem, iface->regions, rma->region);
-    xfer_memh_h memh;
+    xfer_memh_h memh = (rma->cookie == iface->cookie) ?
+                       xfer_region_lookup(iface->regions, rma->region) : NULL;
     xfer_status_t status;
 
-    if ((it == kh_end(iface->regions)) || (rma->cookie != iface->cookie)) {
+    if (memh == NULL) {
         snprintf(why, why_size, "region %" PRIu64 " is not registered here", rma->region);
         return XFER_ERR_INVALID_PARAM;
     }
-    memh   = kh_value(iface->regions, it);
     status = xfer_tcp_region_covers(memh, rma, why, why_size);
     if (status == XFER_OK) {
         *memh_p = memh;
@@ -397,8 +370,7 @@ xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t
 {
     uint64_t base = (uintptr_t)memh->addr;
 
-    if ((rma->addr < base) || (rma->addr - base > memh->length) ||
-        (rma->len > memh->length - (rma->addr - base))) {
+    if (!xfer_range_within(base, memh->length, rma->addr, rma->len)) {
         snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
                  " (0x%" PRIx64 "+%zu)", rma->addr, rma->len, rma->region, base, memh->length);
         return XFER_ERR_OUT_OF_RANGE;

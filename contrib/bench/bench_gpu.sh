@@ -23,7 +23,7 @@
 # run (no usable CUDA driver included). It downloads and installs nothing.
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build.
-# Knobs: BENCH_PORT (first of many ports, default 18800), BENCH_CUDA_DEVICE (0), REPEAT (3),
+# Knobs: BENCH_PORT (first of many ports, default 18800), BENCH_CUDA_DEVICE (0), ROUNDS (9, at least 9),
 # ITERS_64M (100), ITERS_1G (8), SIZES ("64m 1g"), BENCH_RDMA_DEVICE (the first ibv device),
 # XFER_CUDA_LIB (the driver library; default libcuda.so.1). Needs jq and ss (iproute2);
 # nvidia-smi, ucx_perftest and perftest are used where present.
@@ -35,7 +35,6 @@ ATTRS=$BUILD/contrib/bench/gpu_attrs
 INFO=$BUILD/contrib/xfer_info
 PORT=${BENCH_PORT:-18800}
 GPU=${BENCH_CUDA_DEVICE:-0}
-REPEAT=${REPEAT:-3}
 ITERS_64M=${ITERS_64M:-100}
 ITERS_1G=${ITERS_1G:-8}
 SIZES=${SIZES:-"64m 1g"}
@@ -45,6 +44,7 @@ RDMA_SIZE=65536
 BENCH_NAME=bench_gpu
 # shellcheck source=contrib/bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+REPEAT=$ROUNDS      # lib.sh: 9 or more
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 [ -x "$ATTRS" ] || die "no $ATTRS: build first (make -C $BUILD)"

@@ -35,8 +35,9 @@
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
 # Knobs: BENCH_PORT (first port, default 19200), LAT_ITERS (20000), BW_ITERS (1 MiB runs,
 # 2000), BIG_ITERS (64 MiB runs, 50), BATCH_ITERS (batch runs, 20000: at 2000 a 512 KiB run
-# over shm lasts 30 ms, too short to measure on a busy VM), ROUNDS (3: each figure
-# of 1 and 2 is the median of that many rounds), SWEEP (1; 0 skips 3), RUN_TIMEOUT (300).
+# over shm lasts 30 ms, too short to measure on a busy VM), ROUNDS (9, at least 9: each figure
+# of 1 and 2 is the median of that many rounds, the runs of each comparison alternating their
+# order from round to round), SWEEP (1; 0 skips 3), RUN_TIMEOUT (300).
 # Needs ucx-utils (ucx_perftest), jq, ss (iproute2); gnuplot for the plot; tcp_floor is built
 # with xfer (BUILD_DIR/contrib/bench).
 set -euo pipefail
@@ -56,7 +57,6 @@ BW_ITERS=${BW_ITERS:-2000}
 BIG_ITERS=${BIG_ITERS:-50}
 BATCH_ITERS=${BATCH_ITERS:-20000}
 SWEEP=${SWEEP:-1}
-ROUNDS=${ROUNDS:-3}
 
 
 for bin in "$PERF" "$FLOOR"; do
@@ -122,9 +122,10 @@ ucx_fig() {
     fi
 }
 
-# Each figure is the median of ROUNDS rounds; a round runs every figure once, xfer and UCX
-# alternating, so that a change in the machine's state (on a VM, which physical cores the two
-# processes get) reaches both sides of a ratio alike.
+# Each figure is the median of ROUNDS rounds; a round runs every figure once, the runs of each
+# comparison one after the other and in the other order in every other round, so that a
+# change in the machine's state (on a VM, which physical cores the two processes get) reaches
+# both sides of a ratio alike.
 FIGS=(SHM_LAT UCX_LAT TCP_LAT SHM_BW UCX_BW TCP_BW SHM_PUT SHM_PUT_CMA UCX_PUT TCP_PUT
       SHM_POST TCP_POST SHM_B128 TCP_B128 SHM_B128_LAT TCP_B128_LAT SHM_B128_NOT TCP_B128_NOT
       SHM_P512 TCP_P512 FLOOR_ONE FLOOR_SCAT TCP_B1 TCP_P512_ACK SHM_B128_W2 SHM_P512_W2
@@ -134,29 +135,33 @@ RATIOS=(SHM_LAT/UCX_LAT SHM_LAT/TCP_LAT SHM_BW/UCX_BW SHM_BW/TCP_BW SHM_PUT/UCX_
         SHM_PUT/TCP_PUT SHM_B128/SHM_P512 TCP_B128/TCP_P512 FLOOR_SCAT/FLOOR_ONE
         TCP_B1/TCP_P512 TCP_P512_ACK/TCP_P512 TCP_B128/TCP_B1 SHM_B128_W2/SHM_P512_W2
         TCP_B128_W2/TCP_P512_W2 TCP_B128/TCP_B128_COPY)
-declare -A ROUND_FIGS
+# b128_fig T TL: 128 x 4 KiB with a notification over TL: T_B128, its latency and the
+# notification's
+b128_fig() {
+    xfer_fig "$1_B128" bw_average_mbps "$2" batch_put 4096 "$BATCH_ITERS" -b 128
+    printf -v "$1_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
+    printf -v "$1_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
+}
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
     # ---- 1. shm against UCX's sm and xfer's tcp ----------------------------------------------------
-    xfer_fig SHM_LAT t_typical_usec shm tag_lat 8 "$LAT_ITERS"
-    ucx_fig UCX_LAT tag_lat 8 "$LAT_ITERS"
-    xfer_fig TCP_LAT t_typical_usec tcp tag_lat 8 "$LAT_ITERS"
-    xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 "$BW_ITERS"
-    ucx_fig UCX_BW tag_bw 1048576 "$BW_ITERS"
-    xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 "$BW_ITERS"
-    xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 "$BIG_ITERS"
-    xfer_fig SHM_PUT_CMA bw_average_mbps shm put_bw 67108864 "$BIG_ITERS" -m host
-    ucx_fig UCX_PUT ucp_put_bw 67108864 "$BIG_ITERS"
-    xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 "$BIG_ITERS"
+    round_pair "xfer_fig SHM_LAT t_typical_usec shm tag_lat 8 $LAT_ITERS" \
+               "ucx_fig UCX_LAT tag_lat 8 $LAT_ITERS" \
+               "xfer_fig TCP_LAT t_typical_usec tcp tag_lat 8 $LAT_ITERS"
+    round_pair "xfer_fig SHM_BW bw_average_mbps shm tag_bw 1048576 $BW_ITERS" \
+               "ucx_fig UCX_BW tag_bw 1048576 $BW_ITERS" \
+               "xfer_fig TCP_BW bw_average_mbps tcp tag_bw 1048576 $BW_ITERS"
+    round_pair "xfer_fig SHM_PUT bw_average_mbps shm put_bw 67108864 $BIG_ITERS" \
+               "xfer_fig SHM_PUT_CMA bw_average_mbps shm put_bw 67108864 $BIG_ITERS -m host" \
+               "ucx_fig UCX_PUT ucp_put_bw 67108864 $BIG_ITERS" \
+               "xfer_fig TCP_PUT bw_average_mbps tcp put_bw 67108864 $BIG_ITERS"
 
     # ---- 2. batches ---------------------------------------------------------------------------------
     for tl in shm tcp; do
         T=${tl^^}
         xfer_fig "${T}_POST" post_usec_per_desc "$tl" batch_put 4096 "$((BATCH_ITERS / 8))" -b 1024
-        xfer_fig "${T}_B128" bw_average_mbps "$tl" batch_put 4096 "$BATCH_ITERS" -b 128
-        printf -v "${T}_B128_LAT" '%s' "$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")"
-        printf -v "${T}_B128_NOT" '%s' "$(jq '.results[0].notify_avg_usec' <<<"$PAIR_OUT")"
-        xfer_fig "${T}_P512" bw_average_mbps "$tl" put_bw 524288 "$BATCH_ITERS" -w 1
+        round_pair "b128_fig $T $tl" \
+                   "xfer_fig ${T}_P512 bw_average_mbps $tl put_bw 524288 $BATCH_ITERS -w 1"
         LOG_TAG=w2 xfer_fig "${T}_B128_W2" bw_average_mbps "$tl" batch_put 4096 \
             "$BATCH_ITERS" -b 128 -w 2
         LOG_TAG=w2 xfer_fig "${T}_P512_W2" bw_average_mbps "$tl" put_bw 524288 \
@@ -186,25 +191,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
     done
 done
 
-# median NAME: NAME becomes the median of its rounds; NAME_RANGE "min-max"
-median() {
-    local sorted fmt
-    sorted=$(tr ' ' '\n' <<<"${ROUND_FIGS[$1]}" | grep . | sort -g)
-    printf -v "$1" '%s' "$(awk '{a[NR] = $1}
-        END {m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m}' \
-        <<<"$sorted")"
-    fmt=%.3f
-    [[ $1 == R_* ]] && fmt=%.2f
-    printf -v "$1_RANGE" '%s' "$(awk -v f="$fmt" 'NR == 1 {lo = $1} {hi = $1}
-        END {printf f "-" f, lo, hi}' <<<"$sorted")"
-}
 for v in "${FIGS[@]}"; do
-    median "$v"
+    round_median "$v"
     export "${v}_RANGE"
 done
 for r in "${RATIOS[@]}"; do
     a=${r%/*} b=${r#*/}
-    median "R_${a}_$b"
+    round_median "R_${a}_$b"
     export "R_${a}_$b" "R_${a}_${b}_RANGE"
 done
 
@@ -224,6 +217,7 @@ fi
 
 # ---- the figures and the aims -------------------------------------------------------------------
 {
+rounds_header
 awk -v sl="$SHM_LAT" -v ul="$UCX_LAT" -v tl="$TCP_LAT" -v sb="$SHM_BW" -v ub="$UCX_BW" \
     -v tb="$TCP_BW" -v sp="$SHM_PUT" -v spc="$SHM_PUT_CMA" -v up="$UCX_PUT" -v tp="$TCP_PUT" \
     -v spost="$SHM_POST" -v tpost="$TCP_POST" -v sb128="$SHM_B128" -v tb128="$TCP_B128" \
@@ -242,7 +236,6 @@ function part(label, a, b, key) {
 }
 BEGIN {
     printf "# same host (%d cores): xfer shm vs ucx_perftest UCX_TLS=sm vs xfer tcp; batches\n", cores
-    printf "# each figure: the median of %d rounds (their range after the unit)\n", rounds
     printf "%-52s %12s %-5s %s\n", "run", "figure", "unit", "rounds"
     fig("xfer shm tag_lat 8 B median", sl, "usec", "SHM_LAT")
     fig("ucx_perftest sm tag_lat 8 B median", ul, "usec", "UCX_LAT")

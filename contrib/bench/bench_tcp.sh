@@ -7,12 +7,14 @@
 #   put_lat 8 B       <= 1.1 x xfer's own tag_lat 8 B (medians)
 #   tensor_bw 1 MiB   >= 0.95 x xfer's put_bw 1 MiB
 #   tensor_bw 64 MiB  >= 0.95 x xfer's tag_bw 64 MiB
-# Runs that are compared with each other run one after the other, so that they share the
-# machine's state. A tool, not a test: it exits 0 whatever the figures, non-zero only when
+# Every figure is the median of ROUNDS rounds (9 or more, lib.sh) with its range; the runs
+# that are compared with each other run one after the other, in alternating order from round
+# to round, and each aim's ratio is taken within a round - the median of those, with their
+# range, is judged. A tool, not a test: it exits 0 whatever the figures, non-zero only when
 # something fails to run. bench_tcp_sweep.sh puts the tests beside UCX's from 8 B to 64 MiB.
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build.
-# Knobs: BENCH_PORT (first of 10 ports, default 18600), BW_ITERS (1 MiB runs, 2000),
+# Knobs: ROUNDS (9), BENCH_PORT (first port, default 18600), BW_ITERS (1 MiB runs, 2000),
 # BIG_ITERS (64 MiB runs, 50), LAT_ITERS (20000), IPERF_SECS (5), RUN_TIMEOUT (the most seconds
 # one client may run, 300). Needs iperf3, ucx-utils (ucx_perftest), jq and ss (iproute2).
 set -euo pipefail
@@ -55,69 +57,86 @@ ucx_fig() {
     UCX_LINE=$PAIR_OUT
 }
 
-# ---- bandwidth, 1 MiB --------------------------------------------------------------------------
-xfer_fig XFER_BW tag_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
+# xfer_add NAME TEST SIZE ITERS FIELD / ucx_add / iperf_add: one run, added to NAME's rounds
+xfer_add() { xfer_fig FIG "$2" "$3" "$4" "$5"; round_add "$1" "$FIG"; }
+ucx_add() {
+    local name=$1 col=$2
+    shift 2
+    ucx_fig "$@"
+    round_add "$name" "$(awk -F, -v c="$col" -v mb=$UCX_MB \
+        '{print (c == 6) ? $c * mb : $c}' <<<"$UCX_LINE")"
+}
+iperf_add() {
+    echo "# iperf3 -c 127.0.0.1 -t $IPERF_SECS ..." >&2
+    run_pair iperf3 "$RUN_TIMEOUT" iperf3 -s -1 --forceflush -p "$PORT" -- \
+        iperf3 -c 127.0.0.1 -p "$PORT" -t "$IPERF_SECS" -J || die "iperf3 failed"
+    round_add "$1" "$(jq '.end.sum_received.bits_per_second / 8 / 1e6' <<<"$PAIR_OUT")"
+}
+for ((round = 1; round <= ROUNDS; round++)); do
+    echo "# round $round of $ROUNDS" >&2
+    # 1 MiB: xfer, UCX and one iperf3 stream; xfer's put and tensor beside each other
+    round_pair "xfer_add XFER_BW tag_bw $BW_SIZE $BW_ITERS bw_average_mbps" \
+         "ucx_add UCX_BW 6 tag_bw $BW_SIZE $BW_ITERS -w 200" "iperf_add IPERF_BW"
+    round_pair "xfer_add XFER_PUT_BW put_bw $BW_SIZE $BW_ITERS bw_average_mbps" \
+         "xfer_add XFER_TENSOR_BW tensor_bw $BW_SIZE $BW_ITERS bw_average_mbps"
+    # 64 MiB
+    round_pair "xfer_add XFER_BIG_BW tag_bw $BIG_SIZE $BIG_ITERS bw_average_mbps" \
+         "xfer_add XFER_BIG_TENSOR_BW tensor_bw $BIG_SIZE $BIG_ITERS bw_average_mbps"
+    # 8 bytes: medians of half a round trip
+    round_pair "xfer_add XFER_LAT50 tag_lat $LAT_SIZE $LAT_ITERS t_typical_usec" \
+         "ucx_add UCX_LAT50 2 tag_lat $LAT_SIZE $LAT_ITERS"
+    round_pair "xfer_add XFER_PUT_LAT50 put_lat $LAT_SIZE $LAT_ITERS t_typical_usec" \
+         "xfer_add XFER_LAT50_OWN tag_lat $LAT_SIZE $LAT_ITERS t_typical_usec"
+    round_ratio XFER_BW UCX_BW
+    round_ratio XFER_BW IPERF_BW
+    round_ratio XFER_LAT50 UCX_LAT50
+    round_ratio XFER_PUT_LAT50 XFER_LAT50_OWN
+    round_ratio XFER_TENSOR_BW XFER_PUT_BW
+    round_ratio XFER_BIG_TENSOR_BW XFER_BIG_BW
+done
 
-echo "# iperf3 -c 127.0.0.1 -t $IPERF_SECS ..." >&2
-run_pair iperf3 "$RUN_TIMEOUT" iperf3 -s -1 --forceflush -p "$PORT" -- \
-    iperf3 -c 127.0.0.1 -p "$PORT" -t "$IPERF_SECS" -J || die "iperf3 failed"
-IPERF_BW=$(jq '.end.sum_received.bits_per_second / 8 / 1e6' <<<"$PAIR_OUT")
-
-ucx_fig tag_bw $BW_SIZE "$BW_ITERS" -w 200
-UCX_BW=$(awk -F, -v mb=$UCX_MB '{print $6 * mb}' <<<"$UCX_LINE")
-
-xfer_fig XFER_PUT_BW put_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
-xfer_fig XFER_TENSOR_BW tensor_bw $BW_SIZE "$BW_ITERS" bw_average_mbps
-
-# ---- bandwidth, 64 MiB -------------------------------------------------------------------------
-xfer_fig XFER_BIG_BW tag_bw $BIG_SIZE "$BIG_ITERS" bw_average_mbps
-xfer_fig XFER_BIG_TENSOR_BW tensor_bw $BIG_SIZE "$BIG_ITERS" bw_average_mbps
-
-# ---- latency, 8 bytes --------------------------------------------------------------------------
-xfer_fig XFER_LAT50 tag_lat $LAT_SIZE "$LAT_ITERS" t_typical_usec
-XFER_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")
-xfer_fig XFER_PUT_LAT50 put_lat $LAT_SIZE "$LAT_ITERS" t_typical_usec
-XFER_PUT_LATAVG=$(jq '.results[0].t_avg_usec' <<<"$PAIR_OUT")
-
-ucx_fig tag_lat $LAT_SIZE "$LAT_ITERS"
-UCX_LAT50=$(cut -d, -f2 <<<"$UCX_LINE")
-UCX_LATAVG=$(cut -d, -f3 <<<"$UCX_LINE")
-
-for v in XFER_BW IPERF_BW UCX_BW XFER_PUT_BW XFER_TENSOR_BW XFER_BIG_BW XFER_BIG_TENSOR_BW \
-         XFER_LAT50 XFER_LATAVG XFER_PUT_LAT50 XFER_PUT_LATAVG UCX_LAT50 UCX_LATAVG; do
-    [[ ${!v} =~ ^[0-9.e+-]+$ ]] || die "could not read $v (got '${!v}')"
+FIGS=(XFER_BW IPERF_BW UCX_BW XFER_PUT_BW XFER_TENSOR_BW XFER_BIG_BW XFER_BIG_TENSOR_BW
+      XFER_LAT50 UCX_LAT50 XFER_PUT_LAT50 XFER_LAT50_OWN
+      R_XFER_BW_UCX_BW R_XFER_BW_IPERF_BW R_XFER_LAT50_UCX_LAT50
+      R_XFER_PUT_LAT50_XFER_LAT50_OWN R_XFER_TENSOR_BW_XFER_PUT_BW
+      R_XFER_BIG_TENSOR_BW_XFER_BIG_BW)
+for v in "${FIGS[@]}"; do
+    round_median "$v"
+    export "$v" "${v}_RANGE"
 done
 
 # ---- the figures and the aims ------------------------------------------------------------------
-awk -v xbw="$XFER_BW" -v ibw="$IPERF_BW" -v ubw="$UCX_BW" -v xput="$XFER_PUT_BW" \
-    -v xten="$XFER_TENSOR_BW" -v xbig="$XFER_BIG_BW" -v xbigten="$XFER_BIG_TENSOR_BW" \
-    -v xl50="$XFER_LAT50" -v xlavg="$XFER_LATAVG" -v xp50="$XFER_PUT_LAT50" \
-    -v xpavg="$XFER_PUT_LATAVG" -v ul50="$UCX_LAT50" -v ulavg="$UCX_LATAVG" \
-    -v bwn="$BW_ITERS" -v bign="$BIG_ITERS" -v latn="$LAT_ITERS" -v isecs="$IPERF_SECS" \
+rounds_header
+awk -v bwn="$BW_ITERS" -v bign="$BIG_ITERS" -v latn="$LAT_ITERS" -v isecs="$IPERF_SECS" \
     -v aim_w=40 "$AWK_AIMS"'
-function fig(run, value, unit, note) { printf "%-36s %12.2f %-5s %s\n", run, value, unit, note }
+function fig(run, v, unit, note) {
+    printf "%-36s %12.2f %-5s %-17s %s\n", run, ENVIRON[v], unit, "(" ENVIRON[v "_RANGE"] ")",
+           note
+}
+function raim(what, a, b, unit, op, bound,    r) {
+    r = "R_" a "_" b
+    aim(what, ENVIRON[a], ENVIRON[b], unit, op, bound, ENVIRON[r], "(rounds " ENVIRON[r "_RANGE"] ")")
+}
 BEGIN {
     printf "# xfer over tcp vs iperf3 and ucx_perftest (UCX_TLS=tcp), loopback; MB = 10^6 bytes\n"
-    printf "%-36s %12s %-5s %s\n", "run", "figure", "unit", "iterations"
-    fig("xfer_perf tag_bw 1 MiB", xbw, "MB/s", bwn)
-    fig("iperf3 one stream", ibw, "MB/s", isecs " s")
-    fig("ucx_perftest tag_bw 1 MiB", ubw, "MB/s", bwn)
-    fig("xfer_perf put_bw 1 MiB", xput, "MB/s", bwn)
-    fig("xfer_perf tensor_bw 1 MiB", xten, "MB/s", bwn)
-    fig("xfer_perf tag_bw 64 MiB", xbig, "MB/s", bign)
-    fig("xfer_perf tensor_bw 64 MiB", xbigten, "MB/s", bign)
-    fig("xfer_perf tag_lat 8 B median", xl50, "usec", latn)
-    fig("xfer_perf tag_lat 8 B average", xlavg, "usec", latn)
-    fig("xfer_perf put_lat 8 B median", xp50, "usec", latn)
-    fig("xfer_perf put_lat 8 B average", xpavg, "usec", latn)
-    fig("ucx_perftest tag_lat 8 B median", ul50, "usec", latn)
-    fig("ucx_perftest tag_lat 8 B average", ulavg, "usec", latn)
-    printf "\n# the aims: ratio = a / b\n"
+    printf "%-36s %12s %-5s %-17s %s\n", "run", "median", "unit", "range", "iterations"
+    fig("xfer_perf tag_bw 1 MiB", "XFER_BW", "MB/s", bwn)
+    fig("iperf3 one stream", "IPERF_BW", "MB/s", isecs " s")
+    fig("ucx_perftest tag_bw 1 MiB", "UCX_BW", "MB/s", bwn)
+    fig("xfer_perf put_bw 1 MiB", "XFER_PUT_BW", "MB/s", bwn)
+    fig("xfer_perf tensor_bw 1 MiB", "XFER_TENSOR_BW", "MB/s", bwn)
+    fig("xfer_perf tag_bw 64 MiB", "XFER_BIG_BW", "MB/s", bign)
+    fig("xfer_perf tensor_bw 64 MiB", "XFER_BIG_TENSOR_BW", "MB/s", bign)
+    fig("xfer_perf tag_lat 8 B median", "XFER_LAT50", "usec", latn)
+    fig("ucx_perftest tag_lat 8 B median", "UCX_LAT50", "usec", latn)
+    fig("xfer_perf put_lat 8 B median", "XFER_PUT_LAT50", "usec", latn)
+    fig("xfer_perf tag_lat 8 B (put pair)", "XFER_LAT50_OWN", "usec", latn)
+    printf "\n# the aims: a, b: the medians above; ratio: the median of the rounds\x27 a / b\n"
     aims_header()
-    aim("tag_bw 1 MiB: xfer / ucx_perftest", xbw, ubw, "MB/s", ">=", 1.2)
-    aim("tag_bw 1 MiB: xfer / iperf3", xbw, ibw, "MB/s", ">=", 1.5)
-    aim("tag_lat 8 B median: xfer / ucx_perftest", xl50, ul50, "usec", "<=", 0.95)
-    aim("8 B medians: put_lat / tag_lat (xfer)", xp50, xl50, "usec", "<=", 1.1)
-    aim("1 MiB: tensor_bw / put_bw (xfer)", xten, xput, "MB/s", ">=", 0.95)
-    aim("64 MiB: tensor_bw / tag_bw (xfer)", xbigten, xbig, "MB/s", ">=", 0.95)
+    raim("tag_bw 1 MiB: xfer / ucx_perftest", "XFER_BW", "UCX_BW", "MB/s", ">=", 1.2)
+    raim("tag_bw 1 MiB: xfer / iperf3", "XFER_BW", "IPERF_BW", "MB/s", ">=", 1.5)
+    raim("tag_lat 8 B median: xfer / ucx_perftest", "XFER_LAT50", "UCX_LAT50", "usec", "<=", 0.95)
+    raim("8 B medians: put_lat / tag_lat (xfer)", "XFER_PUT_LAT50", "XFER_LAT50_OWN", "usec", "<=", 1.1)
+    raim("1 MiB: tensor_bw / put_bw (xfer)", "XFER_TENSOR_BW", "XFER_PUT_BW", "MB/s", ">=", 0.95)
+    raim("64 MiB: tensor_bw / tag_bw (xfer)", "XFER_BIG_TENSOR_BW", "XFER_BIG_BW", "MB/s", ">=", 0.95)
 }'

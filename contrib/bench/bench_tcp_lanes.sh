@@ -3,15 +3,18 @@
 # default and XFER_TCP_LANE_MIN_SIZE by measurement. xfer_perf -x tcp -t TEST (tag_bw) on
 # loopback for each size in SIZES ("256k 512k 1m 4m") and lane count in LANES ("1 2 4"), with
 # shares from 64 KiB on, waiting as WAIT says (poll, or sleep: xfer_perf -E). Each combination
-# runs REPS (5) times, the combinations taking turns so that a shared machine's drift hits
-# them alike; the table gives the median MB/s (10^6 bytes), every run, and the ratio to one
+# runs ROUNDS (9, at least 9: lib.sh) times, the combinations taking turns so that a shared
+# machine's drift hits them alike; the table gives the median MB/s (10^6 bytes), every run, and the ratio to one
 # lane. A tool, not a test: it exits 0 whatever the figures, 1 when a run gave no figure.
 # PERF_BIN overrides xfer_perf's path; BENCH_PORT (21000) is where the ports start.
 set -euo pipefail
 
+BENCH_NAME=bench_tcp_lanes
+# shellcheck source=contrib/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 BUILD=${1:-${XFER_BUILD_DIR:-./build}}
 PERF=${PERF_BIN:-$BUILD/contrib/xfer_perf}
-REPS=${REPS:-5}
+REPS=$ROUNDS
 SIZES=${SIZES:-"256k 512k 1m 4m"}
 LANES=${LANES:-"1 2 4"}
 WAIT=${WAIT:-poll}
@@ -20,8 +23,7 @@ ITERS=${ITERS:-2000}
 port=${BENCH_PORT:-21000}
 
 [ -x "$PERF" ] || { echo "bench_tcp_lanes: no xfer_perf at $PERF" >&2; exit 1; }
-runs=$(mktemp)
-trap 'rm -f "$runs"' EXIT
+runs=$LOGDIR/runs     # lib.sh removes LOGDIR at exit
 missing=0
 
 one() {   # size lanes -> MB/s on stdout, or nothing

@@ -8,8 +8,8 @@
 # ucp_get's own default keeps one get in flight, which measures a round trip, not bandwidth:
 # it runs with GET_WINDOW (16) in flight, xfer_perf's default window. The other UCX tests keep
 # ucx_perftest's defaults (tag_bw and ucp_put_bw: 32 in flight). Each xfer run is followed
-# by its UCX run, so that the two see the same load, REPEAT times (3): a figure is the median
-# of its REPEAT runs, so that one run disturbed by the machine's other work does not make it.
+# by its UCX run, so that the two see the same load, ROUNDS times (9, at least 9): a figure is the median
+# of its ROUNDS runs, so that one run disturbed by the machine's other work does not make it.
 # Bandwidth is in MB/s (10^6 bytes: ucx_perftest's 2^20-byte MB is converted), latency is the
 # median in usec (half a round trip; tensor_lat: one whole fetch). The ratio is xfer / ucx for
 # bandwidth and ucx / xfer for latency: above 1, xfer is better.
@@ -21,12 +21,12 @@
 #
 # BUILD_DIR (or $XFER_BUILD_DIR) is a configured and built tree; default ./build. DIR: default .
 # Knobs: SIZES (bytes, "8 64 512 4096 32768 262144 1048576 8388608 67108864"), BENCH_PORT
-# (the first port, default 19000; one per run: 324 with the defaults), REPEAT (3), BW_BYTES
+# (the first port, default 19000; one per run: 972 with the defaults), ROUNDS (9), BW_BYTES
 # (what one bandwidth run moves: iterations = BW_BYTES / size, default 1 GiB, within MIN_ITERS
 # and BW_MAX_ITERS: 20 and 100000), LAT_BYTES (likewise for latency runs: 256 MiB, within
 # MIN_ITERS and LAT_MAX_ITERS: 20000), GET_WINDOW (16), RUN_TIMEOUT (the most seconds one
 # client may run, 300), PNG (0). Both sides warm up for a tenth of the iterations (at most
-# 1000). With the defaults it takes about 8 minutes on two cores, REPEAT=1 about 3. Needs ucx-utils
+# 1000). With the defaults (9 rounds) it takes about 25 minutes on two cores. Needs ucx-utils
 # (ucx_perftest), jq and ss (iproute2); gnuplot (gnuplot-nox) for the plot.
 set -euo pipefail
 
@@ -46,7 +46,7 @@ MIN_ITERS=${MIN_ITERS:-20}
 BW_MAX_ITERS=${BW_MAX_ITERS:-100000}
 LAT_MAX_ITERS=${LAT_MAX_ITERS:-20000}
 GET_WINDOW=${GET_WINDOW:-16}
-REPEAT=${REPEAT:-3}
+REPEAT=$ROUNDS      # lib.sh: 9 or more
 PNG=${PNG:-0}
 
 

@@ -29,7 +29,7 @@
 #   contrib/rxe_guest -- contrib/bench/bench_verbs.sh build
 # Knobs: BENCH_DEVICE (default: $RXE_GUEST_DEVICE_A or the first device), BENCH_GID_INDEX
 # (default: $RXE_GUEST_GID_INDEX_A or 1), BENCH_ADDR (default: $RXE_GUEST_ADDR_A or
-# 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000), REPEAT (3),
+# 127.0.0.1), BENCH_PORT (18700), BW_ITERS (2000), LAT_ITERS (5000), ROUNDS (9, at least 9),
 # TENSOR (1; 0 skips the tensor figures), TENSOR_ITERS (500), MULTI (1; 0 skips -T multi).
 set -euo pipefail
 
@@ -41,7 +41,6 @@ ADDR=${BENCH_ADDR:-${RXE_GUEST_ADDR_A:-127.0.0.1}}
 PORT=${BENCH_PORT:-18700}
 BW_ITERS=${BW_ITERS:-2000}
 LAT_ITERS=${LAT_ITERS:-5000}
-REPEAT=${REPEAT:-3}
 TENSOR=${TENSOR:-1}
 TENSOR_ITERS=${TENSOR_ITERS:-500}
 MULTI=${MULTI:-1}
@@ -51,6 +50,7 @@ LAT_SIZE=8
 BENCH_NAME=bench_verbs
 # shellcheck source=contrib/bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+REPEAT=$ROUNDS      # lib.sh: 9 or more
 
 [ -x "$PERF" ] || die "no $PERF: build first (make -C $BUILD), or pass the build directory"
 [ -n "$DEV" ] || die "no RDMA device (run it in the guest: contrib/rxe_guest -- $0 $BUILD)"

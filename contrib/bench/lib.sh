@@ -23,6 +23,20 @@
 #   RUN_TIMEOUT                   SECS of xfer_tcp's and ucx_tcp's clients (default 300)
 #   bench_out_args ARG...         takes --out DIR / --out=DIR into OUT (default .) and -h (the
 #                                 script's header comment, then exit 0); the rest in BENCH_ARGS
+#   ROUNDS                        rounds of every figure (default 9, at least 9: one run on a
+#                                 2-core VM is bimodal and proves nothing; BENCH_FEW_ROUNDS=1
+#                                 allows fewer for a try-out, and every table then says so)
+#   rounds_header                 the line every table starts with: how many rounds, and how
+#   round_first ROUND             true when this round runs the first of a pair first: pairs
+#                                 alternate their order round by round, so that a drift of
+#                                 the machine (which cores the processes get) reaches both
+#   round_pair CMD...             the runs of one comparison (each argument one command line,
+#                                 split on spaces), in this order in odd rounds ($round) and
+#                                 the other way round in even ones
+#   round_add NAME VALUE          one round's figure of NAME (a number, or die)
+#   round_ratio A B               one round's A / B, from the figures A and B just added,
+#                                 as R_A_B (the ratio of a pair is taken within a round)
+#   round_median NAME             NAME becomes the median of its rounds, NAME_RANGE "lo-hi"
 #   AWK_AIMS                      awk functions aims_header() and aim(what, a, b, unit, op,
 #                                 bound[, ratio, range]): one line per aim, the two figures,
 #                                 their ratio (a / b, or the ratio given: a median of rounds,
@@ -104,6 +118,57 @@ run_pair() {
 
 # shellcheck disable=SC2034 # read by the scripts that source this file
 UCX_MB=1.048576
+ROUNDS=${ROUNDS:-9}
+if ! [[ $ROUNDS =~ ^[0-9]+$ ]] || [ "$ROUNDS" -lt 1 ]; then
+    die "ROUNDS=$ROUNDS: a number of rounds, 9 or more"
+fi
+if [ "$ROUNDS" -lt 9 ] && [ "${BENCH_FEW_ROUNDS:-0}" != 1 ]; then
+    die "ROUNDS=$ROUNDS: at least 9 (the median of fewer paired rounds on these machines is" \
+        "noise); BENCH_FEW_ROUNDS=1 runs it anyway, marked as a try-out"
+fi
+declare -A ROUND_FIGS
+
+rounds_header() {
+    if [ "$ROUNDS" -lt 9 ]; then
+        echo "# TRY-OUT: $ROUNDS rounds, fewer than 9 - these figures are not a measurement"
+    fi
+    echo "# each figure: the median of $ROUNDS rounds, pairs alternating their order; its" \
+         "range after it"
+}
+
+round_first() { (( $1 % 2 == 1 )); }
+
+round_pair() {
+    local runs=("$@") i
+    if round_first "$round"; then
+        for ((i = 0; i < ${#runs[@]}; i++)); do ${runs[$i]}; done
+    else
+        for ((i = ${#runs[@]} - 1; i >= 0; i--)); do ${runs[$i]}; done
+    fi
+}
+
+round_add() {
+    [[ $2 =~ ^[0-9.e+-]+$ ]] || die "could not read $1 (got '$2')"
+    ROUND_FIGS[$1]+="$2 "
+}
+
+round_ratio() {
+    local a b
+    a=$(awk '{print $NF}' <<<"${ROUND_FIGS[$1]}")
+    b=$(awk '{print $NF}' <<<"${ROUND_FIGS[$2]}")
+    ROUND_FIGS[R_$1_$2]+="$(awk -v a="$a" -v b="$b" 'BEGIN {print (b > 0) ? a / b : 0}') "
+}
+
+round_median() {
+    local sorted fmt=%.3f
+    sorted=$(tr ' ' '\n' <<<"${ROUND_FIGS[$1]}" | grep . | sort -g)
+    [ -n "$sorted" ] || die "no rounds of $1"
+    printf -v "$1" '%s' "$(awk '{a[NR] = $1}
+        END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}' <<<"$sorted")"
+    [[ $1 == R_* ]] && fmt=%.2f
+    printf -v "$1_RANGE" '%s' "$(awk -v f="$fmt" 'NR == 1 {lo = $1} {hi = $1}
+        END {printf f "-" f, lo, hi}' <<<"$sorted")"
+}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 
 xfer_tcp() {

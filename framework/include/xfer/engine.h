@@ -200,4 +200,39 @@ XFER_API void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner);
 /* Completions wait for delivery: a component does not sleep then. */
 XFER_API int xfer_op_queued(const xfer_op_pool_t *pool);
 
+/*
+ * Region tables (framework/regions.c): the memory an iface registered, found again by the id
+ * a peer's request names. A region is the component's own record (its memh); the table
+ * indexes it by an id from 1 up and never reads it. Keys carry the iface's cookie too
+ * (xfer_random64()), which the component checks, so that a key of another iface - of a
+ * process that went, say - finds nothing. The table is the component's iface's, under its
+ * lock.
+ */
+typedef struct xfer_regions xfer_regions_t;
+
+XFER_API xfer_status_t xfer_regions_create(xfer_regions_t **t_p);
+/* Frees the table; release (NULL: nothing) is called for every region still in it. */
+XFER_API void xfer_regions_destroy(xfer_regions_t *t, void (*release)(void *region));
+/* Index region under a new id (*id_p). XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p);
+/* Drop id, when it indexes region: 1, else 0 (an unknown or foreign region, logged by the
+ * caller). */
+XFER_API int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region);
+/* The region id indexes, or NULL. */
+XFER_API void *xfer_region_lookup(xfer_regions_t *t, uint64_t id);
+/* A random 64-bit number (getrandom, else the clock and the pid): cookies and tokens. */
+XFER_API uint64_t xfer_random64(void);
+
+/* [addr, addr + length) is memory one may register: not NULL, not empty, not wrapping. */
+static inline int xfer_region_args_ok(const void *addr, size_t length)
+{
+    return (addr != NULL) && (length > 0) && ((uintptr_t)addr + length >= (uintptr_t)addr);
+}
+
+/* [addr, addr + len) lies inside [base, base + blen), without overflow whatever a peer sent. */
+static inline int xfer_range_within(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len)
+{
+    return (addr >= base) && (addr - base <= blen) && (len <= blen - (addr - base));
+}
+
 #endif /* XFER_ENGINE_H */
