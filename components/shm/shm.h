@@ -70,7 +70,7 @@ typedef struct xfer_shm_host_id {
 
 typedef struct xfer_shm_op  xfer_shm_op_t;
 typedef struct xfer_shm_batch_rx xfer_shm_batch_rx_t;
-typedef struct xfer_shm_preq xfer_shm_preq_t;
+typedef struct xfer_shm_answer xfer_shm_answer_t;
 
 /* ---- send queue ------------------------------------------------------------------------------ */
 
@@ -89,8 +89,8 @@ typedef struct xfer_shm_tx {
     int                 answer;     /* it answers the peer (counts in ep->answers) */
     void                *owned;     /* freed with the entry (a copy of small data) */
     xfer_shm_op_t       *op;        /* completes once written (when on_write) */
-    xfer_shm_preq_t     *preq;      /* tensor answer: released once written */
-    int                 embedded;   /* part of op or preq: not freed on its own */
+    xfer_shm_answer_t   *answer_of; /* a tensor answer: released once written */
+    int                 embedded;   /* part of an op or answer: not freed on its own */
 } xfer_shm_tx_t;
 
 /* What a queued answer of len data bytes counts against XFER_ANSWERS_BUDGET. */
@@ -146,21 +146,14 @@ typedef enum {
 
 /* ---- producer side of a tensor fetch --------------------------------------------------------- */
 
-struct xfer_shm_preq {
-    xfer_tensor_waiter_t waiter;    /* handed to the framework */
-    ucs_list_link_t      list;      /* ep->preqs */
-    xfer_ep_h            ep;
-    uint64_t             id;        /* the consumer's request id */
-    uint64_t             step;
-    int                  waiting;   /* ready() not called yet */
+/* What shm keeps of a peer's tensor request (the engine's xfer_tanswer_t.priv): the TRESP
+ * that answers it, with the tensor's dims or the reason it failed. */
+struct xfer_shm_answer {
+    xfer_tanswer_t       *a;        /* set once answered */
     int                  rndv;      /* the consumer reads the data: wait for TDONE */
-    void                 *handle;   /* from ready(XFER_OK): tensor_release() it when done */
-    xfer_status_t        release_status;
     xfer_shm_tx_t        tx;
     int64_t              dims[XFER_SHM_TENSOR_RANK_MAX];
     char                 reason[XFER_REASON_MAX];
-    uint32_t             key_len, key_got;
-    char                 key[];
 };
 
 /* ---- the peer's memory, mapped to read rendezvous messages (shm_map.c) ------------------------ */
@@ -210,7 +203,7 @@ typedef enum {
     XFER_SHM_RX_TAG,            /* where the framework said (rx.tag_handle) */
     XFER_SHM_RX_PUT,            /* into a checked region */
     XFER_SHM_RX_GET_RESP,       /* into rx.op's buffer */
-    XFER_SHM_RX_FETCH_KEY,      /* into rx.preq's key */
+    XFER_SHM_RX_FETCH_KEY,      /* into rx.treq's key */
     XFER_SHM_RX_TRESP,          /* into rx.op's destination */
     XFER_SHM_RX_DISCARD,        /* nowhere */
 } xfer_shm_rx_kind_t;
@@ -225,7 +218,7 @@ typedef struct xfer_shm_rx {
     uint64_t            id, tag;
     xfer_shm_op_t       *op;
     void                *tag_handle;    /* a message's, from the framework's matching */
-    xfer_shm_preq_t     *preq;
+    xfer_tanswer_t      *treq;      /* FETCH_KEY: the request whose key arrives */
 } xfer_shm_rx_t;
 
 struct xfer_ep {
@@ -283,8 +276,8 @@ struct xfer_ep {
     uint64_t            peer_mem_clock;
     unsigned            peer_mem_refused;   /* ranges that did not map; at PEER_MAPS: stop */
 
-    ucs_list_link_t     preqs;          /* xfer_shm_preq_t of this peer */
-    uint32_t            num_preqs;
+    xfer_tanswer_list_t treqs;          /* the peer's tensor requests (the engine's) */
+    int                 in_rx;          /* its input is being handled: answers wait */
 
     int                 in_failing;
     ucs_list_link_t     failing_link;
@@ -330,7 +323,7 @@ struct xfer_iface {
                                              * and their completions */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
-    ucs_list_link_t          releases;      /* xfer_shm_preq_t, tensor_release pending */
+    xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
     ucs_list_link_t          failing;
     ucs_list_link_t          notify;
     unsigned                 polls;         /* progress() calls since epoll was last asked */
@@ -509,8 +502,6 @@ static inline void xfer_shm_op_free(xfer_shm_op_t *op)
 {
     xfer_op_put(op->iface->ops, op);
 }
-/* Release the tensors queued on iface->releases (tensor_release); how many. */
-unsigned xfer_shm_iface_releases_run(xfer_iface_h iface);
 
 /* ---- shm_ep.c ------------------------------------------------------------------------------- */
 xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
@@ -692,10 +683,12 @@ xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size);
-/* The preq's tensor answer was written into the ring (inline data: release it). */
-void xfer_shm_preq_sent(xfer_shm_preq_t *preq);
-/* Release what the producer side of ep holds: withdraw waiters, release answered tensors. */
-void xfer_shm_preq_withdraw_all(xfer_ep_h ep, xfer_status_t status);
-void xfer_shm_preq_free(xfer_shm_preq_t *preq);
+/* The engine's primitive: queue the TRESP that answers a. */
+void xfer_shm_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
+                            const char *reason);
+/* A tensor answer was written into the ring (inline data: its tensor may go). */
+void xfer_shm_answer_sent(xfer_shm_answer_t *ans);
+/* ep goes: its requests are withdrawn, the tensors it answered with released with status. */
+void xfer_shm_treqs_gone(xfer_ep_h ep, xfer_status_t status);
 
 #endif

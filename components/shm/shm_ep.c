@@ -100,7 +100,6 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->memfd     = -1;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->flushes);
-    ucs_list_head_init(&ep->preqs);
     ucs_list_head_init(&ep->failing_link);
     ucs_list_head_init(&ep->notify_link);
 
@@ -463,7 +462,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
             xfer_shm_op_complete(op, status, 0, 0);
         }
     }
-    xfer_shm_preq_withdraw_all(ep, status);
+    xfer_shm_treqs_gone(ep, status);
 }
 
 static void ep_fail_now(xfer_ep_h ep)
@@ -546,7 +545,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     }
     ep->in_failing = ep->in_notify = 0;
     /* tensors handed out for this peer's fetches are released before the ep goes */
-    xfer_shm_iface_releases_run(iface);
+    xfer_tanswers_release(iface->tanswers);
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);

@@ -43,7 +43,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
-    ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->cuda.opened);
@@ -75,6 +74,13 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
      * than XFER_SHM_OP_POOL_EXTRA bytes of key (a long notification) on its own */
     if (xfer_op_pool_create(sizeof(xfer_shm_op_t), sizeof(xfer_shm_op_t),
                             XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops", &iface->ops) != XFER_OK) {
+        iface->ops = NULL;
+    } else if (xfer_tanswers_create(params, sizeof(xfer_shm_answer_t), xfer_shm_tensor_answer,
+                                    &iface->tanswers) != XFER_OK) {
+        xfer_op_pool_destroy(iface->ops);
+        iface->ops = NULL;
+    }
+    if (iface->ops == NULL) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create the operation pool");
         xfer_shm_regions_cleanup(iface);
         close(iface->epfd);
@@ -85,23 +91,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     return XFER_OK;
 }
 
-unsigned xfer_shm_iface_releases_run(xfer_iface_h iface)
-{
-    unsigned count = 0;
-
-    while (!ucs_list_is_empty(&iface->releases)) {
-        xfer_shm_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_shm_preq_t, list);
-
-        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
-                                         preq->release_status);
-        }
-        xfer_shm_preq_free(preq);
-        count++;
-    }
-    return count;
-}
-
 void xfer_shm_iface_close(xfer_iface_h iface)
 {
     if (iface == NULL) {
@@ -110,7 +99,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_shm_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
-    xfer_shm_iface_releases_run(iface);
+    xfer_tanswers_destroy(iface->tanswers);
     xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     xfer_shm_regions_cleanup(iface);
     xfer_shm_cuda_cleanup(iface);
@@ -258,9 +247,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
                                     ep->fail_reason);
         }
     }
-    if (!ucs_list_is_empty(&iface->releases)) {
-        count += xfer_shm_iface_releases_run(iface);
-    }
+    count += xfer_tanswers_release(iface->tanswers);
 
     /* only the completions queued now: callbacks that post and complete at once wait */
     return count + xfer_op_deliver(iface->ops);
@@ -275,7 +262,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
 {
     xfer_ep_h ep;
 
-    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify) ||
         !ucs_list_is_empty(&iface->batch_work)) {
         return XFER_ERR_BUSY;

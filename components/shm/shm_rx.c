@@ -115,8 +115,9 @@ void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status)
         break;
     case XFER_SHM_RX_FETCH_KEY:
         /* the request is not the framework's yet: it only goes with the ep */
-        if (rx->preq != NULL) {
-            xfer_shm_preq_free(rx->preq);
+        if (rx->treq != NULL) {
+            xfer_tanswer_discard(rx->treq);
+            rx->treq = NULL;
         }
         break;
     default:
@@ -205,6 +206,7 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
     ep->rx_copied = 0;
     ep->rx_yield  = 0;
     ep->rx_more   = 0;
+    ep->in_rx     = 1;     /* tensor answers queue; they are written below */
     while ((count < XFER_SHM_RX_BUDGET) && (ep->rx_copied < XFER_SHM_RX_BYTES_BUDGET) &&
            !ep->rx_yield && (ep->state == XFER_SHM_EP_CONNECTED)) {
         r = xfer_shm_ring_peek(&ep->in, &hdr, &payload, why, sizeof(why));
@@ -226,6 +228,7 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
         xfer_shm_ring_room_notify(&ep->in)) {
         xfer_shm_doorbell_ring(ep);
     }
+    ep->in_rx = 0;
     /* answers queued by the handlers go out now */
     if ((ep->state == XFER_SHM_EP_CONNECTED) && !ucs_list_is_empty(&ep->txq)) {
         xfer_shm_tx_write(ep);

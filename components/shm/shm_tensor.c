@@ -8,12 +8,12 @@
  * started to arrive completes it, sends TCANCEL and leaves a tombstone in its slot, so that
  * the answer, which always comes, is dropped (and an RNDV one still acknowledged).
  *
- * Producer: a FETCH becomes a waiter handed to the framework (tensor_request). ready() may
- * come at once or much later, from outside any call of this component; it queues the TRESP.
- * A preq stays on ep->preqs from its request until its tensor may go - an inline answer once
- * written into the ring, an RNDV one once TDONE came - and then waits on iface->releases for
- * progress() to release the tensor. A TCANCEL withdraws a waiter still waiting and answers it
- * with XFER_ERR_CANCELED; one whose answer is already on its way is left alone.
+ * Producer: a FETCH goes to the framework's engine (xfer_tanswer_*, engine.h), which keeps it
+ * until the tensor is published and calls xfer_shm_tensor_answer - at once or much later,
+ * from outside any call of this component - to queue the TRESP. The engine holds the request
+ * until its tensor may go - an inline answer once written into the ring, an RNDV one once
+ * TDONE came - and progress() releases the tensor then. A TCANCEL answers a request still
+ * waiting with XFER_ERR_CANCELED; one whose answer is already on its way is left alone.
  */
 #include "shm.h"
 
@@ -23,14 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* preq->rndv: where an answer whose data the consumer reads stands */
+/* xfer_shm_answer_t.rndv: where an answer whose data the consumer reads stands */
 enum {
     PREQ_INLINE,        /* the data goes with the answer (or there is none) */
     PREQ_RNDV_QUEUED,   /* the consumer will read the data; the answer is not written yet */
     PREQ_RNDV_SENT,     /* the answer is in the ring: the tensor stays until TDONE */
 };
 
-/* preq->dims and a result's dims hold the same ranks */
+/* an answer's dims and a result's dims hold the same ranks */
 _Static_assert(XFER_SHM_TENSOR_RANK_MAX == XFER_TENSOR_MAX_RANK, "tensor ranks differ");
 
 /* TRESP b: dtype | rank << 8 | is_dead << 16 */
@@ -313,23 +313,10 @@ xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size)
 
 /* ---- producer ------------------------------------------------------------------------------- */
 
-void xfer_shm_preq_free(xfer_shm_preq_t *preq)
-{
-    free(preq);
-}
-
 /* What a tensor held for a peer that is going is released with. */
 static xfer_status_t ep_gone_status(xfer_ep_h ep)
 {
     return (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CANCELED;
-}
-
-/* preq (on ep->preqs) is done with: progress() releases its tensor with status. */
-static void preq_finish(xfer_shm_preq_t *preq, xfer_status_t status)
-{
-    ucs_list_del(&preq->list);
-    preq->release_status = status;
-    ucs_list_add_tail(&preq->ep->iface->releases, &preq->list);
 }
 
 /* Take tx out of ep's send queue if it is still there. */
@@ -345,148 +332,72 @@ static void tx_unqueue(xfer_ep_h ep, xfer_shm_tx_t *tx)
     }
 }
 
-/* Check what the framework handed over for sending; XFER_OK or why not. */
-static xfer_status_t tensor_check(xfer_ep_h ep, const xfer_tensor_t *tensor, char *why,
-                                  size_t why_size)
+/* The engine's primitive: queue the TRESP answering a. Into the ring at once, except from
+ * inside input handling, after which progress() writes what is queued. */
+void xfer_shm_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
+                            const char *reason)
 {
-    int is_dead;
-
-    if (tensor == NULL) {
-        snprintf(why, why_size, "producer handed over no tensor");
-        return XFER_ERR_INTERNAL;
-    }
-    is_dead = tensor->is_dead;
-    if (xfer_tensor_meta_check((unsigned)tensor->dtype, tensor->rank, tensor->dims,
-                               is_dead ? 0 : tensor->size, is_dead, why, why_size) != XFER_OK) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (!is_dead && (tensor->size > ep->max_msg)) {
-        snprintf(why, why_size, "tensor of %" PRIu64 " bytes exceeds the message limit of %"
-                 PRIu64 " bytes", tensor->size, ep->max_msg);
-        return XFER_ERR_OUT_OF_RANGE;
-    }
-    if (!is_dead && (tensor->size > 0) && (tensor->data == NULL)) {
-        snprintf(why, why_size, "tensor of %" PRIu64 " bytes has no data", tensor->size);
-        return XFER_ERR_INVALID_PARAM;
-    }
-    return XFER_OK;
-}
-
-/* Queue the TRESP answering preq (on ep->preqs, no longer waiting). write: write it into the
- * ring now; not from inside input handling, after which progress() writes what is queued. */
-static void preq_respond(xfer_shm_preq_t *preq, xfer_status_t status,
-                         const xfer_tensor_t *tensor, void *handle, const char *reason,
-                         int write)
-{
-    xfer_ep_h ep       = preq->ep;
-    xfer_iface_h iface = ep->iface;
-    char why[XFER_REASON_MAX];
+    xfer_shm_answer_t *ans = a->priv;
+    xfer_ep_h ep           = a->ep;
+    xfer_iface_h iface     = ep->iface;
+    const void *data       = NULL;
+    uint64_t data_len      = 0;
     xfer_shm_frame_t hdr;
-    const void *data   = NULL;
-    uint64_t data_len  = 0;
 
+    if (ep->state != XFER_SHM_EP_CONNECTED) {
+        xfer_tanswer_done(a, ep_gone_status(ep));   /* the ep is failing: nothing goes */
+        return;
+    }
     memset(&hdr, 0, sizeof(hdr));
-    snprintf(why, sizeof(why), "%s", reason ? reason : xfer_status_string(status));
-    preq->handle         = handle;
-    preq->release_status = XFER_OK;
-    preq->rndv           = PREQ_INLINE;
-    preq->tx.head        = NULL;
-    preq->tx.head_len    = 0;
+    ans->a           = a;
+    ans->rndv        = PREQ_INLINE;
+    ans->tx.head     = NULL;
+    ans->tx.head_len = 0;
     if (status == XFER_OK) {
-        status = tensor_check(ep, tensor, why, sizeof(why));
-        if (status == XFER_OK) {
-            int is_dead = tensor->is_dead;
-
-            hdr.a = is_dead ? 0 : tensor->size;
-            hdr.b = TRESP_META(tensor->dtype, tensor->rank, is_dead ? 1 : 0);
-            memcpy(preq->dims, tensor->dims, tensor->rank * sizeof(int64_t));
-            preq->tx.head     = (const uint8_t*)preq->dims;
-            preq->tx.head_len = tensor->rank * sizeof(int64_t);
-            data              = tensor->data;
-            data_len          = hdr.a;
-            if (ep->cma && (data_len > 0) && (data_len >= iface->cfg->rndv_thresh)) {
-                /* the consumer reads it out of this process, then says TDONE */
-                hdr.flags  = XFER_SHM_FL_RNDV;
-                hdr.c      = (uint64_t)(uintptr_t)data;
-                data       = NULL;
-                data_len   = 0;
-                preq->rndv = PREQ_RNDV_QUEUED;
-            }
-        } else {
-            char key[65];
-
-            xfer_reason_copy(key, sizeof(key), preq->key, preq->key_len);
-            xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "cannot send tensor of step %" PRIu64
-                     " '%s': %s", preq->step, key, why);
-            preq->release_status = status;
+        hdr.a = tensor->is_dead ? 0 : tensor->size;
+        hdr.b = TRESP_META(tensor->dtype, tensor->rank, tensor->is_dead ? 1 : 0);
+        memcpy(ans->dims, tensor->dims, tensor->rank * sizeof(int64_t));
+        ans->tx.head     = (const uint8_t*)ans->dims;
+        ans->tx.head_len = tensor->rank * sizeof(int64_t);
+        data             = tensor->data;
+        data_len         = hdr.a;
+        if (ep->cma && (data_len > 0) && (data_len >= iface->cfg->rndv_thresh)) {
+            /* the consumer reads it out of this process, then says TDONE */
+            hdr.flags = XFER_SHM_FL_RNDV;
+            hdr.c     = (uint64_t)(uintptr_t)data;
+            data      = NULL;
+            data_len  = 0;
+            ans->rndv = PREQ_RNDV_QUEUED;
         }
-    }
-    if (status != XFER_OK) {
-        size_t n = strnlen(why, sizeof(why) - 1);
-
+    } else {
         /* the reason fits the first frame: a failed TRESP is one frame */
-        if (n > xfer_shm_cell_payload(&ep->out)) {
-            n = xfer_shm_cell_payload(&ep->out);
+        data_len = strnlen(reason, sizeof(ans->reason) - 1);
+        if (data_len > xfer_shm_cell_payload(&ep->out)) {
+            data_len = xfer_shm_cell_payload(&ep->out);
         }
-        memcpy(preq->reason, why, n);
-        data     = preq->reason;
-        data_len = n;
+        memcpy(ans->reason, reason, data_len);
+        data = ans->reason;
     }
-    hdr.type      = XFER_SHM_F_TRESP;
-    hdr.id        = preq->id;
-    hdr.status    = status;
-    preq->tx.preq = preq;
-    if (xfer_shm_tx_queue(ep, &preq->tx, &hdr, data, data_len, 0, 1) != XFER_OK) {
-        preq_finish(preq, XFER_ERR_NO_MEMORY);
+    hdr.type     = XFER_SHM_F_TRESP;
+    hdr.id       = a->id;
+    hdr.status   = status;
+    ans->tx.answer_of = ans;
+    if (xfer_shm_tx_queue(ep, &ans->tx, &hdr, data, data_len, 0, 1) != XFER_OK) {
+        xfer_tanswer_done(a, XFER_ERR_NO_MEMORY);
         xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a tensor answer");
         return;
     }
-    if (write) {
+    if (!ep->in_rx) {
         xfer_shm_tx_write(ep);
     }
-}
-
-/* The framework's answer to tensor_request(); may come from inside it, or later from outside
- * any call of this component. */
-static void preq_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
-                       const xfer_tensor_t *tensor, void *handle)
-{
-    xfer_shm_preq_t *preq = ucs_container_of(waiter, xfer_shm_preq_t, waiter);
-    xfer_ep_h ep          = preq->ep;
-
-    preq->waiting = 0;
-    ep->num_preqs--;
-    if (status != XFER_OK) {
-        handle = NULL;
-    }
-    if (ep->state == XFER_SHM_EP_CONNECTED) {
-        /* ep->rx.preq is preq while tensor_request() runs from the input handler */
-        preq_respond(preq, status, tensor, handle, NULL, ep->rx.preq != preq);
-        return;
-    }
-    /* the ep is failing: the tensor goes back from the next progress() */
-    preq->handle = handle;
-    preq_finish(preq, ep_gone_status(ep));
-}
-
-/* How many of one peer's requests may wait for a publish (the framework's bound). */
-static uint32_t max_waiting(xfer_iface_h iface)
-{
-    const xfer_iface_params_t *p = &iface->params;
-
-    if ((p->size < offsetof(xfer_iface_params_t, max_tensor_requests) + sizeof(uint32_t)) ||
-        (p->max_tensor_requests == 0)) {
-        return UINT32_MAX;
-    }
-    return p->max_tensor_requests;
 }
 
 xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
     uint64_t key_len = hdr->b;
-    xfer_shm_preq_t *preq;
-    uint64_t keep;
+    xfer_tanswer_t *a;
+    xfer_status_t status;
 
     if ((key_len == 0) || (key_len > ep->max_msg) || (key_len > UINT32_MAX) ||
         (hdr->len > key_len)) {
@@ -494,91 +405,43 @@ xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  "(message limit %" PRIu64 ")", key_len, hdr->len, ep->max_msg);
         return XFER_ERR_PROTOCOL;
     }
-    ucs_list_for_each(preq, &ep->preqs, list) {
-        if (preq->id == hdr->id) {
-            snprintf(why, why_size, "FETCH reuses the id 0x%016" PRIx64 " of a request still "
-                     "pending", preq->id);
-            return XFER_ERR_PROTOCOL;
-        }
+    a = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fw_ep, hdr->id, hdr->a,
+                         (uint32_t)key_len, ep->max_msg, &status, why, why_size);
+    if (a == NULL) {
+        return status;
     }
+    ep->rx.treq = a;
+    ep->rx.id   = hdr->id;
     /* a key over this side's limit is dropped as it arrives and answered with an error */
-    keep = (key_len <= ep->iface->params.max_key_len) ? key_len : 0;
-    preq = calloc(1, sizeof(*preq) + keep + 1);
-    if (preq == NULL) {
-        snprintf(why, why_size, "out of memory for a tensor request");
-        return XFER_ERR_NO_MEMORY;
-    }
-    preq->waiter.ready = preq_ready;
-    preq->ep           = ep;
-    preq->id           = hdr->id;
-    preq->step         = hdr->a;
-    preq->key_len      = (uint32_t)key_len;
-    ep->rx.preq        = preq;
-    ep->rx.id          = hdr->id;
-    xfer_shm_rx_expect(ep, XFER_SHM_RX_FETCH_KEY, (keep > 0) ? preq->key : NULL, keep,
-                       key_len);
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_FETCH_KEY,
+                       (xfer_tanswer_key_room(a) > 0) ? a->key : NULL,
+                       xfer_tanswer_key_room(a), key_len);
     xfer_shm_rx_feed(ep, payload, hdr->len);
     return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_iface_h iface    = ep->iface;
-    xfer_shm_preq_t *preq = ep->rx.preq;
-    xfer_status_t refuse  = XFER_OK;
-    char reason[XFER_REASON_MAX];
+    xfer_tanswer_t *a = ep->rx.treq;
 
     (void)why;
     (void)why_size;
-    ucs_list_add_tail(&ep->preqs, &preq->list);
-    if (preq->key_len > iface->params.max_key_len) {
-        refuse = XFER_ERR_OUT_OF_RANGE;
-        snprintf(reason, sizeof(reason), "tensor key of %" PRIu32 " bytes exceeds the "
-                 "producer's limit of %" PRIu32 " bytes (XFER_MAX_KEY_LEN)", preq->key_len,
-                 iface->params.max_key_len);
-        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a tensor request: %s", reason);
-    } else if (iface->params.tensor_request == NULL) {
-        refuse = XFER_ERR_UNSUPPORTED;
-        snprintf(reason, sizeof(reason), "this side serves no tensors");
-    } else if (ep->num_preqs >= max_waiting(iface)) {
-        refuse = XFER_ERR_NO_RESOURCE;
-        snprintf(reason, sizeof(reason), "%u of this peer's tensor requests already wait for "
-                 "a publish (XFER_TENSOR_MAX_REQUESTS)", ep->num_preqs);
-        xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "refusing a tensor request: %s", reason);
-    }
-    if (refuse != XFER_OK) {
-        ep->rx.preq = NULL;
-        preq_respond(preq, refuse, NULL, NULL, reason, 0);
-        return XFER_OK;
-    }
-    preq->key_got            = preq->key_len;
-    preq->key[preq->key_len] = '\0';
-    preq->waiting            = 1;
-    ep->num_preqs++;
-    /* ready() may come before this returns; it queues the answer and leaves the writing to
-     * progress(), which is running. preq is freed only by progress() (iface->releases). */
-    iface->params.tensor_request(iface->params.fw_arg, ep->fw_ep, preq->step, preq->key,
-                                 preq->key_len, &preq->waiter);
-    ep->rx.preq = NULL;
+    ep->rx.treq = NULL;
+    /* answered maybe before this returns; the tensor is released only by progress() */
+    xfer_tanswer_start(a);
     return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_shm_preq_t *preq;
+    xfer_tanswer_t *a = xfer_tanswer_find(ep->iface->tanswers, &ep->treqs, hdr->id);
 
     (void)payload;
     (void)why;
     (void)why_size;
-    ucs_list_for_each(preq, &ep->preqs, list) {
-        if (preq->id != hdr->id) {
-            continue;
-        }
-        if (preq->waiting || (preq->rndv != PREQ_RNDV_SENT)) {
-            break;
-        }
-        preq_finish(preq, xfer_shm_status_from_peer(hdr->status));
+    if ((a != NULL) && (((xfer_shm_answer_t*)a->priv)->rndv == PREQ_RNDV_SENT)) {
+        xfer_tanswer_done(a, xfer_shm_status_from_peer(hdr->status));
         return XFER_OK;
     }
     xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "TDONE for id 0x%016" PRIx64 " that waits "
@@ -589,69 +452,44 @@ xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_iface_h iface = ep->iface;
-    xfer_shm_preq_t *preq;
-
     (void)payload;
     (void)why;
     (void)why_size;
-    ucs_list_for_each(preq, &ep->preqs, list) {
-        if (preq->id != hdr->id) {
-            continue;
-        }
-        if (!preq->waiting) {
-            break;      /* answered already: the consumer's tombstone takes that answer */
-        }
-        preq->waiting = 0;
-        ep->num_preqs--;
-        if (iface->params.tensor_withdraw != NULL) {
-            iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
-        }
-        preq_respond(preq, XFER_ERR_CANCELED, NULL, NULL, "cancelled by the consumer", 0);
-        return XFER_OK;
+    if (!xfer_tanswer_cancel(ep->iface->tanswers, &ep->treqs, hdr->id)) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "TCANCEL for id 0x%016" PRIx64 " that is "
+                    "no longer waiting", hdr->id);
     }
-    xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "TCANCEL for id 0x%016" PRIx64 " that is no "
-                "longer waiting", hdr->id);
     return XFER_OK;
 }
 
-void xfer_shm_preq_sent(xfer_shm_preq_t *preq)
+void xfer_shm_answer_sent(xfer_shm_answer_t *ans)
 {
-    xfer_ep_h ep = preq->ep;
+    xfer_ep_h ep = ans->a->ep;
 
     if (ep->state != XFER_SHM_EP_CONNECTED) {
-        preq_finish(preq, ep_gone_status(ep));  /* dropped with the ep's queue */
-    } else if (preq->rndv == PREQ_RNDV_QUEUED) {
-        preq->rndv = PREQ_RNDV_SENT;            /* the data is read from here: keep it */
+        xfer_tanswer_done(ans->a, ep_gone_status(ep));  /* dropped with the ep's queue */
+    } else if (ans->rndv == PREQ_RNDV_QUEUED) {
+        ans->rndv = PREQ_RNDV_SENT;                     /* the data is read from here: keep it */
     } else {
-        preq_finish(preq, preq->release_status);
+        xfer_tanswer_done(ans->a, XFER_OK);
     }
 }
 
-void xfer_shm_preq_withdraw_all(xfer_ep_h ep, xfer_status_t status)
+void xfer_shm_treqs_gone(xfer_ep_h ep, xfer_status_t status)
 {
-    xfer_iface_h iface = ep->iface;
-    xfer_shm_preq_t *preq, *tmp;
+    xfer_tanswer_t *a;
 
-    if ((ep->rx.kind == XFER_SHM_RX_FETCH_KEY) && (ep->rx.preq != NULL)) {
-        xfer_shm_preq_free(ep->rx.preq);        /* its key was arriving: on no list */
-        ep->rx.preq = NULL;
+    if ((ep->rx.kind == XFER_SHM_RX_FETCH_KEY) && (ep->rx.treq != NULL)) {
+        xfer_tanswer_discard(ep->rx.treq);      /* its key was arriving */
+        ep->rx.treq = NULL;
     }
-    ucs_list_for_each_safe(preq, tmp, &ep->preqs, list) {
-        ucs_list_del(&preq->list);
-        if (preq->waiting) {
-            ep->num_preqs--;
-            if (iface->params.tensor_withdraw != NULL) {
-                iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
-            }
-        } else {
-            if (preq->rndv != PREQ_RNDV_SENT) {
-                tx_unqueue(ep, &preq->tx);      /* its answer may still wait for the ring */
-            }
-            if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-                iface->params.tensor_release(iface->params.fw_arg, preq->handle, status);
-            }
+    /* an answer still waiting for the ring leaves it before its tensor goes */
+    for (a = ep->treqs.first; a != NULL; a = a->next) {
+        xfer_shm_answer_t *ans = a->priv;
+
+        if ((ans->a == a) && (ans->rndv != PREQ_RNDV_SENT)) {
+            tx_unqueue(ep, &ans->tx);
         }
-        xfer_shm_preq_free(preq);
     }
+    xfer_tanswers_ep_gone(&ep->treqs, status);
 }

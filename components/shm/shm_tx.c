@@ -76,8 +76,8 @@ static void tx_done(xfer_ep_h ep, xfer_shm_tx_t *tx)
     if ((tx->op != NULL) && tx->op->on_write) {
         xfer_shm_op_complete(tx->op, XFER_OK, tx->op->len, 0);
     }
-    if (tx->preq != NULL) {
-        xfer_shm_preq_sent(tx->preq);
+    if (tx->answer_of != NULL) {
+        xfer_shm_answer_sent(tx->answer_of);
     }
     free(tx->owned);
     tx->owned = NULL;

@@ -63,7 +63,7 @@ typedef struct xfer_tcp_config {
 #define XFER_TCP_ENTRY_OVERHEAD 64
 
 typedef struct xfer_tcp_op  xfer_tcp_op_t;
-typedef struct xfer_tcp_preq xfer_tcp_preq_t;
+typedef struct xfer_tcp_answer xfer_tcp_answer_t;
 typedef struct xfer_tcp_putv_rx xfer_tcp_putv_rx_t;
 
 /* ---- send queue entries ---------------------------------------------------------------------- */
@@ -71,7 +71,7 @@ typedef struct xfer_tcp_putv_rx xfer_tcp_putv_rx_t;
 typedef enum {
     XFER_TCP_TX_BUF,        /* coalesced small frames in a buffer owned by the entry */
     XFER_TCP_TX_OP,         /* header + user data of a large send or put (in xfer_tcp_op_t) */
-    XFER_TCP_TX_PREQ,       /* a tensor response (in xfer_tcp_preq_t) */
+    XFER_TCP_TX_ANSWER,     /* a tensor response (in xfer_tcp_answer_t) */
     XFER_TCP_TX_GET_RESP,   /* header + registered memory a peer reads */
     XFER_TCP_TX_PUTV,       /* a PUTV: header and table, then blocks of a batch's memory
                              * (xiov); the entry is freed once written or dropped */
@@ -167,18 +167,13 @@ typedef enum {
 #define XFER_TCP_PREQ_HDR_MAX \
     (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + XFER_TCP_WIRE_MAX_REASON)
 
-struct xfer_tcp_preq {
-    xfer_tensor_waiter_t waiter;    /* handed to the framework */
-    ucs_list_link_t      list;      /* ep->preqs while waiting, then iface->releases */
-    xfer_ep_h            ep;
-    uint64_t             id;        /* the consumer's request id */
-    uint64_t             step;
-    void                 *handle;   /* from ready(XFER_OK): tensor_release() it when sent */
-    xfer_status_t        release_status;
-    xfer_tcp_tx_t        tx;
-    uint8_t              hdr[XFER_TCP_PREQ_HDR_MAX];
-    uint32_t             key_len;
-    char                 key[];
+/* What tcp keeps of a peer's tensor request (the engine's xfer_tanswer_t.priv): the frame
+ * that answers it, its header (and reason) here, the tensor's data written from where the
+ * framework keeps it. */
+struct xfer_tcp_answer {
+    xfer_tanswer_t *a;
+    xfer_tcp_tx_t  tx;
+    uint8_t        hdr[XFER_TCP_PREQ_HDR_MAX];
 };
 
 /* ---- endpoint ------------------------------------------------------------------------------- */
@@ -212,7 +207,7 @@ typedef struct xfer_tcp_rx {
     xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
     xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
     void                *tag_handle;    /* a message's, from the framework's matching */
-    xfer_tcp_preq_t     *preq;      /* tensor request whose key is arriving */
+    xfer_tanswer_t      *treq;      /* tensor request whose key is arriving */
     xfer_memh_h         memh;       /* PUT target region */
     /* PUTV: the payload goes to blocks viov[vidx..vcnt) (dest, want, got: the current one) */
     struct iovec        *viov;
@@ -331,8 +326,7 @@ struct xfer_ep {
 
     xfer_slots_t        slots;          /* requests awaiting the peer's answer */
 
-    ucs_list_link_t     preqs;          /* xfer_tcp_preq_t waiting for ready() */
-    uint32_t            num_preqs;
+    xfer_tanswer_list_t treqs;          /* the peer's tensor requests (the engine's) */
 
     int                 in_ready;       /* on iface->rx_ready */
     int                 in_tx_ready;    /* on iface->tx_ready */
@@ -394,7 +388,7 @@ struct xfer_iface {
     ucs_list_link_t          eps;
     xfer_op_pool_t           *ops;          /* xfer_tcp_op_t, and their completions */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
-    ucs_list_link_t          releases;      /* xfer_tcp_preq_t, tensor_release pending */
+    xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          tx_ready;      /* eps whose socket takes more of their queue */
     ucs_list_link_t          failing;       /* eps whose failure is to be handled */
@@ -627,9 +621,9 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
 /* cancel() for fetches: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
 xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                      xfer_status_t status);
-/* Release what the producer side of ep holds: withdraw waiters, release queued tensors. */
-void xfer_tcp_preq_withdraw_all(xfer_ep_h ep);
-void xfer_tcp_preq_free(xfer_tcp_preq_t *preq);
+/* The engine's primitive: queue the TENSOR_RESP that answers a. */
+void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
+                            const char *reason);
 
 /* ---- tcp_lane.c ----------------------------------------------------------------------------- */
 /* Connections accepted on the lane port that have not sent their LANE_HELLO yet; past this

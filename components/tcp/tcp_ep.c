@@ -67,7 +67,6 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     xfer_slots_init(&ep->slots, 1u << 30);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
-    ucs_list_head_init(&ep->preqs);
     ucs_list_head_init(&ep->flushes);
     ucs_list_head_init(&ep->batch_fill);
     status = xfer_tcp_lanes_ep_init(ep);
@@ -569,7 +568,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
             xfer_tcp_op_complete(op, status, 0, 0);
         }
     }
-    xfer_tcp_preq_withdraw_all(ep);
+    xfer_tanswers_ep_gone(&ep->treqs, status);
 }
 
 static void ep_fail_now(xfer_ep_h ep)

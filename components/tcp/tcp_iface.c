@@ -157,7 +157,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     iface->cookie              = xfer_random64();
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
-    ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->rx_ready);
     ucs_list_head_init(&iface->tx_ready);
     ucs_list_head_init(&iface->failing);
@@ -189,6 +188,13 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     iface->tx_mp_ready = 1;
     status = xfer_op_pool_create(sizeof(xfer_tcp_op_t), sizeof(xfer_tcp_op_t), 0,
                                  "xfer_tcp_ops", &iface->ops);
+    if (status == XFER_OK) {
+        status = xfer_tanswers_create(params, sizeof(xfer_tcp_answer_t),
+                                      xfer_tcp_tensor_answer, &iface->tanswers);
+        if (status != XFER_OK) {
+            xfer_op_pool_destroy(iface->ops);
+        }
+    }
     if (status != XFER_OK) {
         ucs_mpool_cleanup(&iface->tx_mp, 1);
         xfer_tcp_regions_cleanup(iface);
@@ -210,23 +216,6 @@ err_free:
     return status;
 }
 
-static unsigned releases_run(xfer_iface_h iface)
-{
-    unsigned count = 0;
-
-    while (!ucs_list_is_empty(&iface->releases)) {
-        xfer_tcp_preq_t *preq = ucs_list_extract_head(&iface->releases, xfer_tcp_preq_t, list);
-
-        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-            iface->params.tensor_release(iface->params.fw_arg, preq->handle,
-                                         preq->release_status);
-        }
-        xfer_tcp_preq_free(preq);
-        count++;
-    }
-    return count;
-}
-
 void xfer_tcp_iface_close(xfer_iface_h iface)
 {
     if (iface == NULL) {
@@ -236,7 +225,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
         xfer_tcp_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
     xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
-    releases_run(iface);
+    xfer_tanswers_destroy(iface->tanswers);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
     xfer_tcp_regions_cleanup(iface);
@@ -430,7 +419,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
                                     ep->fail_reason);
         }
     }
-    count += releases_run(iface);
+    count += xfer_tanswers_release(iface->tanswers);
 
     /* only the completions queued now: callbacks that post and complete at once wait */
     return count + xfer_op_deliver(iface->ops);
@@ -443,7 +432,7 @@ int xfer_tcp_iface_event_fd(xfer_iface_h iface)
 
 xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
-    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->tx_ready) ||
         !ucs_list_is_empty(&iface->failing) ||
         !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface) ||

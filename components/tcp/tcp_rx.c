@@ -79,7 +79,9 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
     if (rx->tag_handle != NULL) {
         xfer_tag_done(rx->tag_handle, status);
     }
-    free(rx->preq);
+    if (rx->treq != NULL) {
+        xfer_tanswer_discard(rx->treq);     /* its key was arriving */
+    }
     if (rx->hdr.striped) {
         xfer_tcp_lanes_rx_reset(ep);
     }

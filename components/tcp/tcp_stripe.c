@@ -28,7 +28,7 @@ void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     unsigned n    = 1;
 
     if ((ep->nlanes < 2) || (len < ep->iface->cfg->lane_min) || tx->dev ||
-        ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_PREQ)) ||
+        ((tx->kind != XFER_TCP_TX_OP) && (tx->kind != XFER_TCP_TX_ANSWER)) ||
         !xfer_tcp_wire_type_stripes(*type)) {
         return;
     }

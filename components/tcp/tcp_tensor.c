@@ -7,11 +7,12 @@
  * the fetch, and leaves a tombstone in its slot so that the response, which always comes, is
  * drained and dropped.
  *
- * Producer: a TENSOR_REQ becomes a waiter handed to the framework (tensor_request). ready()
- * may come at once or much later, from outside any call into this component; it queues the
- * TENSOR_RESP - the data written straight from the published tensor - and the tensor is
- * released once written. A TENSOR_CANCEL withdraws a waiter that is still waiting and answers
- * it with XFER_ERR_CANCELED; one whose answer is already on its way is left alone.
+ * Producer: a TENSOR_REQ goes to the framework's engine (xfer_tanswer_*, engine.h), which
+ * keeps it until the tensor is published and calls xfer_tcp_tensor_answer - at once or much
+ * later, from outside any call into this component - to queue the TENSOR_RESP, the data
+ * written straight from the published tensor; the engine releases the tensor once it is
+ * written. A TENSOR_CANCEL answers a request still waiting with XFER_ERR_CANCELED; one whose
+ * answer is already on its way is left alone.
  */
 #include "tcp.h"
 
@@ -234,131 +235,72 @@ static xfer_status_t rx_tensor_resp_done(xfer_ep_h ep, char *why, size_t why_siz
     return XFER_OK;
 }
 
-/* ---- producer ------------------------------------------------------------------------------- */
+/* ---- producer: the framework's engine keeps the requests, tcp sends the answers --------- */
 
-void xfer_tcp_preq_free(xfer_tcp_preq_t *preq)
+void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
+                            const char *reason)
 {
-    free(preq);
-}
-
-/* Queue the TENSOR_RESP answering preq (which is on no list). */
-static void preq_respond(xfer_tcp_preq_t *preq, xfer_status_t status,
-                         const xfer_tensor_t *tensor, void *handle, const char *reason)
-{
-    xfer_ep_h ep = preq->ep;
+    xfer_tcp_answer_t *ans  = a->priv;
+    xfer_ep_h ep            = a->ep;
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_TENSOR_RESP, 0, preq->id, 0, 0};
+                               XFER_TCP_WIRE_TENSOR_RESP, 0, a->id, 0, 0};
     xfer_tcp_wire_tensor_resp_t resp;
-    char why[XFER_TCP_WIRE_MAX_REASON + 1];
-    const void *data = NULL;
-    int dev = 0;
-    uint64_t data_len = 0;
+    char why[XFER_REASON_MAX] = "";
+    const void *data          = NULL;
+    uint64_t data_len         = 0;
     size_t hdr_len;
+    int dev = 0;
 
+    if (ep->state != XFER_TCP_EP_CONNECTED) {
+        xfer_tanswer_done(a, ep->fail_status);  /* the connection is failing: nothing goes */
+        return;
+    }
     memset(&resp, 0, sizeof(resp));
-    snprintf(why, sizeof(why), "%s", reason ? reason : xfer_status_string(status));
-    preq->handle         = handle;
-    preq->release_status = XFER_OK;
+    if ((status == XFER_OK) && !tensor->is_dead &&
+        ((dev = xfer_tcp_cuda_detect(ep->iface, tensor->data, tensor->size, why,
+                                     sizeof(why))) < 0)) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "cannot send a tensor: %s", why);
+        status            = XFER_ERR_INVALID_PARAM;
+        reason            = why;
+        dev               = 0;
+        a->release_status = status;     /* the publish hears that it was not sent */
+    }
     if (status == XFER_OK) {
-        int is_dead = (tensor != NULL) && tensor->is_dead;
-
-        if (tensor == NULL) {
-            status = XFER_ERR_INTERNAL;
-            snprintf(why, sizeof(why), "producer handed over no tensor");
-        } else if (xfer_tensor_meta_check((unsigned)tensor->dtype, tensor->rank,
-                                              tensor->dims, is_dead ? 0 : tensor->size,
-                                              is_dead, why, sizeof(why)) != XFER_OK) {
-            status = XFER_ERR_INVALID_PARAM;
-        } else if (!is_dead && (tensor->size > ep->limits.max_msg_size)) {
-            status = XFER_ERR_OUT_OF_RANGE;
-            snprintf(why, sizeof(why), "tensor of %" PRIu64 " bytes exceeds the message limit "
-                     "of %" PRIu64 " bytes", tensor->size, ep->limits.max_msg_size);
-        } else if (!is_dead && (tensor->size > 0) && (tensor->data == NULL)) {
-            status = XFER_ERR_INVALID_PARAM;
-            snprintf(why, sizeof(why), "tensor of %" PRIu64 " bytes has no data",
-                     tensor->size);
-        } else if (!is_dead &&
-                   ((dev = xfer_tcp_cuda_detect(ep->iface, tensor->data, tensor->size, why,
-                                                sizeof(why))) < 0)) {
-            status = XFER_ERR_INVALID_PARAM;
-            dev    = 0;
-        } else {
-            resp.dtype   = (uint16_t)tensor->dtype;
-            resp.rank    = (uint8_t)tensor->rank;
-            resp.is_dead = (uint8_t)is_dead;
-            resp.size    = is_dead ? 0 : tensor->size;
-            for (unsigned i = 0; i < tensor->rank; i++) {
-                resp.dims[i] = tensor->dims[i];
-            }
-            data     = tensor->data;
-            data_len = resp.size;
-        }
-        if (status != XFER_OK) {
-            char key[65];
-
-            xfer_reason_copy(key, sizeof(key), preq->key, preq->key_len);
-            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "cannot send tensor of step %" PRIu64
-                     " '%s': %s", preq->step, key, why);
-            preq->release_status = status;
-        }
+        resp.dtype   = (uint16_t)tensor->dtype;
+        resp.rank    = (uint8_t)tensor->rank;
+        resp.is_dead = (uint8_t)tensor->is_dead;
+        resp.size    = tensor->is_dead ? 0 : tensor->size;
+        memcpy(resp.dims, tensor->dims, tensor->rank * sizeof(resp.dims[0]));
+        data     = tensor->data;
+        data_len = resp.size;
+    } else {
+        resp.reason_len = (uint32_t)strnlen(reason, XFER_TCP_WIRE_MAX_REASON);
     }
-    if (status != XFER_OK) {
-        resp.reason_len = (uint32_t)strnlen(why, XFER_TCP_WIRE_MAX_REASON);
-    }
+    ans->a     = a;
     hdr.status = status;
     hdr.length = XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len + data_len;
     hdr_len    = XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len;
-    xfer_tcp_wire_pack_hdr(&hdr, preq->hdr);
-    xfer_tcp_wire_pack_tensor_resp_ext(&resp, preq->hdr + XFER_TCP_WIRE_HDR_LEN);
-    memcpy(preq->hdr + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN, why,
-           resp.reason_len);
-    preq->tx.kind            = XFER_TCP_TX_PREQ;
-    preq->tx.resp            = XFER_TCP_ANSWER_COST(hdr_len + data_len);
-    preq->tx.iov[0].iov_base = preq->hdr;
-    preq->tx.iov[0].iov_len  = hdr_len;
-    preq->tx.iov[1].iov_base = (void*)data;
-    preq->tx.iov[1].iov_len  = (size_t)data_len;
-    preq->tx.dev             = dev && (data_len > 0);
-    xfer_tcp_ep_tx_push(ep, &preq->tx);
+    xfer_tcp_wire_pack_hdr(&hdr, ans->hdr);
+    xfer_tcp_wire_pack_tensor_resp_ext(&resp, ans->hdr + XFER_TCP_WIRE_HDR_LEN);
+    if (resp.reason_len > 0) {
+        memcpy(ans->hdr + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN, reason,
+               resp.reason_len);
+    }
+    ans->tx.kind            = XFER_TCP_TX_ANSWER;
+    ans->tx.resp            = XFER_TCP_ANSWER_COST(hdr_len + data_len);
+    ans->tx.iov[0].iov_base = ans->hdr;
+    ans->tx.iov[0].iov_len  = hdr_len;
+    ans->tx.iov[1].iov_base = (void*)data;
+    ans->tx.iov[1].iov_len  = (size_t)data_len;
+    ans->tx.dev             = dev && (data_len > 0);
+    xfer_tcp_ep_tx_push(ep, &ans->tx);
     xfer_tcp_ep_tx_post(ep);
-}
-
-/* The framework's answer to tensor_request(); may come from outside any call of ours. */
-static void preq_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
-                       const xfer_tensor_t *tensor, void *handle)
-{
-    xfer_tcp_preq_t *preq = ucs_container_of(waiter, xfer_tcp_preq_t, waiter);
-    xfer_ep_h ep          = preq->ep;
-
-    ucs_list_del(&preq->list);
-    ep->num_preqs--;
-    if (ep->state == XFER_TCP_EP_CONNECTED) {
-        preq_respond(preq, status, tensor, (status == XFER_OK) ? handle : NULL, NULL);
-        return;
-    }
-    /* the connection is failing: the tensor goes back from the next progress() */
-    preq->handle         = (status == XFER_OK) ? handle : NULL;
-    preq->release_status = ep->fail_status;
-    ucs_list_add_tail(&ep->iface->releases, &preq->list);
-}
-
-/* How many of one peer's requests may wait for a publish (the framework's bound). */
-static uint32_t max_waiting(xfer_iface_h iface)
-{
-    const xfer_iface_params_t *p = &iface->params;
-
-    if ((p->size < offsetof(xfer_iface_params_t, max_tensor_requests) + sizeof(uint32_t)) ||
-        (p->max_tensor_requests == 0)) {
-        return UINT32_MAX;
-    }
-    return p->max_tensor_requests;
 }
 
 static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                        size_t why_size)
 {
     xfer_tcp_wire_tensor_req_t req;
-    xfer_tcp_preq_t *preq;
     xfer_status_t status;
 
     status = xfer_tcp_wire_unpack_tensor_req_ext(ext, &ep->rx.hdr, &ep->iface->limits, &req,
@@ -366,83 +308,39 @@ static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *w
     if (status != XFER_OK) {
         return status;
     }
-    ucs_list_for_each(preq, &ep->preqs, list) {
-        if (preq->id == ep->rx.hdr.id) {
-            snprintf(why, why_size, "TENSOR_REQ reuses the id 0x%016" PRIx64 " of a request "
-                     "still waiting", preq->id);
-            return XFER_ERR_PROTOCOL;
-        }
+    ep->rx.treq = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fw_ep,
+                                   ep->rx.hdr.id, req.step, req.key_len,
+                                   ep->limits.max_msg_size, &status, why, why_size);
+    if (ep->rx.treq == NULL) {
+        return status;
     }
-    preq = calloc(1, sizeof(*preq) + req.key_len + 1);
-    if (preq == NULL) {
-        snprintf(why, why_size, "out of memory for a tensor request");
-        return XFER_ERR_NO_MEMORY;
-    }
-    preq->waiter.ready = preq_ready;
-    preq->ep           = ep;
-    preq->id           = ep->rx.hdr.id;
-    preq->step         = req.step;
-    preq->key_len      = req.key_len;
-    ep->rx.preq        = preq;
-    xfer_tcp_rx_expect(ep, preq->key, req.key_len, 0);
+    xfer_tcp_rx_expect(ep, ep->rx.treq->key, req.key_len, 0);
     return XFER_OK;
 }
 
 static xfer_status_t rx_tensor_req_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_iface_h iface    = ep->iface;
-    xfer_tcp_preq_t *preq = ep->rx.preq;
+    xfer_tanswer_t *a = ep->rx.treq;
 
     (void)why;
     (void)why_size;
-    ep->rx.preq = NULL;
-    preq->key[preq->key_len] = '\0';
-    if (iface->params.tensor_request == NULL) {
-        preq_respond(preq, XFER_ERR_UNSUPPORTED, NULL, NULL, "this side serves no tensors");
-        return XFER_OK;
-    }
-    if (ep->num_preqs >= max_waiting(iface)) {
-        char reason[XFER_TCP_WIRE_MAX_REASON];
-
-        snprintf(reason, sizeof(reason), "%u of this peer's tensor requests already wait for "
-                 "a publish (XFER_TENSOR_MAX_REQUESTS)", ep->num_preqs);
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "refusing a tensor request: %s", reason);
-        preq_respond(preq, XFER_ERR_NO_RESOURCE, NULL, NULL, reason);
-        return XFER_OK;
-    }
-    ucs_list_add_tail(&ep->preqs, &preq->list);
-    ep->num_preqs++;
-    /* preq may be answered - and sent - before this returns; it is freed only by progress() */
-    iface->params.tensor_request(iface->params.fw_arg, ep->fw_ep, preq->step, preq->key,
-                                 preq->key_len, &preq->waiter);
+    ep->rx.treq = NULL;
+    /* answered maybe before this returns; the tensor is released only by progress() */
+    xfer_tanswer_start(a);
     return XFER_OK;
 }
 
 static xfer_status_t rx_tensor_cancel_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                           size_t why_size)
 {
-    xfer_iface_h iface = ep->iface;
-    xfer_tcp_preq_t *preq;
-
     (void)ext;
     (void)why;
     (void)why_size;
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
-    ucs_list_for_each(preq, &ep->preqs, list) {
-        if (preq->id != ep->rx.hdr.id) {
-            continue;
-        }
-        ucs_list_del(&preq->list);
-        ep->num_preqs--;
-        if (iface->params.tensor_withdraw != NULL) {
-            iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
-        }
-        preq_respond(preq, XFER_ERR_CANCELED, NULL, NULL, "cancelled by the consumer");
-        return XFER_OK;
+    if (!xfer_tanswer_cancel(ep->iface->tanswers, &ep->treqs, ep->rx.hdr.id)) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "TENSOR_CANCEL for id 0x%016" PRIx64
+                    " that is no longer waiting", ep->rx.hdr.id);
     }
-    /* answered already: the consumer's tombstone takes that answer */
-    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "TENSOR_CANCEL for id 0x%016" PRIx64 " that "
-                "is no longer waiting", ep->rx.hdr.id);
     return XFER_OK;
 }
 
@@ -452,21 +350,6 @@ static xfer_status_t rx_tensor_nothing_done(xfer_ep_h ep, char *why, size_t why_
     (void)why;
     (void)why_size;
     return XFER_OK;
-}
-
-void xfer_tcp_preq_withdraw_all(xfer_ep_h ep)
-{
-    xfer_iface_h iface = ep->iface;
-
-    while (!ucs_list_is_empty(&ep->preqs)) {
-        xfer_tcp_preq_t *preq = ucs_list_extract_head(&ep->preqs, xfer_tcp_preq_t, list);
-
-        ep->num_preqs--;
-        if (iface->params.tensor_withdraw != NULL) {
-            iface->params.tensor_withdraw(iface->params.fw_arg, &preq->waiter);
-        }
-        xfer_tcp_preq_free(preq);
-    }
 }
 
 const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req    = {XFER_TCP_WIRE_TREQ_EXT_LEN,

@@ -184,10 +184,9 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
             xfer_tcp_op_complete(op, XFER_OK, op->len, 0);
         }
         break;      /* an acknowledged put completes with its PUT_ACK */
-    case XFER_TCP_TX_PREQ:
+    case XFER_TCP_TX_ANSWER:
         /* released by the next progress(): never from inside a tensor's ready() */
-        ucs_list_add_tail(&ep->iface->releases,
-                          &ucs_container_of(tx, xfer_tcp_preq_t, tx)->list);
+        xfer_tanswer_done(ucs_container_of(tx, xfer_tcp_answer_t, tx)->a, XFER_OK);
         break;
     case XFER_TCP_TX_GET_RESP:
     case XFER_TCP_TX_PUTV:      /* its batch completes with the BATCH_ACK behind it */
@@ -202,8 +201,6 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 
 void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
 {
-    xfer_iface_h iface = ep->iface;
-    xfer_tcp_preq_t *preq;
     xfer_tcp_op_t *op;
 
     if (tx->resp > 0) {
@@ -220,12 +217,8 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
             xfer_tcp_op_complete(op, status, 0, 0);
         }
         break;      /* an acknowledged put is completed with the ep's outstanding requests */
-    case XFER_TCP_TX_PREQ:
-        preq = ucs_container_of(tx, xfer_tcp_preq_t, tx);
-        if ((preq->handle != NULL) && (iface->params.tensor_release != NULL)) {
-            iface->params.tensor_release(iface->params.fw_arg, preq->handle, status);
-        }
-        xfer_tcp_preq_free(preq);
+    case XFER_TCP_TX_ANSWER:
+        xfer_tanswer_done(ucs_container_of(tx, xfer_tcp_answer_t, tx)->a, status);
         break;
     case XFER_TCP_TX_GET_RESP:
     case XFER_TCP_TX_PUTV:

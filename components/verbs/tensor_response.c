@@ -2,7 +2,8 @@
  * The producer's side of a tensor fetch: the seeds' RdmaTensorResponse, with its states and
  * transitions written down as a table.
  *
- *   TENSOR_REQUEST -> a response waits in the framework's rendezvous table (WAIT_PUBLISH)
+ *   TENSOR_REQUEST -> the framework's engine has it (xfer_tanswer_*, engine.h), and the
+ *   framework's rendezvous table its waiter (WAIT_PUBLISH)
  *
  *   state            event               action                          next
  *   WAIT_PUBLISH     published           the consumer expects exactly    WRITING
@@ -11,7 +12,8 @@
  *   WAIT_PUBLISH     published           else META_DATA_UPDATE; hold     WAIT_RE_REQUEST
  *                                        the tensor
  *   WAIT_PUBLISH     failed (abort, ...) ERROR_STATUS with the reason    (end)
- *   WAIT_PUBLISH     withdrawn           give the waiter back; answer    (end)
+ *   WAIT_PUBLISH     withdrawn           the engine gives the waiter     (end)
+ *                                        back; ERROR_STATUS CANCELED
  *   WAIT_RE_REQUEST  TENSOR_RE_REQUEST   check the destination; write    WRITING
  *   WAIT_RE_REQUEST  withdrawn           release the tensor; answer      (end)
  *   WRITING          write completed     release the tensor              (end)
@@ -57,7 +59,7 @@ static const char *const event_names[] = {
 typedef struct rsp_input {
     xfer_status_t               status;     /* READY */
     const xfer_tensor_t         *tensor;
-    void                        *handle;
+    const char                  *reason;
     const xfer_verbs_wire_hdr_t *hdr;       /* messages */
     const uint8_t               *ext;
 } rsp_input_t;
@@ -100,57 +102,47 @@ void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
     xfer_verbs_ch_send_ctrl(ch, &hdr, ext, n, NULL, 0);
 }
 
-/* ---- the response table -------------------------------------------------------------------- */
+/* ---- the response table: the engine's ------------------------------------------------------- */
 
 static xfer_verbs_rsp_t *rsp_find(xfer_ep_h ch, uint32_t idx)
 {
-    khiter_t it = kh_get(xfer_verbs_rsp, &ch->rsp_by_idx, idx);
+    xfer_tanswer_t *a = xfer_tanswer_find(ch->iface->tanswers, &ch->treqs, idx);
 
-    return (it == kh_end(&ch->rsp_by_idx)) ? NULL : kh_val(&ch->rsp_by_idx, it);
+    return (a == NULL) ? NULL : a->priv;
 }
 
-static void rsp_unlink(xfer_verbs_rsp_t *rsp)
+/* What the response holds of the tensor besides the tensor itself goes now. */
+static void rsp_let_go(xfer_verbs_rsp_t *rsp)
 {
-    khiter_t it = kh_get(xfer_verbs_rsp, &rsp->ch->rsp_by_idx, rsp->idx);
-
-    if (it != kh_end(&rsp->ch->rsp_by_idx)) {
-        kh_del(xfer_verbs_rsp, &rsp->ch->rsp_by_idx, it);
-    }
-    ucs_list_del(&rsp->list);
-}
-
-void xfer_verbs_rsp_release(xfer_verbs_rsp_t *rsp)
-{
-    xfer_iface_h iface = rsp->iface;
+    xfer_iface_h iface = ((xfer_ep_h)rsp->a->ep)->iface;
 
     if (rsp->mr != NULL) {
         xfer_verbs_mrc_put(iface->mrc, rsp->mr);
+        rsp->mr = NULL;
     }
     if (rsp->bounce_mr != NULL) {
         ibv_dereg_mr(rsp->bounce_mr);
+        rsp->bounce_mr = NULL;
     }
     free(rsp->bounce);
-    if (rsp->handle != NULL) {
-        iface->params.tensor_release(iface->params.fw_arg, rsp->handle, rsp->release_status);
-    }
-    free(rsp);
+    rsp->bounce = NULL;
 }
 
 /* The response ends: its tensor is released from the next progress() (the framework's
  * callbacks must not run inside the completion that ended it). */
 static void rsp_finish(xfer_verbs_rsp_t *rsp, xfer_status_t status)
 {
-    rsp_unlink(rsp);
-    rsp->release_status = status;
-    ucs_list_add_tail(&rsp->iface->releases, &rsp->list);
+    rsp_let_go(rsp);
+    xfer_tanswer_done(rsp->a, status);
 }
 
 /* Tell the consumer the request failed, and end the response. */
 static void rsp_fail(xfer_verbs_rsp_t *rsp, xfer_status_t status, const char *reason)
 {
     xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "tensor '%s' (step %" PRIu64 "): %s (%s)",
-                rsp->key, rsp->step, reason, xfer_status_string(status));
-    xfer_verbs_tensor_error_send(rsp->ch, rsp->idx, XFER_TENSOR_ERR_TO_CONSUMER, status, reason);
+                rsp->a->key, rsp->a->step, reason, xfer_status_string(status));
+    xfer_verbs_tensor_error_send(rsp->a->ep, (uint32_t)rsp->a->id, XFER_TENSOR_ERR_TO_CONSUMER,
+                                 status, reason);
     rsp_finish(rsp, status);
 }
 
@@ -160,12 +152,13 @@ static void rsp_event(xfer_verbs_rsp_t *rsp, rsp_event_t ev, const rsp_input_t *
     char why[XFER_REASON_MAX];
 
     xfer_log_at(XFER_LOG_TRACE, XFER_VERBS_SUBSYS, "response 0x%08" PRIx32 " (%s) in state %s: "
-                "%s", rsp->idx, rsp->key, state_names[rsp->state], event_names[ev]);
+                "%s", (uint32_t)rsp->a->id, rsp->a->key, state_names[rsp->state],
+                event_names[ev]);
     if (action == NULL) {
         snprintf(why, sizeof(why), "%s in state %s", event_names[ev], state_names[rsp->state]);
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': %s breaks the protocol",
-                 rsp->key, why);
-        rsp->ch->stats.rejected++;
+                 rsp->a->key, why);
+        ((xfer_ep_h)rsp->a->ep)->stats.rejected++;
         if (rsp->state == XFER_VERBS_RSP_WRITING) {
             return;     /* the write is on its way and ends the request */
         }
@@ -179,7 +172,7 @@ static void rsp_event(xfer_verbs_rsp_t *rsp, rsp_event_t ev, const rsp_input_t *
 
 static void write_start(xfer_verbs_rsp_t *rsp)
 {
-    xfer_ep_h ch = rsp->ch;
+    xfer_ep_h ch = rsp->a->ep;
     uint64_t len = xfer_tensor_wire_data_len(&rsp->meta);
     xfer_verbs_op_t *op;
 
@@ -194,7 +187,7 @@ static void write_start(xfer_verbs_rsp_t *rsp)
     }
     op->owner       = rsp;
     op->opcode      = IBV_WR_RDMA_WRITE;
-    op->imm         = XFER_TENSOR_IMM_FLAG | rsp->idx;
+    op->imm         = XFER_TENSOR_IMM_FLAG | (uint32_t)rsp->a->id;
     op->imm_pending = 1;
     op->rdma_len    = (size_t)len;
     if (len == 0) {
@@ -240,26 +233,21 @@ void xfer_verbs_rsp_write_done(xfer_verbs_op_t *op, xfer_status_t status)
 
 /* ---- the transitions ----------------------------------------------------------------------- */
 
+/* The framework's answer, checked by the engine: metadata that holds, within the channel's
+ * size limit. */
 static void on_ready(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 {
     const xfer_tensor_t *t = in->tensor;
-    xfer_ep_h ch           = rsp->ch;
-    xfer_verbs_wire_hdr_t hdr = {.type = XFER_VERBS_MSG_META_DATA_UPDATE, .id = rsp->idx};
+    xfer_ep_h ch           = rsp->a->ep;
+    xfer_verbs_wire_hdr_t hdr = {.type = XFER_VERBS_MSG_META_DATA_UPDATE,
+                                 .id = (uint32_t)rsp->a->id};
     uint8_t ext[XFER_TENSOR_WIRE_META_MAX];
     char why[XFER_REASON_MAX];
     uint64_t len;
 
     if (in->status != XFER_OK) {
-        snprintf(why, sizeof(why), "the producer failed the request: %s",
-                 xfer_status_string(in->status));
+        snprintf(why, sizeof(why), "the producer failed the request: %s", in->reason);
         rsp_fail(rsp, in->status, why);
-        return;
-    }
-    rsp->handle = in->handle;
-    if (xfer_tensor_meta_check((unsigned)t->dtype, t->rank, t->dims,
-                               t->is_dead ? 0 : t->size, t->is_dead, why,
-                               sizeof(why)) != XFER_OK) {
-        rsp_fail(rsp, XFER_ERR_INVALID_PARAM, why);
         return;
     }
     xfer_tensor_wire_meta_from(&rsp->meta, t);
@@ -268,12 +256,6 @@ static void on_ready(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
     }
     rsp->src = t->data;
     len      = xfer_tensor_wire_data_len(&rsp->meta);
-    if (len > ch->max_msg_size) {
-        snprintf(why, sizeof(why), "a %" PRIu64 "-byte tensor is over the size limit (%" PRIu64
-                 " bytes, XFER_VERBS_MAX_MSG_SIZE here or at the peer)", len, ch->max_msg_size);
-        rsp_fail(rsp, XFER_ERR_OUT_OF_RANGE, why);
-        return;
-    }
     if (xfer_tensor_wire_meta_equal(&rsp->expect, &rsp->meta) && (len <= rsp->dst_capacity) &&
         ((rsp->dst_addr != 0) || (len == 0))) {
         write_start(rsp);   /* the steady state: one request, one write */
@@ -312,20 +294,18 @@ static xfer_status_t withdraw_status(const rsp_input_t *in)
     return (in->hdr->status < 0) ? (xfer_status_t)in->hdr->status : XFER_ERR_CANCELED;
 }
 
+/* The engine withdraws the waiter and answers with XFER_ERR_CANCELED (on_ready). */
 static void on_withdraw_waiting(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 {
-    xfer_iface_h iface = rsp->iface;
+    xfer_ep_h ch = rsp->a->ep;
 
-    iface->params.tensor_withdraw(iface->params.fw_arg, &rsp->waiter);
-    xfer_verbs_tensor_error_send(rsp->ch, rsp->idx, XFER_TENSOR_ERR_TO_CONSUMER,
-                                 withdraw_status(in), "withdrawn by the consumer");
-    rsp_unlink(rsp);
-    free(rsp);
+    (void)in;
+    xfer_tanswer_cancel(ch->iface->tanswers, &ch->treqs, rsp->a->id);
 }
 
 static void on_withdraw_held(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 {
-    xfer_verbs_tensor_error_send(rsp->ch, rsp->idx, XFER_TENSOR_ERR_TO_CONSUMER,
+    xfer_verbs_tensor_error_send(rsp->a->ep, (uint32_t)rsp->a->id, XFER_TENSOR_ERR_TO_CONSUMER,
                                  withdraw_status(in), "withdrawn by the consumer");
     rsp_finish(rsp, withdraw_status(in));
 }
@@ -338,17 +318,23 @@ static void on_ignore(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
 
 /* ---- entry points -------------------------------------------------------------------------- */
 
-static void rsp_ready(xfer_tensor_waiter_t *waiter, xfer_status_t status,
-                      const xfer_tensor_t *tensor, void *handle)
+void xfer_verbs_tensor_answer(xfer_tanswer_t *a, xfer_status_t status,
+                              const xfer_tensor_t *tensor, const char *reason)
 {
-    xfer_verbs_rsp_t *rsp = (xfer_verbs_rsp_t*)((char*)waiter -
-                                                offsetof(xfer_verbs_rsp_t, waiter));
-    rsp_input_t in        = {.status = status, .tensor = tensor, .handle = handle};
+    xfer_verbs_rsp_t *rsp = a->priv;
+    xfer_ep_h ch          = a->ep;
+    rsp_input_t in        = {.status = status, .tensor = tensor, .reason = reason};
 
+    rsp->a = a;
+    if (ch->state == XFER_VERBS_CH_FAILED) {
+        xfer_tanswer_done(a, ch->fail_status);  /* nothing goes to a channel that failed */
+        return;
+    }
     rsp_event(rsp, RSP_EV_READY, &in);
 }
 
-/* How many of one peer's requests may be pending here (the framework's bound). */
+/* How many of one peer's requests may be pending here, waiting or being answered (the
+ * framework's bound, which the framework holds to for the waiting ones). */
 static uint32_t max_pending(xfer_iface_h iface)
 {
     const xfer_iface_params_t *p = &iface->params;
@@ -365,9 +351,9 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 {
     xfer_iface_h iface = ch->iface;
     xfer_tensor_wire_req_t req;
+    xfer_status_t status;
     xfer_verbs_rsp_t *rsp;
-    khiter_t it;
-    int ret;
+    xfer_tanswer_t *a;
 
     if ((hdr->id > UINT32_MAX) || (hdr->id & XFER_TENSOR_IMM_FLAG)) {
         snprintf(why, why_size, "TENSOR_REQUEST with index 0x%" PRIx64 " (31 bits at most)",
@@ -383,17 +369,11 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                      XFER_ERR_PROTOCOL, why);
         return XFER_OK;
     }
-    if (rsp_find(ch, (uint32_t)hdr->id) != NULL) {
-        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: a second TENSOR_REQUEST with the "
-                 "pending index 0x%08" PRIx32 ": ignored", ch->qp->qp_num, (uint32_t)hdr->id);
-        ch->stats.rejected++;
-        return XFER_OK;
-    }
-    if (kh_size(&ch->rsp_by_idx) >= max_pending(iface)) {
+    if (ch->treqs.count >= max_pending(iface)) {
         char reason[XFER_REASON_MAX];
 
         snprintf(reason, sizeof(reason), "%u of this peer's tensor requests are already "
-                 "pending here (XFER_TENSOR_MAX_REQUESTS)", kh_size(&ch->rsp_by_idx));
+                 "pending here (XFER_TENSOR_MAX_REQUESTS)", ch->treqs.count);
         xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "QP 0x%x: refusing a TENSOR_REQUEST: "
                     "%s", ch->qp->qp_num, reason);
         ch->stats.rejected++;
@@ -401,41 +381,21 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                      XFER_ERR_NO_RESOURCE, reason);
         return XFER_OK;
     }
-    /* malloc and clear the fixed part: glibc's calloc bypasses the per-thread cache, and
-     * this is once per fetch */
-    rsp = malloc(sizeof(*rsp) + req.key_len + 1);
-    if (rsp == NULL) {
-        xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
-                                     XFER_ERR_NO_MEMORY, "the producer is out of memory");
-        return XFER_OK;
+    a = xfer_tanswer_new(iface->tanswers, &ch->treqs, ch, ch->fw_ep, (uint32_t)hdr->id,
+                         hdr->tag, req.key_len, ch->max_msg_size, &status, why, why_size);
+    if (a == NULL) {
+        return status;      /* an index still pending: the peer broke the protocol */
     }
-    memset(rsp, 0, sizeof(*rsp));
-    rsp->waiter.ready = rsp_ready;
-    rsp->iface        = iface;
-    rsp->ch           = ch;
-    rsp->state        = XFER_VERBS_RSP_WAIT_PUBLISH;
-    rsp->idx          = (uint32_t)hdr->id;
-    rsp->step         = hdr->tag;
+    rsp               = a->priv;
+    rsp->a            = a;
     rsp->dst_addr     = req.addr;
     rsp->dst_rkey     = req.rkey;
     /* a destination holds exactly what its expectation says (tensor_wire.h) */
     rsp->dst_capacity = ((req.addr != 0) && !(req.expect.flags & XFER_TENSOR_META_NONE)) ?
                         xfer_tensor_wire_data_len(&req.expect) : 0;
     rsp->expect       = req.expect;
-    rsp->key_len      = req.key_len;
-    memcpy(rsp->key, req.key, req.key_len);
-    rsp->key[req.key_len] = '\0';
-    it = kh_put(xfer_verbs_rsp, &ch->rsp_by_idx, rsp->idx, &ret);
-    if (ret < 0) {
-        free(rsp);
-        xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
-                                     XFER_ERR_NO_MEMORY, "the producer is out of memory");
-        return XFER_OK;
-    }
-    kh_val(&ch->rsp_by_idx, it) = rsp;
-    ucs_list_add_tail(&ch->rsps, &rsp->list);
-    iface->params.tensor_request(iface->params.fw_arg, ch->fw_ep, rsp->step, rsp->key,
-                                 rsp->key_len, &rsp->waiter);
+    memcpy(a->key, req.key, req.key_len);
+    xfer_tanswer_start(a);
     return XFER_OK;
 }
 
@@ -486,15 +446,13 @@ xfer_status_t xfer_verbs_rsp_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 
 void xfer_verbs_rsp_drop_ch(xfer_ep_h ch, xfer_status_t status)
 {
-    xfer_verbs_rsp_t *rsp, *tmp;
+    xfer_tanswer_t *a;
 
-    ucs_list_for_each_safe(rsp, tmp, &ch->rsps, list) {
-        if (rsp->state == XFER_VERBS_RSP_WAIT_PUBLISH) {
-            ch->iface->params.tensor_withdraw(ch->iface->params.fw_arg, &rsp->waiter);
-            rsp_unlink(rsp);
-            free(rsp);
-        } else {
-            rsp_finish(rsp, status);
+    /* the registrations and bounce buffers of the tensors held go; the engine releases them */
+    for (a = ch->treqs.first; a != NULL; a = a->next) {
+        if (((xfer_verbs_rsp_t*)a->priv)->a == a) {
+            rsp_let_go(a->priv);
         }
     }
+    xfer_tanswers_ep_gone(&ch->treqs, status);
 }

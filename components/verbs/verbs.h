@@ -199,36 +199,27 @@ struct xfer_verbs_treq {
 
 /* Producer: one answer, from TENSOR_REQUEST to the write's completion. */
 typedef enum {
-    XFER_VERBS_RSP_WAIT_PUBLISH,    /* the framework has the waiter */
+    XFER_VERBS_RSP_WAIT_PUBLISH,    /* the engine has it: the framework holds the waiter */
     XFER_VERBS_RSP_WAIT_RE_REQUEST, /* META_DATA_UPDATE sent; the tensor is held */
     XFER_VERBS_RSP_WRITING,         /* the write is queued or on the wire */
     XFER_VERBS_RSP_NUM_STATES
 } xfer_verbs_rsp_state_t;
 
+/* What verbs keeps of a peer's tensor request (the engine's xfer_tanswer_t.priv, zeroed:
+ * WAIT_PUBLISH): where the answer stands, and where the tensor goes. */
 struct xfer_verbs_rsp {
-    xfer_tensor_waiter_t    waiter;     /* handed to the framework */
-    ucs_list_link_t         list;       /* ch->rsps; then iface->releases */
-    xfer_iface_h            iface;
-    xfer_ep_h               ch;
+    xfer_tanswer_t          *a;
     xfer_verbs_rsp_state_t  state;
-    uint32_t                idx;        /* the consumer's request index */
-    uint64_t                step;
     uint64_t                dst_addr;   /* the consumer's destination; 0 = none yet */
     uint32_t                dst_rkey;
     uint64_t                dst_capacity;
     xfer_tensor_wire_meta_t expect;     /* what the consumer expects */
     xfer_tensor_wire_meta_t meta;       /* the tensor as published */
     const void              *src;
-    void                    *handle;    /* from ready(XFER_OK); released at the end */
     xfer_verbs_mr_t         *mr;        /* cache hold on src */
     void                    *bounce;    /* src copied here when it cannot be registered */
     struct ibv_mr           *bounce_mr;
-    xfer_status_t           release_status;
-    uint32_t                key_len;
-    char                    key[];
 };
-
-KHASH_MAP_INIT_INT(xfer_verbs_rsp, xfer_verbs_rsp_t*)
 
 /* Consumer's metadata cache: the last metadata seen per key (step left out). */
 typedef struct xfer_verbs_meta_entry {
@@ -332,8 +323,7 @@ struct xfer_ep {
     uint64_t              batch_seq;    /* batches posted, ever (numbers them) */
 
     xfer_slots_t          slots;        /* exchanges awaiting the peer's answer */
-    ucs_list_link_t       rsps;         /* xfer_verbs_rsp_t this side answers */
-    khash_t(xfer_verbs_rsp) rsp_by_idx;
+    xfer_tanswer_list_t   treqs;        /* the peer's tensor requests (the engine's) */
     khash_t(xfer_verbs_meta) meta_cache;
     ucs_list_link_t       meta_lru;
     xfer_verbs_ch_stats_t stats;
@@ -395,7 +385,7 @@ struct xfer_iface {
     ucs_list_link_t           channels;
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
     xfer_op_pool_t            *ops;         /* xfer_verbs_op_t, and their completions */
-    ucs_list_link_t           releases;     /* rsps to release (tensor_release pending) */
+    xfer_tanswers_t           *tanswers;    /* peers' tensor requests, answers released */
     ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
     int                       backlog_len;
@@ -618,7 +608,9 @@ xfer_status_t xfer_verbs_rsp_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 void xfer_verbs_rsp_write_done(xfer_verbs_op_t *op, xfer_status_t status);
 /* Release what the producer side of ch holds. */
 void xfer_verbs_rsp_drop_ch(xfer_ep_h ch, xfer_status_t status);
-void xfer_verbs_rsp_release(xfer_verbs_rsp_t *rsp);
+/* The engine's primitive: the framework's answer to a request (tensor_response.c). */
+void xfer_verbs_tensor_answer(xfer_tanswer_t *a, xfer_status_t status,
+                              const xfer_tensor_t *tensor, const char *reason);
 /* An ERROR_STATUS about request idx, in the given direction (XFER_TENSOR_ERR_*). */
 void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
                                   xfer_status_t status, const char *reason);

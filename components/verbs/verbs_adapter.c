@@ -277,11 +277,16 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     ucs_list_head_init(&iface->busy);
-    ucs_list_head_init(&iface->releases);
     ucs_list_head_init(&iface->notify);
     /* operations from a pool: malloc and free per message would be on the data path */
     if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), offsetof(xfer_verbs_op_t, msg_buf), 0,
                             "xfer_verbs_ops", &iface->ops) != XFER_OK) {
+        free(iface);
+        return XFER_ERR_NO_MEMORY;
+    }
+    if (xfer_tanswers_create(params, sizeof(xfer_verbs_rsp_t), xfer_verbs_tensor_answer,
+                             &iface->tanswers) != XFER_OK) {
+        xfer_op_pool_destroy(iface->ops);
         free(iface);
         return XFER_ERR_NO_MEMORY;
     }
@@ -348,13 +353,7 @@ static unsigned deliver(xfer_iface_h iface)
 {
     unsigned count = xfer_op_deliver(iface->ops);
 
-    while (!ucs_list_is_empty(&iface->releases)) {
-        xfer_verbs_rsp_t *rsp = ucs_list_extract_head(&iface->releases, xfer_verbs_rsp_t,
-                                                      list);
-
-        xfer_verbs_rsp_release(rsp);
-        count++;
-    }
+    count += xfer_tanswers_release(iface->tanswers);
     while (!ucs_list_is_empty(&iface->notify)) {
         xfer_ep_h ch = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
 
@@ -382,6 +381,7 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     if (iface->ops != NULL) {
         xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     }
+    xfer_tanswers_destroy(iface->tanswers);
     if (iface->timerfd >= 0) {
         close(iface->timerfd);
     }
@@ -647,7 +647,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 {
     int n;
 
-    if (xfer_op_queued(iface->ops) || !ucs_list_is_empty(&iface->releases) ||
+    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->notify) || (iface->backlog_len > 0)) {
         return XFER_ERR_BUSY;
     }

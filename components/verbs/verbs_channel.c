@@ -143,7 +143,6 @@ static void ch_free(xfer_ep_h ch)
     xfer_slots_cleanup(&ch->slots);
     xfer_verbs_meta_cache_clear(ch);
     kh_destroy_inplace(xfer_verbs_meta, &ch->meta_cache);
-    kh_destroy_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
     free(ch);
 }
 
@@ -185,9 +184,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ucs_list_head_init(&ch->flushes);
     ucs_list_head_init(&ch->batches);
     ucs_list_head_init(&ch->notifyq);
-    ucs_list_head_init(&ch->rsps);
     ucs_list_head_init(&ch->meta_lru);
-    kh_init_inplace(xfer_verbs_rsp, &ch->rsp_by_idx);
     kh_init_inplace(xfer_verbs_meta, &ch->meta_cache);
 
     if ((params->peer_iface_addr == NULL) ||

@@ -235,4 +235,94 @@ static inline int xfer_range_within(uint64_t base, uint64_t blen, uint64_t addr,
     return (addr >= base) && (addr - base <= blen) && (len <= blen - (addr - base));
 }
 
+/*
+ * Peers' tensor requests (framework/tensor_answer.c): the producer's side of a fetch, for every
+ * transport. A component hands each arriving request - its id on the wire, step and key - to
+ * the engine and supplies one primitive, answer(): queue the wire answer to it, the tensor
+ * (checked already: metadata that holds, data where it has bytes, within the size the
+ * component gave) or an error with its reason. The engine keeps each endpoint's requests (an
+ * id already pending is the peer's protocol error), hands them to the framework's tensor
+ * table - which bounds how many of one peer's wait (XFER_TENSOR_MAX_REQUESTS) and of all
+ * peers' (XFER_TENSOR_BUDGET) - answers one the consumer cancels while it waits, and releases
+ * the tensor once the component says it is done with the answer, from the component's
+ * progress (xfer_tanswers_release), never inside its walk of its queues.
+ *
+ * answer() may come inside xfer_tanswer_start(), or later from outside any call into the
+ * component; after it the component owns the answer until xfer_tanswer_done(). Everything is
+ * the component's iface's, under its lock.
+ */
+typedef struct xfer_tanswers xfer_tanswers_t;
+typedef struct xfer_tanswer xfer_tanswer_t;
+
+/* The requests of one endpoint, in the component's endpoint (zeroed at its creation). */
+typedef struct xfer_tanswer_list {
+    xfer_tanswer_t *first;
+    uint32_t       count;           /* requests on it */
+    uint32_t       waiting;         /* ... handed to the framework, not answered yet */
+} xfer_tanswer_list_t;
+
+struct xfer_tanswer {
+    /* the request; the component reads these */
+    void                 *ep;       /* the component's endpoint */
+    uint64_t             id;        /* its id on the wire */
+    uint64_t             step;
+    uint32_t             key_len;
+    char                 *key;      /* key_len bytes, filled by the component, and a NUL;
+                                     * a key past the iface's max_key_len has no room (NULL
+                                     * destination: its bytes are dropped as they arrive) */
+    void                 *priv;     /* the component's priv_size bytes, zeroed */
+    xfer_tanswer_t       *next;     /* the next request of its endpoint */
+    /* the engine's */
+    xfer_tensor_waiter_t waiter;
+    xfer_tanswers_t      *owner;
+    xfer_tanswer_list_t  *list;
+    xfer_tanswer_t       *prev;
+    xfer_tanswer_t       *id_next;  /* another endpoint's request of the same id */
+    void                 *fw_ep;
+    uint64_t             max_size;
+    void                 *handle;
+    xfer_status_t        release_status;
+    int                  state;
+};
+
+typedef void (*xfer_tanswer_cb_t)(xfer_tanswer_t *a, xfer_status_t status,
+                                  const xfer_tensor_t *tensor, const char *reason);
+
+XFER_API xfer_status_t xfer_tanswers_create(const xfer_iface_params_t *params, size_t priv_size,
+                                            xfer_tanswer_cb_t answer, xfer_tanswers_t **t_p);
+/* Releases what is done, then frees the engine: every endpoint is gone. */
+XFER_API void xfer_tanswers_destroy(xfer_tanswers_t *t);
+/* A request of ep (fw_ep: its framework endpoint) arrives; its key_len bytes of key are the
+ * component's to fill into a->key (xfer_tanswer_key_room() of them), then
+ * xfer_tanswer_start(). NULL with *status_p:
+ * XFER_ERR_PROTOCOL (the id is pending; why says so) or XFER_ERR_NO_MEMORY. max_size: the
+ * largest tensor the answer may carry. */
+XFER_API xfer_tanswer_t *xfer_tanswer_new(xfer_tanswers_t *t, xfer_tanswer_list_t *list,
+                                          void *ep, void *fw_ep, uint64_t id, uint64_t step,
+                                          uint32_t key_len, uint64_t max_size,
+                                          xfer_status_t *status_p, char *why, size_t why_size);
+/* Bytes of key a->key has room for: key_len, or 0 for a key past the iface's limit. */
+XFER_API uint32_t xfer_tanswer_key_room(const xfer_tanswer_t *a);
+/* The key is in: ask the framework (or answer at once: a key past the iface's limit, no
+ * tensors served here). */
+XFER_API void xfer_tanswer_start(xfer_tanswer_t *a);
+/* Drop a request whose key never arrived (its endpoint failed meanwhile). */
+XFER_API void xfer_tanswer_discard(xfer_tanswer_t *a);
+/* The consumer cancelled request id: one still waiting is withdrawn and answered with
+ * XFER_ERR_CANCELED (1); one answered already is left to its answer (0). */
+XFER_API int xfer_tanswer_cancel(xfer_tanswers_t *t, xfer_tanswer_list_t *list, uint64_t id);
+/* The pending request id of list, or NULL. */
+XFER_API xfer_tanswer_t *xfer_tanswer_find(xfer_tanswers_t *t, xfer_tanswer_list_t *list,
+                                           uint64_t id);
+/* The component is done with the answer (written, read by the peer, or dropped with status):
+ * the tensor is released at the next xfer_tanswers_release(). */
+XFER_API void xfer_tanswer_done(xfer_tanswer_t *a, xfer_status_t status);
+/* Release the tensors of the answers done; how many. */
+XFER_API unsigned xfer_tanswers_release(xfer_tanswers_t *t);
+/* Releases are due: the component does not sleep. */
+XFER_API int xfer_tanswers_pending(const xfer_tanswers_t *t);
+/* The endpoint of list goes: requests still waiting are withdrawn, answers the component still
+ * held (it let go of them first) released with status; the list is empty after. */
+XFER_API void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t status);
+
 #endif /* XFER_ENGINE_H */
