@@ -288,43 +288,16 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 }
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
-    .abi_version    = XFER_COMPONENT_ABI_V1,
-    .size           = sizeof(xfer_component_v1_t),
-    .name           = "gdr",
-    .version        = PACKAGE_VERSION,
-    .description    = "GPUDirect RDMA: verbs on CUDA device memory (driver loaded at run time)",
-    .params         = gdr_params,
-    .config_size    = sizeof(xfer_gdr_config_t),
+    XFER_COMPONENT_V1_HEAD("gdr",
+                           "GPUDirect RDMA: verbs on CUDA device memory "
+                           "(driver loaded at run time)",
+                           gdr_params, xfer_gdr_config_t),
     .query          = gdr_query,
     .iface_open     = xfer_gdr_iface_open,
     .iface_close    = xfer_gdr_iface_close,
-    .iface_address  = xfer_verbs_iface_address,
-    .ep_create      = xfer_verbs_ep_create,
-    .ep_address     = xfer_verbs_ep_address,
-    .ep_connect     = xfer_verbs_ep_connect,
-    .ep_destroy     = xfer_verbs_ep_destroy,
-    .mem_reg        = xfer_verbs_mem_reg,
     .mem_dereg      = xfer_gdr_mem_dereg,
-    .rkey_pack      = xfer_verbs_rkey_pack,
-    .rkey_unpack    = xfer_verbs_rkey_unpack,
-    .rkey_release   = xfer_verbs_rkey_release,
-    .put            = xfer_verbs_put,
-    .get            = xfer_verbs_get,
-    .tag_send       = xfer_verbs_tag_send,
-    .tensor_fetch   = xfer_verbs_tensor_fetch,
-    .cancel         = xfer_verbs_cancel,
-    .progress       = xfer_verbs_iface_progress,
-    .event_fd       = xfer_verbs_iface_event_fd,
-    .event_arm      = xfer_verbs_iface_event_arm,
-    .ep_flush       = xfer_verbs_ep_flush,
     .mem_reg_params = xfer_gdr_mem_reg_params,
-    .ep_shutdown    = xfer_verbs_ep_shutdown,
-    .tag_pull       = xfer_verbs_tag_pull,
-    .tag_copy       = xfer_verbs_tag_copy,
-    .tag_released   = xfer_verbs_tag_released,
+    XFER_VERBS_COMPONENT_OPS,
 };
 
-XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {
-    .size        = sizeof(xfer_component_stats_v1_t),
-    .ep_counters = xfer_verbs_ep_counters,
-};
+XFER_VERBS_STATS_EXPORT;

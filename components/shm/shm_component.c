@@ -310,13 +310,10 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
 }
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
-    .abi_version = XFER_COMPONENT_ABI_V1,
-    .size        = sizeof(xfer_component_v1_t),
-    .name        = "shm",
-    .version     = PACKAGE_VERSION,
-    .description = "shared-memory rings and cross-memory attach between processes of one host",
-    .params      = shm_params,
-    .config_size = sizeof(xfer_shm_config_t),
+    XFER_COMPONENT_V1_HEAD("shm",
+                           "shared-memory rings and cross-memory attach between "
+                           "processes of one host",
+                           shm_params, xfer_shm_config_t),
     .query       = shm_query,
 
     .iface_open    = xfer_shm_iface_open,

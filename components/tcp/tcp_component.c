@@ -264,13 +264,8 @@ XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = 
 };
 
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
-    .abi_version = XFER_COMPONENT_ABI_V1,
-    .size        = sizeof(xfer_component_v1_t),
-    .name        = "tcp",
-    .version     = PACKAGE_VERSION,
-    .description = "TCP sockets over any IP interface",
-    .params      = tcp_params,
-    .config_size = sizeof(xfer_tcp_config_t),
+    XFER_COMPONENT_V1_HEAD("tcp", "TCP sockets over any IP interface",
+                           tcp_params, xfer_tcp_config_t),
     .query       = tcp_query,
 
     .iface_open    = xfer_tcp_iface_open,

@@ -618,4 +618,37 @@ void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
 /* ---- verbs_counters.c ------------------------------------------------------------------------- */
 void xfer_verbs_ep_counters(xfer_ep_h ep, xfer_counter_t *counters, size_t *count_p);
 
+/* The entries of the component table that gdr takes from verbs as they are: both tables list
+ * them through this, each adding its own (query, iface_open and _close, registration). */
+#define XFER_VERBS_COMPONENT_OPS \
+    .iface_address = xfer_verbs_iface_address, \
+    .ep_create     = xfer_verbs_ep_create, \
+    .ep_address    = xfer_verbs_ep_address, \
+    .ep_connect    = xfer_verbs_ep_connect, \
+    .ep_destroy    = xfer_verbs_ep_destroy, \
+    .mem_reg       = xfer_verbs_mem_reg, \
+    .rkey_pack     = xfer_verbs_rkey_pack, \
+    .rkey_unpack   = xfer_verbs_rkey_unpack, \
+    .rkey_release  = xfer_verbs_rkey_release, \
+    .put           = xfer_verbs_put, \
+    .get           = xfer_verbs_get, \
+    .tag_send      = xfer_verbs_tag_send, \
+    .tensor_fetch  = xfer_verbs_tensor_fetch, \
+    .cancel        = xfer_verbs_cancel, \
+    .progress      = xfer_verbs_iface_progress, \
+    .event_fd      = xfer_verbs_iface_event_fd, \
+    .event_arm     = xfer_verbs_iface_event_arm, \
+    .ep_flush      = xfer_verbs_ep_flush, \
+    .ep_shutdown   = xfer_verbs_ep_shutdown, \
+    .tag_pull      = xfer_verbs_tag_pull, \
+    .tag_copy      = xfer_verbs_tag_copy, \
+    .tag_released  = xfer_verbs_tag_released
+
+/* verbs' counters, which gdr exports as they are. */
+#define XFER_VERBS_STATS_EXPORT \
+    XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = { \
+        .size        = sizeof(xfer_component_stats_v1_t), \
+        .ep_counters = xfer_verbs_ep_counters, \
+    }
+
 #endif

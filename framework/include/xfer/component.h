@@ -35,6 +35,18 @@ extern "C" {
 /* Mark the single exported symbol; everything else in a component stays hidden. */
 #define XFER_COMPONENT_EXPORT __attribute__((visibility("default")))
 
+/* The head of a component's table (xfer_component_v1_t below): its ABI and size, name,
+ * version (the component's build's PACKAGE_VERSION), description, parameter table and the
+ * type its parameters are parsed into. */
+#define XFER_COMPONENT_V1_HEAD(_name, _description, _params, _config_type) \
+    .abi_version = XFER_COMPONENT_ABI_V1, \
+    .size        = sizeof(xfer_component_v1_t), \
+    .name        = (_name), \
+    .version     = PACKAGE_VERSION, \
+    .description = (_description), \
+    .params      = (_params), \
+    .config_size = sizeof(_config_type)
+
 #define XFER_NAME_MAX        32   /* component and parameter names */
 #define XFER_REASON_MAX     256   /* one-line human-readable reasons */
 #define XFER_DEVICE_MAX      32   /* devices reported by one query */
