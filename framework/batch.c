@@ -372,6 +372,8 @@ static xfer_status_t batch_post_each(batch_op_t *op)
 
 /* ---- posting -------------------------------------------------------------------------------- */
 
+static const xfer_req_ops_t batch_req_ops = {NULL, xfer_batch_cancel, NULL};
+
 xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t notify_len,
                               int timeout_ms, xfer_request_cb_t cb, void *user_data,
                               xfer_request_t **req_p)
@@ -432,7 +434,7 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     }
     op  = calloc(1, sizeof(*op));
     req = (op == NULL) ? NULL :
-          xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, cb, user_data);
+          xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, &batch_req_ops, cb, user_data);
     if (req == NULL) {
         free(op);
         status = XFER_ERR_NO_MEMORY;

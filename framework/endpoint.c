@@ -433,7 +433,7 @@ xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags, xfer_r
         status = XFER_ERR_INVALID_PARAM;
         goto out;
     }
-    req = xfer_request_new(ctx, XFER_REQ_CLOSE, NULL, cb, user_data);
+    req = xfer_request_new(ctx, XFER_REQ_CLOSE, NULL, NULL, cb, user_data);
     if (req == NULL) {
         status = XFER_ERR_NO_MEMORY;
         goto out;
@@ -476,7 +476,7 @@ xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, voi
     if (status != XFER_OK) {
         return status;
     }
-    req = xfer_request_new(ep->ctx, XFER_REQ_FLUSH, ep->fw_iface, cb, user_data);
+    req = xfer_request_new(ep->ctx, XFER_REQ_FLUSH, ep->fw_iface, NULL, cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
@@ -610,8 +610,8 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
         xfer_ctx_unlock(ep->ctx);
         return status;
     }
-    req = xfer_request_new(ep->ctx, is_put ? XFER_REQ_PUT : XFER_REQ_GET, ep->fw_iface, cb,
-                           user_data);
+    req = xfer_request_new(ep->ctx, is_put ? XFER_REQ_PUT : XFER_REQ_GET, ep->fw_iface, NULL,
+                           cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
@@ -711,7 +711,7 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         xfer_ctx_unlock(ep->ctx);
         return status;
     }
-    req = xfer_request_new(ep->ctx, XFER_REQ_SEND, ep->fw_iface, cb, user_data);
+    req = xfer_request_new(ep->ctx, XFER_REQ_SEND, ep->fw_iface, NULL, cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
@@ -766,7 +766,7 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         xfer_ctx_unlock(ctx);
         return status;
     }
-    req = xfer_request_new(ctx, XFER_REQ_RECV, NULL, cb, user_data);
+    req = xfer_request_new(ctx, XFER_REQ_RECV, NULL, &xfer_tm_recv_ops, cb, user_data);
     if (req == NULL) {
         xfer_ctx_unlock(ctx);
         return XFER_ERR_NO_MEMORY;

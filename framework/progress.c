@@ -221,13 +221,8 @@ static void requests_drain_for_destroy(xfer_context_t *ctx)
         if ((req->status != XFER_INPROGRESS) || req->queued) {
             continue;
         }
-        if (req->kind == XFER_REQ_BATCH) {
-            (void)xfer_batch_cancel(req, XFER_ERR_CANCELED);
-        } else if (req->kind == XFER_REQ_RECV) {
-            (void)xfer_tm_cancel(req, XFER_ERR_CANCELED);
-        } else if ((req->fw_iface != NULL) && (req->fw_iface->comp->cancel != NULL)) {
-            (void)req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
-                                              XFER_ERR_CANCELED);
+        if ((req->ops != NULL) && (req->ops->cancel != NULL)) {
+            (void)req->ops->cancel(req, XFER_ERR_CANCELED);
         }
     }
     for (int round = 0; round < 16; round++) {

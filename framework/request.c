@@ -14,7 +14,6 @@
  */
 #include "xfer_int.h"
 #include "clock.h"
-#include "staging.h"
 
 #include <limits.h>
 #include <stddef.h>
@@ -60,8 +59,8 @@ void xfer_request_pool_cleanup(xfer_context_t *ctx)
 }
 
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
-                                 xfer_fw_iface_t *fw_iface, xfer_request_cb_t cb,
-                                 void *user_data)
+                                 xfer_fw_iface_t *fw_iface, const xfer_req_ops_t *ops,
+                                 xfer_request_cb_t cb, void *user_data)
 {
     xfer_request_t *req = ucs_mpool_get(&ctx->req_mp);
 
@@ -77,6 +76,7 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
         memcpy(req, &request_zero, offsetof(xfer_request_t, step));
     }
     req->comp.cb   = request_comp_cb;
+    req->ops       = ops;
     req->ctx       = ctx;
     req->kind      = kind;
     req->fw_iface  = fw_iface;
@@ -88,9 +88,17 @@ xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
     return req;
 }
 
+/* What the owner hung on the request goes. */
+static void request_owner_release(xfer_request_t *req)
+{
+    if ((req->ops != NULL) && (req->ops->release != NULL)) {
+        req->ops->release(req);
+    }
+}
+
 static void request_free(xfer_request_t *req)
 {
-    xfer_msg_stage_free(req);
+    request_owner_release(req);
     ucs_list_del(&req->list);
     ucs_mpool_put(req);
 }
@@ -151,7 +159,7 @@ void xfer_request_posted_done(xfer_request_t *req, size_t length, xfer_request_t
      * xfer_request_test() answers without progress */
     req->status = XFER_OK;
     req->length = length;
-    xfer_msg_stage_free(req);       /* a send's host copy: the transport is done with it */
+    request_owner_release(req);     /* a send's host copy: the transport is done with it */
     request_mem_release(req);
     if (req_p != NULL) {
         *req_p = req;
@@ -170,11 +178,8 @@ void xfer_request_complete(xfer_request_t *req, xfer_status_t status, size_t len
                  xfer_status_string(status));
         return;
     }
-    if (req->stage != NULL) {
-        xfer_msg_stage_end(req, &status, &length);
-    }
-    if (req->kind == XFER_REQ_FETCH) {
-        xfer_tensor_fetch_done(req);
+    if ((req->ops != NULL) && (req->ops->end != NULL)) {
+        req->ops->end(req, &status, &length);
     }
     if ((req->cb == NULL) && !req->released) {
         /* nothing of the user's runs and nothing is freed: the outcome is visible at once,
@@ -314,20 +319,10 @@ xfer_status_t xfer_request_cancel(xfer_request_t *req)
         status = XFER_ERR_BUSY;
     } else if ((req->status != XFER_INPROGRESS) || req->queued) {
         status = XFER_OK;       /* complete, or its completion is being delivered */
-    } else if (req->kind == XFER_REQ_BATCH) {
-        status = xfer_batch_cancel(req, XFER_ERR_CANCELED);
-    } else if (req->kind == XFER_REQ_RECV) {
-        status = xfer_tm_cancel(req, XFER_ERR_CANCELED);
-        if (status == XFER_OK) {
-            xfer_wake_locked(req->ctx);
-        }
-    } else if (req->kind != XFER_REQ_FETCH) {
-        status = XFER_ERR_UNSUPPORTED;
-    } else if (req->fw_iface->comp->cancel == NULL) {
+    } else if ((req->ops == NULL) || (req->ops->cancel == NULL)) {
         status = XFER_ERR_UNSUPPORTED;
     } else {
-        status = req->fw_iface->comp->cancel(req->fw_iface->iface, &req->comp,
-                                             XFER_ERR_CANCELED);
+        status = req->ops->cancel(req, XFER_ERR_CANCELED);
         if (status == XFER_OK) {
             xfer_wake_locked(req->ctx);
         }

@@ -52,7 +52,18 @@ struct xfer_msg_stage {
     xfer_mem_attr_t attr;           /* of dev (or of a send's source) */
     xfer_status_t   status;         /* a failure found inside the allocation callback */
     char            why[XFER_REASON_MAX];
+    const xfer_req_ops_t *owner_ops; /* the request's owner's, called after the stage's */
 };
+
+static const xfer_req_ops_t staged_ops;
+
+/* req's ends go through st first (staged_ops), then to its owner's ops. */
+static void stage_attach(xfer_request_t *req, xfer_msg_stage_t *st)
+{
+    st->owner_ops = req->ops;
+    req->stage    = st;
+    req->ops      = &staged_ops;
+}
 
 static xfer_status_t copier_get(xfer_context_t *ctx, const xfer_mem_attr_t *attr,
                                 xfer_copier_t **c_p, char *why, size_t why_size)
@@ -133,7 +144,7 @@ static xfer_msg_stage_t *stage_new(xfer_request_t *req, size_t host_len)
         return NULL;
     }
     st->host_len = host_len;
-    req->stage   = st;
+    stage_attach(req, st);
     req->ctx->msg_staged++;
     return st;
 }
@@ -141,6 +152,7 @@ static xfer_msg_stage_t *stage_new(xfer_request_t *req, size_t host_len)
 void xfer_msg_stage_free(xfer_request_t *req)
 {
     if (req->stage != NULL) {
+        req->ops = req->stage->owner_ops;
         free(req->stage->host);
         free(req->stage);
         req->stage = NULL;
@@ -276,7 +288,7 @@ xfer_status_t xfer_msg_stage_fetch(xfer_request_t *req, const xfer_fetch_params_
         st->capacity = params->capacity;
         st->attr     = params->mem->attr;
     }
-    req->stage      = st;
+    stage_attach(req, st);
     args->buffer    = NULL;
     args->capacity  = 0;
     args->memh      = NULL;
@@ -382,3 +394,33 @@ xfer_status_t xfer_msg_stage_publish(xfer_context_t *ctx, const xfer_tensor_t *t
     *copy_p = copy;
     return XFER_OK;
 }
+
+/* ---- the request's ops while it is staged ---- */
+
+static void staged_end(xfer_request_t *req, xfer_status_t *status_p, size_t *length_p)
+{
+    const xfer_req_ops_t *owner = req->stage->owner_ops;
+
+    xfer_msg_stage_end(req, status_p, length_p);    /* which gives req its owner's ops back */
+    if ((owner != NULL) && (owner->end != NULL)) {
+        owner->end(req, status_p, length_p);
+    }
+}
+
+static xfer_status_t staged_cancel(xfer_request_t *req, xfer_status_t status)
+{
+    const xfer_req_ops_t *owner = req->stage->owner_ops;
+
+    return ((owner == NULL) || (owner->cancel == NULL)) ? XFER_ERR_UNSUPPORTED :
+           owner->cancel(req, status);
+}
+
+static void staged_release(xfer_request_t *req)
+{
+    xfer_msg_stage_free(req);                       /* which gives req its owner's ops back */
+    if ((req->ops != NULL) && (req->ops->release != NULL)) {
+        req->ops->release(req);
+    }
+}
+
+static const xfer_req_ops_t staged_ops = {staged_end, staged_cancel, staged_release};

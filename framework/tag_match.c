@@ -458,3 +458,5 @@ void xfer_tm_cleanup(xfer_context_t *ctx)
     }
     ctx->tm.kept_bytes = 0;
 }
+
+const xfer_req_ops_t xfer_tm_recv_ops = {NULL, xfer_tm_cancel, NULL};

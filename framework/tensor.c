@@ -410,7 +410,7 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
             pub->tensor.data = pub->copy;
         }
     }
-    pub->req = xfer_request_new(ctx, XFER_REQ_PUBLISH, NULL, cb, user_data);
+    pub->req = xfer_request_new(ctx, XFER_REQ_PUBLISH, NULL, NULL, cb, user_data);
     if (pub->req == NULL) {
         status = XFER_ERR_NO_MEMORY;
         goto out_slot;
@@ -601,11 +601,25 @@ static void *fetch_alloc(void *alloc_arg, const xfer_tensor_t *meta)
     return xfer_tensor_fetch_alloc(alloc_arg, meta);
 }
 
-void xfer_tensor_fetch_done(xfer_request_t *req)
+/* A fetch ends: it leaves the pending ones an abort reaches. */
+static void fetch_end(xfer_request_t *req, xfer_status_t *status_p, size_t *length_p)
 {
+    (void)status_p;
+    (void)length_p;
     ucs_list_del(&req->fetch_list);
     ucs_list_head_init(&req->fetch_list);
 }
+
+/* Its transport takes it back while its answer has not started to arrive. */
+static xfer_status_t fetch_cancel(xfer_request_t *req, xfer_status_t status)
+{
+    const xfer_component_v1_t *comp = req->fw_iface->comp;
+
+    return (comp->cancel == NULL) ? XFER_ERR_UNSUPPORTED :
+           comp->cancel(req->fw_iface->iface, &req->comp, status);
+}
+
+static const xfer_req_ops_t fetch_ops = {fetch_end, fetch_cancel, NULL};
 
 xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *key,
                                 const xfer_fetch_params_t *params, xfer_request_cb_t cb,
@@ -661,7 +675,7 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
                  (unsigned long long)step, xfer_status_string(status));
         goto out;
     }
-    req = xfer_request_new(ctx, XFER_REQ_FETCH, ep->fw_iface, cb, user_data);
+    req = xfer_request_new(ctx, XFER_REQ_FETCH, ep->fw_iface, &fetch_ops, cb, user_data);
     if (req == NULL) {
         status = XFER_ERR_NO_MEMORY;
         goto out;

@@ -228,8 +228,23 @@ typedef enum {
     XFER_REQ_FLUSH, XFER_REQ_CLOSE, XFER_REQ_BATCH
 } xfer_req_kind_t;
 
+/*
+ * What a request's owner - the feature that made it (tag matching, tensors, batches, staging)
+ * - does for it, so that requests and progress know no feature: its last work at the end,
+ * which may change the outcome (a staged message copied back), how to cancel it, and what to
+ * let go of when the request is freed. Any may be NULL; a request without cancel cannot be
+ * cancelled (XFER_ERR_UNSUPPORTED). A feature that wraps another's request (staging) keeps
+ * the owner's ops and calls them from its own.
+ */
+typedef struct xfer_req_ops {
+    void          (*end)(xfer_request_t *req, xfer_status_t *status_p, size_t *length_p);
+    xfer_status_t (*cancel)(xfer_request_t *req, xfer_status_t status);
+    void          (*release)(xfer_request_t *req);
+} xfer_req_ops_t;
+
 struct xfer_request {
     xfer_comp_t         comp;           /* what the component completes */
+    const xfer_req_ops_t *ops;          /* its owner's (NULL: none) */
     xfer_context_t      *ctx;
     ucs_list_link_t     list;           /* ctx->requests */
     ucs_list_link_t     fetch_list;     /* pending fetches, for abort */
@@ -390,10 +405,10 @@ static inline xfer_status_t xfer_api_check(const xfer_context_t *ctx, const char
     return XFER_OK;
 }
 
-/* request.c */
+/* request.c; ops: its owner's (NULL: none) */
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
-                                 xfer_fw_iface_t *fw_iface, xfer_request_cb_t cb,
-                                 void *user_data);
+                                 xfer_fw_iface_t *fw_iface, const xfer_req_ops_t *ops,
+                                 xfer_request_cb_t cb, void *user_data);
 /* A posted request: hand it to the caller or mark it self-releasing. */
 void xfer_request_posted(xfer_request_t *req, xfer_request_t **req_p);
 /* The component finished the operation while posting it (XFER_OK): the request is complete
@@ -473,6 +488,8 @@ xfer_status_t xfer_tm_post(xfer_context_t *ctx, xfer_endpoint_t *ep, xfer_reques
 /* Cancel a posted receive: XFER_OK (it completes with status), XFER_ERR_BUSY (a message is
  * arriving into it). */
 xfer_status_t xfer_tm_cancel(xfer_request_t *req, xfer_status_t status);
+/* A receive's ops (xfer_req_ops_t): the matcher cancels it. */
+extern const xfer_req_ops_t xfer_tm_recv_ops;
 /* ep failed or its peer closed: the receives for it alone complete with status. */
 void xfer_tm_ep_failed(xfer_endpoint_t *ep, xfer_status_t status);
 /* ep goes: its receives complete cancelled, its messages nobody received go. */
@@ -489,7 +506,6 @@ void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter);
 void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status);
 /* Fetch-side bookkeeping: is the step aborted here (returns the status or XFER_OK)? */
 xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step);
-void xfer_tensor_fetch_done(xfer_request_t *req);
 /* Run the fetch's allocation callback (req->alloc) as the API allows it to run. */
 void *xfer_tensor_fetch_alloc(xfer_request_t *req, const xfer_tensor_t *meta);
 xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
