@@ -234,6 +234,7 @@ static void batch_deadline_update(xfer_context_t *ctx, int64_t deadline)
     if (deadline < ctx->batch_deadline) {
         ctx->batch_deadline = deadline;
     }
+    xfer_progress_hook_add(ctx, &ctx->batch_hook, xfer_batch_expire, xfer_batch_timeout, NULL);
 }
 
 /* The transport is done with the op: its request (if still attached) completes, and the
@@ -545,6 +546,7 @@ unsigned xfer_batch_expire(xfer_context_t *ctx)
     unsigned count = 0;
 
     if (ctx->batch_deadline == INT64_MAX) {
+        xfer_progress_hook_del(ctx, &ctx->batch_hook);     /* no deadline to keep */
         return 0;
     }
     now = xfer_now_ms();

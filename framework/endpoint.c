@@ -262,10 +262,10 @@ xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep)
  * the peer hears that everything before came, and its endpoint says XFER_ERR_PEER_CLOSED).
  * Each step completes from inside the transport's progress, where the endpoint cannot be
  * destroyed (the transport is walking its structures): the completion only marks it, and
- * xfer_endpoints_closing_progress() - after the transports' progress - takes the next step,
- * and at the end destroys the endpoint and completes the close request. A close whose steps
- * do not end by its deadline is forced: what is left is cancelled, and the peer sees the
- * connection end. */
+ * closing_progress() - a progress hook while some close, after the transports' progress -
+ * takes the next step, and at the end destroys the endpoint and completes the close request.
+ * A close whose steps do not end by its deadline is forced: what is left is cancelled, and
+ * the peer sees the connection end. */
 
 static void close_step_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                           uint64_t tag)
@@ -318,6 +318,8 @@ static void close_step_done(xfer_endpoint_t *ep, xfer_status_t status)
     close_finish(ep, status);
 }
 
+static unsigned closing_progress(xfer_context_t *ctx);
+
 static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req)
 {
     xfer_context_t *ctx             = ep->ctx;
@@ -329,6 +331,8 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     xfer_notify_ep_cleanup(ep);     /* the handle is gone: nobody can take them */
     ucs_list_del(&ep->list);
     ucs_list_add_tail(&ctx->closing, &ep->list);
+    xfer_progress_hook_add(ctx, &ctx->closing_hook, closing_progress,
+                           xfer_endpoints_closing_timeout, NULL);
     if ((ep->status != XFER_OK) && (ep->status != XFER_ERR_PEER_CLOSED)) {
         close_finish(ep, ep->status);   /* failed: nothing more can be delivered */
         return;
@@ -349,7 +353,8 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     xfer_wake_locked(ctx);
 }
 
-void xfer_endpoints_closing_progress(xfer_context_t *ctx)
+/* The closing endpoints' steps and deadlines (a progress hook while some close). */
+static unsigned closing_progress(xfer_context_t *ctx)
 {
     xfer_endpoint_t *ep, *tmp;
     int64_t now = -1;
@@ -375,6 +380,10 @@ void xfer_endpoints_closing_progress(xfer_context_t *ctx)
             }
         }
     }
+    if (ucs_list_is_empty(&ctx->closing)) {
+        xfer_progress_hook_del(ctx, &ctx->closing_hook);
+    }
+    return 0;
 }
 
 int xfer_endpoints_closing_timeout(xfer_context_t *ctx)

@@ -29,6 +29,8 @@ static void notify_list(xfer_endpoint_t *ep)
     if (!ep->notify_listed) {
         ucs_list_add_tail(&ep->ctx->notify_ready, &ep->notify_link);
         ep->notify_listed = 1;
+        xfer_progress_hook_add(ep->ctx, &ep->ctx->notify_hook, xfer_notify_dispatch, NULL,
+                               NULL);
     }
 }
 
@@ -119,6 +121,9 @@ unsigned xfer_notify_dispatch(xfer_context_t *ctx)
         xfer_in_callback--;
         free(m);
         count++;
+    }
+    if ((ctx->notify_cb == NULL) || ucs_list_is_empty(&ctx->notify_ready)) {
+        xfer_progress_hook_del(ctx, &ctx->notify_hook);    /* nothing for a handler */
     }
     return count;
 }

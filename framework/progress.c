@@ -163,6 +163,7 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ctx->user_timerfd = -1;
     ucs_list_head_init(&ctx->endpoints);
     ucs_list_head_init(&ctx->closing);
+    ucs_list_head_init(&ctx->hooks);
     ucs_list_head_init(&ctx->listeners);
     ucs_list_head_init(&ctx->rkeys);
     ucs_list_head_init(&ctx->mems);
@@ -304,36 +305,64 @@ void xfer_ctx_data_cleanup(xfer_context_t *ctx)
     pthread_mutex_destroy(&ctx->lock);
 }
 
+void xfer_progress_hook_add(xfer_context_t *ctx, xfer_progress_hook_t *hook,
+                            unsigned (*progress)(xfer_context_t *ctx),
+                            int (*timeout)(xfer_context_t *ctx), int (*busy)(xfer_context_t *ctx))
+{
+    if (hook->registered) {
+        return;
+    }
+    hook->progress   = progress;
+    hook->timeout    = timeout;
+    hook->busy       = busy;
+    hook->registered = 1;
+    ucs_list_add_tail(&ctx->hooks, &hook->link);
+}
+
+void xfer_progress_hook_del(xfer_context_t *ctx, xfer_progress_hook_t *hook)
+{
+    (void)ctx;
+    if (hook->registered) {
+        ucs_list_del(&hook->link);
+        hook->registered = 0;
+    }
+}
+
+/* The hooks registered now, each once: one may remove itself or another meanwhile. */
+#define HOOKS_MAX 16
+
+static unsigned hooks_collect(xfer_context_t *ctx, xfer_progress_hook_t **hooks)
+{
+    xfer_progress_hook_t *hook;
+    unsigned n = 0;
+
+    ucs_list_for_each(hook, &ctx->hooks, link) {
+        if (n < HOOKS_MAX) {
+            hooks[n++] = hook;
+        }
+    }
+    return n;
+}
+
 unsigned xfer_progress_locked(xfer_context_t *ctx)
 {
-    unsigned count = 0;
+    xfer_progress_hook_t *hooks[HOOKS_MAX];
+    unsigned count = 0, n;
 
     ctx->user_armed = 0;    /* whoever sleeps on the event fd is awake */
 
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
     }
-    if (ctx->staging != NULL) {
-        count += xfer_staging_progress(ctx);
+    n = hooks_collect(ctx, hooks);
+    for (unsigned i = 0; i < n; i++) {
+        if (hooks[i]->registered) {
+            count += hooks[i]->progress(ctx);
+        }
     }
-    if (!ucs_list_is_empty(&ctx->closing)) {
-        xfer_endpoints_closing_progress(ctx);
-    }
-    if (ctx->tensors != NULL) {
-        count += xfer_tensor_expire(ctx);
-    }
-    if (ctx->batch_deadline != INT64_MAX) {
-        count += xfer_batch_expire(ctx);
-    }
-    if (ctx->tm.paused) {
-        count += xfer_tm_progress(ctx);
-    }
-    /* user callbacks only now, after every transport has returned */
+    /* user callbacks only now, after every transport and hook has returned */
     if (!ucs_list_is_empty(&ctx->ready)) {
         count += xfer_requests_dispatch(ctx);
-    }
-    if (!ucs_list_is_empty(&ctx->notify_ready)) {
-        count += xfer_notify_dispatch(ctx);
     }
     return count;
 }
@@ -390,20 +419,28 @@ void xfer_ctx_cond_wait(xfer_context_t *ctx, const struct timespec *deadline)
     ctx->lock_depth = depth;
 }
 
-static int staging_polls(xfer_context_t *ctx)
+/* A hook polls (a copy lands without an fd event): do not sleep on the fds. */
+static int hooks_busy(xfer_context_t *ctx)
 {
-    return (ctx->staging != NULL) && xfer_staging_copying(ctx);
+    xfer_progress_hook_t *hook;
+
+    ucs_list_for_each(hook, &ctx->hooks, link) {
+        if ((hook->busy != NULL) && hook->busy(ctx)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 /* ms to the context's nearest deadline (a close, a peer's request waiting for a tensor, a
  * batch): 0 when one is due, -1 when there is none. */
 static int next_deadline_ms(xfer_context_t *ctx)
 {
+    xfer_progress_hook_t *hook;
     int next = -1;
 
-    for (int i = 0; i < 3; i++) {
-        int until = (i == 0) ? xfer_endpoints_closing_timeout(ctx) :
-                    (i == 1) ? xfer_tensor_expiry_timeout(ctx) : xfer_batch_timeout(ctx);
+    ucs_list_for_each(hook, &ctx->hooks, link) {
+        int until = (hook->timeout != NULL) ? hook->timeout(ctx) : -1;
 
         if ((until >= 0) && ((next < 0) || (until < next))) {
             next = until;
@@ -437,7 +474,7 @@ void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)
     }
     /* A copy of the staging pipeline lands without an fd event: poll for it, letting go of
      * the lock for a moment so that a thread that polls here does not lock out the others. */
-    if (staging_polls(ctx)) {
+    if (hooks_busy(ctx)) {
         struct timespec ts;
 
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -569,7 +606,7 @@ xfer_status_t xfer_context_arm(xfer_context_t *ctx)
     }
     (void)!read(ctx->user_timerfd, &count, sizeof(count));
     until = next_deadline_ms(ctx);
-    if (!ucs_list_is_empty(&ctx->ready) || staging_polls(ctx) || (until == 0) ||
+    if (!ucs_list_is_empty(&ctx->ready) || hooks_busy(ctx) || (until == 0) ||
         !ifaces_arm(ctx)) {
         xfer_ctx_unlock(ctx);
         return XFER_ERR_BUSY;

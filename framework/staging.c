@@ -117,6 +117,12 @@ struct xfer_staging {
     xfer_staging_stats_t    stats;
 };
 
+/* A copy lands without an fd event: progress polls while one is in flight. */
+static int staging_busy(xfer_context_t *ctx)
+{
+    return xfer_staging_copying(ctx);
+}
+
 static xfer_staging_t *staging_get(xfer_context_t *ctx)
 {
     xfer_staging_t *st = ctx->staging;
@@ -132,6 +138,8 @@ static xfer_staging_t *staging_get(xfer_context_t *ctx)
         st->stats.chunk_size = st->chunk;
         ucs_list_head_init(&st->ops);
         ctx->staging = st;
+        xfer_progress_hook_add(ctx, &ctx->staging_hook, xfer_staging_progress, NULL,
+                               staging_busy);
     }
     return st;
 }
@@ -552,6 +560,7 @@ void xfer_staging_destroy(xfer_context_t *ctx)
     }
     free(st);
     ctx->staging = NULL;
+    xfer_progress_hook_del(ctx, &ctx->staging_hook);
 }
 
 /* ---- test hooks (staging_test.h) ---- */

@@ -134,6 +134,7 @@ static void resume_paused(xfer_context_t *ctx)
         return;
     }
     ctx->tm.paused = 0;
+    xfer_progress_hook_del(ctx, &ctx->tm.hook);
     for (unsigned i = 0; i < ctx->num_ifaces; i++) {
         xfer_tag_resume_func_t resume = xfer_component_tag_resume(ctx->ifaces[i].comp);
 
@@ -278,6 +279,7 @@ int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length, un
             if (!ctx->tm.paused) {
                 ctx->tm.paused     = 1;
                 ctx->tm.gives_seen = xfer_budget_gives();
+                xfer_progress_hook_add(ctx, &ctx->tm.hook, xfer_tm_progress, NULL, NULL);
             }
             return XFER_TAG_PAUSE;
         }

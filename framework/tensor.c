@@ -515,6 +515,8 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
     node->deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.tensor_request_timeout * 1000.0);
     ucs_list_add_tail(&slot->waiters, &node->list);
     ucs_list_add_tail(&t->parked, &node->age);
+    xfer_progress_hook_add(ctx, &ctx->tensor_hook, xfer_tensor_expire,
+                           xfer_tensor_expiry_timeout, NULL);
 }
 
 unsigned xfer_tensor_expire(xfer_context_t *ctx)
@@ -524,6 +526,7 @@ unsigned xfer_tensor_expire(xfer_context_t *ctx)
     int64_t now;
 
     if ((t == NULL) || ucs_list_is_empty(&t->parked)) {
+        xfer_progress_hook_del(ctx, &ctx->tensor_hook);    /* none waits: nothing expires */
         return 0;
     }
     now = xfer_now_ms();

@@ -162,6 +162,22 @@ typedef struct xfer_transport_spec {
     char    **names;
 } xfer_transport_spec_t;
 
+/*
+ * Progress hooks: a feature with work that needs the context's progress - a deadline to keep,
+ * a copy to poll, a queue to deliver - registers a hook while it has some, and progress calls
+ * the registered ones after the transports, in the order they came. Progress then costs what
+ * is active, and a new feature adds a hook, not a branch in progress.c. A hook may remove
+ * itself (or another) from inside its progress.
+ */
+typedef struct xfer_progress_hook {
+    ucs_list_link_t link;               /* ctx->hooks while registered */
+    int             registered;
+    unsigned        (*progress)(xfer_context_t *ctx);   /* events it handled */
+    int             (*timeout)(xfer_context_t *ctx);    /* ms until due, 0 now, -1 none; or
+                                                         * NULL */
+    int             (*busy)(xfer_context_t *ctx);       /* it polls: do not sleep; or NULL */
+} xfer_progress_hook_t;
+
 struct xfer_context {
     xfer_fw_config_t        fw_config;
     xfer_param_set_t        fw_params;
@@ -191,8 +207,10 @@ struct xfer_context {
     int                     destroying;     /* xfer_context_destroy runs: nothing new is posted */
     int                     thread_started;
     pthread_t               thread;         /* XFER_PROGRESS_THREAD */
+    ucs_list_link_t         hooks;          /* xfer_progress_hook_t registered */
     ucs_list_link_t         endpoints;      /* xfer_endpoint_t, open */
     ucs_list_link_t         closing;        /* xfer_endpoint_t flushing before they close */
+    xfer_progress_hook_t    closing_hook;   /* endpoint.c, while some close */
     ucs_list_link_t         listeners;      /* xfer_listener_t */
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
@@ -202,17 +220,21 @@ struct xfer_context {
     ucs_mpool_t             req_mp;         /* where they come from */
     int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
+    xfer_progress_hook_t    tensor_hook;    /* tensor.c, while peers' requests wait */
     struct xfer_staging     *staging;       /* staging.c; NULL until first needed */
+    xfer_progress_hook_t    staging_hook;   /* staging.c, while it exists */
     int                     staging_host;   /* xfer_staging_test_host(): host memory staged */
     struct msg_copier       *msg_copiers;   /* staging_msg.c's copy engines, per CUDA context */
     uint64_t                msg_staged;     /* staging_msg.c: messages and tensors staged */
     uint64_t                msg_copies;     /* staging_msg.c: their copies */
     ucs_list_link_t         batch_ops;      /* batch.c: posted batches, for their deadlines */
     int64_t                 batch_deadline; /* the nearest of them; INT64_MAX: none */
+    xfer_progress_hook_t    batch_hook;     /* batch.c, while one has a deadline */
     ucs_list_link_t         batches;        /* batch.c: prepared lists */
     xfer_notify_cb_t        notify_cb;      /* notify.c: the handler, or NULL */
     void                    *notify_arg;
     ucs_list_link_t         notify_ready;   /* endpoints with notifications for the handler */
+    xfer_progress_hook_t    notify_hook;    /* notify.c, while notify_ready has some */
     struct {                                /* tag_match.c */
         ucs_list_link_t     posted;         /* receives (xfer_request_t), posting order */
         ucs_list_link_t     unexp;          /* messages nobody received yet, arrival order */
@@ -220,6 +242,7 @@ struct xfer_context {
         uint64_t            kept_bytes;
         int                 paused;         /* a transport paused a peer at the bounds */
         uint64_t            gives_seen;     /* xfer_budget_gives() then */
+        xfer_progress_hook_t hook;          /* while paused */
     } tm;
 };
 
@@ -405,6 +428,13 @@ static inline xfer_status_t xfer_api_check(const xfer_context_t *ctx, const char
     return XFER_OK;
 }
 
+/* progress.c: register hook (its functions given here) while its feature has work; again
+ * is nothing. */
+void xfer_progress_hook_add(xfer_context_t *ctx, xfer_progress_hook_t *hook,
+                            unsigned (*progress)(xfer_context_t *ctx),
+                            int (*timeout)(xfer_context_t *ctx), int (*busy)(xfer_context_t *ctx));
+void xfer_progress_hook_del(xfer_context_t *ctx, xfer_progress_hook_t *hook);
+
 /* request.c; ops: its owner's (NULL: none) */
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
                                  xfer_fw_iface_t *fw_iface, const xfer_req_ops_t *ops,
@@ -449,9 +479,6 @@ void xfer_endpoint_discard(xfer_endpoint_t *ep);
 /* Destroy: every endpoint closes as xfer_endpoint_close() does (flushing, bounded by
  * XFER_CLOSE_TIMEOUT), progressing until all are gone. */
 void xfer_endpoints_close_all(xfer_context_t *ctx);
-/* Progress: finish the closes whose flush ended, whose endpoint failed or whose time ran
- * out. Called after the transports' progress, before the callbacks. */
-void xfer_endpoints_closing_progress(xfer_context_t *ctx);
 /* Milliseconds until the nearest close deadline (a sleep must not pass it); -1: none. */
 int xfer_endpoints_closing_timeout(xfer_context_t *ctx);
 xfer_fw_iface_t *xfer_fw_iface_find(xfer_context_t *ctx, const char *name);
