@@ -236,7 +236,7 @@ Test(loader, component_path_overrides_builtin)
     cr_assert_eq(tu_context(1, &ctx), XFER_OK);
     cr_assert(tu_component(ctx, "tcp", dir, &info));
     cr_expect_eq(info.state, XFER_COMPONENT_AVAILABLE);
-    cr_assert(tu_component(ctx, "tcp", "build", &info));
+    cr_assert(tu_component(ctx, "tcp", getenv("XFERTEST_BUILD_DIR"), &info));
     cr_expect_eq(info.state, XFER_COMPONENT_FAILED);
     cr_expect(strstr(info.reason, "duplicate component 'tcp'") != NULL, "%s", info.reason);
     cr_expect(strstr(info.reason, "in XFER_COMPONENT_PATH, searched before build tree") != NULL,
