@@ -14,6 +14,14 @@
  * A transport without a batch entry point gets the descriptors one by one through put and get,
  * then, for puts, a flush: the batch completes when its data is in the peer's memory there
  * too. Such a transport cannot carry notifications; posting one is refused.
+ *
+ * Notifications from one endpoint arrive in the order their batches were posted. A put's
+ * leaves behind its data at once, in the transport's order; a get's only once its reads are
+ * done, later than a put posted after it would. So a batch with a notification posted while
+ * an earlier one's notification is still to leave late (ep->notify_late) goes without it: once
+ * its data is in and every earlier one's notification has left, its own goes alone - a batch
+ * of no descriptors, behind everything - and its request completes with that. Put batches in
+ * a row keep their pace; only what follows a get waits for it.
  */
 #include "xfer_int.h"
 #include "clock.h"
@@ -47,6 +55,14 @@ typedef struct batch_sub {
     struct xfer_batch_op    *op;
 } batch_sub_t;
 
+/* A held notification: where it stands (batch_op_t.note_state). */
+enum {
+    NOTE_NONE,          /* inline, or none */
+    NOTE_MOVING,        /* held: the data moves */
+    NOTE_READY,         /* held: the data is in, the notification waits its turn */
+    NOTE_SENT,          /* held: the notification went alone (note_args) */
+};
+
 typedef struct xfer_batch_op {
     xfer_comp_t         comp;           /* what the transport completes */
     xfer_batch_args_t   args;
@@ -54,6 +70,14 @@ typedef struct xfer_batch_op {
     xfer_request_t      *req;           /* NULL once the request ended without it */
     ucs_list_link_t     list;           /* ctx->batch_ops */
     int64_t             deadline;       /* xfer_now_ms(); INT64_MAX: none */
+    /* the notification's order (see above) */
+    xfer_endpoint_t     *ep;
+    ucs_list_link_t     late_link;      /* ep->notify_late */
+    int                 late;           /* on it */
+    int                 note_state;
+    xfer_batch_args_t   note_args;      /* NOTE_SENT: the notification alone */
+    xfer_comp_t         note_comp;
+    size_t              note_len;
     /* one by one (no batch entry point) */
     batch_sub_t         *subs;
     size_t              inflight;       /* subs and the flush not completed */
@@ -61,7 +85,12 @@ typedef struct xfer_batch_op {
     int                 stopped;        /* cancelled: post nothing more */
     xfer_status_t       first_error;
     xfer_comp_t         flush_comp;
+    uint8_t             note[];         /* a held notification's copy */
 } batch_op_t;
+
+static void late_advance(xfer_endpoint_t *ep);
+static void late_remove(batch_op_t *op);
+static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed);
 
 void xfer_batch_ctx_init(xfer_context_t *ctx)
 {
@@ -217,6 +246,20 @@ xfer_status_t xfer_batch_destroy(xfer_batch_t *batch)
     return XFER_OK;
 }
 
+void xfer_batch_ep_gone(xfer_endpoint_t *ep)
+{
+    /* its transport's endpoint went, and every op of it with it: what is left waited for its
+     * notification's turn, which will not come */
+    while (!ucs_list_is_empty(&ep->notify_late)) {
+        batch_op_t *op = ucs_list_head(&ep->notify_late, batch_op_t, late_link);
+
+        late_remove(op);
+        if (op->note_state == NOTE_READY) {
+            batch_op_end(op, XFER_ERR_CANCELED, op->args.landed);
+        }
+    }
+}
+
 void xfer_batch_ep_closing(xfer_endpoint_t *ep)
 {
     xfer_batch_t *batch, *tmp;
@@ -237,12 +280,22 @@ static void batch_deadline_update(xfer_context_t *ctx, int64_t deadline)
     xfer_progress_hook_add(ctx, &ctx->batch_hook, xfer_batch_expire, xfer_batch_timeout, NULL);
 }
 
+static void late_remove(batch_op_t *op)
+{
+    if (op->late) {
+        ucs_list_del(&op->late_link);
+        op->late = 0;
+    }
+}
+
 /* The transport is done with the op: its request (if still attached) completes, and the
  * memory, the key and the list are let go. */
 static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed)
 {
     xfer_batch_t *batch = op->batch;
+    xfer_endpoint_t *ep = op->late ? op->ep : NULL;
 
+    late_remove(op);
     if (op->req != NULL) {
         op->req->landed   = landed;
         op->req->batch_op = NULL;
@@ -253,6 +306,9 @@ static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed)
     free(op->subs);
     free(op);
     batch_unpost(batch);
+    if (ep != NULL) {
+        late_advance(ep);   /* the notifications held behind it may go */
+    }
 }
 
 static void batch_op_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
@@ -267,7 +323,62 @@ static void batch_op_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t len
                  op->args.count);
         status = XFER_ERR_INTERNAL;
     }
+    if ((op->note_state == NOTE_MOVING) && (status == XFER_OK) && (op->req != NULL)) {
+        /* the data is in: its notification goes at its turn, and then the request ends */
+        op->args.landed = op->args.count;
+        op->note_state  = NOTE_READY;
+        late_advance(op->ep);
+        return;
+    }
     batch_op_end(op, status, (length < op->args.count) ? length : op->args.count);
+}
+
+/* ---- the notifications' order --------------------------------------------------------------- */
+
+static void note_comp_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
+{
+    batch_op_t *op = ucs_container_of(self, batch_op_t, note_comp);
+
+    (void)length;
+    (void)tag;
+    batch_op_end(op, status, (status == XFER_OK) ? op->args.count : op->args.landed);
+}
+
+/* Send the held notification of op alone, behind everything sent before. */
+static void note_send(batch_op_t *op)
+{
+    xfer_batch_func_t post = xfer_component_batch(op->batch->fw_iface->comp);
+    xfer_status_t status;
+
+    op->note_state           = NOTE_SENT;
+    op->deadline             = INT64_MAX;   /* it left: the target's word completes it */
+    op->note_args            = op->args;
+    op->note_args.iov        = NULL;
+    op->note_args.count      = 0;
+    op->note_args.landed     = 0;
+    op->note_args.notify     = op->note;
+    op->note_args.notify_len = op->note_len;
+    op->note_comp.cb         = note_comp_cb;
+    status = (op->ep->status != XFER_OK) ? op->ep->status :
+             post(op->ep->ep, &op->note_args, &op->note_comp);
+    if (status != XFER_INPROGRESS) {
+        note_comp_cb(&op->note_comp, status, 0, 0);
+    }
+}
+
+/* The notifications at the head of ep's order that may go now, go: a held one whose data is
+ * in, until one that still waits for its data or for its reads (a get's own, inline). */
+static void late_advance(xfer_endpoint_t *ep)
+{
+    while (!ucs_list_is_empty(&ep->notify_late)) {
+        batch_op_t *op = ucs_list_head(&ep->notify_late, batch_op_t, late_link);
+
+        if (op->note_state != NOTE_READY) {
+            return;
+        }
+        late_remove(op);
+        note_send(op);
+    }
 }
 
 /* ---- one by one, for a transport without batch ---------------------------------------------- */
@@ -382,10 +493,12 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     xfer_batch_func_t post;
     batch_op_t *op;
     xfer_context_t *ctx;
+    xfer_endpoint_t *ep;
     xfer_request_t *req;
     xfer_status_t status;
     int64_t deadline;
     double timeout;
+    int late, held;
 
     if (batch == NULL) {
         xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: batch is NULL");
@@ -433,9 +546,15 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
                  "(XFER_BATCH_TIMEOUT) or XFER_BATCH_NO_TIMEOUT", timeout_ms);
         goto out;
     }
-    op  = calloc(1, sizeof(*op));
-    req = (op == NULL) ? NULL :
-          xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, &batch_req_ops, cb, user_data);
+    /* a notification leaves late (a get's, after its reads), or is held behind one that does
+     * (the notifications' order, above) */
+    ep   = batch->ep;
+    held = (notify != NULL) && !ucs_list_is_empty(&ep->notify_late);
+    late = (notify != NULL) && (held || !batch->is_put);
+    op   = calloc(1, sizeof(*op) + (held ? notify_len : 0));
+    req  = (op == NULL) ? NULL :
+           xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, &batch_req_ops, cb,
+                            user_data);
     if (req == NULL) {
         free(op);
         status = XFER_ERR_NO_MEMORY;
@@ -448,8 +567,14 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     op->args.count      = batch->count;
     op->args.memh       = batch->mem->memh[batch->fw_iface->index];
     op->args.rkey       = batch->rkey->rkey;
-    op->args.notify     = notify;
-    op->args.notify_len = (notify != NULL) ? notify_len : 0;
+    op->args.notify     = held ? NULL : notify;
+    op->args.notify_len = (notify != NULL) && !held ? notify_len : 0;
+    op->ep              = ep;
+    op->note_state      = held ? NOTE_MOVING : NOTE_NONE;
+    op->note_len        = held ? notify_len : 0;
+    if (held && (notify_len > 0)) {
+        memcpy(op->note, notify, notify_len);
+    }
     op->batch           = batch;
     op->req             = req;
     op->first_error     = XFER_OK;
@@ -468,7 +593,17 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     /* the one-by-one path may end the op before it returns: op is not read after it */
     status = (post != NULL) ? post(batch->ep->ep, &op->args, &op->comp) :
                               batch_post_each(op);
+    if ((status == XFER_OK) && held) {
+        /* moved while posting: its notification waits for its turn */
+        op->args.landed = batch->count;
+        op->note_state  = NOTE_READY;
+        status          = XFER_INPROGRESS;
+    }
     if (status == XFER_INPROGRESS) {
+        if (late) {
+            op->late = 1;
+            ucs_list_add_tail(&ep->notify_late, &op->late_link);
+        }
         batch_deadline_update(ctx, deadline);
         xfer_request_posted(req, req_p);
         status = XFER_OK;
@@ -506,8 +641,23 @@ static xfer_status_t batch_op_end_early(batch_op_t *op, xfer_status_t status)
 {
     xfer_request_t *req = op->req;
     xfer_fw_iface_t *fi = op->batch->fw_iface;
+    xfer_endpoint_t *ep = op->ep;
     xfer_status_t ret;
 
+    if (op->note_state == NOTE_SENT) {
+        op->deadline = INT64_MAX;
+        return XFER_ERR_BUSY;   /* its notification left: the target's word completes it */
+    }
+    if (op->note_state == NOTE_READY) {
+        /* the data is in, the notification still here: it ends, and never goes */
+        op->req = NULL;
+        req->batch_op = NULL;
+        req->landed   = op->args.landed;
+        xfer_request_complete(req, status, 0, 0);
+        batch_op_end(op, status, op->args.landed);
+        xfer_wake_locked(ep->ctx);
+        return XFER_OK;
+    }
     if (op->subs == NULL) {
         ret = (fi->comp->cancel != NULL) ? fi->comp->cancel(fi->iface, &op->comp, status) :
                                            XFER_ERR_BUSY;
@@ -527,6 +677,11 @@ static xfer_status_t batch_op_end_early(batch_op_t *op, xfer_status_t status)
     req->batch_op = NULL;
     req->landed   = op->args.landed;
     xfer_request_complete(req, status, 0, 0);
+    if (op->late && (op->note_state == NOTE_MOVING)) {
+        /* it sends no notification: what was held behind it may go */
+        late_remove(op);
+        late_advance(ep);
+    }
     xfer_wake_locked(req->ctx);
     return XFER_OK;
 }
@@ -541,9 +696,10 @@ xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status)
 
 unsigned xfer_batch_expire(xfer_context_t *ctx)
 {
-    int64_t now, next = INT64_MAX;
-    batch_op_t *op, *tmp;
+    int64_t now, next;
     unsigned count = 0;
+    batch_op_t *op;
+    int again;
 
     if (ctx->batch_deadline == INT64_MAX) {
         xfer_progress_hook_del(ctx, &ctx->batch_hook);     /* no deadline to keep */
@@ -553,33 +709,42 @@ unsigned xfer_batch_expire(xfer_context_t *ctx)
     if (now < ctx->batch_deadline) {
         return 0;
     }
-    ucs_list_for_each_safe(op, tmp, &ctx->batch_ops, list) {
-        if ((op->req == NULL) || (op->deadline == INT64_MAX)) {
-            continue;
-        }
-        if (op->deadline <= now) {
-            size_t count_desc = op->args.count, landed = op->args.landed;
-            const char *peer  = op->batch->ep ? op->batch->ep->peer : "a closed endpoint";
-            const char *name  = op->batch->fw_iface->entry->name;
-            int is_put        = op->batch->is_put;
-
-            /* op may be gone once it ended */
-            if (batch_op_end_early(op, XFER_ERR_TIMEOUT) == XFER_OK) {
-                xfer_log(XFER_LOG_INFO, BATCH_SUBSYS, "a batch of %zu %s to %s over %s passed "
-                         "its deadline with %zu descriptor(s) known landed; it completes with "
-                         "XFER_ERR_TIMEOUT", count_desc, is_put ? "puts" : "gets", peer, name,
-                         landed);
-                count++;
-            } else {
-                xfer_log_at(XFER_LOG_DEBUG, BATCH_SUBSYS, "a batch of %zu %s to %s over %s "
-                            "passed its deadline after its notification left: it completes "
-                            "with the target's answer", count_desc, is_put ? "puts" : "gets",
-                            peer, name);
+    /* from the start again after each one that ends: its end may end others (a notification
+     * held behind it goes, and may complete at once) */
+    do {
+        again = 0;
+        next  = INT64_MAX;
+        ucs_list_for_each(op, &ctx->batch_ops, list) {
+            if ((op->req == NULL) || (op->deadline == INT64_MAX)) {
+                continue;
             }
-        } else if (op->deadline < next) {
-            next = op->deadline;
+            if (op->deadline <= now) {
+                size_t count_desc = op->args.count, landed = op->args.landed;
+                const char *peer  = op->batch->ep ? op->batch->ep->peer : "a closed endpoint";
+                const char *name  = op->batch->fw_iface->entry->name;
+                int is_put        = op->batch->is_put;
+
+                /* op may be gone once it ended */
+                if (batch_op_end_early(op, XFER_ERR_TIMEOUT) == XFER_OK) {
+                    xfer_log(XFER_LOG_INFO, BATCH_SUBSYS, "a batch of %zu %s to %s over %s "
+                             "passed its deadline with %zu descriptor(s) known landed; it "
+                             "completes with XFER_ERR_TIMEOUT", count_desc,
+                             is_put ? "puts" : "gets", peer, name, landed);
+                    count++;
+                } else {
+                    xfer_log_at(XFER_LOG_DEBUG, BATCH_SUBSYS, "a batch of %zu %s to %s over "
+                                "%s passed its deadline after its notification left: it "
+                                "completes with the target's answer", count_desc,
+                                is_put ? "puts" : "gets", peer, name);
+                }
+                again = 1;
+                break;
+            }
+            if (op->deadline < next) {
+                next = op->deadline;
+            }
         }
-    }
+    } while (again);
     ctx->batch_deadline = next;
     return count;
 }

@@ -81,6 +81,7 @@ xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *tra
     snprintf(ep->transport, sizeof(ep->transport), "%s", transport);
     snprintf(ep->peer, sizeof(ep->peer), "%s", peer);
     ucs_list_head_init(&ep->batches);
+    ucs_list_head_init(&ep->notify_late);
     ucs_list_head_init(&ep->notifies);
 
     memset(&params, 0, sizeof(params));
@@ -234,6 +235,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
         xfer_staging_ep_destroy(ep);
     }
     ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_batch_ep_gone(ep);
     xfer_tm_ep_gone(ep);
     xfer_notify_ep_cleanup(ep);
     xfer_budget_ep_release(ep);

@@ -322,6 +322,8 @@ struct xfer_endpoint {
     int                 shutting_down;  /* closing: the step under way is ep_shutdown */
     unsigned            staged_ops;     /* staging.c operations still using it */
     ucs_list_link_t     batches;        /* batch.c: the lists prepared for it */
+    ucs_list_link_t     notify_late;    /* batch.c: posted batches whose notification leaves
+                                         * later than their post, in posting order */
     ucs_list_link_t     notifies;       /* notify.c: notifications not taken yet, oldest first */
     size_t              num_notifies;
     ucs_list_link_t     notify_link;    /* ctx->notify_ready */
@@ -559,6 +561,8 @@ unsigned xfer_batch_expire(xfer_context_t *ctx);
 /* Milliseconds to the nearest batch deadline (0: one is due), -1: none. */
 int xfer_batch_timeout(xfer_context_t *ctx);
 /* The endpoint is closing: its prepared lists can no longer be posted. */
+/* ep's transport endpoint went: batches whose notification waited for its turn end. */
+void xfer_batch_ep_gone(xfer_endpoint_t *ep);
 void xfer_batch_ep_closing(xfer_endpoint_t *ep);
 /* Cancel a batch request (xfer_request_cancel). */
 xfer_status_t xfer_batch_cancel(xfer_request_t *req, xfer_status_t status);

@@ -188,3 +188,111 @@ Test(contract, a_batch_past_its_deadline_is_either_unnotified_or_complete_and_no
 {
     cancel_or_deadline(0, 1, 64, 16384);
 }
+
+/* ---- notifications in posting order -------------------------------------------------------- */
+
+#define ORDER_POSTS 40
+#define GET_DESCS   64
+#define GET_BLK     (64u << 10)
+
+typedef struct order {
+    uint32_t got[ORDER_POSTS];
+    uint32_t n;
+    uint64_t bad;
+} order_t;
+
+static void order_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
+{
+    order_t *o = arg;
+    uint32_t i;
+
+    (void)ep;
+    if ((len != sizeof(i)) || (o->n >= ORDER_POSTS)) {
+        o->bad++;
+        return;
+    }
+    memcpy(&i, msg, sizeof(i));
+    o->got[o->n++] = i;
+}
+
+/* The target: takes notifications by handler, in the order they come, until the initiator
+ * says all its batches ended; then sends what it saw. */
+static int srv_order(tp_side_t *s)
+{
+    static uint8_t dst[TGT_LEN];
+    static order_t order;
+    xfer_mem_t *mem;
+    uint64_t v;
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, sizeof(dst), XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, order_cb, &order), XFER_OK);
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    tp_progress_for(s->ctx, 200);
+    TP_CHECK(tp_ctl_send(s->ctl, &order, sizeof(order)) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    return 0;
+}
+
+/* Batches alternate between a large get (whose notification can go only once its reads are
+ * done) and a small put (whose frames are out at once), all in flight together: the target
+ * must still take the notifications in the order the batches were posted. */
+Test(contract, notifications_arrive_in_the_order_their_batches_were_posted)
+{
+    static xfer_batch_desc_t gd[GET_DESCS];
+    xfer_request_t *reqs[ORDER_POSTS];
+    xfer_batch_desc_t pd = {0, 0, 64};
+    xfer_batch_t *get, *put;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    uint8_t *buf;
+    order_t order;
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    tp_start(&p, srv_order, NULL);
+    buf = malloc(TGT_LEN);
+    cr_assert_not_null(buf);
+    cr_assert_eq(xfer_mem_register(p.ctx, buf, TGT_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    for (size_t i = 0; i < GET_DESCS; i++) {
+        gd[i] = (xfer_batch_desc_t){i * GET_BLK, i * GET_BLK, GET_BLK};
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, gd, GET_DESCS, &get),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, &pd, 1, &put), XFER_OK);
+    for (uint32_t i = 0; i < ORDER_POSTS; i++) {
+        reqs[i] = NULL;
+        cr_assert_eq(xfer_batch_post((i % 2) ? put : get, &i, sizeof(i), XFER_BATCH_NO_TIMEOUT,
+                                     NULL, NULL, &reqs[i]), XFER_OK);
+    }
+    for (uint32_t i = 0; i < ORDER_POSTS; i++) {
+        cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "batch %u", i);
+        xfer_request_release(reqs[i]);
+    }
+    tp_send(&p, 1);
+    cr_assert_eq(tp_ctl_recv(p.ctl, &order, sizeof(order), &len, TP_WAIT_MS * 2), 0);
+    cr_assert_eq(len, sizeof(order));
+    cr_expect_eq(order.bad, 0);
+    cr_expect_eq(order.n, ORDER_POSTS, "%u notifications came of %u", order.n, ORDER_POSTS);
+    for (uint32_t i = 0; i < order.n; i++) {
+        cr_expect_eq(order.got[i], i, "notification %u of the target was batch %u's: the order "
+                     "of posting is lost", i, order.got[i]);
+    }
+    cr_assert_eq(xfer_batch_destroy(get), XFER_OK);
+    cr_assert_eq(xfer_batch_destroy(put), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(tp_flush(p.ep, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(buf);
+    tp_finish(&p);
+}

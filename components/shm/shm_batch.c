@@ -770,7 +770,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (status != XFER_OK) {
         return status;
     }
-    if ((args == NULL) || (comp == NULL) || (args->count == 0)) {
+    if ((args == NULL) || (comp == NULL) || ((args->count == 0) && (args->notify == NULL))) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (args->rkey->pid != (uint32_t)ep->peer_pid) {
@@ -783,6 +783,9 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
                  "a cell of the peer's ring (%zu bytes of payload, XFER_SHM_CELL_SIZE)",
                  args->notify_len, xfer_shm_cell_payload(&ep->out));
         return XFER_ERR_UNSUPPORTED;
+    }
+    if (args->count == 0) {
+        return batch_post_mapped(ep, args, comp);  /* a notification alone, behind the ring */
     }
     if (xfer_shm_cuda_moves(args->memh, args->rkey)) {
         if (!xfer_shm_cuda_reaches(ep, args->rkey)) {

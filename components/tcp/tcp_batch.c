@@ -387,12 +387,13 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (status != XFER_OK) {
         return status;
     }
-    if ((comp == NULL) || (args->count == 0)) {
+    if ((comp == NULL) || ((args->count == 0) && (args->notify == NULL))) {
         return XFER_ERR_INVALID_PARAM;
     }
     /* a batch whose first descriptor cannot go is refused whole, nothing of it sent; a later
-     * one that cannot ends it there */
-    status = xfer_tcp_rma_check(ep, args->is_put ? "batch put" : "batch get",
+     * one that cannot ends it there (none at all: a notification alone, behind what went) */
+    status = (args->count == 0) ? XFER_OK :
+             xfer_tcp_rma_check(ep, args->is_put ? "batch put" : "batch get",
                                 (void*)(uintptr_t)args->iov[0].local,
                                 (size_t)args->iov[0].length, args->iov[0].remote, args->rkey);
     if (status != XFER_OK) {
@@ -402,7 +403,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    b->subs = calloc(args->count, sizeof(*b->subs));
+    b->subs = calloc(args->count ? args->count : 1, sizeof(*b->subs));
     if (b->subs == NULL) {
         free(b);
         return XFER_ERR_NO_MEMORY;

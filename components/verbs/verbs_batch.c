@@ -380,7 +380,8 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     }
     if ((comp == NULL) || (args == NULL) ||
         (args->size < offsetof(xfer_batch_args_t, landed) + sizeof(args->landed)) ||
-        (args->iov == NULL) || (args->count == 0) || (args->memh == NULL) ||
+        ((args->iov == NULL) && (args->count > 0)) ||
+        ((args->count == 0) && (args->notify == NULL)) || (args->memh == NULL) ||
         (args->rkey == NULL) || ((args->notify == NULL) && (args->notify_len > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }

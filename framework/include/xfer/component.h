@@ -407,8 +407,11 @@ typedef struct xfer_component_v1 {
      * already in flight has ended (maybe much later), or at ep_destroy; XFER_ERR_BUSY when
      * the notification has left: the batch goes on and comp completes with the target's
      * answer (XFER_OK when it delivered the notification). A batch without a notification
-     * can always be stopped. NULL: the framework posts the descriptors one by one through put
-     * and get, and refuses notifications. Read only when size covers it. */
+     * can always be stopped. A batch of no descriptors carries its notification alone, behind
+     * everything sent before: the framework sends one so when a batch's notification must
+     * wait for an earlier one's (docs/contract.md, C8). NULL: the framework posts the
+     * descriptors one by one through put and get, and refuses notifications. Read only when
+     * size covers it. */
     xfer_status_t (*batch)(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
 
     /* An orderly close, after a flush that completed: tell the peer, behind everything
