@@ -41,21 +41,32 @@ static void seen_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
     }
 }
 
+/* A target's start: registers dst, sends its key, takes notifications by handler (cb, arg),
+ * and progresses until the initiator's first word. Its registration. */
+static xfer_mem_t *target_open(tp_side_t *s, void *dst, size_t dst_len, xfer_notify_cb_t cb,
+                               void *arg)
+{
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, dst_len, XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, cb, arg), XFER_OK);
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    return mem;
+}
+
 static int srv_notified(tp_side_t *s)
 {
     static uint8_t dst[TGT_LEN];
     static seen_t seen;
     xfer_mem_t *mem;
     uint64_t v;
-    void *blob;
-    size_t len;
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, sizeof(dst), XFER_MEM_HOST, &mem), XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
-    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, seen_cb, &seen), XFER_OK);
-    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    mem = target_open(s, dst, sizeof(dst), seen_cb, &seen);
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
     tp_progress_for(s->ctx, 300);
     TP_CHECK(tp_ctl_send(s->ctl, &seen, sizeof(seen)) == 0, "ctl");
@@ -223,15 +234,8 @@ static int srv_order(tp_side_t *s)
     static order_t order;
     xfer_mem_t *mem;
     uint64_t v;
-    void *blob;
-    size_t len;
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, sizeof(dst), XFER_MEM_HOST, &mem), XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
-    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, order_cb, &order), XFER_OK);
-    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    mem = target_open(s, dst, sizeof(dst), order_cb, &order);
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
     tp_progress_for(s->ctx, 200);
     TP_CHECK(tp_ctl_send(s->ctl, &order, sizeof(order)) == 0, "ctl");
