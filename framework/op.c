@@ -17,11 +17,12 @@
 #define OP_CHUNK      256u          /* ops per chunk of the pool */
 
 struct xfer_op_pool {
+    xfer_op_pool_head_t pub;        /* first: engine.h's inline check reads it */
     ucs_mpool_t mp;
     size_t      op_size;
     size_t      zero_len;
     size_t      extra_max;
-    xfer_op_t   *head, *tail;       /* completed, in order */
+    xfer_op_t   *tail;              /* completed, in order from pub.head */
     unsigned    queued;
 };
 
@@ -59,7 +60,7 @@ void xfer_op_pool_destroy(xfer_op_pool_t *pool)
     if (pool == NULL) {
         return;
     }
-    while (pool->head != NULL) {
+    while (pool->pub.head != NULL) {
         xfer_op_deliver(pool);
     }
     ucs_mpool_cleanup(&pool->mp, 1);
@@ -106,7 +107,7 @@ void xfer_op_complete(xfer_op_pool_t *pool, void *op_ptr, xfer_status_t status, 
     if (pool->tail != NULL) {
         pool->tail->next = op;
     } else {
-        pool->head = op;
+        pool->pub.head = op;
     }
     pool->tail = op;
     pool->queued++;
@@ -124,7 +125,7 @@ static void deliver_one(xfer_op_pool_t *pool, xfer_op_t *prev, xfer_op_t *op)
     if (prev != NULL) {
         prev->next = op->next;
     } else {
-        pool->head = op->next;
+        pool->pub.head = op->next;
     }
     if (pool->tail == op) {
         pool->tail = prev;
@@ -142,8 +143,8 @@ unsigned xfer_op_deliver(xfer_op_pool_t *pool)
 {
     unsigned n = pool->queued;
 
-    for (unsigned i = 0; (i < n) && (pool->head != NULL); i++) {
-        deliver_one(pool, NULL, pool->head);
+    for (unsigned i = 0; (i < n) && (pool->pub.head != NULL); i++) {
+        deliver_one(pool, NULL, pool->pub.head);
     }
     return n;
 }
@@ -154,7 +155,7 @@ void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
     for (;;) {
         xfer_op_t *prev = NULL, *op;
 
-        for (op = pool->head; (op != NULL) && (op->owner != owner); op = op->next) {
+        for (op = pool->pub.head; (op != NULL) && (op->owner != owner); op = op->next) {
             prev = op;
         }
         if (op == NULL) {
@@ -164,7 +165,3 @@ void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
     }
 }
 
-int xfer_op_queued(const xfer_op_pool_t *pool)
-{
-    return pool->head != NULL;
-}

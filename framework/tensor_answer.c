@@ -29,11 +29,12 @@ enum { TA_NEW, TA_WAITING, TA_ANSWERED, TA_DONE };
 KHASH_MAP_INIT_INT64(xfer_tanswer_ids, xfer_tanswer_t*)
 
 struct xfer_tanswers {
+    xfer_tanswers_head_t pub;       /* first: engine.h's inline check reads it */
     khash_t(xfer_tanswer_ids) ids;
     xfer_iface_params_t params;
     size_t              priv_size;
     xfer_tanswer_cb_t   answer;
-    xfer_tanswer_t      *done_head, *done_tail;     /* released by xfer_tanswers_release */
+    xfer_tanswer_t      *done_tail;     /* released by xfer_tanswers_release, from pub */
 };
 
 xfer_status_t xfer_tanswers_create(const xfer_iface_params_t *params, size_t priv_size,
@@ -331,7 +332,7 @@ void xfer_tanswer_done(xfer_tanswer_t *a, xfer_status_t status)
     if (t->done_tail != NULL) {
         t->done_tail->next = a;
     } else {
-        t->done_head = a;
+        t->pub.done_head = a;
     }
     t->done_tail = a;
 }
@@ -340,22 +341,17 @@ unsigned xfer_tanswers_release(xfer_tanswers_t *t)
 {
     unsigned count = 0;
 
-    while (t->done_head != NULL) {
-        xfer_tanswer_t *a = t->done_head;
+    while (t->pub.done_head != NULL) {
+        xfer_tanswer_t *a = t->pub.done_head;
 
-        t->done_head = a->next;
-        if (t->done_head == NULL) {
+        t->pub.done_head = a->next;
+        if (t->pub.done_head == NULL) {
             t->done_tail = NULL;
         }
         release(a, a->release_status);
         count++;
     }
     return count;
-}
-
-int xfer_tanswers_pending(const xfer_tanswers_t *t)
-{
-    return t->done_head != NULL;
 }
 
 void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t status)

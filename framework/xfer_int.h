@@ -287,7 +287,13 @@ struct xfer_request {
     int                 in_callback;
     struct xfer_batch_op *batch_op;     /* a batch's transport side, until it ends */
     size_t              landed;         /* a batch: descriptors known landed */
-    /* a tag receive (tag_match.c), set when it is posted */
+    /* from here on not cleared by xfer_request_new (but for a fetch): each kind sets what it
+     * reads */
+    uint64_t            step;           /* fetch */
+    xfer_tensor_alloc_cb_t alloc;
+    void                *alloc_arg;
+    xfer_tensor_t       tensor;         /* fetch result */
+    /* a tag receive (tag_match.c): every field set by xfer_tm_post */
     ucs_list_link_t     recv_list;      /* ctx->tm.posted */
     struct xfer_endpoint *recv_ep;      /* the filter (NULL: any peer), then the message's */
     uint64_t            recv_tag, recv_mask;
@@ -296,10 +302,6 @@ struct xfer_request {
     struct xfer_mem     *recv_mem;      /* the registration the transports are given */
     int                 recv_busy;      /* a message is arriving into it */
     uint64_t            msg_tag, msg_len;
-    uint64_t            step;           /* fetch */
-    xfer_tensor_alloc_cb_t alloc;
-    void                *alloc_arg;
-    xfer_tensor_t       tensor;         /* fetch result */
 };
 
 struct xfer_endpoint {

@@ -247,10 +247,12 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
                                     ep->fail_reason);
         }
     }
-    count += xfer_tanswers_release(iface->tanswers);
+    if (xfer_tanswers_pending(iface->tanswers)) {
+        count += xfer_tanswers_release(iface->tanswers);
+    }
 
     /* only the completions queued now: callbacks that post and complete at once wait */
-    return count + xfer_op_deliver(iface->ops);
+    return xfer_op_queued(iface->ops) ? count + xfer_op_deliver(iface->ops) : count;
 }
 
 int xfer_shm_iface_event_fd(xfer_iface_h iface)

@@ -351,9 +351,11 @@ err:
 /* Deliver queued completions, tensor releases and failure notices. */
 static unsigned deliver(xfer_iface_h iface)
 {
-    unsigned count = xfer_op_deliver(iface->ops);
+    unsigned count = xfer_op_queued(iface->ops) ? xfer_op_deliver(iface->ops) : 0;
 
-    count += xfer_tanswers_release(iface->tanswers);
+    if (xfer_tanswers_pending(iface->tanswers)) {
+        count += xfer_tanswers_release(iface->tanswers);
+    }
     while (!ucs_list_is_empty(&iface->notify)) {
         xfer_ep_h ch = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
 

@@ -179,6 +179,11 @@ typedef struct xfer_op {
 
 typedef struct xfer_op_pool xfer_op_pool_t;
 
+/* The first member of every pool: what the inline check below reads; the rest is libxfer's. */
+typedef struct xfer_op_pool_head {
+    xfer_op_t *head;                /* the oldest completion not delivered */
+} xfer_op_pool_head_t;
+
 /* A pool of ops of op_size bytes and up to extra_max more for each from its chunks (larger
  * ones are allocated on their own). XFER_ERR_NO_MEMORY. */
 XFER_API xfer_status_t xfer_op_pool_create(size_t op_size, size_t zero_len, size_t extra_max,
@@ -197,8 +202,12 @@ XFER_API void xfer_op_complete(xfer_op_pool_t *pool, void *op, xfer_status_t sta
 XFER_API unsigned xfer_op_deliver(xfer_op_pool_t *pool);
 /* Deliver the queued completions of owner now (its endpoint goes). */
 XFER_API void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner);
-/* Completions wait for delivery: a component does not sleep then. */
-XFER_API int xfer_op_queued(const xfer_op_pool_t *pool);
+/* Completions wait for delivery: a component does not sleep then, and delivers. Inline: it
+ * is asked at every progress, mostly to find nothing. */
+static inline int xfer_op_queued(const xfer_op_pool_t *pool)
+{
+    return ((const xfer_op_pool_head_t*)(const void*)pool)->head != NULL;
+}
 
 /*
  * Region tables (framework/regions.c): the memory an iface registered, found again by the id
@@ -253,6 +262,11 @@ static inline int xfer_range_within(uint64_t base, uint64_t blen, uint64_t addr,
  */
 typedef struct xfer_tanswers xfer_tanswers_t;
 typedef struct xfer_tanswer xfer_tanswer_t;
+
+/* The first member of every engine: what the inline check below reads; the rest is libxfer's. */
+typedef struct xfer_tanswers_head {
+    xfer_tanswer_t *done_head;      /* answers done, tensors to release */
+} xfer_tanswers_head_t;
 
 /* The requests of one endpoint, in the component's endpoint (zeroed at its creation). */
 typedef struct xfer_tanswer_list {
@@ -319,8 +333,12 @@ XFER_API xfer_tanswer_t *xfer_tanswer_find(xfer_tanswers_t *t, xfer_tanswer_list
 XFER_API void xfer_tanswer_done(xfer_tanswer_t *a, xfer_status_t status);
 /* Release the tensors of the answers done; how many. */
 XFER_API unsigned xfer_tanswers_release(xfer_tanswers_t *t);
-/* Releases are due: the component does not sleep. */
-XFER_API int xfer_tanswers_pending(const xfer_tanswers_t *t);
+/* Releases are due: the component does not sleep, and releases. Inline: asked at every
+ * progress, mostly to find nothing. */
+static inline int xfer_tanswers_pending(const xfer_tanswers_t *t)
+{
+    return ((const xfer_tanswers_head_t*)(const void*)t)->done_head != NULL;
+}
 /* The endpoint of list goes: requests still waiting are withdrawn, answers the component still
  * held (it let go of them first) released with status; the list is empty after. */
 XFER_API void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t status);
