@@ -66,7 +66,8 @@ ab_run() {
     FIG=$(jq ".results[0].$field" <<<"$PAIR_OUT")
 }
 
-mapfile -t LINES < <(grep -v '^[[:space:]]*$' <<<"$TESTS")
+# a here-string, not a process substitution: the Soft-RoCE guest has no /dev/fd
+mapfile -t LINES <<<"$(grep -v '^[[:space:]]*$' <<<"$TESTS")"
 echo "# bench_ab: A $BUILD_A, B $BUILD_B; $(nproc) cores; $ROUNDS rounds" >&2
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
