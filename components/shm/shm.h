@@ -29,6 +29,10 @@
 
 #define XFER_SHM_SUBSYS  "shm"
 #define XFER_SHM_RX_BUDGET 256      /* frames per endpoint per progress() */
+/* looks at an endpoint without work before progress() stops watching it (shm_act.c) */
+#define XFER_SHM_IDLE_ROUNDS 256u
+/* progress() calls between two looks at every endpoint (shm_act.c) */
+#define XFER_SHM_ACT_SWEEP   16384u
 /* bytes copied by CMA while handling input, per endpoint per progress(): a frame that moves a
  * large put or a whole batch ends the round, so that completions and notifications of what
  * was moved are delivered before more input is taken */
@@ -283,6 +287,12 @@ struct xfer_ep {
     ucs_list_link_t     failing_link;
     int                 in_notify;
     ucs_list_link_t     notify_link;
+
+    uint32_t            act_idx;        /* its bit in the iface's activity map, or ACT_NONE */
+    int                 watched;        /* on iface->act.watched: progress looks at it */
+    unsigned            idle;           /* looks in a row that found no work */
+    ucs_list_link_t     watch_link;
+    xfer_shm_map_t      act_map;        /* the peer iface's activity map, mapped here */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
@@ -311,6 +321,18 @@ typedef struct xfer_shm_cuda {
     char            why[XFER_REASON_MAX];
 } xfer_shm_cuda_t;
 
+/* The activity map of an iface, the owner's side (shm_act.c). */
+typedef struct xfer_shm_act {
+    int             fd;         /* the map's memfd, open while the iface lives; -1: none */
+    uint64_t        ino;
+    uint8_t         *base;      /* NULL: no map, every endpoint is watched */
+    xfer_ep_h       *eps;       /* XFER_SHM_ACT_MAX: the endpoint of each bit */
+    uint32_t        *free;      /* the free bits, a stack */
+    uint32_t        nfree;
+    ucs_list_link_t watched;    /* struct xfer_ep by watch_link: progress looks at these */
+    unsigned        sweep;      /* progress() calls since every endpoint was watched */
+} xfer_shm_act_t;
+
 struct xfer_iface {
     const xfer_shm_config_t  *cfg;
     xfer_iface_params_t      params;
@@ -329,6 +351,7 @@ struct xfer_iface {
     unsigned                 polls;         /* progress() calls since epoll was last asked */
     int                      slept;         /* armed for sleep since: ask epoll at once */
     xfer_shm_cuda_t          cuda;
+    xfer_shm_act_t           act;
 };
 
 /* A range of a peer's memfd, as the peer announced it (shm_map.c). */
@@ -485,6 +508,24 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
 void xfer_shm_iface_close(xfer_iface_h iface);
 xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
 unsigned xfer_shm_iface_progress(xfer_iface_h iface);
+
+/* ---- the activity map (shm_act.c) -------------------------------------------------------- */
+
+/* Create the iface's map; without one (logged), every endpoint is watched. */
+void xfer_shm_act_open(xfer_iface_h iface);
+void xfer_shm_act_close(xfer_iface_h iface);
+/* Give a new endpoint its bit (ACT_NONE when none is left); take it back. */
+void xfer_shm_act_bind(xfer_ep_h ep);
+void xfer_shm_act_unbind(xfer_ep_h ep);
+/* progress() looks at ep from now on (until it has been idle for IDLE_ROUNDS looks). */
+void xfer_shm_ep_watch(xfer_ep_h ep);
+/* A look found no work at ep: 1 when it is no longer watched (off the list). */
+int xfer_shm_ep_idle(xfer_ep_h ep);
+/* Watch the endpoints whose bits are set (and, now and then, every endpoint). */
+void xfer_shm_act_collect(xfer_iface_h iface);
+/* About to sleep: 1 when no bit is set, and a producer that sets one rings the doorbell. */
+int xfer_shm_act_arm(xfer_iface_h iface);
+void xfer_shm_act_disarm(xfer_iface_h iface);
 int xfer_shm_iface_event_fd(xfer_iface_h iface);
 xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface);
 xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);

@@ -237,6 +237,7 @@ static xfer_status_t coop_run(xfer_ep_h ep, xfer_shm_frame_t *hdr, const void *p
     /* receives are not what flushes wait for */
     ep->coop[slot].seq    = (op->kind == XFER_SHM_OP_PUT) ? ++ep->coop_posted : UINT64_MAX;
     ep->coop_busy++;
+    xfer_shm_ep_watch(ep);  /* progress checks the target's parts */
     return XFER_INPROGRESS;
 }
 

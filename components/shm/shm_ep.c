@@ -25,13 +25,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define EP_ADDR_LEN 56u
+#define EP_ADDR_LEN 72u
 #define SLOTS_MAX   (1u << 20)
 
 typedef struct ep_addr {
     uint64_t token, base, max_msg;
     uint32_t pid, memfd, ncells, cell_size, cma;
     uint64_t ino;                   /* the memfd's inode */
+    uint32_t act_fd, act_idx;       /* the iface's activity map and our bit in it */
+    uint64_t act_ino;               /* ... the map's inode */
 } ep_addr_t;
 
 static void ep_addr_pack(const ep_addr_t *a, uint8_t *b)
@@ -46,6 +48,9 @@ static void ep_addr_pack(const ep_addr_t *a, uint8_t *b)
     memcpy(b + 40, &a->cma, 4);
     memset(b + 44, 0, 4);
     memcpy(b + 48, &a->ino, 8);
+    memcpy(b + 56, &a->act_fd, 4);
+    memcpy(b + 60, &a->act_idx, 4);
+    memcpy(b + 64, &a->act_ino, 8);
 }
 
 static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
@@ -59,6 +64,9 @@ static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
     memcpy(&a->cell_size, b + 36, 4);
     memcpy(&a->cma, b + 40, 4);
     memcpy(&a->ino, b + 48, 8);
+    memcpy(&a->act_fd, b + 56, 4);
+    memcpy(&a->act_idx, b + 60, 4);
+    memcpy(&a->act_ino, b + 64, 8);
 }
 
 xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
@@ -126,6 +134,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     xfer_shm_seg_init(&ep->in, base, (uint32_t)cfg->cells, (uint32_t)cfg->cell_size,
                       ep->token);
     ucs_list_add_tail(&iface->eps, &ep->list);
+    xfer_shm_act_bind(ep);
     *ep_p = ep;
     return XFER_OK;
 
@@ -160,6 +169,9 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     a.ncells    = ep->in.ncells;
     a.cell_size = ep->in.cell_size;
     a.cma       = (uint32_t)ep->cma;
+    a.act_fd    = (uint32_t)ep->iface->act.fd;
+    a.act_idx   = ep->act_idx;
+    a.act_ino   = ep->iface->act.ino;
     ep_addr_pack(&a, buf);
     *len_p = EP_ADDR_LEN;
     return XFER_OK;
@@ -202,6 +214,19 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
     if (status != XFER_OK) {
         xfer_shm_peer_unmap(&map);
         ep->out.base = NULL;
+        return status;
+    }
+    if (a->act_idx == XFER_SHM_ACT_NONE) {
+        return XFER_OK;     /* the peer watches our ring at every progress */
+    }
+    /* the peer's activity map: where this side says that its ring has frames */
+    pf.fd     = a->act_fd;
+    pf.ino    = a->act_ino;
+    pf.length = XFER_SHM_ACT_LEN;
+    status = xfer_shm_peer_map(&pf, &ep->act_map, why, why_size);
+    if (status == XFER_OK) {
+        status = xfer_shm_ring_act_attach(&ep->out, ep->act_map.data, a->act_idx, why,
+                                          why_size);
     }
     return status;
 }
@@ -284,6 +309,7 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         return XFER_ERR_NO_RESOURCE;
     }
     ep->state = XFER_SHM_EP_CONNECTED;
+    xfer_shm_ep_watch(ep);  /* what the peer wrote before it knew of the map is looked at */
     xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "connected to pid %u: rings of %u x %u bytes, "
              "CMA %s", a.pid, ep->out.ncells, ep->out.cell_size, ep->cma ? "on" : "off");
     return XFER_OK;
@@ -549,6 +575,8 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);
+    xfer_shm_act_unbind(ep);
+    xfer_shm_peer_unmap(&ep->act_map);
     xfer_shm_peer_mem_release(ep);
     if (ep->in.base != NULL) {
         munmap(ep->in.base, ep->in.seg_len);

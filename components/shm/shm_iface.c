@@ -2,7 +2,8 @@
  * The shm interface: its epoll set (the endpoints' doorbell connections), progress, sleeping
  * and completions, and whether a peer is on this host.
  *
- * progress() polls every endpoint's ring directly - shared memory needs no system call to be
+ * progress() polls the rings of the watched endpoints directly (shm_act.c: those with work
+ * lately, and those the activity map names) - shared memory needs no system call to be
  * read - and asks epoll only now and then (every EPOLL_EVERY calls, and after a sleep): for the
  * doorbell bytes of a peer that woke us and for the end of a peer's connection.
  */
@@ -87,6 +88,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         free(iface);
         return XFER_ERR_NO_MEMORY;
     }
+    xfer_shm_act_open(iface);
     *iface_p = iface;
     return XFER_OK;
 }
@@ -103,6 +105,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     xfer_shm_regions_cleanup(iface);
     xfer_shm_cuda_cleanup(iface);
+    xfer_shm_act_close(iface);
     close(iface->epfd);
     free(iface);
 }
@@ -213,25 +216,40 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         count++;
     }
     if (iface->slept || (++iface->polls >= EPOLL_EVERY)) {
+        if (iface->slept) {
+            xfer_shm_act_disarm(iface);
+        }
         iface->slept = 0;
         iface->polls = 0;
         count       += epoll_progress(iface);
     }
-    ucs_list_for_each_safe(ep, tmp, &iface->eps, list) {
-        if (ep->state != XFER_SHM_EP_CONNECTED) {
-            continue;
-        }
-        if (!ucs_list_is_empty(&ep->txq)) {
-            int written = xfer_shm_tx_write(ep);
+    xfer_shm_act_collect(iface);
+    /* the watched endpoints only: those with work lately, and those the map named now */
+    ucs_list_for_each_safe(ep, tmp, &iface->act.watched, watch_link) {
+        int work = 0;
 
-            count += (written > 0) ? (unsigned)written : 0;
+        if (ep->state == XFER_SHM_EP_CONNECTED) {
+            if (!ucs_list_is_empty(&ep->txq)) {
+                int written = xfer_shm_tx_write(ep);
+
+                count += (written > 0) ? (unsigned)written : 0;
+                work   = 1;
+            }
+            /* an empty ring costs one load here, not a round of the input loop */
+            if (xfer_shm_ring_ready(&ep->in) || !ucs_list_is_empty(&ep->txq)) {
+                count += xfer_shm_ep_rx_progress(ep);
+                work   = 1;
+            }
+            if ((ep->coop_busy > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+                count += xfer_shm_coop_check(ep);
+                work   = 1;
+            }
+            work |= ep->rx_more;
         }
-        /* an empty ring costs one load here, not a round of the input loop */
-        if (xfer_shm_ring_ready(&ep->in) || !ucs_list_is_empty(&ep->txq)) {
-            count += xfer_shm_ep_rx_progress(ep);
-        }
-        if ((ep->coop_busy > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
-            count += xfer_shm_coop_check(ep);
+        if (work && (ep->state == XFER_SHM_EP_CONNECTED)) {
+            ep->idle = 0;
+        } else {
+            (void)xfer_shm_ep_idle(ep);
         }
     }
 
@@ -269,7 +287,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
         !ucs_list_is_empty(&iface->batch_work)) {
         return XFER_ERR_BUSY;
     }
-    ucs_list_for_each(ep, &iface->eps, list) {
+    ucs_list_for_each(ep, &iface->act.watched, watch_link) {
         if (ep->state != XFER_SHM_EP_CONNECTED) {
             continue;
         }
@@ -285,6 +303,12 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
         if ((ep->coop_busy > 0) && xfer_shm_coop_ready(ep)) {
             return XFER_ERR_BUSY;
         }
+    }
+    /* the endpoints not watched have an empty ring and nothing to send (xfer_shm_ep_idle):
+     * a frame to one of them sets a bit, which the armed map makes ring the doorbell */
+    if (!xfer_shm_act_arm(iface)) {
+        xfer_shm_act_disarm(iface);
+        return XFER_ERR_BUSY;
     }
     iface->slept = 1;
     return XFER_OK;

@@ -15,6 +15,7 @@
 #define OFF_NCELLS   8u
 #define OFF_CELLSIZE 12u
 #define OFF_TOKEN    16u
+#define OFF_WATCHED  64u
 #define OFF_TAIL     128u
 #define OFF_ARMED    192u
 #define OFF_PWAIT    196u
@@ -63,6 +64,7 @@ void xfer_shm_seg_init(xfer_shm_ring_t *ring, void *base, uint32_t ncells, uint3
     *word32(b, OFF_NCELLS)   = ncells;
     *word32(b, OFF_CELLSIZE) = cell_size;
     memcpy(b + OFF_TOKEN, &token, sizeof(token));
+    *word32(b, OFF_WATCHED)  = 1;      /* a new endpoint is looked at until it is idle */
     ring->base      = b;
     ring->seg_len   = xfer_shm_seg_len(ncells, cell_size);
     ring->ncells    = ncells;
@@ -70,6 +72,7 @@ void xfer_shm_seg_init(xfer_shm_ring_t *ring, void *base, uint32_t ncells, uint3
     ring->pos       = 0;
     ring->limit     = 0;
     ring->cur       = b + XFER_SHM_SEG_CTRL;
+    ring->act_word  = NULL;
 }
 
 xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_len,
@@ -115,6 +118,7 @@ xfer_status_t xfer_shm_seg_attach(xfer_shm_ring_t *ring, void *base, size_t seg_
     ring->pos       = 0;
     ring->limit     = ncells;
     ring->cur       = (uint8_t*)base + XFER_SHM_SEG_CTRL;
+    ring->act_word  = NULL;     /* until xfer_shm_ring_act_attach() */
     return XFER_OK;
 }
 
@@ -162,9 +166,25 @@ int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring)
 {
     uint32_t *armed = word32(ring->base, OFF_ARMED);
 
-    /* pairs with the fence in xfer_shm_ring_arm(): either the consumer sees what this side
-     * wrote before, or this side sees armed set */
+    /* pairs with the fences in xfer_shm_ring_arm() and xfer_shm_ring_unwatch(): either the
+     * consumer sees what this side wrote before, or this side sees armed set, or watched
+     * clear */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if ((ring->act_word != NULL) &&
+        (__atomic_load_n(word32(ring->base, OFF_WATCHED), __ATOMIC_RELAXED) == 0)) {
+        /* the consumer polls its activity map, not this ring: the bit, then the summary (a
+         * bit that is set was, or is about to be, summarised by whoever set it) */
+        if ((__atomic_load_n(ring->act_word, __ATOMIC_RELAXED) & ring->act_bit) == 0) {
+            __atomic_fetch_or(ring->act_word, ring->act_bit, __ATOMIC_SEQ_CST);
+            __atomic_fetch_or(ring->act_summary, ring->act_sbit, __ATOMIC_SEQ_CST);
+        }
+        /* pairs with the fence in xfer_shm_act_arm() */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (__atomic_load_n(ring->act_armed, __ATOMIC_RELAXED) != 0) {
+            __atomic_store_n(ring->act_armed, 0, __ATOMIC_RELAXED);
+            return 1;
+        }
+    }
     if (__atomic_load_n(armed, __ATOMIC_RELAXED) != 0) {
         __atomic_store_n(armed, 0, __ATOMIC_RELAXED);
         return 1;
@@ -233,6 +253,48 @@ int xfer_shm_ring_arm(xfer_shm_ring_t *ring)
     __atomic_store_n(word32(ring->base, OFF_ARMED), 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return !xfer_shm_ring_ready(ring);
+}
+
+void xfer_shm_ring_watch(xfer_shm_ring_t *ring)
+{
+    __atomic_store_n(word32(ring->base, OFF_WATCHED), 1, __ATOMIC_RELAXED);
+}
+
+int xfer_shm_ring_unwatch(xfer_shm_ring_t *ring)
+{
+    __atomic_store_n(word32(ring->base, OFF_WATCHED), 0, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (xfer_shm_ring_ready(ring)) {
+        xfer_shm_ring_watch(ring);
+        return 0;
+    }
+    return 1;
+}
+
+xfer_status_t xfer_shm_ring_act_attach(xfer_shm_ring_t *ring, void *base, uint32_t idx,
+                                       char *why, size_t why_size)
+{
+    uint8_t *b = base;
+    uint32_t magic, version;
+
+    memcpy(&magic, b, 4);
+    memcpy(&version, b + 4, 4);
+    if ((magic != XFER_SHM_ACT_MAGIC) || (version != XFER_SHM_ACT_VERSION)) {
+        snprintf(why, why_size, "the peer's activity map is not one of version %u (magic "
+                 "0x%08x, version %u)", XFER_SHM_ACT_VERSION, magic, version);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (idx >= XFER_SHM_ACT_MAX) {
+        snprintf(why, why_size, "bit %u of the peer's activity map, which has %u", idx,
+                 XFER_SHM_ACT_MAX);
+        return XFER_ERR_PROTOCOL;
+    }
+    ring->act_word    = word64(b, XFER_SHM_ACT_BITS + (size_t)(idx / 64) * 8);
+    ring->act_summary = word64(b, XFER_SHM_ACT_SUMMARY);
+    ring->act_armed   = word32(b, XFER_SHM_ACT_ARMED);
+    ring->act_bit     = 1ull << (idx % 64);
+    ring->act_sbit    = 1ull << (idx / 64);
+    return XFER_OK;
 }
 
 int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring)

@@ -7,7 +7,7 @@
  * consumes, the peer produces (single producer, single consumer):
  *
  *   0     magic:u32 version:u32 ncells:u32 cell_size:u32 token:u64     (set by the owner)
- *   64    unused (zero)
+ *   64    watched:u32  the owner polls this ring at every progress     (written by the owner)
  *   128   tail:u64   cells the owner has consumed, ever                (written by the owner)
  *   192   armed:u32  the owner sleeps on its doorbell: ring it         (both)
  *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
@@ -27,6 +27,21 @@
  * Every frame is copied out of the cell before its header is checked, and every value either
  * side reads from the other's writes - a stamp, the tail, the header's lengths, type and
  * flags - is checked like a wire header before it is used.
+ *
+ * The owner's activity map. An owner with many endpoints polls only the rings that have had
+ * work lately (watched set); the others it learns of from its interface's activity map, one
+ * more memfd that every peer maps:
+ *
+ *   0     magic:u32 version:u32                                        (set by the owner)
+ *   64    summary:u64  bit w: word w has bits set                      (both)
+ *   128   armed:u32    the owner sleeps: ring the doorbell of a set bit   (both)
+ *   192   words[XFER_SHM_ACT_WORDS]:u64, bit k of word w: endpoint 64w+k (both)
+ *
+ * A producer that publishes into a ring that is not watched sets its endpoint's bit and the
+ * word's summary bit (unless the bit is set); the owner takes the summary, then the words it
+ * names, each by exchanging it with zero, and looks at those endpoints only. Bits are hints:
+ * a spurious one costs a look, and the owner looks at every endpoint now and then, so a bit
+ * that a peer clears cannot hide another peer for long.
  */
 #ifndef XFER_SHM_RING_H
 #define XFER_SHM_RING_H
@@ -37,7 +52,7 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  3u
+#define XFER_SHM_SEG_VERSION  4u
 #define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
@@ -49,6 +64,15 @@
 #define XFER_SHM_CELL_MAX     (1u << 20)
 #define XFER_SHM_CELLS_MIN    4u
 #define XFER_SHM_CELLS_MAX    (1u << 16)
+#define XFER_SHM_ACT_MAGIC    0x58534131u  /* "XSA1" */
+#define XFER_SHM_ACT_VERSION  1u
+#define XFER_SHM_ACT_WORDS    64u
+#define XFER_SHM_ACT_MAX      (64u * XFER_SHM_ACT_WORDS)   /* endpoints with a bit */
+#define XFER_SHM_ACT_NONE     0xffffffffu  /* an endpoint without one: always watched */
+#define XFER_SHM_ACT_LEN      4096u        /* bytes of the map's memfd */
+#define XFER_SHM_ACT_SUMMARY  64u
+#define XFER_SHM_ACT_ARMED    128u
+#define XFER_SHM_ACT_BITS     192u
 
 /* Frame types. */
 enum {
@@ -128,6 +152,13 @@ typedef struct xfer_shm_ring {
     uint64_t pos;           /* producer: cells published; consumer: consumed (our count) */
     uint64_t limit;         /* producer: tail last read + ncells */
     uint8_t  *cur;          /* the cell at pos */
+    /* producer: the consumer's activity map and this ring's bit in it; act_word NULL: none
+     * (the consumer always watches the ring) */
+    uint64_t *act_word;
+    uint64_t *act_summary;
+    uint32_t *act_armed;
+    uint64_t act_bit;
+    uint64_t act_sbit;
 } xfer_shm_ring_t;
 
 /* The stamp of ring position pos: never 0 (what a zeroed header holds), and different from
@@ -159,8 +190,13 @@ uint8_t *xfer_shm_ring_claim(xfer_shm_ring_t *ring, xfer_status_t *status_p, cha
  * the consumer sleeps and must be woken. */
 int xfer_shm_ring_publish(xfer_shm_ring_t *ring);
 /* Producer, after writing something the consumer looks for when it arms (a published cell,
- * a shared put's count): 1 when the consumer sleeps and must be woken. */
+ * a shared put's count): sets the ring's bit in the consumer's activity map when the consumer
+ * does not watch the ring; 1 when the consumer sleeps and must be woken. */
 int xfer_shm_ring_wake_needed(xfer_shm_ring_t *ring);
+/* Producer: signal into the consumer's activity map of base (XFER_SHM_ACT_LEN bytes, mapped
+ * here; checked: magic, version) at bit idx (below XFER_SHM_ACT_MAX). */
+xfer_status_t xfer_shm_ring_act_attach(xfer_shm_ring_t *ring, void *base, uint32_t idx,
+                                       char *why, size_t why_size);
 /* Producer: the ring is full and this side is about to sleep. 1 when it is still full and
  * the consumer will ring the doorbell once it frees a cell; 0 when there is room now. */
 int xfer_shm_ring_wait_room(xfer_shm_ring_t *ring);
@@ -183,6 +219,11 @@ int xfer_shm_ring_room_notify(xfer_shm_ring_t *ring);
 /* Consumer: about to sleep. 1 when the ring is empty and the producer will ring the
  * doorbell for the next frame; 0 when frames are there (do not sleep). */
 int xfer_shm_ring_arm(xfer_shm_ring_t *ring);
+/* Consumer: poll this ring at every progress from now on (the producer stops signalling). */
+void xfer_shm_ring_watch(xfer_shm_ring_t *ring);
+/* Consumer: stop polling it. 1 when the ring is empty and the producer will signal the next
+ * frame in the activity map; 0 when a frame is there (the ring stays watched). */
+int xfer_shm_ring_unwatch(xfer_shm_ring_t *ring);
 /* Consumer: is a frame there? Inline: progress asks it of every endpoint at every call. */
 static inline int xfer_shm_ring_ready(const xfer_shm_ring_t *ring)
 {

@@ -244,6 +244,7 @@ void xfer_shm_ep_doorbell(xfer_ep_h ep)
     if ((ep->state != XFER_SHM_EP_CONNECTED) || (ep->fd < 0)) {
         return;
     }
+    xfer_shm_ep_watch(ep);      /* a peer that rings has written something */
     for (;;) {
         n = recv(ep->fd, buf, sizeof(buf), MSG_DONTWAIT);
         if (n > 0) {

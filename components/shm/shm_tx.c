@@ -181,6 +181,7 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
                               XFER_SHM_ANSWER_COST(len));
     }
     ucs_list_add_tail(&ep->txq, &tx->list);
+    xfer_shm_ep_watch(ep);  /* progress writes the rest as the ring frees room */
     return XFER_OK;
 }
 
