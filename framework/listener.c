@@ -10,7 +10,9 @@
  *
  * xfer_accept() takes the connections that wait, moves every handshake whose socket is ready,
  * and returns the first endpoint that completes; the others go on in later calls, so that a
- * silent or slow client delays nobody. A handshake that fails or passes its deadline is closed
+ * silent or slow client delays nobody. Each of its passes progresses the transports too
+ * (their completions wait for the next xfer_progress(); no callback runs in xfer_accept()),
+ * so that what they listen on - tcp's lane port - is drained while a server accepts a burst. A handshake that fails or passes its deadline is closed
  * with one log line naming the peer and the reason, and the listener goes on.
  *
  * xfer_listener_fd() is an epoll set holding the listening socket, every handshake's socket
@@ -35,6 +37,8 @@
 
 /* Events taken from the epoll set in one pass; the rest wait for the next (level-triggered). */
 #define PASS_EVENTS 64
+/* fds xfer_accept() sleeps on: the listener's set and the transports' */
+#define ACCEPT_FDS  16
 
 typedef enum { HS_HELLO_IN, HS_REPLY_OUT, HS_CONNECT_IN } hs_state_t;
 
@@ -633,10 +637,11 @@ void xfer_listeners_close_all(xfer_context_t *ctx)
 
 xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoint_t **ep_p)
 {
-    struct pollfd pfd;
+    struct pollfd pfd[ACCEPT_FDS];
     xfer_context_t *ctx;
     xfer_status_t status;
     int64_t until, left;
+    int n;
 
     if ((listener == NULL) || (ep_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
@@ -655,6 +660,9 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
         return status;
     }
     for (;;) {
+        /* the transports' own listening sockets too (tcp's lane port): the peers accepted
+         * before connect their lanes while this side is still here */
+        (void)xfer_progress_transports_locked(ctx);
         status = listener_pass(listener, ep_p);
         if (status != XFER_INPROGRESS) {
             break;
@@ -664,11 +672,17 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
             status = XFER_ERR_TIMEOUT;
             break;
         }
-        /* sleep on the set without the lock: the other threads use the context meanwhile */
-        pfd.fd     = listener->epfd;
-        pfd.events = POLLIN;
+        /* sleep on the set and the transports' fds, without the lock: the other threads use
+         * the context meanwhile. A transport with work now: a look again within a ms. */
+        pfd[0].fd      = listener->epfd;
+        pfd[0].events  = POLLIN;
+        pfd[0].revents = 0;
+        n = xfer_transports_wait_fds(ctx, pfd + 1, ACCEPT_FDS - 1);
+        if ((n < 0) && (left > 1)) {
+            left = 1;
+        }
         xfer_ctx_unlock(ctx);
-        (void)poll(&pfd, 1, (int)((left > 1000000) ? 1000000 : left));
+        (void)poll(pfd, (nfds_t)((n > 0) ? n + 1 : 1), (int)((left > 1000000) ? 1000000 : left));
         xfer_ctx_lock(ctx);
     }
     xfer_ctx_unlock(ctx);

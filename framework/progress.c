@@ -344,6 +344,16 @@ static unsigned hooks_collect(xfer_context_t *ctx, xfer_progress_hook_t **hooks)
     return n;
 }
 
+unsigned xfer_progress_transports_locked(xfer_context_t *ctx)
+{
+    unsigned count = 0;
+
+    for (unsigned i = 0; i < ctx->num_ifaces; i++) {
+        count += ctx->ifaces[i].comp->progress(ctx->ifaces[i].iface);
+    }
+    return count;
+}
+
 unsigned xfer_progress_locked(xfer_context_t *ctx)
 {
     xfer_progress_hook_t *hooks[HOOKS_MAX];
@@ -460,6 +470,26 @@ static int ifaces_arm(xfer_context_t *ctx)
         }
     }
     return 1;
+}
+
+int xfer_transports_wait_fds(xfer_context_t *ctx, struct pollfd *fds, unsigned max)
+{
+    unsigned n = 0;
+
+    if (ctx->poller_busy) {
+        return 0;       /* another thread sleeps on them, and progresses when they fire */
+    }
+    if (!ifaces_arm(ctx)) {
+        return -1;
+    }
+    for (unsigned i = 0; (i < ctx->num_ifaces) && (n < max); i++) {
+        if (ctx->ifaces[i].event_fd >= 0) {
+            fds[n].fd       = ctx->ifaces[i].event_fd;
+            fds[n].events   = POLLIN;
+            fds[n++].revents = 0;
+        }
+    }
+    return (int)n;
 }
 
 void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms)

@@ -124,7 +124,7 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
         return XFER_ERR_IO;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if ((bind(fd, sa, len) != 0) || (listen(fd, 128) != 0) ||
+    if ((bind(fd, sa, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
         (getsockname(fd, (struct sockaddr*)&bound, &bound_len) != 0)) {
         err = errno;
         snprintf(why, why_size, "bind/listen: %s", strerror(err));

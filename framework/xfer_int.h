@@ -11,6 +11,7 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
 
+#include <poll.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -404,6 +405,13 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces);
 xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx);
 void xfer_ctx_data_cleanup(xfer_context_t *ctx);
 unsigned xfer_progress_locked(xfer_context_t *ctx);
+/* The transports' progress alone: what they complete waits in ctx->ready for the next
+ * progress, no callback runs. xfer_accept() calls it, so that a server that accepts a burst
+ * of peers still drains its transports' own listening sockets (tcp's lane port). */
+unsigned xfer_progress_transports_locked(xfer_context_t *ctx);
+/* The transports' event fds to sleep on, armed, into fds (at most max): how many, or -1 when
+ * one has work now (do not sleep). */
+int xfer_transports_wait_fds(xfer_context_t *ctx, struct pollfd *fds, unsigned max);
 /* Sleep on the transports' fds (or on cond while another thread does) up to timeout_ms. */
 void xfer_sleep_locked(xfer_context_t *ctx, int timeout_ms);
 /* Tell a thread sleeping in poll that there is work (a posted op, a completion). */

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #define XFER_TCP_SUBSYS          "tcp"
@@ -252,6 +253,13 @@ typedef struct xfer_tcp_lane {
     uint8_t             *rx_dest;
     size_t              rx_want, rx_got;
     uint64_t            rx_drain;
+    /* client: its connect() goes on from progress (nothing is striped over it yet), or waits
+     * on iface->lane_retry to be tried again */
+    int                 connecting;
+    unsigned            tries;
+    int                 in_retry;
+    int64_t             retry_at;   /* CLOCK_MONOTONIC, ms */
+    ucs_list_link_t     retry_link;
 } xfer_tcp_lane_t;
 
 /* epoll data of lanes and of connections still to say which lane they are: tagged pointers,
@@ -350,6 +358,9 @@ struct xfer_ep {
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_t     *lanes;
     ucs_list_link_t     tx_wait;        /* xfer_tcp_tx_t written on lane 0, not on all lanes */
+    struct sockaddr_storage lane_addr;  /* client: the server's lane port */
+    socklen_t           lane_addr_len;
+    uint64_t            peer_token;     /* client: what its lanes' hellos carry */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
@@ -403,6 +414,7 @@ struct xfer_iface {
     uint16_t                 lane_port;
     struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
     uint64_t                 accept_seq;
+    ucs_list_link_t          lane_retry;    /* client lanes to connect again (retry_at) */
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked
                                              * (busy poll, or no endpoint) */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
@@ -649,6 +661,12 @@ unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t 
 unsigned xfer_tcp_lanes_accept(xfer_iface_h iface);
 /* XFER_TCP_BUSY_POLL: what epoll would have said of ep's lanes. */
 unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
+/* Connect again the client lanes whose retry is due. */
+unsigned xfer_tcp_lanes_retry(xfer_iface_h iface);
+/* Lanes up (lane 0 included: connected and, on the client, hello sent). */
+unsigned xfer_tcp_lanes_up(xfer_ep_h ep);
+/* The iface's timer ticks while flushes wait or lanes are to be connected again. */
+void xfer_tcp_iface_timer_update(xfer_iface_h iface);
 
 /* ---- tcp_stripe.c --------------------------------------------------------------------------- */
 /* Write what lane's socket takes of its queued shares. */

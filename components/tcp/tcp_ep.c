@@ -108,6 +108,9 @@ void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
         xfer_counter_put(c, *count_p, &n, "", ep_stats[i].name,
                          *(const uint64_t*)((const char*)ep + ep_stats[i].offset));
     }
+    /* connections: those agreed on, and those up now (lane 0 included) */
+    xfer_counter_put(c, *count_p, &n, "", "lanes", ep->nlanes);
+    xfer_counter_put(c, *count_p, &n, "", "lanes_up", xfer_tcp_lanes_up(ep));
     *count_p = n;
 }
 

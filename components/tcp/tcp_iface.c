@@ -107,6 +107,12 @@ static void timer_arm(xfer_iface_h iface, int on)
     }
 }
 
+void xfer_tcp_iface_timer_update(xfer_iface_h iface)
+{
+    timer_arm(iface, !ucs_list_is_empty(&iface->flushing) ||
+                     !ucs_list_is_empty(&iface->lane_retry));
+}
+
 void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep)
 {
     if (!ep->in_flushing) {
@@ -130,7 +136,7 @@ static unsigned flushing_progress(xfer_iface_h iface)
         }
     }
     if (ucs_list_is_empty(&iface->flushing)) {
-        timer_arm(iface, 0);
+        xfer_tcp_iface_timer_update(iface);
     }
     return count;
 }
@@ -158,6 +164,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->rx_ready);
+    ucs_list_head_init(&iface->lane_retry);
     ucs_list_head_init(&iface->tx_ready);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
@@ -394,6 +401,9 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
             uint64_t ticks;
 
             (void)!read(iface->timerfd, &ticks, sizeof(ticks));
+            if (!ucs_list_is_empty(&iface->lane_retry)) {
+                count += xfer_tcp_lanes_retry(iface);
+            }
             continue;
         }
         if (events[i].data.ptr == &iface->lane_fd) {

@@ -35,9 +35,15 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
-#define LANE_CONNECT_MS 10000    /* a lane's connect() on the client */
+/* The client waits this long in ep_connect for its lanes' connects, together; those not
+ * done by then go on from progress, and stripe from when they are. */
+#define LANE_WAIT_MS    200
+/* A lane whose connect fails is tried again this many times, after 10 ms, 20 ms, 40 ms ... */
+#define LANE_TRIES      6
+#define LANE_RETRY_MS   10
 
 struct xfer_tcp_accept {
     uint64_t seq;       /* 0 = free; larger = accepted later */
@@ -77,7 +83,9 @@ static int listen_on(int family, uint16_t *port_p)
         ((struct sockaddr_in*)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
         len = sizeof(struct sockaddr_in);
     }
-    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, 128) != 0) ||
+    /* a burst of endpoints connects all its lanes before the server looks: the kernel's
+     * largest backlog (net.core.somaxconn) holds them */
+    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
         (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
         close(fd);
         return -1;
@@ -199,8 +207,8 @@ void xfer_tcp_lane_update_events(xfer_tcp_lane_t *lane)
     struct epoll_event ev = {0};
     uint32_t events = 0;
 
-    if (lane->fd < 0) {
-        return;
+    if ((lane->fd < 0) || lane->connecting) {
+        return;     /* a connecting lane waits for EPOLLOUT alone (lane_connect_events) */
     }
     if (lane->rx_active) {
         events |= EPOLLIN;
@@ -258,66 +266,218 @@ static int lane_peer(int fd, uint16_t port, struct sockaddr_storage *ss, socklen
     return 0;
 }
 
-static xfer_status_t lane_connect(xfer_ep_h ep, xfer_tcp_lane_t *lane,
-                                  const struct sockaddr_storage *ss, socklen_t len,
-                                  const xfer_tcp_wire_ep_addr_t *peer)
+static int64_t now_ms(void)
 {
-    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, peer->token};
-    uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
-    struct pollfd pfd;
-    socklen_t elen = sizeof(int);
-    int fd, err = 0;
+    struct timespec ts;
 
-    fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Start lane's connect (non-blocking): 0, or the errno that refused it at once. */
+static int lane_start(xfer_ep_h ep, xfer_tcp_lane_t *lane)
+{
+    int fd = socket(ep->lane_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
     if (fd < 0) {
-        err = errno;
-        goto fail;
+        return errno;
     }
-    if ((connect(fd, (const struct sockaddr*)ss, len) != 0) && (errno != EINPROGRESS)) {
-        err = errno;
-        goto fail;
+    if ((connect(fd, (const struct sockaddr*)&ep->lane_addr, ep->lane_addr_len) != 0) &&
+        (errno != EINPROGRESS)) {
+        int err = errno;
+
+        close(fd);
+        return err;
     }
-    pfd.fd     = fd;
-    pfd.events = POLLOUT;
-    if (poll(&pfd, 1, LANE_CONNECT_MS) != 1) {
-        err = ETIMEDOUT;
-        goto fail;
-    }
-    if ((getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) || (err != 0)) {
-        err = err ? err : errno;
-        goto fail;
+    lane->fd         = fd;
+    lane->connecting = 1;
+    lane->tries++;
+    return 0;
+}
+
+/* lane's connect is done: its hello goes, and it carries shares from now on. 0, or why not. */
+static int lane_established(xfer_tcp_lane_t *lane, int added)
+{
+    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, lane->ep->peer_token};
+    uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+    socklen_t elen = sizeof(int);
+    int err        = 0;
+
+    if ((getsockopt(lane->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) || (err != 0)) {
+        return err ? err : errno;
     }
     /* 16 bytes on a new connection: the socket takes them at once */
     xfer_tcp_wire_pack_lane_hello(&hello, buf);
-    if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
-        err = errno ? errno : EIO;
-        goto fail;
+    if (send(lane->fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+        return errno ? errno : EIO;
     }
-    if (lane_attach(lane, fd, 0) != XFER_OK) {
-        err = errno;
-        goto fail;
+    lane->connecting = 0;
+    if (lane_attach(lane, lane->fd, added) != XFER_OK) {
+        lane->connecting = 1;   /* lane_failed() closes it */
+        return errno;
     }
-    return XFER_OK;
+    return 0;
+}
 
-fail:
-    if (fd >= 0) {
-        close(fd);
+/* lane's connect failed (err): closed, and tried again later - or, after LANE_TRIES, given up:
+ * the endpoint goes on with the lanes it has (frames say how many carry them). */
+static void lane_failed(xfer_tcp_lane_t *lane, int err)
+{
+    xfer_ep_h ep       = lane->ep;
+    xfer_iface_h iface = ep->iface;
+
+    if (lane->fd >= 0) {
+        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+        close(lane->fd);
+        lane->fd = -1;
     }
-    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port %u: %s; "
-             "the endpoint goes on with %u (XFER_TCP_LANES=1 does not try)", lane->idx,
-             ep->nlanes, peer->lane_port, strerror(err), lane->idx);
-    return XFER_ERR_CONNECTION;
+    lane->connecting = 0;
+    if (lane->tries >= LANE_TRIES) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane %u of %u to the server's lane port: %s "
+                 "(%u tries); the endpoint goes on without it (XFER_TCP_LANES=1 does not "
+                 "try)", lane->idx, ep->nlanes, strerror(err), lane->tries);
+        lane->peer_closed = 1;
+        return;
+    }
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "lane %u: %s; tried again in %d ms",
+                lane->idx, strerror(err), LANE_RETRY_MS << (lane->tries - 1));
+    lane->retry_at = now_ms() + (LANE_RETRY_MS << (lane->tries - 1));
+    lane->in_retry = 1;
+    ucs_list_add_tail(&iface->lane_retry, &lane->retry_link);
+    xfer_tcp_iface_timer_update(iface);
+}
+
+/* A connecting lane's socket said something: connected, or failed. */
+static unsigned lane_connect_events(xfer_tcp_lane_t *lane, uint32_t events)
+{
+    int err;
+
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+        return 0;
+    }
+    err = lane_established(lane, 1);
+    if (err != 0) {
+        lane_failed(lane, err);
+    } else {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u connected from progress",
+                    (void*)lane->ep, lane->idx);
+        xfer_tcp_lane_write(lane);
+    }
+    return 1;
+}
+
+/* Watch a connecting lane for the end of its connect. */
+static int lane_watch_connect(xfer_tcp_lane_t *lane)
+{
+    struct epoll_event ev = {.events = EPOLLOUT,
+                             .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
+
+    return (epoll_ctl(lane->ep->iface->epfd, EPOLL_CTL_ADD, lane->fd, &ev) == 0) ? 0 : errno;
+}
+
+unsigned xfer_tcp_lanes_retry(xfer_iface_h iface)
+{
+    int64_t now    = now_ms();
+    unsigned count = 0;
+    xfer_tcp_lane_t *lane, *tmp;
+
+    ucs_list_for_each_safe(lane, tmp, &iface->lane_retry, retry_link) {
+        int err;
+
+        if (lane->retry_at > now) {
+            continue;
+        }
+        ucs_list_del(&lane->retry_link);
+        lane->in_retry = 0;
+        count++;
+        err = lane_start(lane->ep, lane);
+        if (err == 0) {
+            err = lane_watch_connect(lane);
+        }
+        if (err != 0) {
+            lane_failed(lane, err);
+        }
+    }
+    xfer_tcp_iface_timer_update(iface);
+    return count;
+}
+
+unsigned xfer_tcp_lanes_up(xfer_ep_h ep)
+{
+    unsigned n = 1;
+
+    for (unsigned i = 1; (ep->lanes != NULL) && (i < ep->nlanes); i++) {
+        n += (ep->lanes[i].fd >= 0) && !ep->lanes[i].connecting && !ep->lanes[i].peer_closed;
+    }
+    return n;
+}
+
+/* The client's lanes: every connect started at once and waited for together, up to
+ * LANE_WAIT_MS; the slow ones go on from progress, the failed ones are tried again. */
+static void lanes_connect(xfer_ep_h ep, unsigned n)
+{
+    struct pollfd pfd[XFER_TCP_WIRE_LANES_MAX];
+    int64_t until = now_ms() + LANE_WAIT_MS;
+    unsigned waiting;
+
+    for (unsigned i = 1; i < n; i++) {
+        int err = lane_start(ep, &ep->lanes[i]);
+
+        if (err != 0) {
+            lane_failed(&ep->lanes[i], err);
+        }
+    }
+    for (;;) {
+        int64_t left = until - now_ms();
+
+        waiting = 0;
+        for (unsigned i = 1; i < n; i++) {
+            if (ep->lanes[i].connecting) {
+                pfd[waiting].fd      = ep->lanes[i].fd;
+                pfd[waiting].events  = POLLOUT;
+                pfd[waiting].revents = 0;
+                waiting++;
+            }
+        }
+        if ((waiting == 0) || (left <= 0) || (poll(pfd, waiting, (int)left) <= 0)) {
+            break;
+        }
+        for (unsigned i = 1, k = 0; i < n; i++) {
+            xfer_tcp_lane_t *lane = &ep->lanes[i];
+            int err;
+
+            if (!lane->connecting) {
+                continue;
+            }
+            if (pfd[k++].revents == 0) {
+                continue;
+            }
+            err = lane_established(lane, 0);
+            if (err != 0) {
+                lane_failed(lane, err);
+            }
+        }
+    }
+    for (unsigned i = 1; i < n; i++) {
+        xfer_tcp_lane_t *lane = &ep->lanes[i];
+
+        if (lane->connecting) {
+            int err = lane_watch_connect(lane);
+
+            if (err != 0) {
+                lane_failed(lane, err);
+            }
+        }
+    }
 }
 
 xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_addr_t *peer)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
     unsigned n = (peer->lanes < ep->lanes_max) ? peer->lanes : ep->lanes_max;
 
     /* both sides see the same kind of socket, so both come to the same count */
     if ((n < 2) || (!ep->is_server && (peer->lane_port == 0)) ||
-        !lane_peer(ep->fd, peer->lane_port, &ss, &len)) {
+        !lane_peer(ep->fd, peer->lane_port, &ep->lane_addr, &ep->lane_addr_len)) {
         ep->nlanes = 1;
         return XFER_OK;
     }
@@ -325,17 +485,10 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
     if (ep->is_server) {
         return XFER_OK;     /* the client's lanes come to the lane port */
     }
-    for (unsigned i = 1; i < n; i++) {
-        if (lane_connect(ep, &ep->lanes[i], &ss, len, peer) != XFER_OK) {
-            /* frames say how many lanes carry them: the lanes up so far do, and the peer
-             * never hears of the others */
-            for (unsigned j = i; j < n; j++) {
-                ep->lanes[j].peer_closed = 1;
-            }
-            break;
-        }
-    }
-    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lanes connected", (void*)ep);
+    ep->peer_token = peer->token;
+    lanes_connect(ep, n);
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: %u of %u lanes connected", (void*)ep,
+                xfer_tcp_lanes_up(ep), n);
     return XFER_OK;
 }
 
@@ -344,6 +497,11 @@ void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked)
     for (unsigned i = 1; (ep->lanes != NULL) && (i < ep->lanes_max); i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
 
+        if (lane->in_retry) {
+            ucs_list_del(&lane->retry_link);
+            lane->in_retry = 0;
+        }
+        lane->connecting = 0;
         if (lane->fd >= 0) {
             if (abort_unacked &&
                 (xfer_tcp_sock_acked(lane->fd, lane->tx_written) < lane->tx_queued)) {
@@ -373,6 +531,9 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
 
     if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
         return 0;
+    }
+    if (lane->connecting) {
+        return lane_connect_events(lane, events);
     }
     if (events & (EPOLLERR | EPOLLHUP)) {
         int err = 0;

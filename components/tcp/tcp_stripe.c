@@ -33,7 +33,8 @@ void xfer_tcp_lanes_tx_stripe(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         return;
     }
     /* the lanes up: connected (client) or attached (server), from lane 1 on */
-    while ((n < ep->nlanes) && (ep->lanes[n].fd >= 0) && !ep->lanes[n].peer_closed) {
+    while ((n < ep->nlanes) && (ep->lanes[n].fd >= 0) && !ep->lanes[n].peer_closed &&
+           !ep->lanes[n].connecting) {
         n++;
     }
     if (n < 2) {

@@ -312,7 +312,9 @@ XFER_API void xfer_listener_close(xfer_listener_t *listener);
  *                           and why; the listener keeps working: call again.
  * At most XFER_BOOTSTRAP_MAX_PENDING handshakes are in progress per listener: a connection
  * beyond that closes the oldest (XFER_ERR_NO_RESOURCE), which bounds what clients can make
- * the server hold.
+ * the server hold. While it waits it progresses the transports as well (what they listen
+ * on, such as tcp's lane port, is drained while a burst of peers connects); what they
+ * complete is delivered by the next xfer_progress(): no callback runs inside xfer_accept().
  */
 XFER_API xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms,
                                    xfer_endpoint_t **ep_p);
