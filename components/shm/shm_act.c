@@ -8,8 +8,8 @@
  * whose work goes on), and those without a bit in the map. An endpoint idle that long is
  * unwatched: its ring's watched flag is cleared, and its producer sets its bit in the map for
  * the next frame. progress() takes the bits set (one load when there are none) and watches
- * their endpoints again. Every XFER_SHM_ACT_SWEEP calls it watches every endpoint once, so
- * that a bit lost to a peer that clears what it does not own hides nobody for long.
+ * their endpoints again. Every XFER_SHM_ACT_SWEEP calls it looks at every ring once, so that
+ * a bit lost to a peer that clears what it does not own hides nobody for long.
  *
  * Cost: an idle endpoint costs nothing per progress(); a ping-pong pair stays watched and
  * pays no atomic operation per frame; a frame to an unwatched endpoint costs its producer two
@@ -168,9 +168,11 @@ void xfer_shm_act_collect(xfer_iface_h iface)
     xfer_ep_h ep;
 
     if (++act->sweep >= XFER_SHM_ACT_SWEEP) {
+        /* one look at each ring, whatever the map says: a frame there is watched */
         act->sweep = 0;
         ucs_list_for_each(ep, &iface->eps, list) {
-            if (ep->state == XFER_SHM_EP_CONNECTED) {
+            if (!ep->watched && (ep->state == XFER_SHM_EP_CONNECTED) &&
+                xfer_shm_ring_ready(&ep->in)) {
                 xfer_shm_ep_watch(ep);
             }
         }
