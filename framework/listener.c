@@ -39,6 +39,11 @@
 #define PASS_EVENTS 64
 /* fds xfer_accept() sleeps on: the listener's set and the transports' */
 #define ACCEPT_FDS  16
+/* progress calls between two passes of the listeners outside xfer_accept() (a pass costs
+ * system calls; the kernel's backlog, SOMAXCONN, holds what comes meanwhile) */
+#define DRAIN_EVERY 64
+/* ms a sleeping context wakes after, to move handshakes in progress outside xfer_accept() */
+#define DRAIN_SLEEP_MS 50
 
 typedef enum { HS_HELLO_IN, HS_REPLY_OUT, HS_CONNECT_IN } hs_state_t;
 
@@ -76,6 +81,8 @@ struct xfer_listener {
     unsigned          num_pending;
     unsigned          max_pending;  /* XFER_BOOTSTRAP_MAX_PENDING */
     int64_t           timeout_ms;   /* XFER_BOOTSTRAP_TIMEOUT */
+    xfer_endpoint_t   **done;       /* completed outside xfer_accept(), for it to return */
+    unsigned          num_done;     /* at most max_pending */
     xfer_wire_hello_t *offer;       /* what we offer, the same to every client */
     uint8_t           *hello;       /* ... packed as our HELLO frame */
     size_t            hello_len;
@@ -381,15 +388,19 @@ static void first_failure(xfer_status_t *result, xfer_status_t status)
  * Closing the oldest keeps what is held bounded and lets a new client in: to push it out
  * again, a flood must open MAX_PENDING connections within the round trips of its handshake.
  */
-static xfer_status_t accept_waiting(xfer_listener_t *l, int64_t now)
+static xfer_status_t accept_waiting(xfer_listener_t *l, int64_t now, int drain)
 {
     xfer_status_t result = XFER_INPROGRESS, status;
     char why[256], peer[80];
     handshake_t *oldest;
     int fd;
 
-    /* at most a bound's worth per pass, so that a flood cannot hold the pass here */
+    /* at most a bound's worth per pass, so that a flood cannot hold the pass here; outside
+     * xfer_accept() (drain) only while there is room: the kernel's backlog holds the rest */
     for (unsigned i = 0; i < l->max_pending; i++) {
+        if (drain && (l->num_pending >= l->max_pending)) {
+            break;
+        }
         status = xfer_sock_accept(l->fd, &fd, peer, sizeof(peer), why, sizeof(why));
         if (status == XFER_INPROGRESS) {
             break;
@@ -458,15 +469,20 @@ static void timer_arm(xfer_listener_t *l)
 }
 
 /* One pass: accept, move every handshake whose socket is ready, close the expired ones.
- * XFER_OK with *ep_p, XFER_INPROGRESS when nothing finished, or the first failure. */
-static xfer_status_t listener_pass(xfer_listener_t *l, xfer_endpoint_t **ep_p)
+ * XFER_OK with *ep_p, XFER_INPROGRESS when nothing finished, or the first failure. A pass
+ * from progress (drain) keeps what completes in l->done and stops when that is full. */
+static xfer_status_t listener_pass(xfer_listener_t *l, xfer_endpoint_t **ep_p, int drain)
 {
     struct epoll_event ev[PASS_EVENTS];
     xfer_status_t result, status;
     uint64_t ticks;
     int n;
 
-    result = accept_waiting(l, xfer_now_ms());
+    if (!drain && (l->num_done > 0)) {
+        *ep_p = l->done[--l->num_done];
+        return XFER_OK;
+    }
+    result = accept_waiting(l, xfer_now_ms(), drain);
     n      = epoll_wait(l->epfd, ev, PASS_EVENTS, 0);
     for (int i = 0; i < n; i++) {
         if (ev[i].data.ptr == NULL) {
@@ -477,7 +493,14 @@ static xfer_status_t listener_pass(xfer_listener_t *l, xfer_endpoint_t **ep_p)
             l->timer_at = 0;        /* fired: arm it again below */
             continue;
         }
+        if (drain && (l->num_done >= l->max_pending)) {
+            break;                  /* the rest wait for xfer_accept() */
+        }
         status = hs_progress(l, ev[i].data.ptr, ep_p);
+        if ((status == XFER_OK) && drain) {
+            l->done[l->num_done++] = *ep_p;
+            continue;
+        }
         if (status == XFER_OK) {
             result = XFER_OK;
             break;                  /* the other events stay pending for the next call */
@@ -487,6 +510,40 @@ static xfer_status_t listener_pass(xfer_listener_t *l, xfer_endpoint_t **ep_p)
     expire(l, xfer_now_ms(), &result);
     timer_arm(l);
     return result;
+}
+
+/* The listeners' hook: every DRAIN_EVERY progress calls a pass of each, so that handshakes
+ * move and the listening socket drains while the application is anywhere in xfer. */
+static unsigned listeners_drain(xfer_context_t *ctx)
+{
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep;
+    unsigned count = 0;
+
+    if (++ctx->listen_polls < DRAIN_EVERY) {
+        return 0;
+    }
+    ctx->listen_polls = 0;
+    ucs_list_for_each(l, &ctx->listeners, list) {
+        unsigned before = l->num_done + l->num_pending;
+
+        (void)listener_pass(l, &ep, 1);
+        count += (l->num_done + l->num_pending != before);
+    }
+    return count;
+}
+
+/* A sleeping context wakes now and then while handshakes are in progress. */
+static int listeners_timeout(xfer_context_t *ctx)
+{
+    xfer_listener_t *l;
+
+    ucs_list_for_each(l, &ctx->listeners, list) {
+        if (l->num_pending > 0) {
+            return DRAIN_SLEEP_MS;
+        }
+    }
+    return -1;
 }
 
 /* ---- the API --------------------------------------------------------------------------------- */
@@ -511,6 +568,12 @@ static void listener_free(xfer_listener_t *l)
     ucs_list_for_each_safe(hs, tmp, &l->pending, list) {
         hs_fail(l, hs, XFER_ERR_CANCELED, "the listener closes", XFER_LOG_DEBUG);
     }
+    /* completed, never returned: the peers see their endpoints closed */
+    while (l->num_done > 0) {
+        (void)xfer_endpoint_close_nb(l->done[--l->num_done], XFER_CLOSE_FLAG_FORCE, NULL, NULL,
+                                     NULL);
+    }
+    free(l->done);
     if (l->timer_fd >= 0) {
         close(l->timer_fd);
     }
@@ -560,10 +623,11 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     if (status != XFER_OK) {
         goto err_free;
     }
+    l->done      = calloc(l->max_pending ? l->max_pending : 1, sizeof(*l->done));
     l->offer     = malloc(sizeof(*l->offer));
     l->hello     = malloc(XFER_WIRE_HELLO_FRAME_MAX);
     l->hello_len = XFER_WIRE_HELLO_FRAME_MAX;
-    if ((l->offer == NULL) || (l->hello == NULL)) {
+    if ((l->offer == NULL) || (l->hello == NULL) || (l->done == NULL)) {
         snprintf(why, sizeof(why), "out of memory");
         status = XFER_ERR_NO_MEMORY;
         goto err_free;
@@ -591,6 +655,7 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     }
     xfer_ctx_lock(ctx);
     ucs_list_add_tail(&ctx->listeners, &l->list);
+    xfer_progress_hook_add(ctx, &ctx->listen_hook, listeners_drain, listeners_timeout, NULL);
     xfer_ctx_unlock(ctx);
     xfer_log(XFER_LOG_DEBUG, XFER_BOOT_SUBSYS, "listening on %s (port %u)", address, l->port);
     *listener_p = l;
@@ -620,6 +685,9 @@ void xfer_listener_close(xfer_listener_t *listener)
         ctx = listener->ctx;
         xfer_ctx_lock(ctx);
         ucs_list_del(&listener->list);
+        if (ucs_list_is_empty(&ctx->listeners)) {
+            xfer_progress_hook_del(ctx, &ctx->listen_hook);
+        }
         listener_free(listener);
         xfer_ctx_unlock(ctx);
     }
@@ -629,6 +697,7 @@ void xfer_listeners_close_all(xfer_context_t *ctx)
 {
     xfer_listener_t *l, *tmp;
 
+    xfer_progress_hook_del(ctx, &ctx->listen_hook);
     ucs_list_for_each_safe(l, tmp, &ctx->listeners, list) {
         ucs_list_del(&l->list);
         listener_free(l);
@@ -663,7 +732,7 @@ xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms, xfer_endpoi
         /* the transports' own listening sockets too (tcp's lane port): the peers accepted
          * before connect their lanes while this side is still here */
         (void)xfer_progress_transports_locked(ctx);
-        status = listener_pass(listener, ep_p);
+        status = listener_pass(listener, ep_p, 0);
         if (status != XFER_INPROGRESS) {
             break;
         }

@@ -213,6 +213,8 @@ struct xfer_context {
     ucs_list_link_t         closing;        /* xfer_endpoint_t flushing before they close */
     xfer_progress_hook_t    closing_hook;   /* endpoint.c, while some close */
     ucs_list_link_t         listeners;      /* xfer_listener_t */
+    xfer_progress_hook_t    listen_hook;    /* listener.c, while a listener exists */
+    unsigned                listen_polls;   /* progress calls since the listeners were seen */
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
     ucs_list_link_t         requests;       /* every live xfer_request_t */

@@ -4,8 +4,9 @@
  * call, one closing halfway, must delay no good client; the listener's descriptor drives a
  * poll loop; no descriptor leaks. Some of these play the client by hand in the test process
  * (raw_*), one step at a time, so that the order of events is the test's and not the
- * scheduler's. Also: connecting to a name that resolves to several addresses, and xfer_perf's
- * server outliving bad clients.
+ * scheduler's. Also: handshakes that complete while the server only progresses, connecting
+ * to a name that resolves to several addresses, and xfer_perf's server outliving bad
+ * clients.
  */
 #include "bootstrap_fixture.h"
 #include "test_util.h"
@@ -181,6 +182,43 @@ Test(listener, silent_client_does_not_delay_a_good_one)
     server_stop(&s);
     cr_expect(raw_closed_by_server(silent), "closing the listener closes its handshakes");
     close(silent);
+}
+
+#define PROGRESSING 3
+
+/* A server busy elsewhere in xfer (progress, waits) still takes connections and moves their
+ * handshakes: clients connect while it never calls xfer_accept, which then returns each at
+ * once. */
+Test(listener, handshakes_complete_while_the_server_only_progresses)
+{
+    listener_ctx_t s;
+    pid_t clients[PROGRESSING];
+    int left = PROGRESSING, st;
+    double end;
+
+    server_start(&s);
+    for (int i = 0; i < PROGRESSING; i++) {
+        clients[i] = client_spawn(s.address, "talpha", "talpha", XFER_OK);
+    }
+    for (end = now_ms() + 4000; (left > 0) && (now_ms() < end); ) {
+        (void)xfer_progress(s.ctx);
+        for (int i = 0; i < PROGRESSING; i++) {
+            if ((clients[i] > 0) && (waitpid(clients[i], &st, WNOHANG) == clients[i])) {
+                cr_expect(WIFEXITED(st) && (WEXITSTATUS(st) == 0), "client %d failed", i);
+                clients[i] = 0;
+                left--;
+            }
+        }
+    }
+    cr_assert_eq(left, 0, "%d clients did not connect while the server progressed", left);
+    for (int i = 0; i < PROGRESSING; i++) {
+        xfer_endpoint_t *ep = NULL;
+
+        cr_assert_eq(xfer_accept(s.listener, 0, &ep), XFER_OK, "endpoint %d was not ready", i);
+        cr_expect_str_eq(xfer_endpoint_transport(ep), "talpha");
+        xfer_endpoint_close(ep);
+    }
+    server_stop(&s);
 }
 
 #define SILENT   10

@@ -315,6 +315,10 @@ XFER_API void xfer_listener_close(xfer_listener_t *listener);
  * the server hold. While it waits it progresses the transports as well (what they listen
  * on, such as tcp's lane port, is drained while a burst of peers connects); what they
  * complete is delivered by the next xfer_progress(): no callback runs inside xfer_accept().
+ * The other way round, xfer_progress() and every wait take connections and move handshakes
+ * too (every 64th call; a sleeping context wakes every 50 ms while handshakes are in
+ * progress): up to XFER_BOOTSTRAP_MAX_PENDING endpoints that complete there wait for
+ * xfer_accept(), which returns them first; the kernel's backlog (SOMAXCONN) holds the rest.
  */
 XFER_API xfer_status_t xfer_accept(xfer_listener_t *listener, int timeout_ms,
                                    xfer_endpoint_t **ep_p);
