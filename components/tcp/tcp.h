@@ -358,6 +358,9 @@ struct xfer_ep {
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_t     *lanes;
     ucs_list_link_t     tx_wait;        /* xfer_tcp_tx_t written on lane 0, not on all lanes */
+    int                 hot;            /* on iface->hot: busy polling reads it directly */
+    unsigned            cold_looks;     /* ... looks in a row that found nothing */
+    ucs_list_link_t     hot_link;
     struct sockaddr_storage lane_addr;  /* client: the server's lane port */
     socklen_t           lane_addr_len;
     uint64_t            peer_token;     /* client: what its lanes' hellos carry */
@@ -415,6 +418,7 @@ struct xfer_iface {
     struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
     uint64_t                 accept_seq;
     ucs_list_link_t          lane_retry;    /* client lanes to connect again (retry_at) */
+    ucs_list_link_t          hot;           /* busy poll: the eps read directly */
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked
                                              * (busy poll, or no endpoint) */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
@@ -665,6 +669,8 @@ unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
 unsigned xfer_tcp_lanes_retry(xfer_iface_h iface);
 /* Lanes up (lane 0 included: connected and, on the client, hello sent). */
 unsigned xfer_tcp_lanes_up(xfer_ep_h ep);
+/* Busy polling: read ep directly at every progress() until it has been quiet a while. */
+void xfer_tcp_ep_hot(xfer_ep_h ep);
 /* The iface's timer ticks while flushes wait or lanes are to be connected again. */
 void xfer_tcp_iface_timer_update(xfer_iface_h iface);
 

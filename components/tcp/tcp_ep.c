@@ -216,6 +216,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
     }
     ep->events = EPOLLIN | EPOLLRDHUP;
     ep->state  = XFER_TCP_EP_CONNECTED;
+    xfer_tcp_ep_hot(ep);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p connected on fd %d (%s side, %u "
                 "lane(s), peer limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
                 ep->is_server ? "server" : "client", ep->nlanes,
@@ -679,6 +680,9 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     xfer_tcp_batch_ep_gone(ep);
     free(ep->batch_notify);
     free(ep->putv_rx);
+    if (ep->hot) {
+        ucs_list_del(&ep->hot_link);
+    }
     ucs_list_del(&ep->list);
     free(ep->lanes);
     xfer_slots_cleanup(&ep->slots);

@@ -23,6 +23,7 @@
 #define EPOLL_BATCH   64
 #define FLUSH_TICK_NS 1000000     /* 1 ms */
 #define BUSY_POLL_EPOLL 64        /* busy poll: progress() calls between two epoll_waits */
+#define BUSY_POLL_COLD  256       /* busy poll: quiet looks before an ep is left to epoll */
 #define IDLE_EPOLL      64        /* the same, with no endpoint */
 #define TX_MP_ALIGN   64          /* send buffers: a cache line */
 #define TX_MP_CHUNK   4           /* buffers per allocation of the pool */
@@ -165,6 +166,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->rx_ready);
     ucs_list_head_init(&iface->lane_retry);
+    ucs_list_head_init(&iface->hot);
     ucs_list_head_init(&iface->tx_ready);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
@@ -302,7 +304,17 @@ void xfer_tcp_iface_tx_kick(xfer_iface_h iface, xfer_ep_h ep)
     }
 }
 
-/* XFER_TCP_BUSY_POLL: every connected endpoint reads (and writes what is queued) as if
+void xfer_tcp_ep_hot(xfer_ep_h ep)
+{
+    ep->cold_looks = 0;
+    if (!ep->hot && ep->iface->cfg->busy_poll) {
+        ep->hot = 1;
+        ucs_list_add_tail(&ep->iface->hot, &ep->hot_link);
+    }
+}
+
+/* XFER_TCP_BUSY_POLL: every hot endpoint (one epoll reported, or that had work within its
+ * last BUSY_POLL_COLD looks) reads (and writes what is queued) as if
  * epoll had reported it ready; a read that finds nothing costs one system call, where
  * epoll_wait and then the read would cost two for a message. */
 static unsigned busy_poll(xfer_iface_h iface)
@@ -310,10 +322,13 @@ static unsigned busy_poll(xfer_iface_h iface)
     unsigned count = 0;
     xfer_ep_h ep, tmp;
 
-    ucs_list_for_each_safe(ep, tmp, &iface->eps, list) {
+    ucs_list_for_each_safe(ep, tmp, &iface->hot, hot_link) {
         uint32_t events = 0;
+        unsigned before = count;
 
         if (ep->state != XFER_TCP_EP_CONNECTED) {
+            ucs_list_del(&ep->hot_link);
+            ep->hot = 0;
             continue;
         }
         if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked) {
@@ -339,6 +354,15 @@ static unsigned busy_poll(xfer_iface_h iface)
         }
         if (ep->nlanes > 1) {
             count += xfer_tcp_lanes_busy_poll(ep);
+        }
+        /* quiet for BUSY_POLL_COLD looks: epoll (every BUSY_POLL_EPOLL calls) watches it,
+         * so that a thousand idle endpoints cost a busy poller nothing */
+        if ((count > before) || !ucs_list_is_empty(&ep->txq) ||
+            (ep->rx.state != XFER_TCP_RX_HDR) || (ep->rlen > ep->roff)) {
+            ep->cold_looks = 0;
+        } else if (++ep->cold_looks >= BUSY_POLL_COLD) {
+            ucs_list_del(&ep->hot_link);
+            ep->hot = 0;
         }
     }
     return count;
@@ -380,8 +404,11 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     if (iface->cfg->busy_poll) {
         count += busy_poll(iface);
         num    = 0;
-        if (++iface->busy_polls >= BUSY_POLL_EPOLL) {
-            /* now and then what only epoll tells: the lane port, a lane's end */
+        if ((++iface->busy_polls >= BUSY_POLL_EPOLL) ||
+            (ucs_list_is_empty(&iface->hot) && !ucs_list_is_empty(&iface->eps))) {
+            /* now and then what only epoll tells: the lane port, a lane's end, input of the
+             * endpoints not hot - at every call when none is, which costs what one direct
+             * read would */
             iface->busy_polls = 0;
             num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
         }
@@ -413,6 +440,9 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         if (events[i].data.u64 & XFER_TCP_EV_MASK) {
             count += xfer_tcp_lanes_handle_event(iface, events[i].data.ptr, events[i].events);
             continue;
+        }
+        if (iface->cfg->busy_poll) {
+            xfer_tcp_ep_hot(events[i].data.ptr);
         }
         count += xfer_tcp_ep_handle_events(events[i].data.ptr, events[i].events);
     }
