@@ -8,9 +8,11 @@
 #   lanes     endpoints lacking a lane they agreed on (tcp; must be 0)
 #   progress  an empty xfer_progress() (ns), the mean of 200,000 calls
 #   rt_poll   the 8-byte round trip of the one active pair, both sides spinning (us)
+#   rt_any    the same, the client receiving the answers from any peer (us)
 #   rt_sleep  the same, both sides asleep in xfer_request_wait (us)
 # Each figure is the median of ROUNDS rounds (the counts in alternating order), with its
-# range; progress and rt_poll also as the ratio to the smallest count's within each round.
+# range; progress, rt_poll and rt_any also as the ratio to the smallest count's within each
+# round.
 # The table goes to stdout and DIR/scale.txt, every run to DIR/scale.csv and, with gnuplot,
 # the figures against the count to DIR/scale.svg.
 #
@@ -38,7 +40,7 @@ read -r -a COUNTS <<<"${SCALE_COUNTS:-1 16 64 256 1024}"
 read -r -a TRANSPORTS <<<"${SCALE_TRANSPORTS:-tcp shm}"
 PORT=${BENCH_PORT:-19700}
 FIELDS=(connect_us_per_ep rss_kib_per_ep fds_per_ep lanes_missing progress_ns rt_poll_us
-        rt_sleep_us)
+        rt_any_us rt_sleep_us)
 mkdir -p "$OUT"
 CSV=$OUT/scale.csv
 echo "transport,round,endpoints,$(IFS=,; echo "${FIELDS[*]}")" >"$CSV"
@@ -73,7 +75,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
         done
         round_pair "${runs[@]}"
         for n in "${COUNTS[@]}"; do
-            for f in progress_ns rt_poll_us; do
+            for f in progress_ns rt_poll_us rt_any_us; do
                 round_ratio "${t}_${n}_$f" "${t}_${COUNTS[0]}_$f"
             done
         done
@@ -82,9 +84,9 @@ done
 
 {
     rounds_header
-    printf '%-5s %6s %18s %14s %6s %5s %24s %16s %24s %16s %24s\n' transport endpoints \
-        "connect us/ep" "rss KiB/ep" fds/ep lanes "progress ns" "x ${COUNTS[0]}" \
-        "rt_poll us" "x ${COUNTS[0]}" "rt_sleep us"
+    printf '%-5s %6s %20s %14s %6s %5s %22s %16s %22s %16s %22s %16s %22s\n' transport \
+        endpoints "connect us/ep" "rss KiB/ep" fds/ep lanes "progress ns" "x ${COUNTS[0]}" \
+        "rt_poll us" "x ${COUNTS[0]}" "rt_any us" "x ${COUNTS[0]}" "rt_sleep us"
     for t in "${TRANSPORTS[@]}"; do
         for n in "${COUNTS[@]}"; do
             cells=()
@@ -98,16 +100,17 @@ done
                 *) cells+=("$v (${!r})") ;;
                 esac
             done
-            for f in progress_ns rt_poll_us; do
+            for f in progress_ns rt_poll_us rt_any_us; do
                 round_median "R_${t}_${n}_${f}_${t}_${COUNTS[0]}_$f"
                 m=R_${t}_${n}_${f}_${t}_${COUNTS[0]}_$f
                 r=${m}_RANGE
                 printf -v v '%.2f' "${!m}"
                 cells+=("$v (${!r})")
             done
-            printf '%-5s %6s %18s %14s %6s %5s %24s %16s %24s %16s %24s\n' "$t" "$n" \
-                "${cells[0]}" "${cells[1]}" "${cells[2]}" "${cells[3]}" "${cells[4]}" \
-                "${cells[7]}" "${cells[5]}" "${cells[8]}" "${cells[6]}"
+            printf '%-5s %6s %20s %14s %6s %5s %22s %16s %22s %16s %22s %16s %22s\n' "$t" \
+                "$n" "${cells[0]}" "${cells[1]}" "${cells[2]}" "${cells[3]}" "${cells[4]}" \
+                "${cells[8]}" "${cells[5]}" "${cells[9]}" "${cells[6]}" "${cells[10]}" \
+                "${cells[7]}"
         done
     done
 } | tee "$OUT/scale.txt"

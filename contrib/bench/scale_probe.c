@@ -10,7 +10,7 @@
  * over N); an empty xfer_progress() (the mean of many calls, after the idle endpoints had
  * time to go quiet); how many endpoints lack a lane they agreed on (tcp's lanes_up counter);
  * and the 8-byte round trip of the first endpoint, polled (both sides
- * spin on xfer_request_test) and sleeping (both sides in xfer_request_wait, asleep on the
+ * spin on xfer_request_test), polled with the answers received from any peer, and sleeping (both sides in xfer_request_wait, asleep on the
  * transports' fds): the median of its iterations. One JSON object on stdout.
  *
  * The tag of each ping tells the server how to wait for the next one (1 poll, 2 sleep), so
@@ -191,9 +191,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The median round trip of iters pings on ep tagged tag, in microseconds. */
+/* The median round trip of iters pings on ep tagged tag, in microseconds; the answers are
+ * received from any peer when any is set. */
 static double round_trips(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag, int iters,
-                          xfer_status_t *status_p)
+                          int any, xfer_status_t *status_p)
 {
     double *t = malloc((size_t)iters * sizeof(*t)), median;
     uint64_t out = 42, in = 0;
@@ -203,7 +204,8 @@ static double round_trips(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag
         xfer_request_t *rreq = NULL, *sreq = NULL;
         double t0 = now_ns();
 
-        *status_p = xfer_tag_recv(ctx, ep, 0, 0, &in, sizeof(in), NULL, NULL, NULL, &rreq);
+        *status_p = xfer_tag_recv(ctx, any ? NULL : ep, 0, 0, &in, sizeof(in), NULL, NULL,
+                                  NULL, &rreq);
         if (*status_p != XFER_OK) {
             break;
         }
@@ -231,7 +233,7 @@ static double round_trips(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag
 static int probe(xfer_context_t *ctx, const char *host, const char *port, int n)
 {
     xfer_endpoint_t **eps = calloc((size_t)n, sizeof(*eps));
-    double t0, connect_s, progress_ns, rt_poll, rt_sleep;
+    double t0, connect_s, progress_ns, rt_poll, rt_any, rt_sleep;
     long rss0 = rss_kib(), fds0 = fds_open(), rss1, fds1;
     const int calls = 200000;
     char addr[300];
@@ -265,11 +267,15 @@ static int probe(xfer_context_t *ctx, const char *host, const char *port, int n)
     }
     progress_ns = (now_ns() - t0) / calls;
     missing     = lanes_missing(eps, n);
-    rt_poll     = round_trips(ctx, eps[0], TAG_POLL, 20000, &status);
+    rt_poll     = round_trips(ctx, eps[0], TAG_POLL, 20000, 0, &status);
     if (status != XFER_OK) {
         return die("polled round trips", status);
     }
-    rt_sleep = round_trips(ctx, eps[0], TAG_SLEEP, 2000, &status);
+    rt_any = round_trips(ctx, eps[0], TAG_POLL, 20000, 1, &status);
+    if (status != XFER_OK) {
+        return die("polled round trips, answers from any peer", status);
+    }
+    rt_sleep = round_trips(ctx, eps[0], TAG_SLEEP, 2000, 0, &status);
     if (status != XFER_OK) {
         return die("sleeping round trips", status);
     }
@@ -281,10 +287,10 @@ static int probe(xfer_context_t *ctx, const char *host, const char *port, int n)
     printf("{\"transport\":\"%s\",\"endpoints\":%d,\"connect_s\":%.4f,"
            "\"connect_us_per_ep\":%.1f,\"rss_kib_per_ep\":%.2f,\"fds_per_ep\":%.2f,"
            "\"lanes_missing\":%d,\"progress_ns\":%.1f,\"rt_poll_us\":%.3f,"
-           "\"rt_sleep_us\":%.3f}\n",
+           "\"rt_any_us\":%.3f,\"rt_sleep_us\":%.3f}\n",
            xfer_endpoint_transport(eps[0]), n, connect_s, connect_s * 1e6 / n,
            (double)(rss1 - rss0) / n, (double)(fds1 - fds0) / n, missing, progress_ns,
-           rt_poll, rt_sleep);
+           rt_poll, rt_any, rt_sleep);
     for (int i = 0; i < n; i++) {
         xfer_endpoint_close(eps[i]);
     }
