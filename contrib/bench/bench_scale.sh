@@ -82,6 +82,8 @@ for ((round = 1; round <= ROUNDS; round++)); do
     done
 done
 
+# the table into its file first (not through a pipe, whose subshell would keep the medians),
+# then to stdout
 {
     rounds_header
     printf '%-5s %6s %20s %14s %6s %5s %22s %16s %22s %16s %22s %16s %22s\n' transport \
@@ -113,7 +115,8 @@ done
                 "${cells[7]}"
         done
     done
-} | tee "$OUT/scale.txt"
+} >"$OUT/scale.txt"
+cat "$OUT/scale.txt"
 
 if ! command -v gnuplot >/dev/null; then
     echo "# no plot: gnuplot not found (apt-get install gnuplot-nox)" >&2
@@ -130,10 +133,11 @@ for t in "${TRANSPORTS[@]}"; do
             "'$LOGDIR/$t.dat' using 1:(\$4 * 1000) with linespoints title '$t rt_sleep (ns)'")
 done
 gnuplot <<EOF
-set terminal svg size 900,520 dynamic
+set terminal svg size 900,520 dynamic noenhanced
 set output '$OUT/scale.svg'
 set title "scale_probe: one active pair beside idle endpoints (medians of $ROUNDS rounds)"
 set logscale xy
+set xrange [0.8:1500]
 set xlabel 'endpoints in the process'
 set ylabel 'ns'
 set key outside right
