@@ -2,8 +2,9 @@
 # make check: tcp suites again in the component's other modes, so that each mode runs the
 # same scenarios as the default: XFER_TCP_BUSY_POLL=y (sockets read directly, waits never
 # sleep), XFER_TCP_PUT_ACK=y (every put acknowledged by the target), one connection per
-# endpoint (XFER_TCP_LANES=1), four lanes striping from 64 KiB on, and batch blocks copied
-# into the socket instead of spliced (XFER_TCP_SPLICE=n).
+# endpoint (XFER_TCP_LANES=1), four lanes striping from 64 KiB on, batch blocks copied
+# into the socket instead of spliced (XFER_TCP_SPLICE=n), and lanes connected from progress
+# after xfer_connect (XFER_TCP_LANE_WAIT=0).
 set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=tcp
@@ -27,4 +28,10 @@ done
 echo "== test_batch, XFER_TCP_SPLICE=n"
 XFER_TCP_SPLICE=n "$build/test/test_batch" || rc=1
 XFER_TCP_BUSY_POLL=y "$build/test/test_lanes" || rc=1
+echo "== test_scale, XFER_TCP_BUSY_POLL=y"
+XFER_TCP_BUSY_POLL=y "$build/test/test_scale" || rc=1
+for suite in lanes scale; do
+    echo "== test_$suite, XFER_TCP_LANE_WAIT=0: every lane connects from progress"
+    XFER_TCP_LANE_WAIT=0 "$build/test/test_$suite" || rc=1
+done
 exit $rc

@@ -33,6 +33,28 @@ TestSuite(lanes, .init = setup, .timeout = 120);
 
 #define TAG 7u
 
+/* Progress until every lane ep agreed on is up (its counters say so): a lane may still be
+ * connecting when xfer_connect returns (XFER_TCP_LANE_WAIT). */
+static void lanes_wait_up(xfer_context_t *ctx, xfer_endpoint_t *ep)
+{
+    for (double end = tp_now_ms() + TP_WAIT_MS; tp_now_ms() < end; ) {
+        xfer_counter_t c[32];
+        size_t n = 32;
+        int64_t want = -1, up = -2;
+
+        cr_assert_eq(xfer_endpoint_counters(ep, c, &n), XFER_OK);
+        for (size_t i = 0; (i < n) && (i < 32); i++) {
+            want = (strcmp(c[i].name, "lanes") == 0) ? (int64_t)c[i].value : want;
+            up   = (strcmp(c[i].name, "lanes_up") == 0) ? (int64_t)c[i].value : up;
+        }
+        if (up == want) {
+            return;
+        }
+        (void)xfer_progress(ctx);
+    }
+    cr_assert_fail("the endpoint's lanes did not all come up");
+}
+
 static void skip_unless_tcp(void)
 {
     if (strcmp(tp_transport(), "tcp") != 0) {
@@ -213,6 +235,7 @@ Test(lanes, a_lost_lane_fails_the_endpoint_on_both_sides)
     cr_assert_not_null(buf);
     tp_fill_pattern(buf, len, 3);
     tp_start(&p, srv_recv_report, NULL);
+    lanes_wait_up(p.ctx, p.ep);
     cr_assert_eq(tp_recv(&p), 1);
     /* our lanes: connected TCP sockets whose peer is not the child's bootstrap port */
     n = tcp_fds(0, -1, address_port(p.address), fds, 16);
@@ -338,6 +361,7 @@ Test(lanes, at_most_32_silent_connections_wait_on_the_lane_port)
 
     skip_unless_tcp();
     tp_start(&p, srv_lane_port, NULL);
+    lanes_wait_up(p.ctx, p.ep);     /* our own lanes are not among the silent ones */
     port            = (int)tp_recv(&p);
     sin.sin_port    = htons((uint16_t)port);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

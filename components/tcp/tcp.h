@@ -53,6 +53,7 @@ typedef struct xfer_tcp_config {
     int      busy_poll;         /* BUSY_POLL: read sockets directly, never let a wait sleep */
     uint64_t lanes;             /* LANES: connections per endpoint; 0 = by the core count */
     uint64_t lane_min;          /* LANE_MIN_SIZE: data striped over the lanes from this size */
+    double   lane_wait;         /* LANE_WAIT: seconds ep_connect waits for the lanes */
     int      splice;            /* SPLICE: a batch's blocks leave by vmsplice, not a copy */
     uint64_t splice_pipe;       /* SPLICE_PIPE: bytes of the pipe they go through */
 } xfer_tcp_config_t;
@@ -364,6 +365,7 @@ struct xfer_ep {
     struct sockaddr_storage lane_addr;  /* client: the server's lane port */
     socklen_t           lane_addr_len;
     uint64_t            peer_token;     /* client: what its lanes' hellos carry */
+    unsigned            lanes_awaited;  /* server: lanes not attached yet */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
@@ -415,8 +417,9 @@ struct xfer_iface {
     unsigned                 lanes;         /* what endpoints offer */
     int                      lane_fd;       /* listening, -1 = none */
     uint16_t                 lane_port;
-    struct xfer_tcp_accept   *accepts;      /* XFER_TCP_ACCEPT_MAX */
-    uint64_t                 accept_seq;
+    ucs_list_link_t          accepts;       /* struct xfer_tcp_accept, oldest first */
+    unsigned                 num_accepts;
+    unsigned                 lanes_awaited; /* lanes our server endpoints still wait for */
     ucs_list_link_t          lane_retry;    /* client lanes to connect again (retry_at) */
     ucs_list_link_t          hot;           /* busy poll: the eps read directly */
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked
@@ -641,10 +644,24 @@ xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
                             const char *reason);
 
-/* ---- tcp_lane.c ----------------------------------------------------------------------------- */
-/* Connections accepted on the lane port that have not sent their LANE_HELLO yet; past this
- * the oldest is closed, so that idle connections cannot take descriptors without bound. */
+/* ---- tcp_lane_port.c ------------------------------------------------------------------------ */
+/* Connections accepted on the lane port that have not sent their LANE_HELLO yet, beyond the
+ * lanes our endpoints wait for; past this the oldest is closed, so that idle connections
+ * cannot take descriptors without bound. */
 #define XFER_TCP_ACCEPT_MAX 32
+struct xfer_tcp_accept;
+
+/* Open the lane port (the first server-side endpoint does); failing, lanes are off. */
+void xfer_tcp_lane_port_open(xfer_iface_h iface);
+/* A server endpoint now waits for n lanes to come to the port. */
+void xfer_tcp_lanes_awaited(xfer_ep_h ep, unsigned n);
+/* An accepted connection's socket has something (its hello, or its end). */
+unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *acc,
+                                  uint32_t events);
+
+/* ---- tcp_lane.c ----------------------------------------------------------------------------- */
+/* Take fd as lane: non-blocking, tuned, in the epoll set (added: it is already there). */
+xfer_status_t xfer_tcp_lane_attach(xfer_tcp_lane_t *lane, int fd, int added);
 
 /* How many lanes the iface's endpoints offer; the lane port opens with the first server-side
  * endpoint. */

@@ -80,11 +80,12 @@ static const xfer_param_desc_t tcp_params[] = {
      "is in the peer's memory or with the peer's error.",
      offsetof(xfer_tcp_config_t, put_ack), 0, 0, NULL},
     {"BUSY_POLL", XFER_PARAM_BOOL, "n",
-     "y: progress reads every endpoint's socket directly instead of asking epoll which have "
-     "input (one system call less per message received), a wait never sleeps on the "
+     "y: progress reads the sockets of the endpoints with recent traffic directly instead "
+     "of asking epoll which have input (one system call less per message received; the "
+     "others are left to epoll after 256 quiet looks), a wait never sleeps on the "
      "interface's file descriptor, and sockets get SO_BUSY_POLL (50 us) so that a receive "
      "polls the NIC's queue where the driver supports it. For latency-critical users with "
-     "few endpoints and a core to spin on; the cost grows with the number of endpoints.",
+     "a core to spin on.",
      offsetof(xfer_tcp_config_t, busy_poll), 0, 0, NULL},
     {"LANES", XFER_PARAM_UINT, "0",
      "TCP connections per endpoint (1-8): the data of large messages, puts and tensors is cut "
@@ -94,6 +95,12 @@ static const xfer_param_desc_t tcp_params[] = {
      "(measured on two cores: 2 lanes move 1 MiB messages 1.3x faster than one when "
      "polling, 1.8x when sleeping; 4 lanes are slower than 2 there).",
      offsetof(xfer_tcp_config_t, lanes), 0, XFER_TCP_WIRE_LANES_MAX, NULL},
+    {"LANE_WAIT", XFER_PARAM_TIME, "200ms",
+     "How long xfer_connect waits for the connects of an endpoint's lanes (started "
+     "together). A lane not connected by then connects from progress and carries data from "
+     "then on; one whose connect fails is tried again after 10, 20, 40 ... ms, six times in "
+     "all. 0: xfer_connect does not wait for them.",
+     offsetof(xfer_tcp_config_t, lane_wait), 0.0, 60.0, NULL},
     {"LANE_MIN_SIZE", XFER_PARAM_SIZE, "1m",
      "Data from this size on is cut over the lanes, one share per lane; smaller data goes on "
      "the first connection alone.",

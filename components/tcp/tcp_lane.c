@@ -21,8 +21,10 @@
  * endpoint whose token, lane and peer host match, and closes any other. Until a lane is
  * attached, what it should carry waits. Any lane's failure fails the endpoint.
  *
- * This file: the lane port, an endpoint's lanes (set up, close), the hellos, the lanes' epoll
- * events; tcp_stripe.c moves the shares.
+ * This file: an endpoint's lanes (set up - the client's connects, waited for up to
+ * XFER_TCP_LANE_WAIT, then from progress, retried when they fail - and close), the lanes'
+ * epoll events; tcp_lane_port.c the server's lane port and the hellos; tcp_stripe.c moves
+ * the shares.
  */
 #include "tcp.h"
 
@@ -38,133 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The client waits this long in ep_connect for its lanes' connects, together; those not
- * done by then go on from progress, and stripe from when they are. */
-#define LANE_WAIT_MS    200
 /* A lane whose connect fails is tried again this many times, after 10 ms, 20 ms, 40 ms ... */
 #define LANE_TRIES      6
 #define LANE_RETRY_MS   10
-
-struct xfer_tcp_accept {
-    uint64_t seq;       /* 0 = free; larger = accepted later */
-    int      fd;
-    unsigned got;
-    uint8_t  buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
-};
-
-/* ---- the iface's lane port ------------------------------------------------------------------ */
-
-static unsigned lanes_auto(void)
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-
-    /* two lanes were best on two cores (contrib/README.md, "Reading the tcp figures") */
-    return (cores >= 16) ? 4 : 2;
-}
-
-static int listen_on(int family, uint16_t *port_p)
-{
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd, zero = 0;
-
-    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return -1;
-    }
-    memset(&ss, 0, sizeof(ss));
-    if (family == AF_INET6) {
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-        ((struct sockaddr_in6*)&ss)->sin6_family = AF_INET6;
-        ((struct sockaddr_in6*)&ss)->sin6_addr   = in6addr_any;
-        len = sizeof(struct sockaddr_in6);
-    } else {
-        ((struct sockaddr_in*)&ss)->sin_family      = AF_INET;
-        ((struct sockaddr_in*)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
-        len = sizeof(struct sockaddr_in);
-    }
-    /* a burst of endpoints connects all its lanes before the server looks: the kernel's
-     * largest backlog (net.core.somaxconn) holds them */
-    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
-        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
-        close(fd);
-        return -1;
-    }
-    *port_p = ntohs((family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
-                                           ((struct sockaddr_in*)&ss)->sin_port);
-    return fd;
-}
-
-void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
-{
-    unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
-
-    iface->lanes   = 1;
-    iface->lane_fd = -1;
-    if (want > XFER_TCP_WIRE_LANES_MAX) {
-        want = XFER_TCP_WIRE_LANES_MAX;
-    }
-    if (want < 2) {
-        return;
-    }
-    iface->accepts = calloc(XFER_TCP_ACCEPT_MAX, sizeof(*iface->accepts));
-    iface->scratch = malloc(XFER_TCP_RX_BUF_LEN);
-    if ((iface->accepts == NULL) || (iface->scratch == NULL)) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "out of memory for lanes: endpoints use one "
-                 "connection");
-        return;
-    }
-    iface->lanes = want;
-}
-
-/* The lane port, opened by the first server-side endpoint: a process that only connects
- * listens nowhere. Failing, endpoints use one connection from then on. */
-static void lane_port_open(xfer_iface_h iface)
-{
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
-
-    iface->lane_fd = listen_on(AF_INET6, &iface->lane_port);
-    if (iface->lane_fd < 0) {
-        iface->lane_fd = listen_on(AF_INET, &iface->lane_port);
-    }
-    if ((iface->lane_fd >= 0) &&
-        (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) == 0)) {
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u",
-                    iface->lanes, iface->lane_port);
-        return;
-    }
-    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one "
-             "connection (XFER_TCP_LANES=1 says so without trying)", strerror(errno));
-    if (iface->lane_fd >= 0) {
-        close(iface->lane_fd);
-        iface->lane_fd = -1;
-    }
-    iface->lanes = 1;
-}
-
-static void accept_drop(xfer_iface_h iface, struct xfer_tcp_accept *acc)
-{
-    epoll_ctl(iface->epfd, EPOLL_CTL_DEL, acc->fd, NULL);
-    close(acc->fd);
-    acc->fd  = -1;
-    acc->seq = 0;
-}
-
-void xfer_tcp_lanes_iface_close(xfer_iface_h iface)
-{
-    if (iface->accepts != NULL) {
-        for (unsigned i = 0; i < XFER_TCP_ACCEPT_MAX; i++) {
-            if (iface->accepts[i].seq != 0) {
-                accept_drop(iface, &iface->accepts[i]);
-            }
-        }
-    }
-    if (iface->lane_fd >= 0) {
-        close(iface->lane_fd);
-    }
-    free(iface->accepts);
-    free(iface->scratch);
-}
 
 /* ---- an endpoint's lanes -------------------------------------------------------------------- */
 
@@ -175,7 +53,7 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
     ucs_list_head_init(&ep->tx_wait);
     ep->nlanes = 1;
     if (ep->is_server && (iface->lanes > 1) && (iface->lane_fd < 0)) {
-        lane_port_open(iface);
+        xfer_tcp_lane_port_open(iface);
     }
     ep->lanes_max = iface->lanes;
     ep->token     = xfer_random64();
@@ -232,8 +110,7 @@ void xfer_tcp_lane_update_events(xfer_tcp_lane_t *lane)
     lane->events = events;
 }
 
-/* Take fd as lane: non-blocking, tuned, in the epoll set. */
-static xfer_status_t lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
+xfer_status_t xfer_tcp_lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
 {
     xfer_iface_h iface = lane->ep->iface;
     struct epoll_event ev = {.events = 0, .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
@@ -312,7 +189,7 @@ static int lane_established(xfer_tcp_lane_t *lane, int added)
         return errno ? errno : EIO;
     }
     lane->connecting = 0;
-    if (lane_attach(lane, lane->fd, added) != XFER_OK) {
+    if (xfer_tcp_lane_attach(lane, lane->fd, added) != XFER_OK) {
         lane->connecting = 1;   /* lane_failed() closes it */
         return errno;
     }
@@ -413,11 +290,12 @@ unsigned xfer_tcp_lanes_up(xfer_ep_h ep)
 }
 
 /* The client's lanes: every connect started at once and waited for together, up to
- * LANE_WAIT_MS; the slow ones go on from progress, the failed ones are tried again. */
+ * XFER_TCP_LANE_WAIT; the slow ones go on from progress (and stripe from when they are up),
+ * the failed ones are tried again. */
 static void lanes_connect(xfer_ep_h ep, unsigned n)
 {
     struct pollfd pfd[XFER_TCP_WIRE_LANES_MAX];
-    int64_t until = now_ms() + LANE_WAIT_MS;
+    int64_t until = now_ms() + (int64_t)(ep->iface->cfg->lane_wait * 1000.0);
     unsigned waiting;
 
     for (unsigned i = 1; i < n; i++) {
@@ -483,7 +361,8 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
     }
     ep->nlanes = n;
     if (ep->is_server) {
-        return XFER_OK;     /* the client's lanes come to the lane port */
+        xfer_tcp_lanes_awaited(ep, n - 1);     /* the client's lanes come to the lane port */
+        return XFER_OK;
     }
     ep->peer_token = peer->token;
     lanes_connect(ep, n);
@@ -494,6 +373,7 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
 
 void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked)
 {
+    xfer_tcp_lanes_awaited(ep, 0);
     for (unsigned i = 1; (ep->lanes != NULL) && (i < ep->lanes_max); i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
 
@@ -574,166 +454,6 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
     return 1;
 }
 
-/* The IP address of a (IPv4, IPv6 or IPv4-mapped IPv6) socket address; 0 when none. */
-static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
-{
-    if (ss->ss_family == AF_INET6) {
-        *a = ((const struct sockaddr_in6*)ss)->sin6_addr;
-        return 1;
-    }
-    if (ss->ss_family == AF_INET) {
-        memset(a, 0, sizeof(*a));
-        a->s6_addr[10] = a->s6_addr[11] = 0xff;
-        memcpy(&a->s6_addr[12], &((const struct sockaddr_in*)ss)->sin_addr, 4);
-        return 1;
-    }
-    return 0;
-}
-
-static int same_host(const struct sockaddr_storage *x, const struct sockaddr_storage *y)
-{
-    struct in6_addr a, b;
-
-    return host_of(x, &a) && host_of(y, &b) && (memcmp(&a, &b, sizeof(a)) == 0);
-}
-
-/* A connection that sent its LANE_HELLO: attach it to its endpoint, or close it. */
-static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
-{
-    struct sockaddr_storage mine, theirs;
-    socklen_t mlen = sizeof(mine), tlen = sizeof(theirs);
-    xfer_tcp_wire_lane_hello_t hello;
-    char why[XFER_REASON_MAX] = "";
-    char host[INET6_ADDRSTRLEN] = "?";
-    xfer_ep_h ep;
-    int fd = acc->fd;
-
-    if (getpeername(fd, (struct sockaddr*)&theirs, &tlen) == 0) {
-        const void *a = (theirs.ss_family == AF_INET6) ?
-                                (const void*)&((struct sockaddr_in6*)&theirs)->sin6_addr :
-                                (const void*)&((struct sockaddr_in*)&theirs)->sin_addr;
-
-        inet_ntop(theirs.ss_family, a, host, sizeof(host));
-    }
-    if (xfer_tcp_wire_unpack_lane_hello(acc->buf, &hello, why, sizeof(why)) != XFER_OK) {
-        goto refuse;
-    }
-    snprintf(why, sizeof(why), "no endpoint waits for lane %u with this token", hello.lane);
-    ucs_list_for_each(ep, &iface->eps, list) {
-        xfer_tcp_lane_t *lane;
-
-        if ((ep->token != hello.token) || !ep->is_server || (hello.lane >= ep->lanes_max) ||
-            ((ep->state != XFER_TCP_EP_CREATED) && (ep->state != XFER_TCP_EP_CONNECTED))) {
-            continue;
-        }
-        lane = &ep->lanes[hello.lane];
-        if ((lane->fd >= 0) || lane->peer_closed) {
-            snprintf(why, sizeof(why), "lane %u of its endpoint is taken", hello.lane);
-            break;
-        }
-        /* the token is the secret; the peer's host must be lane 0's too */
-        if ((getpeername(ep->fd, (struct sockaddr*)&mine, &mlen) != 0) ||
-            !same_host(&mine, &theirs)) {
-            snprintf(why, sizeof(why), "lane %u comes from another host than its endpoint",
-                     hello.lane);
-            break;
-        }
-        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, fd, NULL);
-        acc->fd  = -1;
-        acc->seq = 0;
-        if (lane_attach(lane, fd, 0) != XFER_OK) {
-            close(fd);
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
-                                   hello.lane, strerror(errno));
-            return;
-        }
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u attached (fd %d)",
-                    (void*)ep, hello.lane, fd);
-        xfer_tcp_lane_write(lane);
-        if (lane->rx_active && (ep->state == XFER_TCP_EP_CONNECTED)) {
-            xfer_tcp_iface_rx_kick(iface, ep);
-        }
-        return;
-    }
-
-refuse:
-    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane connection from %s closed: %s", host, why);
-    accept_drop(iface, acc);
-}
-
-static unsigned accept_events(xfer_iface_h iface, struct xfer_tcp_accept *acc,
-                              uint32_t events)
-{
-    ssize_t n;
-
-    (void)events;
-    do {
-        n = recv(acc->fd, acc->buf + acc->got, sizeof(acc->buf) - acc->got, 0);
-    } while ((n < 0) && (errno == EINTR));
-    if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
-        return 0;
-    }
-    if (n <= 0) {
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "a lane connection went before its "
-                    "hello: %s", (n == 0) ? "closed" : strerror(errno));
-        accept_drop(iface, acc);
-        return 1;
-    }
-    acc->got += (unsigned)n;
-    if (acc->got == sizeof(acc->buf)) {
-        accept_hello(iface, acc);
-    }
-    return 1;
-}
-
-unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
-{
-    unsigned count = 0;
-
-    for (;;) {
-        struct xfer_tcp_accept *acc = NULL, *oldest = NULL;
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
-        int fd = accept4(iface->lane_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
-                xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "accept on the lane port: %s",
-                         strerror(errno));
-            }
-            return count;
-        }
-        for (unsigned i = 0; i < XFER_TCP_ACCEPT_MAX; i++) {
-            struct xfer_tcp_accept *a = &iface->accepts[i];
-
-            if (a->seq == 0) {
-                acc = a;
-                break;
-            }
-            if ((oldest == NULL) || (a->seq < oldest->seq)) {
-                oldest = a;
-            }
-        }
-        if (acc == NULL) {
-            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said "
-                     "which lane they are: the oldest is closed", XFER_TCP_ACCEPT_MAX);
-            accept_drop(iface, oldest);
-            acc = oldest;
-        }
-        acc->fd     = fd;
-        acc->got    = 0;
-        acc->seq    = ++iface->accept_seq;
-        ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
-        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            close(fd);
-            acc->fd  = -1;
-            acc->seq = 0;
-            continue;
-        }
-        count++;
-        accept_events(iface, acc, EPOLLIN);    /* its hello is often there already */
-    }
-}
-
 unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events)
 {
     uintptr_t p = (uintptr_t)tagged;
@@ -741,8 +461,9 @@ unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t 
     if ((p & XFER_TCP_EV_MASK) == XFER_TCP_EV_LANE) {
         return lane_events((xfer_tcp_lane_t*)(p & ~(uintptr_t)XFER_TCP_EV_MASK), events);
     }
-    return accept_events(iface, (struct xfer_tcp_accept*)(p & ~(uintptr_t)XFER_TCP_EV_MASK),
-                         events);
+    return xfer_tcp_lane_port_event(iface,
+                                    (struct xfer_tcp_accept*)(p & ~(uintptr_t)XFER_TCP_EV_MASK),
+                                    events);
 }
 
 unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep)

@@ -1,0 +1,315 @@
+/*
+ * The lane port (tcp_lane.c says what lanes are): the server iface's listening socket for
+ * its endpoints' lanes, opened with its first server-side endpoint, and the connections to
+ * it until they say which lane of which endpoint they are (LANE_HELLO: lane number and the
+ * endpoint's random token, from lane 0's host).
+ *
+ * A connection that names no waiting endpoint, a taken lane or another host is closed with a
+ * log line. Connections that have not sent their hello yet are held up to the number of
+ * lanes our endpoints still wait for plus XFER_TCP_ACCEPT_MAX strangers; past that the
+ * oldest is closed, so that idle connections cannot take descriptors without bound while a
+ * burst of clients, which send their hellos from progress, is not cut short.
+ */
+#include "tcp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A connection to the lane port that has not said which lane it is yet. */
+struct xfer_tcp_accept {
+    ucs_list_link_t list;       /* iface->accepts, oldest first */
+    int             fd;
+    unsigned        got;
+    uint8_t         buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+};
+
+/* ---- the port ------------------------------------------------------------------------------- */
+
+static unsigned lanes_auto(void)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+    /* two lanes were best on two cores (contrib/README.md, "Reading the tcp figures") */
+    return (cores >= 16) ? 4 : 2;
+}
+
+static int listen_on(int family, uint16_t *port_p)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd, zero = 0;
+
+    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    memset(&ss, 0, sizeof(ss));
+    if (family == AF_INET6) {
+        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+        ((struct sockaddr_in6*)&ss)->sin6_family = AF_INET6;
+        ((struct sockaddr_in6*)&ss)->sin6_addr   = in6addr_any;
+        len = sizeof(struct sockaddr_in6);
+    } else {
+        ((struct sockaddr_in*)&ss)->sin_family      = AF_INET;
+        ((struct sockaddr_in*)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+        len = sizeof(struct sockaddr_in);
+    }
+    /* a burst of endpoints connects all its lanes before the server looks: the kernel's
+     * largest backlog (net.core.somaxconn) holds them */
+    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
+        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+        close(fd);
+        return -1;
+    }
+    *port_p = ntohs((family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
+                                           ((struct sockaddr_in*)&ss)->sin_port);
+    return fd;
+}
+
+void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
+{
+    unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
+
+    iface->lanes   = 1;
+    iface->lane_fd = -1;
+    ucs_list_head_init(&iface->accepts);
+    if (want > XFER_TCP_WIRE_LANES_MAX) {
+        want = XFER_TCP_WIRE_LANES_MAX;
+    }
+    if (want < 2) {
+        return;
+    }
+    iface->scratch = malloc(XFER_TCP_RX_BUF_LEN);
+    if (iface->scratch == NULL) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "out of memory for lanes: endpoints use one "
+                 "connection");
+        return;
+    }
+    iface->lanes = want;
+}
+
+/* The lane port, opened by the first server-side endpoint: a process that only connects
+ * listens nowhere. Failing, endpoints use one connection from then on. */
+void xfer_tcp_lane_port_open(xfer_iface_h iface)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
+
+    iface->lane_fd = listen_on(AF_INET6, &iface->lane_port);
+    if (iface->lane_fd < 0) {
+        iface->lane_fd = listen_on(AF_INET, &iface->lane_port);
+    }
+    if ((iface->lane_fd >= 0) &&
+        (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) == 0)) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u",
+                    iface->lanes, iface->lane_port);
+        return;
+    }
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one "
+             "connection (XFER_TCP_LANES=1 says so without trying)", strerror(errno));
+    if (iface->lane_fd >= 0) {
+        close(iface->lane_fd);
+        iface->lane_fd = -1;
+    }
+    iface->lanes = 1;
+}
+
+/* acc is done with: off the list, its connection closed unless fd was taken (-1). */
+static void accept_drop(xfer_iface_h iface, struct xfer_tcp_accept *acc)
+{
+    if (acc->fd >= 0) {
+        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, acc->fd, NULL);
+        close(acc->fd);
+    }
+    ucs_list_del(&acc->list);
+    iface->num_accepts--;
+    free(acc);
+}
+
+void xfer_tcp_lanes_iface_close(xfer_iface_h iface)
+{
+    if (iface->accepts.next != NULL) {
+        while (!ucs_list_is_empty(&iface->accepts)) {
+            accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
+        }
+    }
+    if (iface->lane_fd >= 0) {
+        close(iface->lane_fd);
+    }
+    free(iface->scratch);
+}
+
+void xfer_tcp_lanes_awaited(xfer_ep_h ep, unsigned n)
+{
+    ep->iface->lanes_awaited -= ep->lanes_awaited;
+    ep->iface->lanes_awaited += n;
+    ep->lanes_awaited         = n;
+}
+
+/* ---- hellos ------------------------------------------------------------------------------- */
+
+/* The IP address of a (IPv4, IPv6 or IPv4-mapped IPv6) socket address; 0 when none. */
+static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
+{
+    if (ss->ss_family == AF_INET6) {
+        *a = ((const struct sockaddr_in6*)ss)->sin6_addr;
+        return 1;
+    }
+    if (ss->ss_family == AF_INET) {
+        memset(a, 0, sizeof(*a));
+        a->s6_addr[10] = a->s6_addr[11] = 0xff;
+        memcpy(&a->s6_addr[12], &((const struct sockaddr_in*)ss)->sin_addr, 4);
+        return 1;
+    }
+    return 0;
+}
+
+static int same_host(const struct sockaddr_storage *x, const struct sockaddr_storage *y)
+{
+    struct in6_addr a, b;
+
+    return host_of(x, &a) && host_of(y, &b) && (memcmp(&a, &b, sizeof(a)) == 0);
+}
+
+/* A connection that sent its LANE_HELLO: attach it to its endpoint, or close it. */
+static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
+{
+    struct sockaddr_storage mine, theirs;
+    socklen_t mlen = sizeof(mine), tlen = sizeof(theirs);
+    xfer_tcp_wire_lane_hello_t hello;
+    char why[XFER_REASON_MAX] = "";
+    char host[INET6_ADDRSTRLEN] = "?";
+    xfer_ep_h ep;
+    int fd = acc->fd;
+
+    if (getpeername(fd, (struct sockaddr*)&theirs, &tlen) == 0) {
+        const void *a = (theirs.ss_family == AF_INET6) ?
+                                (const void*)&((struct sockaddr_in6*)&theirs)->sin6_addr :
+                                (const void*)&((struct sockaddr_in*)&theirs)->sin_addr;
+
+        inet_ntop(theirs.ss_family, a, host, sizeof(host));
+    }
+    if (xfer_tcp_wire_unpack_lane_hello(acc->buf, &hello, why, sizeof(why)) != XFER_OK) {
+        goto refuse;
+    }
+    snprintf(why, sizeof(why), "no endpoint waits for lane %u with this token", hello.lane);
+    ucs_list_for_each(ep, &iface->eps, list) {
+        xfer_tcp_lane_t *lane;
+
+        if ((ep->token != hello.token) || !ep->is_server || (hello.lane >= ep->lanes_max) ||
+            ((ep->state != XFER_TCP_EP_CREATED) && (ep->state != XFER_TCP_EP_CONNECTED))) {
+            continue;
+        }
+        lane = &ep->lanes[hello.lane];
+        if ((lane->fd >= 0) || lane->peer_closed) {
+            snprintf(why, sizeof(why), "lane %u of its endpoint is taken", hello.lane);
+            break;
+        }
+        /* the token is the secret; the peer's host must be lane 0's too */
+        if ((getpeername(ep->fd, (struct sockaddr*)&mine, &mlen) != 0) ||
+            !same_host(&mine, &theirs)) {
+            snprintf(why, sizeof(why), "lane %u comes from another host than its endpoint",
+                     hello.lane);
+            break;
+        }
+        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, fd, NULL);
+        acc->fd = -1;
+        accept_drop(iface, acc);
+        if (ep->lanes_awaited > 0) {
+            xfer_tcp_lanes_awaited(ep, ep->lanes_awaited - 1);
+        }
+        if (xfer_tcp_lane_attach(lane, fd, 0) != XFER_OK) {
+            close(fd);
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
+                                   hello.lane, strerror(errno));
+            return;
+        }
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u attached (fd %d)",
+                    (void*)ep, hello.lane, fd);
+        xfer_tcp_lane_write(lane);
+        if (lane->rx_active && (ep->state == XFER_TCP_EP_CONNECTED)) {
+            xfer_tcp_iface_rx_kick(iface, ep);
+        }
+        return;
+    }
+
+refuse:
+    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane connection from %s closed: %s", host, why);
+    accept_drop(iface, acc);
+}
+
+unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *acc,
+                                  uint32_t events)
+{
+    ssize_t n;
+
+    (void)events;
+    do {
+        n = recv(acc->fd, acc->buf + acc->got, sizeof(acc->buf) - acc->got, 0);
+    } while ((n < 0) && (errno == EINTR));
+    if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
+        return 0;
+    }
+    if (n <= 0) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "a lane connection went before its "
+                    "hello: %s", (n == 0) ? "closed" : strerror(errno));
+        accept_drop(iface, acc);
+        return 1;
+    }
+    acc->got += (unsigned)n;
+    if (acc->got == sizeof(acc->buf)) {
+        accept_hello(iface, acc);
+    }
+    return 1;
+}
+
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
+{
+    unsigned count = 0;
+
+    for (;;) {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
+        int fd = accept4(iface->lane_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct xfer_tcp_accept *acc;
+
+        if (fd < 0) {
+            if ((errno != EAGAIN) && (errno != EWOULDBLOCK) && (errno != EINTR)) {
+                xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "accept on the lane port: %s",
+                         strerror(errno));
+            }
+            return count;
+        }
+        /* the lanes our endpoints wait for may all be silent for a while (their clients
+         * send the hello from progress), and 32 strangers besides */
+        if (iface->num_accepts >= XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
+            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said "
+                     "which lane they are, more than the %u lanes our endpoints wait "
+                     "for and %u others: the oldest is closed", iface->num_accepts,
+                     iface->lanes_awaited, XFER_TCP_ACCEPT_MAX);
+            accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
+        }
+        acc = malloc(sizeof(*acc));
+        if (acc == NULL) {
+            close(fd);
+            continue;
+        }
+        acc->fd     = fd;
+        acc->got    = 0;
+        ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
+        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            free(acc);
+            continue;
+        }
+        ucs_list_add_tail(&iface->accepts, &acc->list);
+        iface->num_accepts++;
+        count++;
+        xfer_tcp_lane_port_event(iface, acc, EPOLLIN);    /* its hello is often there */
+    }
+}
