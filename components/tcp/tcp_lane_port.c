@@ -269,6 +269,16 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
     return 1;
 }
 
+/* Read what every held connection has sent: those whose hello is in are attached. */
+static void accepts_read(xfer_iface_h iface)
+{
+    struct xfer_tcp_accept *acc, *tmp;
+
+    ucs_list_for_each_safe(acc, tmp, &iface->accepts, list) {
+        (void)xfer_tcp_lane_port_event(iface, acc, EPOLLIN);
+    }
+}
+
 unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
 {
     unsigned count = 0;
@@ -286,7 +296,11 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
             return count;
         }
         /* the lanes our endpoints wait for may all be silent for a while (their clients
-         * send the hello from progress), and 32 strangers besides */
+         * send the hello from progress), and 32 strangers besides; at the bound, the hellos
+         * that came meanwhile are read first, so that only the silent ones are closed */
+        if (iface->num_accepts >= XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
+            accepts_read(iface);
+        }
         if (iface->num_accepts >= XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
             xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said "
                      "which lane they are, more than the %u lanes our endpoints wait "

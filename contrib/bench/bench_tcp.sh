@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench_tcp.sh [BUILD_DIR]: xfer's tcp transport against iperf3 and ucx_perftest (UCX_TLS=tcp,
-# its defaults otherwise), all on loopback, in one run. Prints the figures, then each aim with
+# its defaults otherwise), all on loopback. Prints the figures, then each aim with
 # the figures it compares, their ratio and whether it is met:
 #   tag_bw 1 MiB      xfer >= 1.2 x ucx_perftest tag_bw, and >= 1.5 x iperf3 (one stream)
 #   tag_lat 8 B       xfer <= 0.95 x ucx_perftest tag_lat (medians of half a round trip)
