@@ -229,6 +229,8 @@ typedef struct xfer_verbs_meta_entry {
 } xfer_verbs_meta_entry_t;
 
 KHASH_MAP_INIT_STR(xfer_verbs_meta, xfer_verbs_meta_entry_t*)
+/* channel id -> channel: a completion names its channel by id (wr_id's high half) */
+KHASH_MAP_INIT_INT(xfer_verbs_chans, struct xfer_ep*)
 
 /* Per-channel counters (xfer_endpoint_counters, xfer_perf -v, XFER_STATS=1). */
 typedef struct xfer_verbs_ch_stats {
@@ -383,6 +385,7 @@ struct xfer_iface {
     double                    fds_polled;   /* when progress() last looked at epfd */
     uint32_t                  next_ch_id;
     ucs_list_link_t           channels;
+    khash_t(xfer_verbs_chans) chan_ids;     /* the channels by id, for each completion */
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
     xfer_op_pool_t            *ops;         /* xfer_verbs_op_t, and their completions */
     xfer_tanswers_t           *tanswers;    /* peers' tensor requests, answers released */

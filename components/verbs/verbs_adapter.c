@@ -276,6 +276,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     iface->params = *params;
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
+    kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
     ucs_list_head_init(&iface->notify);
     /* operations from a pool: malloc and free per message would be on the data path */
@@ -384,6 +385,7 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
         xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
     }
     xfer_tanswers_destroy(iface->tanswers);
+    kh_destroy_inplace(xfer_verbs_chans, &iface->chan_ids);
     if (iface->timerfd >= 0) {
         close(iface->timerfd);
     }
@@ -443,14 +445,9 @@ xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n)
 
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id)
 {
-    xfer_ep_h ch;
+    khiter_t it = kh_get(xfer_verbs_chans, &iface->chan_ids, id);
 
-    ucs_list_for_each(ch, &iface->channels, list) {
-        if (ch->id == id) {
-            return ch;
-        }
-    }
-    return NULL;
+    return (it == kh_end(&iface->chan_ids)) ? NULL : kh_value(&iface->chan_ids, it);
 }
 
 static void wc_dispatch(xfer_iface_h iface, const struct ibv_wc *wc)

@@ -146,6 +146,29 @@ static void ch_free(xfer_ep_h ch)
     free(ch);
 }
 
+/* The iface finds a channel by its id (each completion names one): O(1), not a walk of the
+ * channels, whatever their number. */
+static xfer_status_t ch_index(xfer_iface_h iface, xfer_ep_h ch)
+{
+    int ret;
+    khiter_t it = kh_put(xfer_verbs_chans, &iface->chan_ids, ch->id, &ret);
+
+    if (ret < 0) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    kh_value(&iface->chan_ids, it) = ch;
+    return XFER_OK;
+}
+
+static void ch_unindex(xfer_iface_h iface, xfer_ep_h ch)
+{
+    khiter_t it = kh_get(xfer_verbs_chans, &iface->chan_ids, ch->id);
+
+    if (it != kh_end(&iface->chan_ids)) {
+        kh_del(xfer_verbs_chans, &iface->chan_ids, it);
+    }
+}
+
 xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
                                    xfer_ep_h *ep_p)
 {
@@ -176,10 +199,10 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ch->signal_interval = ucs_max(1u, ucs_min((uint32_t)cfg->signal_interval,
                                               ch->sq_len / 4));
     ch->psn       = random_psn();
-    ch->id        = ++iface->next_ch_id;   /* before any work request carries it */
-    if (ch->id == 0) {
+    /* before any work request carries it; 0 is none, and a wrapped id may still be taken */
+    do {
         ch->id = ++iface->next_ch_id;
-    }
+    } while ((ch->id == 0) || (xfer_verbs_channel_find(iface, ch->id) != NULL));
     ucs_list_head_init(&ch->pendq);
     ucs_list_head_init(&ch->flushes);
     ucs_list_head_init(&ch->batches);
@@ -234,6 +257,10 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
             xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "ibv_post_recv: %s", strerror(errno));
             goto err;
         }
+    }
+    status = ch_index(iface, ch);
+    if (status != XFER_OK) {
+        goto err;
     }
     ucs_list_add_tail(&iface->channels, &ch->list);
     ch->last_activity = xfer_verbs_now();
@@ -681,6 +708,7 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     xfer_op_deliver_owner(iface->ops, ch);
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);
+    ch_unindex(iface, ch);
     iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);
     ch_free(ch);
 }
