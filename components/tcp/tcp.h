@@ -422,6 +422,7 @@ struct xfer_iface {
     unsigned                 lanes_awaited; /* lanes our server endpoints still wait for */
     ucs_list_link_t          lane_retry;    /* client lanes to connect again (retry_at) */
     ucs_list_link_t          hot;           /* busy poll: the eps read directly */
+    int64_t                  epoll_at_ns;   /* busy poll: when epoll was last asked */
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked
                                              * (busy poll, or no endpoint) */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares
@@ -653,6 +654,8 @@ struct xfer_tcp_accept;
 
 /* Open the lane port (the first server-side endpoint does); failing, lanes are off. */
 void xfer_tcp_lane_port_open(xfer_iface_h iface);
+/* Close the oldest silent connections beyond the bound (it falls as lanes attach). */
+void xfer_tcp_lanes_trim(xfer_iface_h iface);
 /* A server endpoint now waits for n lanes to come to the port. */
 void xfer_tcp_lanes_awaited(xfer_ep_h ep, unsigned n);
 /* An accepted connection's socket has something (its hello, or its end). */

@@ -24,6 +24,8 @@
 #define FLUSH_TICK_NS 1000000     /* 1 ms */
 #define BUSY_POLL_EPOLL 64        /* busy poll: progress() calls between two epoll_waits */
 #define BUSY_POLL_COLD  256       /* busy poll: quiet looks before an ep is left to epoll */
+#define BUSY_POLL_GAP_NS 100000   /* busy poll: epoll at least this often, however long a
+                                   * progress() call takes (a peer's large transfer) */
 #define IDLE_EPOLL      64        /* the same, with no endpoint */
 #define TX_MP_ALIGN   64          /* send buffers: a cache line */
 #define TX_MP_CHUNK   4           /* buffers per allocation of the pool */
@@ -402,14 +404,22 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     }
 
     if (iface->cfg->busy_poll) {
+        struct timespec ts;
+        int64_t now;
+
         count += busy_poll(iface);
         num    = 0;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
         if ((++iface->busy_polls >= BUSY_POLL_EPOLL) ||
+            (now - iface->epoll_at_ns >= BUSY_POLL_GAP_NS) ||
             (ucs_list_is_empty(&iface->hot) && !ucs_list_is_empty(&iface->eps))) {
             /* now and then what only epoll tells: the lane port, a lane's end, input of the
              * endpoints not hot - at every call when none is, which costs what one direct
-             * read would */
-            iface->busy_polls = 0;
+             * read would; every 100 us at least, so that an endpoint gone cold is not kept
+             * waiting behind another's long slices */
+            iface->busy_polls  = 0;
+            iface->epoll_at_ns = now;
             num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
         }
     } else if (ucs_list_is_empty(&iface->eps) && (++iface->busy_polls < IDLE_EPOLL)) {

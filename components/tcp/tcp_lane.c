@@ -456,14 +456,15 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
 
 unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events)
 {
-    uintptr_t p = (uintptr_t)tagged;
+    uintptr_t p = (uintptr_t)tagged, ptr = p & ~(uintptr_t)XFER_TCP_EV_MASK;
+    unsigned count;
 
     if ((p & XFER_TCP_EV_MASK) == XFER_TCP_EV_LANE) {
-        return lane_events((xfer_tcp_lane_t*)(p & ~(uintptr_t)XFER_TCP_EV_MASK), events);
+        return lane_events((xfer_tcp_lane_t*)ptr, events);
     }
-    return xfer_tcp_lane_port_event(iface,
-                                    (struct xfer_tcp_accept*)(p & ~(uintptr_t)XFER_TCP_EV_MASK),
-                                    events);
+    count = xfer_tcp_lane_port_event(iface, (struct xfer_tcp_accept*)ptr, events);
+    xfer_tcp_lanes_trim(iface);     /* a lane attached: the bound on the silent ones fell */
+    return count;
 }
 
 unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep)

@@ -269,6 +269,17 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
     return 1;
 }
 
+void xfer_tcp_lanes_trim(xfer_iface_h iface)
+{
+    while (iface->num_accepts > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said which "
+                 "lane they are, more than the %u lanes our endpoints wait for and %u others: "
+                 "the oldest is closed", iface->num_accepts, iface->lanes_awaited,
+                 XFER_TCP_ACCEPT_MAX);
+        accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
+    }
+}
+
 /* Read what every held connection has sent: those whose hello is in are attached. */
 static void accepts_read(xfer_iface_h iface)
 {
@@ -293,6 +304,7 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
                 xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "accept on the lane port: %s",
                          strerror(errno));
             }
+            xfer_tcp_lanes_trim(iface);     /* lanes attached meanwhile lowered the bound */
             return count;
         }
         /* the lanes our endpoints wait for may all be silent for a while (their clients
