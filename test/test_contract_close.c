@@ -135,12 +135,15 @@ Test(contract, a_flush_with_nothing_outstanding_succeeds_after_the_peer_closed)
 #define MANY 64
 static int srv_send_many_and_close(tp_side_t *s)
 {
+    static uint64_t vals[MANY];     /* a send's buffer is the sender's until it completes:
+                                     * each its own, kept until the close has flushed them */
     uint64_t v;
 
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
     for (uint64_t i = 0; i < MANY; i++) {
-        TP_CHECK_STATUS(xfer_tag_send(s->ep, 10 + i, &i, sizeof(i), NULL, NULL, NULL, NULL),
-                        XFER_OK);
+        vals[i] = i;
+        TP_CHECK_STATUS(xfer_tag_send(s->ep, 10 + i, &vals[i], sizeof(vals[i]), NULL, NULL,
+                                      NULL, NULL), XFER_OK);
     }
     xfer_endpoint_close(s->ep);
     s->ep = NULL;
