@@ -19,6 +19,22 @@
 /* Servers that accept each round's client themselves. */
 static const tp_opts_t accept_none = {.accepts = -1};
 
+
+/* Accept a client and receive its one message (tagged TAG_LAST) on the new endpoint. */
+static xfer_endpoint_t *accept_last_message(tp_side_t *s)
+{
+    xfer_endpoint_t *ep = NULL;
+    xfer_request_t *req = NULL;
+    uint64_t msg;
+
+    TP_CHECK_STATUS(xfer_accept(s->listener, TP_WAIT_MS, &ep), XFER_OK);
+    TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, ep, TAG_LAST, ALL, &msg, sizeof(msg), NULL, NULL,
+                                     NULL, &req)), "recv");
+    TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(req);
+    return ep;
+}
+
 /* Accept ROUNDS clients; from each receive one message and close at once, in order. */
 static int srv_close_on_last_message(tp_side_t *s)
 {
@@ -33,16 +49,7 @@ static int srv_close_on_last_message(tp_side_t *s)
     TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
     xfer_rkey_blob_free(blob);
     for (int r = 0; r < ROUNDS; r++) {
-        xfer_endpoint_t *ep = NULL;
-        xfer_request_t *req = NULL;
-        uint64_t msg;
-
-        TP_CHECK_STATUS(xfer_accept(s->listener, TP_WAIT_MS, &ep), XFER_OK);
-        TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, ep, TAG_LAST, ALL, &msg, sizeof(msg), NULL,
-                                         NULL, NULL, &req)), "recv");
-        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-        xfer_request_release(req);
-        xfer_endpoint_close(ep);
+        xfer_endpoint_close(accept_last_message(s));
     }
     TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
     return 0;
@@ -92,15 +99,8 @@ Test(contract, a_flush_succeeds_when_the_peer_received_everything_before_closing
 static int srv_flush_after_peer_close(tp_side_t *s)
 {
     for (int r = 0; r < ROUNDS; r++) {
-        xfer_endpoint_t *ep = NULL;
-        xfer_request_t *req = NULL;
-        uint64_t msg;
+        xfer_endpoint_t *ep = accept_last_message(s);
 
-        TP_CHECK_STATUS(xfer_accept(s->listener, TP_WAIT_MS, &ep), XFER_OK);
-        TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, ep, TAG_LAST, ALL, &msg, sizeof(msg), NULL,
-                                         NULL, NULL, &req)), "recv");
-        TP_CHECK_STATUS(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-        xfer_request_release(req);
         /* let the peer's close arrive (or not): the answer must not depend on it */
         tp_progress_for(s->ctx, (r % 3) * 5);
         TP_CHECK_STATUS(tp_flush(ep, TP_WAIT_MS), XFER_OK);
