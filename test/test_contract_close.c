@@ -19,7 +19,6 @@
 /* Servers that accept each round's client themselves. */
 static const tp_opts_t accept_none = {.accepts = -1};
 
-
 /* Accept a client and receive its one message (tagged TAG_LAST) on the new endpoint. */
 static xfer_endpoint_t *accept_last_message(tp_side_t *s)
 {
