@@ -259,6 +259,7 @@ struct xfer_ep {
     xfer_iface_h          iface;
     ucs_list_link_t       list;         /* iface->channels */
     uint32_t              id;           /* in wr_id, to find the channel of a completion */
+    unsigned              cq_idx;       /* iface->cqs[cq_idx] holds its queues' entries */
     void                  *fw_ep;
     int                   sock;         /* the bootstrap connection: readiness and liveness */
     int                   is_server;
@@ -359,6 +360,15 @@ typedef struct xfer_verbs_devmem_ops {
 
 /* ---- interface (the adapter) ------------------------------------------------------------------ */
 
+#define XFER_VERBS_CQS_MAX 64
+
+typedef struct xfer_verbs_cq {
+    struct ibv_cq *cq;
+    int           len;          /* entries it holds */
+    int           committed;    /* entries its channels' queues could fill */
+    int           armed;        /* asked to raise an event for its next completion */
+} xfer_verbs_cq_t;
+
 struct xfer_iface {
     const xfer_verbs_config_t *cfg;
     xfer_iface_params_t       params;
@@ -366,10 +376,10 @@ struct xfer_iface {
     struct ibv_context        *ctx;
     struct ibv_pd             *pd;
     struct ibv_comp_channel   *comp_channel;
-    struct ibv_cq             *cq;
-    int                       cq_len;       /* entries the CQ holds */
-    int                       cq_committed; /* entries the channels' queues could fill */
-    int                       cq_armed;
+    /* the CQs the channels' QPs complete into: one, and more when a device's largest CQ
+     * cannot hold every channel's queues (rxe: 32767 entries, 85 channels) */
+    xfer_verbs_cq_t           cqs[XFER_VERBS_CQS_MAX];
+    unsigned                  num_cqs;
     uint8_t                   port;
     int                       gid_index;
     union ibv_gid             gid;
@@ -451,8 +461,11 @@ unsigned xfer_verbs_iface_progress(xfer_iface_h iface);
 int xfer_verbs_iface_event_fd(xfer_iface_h iface);
 xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface);
 xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
-/* Make room in the CQ for n more entries (resizing it); XFER_ERR_NO_RESOURCE if it can't. */
-xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n);
+/* Make room for n more entries in one of the iface's CQs - one with room, one grown up to the
+ * device's largest, or a new one - and say which in *idx_p; XFER_ERR_NO_RESOURCE if none can. */
+xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p);
+/* Give back what xfer_verbs_cq_reserve took. */
+void xfer_verbs_cq_release(xfer_iface_h iface, unsigned idx, int n);
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
 double xfer_verbs_now(void);
 

@@ -223,6 +223,28 @@ static void corrupt_setup(xfer_iface_h iface)
              "message will be damaged on purpose (a test)", spec);
 }
 
+
+/* One more CQ of len entries (at most the device's), on the iface's completion channel. */
+static xfer_status_t cq_add(xfer_iface_h iface, int len)
+{
+    xfer_verbs_cq_t *c = &iface->cqs[iface->num_cqs];
+
+    if (len > iface->dev_attr.max_cqe) {
+        len = iface->dev_attr.max_cqe;
+    }
+    c->cq = ibv_create_cq(iface->ctx, len, iface, iface->comp_channel, 0);
+    if (c->cq == NULL) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_create_cq(%d): %s",
+                 iface->dev_name, len, strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    c->len       = c->cq->cqe;
+    c->committed = 0;
+    c->armed     = 0;
+    iface->num_cqs++;
+    return XFER_OK;
+}
+
 /*
  * The MR cache for buffers the user did not register: cached only where libucm's unmap reports
  * cover the process (verbs_mrcache.c says why). Where they do not, say so once per process, and
@@ -308,17 +330,9 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
                  "or completion channel: %s", iface->dev_name, strerror(errno));
         goto err;
     }
-    iface->cq_len = (int)iface->cfg->cq_size;
-    if (iface->cq_len > iface->dev_attr.max_cqe) {
-        iface->cq_len = iface->dev_attr.max_cqe;
-    }
-    iface->cq = ibv_create_cq(iface->ctx, iface->cq_len, iface, iface->comp_channel, 0);
-    if (iface->cq == NULL) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_create_cq(%d): %s",
-                 iface->dev_name, iface->cq_len, strerror(errno));
+    if (cq_add(iface, (int)iface->cfg->cq_size) != XFER_OK) {
         goto err;
     }
-    iface->cq_len = iface->cq->cqe;
     if (events_setup(iface) != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "cannot set up event descriptors: %s",
                  strerror(errno));
@@ -392,8 +406,8 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     if (iface->epfd >= 0) {
         close(iface->epfd);
     }
-    if (iface->cq != NULL) {
-        ibv_destroy_cq(iface->cq);
+    for (unsigned i = 0; i < iface->num_cqs; i++) {
+        ibv_destroy_cq(iface->cqs[i].cq);
     }
     if (iface->comp_channel != NULL) {
         ibv_destroy_comp_channel(iface->comp_channel);
@@ -418,29 +432,47 @@ xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *le
     return XFER_OK;
 }
 
-xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n)
+xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p)
 {
-    int want = iface->cq_committed + n;
+    for (unsigned i = 0; i < iface->num_cqs; i++) {
+        xfer_verbs_cq_t *c = &iface->cqs[i];
+        int want           = c->committed + n;
 
-    if (want > iface->cq_len) {
-        int size = iface->cq_len;
+        if (want > c->len) {
+            int size = c->len;
 
-        while (size < want) {
-            size *= 2;
+            while (size < want) {
+                size *= 2;
+            }
+            if (size > iface->dev_attr.max_cqe) {
+                size = iface->dev_attr.max_cqe;
+            }
+            if ((size < want) || (ibv_resize_cq(c->cq, size) != 0)) {
+                continue;   /* full: another CQ */
+            }
+            c->len = c->cq->cqe;
         }
-        if (size > iface->dev_attr.max_cqe) {
-            size = iface->dev_attr.max_cqe;
-        }
-        if ((size < want) || (ibv_resize_cq(iface->cq, size) != 0)) {
-            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: the completion queue cannot grow "
-                     "to %d entries for another channel (device limit %d): %s",
-                     iface->dev_name, want, iface->dev_attr.max_cqe, strerror(errno));
-            return XFER_ERR_NO_RESOURCE;
-        }
-        iface->cq_len = iface->cq->cqe;
+        c->committed = want;
+        *idx_p       = i;
+        return XFER_OK;
     }
-    iface->cq_committed = want;
+    /* every CQ is full and at the device's largest: one more, of the configured size */
+    if ((iface->num_cqs == XFER_VERBS_CQS_MAX) ||
+        (cq_add(iface, ((int)iface->cfg->cq_size > n) ? (int)iface->cfg->cq_size : n) !=
+         XFER_OK)) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: no completion queue can take another "
+                 "channel's %d entries (%u queues of at most %d, the device's limit)",
+                 iface->dev_name, n, iface->num_cqs, iface->dev_attr.max_cqe);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    iface->cqs[iface->num_cqs - 1].committed = n;
+    *idx_p = iface->num_cqs - 1;
     return XFER_OK;
+}
+
+void xfer_verbs_cq_release(xfer_iface_h iface, unsigned idx, int n)
+{
+    iface->cqs[idx].committed -= n;
 }
 
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id)
@@ -474,16 +506,21 @@ static unsigned cq_poll(xfer_iface_h iface)
         }
         count += (unsigned)len;
     }
-    do {
-        n = ibv_poll_cq(iface->cq, XFER_VERBS_CQ_BATCH, wc);
-        for (int i = 0; i < n; i++) {
-            wc_dispatch(iface, &wc[i]);
+    for (unsigned k = 0; k < iface->num_cqs; k++) {
+        unsigned got = 0;
+
+        do {
+            n = ibv_poll_cq(iface->cqs[k].cq, XFER_VERBS_CQ_BATCH, wc);
+            for (int i = 0; i < n; i++) {
+                wc_dispatch(iface, &wc[i]);
+            }
+            got += (n > 0) ? (unsigned)n : 0;
+        } while ((n == XFER_VERBS_CQ_BATCH) && (got < 8 * XFER_VERBS_CQ_BATCH));
+        if (n < 0) {
+            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
+                     iface->dev_name, n);
         }
-        count += (n > 0) ? (unsigned)n : 0;
-    } while ((n == XFER_VERBS_CQ_BATCH) && (count < 8 * XFER_VERBS_CQ_BATCH));
-    if (n < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
-                 iface->dev_name, n);
+        count += got;
     }
     return count;
 }
@@ -495,7 +532,11 @@ static void comp_events_drain(xfer_iface_h iface)
 
     while (ibv_get_cq_event(iface->comp_channel, &cq, &ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
-        iface->cq_armed = 0;
+        for (unsigned k = 0; k < iface->num_cqs; k++) {
+            if (iface->cqs[k].cq == cq) {
+                iface->cqs[k].armed = 0;
+            }
+        }
     }
 }
 
@@ -654,17 +695,21 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
         return XFER_ERR_BUSY;
     }
     comp_events_drain(iface);
-    if (!iface->cq_armed) {
-        if (ibv_req_notify_cq(iface->cq, 0) != 0) {
-            return XFER_ERR_BUSY;   /* cannot sleep on it: keep polling */
+    for (unsigned k = 0; k < iface->num_cqs; k++) {
+        xfer_verbs_cq_t *c = &iface->cqs[k];
+
+        if (!c->armed) {
+            if (ibv_req_notify_cq(c->cq, 0) != 0) {
+                return XFER_ERR_BUSY;   /* cannot sleep on it: keep polling */
+            }
+            c->armed = 1;
         }
-        iface->cq_armed = 1;
-    }
-    /* a completion that came before the request raises no event: look once more */
-    n = ibv_poll_cq(iface->cq, XFER_VERBS_CQ_BATCH, iface->backlog);
-    if (n > 0) {
-        iface->backlog_len = n;
-        return XFER_ERR_BUSY;
+        /* a completion that came before the request raises no event: look once more */
+        n = ibv_poll_cq(c->cq, XFER_VERBS_CQ_BATCH, iface->backlog);
+        if (n > 0) {
+            iface->backlog_len = n;
+            return XFER_ERR_BUSY;
+        }
     }
     return xfer_op_queued(iface->ops) ? XFER_ERR_BUSY : XFER_OK;
 }

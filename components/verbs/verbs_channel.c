@@ -58,8 +58,8 @@ static xfer_status_t qp_create(xfer_ep_h ch)
     struct ibv_qp_attr attr;
 
     memset(&init, 0, sizeof(init));
-    init.send_cq             = iface->cq;
-    init.recv_cq             = iface->cq;
+    init.send_cq             = iface->cqs[ch->cq_idx].cq;
+    init.recv_cq             = iface->cqs[ch->cq_idx].cq;
     init.qp_type             = IBV_QPT_RC;
     init.cap.max_send_wr     = ch->sq_len;
     init.cap.max_recv_wr     = ch->rx_slots;
@@ -228,7 +228,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         free(ch);
         return XFER_ERR_UNREACHABLE;
     }
-    status = xfer_verbs_cq_reserve(iface, (int)(ch->sq_len + ch->rx_slots));
+    status = xfer_verbs_cq_reserve(iface, (int)(ch->sq_len + ch->rx_slots), &ch->cq_idx);
     if (status != XFER_OK) {
         free(ch);
         return status;
@@ -268,7 +268,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     return XFER_OK;
 
 err:
-    iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);
+    xfer_verbs_cq_release(iface, ch->cq_idx, (int)(ch->sq_len + ch->rx_slots));
     ch_free(ch);
     return status;
 }
@@ -554,7 +554,7 @@ static void cq_drain_for(xfer_ep_h ch)
     xfer_iface_h iface = ch->iface;
     int n;
 
-    while ((n = ibv_poll_cq(iface->cq, XFER_VERBS_CQ_BATCH, wc)) > 0) {
+    while ((n = ibv_poll_cq(iface->cqs[ch->cq_idx].cq, XFER_VERBS_CQ_BATCH, wc)) > 0) {
         for (int i = 0; i < n; i++) {
             xfer_ep_h owner = xfer_verbs_channel_find(iface, (uint32_t)(wc[i].wr_id >> 32));
 
@@ -709,6 +709,6 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);
     ch_unindex(iface, ch);
-    iface->cq_committed -= (int)(ch->sq_len + ch->rx_slots);
+    xfer_verbs_cq_release(iface, ch->cq_idx, (int)(ch->sq_len + ch->rx_slots));
     ch_free(ch);
 }
