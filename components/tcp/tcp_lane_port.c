@@ -269,8 +269,13 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
     return 1;
 }
 
+static void accepts_read(xfer_iface_h iface);
+
 void xfer_tcp_lanes_trim(xfer_iface_h iface)
 {
+    if (iface->num_accepts > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
+        accepts_read(iface);    /* a hello that came meanwhile saves its connection */
+    }
     while (iface->num_accepts > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said which "
                  "lane they are, more than the %u lanes our endpoints wait for and %u others: "
