@@ -269,22 +269,6 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
     return 1;
 }
 
-static void accepts_read(xfer_iface_h iface);
-
-void xfer_tcp_lanes_trim(xfer_iface_h iface)
-{
-    if (iface->num_accepts > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
-        accepts_read(iface);    /* a hello that came meanwhile saves its connection */
-    }
-    while (iface->num_accepts > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said which "
-                 "lane they are, more than the %u lanes our endpoints wait for and %u others: "
-                 "the oldest is closed", iface->num_accepts, iface->lanes_awaited,
-                 XFER_TCP_ACCEPT_MAX);
-        accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
-    }
-}
-
 /* Read what every held connection has sent: those whose hello is in are attached. */
 static void accepts_read(xfer_iface_h iface)
 {
@@ -293,6 +277,29 @@ static void accepts_read(xfer_iface_h iface)
     ucs_list_for_each_safe(acc, tmp, &iface->accepts, list) {
         (void)xfer_tcp_lane_port_event(iface, acc, EPOLLIN);
     }
+}
+
+/* Hold at most the lanes our endpoints wait for and XFER_TCP_ACCEPT_MAX strangers, with room
+ * for `room` more: the hellos that came meanwhile are read first (those connections are
+ * attached), then the oldest silent ones are closed. */
+static void accepts_bound(xfer_iface_h iface, unsigned room)
+{
+    if (iface->num_accepts + room > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
+        accepts_read(iface);
+    }
+    while ((iface->num_accepts > 0) &&
+           (iface->num_accepts + room > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited)) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said which "
+                 "lane they are, more than the %u lanes our endpoints wait for and %u others: "
+                 "the oldest is closed", iface->num_accepts, iface->lanes_awaited,
+                 XFER_TCP_ACCEPT_MAX);
+        accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
+    }
+}
+
+void xfer_tcp_lanes_trim(xfer_iface_h iface)
+{
+    accepts_bound(iface, 0);
 }
 
 unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
@@ -313,18 +320,8 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
             return count;
         }
         /* the lanes our endpoints wait for may all be silent for a while (their clients
-         * send the hello from progress), and 32 strangers besides; at the bound, the hellos
-         * that came meanwhile are read first, so that only the silent ones are closed */
-        if (iface->num_accepts >= XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
-            accepts_read(iface);
-        }
-        if (iface->num_accepts >= XFER_TCP_ACCEPT_MAX + iface->lanes_awaited) {
-            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "%u lane connections have not said "
-                     "which lane they are, more than the %u lanes our endpoints wait "
-                     "for and %u others: the oldest is closed", iface->num_accepts,
-                     iface->lanes_awaited, XFER_TCP_ACCEPT_MAX);
-            accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
-        }
+         * send the hello from progress), and 32 strangers besides */
+        accepts_bound(iface, 1);
         acc = malloc(sizeof(*acc));
         if (acc == NULL) {
             close(fd);
