@@ -367,7 +367,12 @@ typedef struct xfer_verbs_cq {
     int           len;          /* entries it holds */
     int           committed;    /* entries its channels' queues could fill */
     int           armed;        /* asked to raise an event for its next completion */
+    unsigned      idle;         /* polls in a row that found nothing, while hot */
 } xfer_verbs_cq_t;
+
+/* A CQ stays hot - polled by every progress() call - until this many polls in a row find it
+ * empty; a cold one is polled once per num_cqs calls, in turn. */
+#define XFER_VERBS_CQ_HOT_IDLE 64
 
 struct xfer_iface {
     const xfer_verbs_config_t *cfg;
@@ -380,6 +385,8 @@ struct xfer_iface {
      * cannot hold every channel's queues (rxe: 32767 entries, 85 channels) */
     xfer_verbs_cq_t           cqs[XFER_VERBS_CQS_MAX];
     unsigned                  num_cqs;
+    uint64_t                  cq_hot;       /* bit k: cqs[k] is polled by every call */
+    unsigned                  cq_next;      /* the cold CQ the next call polls */
     uint8_t                   port;
     int                       gid_index;
     union ibv_gid             gid;
@@ -415,6 +422,7 @@ struct xfer_iface {
     struct ibv_send_wr        *chain_wrs;
     struct ibv_sge            *chain_sges;
 };
+_Static_assert(XFER_VERBS_CQS_MAX <= 64, "cq_hot holds a bit per CQ");
 
 struct xfer_memh {
     struct ibv_mr *mr;
@@ -466,6 +474,11 @@ xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_stat
 xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p);
 /* Give back what xfer_verbs_cq_reserve took. */
 void xfer_verbs_cq_release(xfer_iface_h iface, unsigned idx, int n);
+/* Work was posted to a QP of CQ idx: poll that CQ on every call until it has been idle. */
+static inline void xfer_verbs_cq_touch(xfer_iface_h iface, unsigned idx)
+{
+    iface->cq_hot |= UINT64_C(1) << idx;
+}
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
 double xfer_verbs_now(void);
 

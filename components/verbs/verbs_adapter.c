@@ -241,6 +241,7 @@ static xfer_status_t cq_add(xfer_iface_h iface, int len)
     c->len       = c->cq->cqe;
     c->committed = 0;
     c->armed     = 0;
+    c->idle      = 0;
     iface->num_cqs++;
     return XFER_OK;
 }
@@ -491,11 +492,39 @@ static void wc_dispatch(xfer_iface_h iface, const struct ibv_wc *wc)
     }   /* else: a channel destroyed since; its completions mean nothing now */
 }
 
-static unsigned cq_poll(xfer_iface_h iface)
+/* Everything cqs[k] holds, up to 8 batches; 0 when it is empty. */
+static unsigned cq_poll_one(xfer_iface_h iface, unsigned k)
 {
     struct ibv_wc wc[XFER_VERBS_CQ_BATCH];
-    unsigned count = 0;
+    unsigned got = 0;
     int n;
+
+    do {
+        n = ibv_poll_cq(iface->cqs[k].cq, XFER_VERBS_CQ_BATCH, wc);
+        for (int i = 0; i < n; i++) {
+            wc_dispatch(iface, &wc[i]);
+        }
+        got += (n > 0) ? (unsigned)n : 0;
+    } while ((n == XFER_VERBS_CQ_BATCH) && (got < 8 * XFER_VERBS_CQ_BATCH));
+    if (n < 0) {
+        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
+                 iface->dev_name, n);
+    }
+    return got;
+}
+
+/*
+ * One call polls the hot CQs - those posted to, or with completions, lately - and one cold CQ
+ * in turn, so that its cost follows the active channels, not the number of CQs a thousand
+ * connected peers need (rxe: one CQ per 85 channels). A completion on a cold CQ (a message
+ * from a peer that was quiet) is seen within num_cqs calls, and the CQ turns hot; one that was
+ * idle for XFER_VERBS_CQ_HOT_IDLE polls turns cold again.
+ */
+static unsigned cq_poll(xfer_iface_h iface)
+{
+    unsigned count = 0;
+    unsigned cold  = iface->cq_next;
+    uint64_t hot   = iface->cq_hot;   /* as it was before this call's cold poll */
 
     if (iface->backlog_len > 0) {
         int len = iface->backlog_len;
@@ -506,21 +535,29 @@ static unsigned cq_poll(xfer_iface_h iface)
         }
         count += (unsigned)len;
     }
-    for (unsigned k = 0; k < iface->num_cqs; k++) {
-        unsigned got = 0;
+    if (++iface->cq_next >= iface->num_cqs) {
+        iface->cq_next = 0;
+    }
+    if (!(hot & (UINT64_C(1) << cold))) {
+        unsigned got = cq_poll_one(iface, cold);
 
-        do {
-            n = ibv_poll_cq(iface->cqs[k].cq, XFER_VERBS_CQ_BATCH, wc);
-            for (int i = 0; i < n; i++) {
-                wc_dispatch(iface, &wc[i]);
-            }
-            got += (n > 0) ? (unsigned)n : 0;
-        } while ((n == XFER_VERBS_CQ_BATCH) && (got < 8 * XFER_VERBS_CQ_BATCH));
-        if (n < 0) {
-            xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
-                     iface->dev_name, n);
+        if (got > 0) {
+            iface->cqs[cold].idle = 0;
+            xfer_verbs_cq_touch(iface, cold);
+            count += got;
         }
-        count += got;
+    }
+    for (; hot != 0; hot &= hot - 1) {
+        unsigned k   = (unsigned)__builtin_ctzll(hot);
+        unsigned got = cq_poll_one(iface, k);
+
+        if (got > 0) {
+            iface->cqs[k].idle = 0;
+            count += got;
+        } else if (++iface->cqs[k].idle >= XFER_VERBS_CQ_HOT_IDLE) {
+            iface->cqs[k].idle = 0;
+            iface->cq_hot &= ~(UINT64_C(1) << k);
+        }
     }
     return count;
 }
@@ -535,6 +572,7 @@ static void comp_events_drain(xfer_iface_h iface)
         for (unsigned k = 0; k < iface->num_cqs; k++) {
             if (iface->cqs[k].cq == cq) {
                 iface->cqs[k].armed = 0;
+                xfer_verbs_cq_touch(iface, k);   /* its completions: look at once */
             }
         }
     }
@@ -708,6 +746,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
         n = ibv_poll_cq(c->cq, XFER_VERBS_CQ_BATCH, iface->backlog);
         if (n > 0) {
             iface->backlog_len = n;
+            xfer_verbs_cq_touch(iface, k);
             return XFER_ERR_BUSY;
         }
     }

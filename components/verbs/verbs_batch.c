@@ -231,6 +231,7 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
                            strerror(ret));
         return -1;
     }
+    xfer_verbs_cq_touch(iface, ch->cq_idx);
     ch->sq_posted  += n;
     ch->data_seq    = ch->sq_posted;
     ch->data_msgs   = ch->tx_msgs + 1;     /* known there once a later message is */

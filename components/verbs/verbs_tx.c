@@ -55,6 +55,7 @@ int xfer_verbs_ch_post_send(xfer_ep_h ch, struct ibv_send_wr *wr, xfer_verbs_op_
                            (wr->opcode == IBV_WR_SEND) ? "send" : "RDMA", strerror(errno));
         return -1;
     }
+    xfer_verbs_cq_touch(ch->iface, ch->cq_idx);
     if (signal) {
         ch->wr_head++;
         ch->unsignaled = 0;
