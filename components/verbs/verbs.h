@@ -469,6 +469,16 @@ unsigned xfer_verbs_iface_progress(xfer_iface_h iface);
 int xfer_verbs_iface_event_fd(xfer_iface_h iface);
 xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface);
 xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+/* ---- verbs_cq.c ------------------------------------------------------------------------------- */
+/* One more CQ of len entries (at most the device's), on the iface's completion channel. */
+xfer_status_t xfer_verbs_cq_add(xfer_iface_h iface, int len);
+void xfer_verbs_cq_destroy_all(xfer_iface_h iface);
+/* Poll the hot CQs and one cold one; the completions handled. */
+unsigned xfer_verbs_cq_poll(xfer_iface_h iface);
+/* Take the completion channel's events: their CQs are no longer armed, and turn hot. */
+void xfer_verbs_cq_events_drain(xfer_iface_h iface);
+/* Arm every CQ for sleeping: XFER_OK, or XFER_ERR_BUSY when there is work (or no event). */
+xfer_status_t xfer_verbs_cq_arm(xfer_iface_h iface);
 /* Make room for n more entries in one of the iface's CQs - one with room, one grown up to the
  * device's largest, or a new one - and say which in *idx_p; XFER_ERR_NO_RESOURCE if none can. */
 xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p);

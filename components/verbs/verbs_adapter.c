@@ -1,16 +1,13 @@
 /*
- * The verbs adapter: one opened device port with its protection domain, one completion queue
- * shared by every channel (resized so that it can hold every entry the channels' queues could
- * produce: a CQ overrun is a fatal asynchronous error), a completion channel, and the
- * progress engine.
+ * The verbs adapter: one opened device port with its protection domain, its completion queues
+ * (verbs_cq.c) on one completion channel, and the progress engine.
  *
- * Progress polls the CQ. Sleeping goes through one epoll set holding the completion channel,
+ * Progress polls the CQs. Sleeping goes through one epoll set holding the completion channel,
  * a timer (keepalive probes of idle channels), the device's asynchronous events (a port that
  * goes down, a QP or CQ in error: rxe may stall a QP whose own port died without completing
  * anything, so only the event tells) and every channel's bootstrap socket (the peer's
  * readiness, and its death: a closed socket is faster than any RDMA timeout). Arming
- * asks for a completion event and then polls the CQ once more: a completion that arrived
- * between the last poll and the request would raise no event (the race the seeds describe).
+ * asks for completion events and then polls the CQs once more (verbs_cq.c).
  */
 #include "verbs.h"
 
@@ -224,28 +221,6 @@ static void corrupt_setup(xfer_iface_h iface)
 }
 
 
-/* One more CQ of len entries (at most the device's), on the iface's completion channel. */
-static xfer_status_t cq_add(xfer_iface_h iface, int len)
-{
-    xfer_verbs_cq_t *c = &iface->cqs[iface->num_cqs];
-
-    if (len > iface->dev_attr.max_cqe) {
-        len = iface->dev_attr.max_cqe;
-    }
-    c->cq = ibv_create_cq(iface->ctx, len, iface, iface->comp_channel, 0);
-    if (c->cq == NULL) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_create_cq(%d): %s",
-                 iface->dev_name, len, strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
-    }
-    c->len       = c->cq->cqe;
-    c->committed = 0;
-    c->armed     = 0;
-    c->idle      = 0;
-    iface->num_cqs++;
-    return XFER_OK;
-}
-
 /*
  * The MR cache for buffers the user did not register: cached only where libucm's unmap reports
  * cover the process (verbs_mrcache.c says why). Where they do not, say so once per process, and
@@ -331,7 +306,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
                  "or completion channel: %s", iface->dev_name, strerror(errno));
         goto err;
     }
-    if (cq_add(iface, (int)iface->cfg->cq_size) != XFER_OK) {
+    if (xfer_verbs_cq_add(iface, (int)iface->cfg->cq_size) != XFER_OK) {
         goto err;
     }
     if (events_setup(iface) != XFER_OK) {
@@ -407,9 +382,7 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     if (iface->epfd >= 0) {
         close(iface->epfd);
     }
-    for (unsigned i = 0; i < iface->num_cqs; i++) {
-        ibv_destroy_cq(iface->cqs[i].cq);
-    }
+    xfer_verbs_cq_destroy_all(iface);
     if (iface->comp_channel != NULL) {
         ibv_destroy_comp_channel(iface->comp_channel);
     }
@@ -433,149 +406,11 @@ xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *le
     return XFER_OK;
 }
 
-xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p)
-{
-    for (unsigned i = 0; i < iface->num_cqs; i++) {
-        xfer_verbs_cq_t *c = &iface->cqs[i];
-        int want           = c->committed + n;
-
-        if (want > c->len) {
-            int size = c->len;
-
-            while (size < want) {
-                size *= 2;
-            }
-            if (size > iface->dev_attr.max_cqe) {
-                size = iface->dev_attr.max_cqe;
-            }
-            if ((size < want) || (ibv_resize_cq(c->cq, size) != 0)) {
-                continue;   /* full: another CQ */
-            }
-            c->len = c->cq->cqe;
-        }
-        c->committed = want;
-        *idx_p       = i;
-        return XFER_OK;
-    }
-    /* every CQ is full and at the device's largest: one more, of the configured size */
-    if ((iface->num_cqs == XFER_VERBS_CQS_MAX) ||
-        (cq_add(iface, ((int)iface->cfg->cq_size > n) ? (int)iface->cfg->cq_size : n) !=
-         XFER_OK)) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: no completion queue can take another "
-                 "channel's %d entries (%u queues of at most %d, the device's limit)",
-                 iface->dev_name, n, iface->num_cqs, iface->dev_attr.max_cqe);
-        return XFER_ERR_NO_RESOURCE;
-    }
-    iface->cqs[iface->num_cqs - 1].committed = n;
-    *idx_p = iface->num_cqs - 1;
-    return XFER_OK;
-}
-
-void xfer_verbs_cq_release(xfer_iface_h iface, unsigned idx, int n)
-{
-    iface->cqs[idx].committed -= n;
-}
-
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id)
 {
     khiter_t it = kh_get(xfer_verbs_chans, &iface->chan_ids, id);
 
     return (it == kh_end(&iface->chan_ids)) ? NULL : kh_value(&iface->chan_ids, it);
-}
-
-static void wc_dispatch(xfer_iface_h iface, const struct ibv_wc *wc)
-{
-    xfer_ep_h ch = xfer_verbs_channel_find(iface, (uint32_t)(wc->wr_id >> 32));
-
-    if (ch != NULL) {
-        xfer_verbs_ch_handle_wc(ch, wc);
-    }   /* else: a channel destroyed since; its completions mean nothing now */
-}
-
-/* Everything cqs[k] holds, up to 8 batches; 0 when it is empty. */
-static unsigned cq_poll_one(xfer_iface_h iface, unsigned k)
-{
-    struct ibv_wc wc[XFER_VERBS_CQ_BATCH];
-    unsigned got = 0;
-    int n;
-
-    do {
-        n = ibv_poll_cq(iface->cqs[k].cq, XFER_VERBS_CQ_BATCH, wc);
-        for (int i = 0; i < n; i++) {
-            wc_dispatch(iface, &wc[i]);
-        }
-        got += (n > 0) ? (unsigned)n : 0;
-    } while ((n == XFER_VERBS_CQ_BATCH) && (got < 8 * XFER_VERBS_CQ_BATCH));
-    if (n < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s: ibv_poll_cq failed (%d)",
-                 iface->dev_name, n);
-    }
-    return got;
-}
-
-/*
- * One call polls the hot CQs - those posted to, or with completions, lately - and one cold CQ
- * in turn, so that its cost follows the active channels, not the number of CQs a thousand
- * connected peers need (rxe: one CQ per 85 channels). A completion on a cold CQ (a message
- * from a peer that was quiet) is seen within num_cqs calls, and the CQ turns hot; one that was
- * idle for XFER_VERBS_CQ_HOT_IDLE polls turns cold again.
- */
-static unsigned cq_poll(xfer_iface_h iface)
-{
-    unsigned count = 0;
-    unsigned cold  = iface->cq_next;
-    uint64_t hot   = iface->cq_hot;   /* as it was before this call's cold poll */
-
-    if (iface->backlog_len > 0) {
-        int len = iface->backlog_len;
-
-        iface->backlog_len = 0;
-        for (int i = 0; i < len; i++) {
-            wc_dispatch(iface, &iface->backlog[i]);
-        }
-        count += (unsigned)len;
-    }
-    if (++iface->cq_next >= iface->num_cqs) {
-        iface->cq_next = 0;
-    }
-    if (!(hot & (UINT64_C(1) << cold))) {
-        unsigned got = cq_poll_one(iface, cold);
-
-        if (got > 0) {
-            iface->cqs[cold].idle = 0;
-            xfer_verbs_cq_touch(iface, cold);
-            count += got;
-        }
-    }
-    for (; hot != 0; hot &= hot - 1) {
-        unsigned k   = (unsigned)__builtin_ctzll(hot);
-        unsigned got = cq_poll_one(iface, k);
-
-        if (got > 0) {
-            iface->cqs[k].idle = 0;
-            count += got;
-        } else if (++iface->cqs[k].idle >= XFER_VERBS_CQ_HOT_IDLE) {
-            iface->cqs[k].idle = 0;
-            iface->cq_hot &= ~(UINT64_C(1) << k);
-        }
-    }
-    return count;
-}
-
-static void comp_events_drain(xfer_iface_h iface)
-{
-    struct ibv_cq *cq;
-    void *ctx;
-
-    while (ibv_get_cq_event(iface->comp_channel, &cq, &ctx) == 0) {
-        ibv_ack_cq_events(cq, 1);
-        for (unsigned k = 0; k < iface->num_cqs; k++) {
-            if (iface->cqs[k].cq == cq) {
-                iface->cqs[k].armed = 0;
-                xfer_verbs_cq_touch(iface, k);   /* its completions: look at once */
-            }
-        }
-    }
 }
 
 static unsigned async_events(xfer_iface_h iface);
@@ -589,7 +424,7 @@ static unsigned fds_poll(xfer_iface_h iface)
     n = epoll_wait(iface->epfd, evs, 16, 0);
     for (int i = 0; i < n; i++) {
         if (evs[i].data.ptr == NULL) {
-            comp_events_drain(iface);
+            xfer_verbs_cq_events_drain(iface);
         } else if (evs[i].data.ptr == iface->ctx) {
             count += async_events(iface);
         } else if (evs[i].data.ptr == &iface->timerfd) {
@@ -615,7 +450,7 @@ static void fail_all(xfer_iface_h iface, xfer_status_t status, const char *why)
 {
     xfer_ep_h ch, tmp;
 
-    cq_poll(iface);     /* what completed before the event comes first */
+    xfer_verbs_cq_poll(iface);     /* what completed before the event comes first */
     ucs_list_for_each_safe(ch, tmp, &iface->channels, list) {
         xfer_verbs_ch_fail(ch, status, "%s", why);
     }
@@ -666,7 +501,7 @@ static unsigned async_events(xfer_iface_h iface)
 
             ucs_list_for_each(ch, &iface->channels, list) {
                 if ((ch->qp != NULL) && (ch->qp->qp_num == qp_num)) {
-                    cq_poll(iface);
+                    xfer_verbs_cq_poll(iface);
                     xfer_verbs_ch_fail(ch, XFER_ERR_CONNECTION, "asynchronous event %s", name);
                     break;
                 }
@@ -699,7 +534,7 @@ static unsigned async_events(xfer_iface_h iface)
 
 unsigned xfer_verbs_iface_progress(xfer_iface_h iface)
 {
-    unsigned count = cq_poll(iface);
+    unsigned count = xfer_verbs_cq_poll(iface);
 
     /* The fds (async events, the timer, connection sockets) want attention within a
      * millisecond, not every few microseconds: an epoll_wait() per 64 calls cost a tag
@@ -723,8 +558,6 @@ int xfer_verbs_iface_event_fd(xfer_iface_h iface)
 
 xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 {
-    int n;
-
     if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->notify) || (iface->backlog_len > 0)) {
         return XFER_ERR_BUSY;
@@ -732,23 +565,8 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
     if (fds_poll(iface) > 0) {
         return XFER_ERR_BUSY;
     }
-    comp_events_drain(iface);
-    for (unsigned k = 0; k < iface->num_cqs; k++) {
-        xfer_verbs_cq_t *c = &iface->cqs[k];
-
-        if (!c->armed) {
-            if (ibv_req_notify_cq(c->cq, 0) != 0) {
-                return XFER_ERR_BUSY;   /* cannot sleep on it: keep polling */
-            }
-            c->armed = 1;
-        }
-        /* a completion that came before the request raises no event: look once more */
-        n = ibv_poll_cq(c->cq, XFER_VERBS_CQ_BATCH, iface->backlog);
-        if (n > 0) {
-            iface->backlog_len = n;
-            xfer_verbs_cq_touch(iface, k);
-            return XFER_ERR_BUSY;
-        }
+    if (xfer_verbs_cq_arm(iface) != XFER_OK) {
+        return XFER_ERR_BUSY;
     }
     return xfer_op_queued(iface->ops) ? XFER_ERR_BUSY : XFER_OK;
 }
