@@ -11,9 +11,9 @@
  * the memory - which stays busy until then, so that deregistering it fails rather than pull
  * pages from under a NIC that may still write them.
  *
- * A transport without a batch entry point gets the descriptors one by one through put and get,
- * then, for puts, a flush: the batch completes when its data is in the peer's memory there
- * too. Such a transport cannot carry notifications; posting one is refused.
+ * A transport without a batch entry point gets the descriptors one by one through put and get
+ * (a batch walk, engine.h), then, for puts, a flush: the batch completes when its data is in
+ * the peer's memory there too. Such a transport cannot carry notifications; posting one is refused.
  *
  * Notifications from one endpoint arrive in the order their batches were posted. A put's
  * leaves behind its data at once, in the transport's order; a get's only once its reads are
@@ -33,6 +33,10 @@
 
 #define BATCH_SUBSYS "batch"
 
+/* A batch posted one by one keeps at most this many bytes of its descriptors in flight, so
+ * that one that ends early stops there and a large one does not hold the endpoint. */
+#define XFER_BATCH_EACH_WINDOW (8u << 20)
+
 struct xfer_batch {
     xfer_context_t      *ctx;
     xfer_endpoint_t     *ep;            /* NULL once the endpoint closed */
@@ -48,12 +52,6 @@ struct xfer_batch {
     uint64_t            bytes;
     xfer_batch_iov_t    iov[];
 };
-
-/* One descriptor of a batch posted through put/get (a transport without batch). */
-typedef struct batch_sub {
-    xfer_comp_t             comp;
-    struct xfer_batch_op    *op;
-} batch_sub_t;
 
 /* A held notification: where it stands (batch_op_t.note_state). */
 enum {
@@ -79,11 +77,8 @@ typedef struct xfer_batch_op {
     xfer_comp_t         note_comp;
     size_t              note_len;
     /* one by one (no batch entry point) */
-    batch_sub_t         *subs;
-    size_t              inflight;       /* subs and the flush not completed */
-    size_t              posted;
-    int                 stopped;        /* cancelled: post nothing more */
-    xfer_status_t       first_error;
+    int                 each;
+    xfer_batch_walk_t   walk;
     xfer_comp_t         flush_comp;
     uint8_t             note[];         /* a held notification's copy */
 } batch_op_t;
@@ -303,7 +298,9 @@ static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed)
     }
     ucs_list_del(&op->list);
     batch->mem->busy--;
-    free(op->subs);
+    if (op->each) {
+        xfer_batch_walk_cleanup(&op->walk);
+    }
     free(op);
     batch_unpost(batch);
     if (ep != NULL) {
@@ -391,20 +388,21 @@ static void batch_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t lengt
     (void)length;
     (void)tag;
     if (status == XFER_OK) {
-        op->args.landed = op->posted;
+        op->args.landed = op->walk.next;
     }
     batch_op_end(op, status, op->args.landed);
 }
 
 /* Every descriptor's operation completed. A get's data is here; a put's is in the peer's
  * memory once a flush behind them completes. */
-static void batch_subs_done(batch_op_t *op)
+static void batch_each_done(xfer_batch_walk_t *w)
 {
+    batch_op_t *op      = ucs_container_of(w, batch_op_t, walk);
     xfer_endpoint_t *ep = op->batch->ep;
     xfer_status_t status;
 
-    if (!op->batch->is_put || (op->first_error != XFER_OK) || op->stopped || (ep == NULL)) {
-        batch_op_end(op, op->first_error, op->args.landed);
+    if (!op->batch->is_put || (w->status != XFER_OK) || w->stopped || (ep == NULL)) {
+        batch_op_end(op, w->status, op->args.landed);
         return;
     }
     if (ep->fw_iface->comp->ep_flush == NULL) {
@@ -418,67 +416,46 @@ static void batch_subs_done(batch_op_t *op)
     }
 }
 
-static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
+static xfer_status_t batch_each_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp,
+                                     size_t *n_p)
 {
-    batch_sub_t *sub    = ucs_container_of(self, batch_sub_t, comp);
-    batch_op_t *op = sub->op;
+    batch_op_t *op                  = ucs_container_of(w, batch_op_t, walk);
+    const xfer_component_v1_t *cops = op->batch->fw_iface->comp;
+    const xfer_batch_iov_t *v       = &op->args.iov[i];
+    void *local                     = (void*)(uintptr_t)v->local;
 
-    (void)length;
-    (void)tag;
-    if (status != XFER_OK) {
-        if (op->first_error == XFER_OK) {
-            op->first_error = status;
-        }
-    } else if (!op->batch->is_put) {
-        op->args.landed++;
+    (void)n_p;
+    if (op->batch->ep == NULL) {
+        return XFER_ERR_CANCELED;   /* the endpoint closed */
     }
-    if (--op->inflight == 0) {
-        batch_subs_done(op);
-    }
+    return op->args.is_put ?
+           cops->put(op->batch->ep->ep, local, v->length, op->args.memh, v->remote,
+                     op->args.rkey, comp) :
+           cops->get(op->batch->ep->ep, local, v->length, op->args.memh, v->remote,
+                     op->args.rkey, comp);
 }
 
-/* Post the descriptors through put/get. inflight counts the operations not completed plus one
- * for the posting loop, so that the op cannot end while it runs. May end the op before it
- * returns XFER_INPROGRESS (every operation completed while posted). */
+static const xfer_batch_walk_ops_t batch_each_ops = {
+    .post = batch_each_post,
+    .done = batch_each_done,
+};
+
+/* Post the descriptors through put/get, XFER_BATCH_EACH_WINDOW bytes in flight at most. May
+ * end the op before it returns XFER_INPROGRESS (every operation completed while posted). */
 static xfer_status_t batch_post_each(batch_op_t *op)
 {
-    xfer_batch_t *batch              = op->batch;
-    const xfer_component_v1_t *comp  = batch->fw_iface->comp;
-    xfer_ep_h ep                     = batch->ep->ep;
-    xfer_memh_h memh                 = op->args.memh;
+    xfer_status_t status;
 
-    op->subs = calloc(op->args.count, sizeof(*op->subs));
-    if (op->subs == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    xfer_batch_walk_init(&op->walk, &batch_each_ops, &op->args, XFER_BATCH_EACH_WINDOW, 0);
+    op->each = 1;
+    xfer_batch_walk_fill(&op->walk);
+    if ((op->walk.next == 0) && (op->walk.status != XFER_OK)) {
+        status = op->walk.status;   /* nothing went: refuse the post */
+        xfer_batch_walk_cleanup(&op->walk);
+        op->each = 0;
+        return status;
     }
-    op->inflight = 1;
-    for (size_t i = 0; (i < op->args.count) && (op->first_error == XFER_OK); i++) {
-        const xfer_batch_iov_t *v = &op->args.iov[i];
-        void *local               = (void*)(uintptr_t)v->local;
-        xfer_status_t status;
-
-        op->subs[i].comp.cb = batch_sub_cb;
-        op->subs[i].op      = op;
-        status = batch->is_put ?
-                 comp->put(ep, local, v->length, memh, v->remote, op->args.rkey,
-                           &op->subs[i].comp) :
-                 comp->get(ep, local, v->length, memh, v->remote, op->args.rkey,
-                           &op->subs[i].comp);
-        if ((status != XFER_OK) && (status != XFER_INPROGRESS) && (i == 0)) {
-            return status;      /* nothing went: refuse the post */
-        }
-        op->posted++;
-        if (status == XFER_INPROGRESS) {
-            op->inflight++;
-        } else if (status == XFER_OK) {
-            op->args.landed += !batch->is_put;
-        } else {
-            op->first_error = status;
-        }
-    }
-    if (--op->inflight == 0) {
-        batch_subs_done(op);
-    }
+    xfer_batch_walk_release(&op->walk);     /* the posting's hold */
     return XFER_INPROGRESS;
 }
 
@@ -577,7 +554,6 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     }
     op->batch           = batch;
     op->req             = req;
-    op->first_error     = XFER_OK;
     timeout             = (timeout_ms > 0) ? timeout_ms / 1000.0 :
                           (timeout_ms == 0) ? ctx->fw_config.batch_timeout : 0;
     op->deadline        = (timeout > 0) ? xfer_now_ms() + (int64_t)(timeout * 1000.0) :
@@ -611,7 +587,6 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         ucs_list_del(&op->list);
         batch->mem->busy--;
         batch->posts--;
-        free(op->subs);
         free(op);
         req->batch_op = NULL;
         if (status == XFER_OK) {
@@ -658,7 +633,7 @@ static xfer_status_t batch_op_end_early(batch_op_t *op, xfer_status_t status)
         xfer_wake_locked(ep->ctx);
         return XFER_OK;
     }
-    if (op->subs == NULL) {
+    if (!op->each) {
         ret = (fi->comp->cancel != NULL) ? fi->comp->cancel(fi->iface, &op->comp, status) :
                                            XFER_ERR_BUSY;
         if (req->batch_op == NULL) {
@@ -672,8 +647,10 @@ static xfer_status_t batch_op_end_early(batch_op_t *op, xfer_status_t status)
         }
     }
     op->req       = NULL;
-    op->stopped   = 1;
     op->deadline  = INT64_MAX;
+    if (op->each) {
+        xfer_batch_walk_stop(&op->walk, XFER_OK);
+    }
     req->batch_op = NULL;
     req->landed   = op->args.landed;
     xfer_request_complete(req, status, 0, 0);
@@ -776,7 +753,9 @@ void xfer_batch_ctx_cleanup(xfer_context_t *ctx)
         ucs_list_del(&op->list);
         op->batch->mem->busy--;
         op->batch->posts--;
-        free(op->subs);
+        if (op->each) {
+            xfer_batch_walk_cleanup(&op->walk);
+        }
         free(op);
     }
     ucs_list_for_each_safe(batch, btmp, &ctx->batches, ctx_link) {

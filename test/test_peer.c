@@ -31,7 +31,12 @@ void tp_env(void)
 {
     setenv("XFER_TRANSPORTS", tp_transport(), 1);
     setenv("XFER_BOOTSTRAP_TIMEOUT", "5s", 1);
-    unsetenv("XFER_COMPONENT_PATH");
+    /* the build's components, unless a suite names its own (XFERTEST_COMPONENT_PATH) */
+    if (getenv("XFERTEST_COMPONENT_PATH") != NULL) {
+        setenv("XFER_COMPONENT_PATH", getenv("XFERTEST_COMPONENT_PATH"), 1);
+    } else {
+        unsetenv("XFER_COMPONENT_PATH");
+    }
     unsetenv("XFER_PROGRESS_THREAD");
 }
 

@@ -43,13 +43,8 @@
  * so that one that ends early stops there. */
 #define XFER_SHM_BATCH_WINDOW (8u << 20)
 
-/* A batch through the ring, descriptor by descriptor, or copied into the peer's mapped memory
- * a slice at a time. */
-typedef struct shm_batch_sub {
-    xfer_comp_t         comp;
-    struct shm_batch    *b;
-} shm_batch_sub_t;
-
+/* A batch through the ring, descriptor by descriptor (a batch walk, engine.h), or copied
+ * into the peer's mapped memory a slice at a time (the walk's counts only). */
 typedef struct shm_batch {
     ucs_list_link_t     list;       /* iface->batches */
     ucs_list_link_t     work_link;  /* iface->batch_work while copies of it are left */
@@ -57,19 +52,13 @@ typedef struct shm_batch {
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
     xfer_batch_args_t   *args;
-    size_t              next;       /* the first descriptor not posted (ring) or copied */
-    uint64_t            offset;     /* mapped: bytes of iov[next] copied */
-    uint64_t            inflight;   /* ring: bytes of posted descriptors not completed */
-    size_t              pending;    /* subs not completed, plus one while posting */
-    size_t              landed;
-    xfer_status_t       status;
-    int                 stopped;
+    xfer_batch_walk_t   walk;       /* next: the first descriptor not posted or copied */
+    uint64_t            offset;     /* mapped: bytes of iov[walk.next] copied */
     int                 has_notify;
     int                 notify_sent;    /* its NOTIFY frame is in the peer's ring */
     xfer_comp_t         notify_comp;    /* the NOTIFY frame was written (or dropped) */
     xfer_shm_op_t       *notify_op;     /* carries the frame until then; NULL after */
     size_t              notify_len;
-    shm_batch_sub_t     *subs;
     uint8_t             notify[];
 } shm_batch_t;
 
@@ -475,9 +464,6 @@ void xfer_shm_batch_rx_abort(xfer_ep_h ep)
 
 /* ---- descriptor by descriptor, through the ring --------------------------------------------- */
 
-/* One of the batch's holds ended (a descriptor, the NOTIFY frame, the posting). */
-static void batch_ring_release(shm_batch_t *b);
-
 static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                             uint64_t tag)
 {
@@ -485,9 +471,9 @@ static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t leng
 
     (void)length;
     (void)tag;
-    b->notify_sent = (status == XFER_OK) && !b->stopped;
+    b->notify_sent = (status == XFER_OK) && !b->walk.stopped;
     b->notify_op   = NULL;
-    batch_ring_release(b);
+    xfer_batch_walk_release(&b->walk);
 }
 
 /* The NOTIFY frame goes through an op of its own that completes once the frame is written,
@@ -500,16 +486,14 @@ static void batch_notify_queue(shm_batch_t *b, uint64_t puts)
     op = xfer_shm_op_new(b->ep->iface, b->ep, XFER_SHM_OP_SEND, &b->notify_comp, b->notify_len);
     if (op == NULL) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "out of memory for a batch notification");
-        if (b->status == XFER_OK) {
-            b->status = XFER_ERR_NO_MEMORY;
-        }
+        xfer_batch_walk_stop(&b->walk, XFER_ERR_NO_MEMORY);
         return;
     }
     memcpy(op->key, b->notify, b->notify_len);
     op->on_write      = 1;
     b->notify_comp.cb = batch_notify_cb;
     b->notify_op      = op;
-    b->pending++;
+    xfer_batch_walk_hold(&b->walk);
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
     hdr.a    = puts;
@@ -517,15 +501,17 @@ static void batch_notify_queue(shm_batch_t *b, uint64_t puts)
     xfer_shm_tx_write(b->ep);
 }
 
-static void batch_ring_release(shm_batch_t *b)
+/* Every hold of the batch ended (its descriptors, the NOTIFY frame, the posting): a get's
+ * notification goes now that every read has its data; else the batch completes. */
+static void batch_end(xfer_batch_walk_t *w)
 {
-    if (--b->pending > 0) {
-        return;
-    }
-    if (!b->args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
+    shm_batch_t *b = ucs_container_of(w, shm_batch_t, walk);
+    xfer_status_t status;
+
+    if (!b->args->is_put && b->has_notify && (w->status == XFER_OK) && !w->stopped &&
         (b->ep != NULL) && (b->notify_comp.cb == NULL)) {
         batch_notify_queue(b, 0);   /* every get has its data: the target may know */
-        if (b->pending > 0) {
+        if (w->holds > 0) {
             return;
         }
     }
@@ -533,68 +519,51 @@ static void batch_ring_release(shm_batch_t *b)
         ucs_list_del(&b->work_link);
     }
     ucs_list_del(&b->list);
-    if ((b->status == XFER_OK) && (b->landed < b->args->count)) {
-        b->status = XFER_ERR_CANCELED;  /* ended early, nothing failed */
-    }
-    b->args->landed = b->landed;
-    b->comp->cb(b->comp, b->status, b->landed, 0);
-    free(b->subs);
+    status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
+             XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
+    b->args->landed = w->landed;
+    b->comp->cb(b->comp, status, w->landed, 0);
+    xfer_batch_walk_cleanup(w);
     free(b);
 }
 
-static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag);
+static xfer_status_t batch_ring_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp,
+                                     size_t *n_p)
+{
+    shm_batch_t *b            = ucs_container_of(w, shm_batch_t, walk);
+    const xfer_batch_iov_t *v = &b->args->iov[i];
+    xfer_status_t status;
+
+    (void)n_p;
+    if (b->ep == NULL) {
+        return XFER_ERR_CANCELED;
+    }
+    status = xfer_shm_rma_post(b->ep, b->args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
+                               (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
+                               b->args->rkey, comp);
+    return (status == XFER_OK) ? XFER_ERR_INTERNAL : status;   /* through the ring: never */
+}
 
 /* Post b's next descriptors while at most XFER_SHM_BATCH_WINDOW bytes of it are in flight;
  * after a put batch's last, its NOTIFY. */
-static void batch_ring_fill(shm_batch_t *b)
+static void batch_ring_fill(xfer_batch_walk_t *w)
 {
-    const xfer_batch_args_t *args = b->args;
+    shm_batch_t *b = ucs_container_of(w, shm_batch_t, walk);
 
-    while (!b->stopped && (b->next < args->count) && (b->inflight < XFER_SHM_BATCH_WINDOW) &&
-           (b->ep != NULL)) {
-        const xfer_batch_iov_t *v = &args->iov[b->next];
-        xfer_status_t status;
-
-        b->subs[b->next].comp.cb = batch_sub_cb;
-        b->subs[b->next].b       = b;
-        status = xfer_shm_rma_post(b->ep, args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
-                                   (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
-                                   args->rkey, &b->subs[b->next].comp);
-        if (status != XFER_INPROGRESS) {
-            b->status  = (status == XFER_OK) ? XFER_ERR_INTERNAL : status;
-            b->stopped = 1;
-            break;
-        }
-        b->pending++;
-        b->inflight += v->length;
-        b->next++;
-    }
-    if (args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
-        (b->next == args->count) && (b->notify_comp.cb == NULL)) {
-        batch_notify_queue(b, b->next);     /* behind every PUT frame of the batch */
+    xfer_batch_walk_fill(w);
+    if (b->args->is_put && b->has_notify && xfer_batch_walk_all_posted(w) &&
+        (b->notify_comp.cb == NULL)) {
+        batch_notify_queue(b, w->next);     /* behind every PUT frame of the batch */
     }
 }
 
-static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
-{
-    shm_batch_sub_t *sub = ucs_container_of(self, shm_batch_sub_t, comp);
-    shm_batch_t *b       = sub->b;
+static const xfer_batch_walk_ops_t batch_ring_ops = {
+    .post = batch_ring_post,
+    .more = batch_ring_fill,
+    .done = batch_end,
+};
 
-    (void)length;
-    (void)tag;
-    b->inflight -= b->args->iov[sub - b->subs].length;
-    if (status == XFER_OK) {
-        b->landed++;
-        b->args->landed = b->landed;
-    } else if (b->status == XFER_OK) {
-        b->status = status;
-    }
-    batch_ring_fill(b);
-    batch_ring_release(b);
-}
-
-static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp,
-                              int subs)
+static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
     size_t nlen    = (args->notify != NULL) ? args->notify_len : 0;
     shm_batch_t *b = calloc(1, sizeof(*b) + nlen);
@@ -602,23 +571,15 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
     if (b == NULL) {
         return NULL;
     }
-    if (subs) {
-        b->subs = calloc(args->count, sizeof(*b->subs));
-        if (b->subs == NULL) {
-            free(b);
-            return NULL;
-        }
-    }
+    xfer_batch_walk_init(&b->walk, &batch_ring_ops, args, XFER_SHM_BATCH_WINDOW, 1);
     b->ep         = ep;
     b->comp       = comp;
     b->args       = args;
-    b->status     = XFER_OK;
     b->has_notify = (args->notify != NULL);
     b->notify_len = nlen;
     if (nlen > 0) {
         memcpy(b->notify, args->notify, nlen);
     }
-    b->pending = 1;     /* the posting's own hold */
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     return b;
 }
@@ -633,19 +594,20 @@ static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer
         (args->iov[0].length > ep->max_msg)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
-    b = batch_new(ep, args, comp, 1);
+    b = batch_new(ep, args, comp);
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    batch_ring_fill(b);
-    if ((b->next == 0) && (b->status != XFER_OK)) {
-        status = b->status;
+    batch_ring_fill(&b->walk);
+    if ((b->walk.next == 0) && (b->walk.status != XFER_OK)) {
+        status = b->walk.status;
         ucs_list_del(&b->list);
-        free(b->subs);
+        xfer_batch_walk_cleanup(&b->walk);
         free(b);
         return status;
     }
-    batch_ring_release(b);  /* the posting's own hold; the others end only from progress */
+    /* the posting's own hold; the others end only from progress */
+    xfer_batch_walk_release(&b->walk);
     return XFER_INPROGRESS;
 }
 
@@ -657,8 +619,8 @@ static int mapped_copy(shm_batch_t *b, uint64_t budget)
     const xfer_batch_args_t *args = b->args;
     uint64_t copied               = 0;
 
-    while ((b->next < args->count) && (copied < budget)) {
-        const xfer_batch_iov_t *v = &args->iov[b->next];
+    while ((b->walk.next < args->count) && (copied < budget)) {
+        const xfer_batch_iov_t *v = &args->iov[b->walk.next];
         uint8_t *remote = args->rkey->map.data + (v->remote - args->rkey->addr) + b->offset;
         uint8_t *local  = (uint8_t*)(uintptr_t)v->local + b->offset;
         uint64_t len    = v->length - b->offset;
@@ -677,19 +639,19 @@ static int mapped_copy(shm_batch_t *b, uint64_t budget)
         b->offset += len;
         if (b->offset == v->length) {
             b->offset = 0;
-            b->next++;
-            b->landed = b->next;
-            b->args->landed = b->landed;
+            b->walk.next++;
+            b->walk.landed = b->walk.next;
+            b->args->landed = b->walk.landed;
         }
     }
-    return b->next == args->count;
+    return b->walk.next == args->count;
 }
 
 /* A mapped batch larger than a slice: copied from progress, a slice each round. */
 static xfer_status_t batch_post_mapped_sliced(xfer_ep_h ep, xfer_batch_args_t *args,
                                               xfer_comp_t *comp)
 {
-    shm_batch_t *b = batch_new(ep, args, comp, 0);
+    shm_batch_t *b = batch_new(ep, args, comp);
 
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
@@ -710,18 +672,19 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface)
         shm_batch_t *b = ucs_list_extract_head(&iface->batch_work, shm_batch_t, work_link);
 
         b->working = 0;
-        if (!b->stopped && (b->ep != NULL) && (b->ep->state == XFER_SHM_EP_CONNECTED) &&
+        if (!b->walk.stopped && (b->ep != NULL) && (b->ep->state == XFER_SHM_EP_CONNECTED) &&
             !mapped_copy(b, slice)) {
             b->working = 1;
             ucs_list_add_tail(&iface->batch_work, &b->work_link);
             continue;
         }
         if ((b->ep == NULL) || (b->ep->state != XFER_SHM_EP_CONNECTED)) {
-            b->status = (b->ep != NULL) ? b->ep->fail_status : XFER_ERR_CANCELED;
-        } else if (!b->stopped && b->has_notify) {
+            xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail_status :
+                                                             XFER_ERR_CANCELED);
+        } else if (!b->walk.stopped && b->has_notify) {
             batch_notify_queue(b, 0);   /* after the last copy: the target reads it after */
         }
-        batch_ring_release(b);
+        xfer_batch_walk_release(&b->walk);
     }
     return 0;
 }
@@ -819,7 +782,7 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
                 ((b->notify_op != NULL) && b->notify_op->tx.started)) {
                 return XFER_ERR_BUSY;   /* the target has its notification */
             }
-            b->stopped = 1;
+            xfer_batch_walk_stop(&b->walk, XFER_OK);
             if (b->notify_op != NULL) {
                 b->notify_op->tx.hdr.flags |= XFER_SHM_FL_VOID;
             }
@@ -859,7 +822,7 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
     return XFER_ERR_NOT_FOUND;
 }
 
-/* The ep goes: ring batches lose it (their subs complete through the ep's teardown). */
+/* The ep goes: ring batches lose it (what they posted completes through the ep's teardown). */
 void xfer_shm_batch_ep_gone(xfer_ep_h ep)
 {
     shm_batch_t *b, *tmp;
@@ -873,8 +836,8 @@ void xfer_shm_batch_ep_gone(xfer_ep_h ep)
             /* copies left: they end with the endpoint */
             ucs_list_del(&b->work_link);
             b->working = 0;
-            b->status  = XFER_ERR_CANCELED;
-            batch_ring_release(b);
+            xfer_batch_walk_stop(&b->walk, XFER_ERR_CANCELED);
+            xfer_batch_walk_release(&b->walk);
         }
     }
 }

@@ -37,11 +37,6 @@
  * that ends early stops there, and a large one holds neither memory nor the endpoint. */
 #define XFER_TCP_BATCH_WINDOW (8u << 20)
 
-typedef struct tcp_batch_sub {
-    xfer_comp_t         comp;
-    struct tcp_batch    *b;
-} tcp_batch_sub_t;
-
 typedef struct tcp_batch {
     ucs_list_link_t     list;       /* iface->batches */
     ucs_list_link_t     fill_link;  /* ep->batch_fill while frames of it are to be queued */
@@ -49,20 +44,14 @@ typedef struct tcp_batch {
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
     xfer_batch_args_t   *args;
-    size_t              next;       /* the first descriptor not queued */
-    size_t              pending;    /* descriptors and the answer not in, + 1 while posting */
-    size_t              landed;
-    xfer_status_t       status;
-    int                 stopped;    /* ended early, or failed: nothing more is queued */
+    xfer_batch_walk_t   walk;       /* its descriptors, queued as the window opens */
     uint64_t            puts_before;    /* ep->batch_puts_sent before its first frame */
-    uint64_t            get_bytes;  /* a get batch's bytes asked for and not come back */
     xfer_tcp_op_t       *ack;       /* a put batch's BATCH_ACK, in a slot from the post on */
     xfer_comp_t         ack_comp;
     int                 end_queued;
     int                 end_notify; /* ... and carried the notification */
     uint64_t            end_pos;    /* ep->tx_queued where its BATCH_END starts */
     uint8_t             *end_flags; /* ... and its flags in the send queue, until written */
-    tcp_batch_sub_t     *subs;
     size_t              notify_len;
     int                 has_notify;
     uint8_t             notify[];
@@ -196,56 +185,31 @@ static void batch_free(tcp_batch_t *b)
         ucs_list_del(&b->fill_link);
     }
     ucs_list_del(&b->list);
-    free(b->subs);
+    xfer_batch_walk_cleanup(&b->walk);
     free(b);
 }
 
-static void batch_release(tcp_batch_t *b)
+/* Every hold of the batch ended (its descriptors, its answer, the posting): a get batch's
+ * notification goes now that every read has its data; the batch completes. */
+static void batch_end(xfer_batch_walk_t *w)
 {
-    if (--b->pending > 0) {
-        return;
-    }
-    if (!b->args->is_put && b->has_notify && (b->status == XFER_OK) && !b->stopped &&
+    tcp_batch_t *b = ucs_container_of(w, tcp_batch_t, walk);
+    xfer_status_t status;
+
+    if (!b->args->is_put && b->has_notify && (w->status == XFER_OK) && !w->stopped &&
         (b->ep != NULL) && (b->ep->state == XFER_TCP_EP_CONNECTED)) {
         /* every get has its data: the target may know */
         if (batch_end_queue(b, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0) != XFER_OK) {
-            b->status = XFER_ERR_NO_MEMORY;
+            xfer_batch_walk_stop(w, XFER_ERR_NO_MEMORY);
         } else {
             xfer_tcp_ep_tx_post(b->ep);
         }
     }
-    b->args->landed = b->landed;
-    if ((b->status == XFER_OK) && (b->landed < b->args->count)) {
-        b->status = XFER_ERR_CANCELED;  /* ended early, nothing failed */
-    }
-    b->comp->cb(b->comp, b->status, b->landed, 0);
+    b->args->landed = w->landed;
+    status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
+             XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
+    b->comp->cb(b->comp, status, w->landed, 0);
     batch_free(b);
-}
-
-static void batch_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
-{
-    tcp_batch_sub_t *sub = ucs_container_of(self, tcp_batch_sub_t, comp);
-    tcp_batch_t *b       = sub->b;
-    size_t i             = (size_t)(sub - b->subs);
-
-    (void)length;
-    (void)tag;
-    if (status != XFER_OK) {
-        if (b->status == XFER_OK) {
-            b->status = status;
-        }
-        b->stopped = 1;
-    } else if (!b->args->is_put) {
-        b->landed++;            /* a get's data is here; a put's counts at BATCH_ACK */
-        b->args->landed = b->landed;
-    }
-    if (!b->args->is_put) {
-        b->get_bytes -= b->args->iov[i].length;
-        if (b->filling && (b->ep != NULL) && xfer_tcp_batch_fill(b->ep)) {
-            xfer_tcp_ep_tx_post(b->ep);     /* the window opened: more reads go */
-        }
-    }
-    batch_release(b);
 }
 
 static void batch_ack_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
@@ -258,22 +222,33 @@ static void batch_ack_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
     if ((status == XFER_OK) || (status == XFER_ERR_CANCELED)) {
         /* BATCH_ACK: every put before it landed - all of them, or those of a batch that
          * ended early */
-        b->landed = b->next;
+        b->walk.landed = b->walk.next;
     }
-    if ((status != XFER_OK) && (b->status == XFER_OK)) {
-        b->status = status;
+    if (status != XFER_OK) {
+        xfer_batch_walk_stop(&b->walk, status);
     }
-    batch_release(b);
+    xfer_batch_walk_release(&b->walk);
 }
 
 /* Whether b may queue more now: a put batch while its frames are at most the window ahead of
  * the socket, a get batch while at most the window of its bytes are asked for. */
-static int window_open(const tcp_batch_t *b)
+static int batch_room(xfer_batch_walk_t *w)
 {
+    tcp_batch_t *b     = ucs_container_of(w, tcp_batch_t, walk);
     const xfer_ep_h ep = b->ep;
 
     return b->args->is_put ? (ep->tx_queued - ep->tx_written < XFER_TCP_BATCH_WINDOW) :
-                             (b->get_bytes < XFER_TCP_BATCH_WINDOW);
+                             (w->inflight < XFER_TCP_BATCH_WINDOW);
+}
+
+/* A descriptor completed: a get batch's window opened, more reads go. */
+static void batch_more(xfer_batch_walk_t *w)
+{
+    tcp_batch_t *b = ucs_container_of(w, tcp_batch_t, walk);
+
+    if (!b->args->is_put && b->filling && (b->ep != NULL) && xfer_tcp_batch_fill(b->ep)) {
+        xfer_tcp_ep_tx_post(b->ep);
+    }
 }
 
 /* b has queued its last frame (or ended early): off the fill list; a put batch's BATCH_END
@@ -290,7 +265,7 @@ static void fill_done(tcp_batch_t *b)
     if (!b->args->is_put || (b->ack == NULL)) {
         return;
     }
-    flags = (b->stopped || (b->status != XFER_OK)) ? BATCH_FL_VOID :
+    flags = !xfer_batch_walk_all_posted(&b->walk) ? BATCH_FL_VOID :
             b->has_notify ? BATCH_FL_NOTIFY : 0;
     b->ack->mark_put = ep->puts_sent;   /* BATCH_ACK proves these landed */
     b->ack->len      = ep->batch_puts_sent - b->puts_before;
@@ -302,48 +277,41 @@ static void fill_done(tcp_batch_t *b)
 
         xfer_slot_free(&ep->slots, ack->slot);
         ack->serial = 0;
-        if (b->status == XFER_OK) {
-            b->status = status;
-        }
+        xfer_batch_walk_stop(&b->walk, status);
         xfer_tcp_op_complete(ack, status, 0, 0);
     }
 }
 
-/* Queue the next descriptor run of b: a PUTV, or one put or get. */
-static xfer_status_t fill_one(tcp_batch_t *b)
+/* Queue descriptor i of b, with those after it when they go in one PUTV: a PUTV, or one put
+ * or get. */
+static xfer_status_t batch_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp,
+                                size_t *n_p)
 {
+    tcp_batch_t *b                = ucs_container_of(w, tcp_batch_t, walk);
     const xfer_batch_args_t *args = b->args;
-    const xfer_batch_iov_t *v     = &args->iov[b->next];
+    const xfer_batch_iov_t *v     = &args->iov[i];
     xfer_ep_h ep                  = b->ep;
-    size_t i = b->next, n = putv_run(ep, args, i);
+    size_t n                      = putv_run(ep, args, i);
     xfer_status_t status;
 
     if (n > 0) {
         status = putv_queue(ep, args, i, n);
-        if (status == XFER_OK) {
-            b->next += n;
-        }
+        *n_p   = n;
         return status;
     }
-    b->subs[i].comp.cb = batch_sub_cb;
-    b->subs[i].b       = b;
-    status = args->is_put ?
-             xfer_tcp_put(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
-                          args->rkey, &b->subs[i].comp) :
-             xfer_tcp_get(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
-                          args->rkey, &b->subs[i].comp);
-    if ((status != XFER_OK) && (status != XFER_INPROGRESS)) {
-        return status;
-    }
-    if (status == XFER_INPROGRESS) {
-        b->pending++;
-        b->get_bytes += args->is_put ? 0 : v->length;
-    } else if (!args->is_put) {
-        b->landed++;
-    }
-    b->next++;
-    return XFER_OK;
+    return args->is_put ?
+           xfer_tcp_put(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
+                        args->rkey, comp) :
+           xfer_tcp_get(ep, (void*)(uintptr_t)v->local, v->length, args->memh, v->remote,
+                        args->rkey, comp);
 }
+
+static const xfer_batch_walk_ops_t batch_ops = {
+    .post = batch_post,
+    .room = batch_room,
+    .more = batch_more,
+    .done = batch_end,
+};
 
 int xfer_tcp_batch_fill(xfer_ep_h ep)
 {
@@ -355,19 +323,8 @@ int xfer_tcp_batch_fill(xfer_ep_h ep)
     while (!ucs_list_is_empty(&ep->batch_fill) && (ep->state == XFER_TCP_EP_CONNECTED)) {
         tcp_batch_t *b = ucs_list_head(&ep->batch_fill, tcp_batch_t, fill_link);
 
-        while (!b->stopped && (b->next < b->args->count) && window_open(b)) {
-            xfer_status_t status = fill_one(b);
-
-            if (status != XFER_OK) {
-                xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "a batch stops at descriptor %zu of "
-                         "%zu: %s", b->next, b->args->count, xfer_status_string(status));
-                b->status  = status;
-                b->stopped = 1;
-                break;
-            }
-            queued = 1;
-        }
-        if (!b->stopped && (b->next < b->args->count)) {
+        queued |= xfer_batch_walk_fill(&b->walk);
+        if (!b->walk.stopped && (b->walk.next < b->args->count)) {
             break;      /* the window is full: the rest as it opens */
         }
         fill_done(b);
@@ -403,15 +360,10 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    b->subs = calloc(args->count ? args->count : 1, sizeof(*b->subs));
-    if (b->subs == NULL) {
-        free(b);
-        return XFER_ERR_NO_MEMORY;
-    }
+    xfer_batch_walk_init(&b->walk, &batch_ops, args, XFER_TCP_BATCH_WINDOW, 0);
     b->ep          = ep;
     b->comp        = comp;
     b->args        = args;
-    b->status      = XFER_OK;
     b->has_notify  = (args->notify != NULL);
     b->notify_len  = nlen;
     b->puts_before = ep->batch_puts_sent;
@@ -428,16 +380,14 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
             if (b->ack != NULL) {
                 xfer_tcp_op_free(b->ack);
             }
-            free(b->subs);
             free(b);
             return status;
         }
         b->ack->len     = args->count;
         b->ack->serial  = ++ep->rma_serial;
         b->ack_comp.cb  = batch_ack_cb;
-        b->pending++;
+        xfer_batch_walk_hold(&b->walk);
     }
-    b->pending++;       /* the posting's own hold */
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     ucs_list_add_tail(&ep->batch_fill, &b->fill_link);
     b->filling = 1;
@@ -445,7 +395,8 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     /* the first frames leave now, so that a small batch goes at once; a large one does not
      * hold its caller for the copy of all its bytes into the socket - progress writes on */
     xfer_tcp_ep_tx_post_some(ep, XFER_TCP_BATCH_INLINE);
-    batch_release(b);   /* the posting's own hold: the rest end only from progress */
+    /* the posting's own hold: the rest end only from progress */
+    xfer_batch_walk_release(&b->walk);
     return XFER_INPROGRESS;
 }
 
@@ -666,7 +617,7 @@ xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
         if (b->end_notify && !end_unwritten(b)) {
             return XFER_ERR_BUSY;   /* the target has, or will have, its notification */
         }
-        b->stopped = 1;
+        xfer_batch_walk_stop(&b->walk, XFER_OK);
         if (end_unwritten(b)) {
             /* nothing of the BATCH_END left: the target hears that the batch ended */
             xfer_put_le32(b->end_flags, (xfer_get_le32(b->end_flags) & ~BATCH_FL_NOTIFY) |

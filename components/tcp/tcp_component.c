@@ -297,7 +297,9 @@ XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     .event_arm     = xfer_tcp_iface_event_arm,
     .ep_flush      = xfer_tcp_ep_flush,
     .mem_reg_params = xfer_tcp_mem_reg_params,
+#ifndef XFER_TCP_TEST_NO_BATCH
     .batch         = xfer_tcp_batch,
+#endif
     .ep_shutdown   = xfer_tcp_ep_shutdown,
     .tag_copy      = xfer_tcp_tag_copy,
     .tag_resume    = xfer_tcp_tag_resume,

@@ -2,8 +2,9 @@
  * The engines libxfer shares with its components, the way libfabric's prov/util serves its
  * providers: what every transport needs and none should write again - process-wide budgets
  * for what peers make this process hold, tag matching with its unexpected queue, the table
- * of requests awaiting a peer's answer, and the pool of operations with their deferred
- * completions. Included by component.h; a component uses them through its types.
+ * of requests awaiting a peer's answer, the pool of operations with their deferred
+ * completions, regions, tensor answers and batches walked descriptor by descriptor.
+ * Included by component.h; a component uses them through its types.
  */
 #ifndef XFER_ENGINE_H
 #define XFER_ENGINE_H
@@ -342,5 +343,78 @@ static inline int xfer_tanswers_pending(const xfer_tanswers_t *t)
 /* The endpoint of list goes: requests still waiting are withdrawn, answers the component still
  * held (it let go of them first) released with status; the list is empty after. */
 XFER_API void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t status);
+
+/*
+ * Batch walks (framework/batch_walk.c): a batch (xfer_batch_args_t) moved descriptor by
+ * descriptor through the transport's own puts and gets - tcp's gets and its small puts
+ * gathered into frames, shm's ring, the framework's batches on a transport without a batch
+ * entry point. The walk posts descriptors while the owner says there is room (by default:
+ * fewer than window bytes of them in flight, so that a batch that ends early stops there and a
+ * large one holds neither memory nor the endpoint), counts what landed, stops at the first
+ * failure or at xfer_batch_walk_stop(), and calls done() once: when every descriptor it posted
+ * has completed and every hold of the owner's (the posting, a notification, an answer) has
+ * been released. What goes on the wire, the notification and the answer stay the owner's.
+ * The walk lives inside the owner's record, under the owner's lock.
+ */
+typedef struct xfer_batch_walk xfer_batch_walk_t;
+
+typedef struct xfer_batch_walk_sub {
+    xfer_comp_t       comp;
+    xfer_batch_walk_t *walk;
+} xfer_batch_walk_sub_t;
+
+typedef struct xfer_batch_walk_ops {
+    /* Post descriptor i through comp. *n_p is 1; the owner may take more descriptors in one
+     * operation that nobody is told of (tcp: a frame of many small puts) and say how many.
+     * XFER_INPROGRESS: comp will be told (with *n_p 1); XFER_OK: done now, nobody is told;
+     * an error: nothing of them went, and the walk stops. */
+    xfer_status_t (*post)(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp, size_t *n_p);
+    /* Whether more may be posted now; NULL: while fewer than window bytes are in flight. */
+    int (*room)(xfer_batch_walk_t *w);
+    /* A descriptor completed and room may have opened: post more (and whatever the owner
+     * sends behind the last). NULL: xfer_batch_walk_fill(). */
+    void (*more)(xfer_batch_walk_t *w);
+    /* Every hold ended: the owner ends the batch with status and landed. */
+    void (*done)(xfer_batch_walk_t *w);
+} xfer_batch_walk_ops_t;
+
+struct xfer_batch_walk {
+    const xfer_batch_walk_ops_t *ops;
+    xfer_batch_args_t           *args;      /* landed is raised there too */
+    uint64_t                    window;     /* bytes in flight at most (ops->room NULL) */
+    int                         puts_land;  /* a put's completion says it landed; else the
+                                             * owner raises landed (an answer, a flush) */
+    size_t                      next;       /* the first descriptor not posted */
+    size_t                      holds;      /* descriptors in flight, and the owner's */
+    size_t                      landed;
+    uint64_t                    inflight;   /* bytes of the descriptors in flight */
+    xfer_status_t               status;     /* the first failure */
+    int                         stopped;    /* nothing more is posted */
+    xfer_batch_walk_sub_t       *subs;
+};
+
+/* A walk of args, holding once for the posting (released by the owner once it has filled).
+ * Its per-descriptor records are allocated by the first fill (no memory: the walk stops with
+ * XFER_ERR_NO_MEMORY). */
+XFER_API void xfer_batch_walk_init(xfer_batch_walk_t *w, const xfer_batch_walk_ops_t *ops,
+                                   xfer_batch_args_t *args, uint64_t window, int puts_land);
+XFER_API void xfer_batch_walk_cleanup(xfer_batch_walk_t *w);
+/* Post descriptors while there is room and the walk goes on; 1 when it posted any. */
+XFER_API int xfer_batch_walk_fill(xfer_batch_walk_t *w);
+/* No more descriptors go; status (not XFER_OK) is kept when it is the first failure. */
+XFER_API void xfer_batch_walk_stop(xfer_batch_walk_t *w, xfer_status_t status);
+/* One hold fewer; at none, done(). */
+XFER_API void xfer_batch_walk_release(xfer_batch_walk_t *w);
+
+static inline void xfer_batch_walk_hold(xfer_batch_walk_t *w)
+{
+    w->holds++;
+}
+
+/* Every descriptor went and nothing stopped the walk. */
+static inline int xfer_batch_walk_all_posted(const xfer_batch_walk_t *w)
+{
+    return !w->stopped && (w->status == XFER_OK) && (w->next == w->args->count);
+}
 
 #endif /* XFER_ENGINE_H */
