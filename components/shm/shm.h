@@ -345,6 +345,7 @@ struct xfer_iface {
                                              * and their completions */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
+    ucs_list_link_t          pulls;         /* xfer_shm_pull_t with slices left */
     xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
     ucs_list_link_t          failing;
     ucs_list_link_t          notify;
@@ -693,6 +694,31 @@ void xfer_shm_batch_ep_gone(xfer_ep_h ep);
 xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len);
 /* A slice of each mapped batch with copies left (progress). */
 unsigned xfer_shm_batch_work(xfer_iface_h iface);
+
+/* ---- shm_pull.c: reads of a peer's memory a slice per round --------------------------------- */
+typedef struct xfer_shm_pull xfer_shm_pull_t;
+/* The pull ended: XFER_OK (every byte in), the read's error (why says more), or the status
+ * the endpoint went with. The owner frees p. */
+typedef void (*xfer_shm_pull_cb_t)(xfer_shm_pull_t *p, xfer_status_t status);
+struct xfer_shm_pull {
+    ucs_list_link_t    list;        /* iface->pulls */
+    xfer_ep_h          ep;
+    uint8_t            *dst;
+    uint64_t           src, len, done;
+    xfer_shm_pull_cb_t cb;
+    xfer_shm_op_t      *op;         /* the owner's */
+    uint64_t           id;          /* the owner's */
+    char               why[XFER_REASON_MAX];
+};
+/* Read len bytes at the peer's address src into dst, the first slice now: XFER_OK (all in;
+ * cb is not called), XFER_INPROGRESS (the rest from progress, then cb once), or the first
+ * read's error (p->why; cb is not called). p is the caller's, set up with cb, op and id. */
+xfer_status_t xfer_shm_pull_start(xfer_ep_h ep, xfer_shm_pull_t *p, void *dst, uint64_t src,
+                                  uint64_t len);
+/* A slice of every pull in progress; how many. */
+unsigned xfer_shm_pulls_progress(xfer_iface_h iface);
+/* ep goes: each of its pulls ends with status. */
+void xfer_shm_pulls_ep_gone(xfer_ep_h ep, xfer_status_t status);
 /* The ep's input ends: a peer's batch being moved is dropped (unanswered). */
 void xfer_shm_batch_rx_abort(xfer_ep_h ep);
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,

@@ -474,6 +474,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     xfer_shm_rx_abort(ep, status);
     xfer_shm_tx_drop_all(ep, status);
     xfer_shm_coop_ep_gone(ep, status);
+    xfer_shm_pulls_ep_gone(ep, status);
     ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
         ucs_list_del(&op->list);
         xfer_shm_op_complete(op, status, 0, 0);

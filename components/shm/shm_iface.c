@@ -44,6 +44,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
+    ucs_list_head_init(&iface->pulls);
     ucs_list_head_init(&iface->failing);
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->cuda.opened);
@@ -256,6 +257,9 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     if (!ucs_list_is_empty(&iface->batch_work)) {
         count += xfer_shm_batch_work(iface) + 1;
     }
+    if (!ucs_list_is_empty(&iface->pulls)) {
+        count += xfer_shm_pulls_progress(iface);
+    }
 
     while (!ucs_list_is_empty(&iface->notify)) {
         ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
@@ -284,7 +288,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
 
     if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify) ||
-        !ucs_list_is_empty(&iface->batch_work)) {
+        !ucs_list_is_empty(&iface->batch_work) || !ucs_list_is_empty(&iface->pulls)) {
         return XFER_ERR_BUSY;
     }
     ucs_list_for_each(ep, &iface->act.watched, watch_link) {

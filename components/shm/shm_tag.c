@@ -6,7 +6,8 @@
  * send completes once it is there - at once for a message that fits the caller's copy. From
  * RNDV_THRESH with CMA only a descriptor goes (RNDV: the source address); the receiver reads
  * the data straight from the sender's buffer into its own once a receive takes it (at once,
- * or when the framework asks, tag_pull) and answers TAG_FIN, which completes the send; from
+ * or when the framework asks, tag_pull), a slice per round of progress (shm_pull.c), and
+ * answers TAG_FIN, which completes the send; from
  * memory the sender allocated with xfer_mem_alloc() the descriptor also names its memfd, and
  * the receiver copies from its mapping of it (shm_map.c) instead. A message nobody receives
  * past the bounds leaves the ring unread (the endpoint's input pauses there) until the
@@ -30,34 +31,12 @@ typedef struct rndv_priv {
 _Static_assert(sizeof(rndv_priv_t) <= XFER_TAG_PRIV_MAX, "a rendezvous message's description "
                "fits what the framework keeps");
 
-/* Read a RNDV message's data from the sender into receive op's buffer (n bytes of its length)
- * - from the sender's memfd mapped here when mem names one that maps (the copy shared with
- * the sender when large, shm_coop.c), else by CMA - tell the sender it may reuse its buffer,
- * and complete op (which hands the framework's receive its status when delivered): with
- * XFER_OK if the data is in, else with the read's failure; a shared copy completes op once
- * the sender's parts are in. */
-static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
-                      const xfer_shm_rndv_mem_t *mem, uint64_t send_id)
+/* A RNDV message's data is in receive op's buffer (n bytes), or could not be read (status,
+ * why): tell the sender it may reuse its buffer, and complete op - which hands the
+ * framework's receive its status when delivered. */
+static void rndv_finish(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t send_id,
+                        xfer_status_t status, const char *why)
 {
-    const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem, 0) : NULL;
-    char why[XFER_REASON_MAX];
-    xfer_status_t status = XFER_OK;
-    int later            = 0;
-
-    if (mapped != NULL) {
-        status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, XFER_OK, n, 0);
-        later  = (status == XFER_INPROGRESS);
-        if (status == XFER_ERR_UNSUPPORTED) {
-            xfer_shm_copy(ep->iface, op->buf, mapped, n);
-        }
-        if ((status == XFER_INPROGRESS) || (status == XFER_ERR_UNSUPPORTED)) {
-            status = XFER_OK;
-        } else if (status != XFER_OK) {
-            snprintf(why, sizeof(why), "the copy shared with the sender failed");
-        }
-    } else if (n > 0) {
-        status = xfer_shm_cma(ep, op->buf, src, n, 0, why, sizeof(why));
-    }
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a %llu-byte message cannot be read from "
                  "the sender: %s", (unsigned long long)n, why);
@@ -70,9 +49,65 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
             xfer_shm_ep_fail_later(ep, status, "%s", why);
         }
     }
-    if (!later) {
-        xfer_shm_op_complete(op, status, n, 0);
+    xfer_shm_op_complete(op, status, n, 0);
+}
+
+static void rndv_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
+{
+    rndv_finish(p->ep, p->op, p->len, p->id, status, p->why);
+    free(p);
+}
+
+/* Read a RNDV message's data from the sender into receive op's buffer (n bytes of its length)
+ * - from the sender's memfd mapped here when mem names one that maps (the copy shared with
+ * the sender when large, shm_coop.c), else by CMA, a slice per round of progress when larger
+ * than one (shm_pull.c) - then rndv_finish(); a shared copy completes op once the sender's
+ * parts are in. */
+static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
+                      const xfer_shm_rndv_mem_t *mem, uint64_t send_id)
+{
+    const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem, 0) : NULL;
+    char why[XFER_REASON_MAX] = "";
+    xfer_status_t status = XFER_OK;
+    xfer_shm_pull_t *p;
+
+    if (mapped != NULL) {
+        status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, XFER_OK, n, 0);
+        if (status == XFER_INPROGRESS) {
+            status = XFER_OK;
+            if (ep->state == XFER_SHM_EP_CONNECTED) {
+                /* the sender learns of it now; the op completes once its parts are in */
+                if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TAG_FIN, status, send_id, 1) != XFER_OK) {
+                    xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
+                                           "message's completion notice");
+                }
+            }
+            return;
+        }
+        if (status == XFER_ERR_UNSUPPORTED) {
+            xfer_shm_copy(ep->iface, op->buf, mapped, n);
+            status = XFER_OK;
+        } else if (status != XFER_OK) {
+            snprintf(why, sizeof(why), "the copy shared with the sender failed");
+        }
+    } else if (n > 0) {
+        p = malloc(sizeof(*p));
+        if (p == NULL) {
+            status = XFER_ERR_NO_MEMORY;
+            snprintf(why, sizeof(why), "out of memory");
+        } else {
+            p->cb  = rndv_pull_done;
+            p->op  = op;
+            p->id  = send_id;
+            status = xfer_shm_pull_start(ep, p, op->buf, src, n);
+            if (status == XFER_INPROGRESS) {
+                return;     /* the rest from progress */
+            }
+            snprintf(why, sizeof(why), "%s", p->why);
+            free(p);
+        }
     }
+    rndv_finish(ep, op, n, send_id, status, why);
 }
 
 xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,

@@ -97,8 +97,14 @@ xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                      xfer_status_t status)
 {
     xfer_shm_tx_t *tx;
+    xfer_shm_pull_t *p;
     xfer_ep_h ep;
 
+    ucs_list_for_each(p, &iface->pulls, list) {
+        if ((p->op->kind == XFER_SHM_OP_FETCH) && (p->op->base.comp == comp)) {
+            return XFER_ERR_BUSY;       /* its data is being read */
+        }
+    }
     ucs_list_for_each(ep, &iface->eps, list) {
         for (uint32_t i = 0; i < ep->slots.num; i++) {
             xfer_slot_t *slot = &ep->slots.s[i];
@@ -157,6 +163,47 @@ static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
     return XFER_OK;
+}
+
+/*
+ * A fetched tensor's data was read from the producer (status XFER_OK), or could not be. The
+ * producer holds the tensor until TDONE. A fetch that got its data completes once its TDONE is
+ * in the producer's ring, so that the release there does not wait for this side's next
+ * progress(); one that did not completes now.
+ */
+static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
+{
+    xfer_ep_h ep      = p->ep;
+    xfer_shm_op_t *op = p->op;
+    uint64_t id       = p->id;
+    xfer_shm_frame_t tdone;
+
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tensor fetch: reading %" PRIu64 " bytes "
+                 "from the producer: %s", p->len, p->why);
+    }
+    free(p);
+    if (ep->state != XFER_SHM_EP_CONNECTED) {
+        if (status == XFER_OK) {
+            status = (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CANCELED;
+        }
+    } else if (status == XFER_OK) {
+        memset(&tdone, 0, sizeof(tdone));
+        tdone.type   = XFER_SHM_F_TDONE;
+        tdone.id     = id;
+        op->len      = op->base.length;     /* what completing on write reports */
+        op->on_write = 1;
+        op->tx.op    = op;
+        if (xfer_shm_tx_queue(ep, &op->tx, &tdone, NULL, 0, 0, 0) == XFER_OK) {
+            xfer_shm_tx_write(ep);
+            return;
+        }
+        status = XFER_ERR_NO_MEMORY;
+        xfer_shm_ep_fail_later(ep, status, "out of memory for a TDONE");
+    } else if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, status, id, 0) != XFER_OK) {
+        xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TDONE");
+    }
+    xfer_shm_op_complete(op, status, op->base.length, 0);
 }
 
 xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -258,34 +305,27 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     if (rndv) {
         xfer_status_t read = XFER_OK;
 
-        if (dest != NULL) {
-            char cwhy[XFER_REASON_MAX] = "";
-
-            read = xfer_shm_cma(ep, dest, hdr->c, data_len, 0, cwhy, sizeof(cwhy));
-            if (read != XFER_OK) {
-                xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tensor fetch: reading %" PRIu64
-                         " bytes from the producer: %s", data_len, cwhy);
-                ep->rx.status = read;
-            }
-        }
-        /* The producer holds the tensor until TDONE. A fetch that got its data completes
-         * once its TDONE is in the producer's ring, so that the release there does not
-         * wait for this side's next progress(). */
         xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
-        if ((op != NULL) && (ep->rx.status == XFER_OK)) {
-            xfer_shm_frame_t tdone;
+        if (dest != NULL) {
+            /* op is the pull's until it ends: rx_tresp_done frees only the slot */
+            xfer_shm_pull_t *p = malloc(sizeof(*p));
 
-            memset(&tdone, 0, sizeof(tdone));
-            tdone.type   = XFER_SHM_F_TDONE;
-            tdone.id     = hdr->id;
-            op->len      = (size_t)hdr->a;     /* what completing on write reports */
-            op->on_write = 1;
-            op->tx.op    = op;
-            ep->rx.op    = NULL;                /* tresp_done frees only the slot */
-            status = xfer_shm_tx_queue(ep, &op->tx, &tdone, NULL, 0, 0, 0);
-        } else {
-            status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, read, hdr->id, 0);
+            if (p == NULL) {
+                snprintf(why, why_size, "out of memory for a tensor's read");
+                return XFER_ERR_NO_MEMORY;
+            }
+            p->cb     = tresp_pull_done;
+            p->op     = op;
+            p->id     = hdr->id;
+            ep->rx.op = NULL;
+            read      = xfer_shm_pull_start(ep, p, dest, hdr->c, data_len);
+            if (read == XFER_INPROGRESS) {
+                return XFER_OK;     /* the rest from progress */
+            }
+            tresp_pull_done(p, read);
+            return XFER_OK;
         }
+        status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, read, hdr->id, 0);
         if (status != XFER_OK) {
             snprintf(why, why_size, "out of memory for a TDONE");
             return XFER_ERR_NO_MEMORY;
