@@ -295,7 +295,7 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
                 (unsigned long long)n, (unsigned long long)sent, BIG_MSG >> 20,
                 (unsigned long long)p99, (unsigned long long)max, (unsigned long long)slow,
                 SLOW_MS * tp_slowdown());
-    cr_expect_geq(sent, 2, "the other peer's messages did not flow");
+    cr_expect_geq(sent, 1, "the other peer's messages did not flow");
     cr_expect_gt(n, 100, "the other endpoint was held: %llu round trips in %d ms",
                  (unsigned long long)n, PINGS_MS);
     cr_expect_lt(p99, 100000u * tp_slowdown(), "p99 round trip %llu us",
