@@ -7,6 +7,7 @@
  * timeout, never a hang), mark the endpoint failed, leave receives from any peer posted, and
  * leave the other connection working.
  */
+#include "raw_peer.h"
 #include "test_util.h"
 #include "../framework/wire/bootstrap_wire.h"
 #include "../components/tcp/tcp_wire.h"
@@ -47,57 +48,6 @@ TestSuite(tcp_proto, .init = setup, .timeout = 60);
 
 /* ---- the raw client ------------------------------------------------------------------------- */
 
-/* Blocking helpers for the child; any failure ends it with a distinct exit code. */
-static void raw_write(int fd, const void *buf, size_t len, int code)
-{
-    const uint8_t *p = buf;
-
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n <= 0) {
-            _exit(code);
-        }
-        p   += n;
-        len -= (size_t)n;
-    }
-}
-
-static void raw_read(int fd, void *buf, size_t len, int code)
-{
-    uint8_t *p = buf;
-
-    while (len > 0) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        ssize_t n;
-
-        if (poll(&pfd, 1, WAIT_MS) != 1) {
-            _exit(code);
-        }
-        n = recv(fd, p, len, 0);
-        if (n <= 0) {
-            _exit(code);
-        }
-        p   += n;
-        len -= (size_t)n;
-    }
-}
-
-/* Read one bootstrap frame of the expected type; returns its body length. */
-static size_t boot_read(int fd, uint16_t type, void *body, size_t cap, int code)
-{
-    uint8_t head[XFER_WIRE_HEADER_LEN];
-    xfer_wire_header_t hdr;
-    char why[256];
-
-    raw_read(fd, head, sizeof(head), code);
-    if ((xfer_wire_parse_header(head, sizeof(head), &hdr, why, sizeof(why)) != XFER_OK) ||
-        (hdr.type != type) || (hdr.body_len > cap)) {
-        _exit(code + 1);
-    }
-    raw_read(fd, body, hdr.body_len, code + 2);
-    return hdr.body_len;
-}
-
 /* The client half of the bootstrap, by hand. */
 static void raw_bootstrap(int fd)
 {
@@ -114,8 +64,8 @@ static void raw_bootstrap(int fd)
         _exit(30);
     }
     raw_write(fd, frame, len, 31);
-    boot_read(fd, XFER_WIRE_HELLO, frame, sizeof(frame), 32);
-    body_len = boot_read(fd, XFER_WIRE_ACCEPT, frame, sizeof(frame), 35);
+    raw_boot_read(fd, XFER_WIRE_HELLO, frame, sizeof(frame), 32);
+    body_len = raw_boot_read(fd, XFER_WIRE_ACCEPT, frame, sizeof(frame), 35);
     if ((xfer_wire_parse_accept(frame, body_len, name, why, sizeof(why)) != XFER_OK) ||
         (strcmp(name, "tcp") != 0)) {
         _exit(38);
@@ -127,7 +77,7 @@ static void raw_bootstrap(int fd)
         _exit(39);
     }
     raw_write(fd, frame, len, 40);
-    boot_read(fd, XFER_WIRE_CONNECT, frame, sizeof(frame), 41);
+    raw_boot_read(fd, XFER_WIRE_CONNECT, frame, sizeof(frame), 41);
 }
 
 typedef struct raw_plan {
