@@ -107,14 +107,38 @@ static int cli_ping(tp_side_t *s)
     return 0;
 }
 
+/* Echo B's pings until it stops; after each, between(arg) when given. */
+static void echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep,
+                            void (*between)(void *arg), void *arg)
+{
+    xfer_request_t *r = NULL;
+    uint64_t msg, got;
+
+    for (;;) {
+        cr_assert(TP_POSTED(xfer_tag_recv(ctx, b_ep, 0, 0, &msg, sizeof(msg), NULL, NULL, NULL,
+                                          &r)));
+        cr_assert_eq(xfer_request_wait(r, TP_WAIT_MS * 2), XFER_OK);
+        got = xfer_request_tag(r);
+        xfer_request_release(r);
+        r = NULL;
+        if (got == TAG_STOP) {
+            return;
+        }
+        cr_assert_eq(xfer_tag_send(b_ep, TAG_PING, &msg, sizeof(msg), NULL, NULL, NULL, NULL),
+                     XFER_OK);
+        if (between != NULL) {
+            between(arg);
+        }
+    }
+}
+
 Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops_at_its_deadline)
 {
     static uint8_t region[REGION];
     xfer_endpoint_t *a_ep, *b_ep;
     xfer_context_t *ctx = tp_context(0);
-    uint64_t st, ms, n, p99, max, got, msg;
+    uint64_t st, ms, n, p99, max;
     xfer_listener_t *l;
-    xfer_request_t *r = NULL;
     xfer_mem_t *mem;
     tp_peer_t a, b;
     char addr[64];
@@ -132,19 +156,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     tp_client_spawn(&b, addr, cli_ping, NULL, NULL);
     cr_assert_eq(xfer_accept(l, TP_WAIT_MS, &b_ep), XFER_OK);
     /* echo B's pings until it stops; A's batch moves meanwhile */
-    for (;;) {
-        cr_assert(TP_POSTED(xfer_tag_recv(ctx, b_ep, 0, 0, &msg, sizeof(msg), NULL, NULL, NULL,
-                                          &r)));
-        cr_assert_eq(xfer_request_wait(r, TP_WAIT_MS * 2), XFER_OK);
-        got = xfer_request_tag(r);
-        xfer_request_release(r);
-        r = NULL;
-        if (got == TAG_STOP) {
-            break;
-        }
-        cr_assert_eq(xfer_tag_send(b_ep, TAG_PING, &msg, sizeof(msg), NULL, NULL, NULL, NULL),
-                     XFER_OK);
-    }
+    echo_until_stop(ctx, b_ep, NULL, NULL);
     n   = tp_recv(&b);
     p99 = tp_recv(&b);
     max = tp_recv(&b);
@@ -238,12 +250,26 @@ static uint64_t big_take(xfer_context_t *ctx, xfer_endpoint_t *ep, big_rx_t *x)
     return 1;
 }
 
+typedef struct big_take {
+    xfer_context_t  *ctx;
+    xfer_endpoint_t *ep;
+    big_rx_t        *x;
+    uint64_t        taken;
+} big_take_t;
+
+static void big_take_cb(void *arg)
+{
+    big_take_t *t = arg;
+
+    t->taken += big_take(t->ctx, t->ep, t->x);
+}
+
 Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
 {
     xfer_context_t *ctx = tp_context(0);
-    xfer_request_t *r = NULL;
     big_rx_t x = {{malloc(BIG_MSG), malloc(BIG_MSG)}, {NULL, NULL}, 0};
-    uint64_t n, p99, max, slow, got, msg, sent, taken = 0;
+    uint64_t n, p99, max, slow, sent, taken;
+    big_take_t bt;
     xfer_endpoint_t *a_ep, *b_ep;
     xfer_listener_t *l;
     tp_peer_t a, b;
@@ -262,20 +288,9 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
     tp_client_spawn(&b, addr, cli_ping, NULL, NULL);
     cr_assert_eq(xfer_accept(l, TP_WAIT_MS, &b_ep), XFER_OK);
     /* echo B's pings until it stops, taking A's messages as they come */
-    for (;;) {
-        cr_assert(TP_POSTED(xfer_tag_recv(ctx, b_ep, 0, 0, &msg, sizeof(msg), NULL, NULL, NULL,
-                                          &r)));
-        cr_assert_eq(xfer_request_wait(r, TP_WAIT_MS * 2), XFER_OK);
-        got = xfer_request_tag(r);
-        xfer_request_release(r);
-        r = NULL;
-        if (got == TAG_STOP) {
-            break;
-        }
-        cr_assert_eq(xfer_tag_send(b_ep, TAG_PING, &msg, sizeof(msg), NULL, NULL, NULL, NULL),
-                     XFER_OK);
-        taken += big_take(ctx, a_ep, &x);
-    }
+    bt    = (big_take_t){ctx, a_ep, &x, 0};
+    echo_until_stop(ctx, b_ep, big_take_cb, &bt);
+    taken = bt.taken;
     n    = tp_recv(&b);
     p99  = tp_recv(&b);
     max  = tp_recv(&b);
