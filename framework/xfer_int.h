@@ -214,7 +214,8 @@ struct xfer_context {
     xfer_progress_hook_t    closing_hook;   /* endpoint.c, while some close */
     ucs_list_link_t         listeners;      /* xfer_listener_t */
     xfer_progress_hook_t    listen_hook;    /* listener.c, while a listener exists */
-    unsigned                listen_polls;   /* progress calls since the listeners were seen */
+    unsigned                listen_polls;   /* progress calls since the clock was read */
+    int64_t                 listen_pass_ms; /* the listeners' last pass (xfer_now_ms) */
     ucs_list_link_t         rkeys;          /* xfer_rkey_t */
     ucs_list_link_t         mems;           /* xfer_mem_t */
     ucs_list_link_t         requests;       /* every live xfer_request_t */
