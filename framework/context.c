@@ -77,9 +77,10 @@ static const xfer_param_desc_t fw_params[] = {
      offsetof(xfer_fw_config_t, notify_max_queued), 1, 1 << 24, NULL},
     {"FAIR_SLICE", XFER_PARAM_SIZE, "4m",
      "Most bytes one peer's operation moves in one round of progress: a larger one (a batch "
-     "a target moves, a stream of large frames) goes on in the next rounds, in turn with the "
-     "other endpoints, so that one peer's largest batch delays another's round trip by a "
-     "slice, not by the batch.",
+     "a target moves, a message's or a tensor's data read from the peer, a stream of large "
+     "frames) goes on in the next rounds, in turn with the other endpoints, so that one "
+     "peer's largest batch or message delays another's round trip by a slice, not by all "
+     "of it.",
      offsetof(xfer_fw_config_t, fair_slice), 65536, (double)(1ull << 40), NULL},
     {"UNEXPECTED_BUDGET", XFER_PARAM_SIZE, "256m",
      "Bytes of messages nobody received yet that the whole process buffers, every peer of "
