@@ -246,6 +246,7 @@ typedef struct xfer_tcp_lane {
     uint32_t            events;     /* registered with epoll */
     int                 peer_closed;
     int                 drained;    /* a read this round came back short */
+    uint64_t            rx_round;   /* bytes read this round (at most XFER_FAIR_SLICE) */
     ucs_list_link_t     txq;        /* xfer_tcp_seg_t */
     uint64_t            tx_queued, tx_written;
     /* the share being received: want bytes into dest (CUDA memory when dev), then drain */

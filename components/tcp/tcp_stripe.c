@@ -221,20 +221,28 @@ xfer_status_t xfer_tcp_lanes_rx_start(xfer_ep_h ep, char *why, size_t why_size)
     return XFER_OK;
 }
 
-/* One read of a lane: 1 with *n_p bytes, 0 to wait, -1 when the ep failed. */
+/* One read of a lane: 1 with *n_p bytes, 0 to wait, -1 when the ep failed. A lane reads at
+ * most a slice (XFER_FAIR_SLICE) a round: a peer that keeps its lanes full would otherwise
+ * hold the round for as long as it streams; the rest comes at the lane's next event (its
+ * EPOLLIN is level-triggered while a share is due). */
 static int lane_read(xfer_tcp_lane_t *lane, void *buf, size_t len, size_t *n_p)
 {
+    uint64_t slice = XFER_IFACE_FAIR_SLICE(&lane->ep->iface->params);
     ssize_t ret;
 
-    if ((lane->fd < 0) || lane->drained) {
-        return 0;   /* not attached yet (server), or empty this round */
+    if ((lane->fd < 0) || lane->drained || (lane->rx_round >= slice)) {
+        return 0;   /* not attached yet (server), empty this round, or had its slice */
+    }
+    if (len > slice - lane->rx_round) {
+        len = (size_t)(slice - lane->rx_round);
     }
     do {
         ret = recv(lane->fd, buf, len, 0);
     } while ((ret < 0) && (errno == EINTR));
     if (ret > 0) {
-        lane->drained = ((size_t)ret < len);
-        *n_p          = (size_t)ret;
+        lane->drained   = ((size_t)ret < len);
+        lane->rx_round += (uint64_t)ret;
+        *n_p            = (size_t)ret;
         return 1;
     }
     if ((ret < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
