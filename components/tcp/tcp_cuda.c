@@ -540,11 +540,17 @@ void xfer_tcp_cuda_tx_release(xfer_ep_h ep, xfer_tcp_tx_t *tx)
 {
     xfer_tcp_cuda_t *cu = &ep->iface->cuda;
 
-    /* a copy still in flight into a freed buffer is ordered before the next one on the same
-     * stream, whose event is what the next user of the buffer waits for */
     while (tx->ring_count > 0) {
         unsigned slot = tx->ring[tx->ring_head];
 
+        if (cu->state[slot] == XFER_TCP_DSLOT_COPY) {
+            char why[XFER_REASON_MAX];
+
+            /* the copy reads the sender's device memory, which is the caller's again once
+             * the send is reported done (or failed): it lands first (microseconds) */
+            while (xfer_devcopy_poll(cu->dc, slot, why, sizeof(why)) == XFER_INPROGRESS) {
+            }
+        }
         cu->state[slot] = XFER_TCP_DSLOT_FREE;
         cu->owner[slot] = NULL;
         tx->ring_head   = (tx->ring_head + 1) % XFER_TCP_CUDA_DEPTH_MAX;
