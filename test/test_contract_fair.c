@@ -352,9 +352,16 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
     cr_expect_lt(p99, 100000u * tp_slowdown(), "p99 round trip %llu us",
                  (unsigned long long)p99);
     /* a message read whole holds a progress call for all of it (128 MiB by CMA: 20 ms of CPU
-     * and more); a slice at a time, a call moves a slice of each pull and endpoint */
-    cr_expect_lt(call_us, CALL_CPU_US * tp_slowdown(), "one progress call took %.0f us of CPU "
-                 "while %llu messages came", call_us, (unsigned long long)sent);
+     * and more); a slice at a time, a call moves a slice of each pull and endpoint. Soft-RoCE
+     * is no measure of it: the kernel's rxe moves an RDMA READ's bytes on whichever thread it
+     * finds (a NIC takes no CPU of ours), so there it is logged only. */
+    if (getenv("RXE_GUEST") != NULL) {
+        fprintf(stderr, "[note] one progress call took at most %.0f us of CPU, rxe's copies "
+                "included: not checked over Soft-RoCE\n", call_us);
+    } else {
+        cr_expect_lt(call_us, CALL_CPU_US * tp_slowdown(), "one progress call took %.0f us of "
+                     "CPU while %llu messages came", call_us, (unsigned long long)sent);
+    }
     tp_child_expect_ok(&b, 30);
     tp_child_expect_ok(&a, 30);
     for (unsigned k = 0; k < 2; k++) {
