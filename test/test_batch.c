@@ -281,6 +281,30 @@ uint64_t tb_recv_progressing(init_t *in)
     return tb_recv_progressing_peer(&in->p);
 }
 
+xfer_status_t tb_post_ended_early(init_t *in, const xfer_batch_desc_t *d, size_t n,
+                                  unsigned sleep_ms, int cancel, xfer_request_t **req_p,
+                                  xfer_batch_t **b_p, double *ms_p)
+{
+    xfer_status_t st;
+    double t0;
+
+    *req_p = NULL;
+    tp_send(&in->p, CMD_SLEEP);
+    tp_send(&in->p, sleep_ms);
+    cr_assert_eq(xfer_batch_create(in->p.ep, XFER_BATCH_PUT, in->mem, in->rkey, d, n, b_p),
+                 XFER_OK);
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_batch_post(*b_p, NULL, 0, cancel ? XFER_BATCH_NO_TIMEOUT : 300, NULL,
+                                 NULL, req_p), XFER_OK);
+    if (cancel) {
+        tp_progress_for(in->p.ctx, 100);
+        cr_assert_eq(xfer_request_cancel(*req_p), XFER_OK);
+    }
+    st    = xfer_request_wait(*req_p, TP_WAIT_MS);
+    *ms_p = tp_now_ms() - t0;
+    return st;
+}
+
 /* Post every round's put batch with its notification, one after the other (src is refilled
  * for each round once the previous batch completed), then let the target take them. */
 static void put_rounds(init_t *in, int handler)

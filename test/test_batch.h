@@ -52,5 +52,12 @@ void tb_init_finish(init_t *in);
  * progress to finish what it checks). */
 uint64_t tb_recv_progressing_peer(tp_peer_t *p);
 uint64_t tb_recv_progressing(init_t *in);
+/* The target sleeps sleep_ms; a put batch of d[0..n) is posted meanwhile and either cancelled
+ * after 100 ms (cancel) or given a 300 ms deadline. Returns how it ended, its request in
+ * *req_p (the caller releases it), the batch in *b_p (the caller destroys it) and the ms it
+ * took to end in *ms_p. */
+xfer_status_t tb_post_ended_early(init_t *in, const xfer_batch_desc_t *d, size_t n,
+                                  unsigned sleep_ms, int cancel, xfer_request_t **req_p,
+                                  xfer_batch_t **b_p, double *ms_p);
 
 #endif

@@ -138,31 +138,20 @@ Test(batch_each, a_notification_is_refused_and_the_batch_without_it_goes)
 static void each_ended_early(int cancel)
 {
     static xfer_batch_desc_t d[EACH_DESCS];
-    xfer_request_t *req = NULL, *f = NULL;
+    xfer_request_t *req, *f = NULL;
     xfer_status_t st;
     xfer_batch_t *b;
-    double t0;
+    double ms;
     init_t in;
 
     skip_unless_tcp();
     tb_init_start(&in, tb_srv_target);
     each_descs(d, 0, EACH_DESCS);
-    tp_send(&in.p, CMD_SLEEP);
-    tp_send(&in.p, 2000);
-    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, EACH_DESCS, &b),
-                 XFER_OK);
-    t0 = tp_now_ms();
-    cr_assert_eq(xfer_batch_post(b, NULL, 0, cancel ? XFER_BATCH_NO_TIMEOUT : 300, NULL, NULL,
-                                 &req), XFER_OK);
-    if (cancel) {
-        tp_progress_for(in.p.ctx, 100);
-        cr_assert_eq(xfer_request_cancel(req), XFER_OK);
-    }
-    st = xfer_request_wait(req, TP_WAIT_MS);
+    st = tb_post_ended_early(&in, d, EACH_DESCS, 2000, cancel, &req, &b, &ms);
     cr_expect_eq(st, cancel ? XFER_ERR_CANCELED : XFER_ERR_TIMEOUT, "%s",
                  xfer_status_string(st));
     cr_expect_eq(xfer_request_landed(req), 0);
-    cr_expect_lt(tp_now_ms() - t0, 1500, "it took %.0f ms to end", tp_now_ms() - t0);
+    cr_expect_lt(ms, 1500, "it took %.0f ms to end", ms);
     xfer_request_release(req);
     cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
     cr_assert_eq(tb_recv_progressing(&in), 0);

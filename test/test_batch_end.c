@@ -33,29 +33,17 @@ static int completes_without_the_target(void)
 static void ended_early(int cancel)
 {
     static xfer_batch_desc_t d[96];
-    xfer_request_t *req = NULL;
+    xfer_request_t *req;
     xfer_status_t st;
     xfer_batch_t *b;
-    double t0, dt;
+    double dt;
     init_t in;
 
     tb_init_start(&in, tb_srv_target);
     for (unsigned i = 0; i < 96; i++) {
         d[i] = (xfer_batch_desc_t){(i % 8) * (1ull << 20), i * (1ull << 18), 1u << 18};
     }
-    tp_send(&in.p, CMD_SLEEP);
-    tp_send(&in.p, 3000);
-    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, 96, &b),
-                 XFER_OK);
-    t0 = tp_now_ms();
-    cr_assert_eq(xfer_batch_post(b, NULL, 0, cancel ? XFER_BATCH_NO_TIMEOUT : 300, NULL, NULL,
-                                 &req), XFER_OK);
-    if (cancel) {
-        tp_progress_for(in.p.ctx, 100);
-        cr_assert_eq(xfer_request_cancel(req), XFER_OK);
-    }
-    st = xfer_request_wait(req, TP_WAIT_MS);
-    dt = tp_now_ms() - t0;
+    st = tb_post_ended_early(&in, d, 96, 3000, cancel, &req, &b, &dt);
     if (st == XFER_OK) {
         cr_expect(completes_without_the_target(), "only an RDMA NIC or a mapping finishes "
                   "without the target; over %s it completed", tp_transport());
