@@ -697,8 +697,8 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface);
 
 /* ---- shm_pull.c: reads of a peer's memory a slice per round --------------------------------- */
 typedef struct xfer_shm_pull xfer_shm_pull_t;
-/* The pull ended: XFER_OK (every byte in), the read's error (why says more), or the status
- * the endpoint went with. The owner frees p. */
+/* A read that went on from progress ended: XFER_OK (every byte in), the read's error (p->why
+ * says more), or the status the endpoint went with. p is freed after it returns. */
 typedef void (*xfer_shm_pull_cb_t)(xfer_shm_pull_t *p, xfer_status_t status);
 struct xfer_shm_pull {
     ucs_list_link_t    list;        /* iface->pulls */
@@ -706,15 +706,17 @@ struct xfer_shm_pull {
     uint8_t            *dst;
     uint64_t           src, len, done;
     xfer_shm_pull_cb_t cb;
-    xfer_shm_op_t      *op;         /* the owner's */
-    uint64_t           id;          /* the owner's */
+    xfer_shm_op_t      *op;         /* the caller's */
+    uint64_t           id;          /* the caller's */
     char               why[XFER_REASON_MAX];
 };
-/* Read len bytes at the peer's address src into dst, the first slice now: XFER_OK (all in;
- * cb is not called), XFER_INPROGRESS (the rest from progress, then cb once), or the first
- * read's error (p->why; cb is not called). p is the caller's, set up with cb, op and id. */
-xfer_status_t xfer_shm_pull_start(xfer_ep_h ep, xfer_shm_pull_t *p, void *dst, uint64_t src,
-                                  uint64_t len);
+/* Read len bytes at the peer's address src into dst, the first slice (XFER_FAIR_SLICE) now.
+ * XFER_OK: every byte is in; an error: a read failed, or no memory for the rest (why); cb is
+ * not called for either. XFER_INPROGRESS: the rest comes a slice per round of progress, then
+ * cb once, with op and id. A read within one slice allocates nothing. */
+xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
+                            xfer_shm_pull_cb_t cb, xfer_shm_op_t *op, uint64_t id, char *why,
+                            size_t why_size);
 /* A slice of every pull in progress; how many. */
 unsigned xfer_shm_pulls_progress(xfer_iface_h iface);
 /* ep goes: each of its pulls ends with status. */

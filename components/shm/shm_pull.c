@@ -1,14 +1,16 @@
 /*
- * Reads of a peer's memory by cross-memory attach larger than a slice (XFER_FAIR_SLICE): the
- * data of a rendezvous message, of a fetched tensor. The first slice is read when the pull
- * starts; the rest a slice per round of progress, in turn with every other pull and with the
- * other endpoints' frames, so that one peer's gigabyte message costs another endpoint a slice,
- * not the message (docs/contract.md, C27). The owner hears once, through the pull's callback:
- * when every byte is in, when a read fails, or when the endpoint goes.
+ * Reads of a peer's memory by cross-memory attach (the data of a rendezvous message, of a
+ * fetched tensor), a slice (XFER_FAIR_SLICE) at a time. The first slice is read at once, and
+ * a read no larger ends there; the rest of a larger one comes a slice per round of progress,
+ * in turn with every other pull and with the other endpoints' frames, so that one peer's
+ * gigabyte message costs another endpoint a slice, not the message (docs/contract.md, C27).
+ * The caller of such a read hears once, through its callback: when every byte is in, when a
+ * read fails, or when the endpoint goes.
  */
 #include "shm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* One slice of p; XFER_OK when every byte is in, XFER_INPROGRESS, or the read's error. */
 static xfer_status_t pull_slice(xfer_shm_pull_t *p)
@@ -26,22 +28,36 @@ static xfer_status_t pull_slice(xfer_shm_pull_t *p)
     return (p->done == p->len) ? XFER_OK : XFER_INPROGRESS;
 }
 
-xfer_status_t xfer_shm_pull_start(xfer_ep_h ep, xfer_shm_pull_t *p, void *dst, uint64_t src,
-                                  uint64_t len)
+xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
+                            xfer_shm_pull_cb_t cb, xfer_shm_op_t *op, uint64_t id, char *why,
+                            size_t why_size)
 {
+    uint64_t slice = XFER_IFACE_FAIR_SLICE(&ep->iface->params);
+    uint64_t first = (len < slice) ? len : slice;
+    xfer_shm_pull_t *p;
     xfer_status_t status;
 
+    status = (first == 0) ? XFER_OK : xfer_shm_cma(ep, dst, src, first, 0, why, why_size);
+    if ((status != XFER_OK) || (first == len)) {
+        return status;
+    }
+    p = malloc(sizeof(*p));
+    if (p == NULL) {
+        snprintf(why, why_size, "out of memory for the rest of a %llu-byte read",
+                 (unsigned long long)len);
+        return XFER_ERR_NO_MEMORY;
+    }
     p->ep     = ep;
     p->dst    = dst;
     p->src    = src;
     p->len    = len;
-    p->done   = 0;
+    p->done   = first;
+    p->cb     = cb;
+    p->op     = op;
+    p->id     = id;
     p->why[0] = '\0';
-    status    = (len == 0) ? XFER_OK : pull_slice(p);
-    if (status == XFER_INPROGRESS) {
-        ucs_list_add_tail(&ep->iface->pulls, &p->list);
-    }
-    return status;
+    ucs_list_add_tail(&ep->iface->pulls, &p->list);
+    return XFER_INPROGRESS;
 }
 
 unsigned xfer_shm_pulls_progress(xfer_iface_h iface)
@@ -61,6 +77,7 @@ unsigned xfer_shm_pulls_progress(xfer_iface_h iface)
             continue;
         }
         p->cb(p, status);
+        free(p);
     }
     return count;
 }
@@ -75,6 +92,7 @@ void xfer_shm_pulls_ep_gone(xfer_ep_h ep, xfer_status_t status)
             snprintf(p->why, sizeof(p->why), "the endpoint went after %llu of %llu bytes",
                      (unsigned long long)p->done, (unsigned long long)p->len);
             p->cb(p, status);
+            free(p);
         }
     }
 }

@@ -55,7 +55,6 @@ static void rndv_finish(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t se
 static void rndv_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
 {
     rndv_finish(p->ep, p->op, p->len, p->id, status, p->why);
-    free(p);
 }
 
 /* Read a RNDV message's data from the sender into receive op's buffer (n bytes of its length)
@@ -69,7 +68,6 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
     const uint8_t *mapped = ((mem != NULL) && (n > 0)) ? xfer_shm_peer_mem(ep, mem, 0) : NULL;
     char why[XFER_REASON_MAX] = "";
     xfer_status_t status = XFER_OK;
-    xfer_shm_pull_t *p;
 
     if (mapped != NULL) {
         status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, XFER_OK, n, 0);
@@ -91,20 +89,10 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
             snprintf(why, sizeof(why), "the copy shared with the sender failed");
         }
     } else if (n > 0) {
-        p = malloc(sizeof(*p));
-        if (p == NULL) {
-            status = XFER_ERR_NO_MEMORY;
-            snprintf(why, sizeof(why), "out of memory");
-        } else {
-            p->cb  = rndv_pull_done;
-            p->op  = op;
-            p->id  = send_id;
-            status = xfer_shm_pull_start(ep, p, op->buf, src, n);
-            if (status == XFER_INPROGRESS) {
-                return;     /* the rest from progress */
-            }
-            snprintf(why, sizeof(why), "%s", p->why);
-            free(p);
+        status = xfer_shm_pull(ep, op->buf, src, n, rndv_pull_done, op, send_id, why,
+                               sizeof(why));
+        if (status == XFER_INPROGRESS) {
+            return;     /* the rest from progress */
         }
     }
     rndv_finish(ep, op, n, send_id, status, why);

@@ -171,18 +171,15 @@ static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
  * in the producer's ring, so that the release there does not wait for this side's next
  * progress(); one that did not completes now.
  */
-static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
+static void tresp_read_done(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t id, uint64_t len,
+                            xfer_status_t status, const char *why)
 {
-    xfer_ep_h ep      = p->ep;
-    xfer_shm_op_t *op = p->op;
-    uint64_t id       = p->id;
     xfer_shm_frame_t tdone;
 
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tensor fetch: reading %" PRIu64 " bytes "
-                 "from the producer: %s", p->len, p->why);
+                 "from the producer: %s", len, why);
     }
-    free(p);
     if (ep->state != XFER_SHM_EP_CONNECTED) {
         if (status == XFER_OK) {
             status = (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CANCELED;
@@ -204,6 +201,11 @@ static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
         xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TDONE");
     }
     xfer_shm_op_complete(op, status, op->base.length, 0);
+}
+
+static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
+{
+    tresp_read_done(p->ep, p->op, p->id, p->len, status, p->why);
 }
 
 xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -303,29 +305,21 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         }
     }
     if (rndv) {
-        xfer_status_t read = XFER_OK;
-
         xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
         if (dest != NULL) {
-            /* op is the pull's until it ends: rx_tresp_done frees only the slot */
-            xfer_shm_pull_t *p = malloc(sizeof(*p));
+            char rwhy[XFER_REASON_MAX] = "";
+            xfer_status_t read;
 
-            if (p == NULL) {
-                snprintf(why, why_size, "out of memory for a tensor's read");
-                return XFER_ERR_NO_MEMORY;
-            }
-            p->cb     = tresp_pull_done;
-            p->op     = op;
-            p->id     = hdr->id;
+            /* op is the read's until it ends: rx_tresp_done frees only the slot */
             ep->rx.op = NULL;
-            read      = xfer_shm_pull_start(ep, p, dest, hdr->c, data_len);
-            if (read == XFER_INPROGRESS) {
-                return XFER_OK;     /* the rest from progress */
+            read      = xfer_shm_pull(ep, dest, hdr->c, data_len, tresp_pull_done, op, hdr->id,
+                                      rwhy, sizeof(rwhy));
+            if (read != XFER_INPROGRESS) {
+                tresp_read_done(ep, op, hdr->id, data_len, read, rwhy);
             }
-            tresp_pull_done(p, read);
             return XFER_OK;
         }
-        status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, read, hdr->id, 0);
+        status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, XFER_OK, hdr->id, 0);
         if (status != XFER_OK) {
             snprintf(why, why_size, "out of memory for a TDONE");
             return XFER_ERR_NO_MEMORY;
