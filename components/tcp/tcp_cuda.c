@@ -142,6 +142,18 @@ void xfer_tcp_cuda_ep_forget(xfer_ep_h ep)
     ep->rx_spill = NULL;
 }
 
+/* A slot whose copy is in flight: wait until it has landed (or failed). */
+static void slot_wait(xfer_tcp_cuda_t *cu, unsigned slot)
+{
+    char why[XFER_REASON_MAX];
+
+    if (cu->state[slot] != XFER_TCP_DSLOT_COPY) {
+        return;
+    }
+    while (xfer_devcopy_poll(cu->dc, slot, why, sizeof(why)) == XFER_INPROGRESS) {
+    }
+}
+
 static int is_rx_slot(const xfer_tcp_cuda_t *cu, unsigned slot)
 {
     return slot < cu->depth;
@@ -371,13 +383,8 @@ void xfer_tcp_cuda_rx_quiesce(xfer_ep_h ep)
         if (cu->owner[s] != ep) {
             continue;
         }
-        if (cu->state[s] == XFER_TCP_DSLOT_COPY) {
-            char why[XFER_REASON_MAX];
-
-            /* a copy takes microseconds; it must land before its memory is reported free */
-            while (xfer_devcopy_poll(cu->dc, s, why, sizeof(why)) == XFER_INPROGRESS) {
-            }
-        }
+        /* a copy takes microseconds; it must land before its memory is reported free */
+        slot_wait(cu, s);
         cu->state[s] = XFER_TCP_DSLOT_FREE;
         cu->owner[s] = NULL;
         cu->changed  = 1;
@@ -543,14 +550,9 @@ void xfer_tcp_cuda_tx_release(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     while (tx->ring_count > 0) {
         unsigned slot = tx->ring[tx->ring_head];
 
-        if (cu->state[slot] == XFER_TCP_DSLOT_COPY) {
-            char why[XFER_REASON_MAX];
-
-            /* the copy reads the sender's device memory, which is the caller's again once
-             * the send is reported done (or failed): it lands first (microseconds) */
-            while (xfer_devcopy_poll(cu->dc, slot, why, sizeof(why)) == XFER_INPROGRESS) {
-            }
-        }
+        /* the copy reads the sender's device memory, which is the caller's again once the
+         * send is reported done (or failed): it lands first (microseconds) */
+        slot_wait(cu, slot);
         cu->state[slot] = XFER_TCP_DSLOT_FREE;
         cu->owner[slot] = NULL;
         tx->ring_head   = (tx->ring_head + 1) % XFER_TCP_CUDA_DEPTH_MAX;
