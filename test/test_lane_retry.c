@@ -139,20 +139,6 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int64_t counter(xfer_endpoint_t *ep, const char *name)
-{
-    xfer_counter_t c[32];
-    size_t n = 32;
-
-    cr_assert_eq(xfer_endpoint_counters(ep, c, &n), XFER_OK);
-    for (size_t i = 0; (i < n) && (i < 32); i++) {
-        if (strcmp(c[i].name, name) == 0) {
-            return (int64_t)c[i].value;
-        }
-    }
-    return -1;
-}
-
 Test(lane_retry, a_refused_lane_is_tried_again_and_comes_up)
 {
     xfer_context_t *ctx;
@@ -174,10 +160,10 @@ Test(lane_retry, a_refused_lane_is_tried_again_and_comes_up)
     snprintf(address, sizeof(address), "127.0.0.1:%u", port);
     cr_assert_eq(tu_context(0, &ctx), XFER_OK);
     cr_assert_eq(xfer_connect(ctx, address, &ep), XFER_OK);
-    cr_expect_eq(counter(ep, "lanes"), 2, "the lanes agreed on");
-    cr_expect_eq(counter(ep, "lanes_up"), 1, "a lane up before its port listened");
+    cr_expect_eq(tu_ep_counter(ep, "lanes"), 2, "the lanes agreed on");
+    cr_expect_eq(tu_ep_counter(ep, "lanes_up"), 1, "a lane up before its port listened");
     cr_assert_eq(write(sv[0], "g", 1), 1);
-    for (double end = now_ms() + RAW_WAIT_MS; counter(ep, "lanes_up") < 2;) {
+    for (double end = now_ms() + RAW_WAIT_MS; tu_ep_counter(ep, "lanes_up") < 2;) {
         cr_assert_lt(now_ms(), end, "lane 1 never came up: it was not tried again");
         xfer_progress(ctx);
     }

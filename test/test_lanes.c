@@ -38,16 +38,9 @@ TestSuite(lanes, .init = setup, .timeout = 120);
 static void lanes_wait_up(xfer_context_t *ctx, xfer_endpoint_t *ep)
 {
     for (double end = tp_now_ms() + TP_WAIT_MS; tp_now_ms() < end; ) {
-        xfer_counter_t c[32];
-        size_t n = 32;
-        int64_t want = -1, up = -2;
+        int64_t want = tu_ep_counter(ep, "lanes");
 
-        cr_assert_eq(xfer_endpoint_counters(ep, c, &n), XFER_OK);
-        for (size_t i = 0; (i < n) && (i < 32); i++) {
-            want = (strcmp(c[i].name, "lanes") == 0) ? (int64_t)c[i].value : want;
-            up   = (strcmp(c[i].name, "lanes_up") == 0) ? (int64_t)c[i].value : up;
-        }
-        if (up == want) {
+        if ((want >= 0) && (tu_ep_counter(ep, "lanes_up") == want)) {
             return;
         }
         (void)xfer_progress(ctx);

@@ -38,30 +38,13 @@ static void setup(void)
 
 TestSuite(scale, .init = setup, .timeout = 300);
 
-/* An endpoint's counter by name; -1 when its transport keeps none of that name. */
-static int64_t counter(xfer_endpoint_t *ep, const char *name)
-{
-    xfer_counter_t c[64];
-    size_t n = 64;
-
-    if (xfer_endpoint_counters(ep, c, &n) != XFER_OK) {
-        return -1;
-    }
-    for (size_t i = 0; (i < n) && (i < 64); i++) {
-        if (strcmp(c[i].name, name) == 0) {
-            return (int64_t)c[i].value;
-        }
-    }
-    return -1;
-}
-
 /* How many of eps[0, n) have fewer lanes up than they agreed on (0 without lanes). */
 static int lanes_missing(xfer_endpoint_t **eps, int n)
 {
     int missing = 0;
 
     for (int i = 0; i < n; i++) {
-        int64_t want = counter(eps[i], "lanes"), up = counter(eps[i], "lanes_up");
+        int64_t want = tu_ep_counter(eps[i], "lanes"), up = tu_ep_counter(eps[i], "lanes_up");
 
         missing += (want >= 0) && (up != want);
     }

@@ -141,6 +141,22 @@ const char *tu_selected(const xfer_selection_t *sel)
     return NULL;
 }
 
+int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name)
+{
+    xfer_counter_t c[64];
+    size_t n = 64;
+
+    if (xfer_endpoint_counters(ep, c, &n) != XFER_OK) {
+        return -1;
+    }
+    for (size_t i = 0; (i < n) && (i < 64); i++) {
+        if (strcmp(c[i].name, name) == 0) {
+            return (int64_t)c[i].value;
+        }
+    }
+    return -1;
+}
+
 int tu_fd_count(void)
 {
     DIR *d = opendir("/proc/self/fd");

@@ -8,6 +8,7 @@
 #include <xfer/info.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* A fresh directory under /tmp holding copies of the named test plug-ins (e.g. "tgood"),
  * NULL-terminated list. Removed by tu_dir_remove(). */
@@ -31,6 +32,10 @@ const char *tu_selected(const xfer_selection_t *sel);
 /* What the test wrote to stderr so far, when it runs with .init = cr_redirect_stderr
  * (malloc'd, NUL-terminated, at most 64 KiB). */
 char *tu_read_redirected_stderr(void);
+
+/* An endpoint's counter by name (xfer_endpoint_counters); -1 when its transport keeps none of
+ * that name, or the endpoint gives none. */
+int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name);
 
 /* How many descriptors this process has open (/proc/self/fd), to check for leaks. */
 int tu_fd_count(void);
