@@ -9,7 +9,7 @@
 #include <string.h>
 
 void xfer_batch_walk_init(xfer_batch_walk_t *w, const xfer_batch_walk_ops_t *ops,
-                                   xfer_batch_args_t *args, uint64_t window, int puts_land)
+                          xfer_batch_args_t *args, uint64_t window, int puts_land)
 {
     memset(w, 0, sizeof(*w));
     w->ops       = ops;

@@ -522,7 +522,6 @@ static unsigned listeners_drain(xfer_context_t *ctx)
     xfer_listener_t *l;
     xfer_endpoint_t *ep;
     unsigned count = 0;
-
     int64_t now;
 
     if (++ctx->listen_polls < DRAIN_EVERY) {
