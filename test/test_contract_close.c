@@ -209,3 +209,62 @@ Test(contract, a_peer_that_dies_fails_the_endpoint_with_a_connection_error)
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
 }
+
+/* Post a BIG-byte message (pattern 7), say so, then progress until killed. */
+#define BIG (64u << 20)
+
+static int srv_send_big_until_killed(tp_side_t *s)
+{
+    char *buf = malloc(BIG);
+    xfer_request_t *req = NULL;
+
+    TP_CHECK(buf != NULL, "malloc");
+    tp_fill_pattern(buf, BIG, 7);
+    TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 1, buf, BIG, NULL, NULL, NULL, &req)), "send");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    tp_progress_until_ctl(s, TP_WAIT_MS * 3);     /* killed before this returns */
+    return 1;
+}
+
+/* The sender dies while this side reads its message a slice at a time (XFER_FAIR_SLICE): the
+ * receive ends with the endpoint's error, in bounded time, or - where the transport had
+ * already moved every byte - whole; never half-filled and reported received; and the
+ * endpoint fails with a connection error (C24). */
+Test(contract, a_peer_that_dies_in_the_middle_of_a_large_message_fails_the_receive)
+{
+    char *buf = calloc(1, BIG);
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    double t0;
+    tp_peer_t p;
+
+    cr_assert(buf != NULL);
+    setenv("XFER_FAIR_SLICE", "64k", 0);
+    tp_start(&p, srv_send_big_until_killed, NULL);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 1, ALL, buf, BIG, NULL, NULL, NULL, &req)));
+    tp_recv(&p);
+    for (int i = 0; i < 4; i++) {
+        xfer_progress(p.ctx);
+    }
+    cr_assert_eq(xfer_request_test(req), XFER_INPROGRESS,
+                 "64 MiB cannot have been read in four slices of 64 KiB");
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+    t0 = tp_now_ms();
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    cr_log_info("the receive ended %s after %.0f ms", xfer_status_string(st),
+                tp_now_ms() - t0);
+    cr_assert_neq(st, XFER_ERR_TIMEOUT, "the receive still pending after the sender died");
+    if (st == XFER_OK) {
+        cr_assert_eq(tp_check_pattern(buf, BIG, 7), -1,
+                     "a message reported received is not whole");
+    } else {
+        cr_assert_eq(st, XFER_ERR_CONNECTION, "%s", xfer_status_string(st));
+    }
+    cr_assert_eq(ct_status_change(p.ctx, p.ep, TP_WAIT_MS), XFER_ERR_CONNECTION);
+    xfer_request_release(req);
+    xfer_endpoint_close(p.ep);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
+    xfer_context_destroy(p.ctx);
+    free(buf);
+}
