@@ -18,6 +18,9 @@ const char *const xfer_log_level_names[] = {"error", "warn", "info", "debug", "t
 static int log_level = XFER_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+/* this thread's last ERROR or WARN text, for xfer_last_error() */
+static __thread char last_error[512];
+
 xfer_status_t xfer_log_level_parse(const char *str, xfer_log_level_t *level_p)
 {
     for (int i = 0; xfer_log_level_names[i] != NULL; i++) {
@@ -55,18 +58,35 @@ int xfer_log_enabled(xfer_log_level_t level)
 void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
 {
     static const char *const tags[] = {"ERROR", "WARN ", "INFO ", "DEBUG", "TRACE"};
+    int enabled = xfer_log_enabled(level);
     char msg[1024];
     va_list ap;
 
-    if (!xfer_log_enabled(level)) {
+    if (!enabled && (level > XFER_LOG_WARN)) {
         return;
     }
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (level <= XFER_LOG_WARN) {
+        snprintf(last_error, sizeof(last_error), "%s", msg);
+    }
+    if (!enabled) {
+        return;
+    }
     /* One fprintf per line so that lines from several threads do not interleave. */
     fprintf(stderr, "[xfer:%d] %s %s: %s\n", (int)getpid(),
             tags[(unsigned)level < 5 ? level : XFER_LOG_TRACE], subsys, msg);
+}
+
+const char *xfer_last_error(void)
+{
+    return last_error;
+}
+
+void xfer_last_error_clear(void)
+{
+    last_error[0] = '\0';
 }
 
 void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)

@@ -398,16 +398,24 @@ Test(rma, local_buffer_outside_its_registration_is_refused)
         xfer_rkey_t *rkey   = cases[i].null_rkey ? NULL : r.rkey;
         xfer_status_t s;
 
+        xfer_last_error_clear();
         s = xfer_put(ep, cases[i].buf, cases[i].len, *cases[i].mem, r.base, rkey, count_cb,
                      NULL, &req);
         cr_expect_eq(s, cases[i].want, "put, local buffer %s: %s", cases[i].what,
                      xfer_status_string(s));
         cr_assert_eq(req, SENTINEL, "put %s: a failed call creates no request", cases[i].what);
+        cr_expect_neq(xfer_last_error()[0], '\0', "put %s: no reason given", cases[i].what);
+        xfer_last_error_clear();
         s = xfer_get(ep, cases[i].buf, cases[i].len, *cases[i].mem, r.base, rkey, count_cb,
                      NULL, &req);
         cr_expect_eq(s, cases[i].want, "get, local buffer %s: %s", cases[i].what,
                      xfer_status_string(s));
         cr_assert_eq(req, SENTINEL, "get %s: a failed call creates no request", cases[i].what);
+        cr_expect_neq(xfer_last_error()[0], '\0', "get %s: no reason given", cases[i].what);
+        if (*cases[i].mem == NULL) {
+            cr_expect(strstr(xfer_last_error(), "xfer_get needs a registered local buffer") !=
+                      NULL, "the reason is '%s'", xfer_last_error());
+        }
     }
     for (int i = 0; i < 50; i++) {
         xfer_progress(r.peer.ctx);

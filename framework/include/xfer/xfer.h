@@ -63,6 +63,17 @@ typedef enum {
     XFER_LOG_TRACE = 4,
 } xfer_log_level_t;
 
+/*
+ * Why the last failure on this thread happened, in words: the text of the last ERROR or WARN
+ * line that xfer logged on this thread (whether or not XFER_LOG_LEVEL let it reach stderr),
+ * e.g. "xfer_get needs a registered local buffer ...", or "" when none came since
+ * xfer_last_error_clear(). A status says what failed, this says why; clear before a call to
+ * read exactly that call's reason after it. The string is thread-local and stays valid until
+ * this thread's next call into xfer.
+ */
+XFER_API const char *xfer_last_error(void);
+XFER_API void xfer_last_error_clear(void);
+
 /* ---- tensors -------------------------------------------------------------------------------- */
 
 typedef enum {
