@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 
 PKGS="build-essential autoconf automake libtool pkg-config libucx-dev libibverbs-dev
       librdmacm-dev ibverbs-providers libhwloc-dev libcriterion-dev jq"
-# The Python binding (contrib/python) is built and tested with Debian's python3
-PKGS="$PKGS python3-dev cython3 python3-setuptools python3-numpy python3-pytest"
+# The Python binding (contrib/python) is built and tested with Debian's python3, and with
+# Debian's torch as a real framework
+PKGS="$PKGS python3-dev cython3 python3-setuptools python3-numpy python3-pytest python3-torch"
 # The verbs suites run in a qemu guest with Soft-RoCE (contrib/rxe_guest): without these,
 # make check skips them and says why.
 PKGS="$PKGS qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-utils perftest

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python binding's pytest suite (contrib/python/tests) against this build tree's package
 # (built by `make` into build/contrib/python when configure found a python3 with Cython, numpy
-# and pytest), over XFERTEST_TRANSPORT like the C suites.
+# and pytest), over tcp and over shm (XFERTEST_PYTHON_TRANSPORTS); the framework tests take
+# Debian's python3-torch, and say so when they skip without it.
 set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 src=${XFERTEST_SRC_DIR:?set by make check}
@@ -21,5 +22,11 @@ if ! ls "$build"/contrib/python/xfer/_core*.so >/dev/null 2>&1; then
     exit 1
 fi
 cd "$build/contrib/python" || exit 1
-PYTHONPATH="$build/contrib/python" exec "$py" -m pytest -q -p no:cacheprovider \
-    "$src/contrib/python/tests"
+# the same suite over each transport the binding's users meet on one host
+rc=0
+for transport in ${XFERTEST_PYTHON_TRANSPORTS:-tcp shm}; do
+    echo "== the Python binding over $transport"
+    XFERTEST_TRANSPORT=$transport PYTHONPATH="$build/contrib/python" "$py" -m pytest -q \
+        -p no:cacheprovider "$src/contrib/python/tests" || rc=1
+done
+exit $rc

@@ -158,9 +158,13 @@ def test_put_get_through_a_remote_key(peer):
             ep.put(src, rkey, rkey.address + (1 << 20) - 10, mem=smem).wait(20)
             ep.flush().wait(20)
         assert e.value.status == -16
+        with pytest.raises(TypeError):
+            ep.put(src, rkey)                   # the local registration is required
         with pytest.raises(xfer.XferError) as e:
-            ep.put(src, rkey)                   # no registration for the local side
-        assert e.value.status == INVALID
+            ep.put(pattern(10, 1), rkey, mem=smem)  # a buffer outside that registration
+        assert e.value.status == -16
+        assert "outside the registered buffer" in e.value.reason, e.value.reason
+        assert e.value.reason in str(e.value)
         smem.deregister()
         p.send("look")
         assert p.recv() == bytes(src)

@@ -166,23 +166,101 @@ DTYPES = {XFER_DTYPE_FLOAT16: "float16", XFER_DTYPE_BFLOAT16: "bfloat16",
           XFER_DTYPE_UINT32: "uint32", XFER_DTYPE_UINT64: "uint64", XFER_DTYPE_BOOL: "bool",
           XFER_DTYPE_BYTES: "bytes"}
 DTYPE_CODES = {v: k for k, v in DTYPES.items()}
+# xfer's dtypes as DLPack's (code, bits)
+DL_DTYPES = {XFER_DTYPE_FLOAT16: (DL_FLOAT, 16), XFER_DTYPE_BFLOAT16: (DL_BFLOAT, 16),
+             XFER_DTYPE_FLOAT32: (DL_FLOAT, 32), XFER_DTYPE_FLOAT64: (DL_FLOAT, 64),
+             XFER_DTYPE_INT8: (DL_INT, 8), XFER_DTYPE_INT16: (DL_INT, 16),
+             XFER_DTYPE_INT32: (DL_INT, 32), XFER_DTYPE_INT64: (DL_INT, 64),
+             XFER_DTYPE_UINT8: (DL_UINT, 8), XFER_DTYPE_UINT16: (DL_UINT, 16),
+             XFER_DTYPE_UINT32: (DL_UINT, 32), XFER_DTYPE_UINT64: (DL_UINT, 64),
+             XFER_DTYPE_BOOL: (DL_BOOL, 8), XFER_DTYPE_BYTES: (DL_UINT, 8)}
 
 
 class Tensor:
     """A fetched tensor: ``dtype`` (a name: "float32", "bfloat16", ...), ``shape``,
-    ``is_dead``, and ``data`` - a numpy array over the bytes (bfloat16 as uint16, bytes as
-    uint8) when numpy is there, else a memoryview. No copy: the array is the fetch's buffer."""
+    ``is_dead``, and ``data``: the ``out`` object it was fetched into when that is a framework's
+    tensor (DLPack), else a numpy array over the bytes (bfloat16 as uint16, bytes as uint8)
+    when numpy is there, else a memoryview. No copy: the data is the fetch's buffer. A tensor in
+    memory xfer allocated is also a DLPack producer, with its own dtype: ``torch.from_dlpack(t)``
+    takes it as it is (bfloat16 as bfloat16)."""
 
-    __slots__ = ("dtype", "shape", "is_dead", "data")
+    __slots__ = ("dtype", "shape", "is_dead", "data", "_owned")
 
-    def __init__(self, dtype, shape, is_dead, data):
+    def __init__(self, dtype, shape, is_dead, data, owned=None):
         self.dtype = dtype
         self.shape = shape
         self.is_dead = is_dead
         self.data = data
+        self._owned = owned
+
+    def __dlpack__(self, stream=None):
+        if self._owned is not None:
+            return dl_export(self._owned, (<_Owned>self._owned).ptr, DTYPE_CODES[self.dtype],
+                             self.shape)
+        if hasattr(self.data, "__dlpack__"):
+            return self.data.__dlpack__()
+        raise BufferError("this tensor has no data to export" if self.is_dead else
+                          "this tensor's data exports no DLPack")
+
+    def __dlpack_device__(self):
+        if self._owned is None and hasattr(self.data, "__dlpack_device__"):
+            return self.data.__dlpack_device__()
+        return (DL_CPU, 0)
 
     def __repr__(self):
         return f"Tensor(dtype={self.dtype!r}, shape={self.shape!r}, is_dead={self.is_dead})"
+
+
+# ---- DLPack export of memory xfer allocated ----------------------------------------------------
+
+ctypedef struct dl_export_t:
+    xfer_py_dl_managed managed      # first: the consumer's pointer is also ours
+    int64_t shape[8]
+    PyObject *owner                 # holds the memory until the consumer's deleter runs
+
+
+cdef void dl_export_free(xfer_py_dl_managed *m) with gil:
+    cdef dl_export_t *e = <dl_export_t*>m
+    Py_XDECREF(e.owner)
+    free(e)
+
+
+cdef void dl_capsule_free(object capsule):
+    """A capsule nobody consumed (still named "dltensor") frees what it holds."""
+    cdef xfer_py_dl_managed *m
+    if PyCapsule_IsValid(capsule, "dltensor"):
+        m = <xfer_py_dl_managed*>PyCapsule_GetPointer(capsule, "dltensor")
+        m.deleter(m)
+
+
+cdef object dl_export(object owner, void *data, int dtype, tuple shape):
+    cdef dl_export_t *e
+    if len(shape) > XFER_TENSOR_MAX_RANK:
+        raise ValueError(f"a tensor of rank {len(shape)}")
+    if dtype not in DL_DTYPES:
+        raise BufferError(f"{DTYPES.get(dtype, dtype)} has no DLPack type")
+    e = <dl_export_t*>calloc(1, sizeof(dl_export_t))
+    if e == NULL:
+        raise MemoryError()
+    code, bits = DL_DTYPES[dtype]
+    e.managed.dl_tensor.data = data
+    e.managed.dl_tensor.device.device_type = DL_CPU
+    e.managed.dl_tensor.ndim = len(shape)
+    e.managed.dl_tensor.dtype.code = code
+    e.managed.dl_tensor.dtype.bits = bits
+    e.managed.dl_tensor.dtype.lanes = 1
+    for i in range(len(shape)):
+        e.shape[i] = shape[i]
+    if dtype == XFER_DTYPE_BYTES:       # a flat run of bytes
+        e.managed.dl_tensor.ndim = 1
+        e.shape[0] = (<_Owned>owner).size
+    e.managed.dl_tensor.shape = e.shape
+    e.managed.dl_tensor.strides = NULL  # compact, C order
+    e.managed.manager_ctx = e
+    e.managed.deleter = dl_export_free
+    Py_INCREF(owner)
+    e.owner = <PyObject*>owner
+    return PyCapsule_New(&e.managed, "dltensor", <PyCapsule_Destructor>dl_capsule_free)
 
 
 cdef object as_array(object buf, str dtype, tuple shape, Py_ssize_t size):

@@ -12,15 +12,18 @@ from cpython.buffer cimport (PyObject_CheckBuffer, PyObject_GetBuffer, PyBuffer_
                              PyBUF_ANY_CONTIGUOUS, PyBUF_C_CONTIGUOUS, PyBUF_FORMAT,
                              PyBUF_WRITABLE, PyBUF_SIMPLE)
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_SetName, PyCapsule_IsValid
+from cpython.pycapsule cimport (PyCapsule_GetPointer, PyCapsule_SetName, PyCapsule_IsValid,
+                               PyCapsule_New, PyCapsule_Destructor)
+from cpython.ref cimport PyObject, Py_INCREF, Py_XDECREF
 from cpython.pythread cimport PyThread_get_thread_ident
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memset
 
 from xfer._cxfer cimport *
 
 import asyncio
+import weakref
 
 cdef extern from *:
     """
@@ -73,12 +76,15 @@ ALL_TAGS = 0xffffffffffffffff
 
 class XferError(Exception):
     """An xfer call or operation failed: ``status`` is xfer's status code (negative),
-    ``name`` its text (``xfer_status_string``)."""
+    ``name`` its text (``xfer_status_string``), ``reason`` xfer's words for why (what it
+    logged, ``xfer_last_error``; "" when it said nothing)."""
 
-    def __init__(self, status, what):
+    def __init__(self, status, what, reason=""):
         self.status = int(status)
         self.name = xfer_status_string(<xfer_status_t>self.status).decode()
-        super().__init__(f"{what}: {self.name}")
+        self.reason = reason
+        super().__init__(f"{what}: {self.name} ({reason})" if reason else
+                         f"{what}: {self.name}")
 
 
 class XferTimeoutError(XferError, TimeoutError):
@@ -86,11 +92,14 @@ class XferTimeoutError(XferError, TimeoutError):
 
 
 cdef inline int check(xfer_status_t st, what) except -1:
+    """Raise for a failed call; its reason is what xfer logged on this thread since the
+    xfer_last_error_clear() that precedes every call here."""
     if st == XFER_OK or st == XFER_INPROGRESS:
         return 0
+    reason = xfer_last_error().decode(errors="replace")
     if st == XFER_ERR_TIMEOUT:
-        raise XferTimeoutError(st, what)
-    raise XferError(st, what)
+        raise XferTimeoutError(st, what, reason)
+    raise XferError(st, what, reason)
 
 
 def status_string(int status):
@@ -100,6 +109,7 @@ def status_string(int status):
 include "_buffers.pxi"
 include "_requests.pxi"
 include "_objects.pxi"
+include "_batches.pxi"
 
 # ---- the context -------------------------------------------------------------------------------
 
@@ -107,6 +117,9 @@ cdef class Context:
     """xfer's context: the transports the environment (XFER_*) allows, opened."""
     cdef xfer_context_t *ctx
     cdef dict reactors
+    cdef object _endpoints          # xfer's endpoint (its address) -> its Endpoint, weakly
+    cdef object _notify_handler
+    cdef object _handler_error      # what the notification handler raised, for progress()
 
     def __cinit__(self, progress_thread=False, serialized=False):
         cdef xfer_context_params_t params
@@ -115,11 +128,31 @@ cdef class Context:
         params.flags = ((XFER_CONTEXT_FLAG_PROGRESS_THREAD if progress_thread else 0) |
                         (XFER_CONTEXT_FLAG_SERIALIZED if serialized else 0))
         with nogil:
+            xfer_last_error_clear()
             st = xfer_context_create(&params, &self.ctx)
         if st != XFER_OK:
             self.ctx = NULL
             check(st, "context_create (the log says why)")
         self.reactors = {}
+        self._endpoints = weakref.WeakValueDictionary()
+
+    cdef object _endpoint(self, xfer_endpoint_t *ep):
+        return self._endpoints.get(<uintptr_t>ep)
+
+    def on_notify(self, handler):
+        """handler(endpoint, message: bytes) for every notification, from progress, in order
+        per endpoint (those already queued too); None removes it. What it raises, progress()
+        raises."""
+        cdef xfer_status_t st
+        self.check_open()
+        self._notify_handler = handler
+        with nogil:
+            xfer_last_error_clear()
+            if handler is None:
+                st = xfer_notify_handler_set(self.ctx, NULL, NULL)
+            else:
+                st = xfer_notify_handler_set(self.ctx, notify_cb, <void*>self)
+        check(st, "notify_handler_set")
 
     cdef check_open(self):
         if self.ctx == NULL:
@@ -136,6 +169,7 @@ cdef class Context:
         cdef xfer_status_t st
         self.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_listen(self.ctx, ap, &lst.l)
         check(st, f"listen on {address}")
         lst.context = self
@@ -149,6 +183,7 @@ cdef class Context:
         cdef xfer_status_t st
         self.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_connect(self.ctx, ap, &ep)
         check(st, f"connect to {address}")
         return endpoint_of(self, ep)
@@ -170,6 +205,7 @@ cdef class Context:
         else:
             mt = XFER_MEM_CUDA if cuda else XFER_MEM_HOST
         with nogil:
+            xfer_last_error_clear()
             st = xfer_mem_register(self.ctx, m.buf.ptr, m.buf.nbytes, mt, &m.mem)
         if st != XFER_OK:
             m.buf.release()
@@ -192,6 +228,7 @@ cdef class Context:
         b = acquire(buf, True)
         r = Request.new(self, "recv", b)
         with nogil:
+            xfer_last_error_clear()
             st = xfer_tag_recv(self.ctx, e, tag, mask, b.ptr, b.nbytes, mp, complete_cb,
                                <void*>r, &r.req)
         r.posted(st, "tag_recv")
@@ -223,6 +260,7 @@ cdef class Context:
         t.data = b.ptr
         r = Request.new(self, "publish", b)
         with nogil:
+            xfer_last_error_clear()
             st = xfer_tensor_publish(self.ctx, step, kp, &t, flags, complete_cb, <void*>r,
                                      &r.req)
         r.posted(st, "tensor_publish")
@@ -235,6 +273,7 @@ cdef class Context:
         cdef xfer_status_t st
         self.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_tensor_abort(self.ctx, step, <xfer_status_t>status)
         check(st, "tensor_abort")
 
@@ -244,6 +283,9 @@ cdef class Context:
         self.check_open()
         with nogil:
             n = xfer_progress(self.ctx)
+        if self._handler_error is not None:
+            e, self._handler_error = self._handler_error, None
+            raise e
         return n
 
     @property
@@ -263,6 +305,7 @@ cdef class Context:
         cdef xfer_status_t st
         self.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_context_arm(self.ctx)
         if st == XFER_ERR_BUSY:
             return False

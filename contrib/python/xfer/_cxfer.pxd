@@ -10,6 +10,10 @@ cdef extern from "xfer/xfer.h" nogil:
         XFER_ERR_BUSY
         XFER_ERR_NO_MEMORY
         XFER_ERR_UNSUPPORTED
+        XFER_ERR_INTERNAL
+        XFER_ERR_CANCELED
+        XFER_ERR_NOT_FOUND
+        XFER_ERR_TRUNCATED
 
     ctypedef enum xfer_dtype_t:
         XFER_DTYPE_INVALID
@@ -73,6 +77,8 @@ cdef extern from "xfer/xfer.h" nogil:
         void                   *alloc_arg
 
     const char *xfer_status_string(xfer_status_t status)
+    const char *xfer_last_error()
+    void xfer_last_error_clear()
     size_t xfer_dtype_size(xfer_dtype_t dtype)
 
     xfer_status_t xfer_context_create(const xfer_context_params_t *params,
@@ -99,6 +105,7 @@ cdef extern from "xfer/xfer.h" nogil:
     xfer_status_t xfer_request_wait(xfer_request_t *req, int timeout_ms)
     xfer_status_t xfer_request_cancel(xfer_request_t *req)
     size_t xfer_request_length(const xfer_request_t *req)
+    size_t xfer_request_landed(const xfer_request_t *req)
     uint64_t xfer_request_tag(const xfer_request_t *req)
     const xfer_tensor_t *xfer_request_tensor(const xfer_request_t *req)
     void xfer_request_release(xfer_request_t *req)
@@ -140,3 +147,26 @@ cdef extern from "xfer/xfer.h" nogil:
                                     const xfer_fetch_params_t *params, xfer_request_cb_t cb,
                                     void *user_data, xfer_request_t **req_p)
     xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step, xfer_status_t status)
+
+    ctypedef struct xfer_batch_t
+    ctypedef struct xfer_batch_desc_t:
+        uint64_t local_offset
+        uint64_t remote_offset
+        uint64_t length
+    ctypedef enum xfer_batch_op_t:
+        XFER_BATCH_PUT
+        XFER_BATCH_GET
+    int XFER_BATCH_NO_TIMEOUT
+    xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_mem_t *mem,
+                                    xfer_rkey_t *rkey, const xfer_batch_desc_t *descs,
+                                    size_t count, xfer_batch_t **batch_p)
+    xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t notify_len,
+                                  int timeout_ms, xfer_request_cb_t cb, void *user_data,
+                                  xfer_request_t **req_p)
+    xfer_status_t xfer_batch_destroy(xfer_batch_t *batch)
+    ctypedef void (*xfer_notify_cb_t)(xfer_endpoint_t *ep, const void *msg, size_t length,
+                                      void *user_data)
+    xfer_status_t xfer_notify_handler_set(xfer_context_t *ctx, xfer_notify_cb_t cb,
+                                          void *user_data)
+    xfer_status_t xfer_notify_poll(xfer_endpoint_t *ep, void *buf, size_t capacity,
+                                   size_t *length_p)

@@ -28,6 +28,7 @@ cdef class Memory:
         cdef xfer_status_t st
         self.context.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_rkey_pack(self.mem, &blob, &length)
         check(st, "rkey_pack")
         try:
@@ -39,6 +40,7 @@ cdef class Memory:
         cdef xfer_status_t st
         if self.mem != NULL and self.context.ctx != NULL:
             with nogil:
+                xfer_last_error_clear()
                 st = xfer_mem_deregister(self.mem)
             check(st, "mem_deregister")
         self.mem = NULL
@@ -89,6 +91,7 @@ cdef class Endpoint:
     """A connection to one peer, over the transport the two sides agreed on."""
     cdef xfer_endpoint_t *ep
     cdef readonly Context context
+    cdef object __weakref__
 
     cdef check(self):
         self.context.check_open()
@@ -115,6 +118,7 @@ cdef class Endpoint:
         b = acquire(buf, False)
         r = Request.new(self.context, "send", b)
         with nogil:
+            xfer_last_error_clear()
             st = xfer_tag_send(self.ep, tag, b.ptr, b.nbytes, mp, complete_cb, <void*>r,
                                &r.req)
         r.posted(st, "tag_send")
@@ -128,18 +132,21 @@ cdef class Endpoint:
         cdef xfer_status_t st
         self.check()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_rkey_unpack(self.ep, p, n, &k.rkey)
         check(st, "rkey_unpack")
         k.endpoint = self
         return k
 
-    def put(self, buf, RemoteKey rkey, remote_address=None, Memory mem=None):
-        """Write buf into the peer's registered buffer at remote_address (default: its
-        start). In the peer's memory once a flush() after it completes."""
+    def put(self, buf, RemoteKey rkey not None, remote_address=None, *, Memory mem not None):
+        """Write buf - inside mem, its registration here (required) - into the peer's
+        registered buffer at remote_address (default: its start). In the peer's memory once a
+        flush() after it completes."""
         return self._rma(True, buf, rkey, remote_address, mem)
 
-    def get(self, buf, RemoteKey rkey, remote_address=None, Memory mem=None):
-        """Read the peer's registered buffer at remote_address into buf."""
+    def get(self, buf, RemoteKey rkey not None, remote_address=None, *, Memory mem not None):
+        """Read the peer's registered buffer at remote_address into buf, which lies inside
+        mem, its registration here (required)."""
         return self._rma(False, buf, rkey, remote_address, mem)
 
     cdef _rma(self, bint is_put, buf, RemoteKey rkey, remote_address, Memory mem):
@@ -154,6 +161,7 @@ cdef class Endpoint:
         b = acquire(buf, not is_put)
         r = Request.new(self.context, "put" if is_put else "get", (b, rkey))
         with nogil:
+            xfer_last_error_clear()
             if is_put:
                 st = xfer_put(self.ep, b.ptr, b.nbytes, mp, addr, rk, complete_cb, <void*>r,
                               &r.req)
@@ -192,9 +200,25 @@ cdef class Endpoint:
         else:
             r._out = out
         with nogil:
+            xfer_last_error_clear()
             st = xfer_tensor_fetch(self.ep, step, kp, &params, complete_cb, <void*>r, &r.req)
         r.posted(st, "tensor_fetch")
         return r
+
+    def batch(self, str op, Memory mem not None, RemoteKey rkey not None, descs):
+        """A Batch of op ("put" or "get") between mem and the peer's buffer of rkey: descs
+        are (local_offset, remote_offset, length) triples, or an (N, 3) uint64 array."""
+        self.check()
+        return batch_new(self, op, mem, rkey, descs)
+
+    def notify_poll(self):
+        """The oldest notification from the peer (bytes), or None; progresses once when none
+        is queued. A context with a notification handler hands them to it instead."""
+        return notify_poll(self)
+
+    def notifications(self):
+        """An async iterator over the peer's notifications, in the order sent."""
+        return notifications_of(self)
 
     def flush(self):
         """Completes once everything posted before it reached the peer."""
@@ -203,6 +227,7 @@ cdef class Endpoint:
         self.check()
         r = Request.new(self.context, "flush", None)
         with nogil:
+            xfer_last_error_clear()
             st = xfer_endpoint_flush(self.ep, complete_cb, <void*>r, &r.req)
         r.posted(st, "flush")
         return r
@@ -213,6 +238,7 @@ cdef class Endpoint:
         self.ep = NULL
         if ep == NULL or self.context.ctx == NULL:
             return
+        self.context._endpoints.pop(<uintptr_t>ep, None)
         with nogil:
             if force:
                 xfer_endpoint_close_nb(ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL, NULL)
@@ -236,6 +262,7 @@ cdef Endpoint endpoint_of(Context ctx, xfer_endpoint_t *ep):
     cdef Endpoint e = Endpoint.__new__(Endpoint)
     e.ep = ep
     e.context = ctx
+    ctx._endpoints[<uintptr_t>ep] = e
     return e
 
 
@@ -259,6 +286,7 @@ cdef class Listener:
         cdef xfer_status_t st
         self.context.check_open()
         with nogil:
+            xfer_last_error_clear()
             st = xfer_accept(self.l, ms, &ep)
         check(st, "accept")
         return endpoint_of(self.context, ep)

@@ -18,11 +18,16 @@ cdef void *fetch_alloc(const xfer_tensor_t *meta, void *arg) nogil:
 
 cdef void complete_cb(xfer_request_t *req, xfer_status_t status, void *user_data) with gil:
     cdef Request r = <Request>user_data
-    try:
-        r.done_cb(status)
-    except BaseException as e:      # a callback cannot raise into C: keep it for result()
-        r._error = e
+    r.finish(status)
     _inflight.discard(r)
+
+
+cdef object completion_error(str kind, e):
+    """The error of a request whose completion failed in Python (its outcome could not be
+    made into a result): XFER_ERR_INTERNAL, the exception as its reason and its cause."""
+    err = XferError(XFER_ERR_INTERNAL, f"completing the {kind}", f"{type(e).__name__}: {e}")
+    err.__cause__ = e
+    return err
 
 
 cdef class Request:
@@ -73,7 +78,32 @@ cdef class Request:
                         (<_Buf>b).release()
             self._bufs = None
 
-    cdef done_cb(self, xfer_status_t status):
+    cdef finish(self, xfer_status_t status):
+        """The request completed (from complete_cb, which cannot raise into C): record the
+        outcome and wake an awaiting task. An exception on the way completes the request with
+        an error that carries it: nothing is left pending."""
+        try:
+            self.outcome(status)
+        except BaseException as e:
+            status = XFER_ERR_INTERNAL
+            self._error = completion_error(self.kind, e)
+        try:
+            self.drop_bufs()
+        except BaseException as e:
+            if self._error is None:
+                status = XFER_ERR_INTERNAL
+                self._error = completion_error(self.kind, e)
+        self._status = status
+        if self._future is not None:
+            try:
+                if PyThread_get_thread_ident() == self._loop_thread:
+                    _settle(self._future, self)
+                else:
+                    self._loop.call_soon_threadsafe(_settle, self._future, self)
+            except RuntimeError:
+                pass        # the loop is closed: nobody can await the future any more
+
+    cdef outcome(self, xfer_status_t status):
         cdef const xfer_tensor_t *t
         self._length = xfer_request_length(self.req)
         if self.kind == "recv":
@@ -84,13 +114,6 @@ cdef class Request:
         elif self.fa != NULL and self.fa.ptr != NULL:
             free(self.fa.ptr)       # a failed fetch into our allocation
             self.fa.ptr = NULL
-        self.drop_bufs()
-        self._status = status
-        if self._future is not None:
-            if PyThread_get_thread_ident() == self._loop_thread:
-                _settle(self._future, self)
-            else:
-                self._loop.call_soon_threadsafe(_settle, self._future, self)
 
     cdef object tensor_of(self, const xfer_tensor_t *t):
         cdef _Owned owned
@@ -103,7 +126,10 @@ cdef class Request:
             owned.ptr = self.fa.ptr
             owned.size = <Py_ssize_t>t.size
             self.fa.ptr = NULL
-            return Tensor(dtype, shape, False, as_array(owned, dtype, shape, owned.size))
+            return Tensor(dtype, shape, False, as_array(owned, dtype, shape, owned.size),
+                          owned)
+        if not PyObject_CheckBuffer(self._out):
+            return Tensor(dtype, shape, False, self._out)    # a framework's tensor, filled
         return Tensor(dtype, shape, False, as_array(self._out, dtype, shape, t.size))
 
     def __dealloc__(self):
@@ -141,9 +167,12 @@ cdef class Request:
         if self._status == XFER_INPROGRESS:
             self.context.check_open()
             with nogil:
+                xfer_last_error_clear()
                 st = xfer_request_wait(self.req, ms)
             if self._status == XFER_INPROGRESS:
-                check(st if st != XFER_OK else XFER_ERR_TIMEOUT, f"wait for a {self.kind}")
+                if st == XFER_OK or st == XFER_ERR_TIMEOUT:
+                    raise XferTimeoutError(XFER_ERR_TIMEOUT, f"wait for a {self.kind}")
+                check(st, f"wait for a {self.kind}")
         return self.result()
 
     def result(self):
@@ -153,10 +182,12 @@ cdef class Request:
             raise XferError(XFER_ERR_BUSY, f"the {self.kind} is still in progress")
         if self._error is not None:
             raise self._error
-        check(<xfer_status_t>self._status, self.kind)
+        if self._status < 0:        # the reason was logged where progress ran, not here
+            raise (XferTimeoutError if self._status == XFER_ERR_TIMEOUT else
+                   XferError)(self._status, self.kind)
         if self.kind == "fetch":
             return self._result
-        if self.kind in ("publish", "flush", "close"):
+        if self.kind in ("publish", "flush", "close", "batch"):
             return None
         return self._length
 
@@ -166,16 +197,26 @@ cdef class Request:
         return self._length
 
     @property
+    def landed(self):
+        """A completed batch: how many of its descriptors are known to have landed (all of
+        them when it succeeded; a lower bound after a deadline, a cancel or an error)."""
+        if self._status == XFER_INPROGRESS or self.req == NULL:
+            return 0
+        return xfer_request_landed(self.req)
+
+    @property
     def tag(self):
         """A completed receive's sender tag."""
         return self._tag
 
     def cancel(self):
-        """Cancel a posted receive or fetch (it completes with XFER_ERR_CANCELED)."""
+        """Cancel a posted receive, fetch or batch (it completes with XFER_ERR_CANCELED; a
+        batch whose notification has left completes with the peer's answer instead)."""
         cdef xfer_status_t st
         if self._status == XFER_INPROGRESS:
             self.context.check_open()
             with nogil:
+                xfer_last_error_clear()
                 st = xfer_request_cancel(self.req)
             if st != XFER_ERR_BUSY:
                 check(st, "cancel")
@@ -216,8 +257,15 @@ class _Reactor:
         self.ctx = ctx
         self.loop = loop
         self.scheduled = False
+        self.waiters = []
         self.fd = ctx.event_fd
         loop.add_reader(self.fd, self.run)
+
+    def next_round(self):
+        """A future done after the next round of progress."""
+        fut = self.loop.create_future()
+        self.waiters.append(fut)
+        return fut
 
     def kick(self):
         if not self.scheduled:
@@ -228,7 +276,13 @@ class _Reactor:
         self.scheduled = False
         if not self.ctx.is_open:
             return
-        self.ctx.progress()
+        waiters, self.waiters = self.waiters, []
+        try:
+            self.ctx.progress()
+        finally:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
         if not self.ctx.arm():
             self.kick()
 
