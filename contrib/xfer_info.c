@@ -627,7 +627,7 @@ int main(int argc, char **argv)
         {"help",   no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}
     };
-    xfer_context_params_t params = {sizeof(params), XFER_CONTEXT_FLAG_INSPECT};
+    xfer_context_params_t params = {.size = sizeof(params), .flags = XFER_CONTEXT_FLAG_INSPECT};
     options_t opts = {0};
     xfer_context_t *ctx;
     const char *errors;

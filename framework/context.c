@@ -128,8 +128,9 @@ static const xfer_param_desc_t fw_params[] = {
     {NULL}
 };
 
-/* Every XFER_* variable that some table declares; the rest get a warning with a suggestion. */
-static void warn_unknown_env(xfer_context_t *ctx)
+/* Every XFER_* variable that some table declares, or the caller reads itself (caller_env);
+ * the rest get a warning with a suggestion. */
+static void warn_unknown_env(xfer_context_t *ctx, const char *const *caller_env)
 {
     const char **known;
     size_t num_known = 0, cap = ctx->fw_params.num;
@@ -137,6 +138,9 @@ static void warn_unknown_env(xfer_context_t *ctx)
 
     ucs_list_for_each(e, &ctx->components, list) {
         cap += e->params.num;
+    }
+    for (size_t i = 0; (caller_env != NULL) && (caller_env[i] != NULL); i++) {
+        cap++;
     }
     known = calloc(cap + 1, sizeof(*known));
     if (known == NULL) {
@@ -149,6 +153,9 @@ static void warn_unknown_env(xfer_context_t *ctx)
         for (size_t i = 0; i < e->params.num; i++) {
             known[num_known++] = e->params.values[i].env_name;
         }
+    }
+    for (size_t i = 0; (caller_env != NULL) && (caller_env[i] != NULL); i++) {
+        known[num_known++] = caller_env[i];
     }
 
     for (char **env = environ; (env != NULL) && (*env != NULL); env++) {
@@ -235,6 +242,7 @@ static xfer_status_t build_param_index(xfer_context_t *ctx)
 
 xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_context_t **ctx_p)
 {
+    const char *const *caller_env = NULL;
     uint32_t flags = 0;
     xfer_context_t *ctx;
     xfer_status_t status;
@@ -250,6 +258,10 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
             return XFER_ERR_INVALID_PARAM;
         }
         flags = params->flags;
+        if (params->size >= offsetof(xfer_context_params_t, env_names) +
+                            sizeof(params->env_names)) {
+            caller_env = params->env_names;
+        }
     }
 
     ctx = calloc(1, sizeof(*ctx));
@@ -293,7 +305,7 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
         xfer_transport_spec_check(ctx, &ctx->env_error);
     }
 
-    warn_unknown_env(ctx);
+    warn_unknown_env(ctx, caller_env);
     status = build_param_index(ctx);
     if (status != XFER_OK) {
         goto err_unload;

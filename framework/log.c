@@ -19,7 +19,7 @@ static int log_level = XFER_LOG_WARN;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
 /* this thread's last ERROR or WARN text, for xfer_last_error() */
-static __thread char last_error[512];
+static __thread char last_error[1024];
 
 xfer_status_t xfer_log_level_parse(const char *str, xfer_log_level_t *level_p)
 {

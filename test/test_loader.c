@@ -293,7 +293,7 @@ Test(loader, path_entries_files_duplicates_and_missing_dirs)
 
 Test(loader, context_params_are_checked)
 {
-    xfer_context_params_t params = {2, 0};
+    xfer_context_params_t params = {.size = 2};
     xfer_context_t *ctx          = NULL;
 
     cr_expect_eq(xfer_context_create(&params, &ctx), XFER_ERR_INVALID_PARAM);

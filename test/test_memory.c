@@ -406,7 +406,7 @@ Test(memory, blob_with_trailing_bytes_is_refused)
 /* The peer process packs a key from a second context of its own, never connected to us. */
 static int srv_second_context(tp_side_t *s)
 {
-    xfer_context_params_t params = {sizeof(params), 0};
+    xfer_context_params_t params = {.size = sizeof(params)};
     xfer_context_t *other;
     region_t r;
     int rc;

@@ -10,6 +10,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
@@ -624,4 +625,34 @@ Test(nccl_net, init_fails_cleanly_when_no_transport_opens)
     setenv("XFER_TRANSPORTS", "no_such_transport", 1);
     cr_assert_neq(n->init(NULL), ncclSuccess, "init succeeded with XFER_TRANSPORTS invalid");
     tu_dir_remove(dir);
+}
+
+static void setup_log(void)
+{
+    setup();
+    cr_redirect_stderr();
+}
+
+/* The plug-in's own variable (XFER_NCCL_HOST) is known to the context it creates: no
+ * "unknown environment variable" for it, and a misspelling of it is pointed to it. */
+Test(nccl_net, its_own_variable_is_known_and_a_misspelling_points_to_it, .init = setup_log)
+{
+    const ncclNet_v8_t *n;
+    char log[8192];
+    size_t len;
+    FILE *err;
+
+    setenv("XFER_NCCL_HOST", "127.0.0.1", 1);
+    setenv("XFER_NCCL_HSOT", "127.0.0.1", 1);
+    n = net_load(8).v8;
+    cr_assert_eq(n->init(NULL), ncclSuccess);
+    fflush(stderr);
+    err = cr_get_redirected_stderr();
+    len = fread(log, 1, sizeof(log) - 1, err);
+    log[len] = '\0';
+    cr_expect(strstr(log, "unknown environment variable XFER_NCCL_HOST ") == NULL &&
+              strstr(log, "unknown environment variable XFER_NCCL_HOST;") == NULL,
+              "XFER_NCCL_HOST reported unknown:\n%s", log);
+    cr_expect(strstr(log, "XFER_NCCL_HSOT; did you mean XFER_NCCL_HOST?") != NULL,
+              "the misspelling was not pointed to XFER_NCCL_HOST:\n%s", log);
 }

@@ -52,7 +52,7 @@ static xfer_status_t context_create(uint32_t flags, xfer_context_t **ctx_p)
         !(flags & XFER_CONTEXT_FLAG_PROGRESS_THREAD) && (getenv("XFER_PROGRESS_THREAD") == NULL)) {
         flags |= XFER_CONTEXT_FLAG_SERIALIZED;
     }
-    params = (xfer_context_params_t){sizeof(params), flags};
+    params = (xfer_context_params_t){.size = sizeof(params), .flags = flags};
 
     return xfer_context_create(&params, ctx_p);
 }

@@ -234,9 +234,10 @@ Test(progress, wait_from_a_callback_is_busy)
  * progress thread would break it, so both together are refused, whichever way it is asked. */
 Test(progress, a_serialized_context_refuses_a_progress_thread, .init = cr_redirect_stderr)
 {
-    xfer_context_params_t both = {sizeof(both), XFER_CONTEXT_FLAG_SERIALIZED |
-                                                XFER_CONTEXT_FLAG_PROGRESS_THREAD};
-    xfer_context_params_t ser  = {sizeof(ser), XFER_CONTEXT_FLAG_SERIALIZED};
+    xfer_context_params_t both = {.size  = sizeof(both),
+                                  .flags = XFER_CONTEXT_FLAG_SERIALIZED |
+                                           XFER_CONTEXT_FLAG_PROGRESS_THREAD};
+    xfer_context_params_t ser  = {.size = sizeof(ser), .flags = XFER_CONTEXT_FLAG_SERIALIZED};
     xfer_context_t *ctx = NULL;
     char *text;
 

@@ -87,7 +87,8 @@ void tu_dir_remove(char *dir)
 
 xfer_status_t tu_context(int inspect, xfer_context_t **ctx_p)
 {
-    xfer_context_params_t params = {sizeof(params), inspect ? XFER_CONTEXT_FLAG_INSPECT : 0};
+    xfer_context_params_t params = {.size  = sizeof(params),
+                                    .flags = inspect ? XFER_CONTEXT_FLAG_INSPECT : 0};
 
     return xfer_context_create(&params, ctx_p);
 }

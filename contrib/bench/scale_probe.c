@@ -300,7 +300,8 @@ static int probe(xfer_context_t *ctx, const char *host, const char *port, int n)
 
 int main(int argc, char **argv)
 {
-    xfer_context_params_t params = {sizeof(params), XFER_CONTEXT_FLAG_SERIALIZED};
+    xfer_context_params_t params = {.size  = sizeof(params),
+                                    .flags = XFER_CONTEXT_FLAG_SERIALIZED};
     const char *port = "19900";
     xfer_context_t *ctx;
     xfer_status_t status;

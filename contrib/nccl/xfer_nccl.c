@@ -140,6 +140,9 @@ static ncclResult_t describe(void)
 
 static ncclResult_t xn_init(ncclDebugLogger_t logger)
 {
+    /* the plug-in's own variables: read here (nccl_conn.c), not by a component */
+    static const char *const env_names[] = {"XFER_NCCL_HOST", NULL};
+    xfer_context_params_t params = {.size = sizeof(params), .env_names = env_names};
     ncclResult_t ret = ncclSuccess;
     xfer_status_t st;
 
@@ -148,7 +151,7 @@ static ncclResult_t xn_init(ncclDebugLogger_t logger)
     if (xn.inited) {
         goto out;
     }
-    st = xfer_context_create(NULL, &xn.ctx);
+    st = xfer_context_create(&params, &xn.ctx);
     if (st != XFER_OK) {
         xn_warn("xfer_context_create: %s; NCCL falls back to its own transports",
                 xfer_status_string(st));

@@ -81,8 +81,9 @@ int main(int argc, char **argv)
         return 1;
     }
     {
-        xfer_context_params_t params = {sizeof(params),
-                                         perf.opts.multi ? 0 : XFER_CONTEXT_FLAG_SERIALIZED};
+        xfer_context_params_t params = {
+            .size  = sizeof(params),
+            .flags = perf.opts.multi ? 0 : XFER_CONTEXT_FLAG_SERIALIZED};
 
         st = xfer_context_create(&params, &perf.ctx);
     }

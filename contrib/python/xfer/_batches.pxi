@@ -103,7 +103,7 @@ cdef Batch batch_new(Endpoint ep, str op, Memory mem, RemoteKey rkey, descs):
     else:
         items = list(descs)
         n = len(items)
-        owned = <xfer_batch_desc_t*>malloc(max(n, 1) * sizeof(xfer_batch_desc_t))
+        owned = <xfer_batch_desc_t*>malloc((n if n > 0 else 1) * sizeof(xfer_batch_desc_t))
         if owned == NULL:
             raise MemoryError()
         try:

@@ -124,6 +124,7 @@ cdef class Context:
     def __cinit__(self, progress_thread=False, serialized=False):
         cdef xfer_context_params_t params
         cdef xfer_status_t st
+        memset(&params, 0, sizeof(params))
         params.size = sizeof(params)
         params.flags = ((XFER_CONTEXT_FLAG_PROGRESS_THREAD if progress_thread else 0) |
                         (XFER_CONTEXT_FLAG_SERIALIZED if serialized else 0))

@@ -121,6 +121,9 @@ enum {
 typedef struct xfer_context_params {
     uint32_t   size;        /* sizeof(xfer_context_params_t); lets the struct grow */
     uint32_t   flags;       /* XFER_CONTEXT_FLAG_* */
+    /* XFER_* variables that the caller reads itself (a binding's, a plug-in's), NULL-ended:
+     * they are not reported as unknown, and a misspelt one is matched against them too */
+    const char *const *env_names;
 } xfer_context_params_t;
 
 /*
