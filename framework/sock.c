@@ -74,11 +74,15 @@ xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
     ret = getaddrinfo(host_len ? host : NULL, port_str, &hints, &res);
     if ((ret != 0) || (res == NULL)) {
         snprintf(why, why_size, "'%s': cannot resolve '%s': %s", address, host,
-                 gai_strerror(ret));
+                 (ret != 0) ? gai_strerror(ret) : "no address");
         if (res != NULL) {
             freeaddrinfo(res);
         }
-        return XFER_ERR_INVALID_PARAM;
+        /* a name that does not exist, against a resolver that cannot answer now */
+        if ((ret == EAI_NONAME) || (ret == EAI_NODATA) || (ret == 0)) {
+            return XFER_ERR_NOT_FOUND;
+        }
+        return (ret == EAI_AGAIN) ? XFER_ERR_UNAVAILABLE : XFER_ERR_INVALID_PARAM;
     }
     *list_p = res;
     return XFER_OK;
@@ -126,10 +130,27 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if ((bind(fd, sa, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
         (getsockname(fd, (struct sockaddr*)&bound, &bound_len) != 0)) {
+        char at[INET6_ADDRSTRLEN + 16];
+
         err = errno;
-        snprintf(why, why_size, "bind/listen: %s", strerror(err));
+        addr_str(sa, at, sizeof(at));
+        if (err == EADDRNOTAVAIL) {
+            snprintf(why, why_size, "%s: this host has no such address (%s)", at,
+                     strerror(err));
+        } else {
+            snprintf(why, why_size, "%s: bind/listen: %s", at, strerror(err));
+        }
         close(fd);
-        return (err == EADDRINUSE) ? XFER_ERR_BUSY : XFER_ERR_IO;
+        switch (err) {
+        case EADDRINUSE:
+            return XFER_ERR_BUSY;
+        case EADDRNOTAVAIL:
+            return XFER_ERR_UNAVAILABLE;
+        case EACCES:
+            return XFER_ERR_INVALID_PARAM;  /* a privileged port */
+        default:
+            return XFER_ERR_IO;
+        }
     }
     *port_p = ntohs((bound.ss_family == AF_INET6) ?
                     ((struct sockaddr_in6*)&bound)->sin6_port :

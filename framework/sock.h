@@ -16,10 +16,13 @@
 
 /* "host:port", "[v6addr]:port" or ":port" (the wildcard address), resolved to getaddrinfo's
  * list of stream addresses, in its order; port 0 is allowed when allow_any_port. Free the
- * list with freeaddrinfo(). */
+ * list with freeaddrinfo(). XFER_ERR_INVALID_PARAM: malformed; XFER_ERR_NOT_FOUND: the name
+ * does not resolve; XFER_ERR_UNAVAILABLE: the resolver cannot answer now (why: its words). */
 xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
                                 struct addrinfo **list_p, char *why, size_t why_size);
-/* A non-blocking listening socket bound to sa, and the port it got. */
+/* A non-blocking listening socket bound to sa, and the port it got. XFER_ERR_BUSY: the port
+ * is taken; XFER_ERR_UNAVAILABLE: this host has no such address; XFER_ERR_INVALID_PARAM: a
+ * privileged port. */
 xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
                                uint16_t *port_p, char *why, size_t why_size);
 /* A connected non-blocking socket to sa, or the reason there is none by the deadline. */

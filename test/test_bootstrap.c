@@ -308,8 +308,7 @@ Test(bootstrap, accept_times_out_when_nobody_comes)
 Test(bootstrap, refused_port_and_bad_addresses)
 {
     static const char *const bad[] = {"", "nohostport", "127.0.0.1:", "127.0.0.1:99999",
-                                      "127.0.0.1:12ab", "127.0.0.1:0", "[::1:80",
-                                      "no.such.host.invalid:80"};
+                                      "127.0.0.1:12ab", "127.0.0.1:0", "[::1:80"};
     listener_ctx_t s;
     xfer_endpoint_t *ep = NULL;
     char addr[64];
@@ -324,6 +323,33 @@ Test(bootstrap, refused_port_and_bad_addresses)
     cr_expect_eq(xfer_listen(s.ctx, "127.0.0.1:70000", &s.listener), XFER_ERR_INVALID_PARAM);
     cr_expect_null(ep);
     xfer_context_destroy(s.ctx);
+}
+
+/* A name that does not resolve, and an address this host does not have, each get a status
+ * and a reason that say so - not "invalid parameter" or "input/output error". */
+Test(bootstrap, an_unknown_name_and_an_address_not_here_say_what_happened)
+{
+    xfer_listener_t *l = NULL;
+    xfer_endpoint_t *ep = NULL;
+    xfer_context_t *ctx;
+    xfer_status_t st;
+
+    cr_assert_eq(tu_context(0, &ctx), XFER_OK);
+    xfer_last_error_clear();
+    st = xfer_connect(ctx, "no.such.host.invalid:80", &ep);
+    /* NOT_FOUND from a resolver that answers; UNAVAILABLE where none can be reached */
+    cr_expect(st == XFER_ERR_NOT_FOUND || st == XFER_ERR_UNAVAILABLE, "%s",
+              xfer_status_string(st));
+    cr_expect(strstr(xfer_last_error(), "cannot resolve 'no.such.host.invalid'") != NULL,
+              "the reason is '%s'", xfer_last_error());
+    cr_expect_null(ep);
+    xfer_last_error_clear();
+    st = xfer_listen(ctx, "192.0.2.1:0", &l);          /* TEST-NET-1: nobody's address */
+    cr_expect_eq(st, XFER_ERR_UNAVAILABLE, "%s", xfer_status_string(st));
+    cr_expect(strstr(xfer_last_error(), "192.0.2.1:0: this host has no such address") != NULL,
+              "the reason is '%s'", xfer_last_error());
+    cr_expect_null(l);
+    xfer_context_destroy(ctx);
 }
 
 Test(bootstrap, ipv6_loopback)
