@@ -696,3 +696,41 @@ Test(rma, tcp_put_ack_makes_a_put_wait_for_the_target)
     cr_expect_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
     rma_finish(&r);
 }
+
+/* tcp's counters count frames by kind, each once: a put and a flush are one PUT frame and no
+ * batch's; a get is one GET request and no put. */
+Test(rma, tcp_counters_count_each_frame_by_its_kind)
+{
+    xfer_batch_desc_t d[4];
+    xfer_request_t *req = NULL;
+    xfer_status_t st;
+    xfer_batch_t *b;
+    rma_t r;
+
+    require_tcp();
+    rma_start(&r);
+    st = xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(st, req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_put_frames"), 1);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_putv_blocks"), 0);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_get_requests"), 0);
+    req = NULL;
+    st = xfer_get(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(st, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_put_frames"), 1);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_get_requests"), 1);
+    for (int i = 0; i < 4; i++) {
+        d[i] = (xfer_batch_desc_t){SLACK + i * 4096ull, i * 4096ull, 4096};
+    }
+    cr_assert_eq(xfer_batch_create(r.peer.ep, XFER_BATCH_PUT, r.mem, r.rkey, d, 4, &b),
+                 XFER_OK);
+    req = NULL;
+    st = xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(st, req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_putv_frames"), 1);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_putv_blocks"), 4);
+    cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_put_frames"), 1);
+    rma_finish(&r);
+}

@@ -320,6 +320,9 @@ struct xfer_ep {
     unsigned            tx_corked;  /* > 0: frames queue without writing (a batch posting) */
     uint64_t            batch_puts_rcvd;
     uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
+    /* counters (xfer_endpoint_counter): frames by kind, each side */
+    uint64_t            tx_put_frames, tx_putv_frames, tx_putv_blocks, tx_get_reqs;
+    uint64_t            rx_put_frames, rx_putv_frames, rx_putv_blocks, rx_get_reqs;
     xfer_status_t       put_refused_status;
     uint8_t             *batch_notify;  /* a notification being received */
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */

@@ -176,6 +176,8 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     xfer_tcp_ep_tx_push(ep, tx);
     ep->puts_sent++;
     ep->batch_puts_sent += n;
+    ep->tx_putv_frames++;
+    ep->tx_putv_blocks += n;
     return XFER_OK;
 }
 
@@ -555,6 +557,8 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     }
     ep->puts_rcvd++;
     ep->batch_puts_rcvd += putv.count;
+    ep->rx_putv_frames++;
+    ep->rx_putv_blocks += putv.count;
     rma.region = putv.region;
     rma.cookie = putv.cookie;
     /* one region for the whole table: looked up once, each block checked inside it; blocks

@@ -283,6 +283,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         xfer_tcp_ep_tx_push(ep, &op->tx);
     }
     ep->batch_puts_sent++;
+    ep->tx_put_frames++;
     if (!acked) {
         ep->puts_sent++;
         xfer_tcp_ep_tx_post(ep);
@@ -341,6 +342,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     rma.len    = length;
     xfer_tcp_wire_pack_hdr(&hdr, p);
     xfer_tcp_wire_pack_get_ext(&rma, p + XFER_TCP_WIRE_HDR_LEN);
+    ep->tx_get_reqs++;
     rma_posted(ep);
     return XFER_INPROGRESS;
 }
@@ -394,6 +396,7 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         ep->puts_rcvd++;
     }
     ep->batch_puts_rcvd++;
+    ep->rx_put_frames++;
     status = xfer_tcp_wire_unpack_put_ext(ext, &ep->rx.hdr, &rma, why, why_size);
     if (status != XFER_OK) {
         return status;
@@ -477,6 +480,7 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         return status;
     }
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
+    ep->rx_get_reqs++;
     status = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
     if (status != XFER_OK) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
