@@ -124,17 +124,17 @@ static xfer_status_t batch_descs_check(xfer_endpoint_t *ep, xfer_mem_t *mem,
         const xfer_batch_desc_t *d = &descs[i];
 
         if ((d->local_offset > mem->length) || (d->length > mem->length - d->local_offset)) {
-            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: local "
-                     "range +%" PRIu64 " of %" PRIu64 " bytes is outside the registered "
-                     "buffer of %zu bytes", i, d->local_offset, d->length, mem->length);
+            xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: local "
+                        "range +%" PRIu64 " of %" PRIu64 " bytes is outside the registered "
+                        "buffer of %zu bytes", i, d->local_offset, d->length, mem->length);
             return XFER_ERR_OUT_OF_RANGE;
         }
         if ((d->remote_offset > rkey->length) ||
             (d->length > rkey->length - d->remote_offset)) {
-            xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: remote "
-                     "range +%" PRIu64 " of %" PRIu64 " bytes is outside the remote buffer of "
-                     "%" PRIu64 " bytes (%s)", i, d->remote_offset, d->length, rkey->length,
-                     ep->peer);
+            xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: descriptor %zu: remote "
+                        "range +%" PRIu64 " of %" PRIu64 " bytes is outside the remote buffer of "
+                        "%" PRIu64 " bytes (%s)", i, d->remote_offset, d->length, rkey->length,
+                        ep->peer);
             return XFER_ERR_OUT_OF_RANGE;
         }
         iov[i].local  = (uintptr_t)mem->addr + d->local_offset;
@@ -163,28 +163,28 @@ xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_me
     status = XFER_ERR_INVALID_PARAM;
     if ((batch_p == NULL) || (mem == NULL) || (rkey == NULL) || (descs == NULL) ||
         ((op != XFER_BATCH_PUT) && (op != XFER_BATCH_GET))) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %s",
-                 ((op != XFER_BATCH_PUT) && (op != XFER_BATCH_GET)) ? "unknown operation" :
-                 "NULL argument");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: %s",
+                    ((op != XFER_BATCH_PUT) && (op != XFER_BATCH_GET)) ? "unknown operation" :
+                    "NULL argument");
         goto out;
     }
     if ((count == 0) || (count > ctx->fw_config.batch_max_descs)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %zu descriptors; a batch "
-                 "has 1 to XFER_BATCH_MAX_DESCS=%" PRIu64, count,
-                 ctx->fw_config.batch_max_descs);
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: %zu descriptors; a batch "
+                    "has 1 to XFER_BATCH_MAX_DESCS=%" PRIu64, count,
+                    ctx->fw_config.batch_max_descs);
         goto out;
     }
     if ((mem->ctx != ctx) || (rkey->ctx != ctx) || (rkey->fw_iface != ep->fw_iface) ||
         (rkey->owner_id != ep->peer_id)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: the memory or the remote "
-                 "key belongs to another context, or the key was not unpacked for this "
-                 "endpoint's peer and transport (%s, %s)", ep->peer, ep->transport);
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: the memory or the remote "
+                    "key belongs to another context, or the key was not unpacked for this "
+                    "endpoint's peer and transport (%s, %s)", ep->peer, ep->transport);
         goto out;
     }
     if (mem->memh[ep->fw_iface->index] == NULL) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_create: %s cannot reach this "
-                 "memory (%s) directly; batches do not go through the staging pipeline",
-                 ep->transport, (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "host");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: %s cannot reach this "
+                    "memory (%s) directly; batches do not go through the staging pipeline",
+                    ep->transport, (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "host");
         status = XFER_ERR_UNSUPPORTED;
         goto out;
     }
@@ -228,8 +228,8 @@ xfer_status_t xfer_batch_destroy(xfer_batch_t *batch)
     ctx = batch->ctx;
     xfer_ctx_lock(ctx);
     if (batch->destroyed) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_destroy: the batch was destroyed "
-                 "already");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_destroy: the batch was destroyed "
+                    "already");
         xfer_ctx_unlock(ctx);
         return XFER_ERR_INVALID_PARAM;
     }
@@ -478,7 +478,7 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     int late, held;
 
     if (batch == NULL) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: batch is NULL");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: batch is NULL");
         return XFER_ERR_INVALID_PARAM;
     }
     ctx = batch->ctx;
@@ -486,8 +486,8 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
      * op_begin takes the lock again (it nests) and keeps it on success */
     xfer_ctx_lock(ctx);
     if (batch->ep == NULL) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: the batch's endpoint was "
-                 "closed");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: the batch's endpoint was "
+                    "closed");
         xfer_ctx_unlock(ctx);
         return XFER_ERR_CONNECTION;
     }
@@ -499,28 +499,28 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     post   = xfer_component_batch(batch->fw_iface->comp);
     status = XFER_ERR_INVALID_PARAM;
     if (batch->destroyed) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: the batch was destroyed");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: the batch was destroyed");
         goto out;
     }
     if ((notify == NULL) && (notify_len > 0)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: notification is NULL");
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: notification is NULL");
         goto out;
     }
     if ((notify != NULL) && (notify_len > ctx->fw_config.notify_max_len)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: a notification of %zu bytes "
-                 "is longer than XFER_NOTIFY_MAX_LEN=%" PRIu64, notify_len,
-                 ctx->fw_config.notify_max_len);
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: a notification of %zu bytes "
+                    "is longer than XFER_NOTIFY_MAX_LEN=%" PRIu64, notify_len,
+                    ctx->fw_config.notify_max_len);
         goto out;
     }
     if ((notify != NULL) && (post == NULL)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: transport %s cannot carry "
-                 "a batch's notification", batch->ep->transport);
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: transport %s cannot carry "
+                    "a batch's notification", batch->ep->transport);
         status = XFER_ERR_UNSUPPORTED;
         goto out;
     }
     if ((timeout_ms < 0) && (timeout_ms != XFER_BATCH_NO_TIMEOUT)) {
-        xfer_log(XFER_LOG_ERROR, BATCH_SUBSYS, "xfer_batch_post: timeout %d ms; give > 0, 0 "
-                 "(XFER_BATCH_TIMEOUT) or XFER_BATCH_NO_TIMEOUT", timeout_ms);
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_post: timeout %d ms; give > 0, 0 "
+                    "(XFER_BATCH_TIMEOUT) or XFER_BATCH_NO_TIMEOUT", timeout_ms);
         goto out;
     }
     /* a notification leaves late (a get's, after its reads), or is held behind one that does

@@ -285,8 +285,8 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
         return XFER_ERR_INVALID_PARAM;
     }
     if (xfer_in_callback) {
-        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "xfer_connect from a callback, which must "
-                 "not wait: refused");
+        xfer_refuse(XFER_BOOT_SUBSYS, "xfer_connect from a callback, which must "
+                    "not wait: refused");
         return XFER_ERR_BUSY;
     }
     xfer_ctx_lock(ctx);
@@ -297,7 +297,7 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     }
     status = xfer_sock_resolve(address, 0, &addrs, why, sizeof(why));
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "connect: %s", why);
+        xfer_refuse(XFER_BOOT_SUBSYS, "connect: %s", why);
         return status;
     }
     until = xfer_now_ms() + (int64_t)(ctx->fw_config.bootstrap_timeout * 1000.0);
@@ -337,8 +337,8 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     return XFER_OK;
 
 err:
-    xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "connect to %s: %s (%s)", address, why,
-             xfer_status_string(status));
+    xfer_refuse(XFER_BOOT_SUBSYS, "connect to %s: %s (%s)", address, why,
+                xfer_status_string(status));
     if (fd >= 0) {
         close(fd);
     }

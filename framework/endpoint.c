@@ -192,8 +192,8 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
     const xfer_component_stats_v1_t *st;
 
     if ((ep == NULL) || (count_p == NULL) || ((counters == NULL) && (*count_p > 0))) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_endpoint_counters: %s is NULL",
-                 (ep == NULL) ? "the endpoint" : (count_p == NULL) ? "count_p" : "counters");
+        xfer_refuse(EP_SUBSYS, "xfer_endpoint_counters: %s is NULL",
+                    (ep == NULL) ? "the endpoint" : (count_p == NULL) ? "count_p" : "counters");
         return XFER_ERR_INVALID_PARAM;
     }
     if (*count_p > 0) {
@@ -429,8 +429,8 @@ xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags, xfer_r
     xfer_status_t status;
 
     if ((ep == NULL) || (flags & ~(uint32_t)XFER_CLOSE_FLAG_FORCE)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_endpoint_close_nb: %s",
-                 (ep == NULL) ? "endpoint is NULL" : "unknown flags");
+        xfer_refuse(EP_SUBSYS, "xfer_endpoint_close_nb: %s",
+                    (ep == NULL) ? "endpoint is NULL" : "unknown flags");
         return XFER_ERR_INVALID_PARAM;
     }
     ctx = ep->ctx;
@@ -440,7 +440,7 @@ xfer_status_t xfer_endpoint_close_nb(xfer_endpoint_t *ep, uint32_t flags, xfer_r
         goto out;
     }
     if (ep->closing) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "the endpoint to %s is already closing", ep->peer);
+        xfer_refuse(EP_SUBSYS, "the endpoint to %s is already closing", ep->peer);
         status = XFER_ERR_INVALID_PARAM;
         goto out;
     }
@@ -511,7 +511,7 @@ xfer_status_t xfer_endpoint_op_begin_closed(xfer_endpoint_t *ep, const char *op,
     xfer_status_t status;
 
     if (ep == NULL) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: endpoint is NULL", op);
+        xfer_refuse(EP_SUBSYS, "%s: endpoint is NULL", op);
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ep->ctx);
@@ -521,7 +521,7 @@ xfer_status_t xfer_endpoint_op_begin_closed(xfer_endpoint_t *ep, const char *op,
         return status;
     }
     if (ep->closing) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s on an endpoint that was closed", op);
+        xfer_refuse(EP_SUBSYS, "%s on an endpoint that was closed", op);
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_INVALID_PARAM;
     }
@@ -533,8 +533,8 @@ xfer_status_t xfer_endpoint_op_begin_closed(xfer_endpoint_t *ep, const char *op,
         return ep->status;
     }
     if (fn == NULL) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s is not supported by transport %s", op,
-                 ep->transport);
+        xfer_refuse(EP_SUBSYS, "%s is not supported by transport %s", op,
+                    ep->transport);
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_UNSUPPORTED;
     }
@@ -563,40 +563,40 @@ static xfer_status_t rma_check(xfer_endpoint_t *ep, const char *op, const void *
                                xfer_rkey_t *rkey)
 {
     if ((buf == NULL) && (length > 0)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer is NULL", op);
+        xfer_refuse(EP_SUBSYS, "%s: buffer is NULL", op);
         return XFER_ERR_INVALID_PARAM;
     }
     if (mem == NULL) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s needs a registered local buffer "
-                 "(xfer_mem_register); got none", op);
+        xfer_refuse(EP_SUBSYS, "%s needs a registered local buffer "
+                    "(xfer_mem_register); got none", op);
         return XFER_ERR_INVALID_PARAM;
     }
     if ((mem->ctx != ep->ctx) ||
         ((mem->memh[ep->fw_iface->index] == NULL) && !mem->staged)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the memory was registered with another "
-                 "context or is not registered with %s", op, ep->transport);
+        xfer_refuse(EP_SUBSYS, "%s: the memory was registered with another "
+                    "context or is not registered with %s", op, ep->transport);
         return XFER_ERR_INVALID_PARAM;
     }
     if (!xfer_mem_covers(mem, buf, length)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: local range %p+%zu is outside the registered "
-                 "buffer %p+%zu", op, buf, length, mem->addr, mem->length);
+        xfer_refuse(EP_SUBSYS, "%s: local range %p+%zu is outside the registered "
+                    "buffer %p+%zu", op, buf, length, mem->addr, mem->length);
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (rkey == NULL) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: remote key is NULL", op);
+        xfer_refuse(EP_SUBSYS, "%s: remote key is NULL", op);
         return XFER_ERR_INVALID_PARAM;
     }
     if ((rkey->ctx != ep->ctx) || (rkey->fw_iface != ep->fw_iface) ||
         (rkey->owner_id != ep->peer_id)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the remote key was not unpacked for this "
-                 "endpoint's peer and transport (%s, %s)", op, ep->peer, ep->transport);
+        xfer_refuse(EP_SUBSYS, "%s: the remote key was not unpacked for this "
+                    "endpoint's peer and transport (%s, %s)", op, ep->peer, ep->transport);
         return XFER_ERR_INVALID_PARAM;
     }
     if ((remote_addr < rkey->addr) || (remote_addr - rkey->addr > rkey->length) ||
         (length > rkey->length - (remote_addr - rkey->addr))) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: remote range 0x%llx+%zu is outside the "
-                 "remote buffer 0x%llx+%llu", op, (unsigned long long)remote_addr, length,
-                 (unsigned long long)rkey->addr, (unsigned long long)rkey->length);
+        xfer_refuse(EP_SUBSYS, "%s: remote range 0x%llx+%zu is outside the "
+                    "remote buffer 0x%llx+%llu", op, (unsigned long long)remote_addr, length,
+                    (unsigned long long)rkey->addr, (unsigned long long)rkey->length);
         return XFER_ERR_OUT_OF_RANGE;
     }
     return XFER_OK;
@@ -667,19 +667,19 @@ static xfer_status_t tag_mem_check(xfer_context_t *ctx, const char *op, const vo
                                    size_t length, xfer_mem_t *mem)
 {
     if ((buf == NULL) && (length > 0)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer is NULL", op);
+        xfer_refuse(EP_SUBSYS, "%s: buffer is NULL", op);
         return XFER_ERR_INVALID_PARAM;
     }
     if (mem == NULL) {
         return XFER_OK;
     }
     if (mem->ctx != ctx) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: the memory belongs to another context", op);
+        xfer_refuse(EP_SUBSYS, "%s: the memory belongs to another context", op);
         return XFER_ERR_INVALID_PARAM;
     }
     if (!xfer_mem_covers(mem, buf, length)) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "%s: buffer %p+%zu is outside its registration "
-                 "%p+%zu", op, buf, length, mem->addr, mem->length);
+        xfer_refuse(EP_SUBSYS, "%s: buffer %p+%zu is outside its registration "
+                    "%p+%zu", op, buf, length, mem->addr, mem->length);
         return XFER_ERR_OUT_OF_RANGE;
     }
     return XFER_OK;
@@ -758,8 +758,8 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
     void *host;
 
     if ((ctx == NULL) || ((ep != NULL) && (ep->ctx != ctx))) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv: %s", ctx ? "endpoint belongs to "
-                 "another context" : "context is NULL");
+        xfer_refuse(EP_SUBSYS, "xfer_tag_recv: %s", ctx ? "endpoint belongs to "
+                    "another context" : "context is NULL");
         return XFER_ERR_INVALID_PARAM;
     }
     /* No endpoint status check: a failed endpoint may still hold messages that arrived
@@ -770,7 +770,7 @@ xfer_status_t xfer_tag_recv(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t t
         status = tag_mem_check(ctx, "xfer_tag_recv", buf, length, mem);
     }
     if ((status == XFER_OK) && (ep != NULL) && ep->closing) {
-        xfer_log(XFER_LOG_ERROR, EP_SUBSYS, "xfer_tag_recv on an endpoint that was closed");
+        xfer_refuse(EP_SUBSYS, "xfer_tag_recv on an endpoint that was closed");
         status = XFER_ERR_INVALID_PARAM;
     }
     if (status != XFER_OK) {

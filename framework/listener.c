@@ -611,7 +611,7 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     }
     status = xfer_sock_resolve(address, 1, &addrs, why, sizeof(why));
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "listen: %s", why);
+        xfer_refuse(XFER_BOOT_SUBSYS, "listen: %s", why);
         return status;
     }
     l = calloc(1, sizeof(*l));
@@ -671,7 +671,7 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     return XFER_OK;
 
 err_free:
-    xfer_log(XFER_LOG_ERROR, XFER_BOOT_SUBSYS, "listen on %s: %s", address, why);
+    xfer_refuse(XFER_BOOT_SUBSYS, "listen on %s: %s", address, why);
     listener_free(l);
     return status;
 }

@@ -79,6 +79,18 @@ void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
             tags[(unsigned)level < 5 ? level : XFER_LOG_TRACE], subsys, msg);
 }
 
+void xfer_refuse(const char *subsys, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    if (xfer_log_enabled(XFER_LOG_INFO)) {
+        fprintf(stderr, "[xfer:%d] INFO  %s: %s\n", (int)getpid(), subsys, last_error);
+    }
+}
+
 const char *xfer_last_error(void)
 {
     return last_error;

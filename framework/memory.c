@@ -84,29 +84,29 @@ static xfer_status_t mem_resolve(void *addr, size_t length, xfer_mem_type_t type
     if (type == XFER_MEM_CUDA) {
         status = xfer_cuda_init(why, sizeof(why));
         if (status != XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as "
-                     "XFER_MEM_CUDA: %s", length, addr, why);
+            xfer_refuse(MEM_SUBSYS, "cannot register %zu bytes at %p as "
+                        "XFER_MEM_CUDA: %s", length, addr, why);
             return status;
         }
     }
     status = xfer_mem_detect(addr, length, &attr, why, sizeof(why));
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as %s: %s",
-                 length, addr, mem_type_name(type), why);
+        xfer_refuse(MEM_SUBSYS, "cannot register %zu bytes at %p as %s: %s",
+                    length, addr, mem_type_name(type), why);
         return status;
     }
     if ((type != XFER_MEM_AUTO) && (type != attr.type)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p as %s: it is %s "
-                 "(%s); register it as %s or XFER_MEM_AUTO", length, addr, mem_type_name(type),
-                 (attr.type == XFER_MEM_CUDA) ? "CUDA device memory" : "host memory", attr.how,
-                 mem_type_name(attr.type));
+        xfer_refuse(MEM_SUBSYS, "cannot register %zu bytes at %p as %s: it is %s "
+                    "(%s); register it as %s or XFER_MEM_AUTO", length, addr, mem_type_name(type),
+                    (attr.type == XFER_MEM_CUDA) ? "CUDA device memory" : "host memory", attr.how,
+                    mem_type_name(attr.type));
         return XFER_ERR_INVALID_PARAM;
     }
     if (attr.type == XFER_MEM_CUDA) {
         status = xfer_cuda_sync_memops(&attr, why, sizeof(why));
         if (status != XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %zu bytes at %p: %s", length,
-                     addr, why);
+            xfer_refuse(MEM_SUBSYS, "cannot register %zu bytes at %p: %s", length,
+                        addr, why);
             return status;
         }
     }
@@ -131,10 +131,10 @@ static xfer_status_t mem_check_staged_ifaces(xfer_context_t *ctx, const xfer_mem
                    (attr->type == XFER_MEM_CUDA)) || (caps & (XFER_CAP_PUT | XFER_CAP_GET));
     }
     if (usable == 0) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot register %s memory (%s): no open "
-                 "transport moves it or has put/get to stage it through host memory "
-                 "(xfer_info -s says why)", (attr->type == XFER_MEM_CUDA) ? "CUDA" : "staged",
-                 attr->how);
+        xfer_refuse(MEM_SUBSYS, "cannot register %s memory (%s): no open "
+                    "transport moves it or has put/get to stage it through host memory "
+                    "(xfer_info -s says why)", (attr->type == XFER_MEM_CUDA) ? "CUDA" : "staged",
+                    attr->how);
         return XFER_ERR_UNSUPPORTED;
     }
     return XFER_OK;
@@ -181,12 +181,12 @@ static xfer_status_t mem_register(xfer_context_t *ctx, const char *func, void *a
     xfer_mem_t *mem;
 
     if ((ctx == NULL) || (addr == NULL) || (length == 0) || (mem_p == NULL)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s: %s", func,
-                 (length == 0) ? "length is 0" : "NULL argument");
+        xfer_refuse(MEM_SUBSYS, "%s: %s", func,
+                    (length == 0) ? "length is 0" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     if ((type != XFER_MEM_HOST) && (type != XFER_MEM_CUDA) && (type != XFER_MEM_AUTO)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s: unknown memory type %d", func, (int)type);
+        xfer_refuse(MEM_SUBSYS, "%s: unknown memory type %d", func, (int)type);
         return XFER_ERR_INVALID_PARAM;
     }
     status = mem_resolve(addr, length, type, &attr);
@@ -242,8 +242,8 @@ static xfer_status_t mem_register(xfer_context_t *ctx, const char *func, void *a
             continue;
         }
         if (status != XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
-                     fi->entry->name, length, addr, xfer_status_string(status));
+            xfer_refuse(MEM_SUBSYS, "%s cannot register %zu bytes at %p: %s",
+                        fi->entry->name, length, addr, xfer_status_string(status));
             mem->memh[i] = NULL;
             goto err_dereg;
         }
@@ -308,29 +308,29 @@ xfer_status_t xfer_mem_alloc(xfer_context_t *ctx, size_t length, xfer_mem_type_t
     int fd;
 
     if ((ctx == NULL) || (length == 0) || (mem_p == NULL)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc: %s",
-                 (length == 0) ? "length is 0" : "NULL argument");
+        xfer_refuse(MEM_SUBSYS, "xfer_mem_alloc: %s",
+                    (length == 0) ? "length is 0" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     if ((type != XFER_MEM_HOST) && (type != XFER_MEM_AUTO)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc allocates host memory only (type "
-                 "%d): allocate device memory with cuMemAlloc and register it", (int)type);
+        xfer_refuse(MEM_SUBSYS, "xfer_mem_alloc allocates host memory only (type "
+                    "%d): allocate device memory with cuMemAlloc and register it", (int)type);
         return (type == XFER_MEM_CUDA) ? XFER_ERR_UNSUPPORTED : XFER_ERR_INVALID_PARAM;
     }
     if (length > SIZE_MAX - page) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc: %zu bytes is too large", length);
+        xfer_refuse(MEM_SUBSYS, "xfer_mem_alloc: %zu bytes is too large", length);
         return XFER_ERR_INVALID_PARAM;
     }
     alloc_length = (length + page - 1) / page * page;
     fd = xfer_memfd_sealed("xfer-mem", alloc_length, why, sizeof(why));
     if (fd < 0) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc of %zu bytes: %s", length, why);
+        xfer_refuse(MEM_SUBSYS, "xfer_mem_alloc of %zu bytes: %s", length, why);
         return XFER_ERR_NO_MEMORY;
     }
     addr = mmap(NULL, alloc_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "xfer_mem_alloc cannot map %zu bytes: %s",
-                 alloc_length, strerror(errno));
+        xfer_refuse(MEM_SUBSYS, "xfer_mem_alloc cannot map %zu bytes: %s",
+                    alloc_length, strerror(errno));
         close(fd);
         return XFER_ERR_NO_MEMORY;
     }
@@ -373,9 +373,9 @@ xfer_status_t xfer_mem_register_internal(xfer_context_t *ctx, void *addr, size_t
         }
         status = mem_reg_iface(fi, mem, &mem->memh[i]);
         if (status != XFER_OK) {
-            xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s cannot register %zu bytes of staging "
-                     "buffers at %p: %s", fi->entry->name, length, addr,
-                     xfer_status_string(status));
+            xfer_refuse(MEM_SUBSYS, "%s cannot register %zu bytes of staging "
+                        "buffers at %p: %s", fi->entry->name, length, addr,
+                        xfer_status_string(status));
             mem->memh[i] = NULL;
             mem_dereg_all(mem);
             return status;
@@ -404,8 +404,8 @@ xfer_status_t xfer_mem_deregister(xfer_mem_t *mem)
         return XFER_ERR_BUSY;
     }
     if (mem->busy > 0) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot deregister %p: %u operation(s) using it "
-                 "are still outstanding", mem->addr, mem->busy);
+        xfer_refuse(MEM_SUBSYS, "cannot deregister %p: %u operation(s) using it "
+                    "are still outstanding", mem->addr, mem->busy);
         xfer_ctx_unlock(ctx);
         return XFER_ERR_BUSY;
     }
@@ -513,10 +513,10 @@ xfer_status_t xfer_rkey_pack(xfer_mem_t *mem, void **blob_p, size_t *length_p)
     }
     if ((num == 0) && mem->staged) {
         /* no transport has it: a peer's put or get would find nothing to address */
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "cannot pack a remote key for %zu bytes at %p "
-                 "(%s): no open transport moves this memory itself, and staging serves only "
-                 "the local buffer of a put or get, never the remote one", mem->length,
-                 mem->addr, mem->attr.how);
+        xfer_refuse(MEM_SUBSYS, "cannot pack a remote key for %zu bytes at %p "
+                    "(%s): no open transport moves this memory itself, and staging serves only "
+                    "the local buffer of a put or get, never the remote one", mem->length,
+                    mem->addr, mem->attr.how);
         xfer_ctx_unlock(ctx);
         free(buf);
         return XFER_ERR_UNSUPPORTED;
@@ -550,18 +550,18 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
     if (!take_be(&p, &left, 4, &magic) || (magic != RKEY_MAGIC) ||
         !take_be(&p, &left, 1, &num) || !take_be(&p, &left, 8, &owner) ||
         !take_be(&p, &left, 8, &addr) || !take_be(&p, &left, 8, &len)) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key blob of %zu bytes is not an xfer "
-                 "remote key (bad magic or too short)", length);
+        xfer_refuse(MEM_SUBSYS, "remote key blob of %zu bytes is not an xfer "
+                    "remote key (bad magic or too short)", length);
         return XFER_ERR_INVALID_PARAM;
     }
     if (owner != ep->peer_id) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key belongs to context %016llx, but the "
-                 "peer of this endpoint (%s) is context %016llx",
-                 (unsigned long long)owner, ep->peer, (unsigned long long)ep->peer_id);
+        xfer_refuse(MEM_SUBSYS, "remote key belongs to context %016llx, but the "
+                    "peer of this endpoint (%s) is context %016llx",
+                    (unsigned long long)owner, ep->peer, (unsigned long long)ep->peer_id);
         return XFER_ERR_INVALID_PARAM;
     }
     if (addr + len < addr) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key bounds wrap around");
+        xfer_refuse(MEM_SUBSYS, "remote key bounds wrap around");
         return XFER_ERR_INVALID_PARAM;
     }
     /* Walk every part first: the blob must be well formed to its last byte. */
@@ -593,11 +593,11 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
     if (part == NULL) {
         /* memory.c registers CUDA memory only with the transports that move it or put and
          * get it (MEM_CUDA, RMA_CUDA) */
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key has no part for transport %s: the "
-                 "peer's buffer is not registered with it (CUDA memory is registered only "
-                 "with transports that move CUDA memory or put and get it by IPC; staging "
-                 "serves the local buffer of a put or get, not the remote one)",
-                 ep->transport);
+        xfer_refuse(MEM_SUBSYS, "remote key has no part for transport %s: the "
+                    "peer's buffer is not registered with it (CUDA memory is registered only "
+                    "with transports that move CUDA memory or put and get it by IPC; staging "
+                    "serves the local buffer of a put or get, not the remote one)",
+                    ep->transport);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = calloc(1, sizeof(*rkey));
@@ -609,8 +609,8 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
              ep->fw_iface->comp->rkey_unpack(ep->fw_iface->iface, part, part_len, &rkey->rkey);
     xfer_ctx_unlock(ctx);
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "%s refused the remote key: %s", ep->transport,
-                 xfer_status_string(status));
+        xfer_refuse(MEM_SUBSYS, "%s refused the remote key: %s", ep->transport,
+                    xfer_status_string(status));
         free(rkey);
         return status;
     }
@@ -626,8 +626,8 @@ xfer_status_t xfer_rkey_unpack(xfer_endpoint_t *ep, const void *blob, size_t len
     return XFER_OK;
 
 malformed:
-    xfer_log(XFER_LOG_ERROR, MEM_SUBSYS, "remote key blob of %zu bytes is malformed (a part "
-             "runs past its end, or bytes trail it)", length);
+    xfer_refuse(MEM_SUBSYS, "remote key blob of %zu bytes is malformed (a part "
+                "runs past its end, or bytes trail it)", length);
     return XFER_ERR_INVALID_PARAM;
 }
 

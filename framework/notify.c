@@ -142,7 +142,7 @@ xfer_status_t xfer_notify_handler_set(xfer_context_t *ctx, xfer_notify_cb_t cb,
     xfer_endpoint_t *ep;
 
     if (ctx == NULL) {
-        xfer_log(XFER_LOG_ERROR, NOTIFY_SUBSYS, "xfer_notify_handler_set: context is NULL");
+        xfer_refuse(NOTIFY_SUBSYS, "xfer_notify_handler_set: context is NULL");
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ctx);
@@ -170,7 +170,7 @@ xfer_status_t xfer_notify_poll(xfer_endpoint_t *ep, void *buf, size_t capacity,
     notify_msg_t *m;
 
     if ((ep == NULL) || (length_p == NULL) || ((buf == NULL) && (capacity > 0))) {
-        xfer_log(XFER_LOG_ERROR, NOTIFY_SUBSYS, "xfer_notify_poll: NULL argument");
+        xfer_refuse(NOTIFY_SUBSYS, "xfer_notify_poll: NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     ctx = ep->ctx;
@@ -180,8 +180,8 @@ xfer_status_t xfer_notify_poll(xfer_endpoint_t *ep, void *buf, size_t capacity,
         goto out;
     }
     if (ep->closing) {
-        xfer_log(XFER_LOG_ERROR, NOTIFY_SUBSYS, "xfer_notify_poll on an endpoint that was "
-                 "closed");
+        xfer_refuse(NOTIFY_SUBSYS, "xfer_notify_poll on an endpoint that was "
+                    "closed");
         status = XFER_ERR_INVALID_PARAM;
         goto out;
     }

@@ -214,18 +214,18 @@ xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
     size_t len;
 
     if (key == NULL) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key is NULL");
+        xfer_refuse(TENSOR_SUBSYS, "tensor key is NULL");
         return XFER_ERR_INVALID_PARAM;
     }
     len = strnlen(key, ctx->fw_config.max_key_len + 1);
     if (len == 0) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key is empty");
+        xfer_refuse(TENSOR_SUBSYS, "tensor key is empty");
         return XFER_ERR_INVALID_PARAM;
     }
     if (len > ctx->fw_config.max_key_len) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor key '%.40s...' is longer than "
-                 "XFER_MAX_KEY_LEN=%llu bytes", key,
-                 (unsigned long long)ctx->fw_config.max_key_len);
+        xfer_refuse(TENSOR_SUBSYS, "tensor key '%.40s...' is longer than "
+                    "XFER_MAX_KEY_LEN=%llu bytes", key,
+                    (unsigned long long)ctx->fw_config.max_key_len);
         return XFER_ERR_OUT_OF_RANGE;
     }
     *key_len_p = len;
@@ -238,23 +238,23 @@ static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
     size_t esize;
 
     if ((tensor->dtype <= XFER_DTYPE_INVALID) || (tensor->dtype >= XFER_DTYPE_LAST)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor dtype %d is not valid",
-                 (int)tensor->dtype);
+        xfer_refuse(TENSOR_SUBSYS, "tensor dtype %d is not valid",
+                    (int)tensor->dtype);
         return XFER_ERR_INVALID_PARAM;
     }
     if (tensor->rank > XFER_TENSOR_MAX_RANK) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor rank %u exceeds %d", tensor->rank,
-                 XFER_TENSOR_MAX_RANK);
+        xfer_refuse(TENSOR_SUBSYS, "tensor rank %u exceeds %d", tensor->rank,
+                    XFER_TENSOR_MAX_RANK);
         return XFER_ERR_INVALID_PARAM;
     }
     for (uint32_t i = 0; i < tensor->rank; i++) {
         if (tensor->dims[i] < 0) {
-            xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor dimension %u is negative (%lld)",
-                     i, (long long)tensor->dims[i]);
+            xfer_refuse(TENSOR_SUBSYS, "tensor dimension %u is negative (%lld)",
+                        i, (long long)tensor->dims[i]);
             return XFER_ERR_INVALID_PARAM;
         }
         if ((tensor->dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)tensor->dims[i])) {
-            xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor shape overflows 64 bits");
+            xfer_refuse(TENSOR_SUBSYS, "tensor shape overflows 64 bits");
             return XFER_ERR_INVALID_PARAM;
         }
         elems *= (uint64_t)tensor->dims[i];
@@ -264,14 +264,14 @@ static xfer_status_t tensor_check(const xfer_tensor_t *tensor)
     }
     esize = xfer_dtype_size(tensor->dtype);
     if ((esize != 0) && ((elems > UINT64_MAX / esize) || (tensor->size != elems * esize))) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor size %llu does not match its shape "
-                 "(%llu elements of %zu bytes)", (unsigned long long)tensor->size,
-                 (unsigned long long)elems, esize);
+        xfer_refuse(TENSOR_SUBSYS, "tensor size %llu does not match its shape "
+                    "(%llu elements of %zu bytes)", (unsigned long long)tensor->size,
+                    (unsigned long long)elems, esize);
         return XFER_ERR_INVALID_PARAM;
     }
     if ((tensor->size > 0) && (tensor->data == NULL)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "tensor of %llu bytes has no data",
-                 (unsigned long long)tensor->size);
+        xfer_refuse(TENSOR_SUBSYS, "tensor of %llu bytes has no data",
+                    (unsigned long long)tensor->size);
         return XFER_ERR_INVALID_PARAM;
     }
     return XFER_OK;
@@ -354,8 +354,8 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     slot_t *slot;
 
     if ((ctx == NULL) || (tensor == NULL) || (flags & ~(uint32_t)XFER_PUBLISH_COPY)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_publish: %s",
-                 (ctx && tensor) ? "unknown flags" : "NULL argument");
+        xfer_refuse(TENSOR_SUBSYS, "xfer_tensor_publish: %s",
+                    (ctx && tensor) ? "unknown flags" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     status = xfer_tensor_key_check(ctx, key, &key_len);
@@ -373,8 +373,8 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     }
     status = xfer_tensor_step_status(ctx, step);
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "cannot publish '%s': step %llu was aborted "
-                 "(%s)", key, (unsigned long long)step, xfer_status_string(status));
+        xfer_refuse(TENSOR_SUBSYS, "cannot publish '%s': step %llu was aborted "
+                    "(%s)", key, (unsigned long long)step, xfer_status_string(status));
         status = XFER_ERR_ABORTED;
         goto out;
     }
@@ -384,8 +384,8 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
         goto out;
     }
     if (slot->pub != NULL) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "'%s' is already published in step %llu and "
-                 "not fetched yet", key, (unsigned long long)step);
+        xfer_refuse(TENSOR_SUBSYS, "'%s' is already published in step %llu and "
+                    "not fetched yet", key, (unsigned long long)step);
         status = XFER_ERR_EXISTS;
         goto out;
     }
@@ -636,8 +636,8 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
 
     if ((ep == NULL) || (params == NULL) ||
         (params->size < offsetof(xfer_fetch_params_t, alloc_arg) + sizeof(void*))) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: %s",
-                 (ep && params) ? "xfer_fetch_params_t.size is too small" : "NULL argument");
+        xfer_refuse(TENSOR_SUBSYS, "xfer_tensor_fetch: %s",
+                    (ep && params) ? "xfer_fetch_params_t.size is too small" : "NULL argument");
         return XFER_ERR_INVALID_PARAM;
     }
     ctx    = ep->ctx;
@@ -646,15 +646,15 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
         return status;
     }
     if ((params->buffer == NULL) == (params->alloc == NULL)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: give either a buffer or "
-                 "an allocation callback (got %s)", params->buffer ? "both" : "neither");
+        xfer_refuse(TENSOR_SUBSYS, "xfer_tensor_fetch: give either a buffer or "
+                    "an allocation callback (got %s)", params->buffer ? "both" : "neither");
         return XFER_ERR_INVALID_PARAM;
     }
     if ((params->mem != NULL) &&
         ((params->mem->ctx != ctx) || (params->buffer == NULL) ||
          !xfer_mem_covers(params->mem, params->buffer, params->capacity))) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_fetch: mem does not cover the "
-                 "buffer or belongs to another context");
+        xfer_refuse(TENSOR_SUBSYS, "xfer_tensor_fetch: mem does not cover the "
+                    "buffer or belongs to another context");
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ctx);
@@ -667,8 +667,8 @@ xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, const char *
         goto out;
     }
     if (ep->fw_iface->comp->tensor_fetch == NULL) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "transport %s cannot fetch tensors",
-                 ep->transport);
+        xfer_refuse(TENSOR_SUBSYS, "transport %s cannot fetch tensors",
+                    ep->transport);
         status = XFER_ERR_UNSUPPORTED;
         goto out;
     }
@@ -748,8 +748,8 @@ xfer_status_t xfer_tensor_abort(xfer_context_t *ctx, uint64_t step, xfer_status_
     slot_t *slot;
 
     if ((ctx == NULL) || (status >= 0)) {
-        xfer_log(XFER_LOG_ERROR, TENSOR_SUBSYS, "xfer_tensor_abort: %s",
-                 ctx ? "the status must be an error" : "context is NULL");
+        xfer_refuse(TENSOR_SUBSYS, "xfer_tensor_abort: %s",
+                    ctx ? "the status must be an error" : "context is NULL");
         return XFER_ERR_INVALID_PARAM;
     }
     xfer_ctx_lock(ctx);

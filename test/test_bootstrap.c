@@ -169,6 +169,7 @@ Test(bootstrap, no_reachable_transport_fails_naming_each, .init = cr_redirect_st
 
     setenv("XFER_TALPHA_UNREACHABLE", "y", 1);
     setenv("XFER_TBETA_UNREACHABLE", "y", 1);
+    setenv("XFER_LOG_LEVEL", "info", 1);    /* a refused connect says why at INFO */
     server_start(&s);
     child = client_spawn(s.address, "talpha,tbeta", "", XFER_ERR_UNREACHABLE);
     cr_expect_eq(xfer_accept(s.listener, 10000, &ep), XFER_ERR_UNREACHABLE);
@@ -196,6 +197,7 @@ Test(bootstrap, client_refuses_a_transport_it_cannot_reach, .init = cr_redirect_
 
     server_start(&s);
     setenv("XFER_TALPHA_UNREACHABLE", "y", 1);  /* the client's alone */
+    setenv("XFER_LOG_LEVEL", "info", 1);        /* a refused connect says why at INFO */
     child = client_spawn(s.address, "talpha", "", XFER_ERR_UNREACHABLE);
     cr_expect_neq(xfer_accept(s.listener, 10000, &ep), XFER_OK);
     cr_expect_null(ep);

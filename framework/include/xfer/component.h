@@ -466,6 +466,11 @@ typedef struct xfer_component_stats_v1 {
 XFER_API void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 XFER_API int  xfer_log_enabled(xfer_log_level_t level);
+/* A call refuses its input or cannot do what it was asked, and returns an error status: its
+ * caller learns of it from that status, so the reason goes to the log at INFO, not ERROR
+ * (XFER_LOG_LEVEL=info shows it), and to xfer_last_error() - never shouted twice. */
+XFER_API void xfer_refuse(const char *subsys, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 #define xfer_log_at(_lvl, _subsys, ...) \
     do { if (xfer_log_enabled(_lvl)) xfer_log(_lvl, _subsys, __VA_ARGS__); } while (0)
