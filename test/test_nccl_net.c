@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define WAIT_MS 30000
+#define XN_DEREG_WAIT_MS_TEST 10000    /* the plug-in's XN_DEREG_WAIT_MS */
 
 static void setup(void)
 {
@@ -403,6 +404,81 @@ static void truncated(rank_t *r)
           "a truncated receive ended with %d", res);
 }
 
+/*
+ * deregMr of a region that operations still use never leaks it. Rank 0 deregisters a region
+ * with a receive pending into it: the receive is given up, so the message rank 1 sends next
+ * lands in a later receive, never in the deregistered region. Rank 0 then deregisters a
+ * region with a large send outstanding: deregMr waits for the send, which rank 1 takes a
+ * moment later, and succeeds.
+ */
+static void dereg_outstanding(rank_t *r)
+{
+    enum { LEN = 4096, TAG = 5 };
+    size_t big = 16u << 20, cap = LEN;
+    uint8_t *region = malloc(LEN), *later = malloc(LEN), *bulk = malloc(big);
+    void *mh, *req = NULL, *data;
+    int tag = TAG, size;
+    ncclResult_t res;
+    double t0;
+
+    CHECK((region != NULL) && (later != NULL) && (bulk != NULL), "malloc");
+    rank_connect(r);
+    memset(region, 0xee, LEN);
+    memset(bulk, 0x5a, big);
+    if (r->id == 0) {
+        CHECK(NET(&r->net, regMr)(r->recv_comm, region, LEN, NCCL_PTR_HOST, &mh) ==
+              ncclSuccess, "regMr");
+        data = region;
+        CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, &mh, &req) ==
+              ncclSuccess && (req != NULL), "irecv");
+        CHECK(NET(&r->net, deregMr)(r->recv_comm, mh) == ncclSuccess,
+              "deregMr with a receive pending");
+        barrier(r);                                 /* rank 1 sends now */
+        data = later;
+        req  = NULL;
+        CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &req) ==
+              ncclSuccess && (req != NULL), "irecv");
+        CHECK(wait_req(r, req, &size, &res) && (size == LEN), "the later receive: %d", res);
+        CHECK(later[0] == 0x17 && later[LEN - 1] == 0x17, "the later receive holds %#x",
+              later[0]);
+        for (size_t i = 0; i < LEN; i++) {
+            CHECK(region[i] == 0xee, "byte %zu of the deregistered region was written", i);
+        }
+        /* a send outstanding: deregMr waits for it */
+        CHECK(NET(&r->net, regMr)(r->send_comm, bulk, big, NCCL_PTR_HOST, &mh) == ncclSuccess,
+              "regMr");
+        req = NULL;
+        CHECK(net_isend(&r->net, r->send_comm, bulk, big, TAG + 1, mh, &req) == ncclSuccess &&
+              (req != NULL), "isend");
+        barrier(r);                                 /* rank 1 receives in a moment */
+        t0 = now_ms();
+        CHECK(NET(&r->net, deregMr)(r->send_comm, mh) == ncclSuccess,
+              "deregMr with a send outstanding");
+        CHECK(wait_req(r, req, &size, &res), "the send: %d", res);
+        CHECK(now_ms() - t0 < XN_DEREG_WAIT_MS_TEST, "deregMr took %.0f ms", now_ms() - t0);
+    } else {
+        barrier(r);
+        memset(region, 0x17, LEN);
+        CHECK(net_isend(&r->net, r->send_comm, region, LEN, TAG, NULL, &req) == ncclSuccess &&
+              (req != NULL), "isend");
+        CHECK(wait_req(r, req, &size, &res), "send: %d", res);
+        barrier(r);
+        usleep(300000);
+        data = bulk;
+        tag  = TAG + 1;
+        req  = NULL;
+        CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &big, &tag, NULL, &req) ==
+              ncclSuccess && (req != NULL), "irecv");
+        CHECK(wait_req(r, req, &size, &res) && (size == (int)big), "the large receive: %d",
+              res);
+    }
+    barrier(r);
+    rank_close(r);
+    free(region);
+    free(later);
+    free(bulk);
+}
+
 static const size_t sizes[] = {0, 1, 7, 4096, 65537, 1u << 20, (4u << 20) + 3, 64u << 20};
 
 static void rank_main(rank_t *r)
@@ -460,6 +536,11 @@ Test(nccl_net, v8_two_ranks_move_every_size_both_ways)
 Test(nccl_net, v9_two_ranks_move_every_size_both_ways)
 {
     two_ranks(9, rank_main);
+}
+
+Test(nccl_net, dereg_mr_with_operations_outstanding_never_leaks_the_region)
+{
+    two_ranks(9, dereg_outstanding);
 }
 
 /* ---- a peer that dies --------------------------------------------------------------------- */

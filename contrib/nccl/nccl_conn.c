@@ -82,6 +82,10 @@ static xn_comm_t *comm_new(xfer_endpoint_t *ep, int is_send)
     }
     c->ep      = ep;
     c->is_send = is_send;
+    pthread_mutex_lock(&xn.lock);
+    c->next  = xn.comms;
+    xn.comms = c;
+    pthread_mutex_unlock(&xn.lock);
     return c;
 }
 
@@ -191,6 +195,14 @@ static ncclResult_t close_comm(xn_comm_t *c)
     if (c == NULL) {
         return ncclSuccess;
     }
+    pthread_mutex_lock(&xn.lock);
+    for (xn_comm_t **p = &xn.comms; *p != NULL; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&xn.lock);
     for (int i = 0; i < NCCL_NET_MAX_REQUESTS; i++) {
         if (c->reqs[i].used) {
             xn_req_put(&c->reqs[i]);  /* NCCL tests them no more: they go with the ep */

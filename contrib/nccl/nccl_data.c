@@ -48,17 +48,64 @@ ncclResult_t xn_reg_mr_dmabuf(void *comm, void *data, size_t size, int type,
     return ncclInvalidUsage;
 }
 
+/* Cancel the pending receives into mr: NCCL deregisters a region only once it is done with
+ * what it posted there, so what is still pending is given up. The count cancelled. */
+static int cancel_receives_into(const xn_mr_t *mr)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&xn.lock);
+    for (xn_comm_t *c = xn.comms; c != NULL; c = c->next) {
+        for (int k = 0; !c->is_send && (k < NCCL_NET_MAX_REQUESTS); k++) {
+            for (int i = 0; c->reqs[k].used && (i < c->reqs[k].n); i++) {
+                if ((c->reqs[k].mr[i] == mr) && (c->reqs[k].r[i] != NULL) &&
+                    (xfer_request_cancel(c->reqs[k].r[i]) == XFER_OK)) {
+                    n++;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&xn.lock);
+    return n;
+}
+
+/*
+ * Never leaks: a region that operations still use has its pending receives cancelled and its
+ * sends waited for (progressing, at most XN_DEREG_WAIT_MS); if it is still in use then, the
+ * registration is kept and NCCL gets the error - the handle stays valid.
+ */
 ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
 {
     xn_mr_t *mr = mhandle;
+    xfer_status_t st = XFER_OK;
+    double end;
+    int cancelled;
 
     (void)comm;
-    if (mr != NULL) {
-        if (mr->mem != NULL) {
-            xfer_mem_deregister(mr->mem);
-        }
-        free(mr);
+    if (mr == NULL) {
+        return ncclSuccess;
     }
+    if (mr->mem != NULL) {
+        st = xfer_mem_deregister(mr->mem);
+    }
+    if (st == XFER_ERR_BUSY) {
+        cancelled = cancel_receives_into(mr);
+        end       = xn_now_ms() + XN_DEREG_WAIT_MS;
+        while ((st == XFER_ERR_BUSY) && (xn_now_ms() < end)) {
+            xfer_progress(xn.ctx);
+            st = xfer_mem_deregister(mr->mem);
+        }
+        xn_info("deregMr of %zu bytes at %p with operations outstanding: %d receive(s) "
+                "cancelled, %s", xfer_mem_length(mr->mem), xfer_mem_address(mr->mem),
+                cancelled, (st == XFER_OK) ? "the rest finished" : "the rest did not finish");
+    }
+    if (st != XFER_OK) {
+        xn_warn("deregMr of %zu bytes at %p: %s (%s); the registration is kept",
+                xfer_mem_length(mr->mem), xfer_mem_address(mr->mem), xfer_status_string(st),
+                xfer_last_error());
+        return xn_result(st);
+    }
+    free(mr);
     return ncclSuccess;
 }
 
@@ -109,9 +156,10 @@ static ncclResult_t isend_common(void *send_comm, void *data, size_t size, int t
     if (r == NULL) {
         return ncclSuccess;     /* NCCL_NET_MAX_REQUESTS in flight: NCCL tries again */
     }
-    r->n = 1;
-    st   = xfer_tag_send(c->ep, (uint32_t)tag, data, size, mem_of(mhandle), NULL, NULL,
-                         &r->r[0]);
+    r->n     = 1;
+    r->mr[0] = mhandle;
+    st       = xfer_tag_send(c->ep, (uint32_t)tag, data, size, mem_of(mhandle), NULL, NULL,
+                             &r->r[0]);
     if ((st != XFER_OK) && (st != XFER_INPROGRESS)) {
         xn_warn("isend of %zu bytes, tag %d: %s", size, tag, xfer_status_string(st));
         xn_req_put(r);
@@ -166,6 +214,7 @@ static ncclResult_t irecv_common(void *recv_comm, int n, void **data, const int 
             return ncclInvalidArgument;
         }
         r->cap[i] = (sizes8 != NULL) ? (size_t)sizes8[i] : sizes9[i];
+        r->mr[i]  = (mhandles != NULL) ? mhandles[i] : NULL;
         st        = xfer_tag_recv(xn.ctx, c->ep, (uint32_t)tags[i], UINT64_MAX, data[i],
                                   r->cap[i], mem_of((mhandles != NULL) ? mhandles[i] : NULL),
                                   NULL, NULL, &r->r[i]);

@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define XN_MAX_RECVS   8                /* receives one irecv may group (maxRecvs) */
 #define XN_HANDLE_MAGIC 0x78666e63u     /* "xfnc" */
@@ -39,9 +40,11 @@ typedef struct xn_req {
     int            n;                   /* 1 for a send, the grouped receives for irecv */
     size_t         cap[XN_MAX_RECVS];   /* a receive's buffer size */
     xfer_request_t *r[XN_MAX_RECVS];
+    xn_mr_t        *mr[XN_MAX_RECVS];   /* the registration each uses, for deregMr */
 } xn_req_t;
 
 struct xn_comm {
+    xn_comm_t       *next;              /* xn.comms, under xn.lock */
     xfer_endpoint_t *ep;
     int             is_send;
     xn_req_t        reqs[NCCL_NET_MAX_REQUESTS];
@@ -73,6 +76,7 @@ typedef struct xn_state {
     int               speed_mbps;
     float             latency_us;
     xn_connect_t      *connects;
+    xn_comm_t         *comms;           /* every open comm: deregMr finds what uses a region */
 } xn_state_t;
 
 extern xn_state_t xn;
@@ -85,6 +89,17 @@ void xn_log_at(ncclDebugLogLevel level, const char *file, int line, const char *
 ncclResult_t xn_result(xfer_status_t st);
 /* ncclSuccess when dev is the plug-in's device and init succeeded. */
 ncclResult_t xn_check_dev(int dev);
+
+/* How long deregMr waits for operations that still use its region to finish (ms). */
+#define XN_DEREG_WAIT_MS 10000
+
+static inline double xn_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 /* nccl_conn.c */
 ncclResult_t xn_listen(int dev, void *handle, void **listen_comm);
