@@ -61,41 +61,76 @@ static void *load_plugin(void)
     return h;
 }
 
-/* ---- one API over versions 8 and 9 ---------------------------------------------------------- */
+/* ---- one API over versions 8 to 11 -------------------------------------------------------- */
 
 typedef struct net {
-    int                version;
-    const ncclNet_v8_t *v8;
-    const ncclNet_v9_t *v9;
+    int                 version;
+    const ncclNet_v8_t  *v8;
+    const ncclNet_v9_t  *v9;
+    const ncclNet_v10_t *v10;
+    const ncclNet_v11_t *v11;
+    void                *ctx;       /* version 11's init gives one */
 } net_t;
 
 static net_t net_load(int version)
 {
     void *h = load_plugin();
     net_t n = {.version = version};
+    char name[32];
+    void *sym;
 
-    if (version == 8) {
-        n.v8 = dlsym(h, "ncclNetPlugin_v8");
-        cr_assert_not_null(n.v8, "no ncclNetPlugin_v8 in %s", plugin_path);
-    } else {
-        n.v9 = dlsym(h, "ncclNetPlugin_v9");
-        cr_assert_not_null(n.v9, "no ncclNetPlugin_v9 in %s", plugin_path);
-    }
+    snprintf(name, sizeof(name), "ncclNetPlugin_v%d", version);
+    sym = dlsym(h, name);
+    cr_assert_not_null(sym, "no %s in %s", name, plugin_path);
+    n.v8  = (version == 8) ? sym : NULL;
+    n.v9  = (version == 9) ? sym : NULL;
+    n.v10 = (version == 10) ? sym : NULL;
+    n.v11 = (version == 11) ? sym : NULL;
     return n;
 }
 
-#define NET(n, fn) ((n)->v8 ? (n)->v8->fn : (n)->v9->fn)
+/* A member that every version has with the same type. */
+#define NET(n, fn) ((n)->v8 ? (n)->v8->fn : (n)->v9 ? (n)->v9->fn : \
+                    (n)->v10 ? (n)->v10->fn : (n)->v11->fn)
+
+static ncclResult_t net_init(net_t *n)
+{
+    return n->v8 ? n->v8->init(NULL) : n->v9 ? n->v9->init(NULL) :
+           n->v10 ? n->v10->init(NULL, NULL) : n->v11->init(&n->ctx, 42, NULL, NULL, NULL);
+}
+
+static ncclResult_t net_listen(const net_t *n, void *handle, void **listen_comm)
+{
+    return n->v8 ? n->v8->listen(0, handle, listen_comm) :
+           n->v9 ? n->v9->listen(0, handle, listen_comm) :
+           n->v10 ? n->v10->listen(0, handle, listen_comm) :
+                    n->v11->listen(n->ctx, 0, handle, listen_comm);
+}
+
+static ncclResult_t net_connect(const net_t *n, void *handle, void **send_comm,
+                                ncclNetDeviceHandle_v8_t **dev_comm)
+{
+    ncclNetCommConfig_v10_t config = {-1};
+
+    return n->v8 ? n->v8->connect(0, handle, send_comm, dev_comm) :
+           n->v9 ? n->v9->connect(0, handle, send_comm, dev_comm) :
+           n->v10 ? n->v10->connect(0, &config, handle, send_comm, dev_comm) :
+                    n->v11->connect(n->ctx, 0, handle, send_comm, dev_comm);
+}
 
 static ncclResult_t net_isend(const net_t *n, void *comm, void *data, size_t size, int tag,
                               void *mh, void **req)
 {
     return n->v8 ? n->v8->isend(comm, data, (int)size, tag, mh, req) :
-                   n->v9->isend(comm, data, size, tag, mh, req);
+           n->v9 ? n->v9->isend(comm, data, size, tag, mh, req) :
+           n->v10 ? n->v10->isend(comm, data, size, tag, mh, NULL, req) :
+                    n->v11->isend(comm, data, size, tag, mh, NULL, req);
 }
 
 static ncclResult_t net_irecv(const net_t *n, void *comm, int cnt, void **data,
                               const size_t *sizes, int *tags, void **mhs, void **req)
 {
+    void *ph[8] = {0};
     int s8[8];
     size_t s9[8];
 
@@ -104,7 +139,9 @@ static ncclResult_t net_irecv(const net_t *n, void *comm, int cnt, void **data,
         s9[i] = sizes[i];
     }
     return n->v8 ? n->v8->irecv(comm, cnt, data, s8, tags, mhs, req) :
-                   n->v9->irecv(comm, cnt, data, s9, tags, mhs, req);
+           n->v9 ? n->v9->irecv(comm, cnt, data, s9, tags, mhs, req) :
+           n->v10 ? n->v10->irecv(comm, cnt, data, s9, tags, mhs, ph, req) :
+                    n->v11->irecv(comm, cnt, data, s9, tags, mhs, ph, req);
 }
 
 /* ---- a rank ----------------------------------------------------------------------------------- */
@@ -169,7 +206,7 @@ static void rank_connect(rank_t *r)
     double end;
     int ndev = -1;
 
-    CHECK(NET(&r->net, init)(NULL) == ncclSuccess, "init failed");
+    CHECK(net_init(&r->net) == ncclSuccess, "init failed");
     CHECK((NET(&r->net, devices)(&ndev) == ncclSuccess) && (ndev == 1), "%d devices", ndev);
     if (r->net.v8) {
         ncclNetProperties_v8_t p;
@@ -180,7 +217,7 @@ static void rank_connect(rank_t *r)
               "properties: %s ptr %d recvs %d speed %d", p.name, p.ptrSupport, p.maxRecvs,
               p.speed);
         CHECK(r->net.v8->getProperties(1, &p) == ncclInvalidArgument, "device 1 exists");
-    } else {
+    } else if (r->net.v9) {
         ncclNetProperties_v9_t p;
 
         CHECK(r->net.v9->getProperties(0, &p) == ncclSuccess, "getProperties");
@@ -188,8 +225,24 @@ static void rank_connect(rank_t *r)
               (p.maxRecvs >= 4) && (p.vProps.ndevs == 1) && (p.maxP2pBytes > 0),
               "properties: %s ptr %d recvs %d ndevs %d", p.name, p.ptrSupport, p.maxRecvs,
               p.vProps.ndevs);
+    } else if (r->net.v10) {
+        ncclNetProperties_v10_t p;
+
+        CHECK(r->net.v10->getProperties(0, &p) == ncclSuccess, "getProperties");
+        CHECK((strncmp(p.name, "xfer-", 5) == 0) && (p.vProps.ndevs == 1) &&
+              (p.maxP2pBytes > 0) && (p.maxRecvs >= 4), "properties: %s ndevs %d", p.name,
+              p.vProps.ndevs);
+    } else {
+        ncclNetProperties_v11_t p;
+
+        CHECK(r->net.ctx != NULL, "version 11's init gave no context");
+        CHECK(r->net.v11->getProperties(0, &p) == ncclSuccess, "getProperties");
+        CHECK((strncmp(p.name, "xfer-", 5) == 0) && (p.vProps.ndevs == 1) &&
+              (p.maxP2pBytes > 0) && (p.maxMultiRequestSize == 1),
+              "properties: %s ndevs %d multi %d", p.name, p.vProps.ndevs,
+              p.maxMultiRequestSize);
     }
-    CHECK(NET(&r->net, listen)(0, mine, &r->listen_comm) == ncclSuccess, "listen");
+    CHECK(net_listen(&r->net, mine, &r->listen_comm) == ncclSuccess, "listen");
     ctl_send(r, mine, sizeof(mine));
     ctl_recv(r, theirs, sizeof(theirs));
     end = now_ms() + WAIT_MS;
@@ -197,7 +250,7 @@ static void rank_connect(rank_t *r)
         CHECK(now_ms() < end, "not connected in %d ms (send %p, recv %p)", WAIT_MS,
               r->send_comm, r->recv_comm);
         if (r->send_comm == NULL) {
-            CHECK(NET(&r->net, connect)(0, theirs, &r->send_comm, &dev_comm) == ncclSuccess,
+            CHECK(net_connect(&r->net, theirs, &r->send_comm, &dev_comm) == ncclSuccess,
                   "connect");
         }
         if (r->recv_comm == NULL) {
@@ -212,6 +265,9 @@ static void rank_close(rank_t *r)
     CHECK(NET(&r->net, closeSend)(r->send_comm) == ncclSuccess, "closeSend");
     CHECK(NET(&r->net, closeRecv)(r->recv_comm) == ncclSuccess, "closeRecv");
     CHECK(NET(&r->net, closeListen)(r->listen_comm) == ncclSuccess, "closeListen");
+    if (r->net.v11) {
+        CHECK(r->net.v11->finalize(r->net.ctx) == ncclSuccess, "finalize");
+    }
 }
 
 static uint8_t pattern(int from, size_t size, int idx, size_t i)
@@ -538,6 +594,42 @@ Test(nccl_net, v9_two_ranks_move_every_size_both_ways)
     two_ranks(9, rank_main);
 }
 
+Test(nccl_net, v10_two_ranks_move_every_size_both_ways)
+{
+    two_ranks(10, rank_main);
+}
+
+Test(nccl_net, v11_two_ranks_move_every_size_both_ways)
+{
+    two_ranks(11, rank_main);
+}
+
+/* Version 11 inits per communicator and finalizes each: a finalize leaves the other
+ * communicators' comms working, and after the last one a new init works again. */
+static void v11_twice(rank_t *r)
+{
+    void *second = NULL;
+
+    rank_connect(r);
+    CHECK(r->net.v11->init(&second, 43, NULL, NULL, NULL) == ncclSuccess, "second init");
+    exchange(r, 4096, 10);
+    CHECK(r->net.v11->finalize(second) == ncclSuccess, "finalize of the second");
+    exchange(r, 4096, 10);                  /* the first init's comms still work */
+    barrier(r);
+    rank_close(r);                          /* finalizes the first, the last */
+    barrier(r);
+    r->send_comm = r->recv_comm = r->listen_comm = NULL;
+    rank_connect(r);                        /* a new init */
+    exchange(r, 65537, 10);
+    barrier(r);
+    rank_close(r);
+}
+
+Test(nccl_net, v11_inits_and_finalizes_once_per_communicator)
+{
+    two_ranks(11, v11_twice);
+}
+
 Test(nccl_net, dereg_mr_with_operations_outstanding_never_leaks_the_region)
 {
     two_ranks(9, dereg_outstanding);
@@ -683,9 +775,13 @@ Test(nccl_net, exports_only_the_plugin_tables)
     load_plugin();
     n = defined_dynamic_symbols(plugin_path, names, sizeof(names));
     cr_assert_geq(n, 0, "cannot read the dynamic symbols of %s", plugin_path);
-    cr_assert(strstr(names, "ncclNetPlugin_v8\n") != NULL, "no ncclNetPlugin_v8:\n%s", names);
-    cr_assert(strstr(names, "ncclNetPlugin_v9\n") != NULL, "no ncclNetPlugin_v9:\n%s", names);
-    cr_assert_eq(n, 2, "%d symbols exported, the two tables expected:\n%s", n, names);
+    for (int v = 8; v <= 11; v++) {
+        char want[32];
+
+        snprintf(want, sizeof(want), "ncclNetPlugin_v%d\n", v);
+        cr_assert(strstr(names, want) != NULL, "no %s:\n%s", want, names);
+    }
+    cr_assert_eq(n, 4, "%d symbols exported, the four tables expected:\n%s", n, names);
 }
 
 Test(nccl_net, init_fails_cleanly_when_no_transport_opens)

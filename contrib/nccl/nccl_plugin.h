@@ -1,7 +1,8 @@
 /*
  * What the files of the NCCL plug-in share: the handle, the comm and request types, the
- * process-wide state, logging. xfer_nccl.c: init, the device, the exported tables;
- * nccl_conn.c: listen, connect, accept, close; nccl_data.c: registration, isend/irecv/test.
+ * process-wide state, logging. xfer_nccl.c: init, the device; nccl_versions.c: the exported
+ * tables; nccl_conn.c: listen, connect, accept, close; nccl_data.c: registration,
+ * isend/irecv/test.
  */
 #ifndef XFER_NCCL_PLUGIN_H
 #define XFER_NCCL_PLUGIN_H
@@ -68,7 +69,8 @@ typedef struct xn_connect {
 
 typedef struct xn_state {
     pthread_mutex_t   lock;
-    int               inited;           /* no version up to 9 has a finalize */
+    int               inited;
+    int               users;            /* version 11's inits not yet finalized */
     xfer_context_t    *ctx;
     ncclDebugLogger_t logger;
     char              name[64];         /* "xfer-<transport>" */
@@ -100,6 +102,13 @@ static inline double xn_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+/* xfer_nccl.c */
+ncclResult_t xn_init(ncclDebugLogger_t logger);
+/* xn_init(), counted for xn_finalize(), which ends the context with the last. */
+ncclResult_t xn_init_ref(ncclDebugLogger_t logger);
+ncclResult_t xn_finalize(void);
+ncclResult_t xn_devices(int *ndev);
 
 /* nccl_conn.c */
 ncclResult_t xn_listen(int dev, void *handle, void **listen_comm);

@@ -20,10 +20,11 @@
  * - regMr: xfer_mem_register (host, or CUDA memory when the CUDA driver has a device: xfer
  *   stages it); iflush: nothing to do, receives into CUDA memory are copied in before they
  *   complete.
- * Only ncclNetPlugin_v8 and ncclNetPlugin_v9 are exported (-export-symbols-regex).
+ * ncclNetPlugin_v8 to _v11 are exported, and nothing else (-export-symbols-regex).
  *
- * This file: the process-wide state, logging, init, the device and the exported tables;
- * nccl_conn.c the connections, nccl_data.c registration and the data path.
+ * This file: the process-wide state, logging, init and finalize, the device; nccl_versions.c
+ * the exported tables, nccl_conn.c the connections, nccl_data.c registration and the data
+ * path.
  */
 #include "nccl_plugin.h"
 
@@ -138,7 +139,7 @@ static ncclResult_t describe(void)
     return ncclSuccess;
 }
 
-static ncclResult_t xn_init(ncclDebugLogger_t logger)
+ncclResult_t xn_init(ncclDebugLogger_t logger)
 {
     /* the plug-in's own variables: read here (nccl_conn.c), not by a component */
     static const char *const env_names[] = {"XFER_NCCL_HOST", NULL};
@@ -174,7 +175,7 @@ out:
     return ret;
 }
 
-static ncclResult_t xn_devices(int *ndev)
+ncclResult_t xn_devices(int *ndev)
 {
     *ndev = (xn.ctx != NULL) ? 1 : 0;
     return ncclSuccess;
@@ -190,92 +191,29 @@ ncclResult_t xn_check_dev(int dev)
     return ncclSuccess;
 }
 
-/* The fields versions 8 and 9 share (same names, different structs), filled from xn. */
-#define XN_PROPS_COMMON(_p) \
-    do { \
-        memset((_p), 0, sizeof(*(_p))); \
-        (_p)->name             = xn.name; \
-        (_p)->pciPath          = NULL;  /* not one NIC: NCCL places it by the CPU */ \
-        (_p)->ptrSupport       = xn.ptr_support; \
-        (_p)->regIsGlobal      = 1;     /* a registration is the context's, not a comm's */ \
-        (_p)->speed            = xn.speed_mbps; \
-        (_p)->latency          = xn.latency_us; \
-        (_p)->maxComms         = 1024 * 1024; \
-        (_p)->maxRecvs         = XN_MAX_RECVS; \
-        (_p)->netDeviceType    = NCCL_NET_DEVICE_HOST; \
-        (_p)->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION; \
-    } while (0)
-
-static ncclResult_t xn_get_properties_v8(int dev, ncclNetProperties_v8_t *props)
+/* Version 11 inits once per communicator and finalizes each: the context goes with the last
+ * finalize once no comm and no connect is left (an earlier version never finalizes). */
+ncclResult_t xn_init_ref(ncclDebugLogger_t logger)
 {
-    ncclResult_t ret = xn_check_dev(dev);
+    ncclResult_t ret = xn_init(logger);
 
     if (ret == ncclSuccess) {
-        XN_PROPS_COMMON(props);
+        pthread_mutex_lock(&xn.lock);
+        xn.users++;
+        pthread_mutex_unlock(&xn.lock);
     }
     return ret;
 }
 
-static ncclResult_t xn_get_properties_v9(int dev, ncclNetProperties_v9_t *props)
+ncclResult_t xn_finalize(void)
 {
-    ncclResult_t ret = xn_check_dev(dev);
-
-    if (ret != ncclSuccess) {
-        return ret;
+    pthread_mutex_lock(&xn.lock);
+    if ((xn.users > 0) && (--xn.users == 0) && xn.inited && (xn.comms == NULL) &&
+        (xn.connects == NULL)) {
+        xfer_context_destroy(xn.ctx);
+        xn.ctx    = NULL;
+        xn.inited = 0;
     }
-    XN_PROPS_COMMON(props);
-    props->vProps.ndevs   = 1;
-    props->vProps.devs[0] = dev;
-    props->maxP2pBytes    = (size_t)1 << 40;
-    props->maxCollBytes   = (size_t)1 << 40;
+    pthread_mutex_unlock(&xn.lock);
     return ncclSuccess;
 }
-
-/* ---- the exported tables ------------------------------------------------------------------ */
-
-__attribute__((visibility("default")))
-const ncclNet_v8_t ncclNetPlugin_v8 = {
-    .name          = "xfer",
-    .init          = xn_init,
-    .devices       = xn_devices,
-    .getProperties = xn_get_properties_v8,
-    .listen        = xn_listen,
-    .connect       = xn_connect,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
-    .isend         = xn_isend_v8,
-    .irecv         = xn_irecv_v8,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
-};
-
-__attribute__((visibility("default")))
-const ncclNet_v9_t ncclNetPlugin_v9 = {
-    .name          = "xfer",
-    .init          = xn_init,
-    .devices       = xn_devices,
-    .getProperties = xn_get_properties_v9,
-    .listen        = xn_listen,
-    .connect       = xn_connect,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
-    .isend         = xn_isend_v9,
-    .irecv         = xn_irecv_v9,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
-    .makeVDevice   = NULL,
-};
