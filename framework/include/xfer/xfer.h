@@ -492,6 +492,11 @@ XFER_API xfer_status_t xfer_tensor_fetch(xfer_endpoint_t *ep, uint64_t step, con
 /* ---- batches and notifications -------------------------------------------------------------- */
 
 /*
+ * (Names in capitals below - XFER_BATCH_MAX_DESCS, XFER_NOTIFY_MAX_LEN, XFER_BATCH_TIMEOUT,
+ * XFER_NOTIFY_MAX_QUEUED - are environment parameters, read when the context is created:
+ * docs/parameters.md lists them with their defaults and ranges, xfer_info -c their values.
+ * XFER_BATCH_NO_TIMEOUT alone is a macro.)
+ *
  * A batch moves many blocks between one registered local buffer and one remote buffer in one
  * request: N descriptors, each a (local offset, remote offset, length) counted from
  * xfer_mem_address(mem) and xfer_rkey_address(rkey). A list is checked and prepared once
