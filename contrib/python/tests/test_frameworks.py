@@ -227,3 +227,63 @@ def test_a_hundred_concurrent_awaits_of_fetches_receives_and_batches(peer):
         p.send("done")
         ep.close()
     p.finish()
+
+
+# ---- every call that takes a buffer --------------------------------------------------------------
+
+KINDS = ["numpy", "memoryview", "torch", "dlpack-only"]
+
+
+def buffer_of(kind, n, fill):
+    """n bytes holding fill, as kind; and a function that reads them back as bytes."""
+    t = torch.full((n,), fill, dtype=torch.uint8)
+    if kind == "numpy":
+        a = t.numpy().copy()
+        return a, lambda: a.tobytes()
+    if kind == "memoryview":
+        b = bytearray(t.numpy().tobytes())
+        return memoryview(b), lambda: bytes(b)
+    if kind == "torch":
+        return t, lambda: t.numpy().tobytes()
+    return DLPackOnly(t), lambda: t.numpy().tobytes()
+
+
+def echo_and_serve(ctx, ep, conn):
+    """Echo four tagged messages back with tag + 1, then hand over a registered region's key
+    and serve puts and gets until told."""
+    for kind in KINDS:
+        buf = bytearray(4096)
+        n = ctx.tag_recv(buf, 10, ep=ep).wait(20)
+        ep.tag_send(11, bytes(buf[:n])).wait(20)
+    region = np.zeros(1 << 16, dtype=np.uint8)
+    with ctx.register(region) as mem:
+        ep.tag_send(12, mem.pack()).wait(20)
+        while not conn.poll(0):
+            ctx.progress()
+        conn.recv()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sends_receives_puts_and_gets_take_every_kind_of_buffer(peer, kind):
+    p = peer(echo_and_serve)
+    with xfer.Context() as ctx:
+        ep = ctx.connect(p.address)
+        for k in KINDS:                 # the peer echoes four messages
+            out, _ = buffer_of(kind, 1000, 7)
+            back, read_back = buffer_of(kind, 1000, 0)
+            rreq = ctx.tag_recv(back, 11, ep=ep)
+            ep.tag_send(10, out).wait(20)
+            assert rreq.wait(20) == 1000 and read_back() == bytes([7]) * 1000, k
+        blob = bytearray(4096)
+        n = ctx.tag_recv(blob, 12, ep=ep).wait(20)
+        rkey = ep.unpack_rkey(bytes(blob[:n]))
+        src, _ = buffer_of(kind, 4096, 9)
+        dst, read_dst = buffer_of(kind, 4096, 0)
+        with ctx.register(src) as smem, ctx.register(dst) as dmem:
+            ep.put(src, rkey, rkey.address + 100, mem=smem).wait(20)
+            ep.flush().wait(20)
+            assert ep.get(dst, rkey, rkey.address + 100, mem=dmem).wait(20) == 4096
+            assert read_dst() == bytes([9]) * 4096
+        p.send("done")
+        ep.close()
+    p.finish()
