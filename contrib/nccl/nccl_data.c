@@ -78,6 +78,8 @@ ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
 {
     xn_mr_t *mr = mhandle;
     xfer_status_t st = XFER_OK;
+    void *addr;
+    size_t len;
     double end;
     int cancelled;
 
@@ -85,6 +87,9 @@ ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
     if (mr == NULL) {
         return ncclSuccess;
     }
+    /* for the log: the registration is gone once deregistered */
+    addr = (mr->mem != NULL) ? xfer_mem_address(mr->mem) : NULL;
+    len  = (mr->mem != NULL) ? xfer_mem_length(mr->mem) : 0;
     if (mr->mem != NULL) {
         st = xfer_mem_deregister(mr->mem);
     }
@@ -96,13 +101,12 @@ ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
             st = xfer_mem_deregister(mr->mem);
         }
         xn_info("deregMr of %zu bytes at %p with operations outstanding: %d receive(s) "
-                "cancelled, %s", xfer_mem_length(mr->mem), xfer_mem_address(mr->mem),
-                cancelled, (st == XFER_OK) ? "the rest finished" : "the rest did not finish");
+                "cancelled, %s", len, addr, cancelled,
+                (st == XFER_OK) ? "the rest finished" : "the rest did not finish");
     }
     if (st != XFER_OK) {
-        xn_warn("deregMr of %zu bytes at %p: %s (%s); the registration is kept",
-                xfer_mem_length(mr->mem), xfer_mem_address(mr->mem), xfer_status_string(st),
-                xfer_last_error());
+        xn_warn("deregMr of %zu bytes at %p: %s (%s); the registration is kept", len, addr,
+                xfer_status_string(st), xfer_last_error());
         return xn_result(st);
     }
     free(mr);
