@@ -709,6 +709,7 @@ Test(rma, tcp_counters_count_each_frame_by_its_kind)
 
     require_tcp();
     rma_start(&r);
+    tp_fill_pattern(r.local + SLACK, 4 * 4096, 5);
     st = xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
     cr_assert_eq(tp_op_result(st, req, TP_WAIT_MS), XFER_OK);
     cr_assert_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
