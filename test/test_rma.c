@@ -709,7 +709,8 @@ Test(rma, tcp_counters_count_each_frame_by_its_kind)
 
     require_tcp();
     rma_start(&r);
-    tp_fill_pattern(r.local + SLACK, 4 * 4096, 5);
+    tp_fill_pattern(r.local + SLACK, 4096, 5);
+    tp_fill_pattern(xfer_mem_address(r.mem), 4 * 4096, 6);     /* what the batch sends */
     st = xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
     cr_assert_eq(tp_op_result(st, req, TP_WAIT_MS), XFER_OK);
     cr_assert_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
@@ -722,7 +723,7 @@ Test(rma, tcp_counters_count_each_frame_by_its_kind)
     cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_put_frames"), 1);
     cr_expect_eq(tu_ep_counter(r.peer.ep, "tx_get_requests"), 1);
     for (int i = 0; i < 4; i++) {
-        d[i] = (xfer_batch_desc_t){SLACK + i * 4096ull, i * 4096ull, 4096};
+        d[i] = (xfer_batch_desc_t){i * 4096ull, i * 4096ull, 4096};
     }
     cr_assert_eq(xfer_batch_create(r.peer.ep, XFER_BATCH_PUT, r.mem, r.rkey, d, 4, &b),
                  XFER_OK);
