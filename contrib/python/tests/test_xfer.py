@@ -319,3 +319,37 @@ def test_a_peer_that_dies_fails_the_pending_receive(peer):
             req.wait(20)
         assert e.value.status in (CONNECTION, -10)
         ep.close()
+
+
+def _outward_address():
+    """This host's address on its default route, or None (no route: nothing to test)."""
+    import socket
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))         # TEST-NET-1: no packet leaves
+            addr = s.getsockname()[0]
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+def test_listen_defaults_to_loopback():
+    """listen() without an address is reachable from this host only: a connect to the host's
+    outward address is refused, one to loopback is accepted."""
+    import threading
+    outward = _outward_address()
+    with xfer.Context() as server, xfer.Context() as client, server.listen() as lst:
+        if outward is not None:
+            with pytest.raises(xfer.XferError) as e:
+                client.connect(f"{outward}:{lst.port}")
+            assert e.value.status == CONNECTION, e.value
+        got = []
+        t = threading.Thread(target=lambda: got.append(client.connect(f"127.0.0.1:{lst.port}")))
+        t.start()
+        accepted = lst.accept(timeout=10)
+        t.join(10)
+        assert accepted is not None and len(got) == 1
+        got[0].close(force=True)
+        accepted.close(force=True)
+    if outward is None:
+        pytest.skip("no outward address: only the loopback half was checked")
