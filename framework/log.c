@@ -55,9 +55,17 @@ int xfer_log_enabled(xfer_log_level_t level)
     return (int)level <= __atomic_load_n(&log_level, __ATOMIC_RELAXED);
 }
 
-void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
+/* One line to stderr, in one fprintf so that lines from several threads do not interleave. */
+static void log_line(xfer_log_level_t level, const char *subsys, const char *msg)
 {
     static const char *const tags[] = {"ERROR", "WARN ", "INFO ", "DEBUG", "TRACE"};
+
+    fprintf(stderr, "[xfer:%d] %s %s: %s\n", (int)getpid(),
+            tags[(unsigned)level < 5 ? level : XFER_LOG_TRACE], subsys, msg);
+}
+
+void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
+{
     int enabled = xfer_log_enabled(level);
     char msg[1024];
     va_list ap;
@@ -71,12 +79,9 @@ void xfer_log(xfer_log_level_t level, const char *subsys, const char *fmt, ...)
     if (level <= XFER_LOG_WARN) {
         snprintf(last_error, sizeof(last_error), "%s", msg);
     }
-    if (!enabled) {
-        return;
+    if (enabled) {
+        log_line(level, subsys, msg);
     }
-    /* One fprintf per line so that lines from several threads do not interleave. */
-    fprintf(stderr, "[xfer:%d] %s %s: %s\n", (int)getpid(),
-            tags[(unsigned)level < 5 ? level : XFER_LOG_TRACE], subsys, msg);
 }
 
 void xfer_refuse(const char *subsys, const char *fmt, ...)
@@ -87,7 +92,7 @@ void xfer_refuse(const char *subsys, const char *fmt, ...)
     vsnprintf(last_error, sizeof(last_error), fmt, ap);
     va_end(ap);
     if (xfer_log_enabled(XFER_LOG_INFO)) {
-        fprintf(stderr, "[xfer:%d] INFO  %s: %s\n", (int)getpid(), subsys, last_error);
+        log_line(XFER_LOG_INFO, subsys, last_error);
     }
 }
 
