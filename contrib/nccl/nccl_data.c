@@ -78,8 +78,8 @@ ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
 {
     xn_mr_t *mr = mhandle;
     xfer_status_t st = XFER_OK;
-    void *addr;
-    size_t len;
+    void *addr = NULL;
+    size_t len = 0;
     double end;
     int cancelled;
 
@@ -87,11 +87,10 @@ ncclResult_t xn_dereg_mr(void *comm, void *mhandle)
     if (mr == NULL) {
         return ncclSuccess;
     }
-    /* for the log: the registration is gone once deregistered */
-    addr = (mr->mem != NULL) ? xfer_mem_address(mr->mem) : NULL;
-    len  = (mr->mem != NULL) ? xfer_mem_length(mr->mem) : 0;
     if (mr->mem != NULL) {
-        st = xfer_mem_deregister(mr->mem);
+        addr = xfer_mem_address(mr->mem);   /* for the log: gone once deregistered */
+        len  = xfer_mem_length(mr->mem);
+        st   = xfer_mem_deregister(mr->mem);
     }
     if (st == XFER_ERR_BUSY) {
         cancelled = cancel_receives_into(mr);
@@ -162,7 +161,7 @@ static ncclResult_t isend_common(void *send_comm, void *data, size_t size, int t
     }
     r->n     = 1;
     r->mr[0] = mhandle;
-    st       = xfer_tag_send(c->ep, (uint32_t)tag, data, size, mem_of(mhandle), NULL, NULL,
+    st       = xfer_tag_send(c->ep, (uint32_t)tag, data, size, mem_of(r->mr[0]), NULL, NULL,
                              &r->r[0]);
     if ((st != XFER_OK) && (st != XFER_INPROGRESS)) {
         xn_warn("isend of %zu bytes, tag %d: %s", size, tag, xfer_status_string(st));
@@ -220,8 +219,7 @@ static ncclResult_t irecv_common(void *recv_comm, int n, void **data, const int 
         r->cap[i] = (sizes8 != NULL) ? (size_t)sizes8[i] : sizes9[i];
         r->mr[i]  = (mhandles != NULL) ? mhandles[i] : NULL;
         st        = xfer_tag_recv(xn.ctx, c->ep, (uint32_t)tags[i], UINT64_MAX, data[i],
-                                  r->cap[i], mem_of((mhandles != NULL) ? mhandles[i] : NULL),
-                                  NULL, NULL, &r->r[i]);
+                                  r->cap[i], mem_of(r->mr[i]), NULL, NULL, &r->r[i]);
         r->n      = i + 1;
         if ((st != XFER_OK) && (st != XFER_INPROGRESS)) {
             xn_warn("irecv %d of %d (%zu bytes, tag %d): %s", i + 1, n, r->cap[i], tags[i],

@@ -143,98 +143,66 @@ static ncclResult_t xn_finalize_v11(void *ctx)
 
 /* ---- the exported tables ------------------------------------------------------------------ */
 
+/* The members every version has with the same signature, and so the same function. */
+#define XN_NET_SAME \
+    .name          = "xfer", \
+    .devices       = xn_devices, \
+    .accept        = xn_accept, \
+    .regMr         = xn_reg_mr, \
+    .regMrDmaBuf   = xn_reg_mr_dmabuf, \
+    .deregMr       = xn_dereg_mr, \
+    .iflush        = xn_iflush, \
+    .test          = xn_test, \
+    .closeSend     = xn_close_send, \
+    .closeRecv     = xn_close_recv, \
+    .closeListen   = xn_close_listen, \
+    .getDeviceMr   = NULL, \
+    .irecvConsumed = NULL
+
 __attribute__((visibility("default")))
 const ncclNet_v8_t ncclNetPlugin_v8 = {
-    .name          = "xfer",
+    XN_NET_SAME,
     .init          = xn_init,
-    .devices       = xn_devices,
     .getProperties = xn_get_properties_v8,
     .listen        = xn_listen,
     .connect       = xn_connect,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
     .isend         = xn_isend_v8,
     .irecv         = xn_irecv_v8,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
 };
 
 __attribute__((visibility("default")))
 const ncclNet_v9_t ncclNetPlugin_v9 = {
-    .name          = "xfer",
+    XN_NET_SAME,
     .init          = xn_init,
-    .devices       = xn_devices,
     .getProperties = xn_get_properties_v9,
     .listen        = xn_listen,
     .connect       = xn_connect,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
     .isend         = xn_isend_v9,
     .irecv         = xn_irecv_v9,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice   = NULL,
 };
 
 __attribute__((visibility("default")))
 const ncclNet_v10_t ncclNetPlugin_v10 = {
-    .name          = "xfer",
+    XN_NET_SAME,
     .init          = xn_init_v10,
-    .devices       = xn_devices,
     .getProperties = xn_get_properties_v10,
     .listen        = xn_listen,
     .connect       = xn_connect_v10,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
     .isend         = xn_isend_v10,
     .irecv         = xn_irecv_v10,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice   = NULL,
 };
 
 __attribute__((visibility("default")))
 const ncclNet_v11_t ncclNetPlugin_v11 = {
-    .name          = "xfer",
+    XN_NET_SAME,
     .init          = xn_init_v11,
-    .devices       = xn_devices,
     .getProperties = xn_get_properties_v11,
     .listen        = xn_listen_v11,
     .connect       = xn_connect_v11,
-    .accept        = xn_accept,
-    .regMr         = xn_reg_mr,
-    .regMrDmaBuf   = xn_reg_mr_dmabuf,
-    .deregMr       = xn_dereg_mr,
     .isend         = xn_isend_v10,
     .irecv         = xn_irecv_v10,
-    .iflush        = xn_iflush,
-    .test          = xn_test,
-    .closeSend     = xn_close_send,
-    .closeRecv     = xn_close_recv,
-    .closeListen   = xn_close_listen,
-    .getDeviceMr   = NULL,
-    .irecvConsumed = NULL,
     .makeVDevice   = NULL,
     .finalize      = xn_finalize_v11,
     .setNetAttr    = NULL,     /* NCCL's hints about peers and flows: nothing to tune here */
