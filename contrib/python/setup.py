@@ -45,7 +45,6 @@ ext = Extension("xfer._core", [os.path.join("xfer", "_core.pyx")],
                 runtime_library_dirs=runtime_dirs, extra_link_args=extra_link)
 
 
-
 class cython_build_ext(build_ext):
     """Cythonizes at build time, into the build's temporary folder: the distribution keeps
     naming the .pyx (relative), and the generated C never lands next to it."""

@@ -46,6 +46,13 @@ def publisher(ctx, ep, conn, dtypes):
     conn.recv()
 
 
+def connect_published(ctx, p):
+    """The endpoint to a publishing peer, once it says its tensors are published."""
+    ep = ctx.connect(p.address)
+    assert p.recv() == "published"
+    return ep
+
+
 def names(dtypes):
     return [str(d).split(".")[1] for d in dtypes]
 
@@ -53,8 +60,7 @@ def names(dtypes):
 def test_fetch_into_torch_numpy_memoryview_and_dlpack_only(peer):
     p = peer(publisher, names(TORCH_DTYPES))
     with xfer.Context() as ctx:
-        ep = ctx.connect(p.address)
-        assert p.recv() == "published"
+        ep = connect_published(ctx, p)
         for i, dt in enumerate(TORCH_DTYPES):
             name = names([dt])[0]
             want = torch_pattern(dt, seed=i).reshape(64, -1)
@@ -80,8 +86,7 @@ def test_fetch_into_torch_numpy_memoryview_and_dlpack_only(peer):
 def test_what_xfer_allocates_goes_to_torch_by_dlpack_with_its_dtype(peer):
     p = peer(publisher, names(TORCH_DTYPES))
     with xfer.Context() as ctx:
-        ep = ctx.connect(p.address)
-        assert p.recv() == "published"
+        ep = connect_published(ctx, p)
         for i, dt in enumerate(TORCH_DTYPES):
             name = names([dt])[0]
             t = ep.fetch(1, name).wait(20)
@@ -110,8 +115,7 @@ def test_a_failing_completion_fails_the_request_and_never_hangs(peer, monkeypatc
     carries the exception."""
     p = peer(publisher, ["float32"])
     with xfer.Context() as ctx:
-        ep = ctx.connect(p.address)
-        assert p.recv() == "published"
+        ep = connect_published(ctx, p)
         code = {v: k for k, v in xfer._core.DTYPES.items()}["float32"]
         monkeypatch.setitem(xfer._core.DTYPES, code, 12345)
         req = ep.fetch(1, "float32", out=np.zeros(64 * 64, np.float32))
@@ -131,8 +135,7 @@ def test_a_failing_completion_fails_the_request_and_never_hangs(peer, monkeypatc
 def test_non_contiguous_tensors_are_refused(peer):
     p = peer(publisher, ["float32"])
     with xfer.Context() as ctx:
-        ep = ctx.connect(p.address)
-        assert p.recv() == "published"
+        ep = connect_published(ctx, p)
         strided = torch.zeros(64, 128)[:, ::2]
         with pytest.raises(BufferError):
             ep.fetch(1, "float32", out=strided)
@@ -159,8 +162,7 @@ def big_publisher(ctx, ep, conn):
 def test_a_1_gib_tensor(peer):
     p = peer(big_publisher)
     with xfer.Context() as ctx:
-        ep = ctx.connect(p.address)
-        assert p.recv() == "published"
+        ep = connect_published(ctx, p)
         got = torch.from_dlpack(ep.fetch(1, "big").wait(120))
         assert got.dtype == torch.int64 and got.numel() == GIB // 8
         assert torch.equal(got[:1000], torch.arange(1000))
