@@ -7,11 +7,14 @@
  *   xfer_info -s         the transport selected for host memory and for CUDA memory, and why
  *                        the others were not; which transports are chosen per peer
  *   xfer_info --json     the same data as JSON (combine with -c / -s)
+ *   xfer_info --sockets[=ADDRESS]
+ *                        every socket a listener at ADDRESS (default ":0") opens, per
+ *                        transport (xfer_info_sockets.c)
  *
  * Exit status: 0; 1 when the environment is invalid (the message says what is wrong);
  * 2 on a usage error.
  */
-#include <xfer/info.h>
+#include "xfer_info.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -24,6 +27,7 @@ typedef struct options {
     int select;
     int markdown;
     int json;
+    const char *sockets;    /* --sockets: the address to listen at */
 } options_t;
 
 /* Reaching other hosts does not rank, as in the framework's offer: a transport that reaches
@@ -40,7 +44,7 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: xfer_info [-c] [-s] [--json] [--markdown] [-h]\n"
+            "Usage: xfer_info [-c] [-s] [--json] [--markdown] [--sockets[=ADDRESS]] [-h]\n"
             "Show the transport components xfer finds, their devices and capabilities.\n"
             "\n"
             "  -c, --config   list every parameter: type, default, current value and source\n"
@@ -50,6 +54,10 @@ static void usage(FILE *f)
             "  -j, --json     print the same data as JSON\n"
             "  -m, --markdown every parameter as a Markdown table, defaults only\n"
             "                 (docs/parameters.md)\n"
+            "      --sockets[=ADDRESS]\n"
+            "                 listen at ADDRESS (default \":0\", loopback; \"*:0\" every\n"
+            "                 interface), connect an endpoint to it over each available\n"
+            "                 transport in turn, and list every socket that opened\n"
             "  -h, --help     this text\n"
             "\n"
             "Environment: XFER_TRANSPORTS, XFER_COMPONENT_PATH, XFER_LOG_LEVEL and the\n"
@@ -668,6 +676,39 @@ static void json_errors(const char *errors)
     printf("]");
 }
 
+xfer_status_t tool_context(xfer_context_t **ctx_p)
+{
+    xfer_context_params_t params = {.size = sizeof(params)};
+
+    return xfer_context_create(&params, ctx_p);
+}
+
+/* --sockets over the transports XFER_TRANSPORTS names, else every one this host has. */
+static int sockets_per_transport(const xfer_context_t *ctx, const char *address)
+{
+    const char *env = getenv("XFER_TRANSPORTS");
+    char names[512] = "";
+    size_t len = 0;
+
+    if ((env != NULL) && (*env != '\0') && (*env != '^')) {
+        return info_sockets(address, env);      /* the ones named, in their order */
+    }
+    for (size_t i = 0; i < xfer_component_count(ctx); i++) {
+        xfer_component_info_t info;
+
+        if ((xfer_component_get(ctx, i, &info) == XFER_OK) &&
+            (info.state == XFER_COMPONENT_AVAILABLE) && (len + strlen(info.name) + 2 < sizeof(names))) {
+            len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", len ? "," : "",
+                                    info.name);
+        }
+    }
+    if (len == 0) {
+        fprintf(stderr, "xfer_info: no transport is available\n");
+        return 1;
+    }
+    return info_sockets(address, names);
+}
+
 int main(int argc, char **argv)
 {
     char cuda[XFER_REASON_MAX];
@@ -676,6 +717,7 @@ int main(int argc, char **argv)
         {"select", no_argument, NULL, 's'},
         {"json",   no_argument, NULL, 'j'},
         {"markdown", no_argument, NULL, 'm'},
+        {"sockets", optional_argument, NULL, 'S'},
         {"help",   no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}
     };
@@ -692,6 +734,7 @@ int main(int argc, char **argv)
         case 'm': opts.markdown = 1; break;
         case 's': opts.select = 1; break;
         case 'j': opts.json = 1; break;
+        case 'S': opts.sockets = optarg ? optarg : ":0"; break;
         case 'h': usage(stdout); return 0;
         default:  usage(stderr); return 2;
         }
@@ -710,6 +753,15 @@ int main(int argc, char **argv)
     }
     errors = xfer_context_env_error(ctx);
 
+    if (opts.sockets != NULL) {
+        int ret = (errors != NULL) ? 1 : sockets_per_transport(ctx, opts.sockets);
+
+        if (errors != NULL) {
+            fprintf(stderr, "xfer_info: invalid environment:\n%s\n", errors);
+        }
+        xfer_context_destroy(ctx);
+        return ret;
+    }
     if (opts.markdown) {
         markdown_params(ctx);
     } else if (opts.json) {

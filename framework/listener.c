@@ -48,6 +48,10 @@
 /* ms a sleeping context wakes after, to move handshakes in progress outside xfer_accept() */
 #define DRAIN_SLEEP_MS 50
 
+/* A listen takes at most this many sockets: both families of loopback or of every interface,
+ * or the first addresses a name resolves to. */
+#define XFER_LISTEN_SOCKS_MAX 4
+
 typedef enum { HS_HELLO_IN, HS_REPLY_OUT, HS_CONNECT_IN } hs_state_t;
 
 static const char *const hs_waiting_for[] = {
@@ -75,7 +79,9 @@ typedef struct handshake {
 struct xfer_listener {
     xfer_context_t    *ctx;
     ucs_list_link_t   list;         /* ctx->listeners: closed at context destroy */
-    int               fd;           /* the listening socket */
+    int               fds[XFER_LISTEN_SOCKS_MAX];  /* the listening sockets, one per address */
+    unsigned          num_fds;
+    unsigned          next_fd;      /* the socket accept_waiting() asks first */
     int               epfd;         /* xfer_listener_fd() */
     int               timer_fd;     /* fires at the nearest handshake deadline */
     int64_t           timer_at;     /* the deadline it is armed for; 0: disarmed */
@@ -404,7 +410,16 @@ static xfer_status_t accept_waiting(xfer_listener_t *l, int64_t now, int drain)
         if (drain && (l->num_pending >= l->max_pending)) {
             break;
         }
-        status = xfer_sock_accept(l->fd, &fd, peer, sizeof(peer), why, sizeof(why));
+        status = XFER_INPROGRESS;
+        for (unsigned k = 0; (k < l->num_fds) && (status == XFER_INPROGRESS); k++) {
+            /* the sockets take turns being asked first, so that none waits behind another */
+            unsigned s = (l->next_fd + k) % l->num_fds;
+
+            status = xfer_sock_accept(l->fds[s], &fd, peer, sizeof(peer), why, sizeof(why));
+            if (status != XFER_INPROGRESS) {
+                l->next_fd = (s + 1) % l->num_fds;
+            }
+        }
         if (status == XFER_INPROGRESS) {
             break;
         }
@@ -589,19 +604,19 @@ static void listener_free(xfer_listener_t *l)
     if (l->epfd >= 0) {
         close(l->epfd);
     }
-    if (l->fd >= 0) {
-        close(l->fd);
+    while (l->num_fds > 0) {
+        close(l->fds[--l->num_fds]);
     }
     free(l->offer);
     free(l->hello);
     free(l);
 }
 
-/* A name that resolves to several addresses is listened on at the first (for ":port", the
- * wildcard address getaddrinfo lists first): one listening socket per listener. */
+/* A name that resolves to several addresses is listened on at each (XFER_LISTEN_SOCKS_MAX
+ * at most), on one port: ":port" is loopback and "*:port" every interface, in both
+ * families where the host has them. */
 xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listener_t **listener_p)
 {
-    struct addrinfo *addrs = NULL;
     xfer_listener_t *l;
     xfer_status_t status;
     char why[256];
@@ -609,26 +624,18 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     if ((ctx == NULL) || (listener_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    status = xfer_sock_resolve(address, 1, &addrs, why, sizeof(why));
-    if (status != XFER_OK) {
-        xfer_refuse(XFER_BOOT_SUBSYS, "listen: %s", why);
-        return status;
-    }
     l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        freeaddrinfo(addrs);
         return XFER_ERR_NO_MEMORY;
     }
     l->ctx         = ctx;
-    l->fd          = -1;
     l->epfd        = -1;
     l->timer_fd    = -1;
     l->max_pending = (unsigned)ctx->fw_config.bootstrap_max_pending;
     l->timeout_ms  = (int64_t)(ctx->fw_config.bootstrap_timeout * 1000.0);
     ucs_list_head_init(&l->pending);
-    status = xfer_sock_listen(addrs->ai_addr, addrs->ai_addrlen, &l->fd, &l->port, why,
-                              sizeof(why));
-    freeaddrinfo(addrs);
+    status = xfer_sock_listen_at(address, l->fds, XFER_LISTEN_SOCKS_MAX, &l->num_fds, &l->port,
+                                 why, sizeof(why));
     if (status != XFER_OK) {
         goto err_free;
     }
@@ -655,7 +662,10 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
         status = XFER_ERR_NO_RESOURCE;
         goto err_free;
     }
-    status = watch(l->epfd, l->fd, NULL, why, sizeof(why));
+    status = XFER_OK;
+    for (unsigned i = 0; (i < l->num_fds) && (status == XFER_OK); i++) {
+        status = watch(l->epfd, l->fds[i], NULL, why, sizeof(why));
+    }
     if (status == XFER_OK) {
         status = watch(l->epfd, l->timer_fd, &l->timer_fd, why, sizeof(why));
     }
@@ -666,7 +676,8 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     ucs_list_add_tail(&ctx->listeners, &l->list);
     xfer_progress_hook_add(ctx, &ctx->listen_hook, listeners_drain, listeners_timeout, NULL);
     xfer_ctx_unlock(ctx);
-    xfer_log(XFER_LOG_DEBUG, XFER_BOOT_SUBSYS, "listening on %s (port %u)", address, l->port);
+    xfer_log(XFER_LOG_DEBUG, XFER_BOOT_SUBSYS, "listening on %s (port %u, %u socket%s)",
+             address, l->port, l->num_fds, (l->num_fds == 1) ? "" : "s");
     *listener_p = l;
     return XFER_OK;
 

@@ -24,7 +24,7 @@ xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
     const char *colon, *port_str;
     unsigned long port;
     size_t host_len;
-    int ret;
+    int ret, wildcard;
 
     if ((address == NULL) || (*address == '\0')) {
         snprintf(why, why_size, "empty address (expected host:port)");
@@ -68,10 +68,17 @@ xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
         return XFER_ERR_INVALID_PARAM;
     }
 
+    /* "" is this host's loopback addresses; "*" every interface, which only a listen means */
+    wildcard = (strcmp(host, "*") == 0);
+    if (wildcard && !allow_any_port) {
+        snprintf(why, why_size, "'%s': '*' (every interface) is for listening; a connect "
+                 "names a host", address);
+        return XFER_ERR_INVALID_PARAM;
+    }
     hints.ai_family   = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags    = AI_NUMERICSERV | (host_len ? 0 : AI_PASSIVE);
-    ret = getaddrinfo(host_len ? host : NULL, port_str, &hints, &res);
+    hints.ai_flags    = AI_NUMERICSERV | (wildcard ? AI_PASSIVE : 0);
+    ret = getaddrinfo((host_len && !wildcard) ? host : NULL, port_str, &hints, &res);
     if ((ret != 0) || (res == NULL)) {
         snprintf(why, why_size, "'%s': cannot resolve '%s': %s", address, host,
                  (ret != 0) ? gai_strerror(ret) : "no address");
@@ -128,6 +135,10 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
         return XFER_ERR_IO;
     }
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* an IPv6 socket takes IPv6 alone: IPv4 is listened on only where it was asked for */
+    if (sa->sa_family == AF_INET6) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    }
     if ((bind(fd, sa, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
         (getsockname(fd, (struct sockaddr*)&bound, &bound_len) != 0)) {
         char at[INET6_ADDRSTRLEN + 16];
@@ -157,6 +168,109 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
                     ((struct sockaddr_in*)&bound)->sin_port);
     *fd_p   = fd;
     return XFER_OK;
+}
+
+static void sa_set_port(struct sockaddr *sa, uint16_t port)
+{
+    if (sa->sa_family == AF_INET6) {
+        ((struct sockaddr_in6*)sa)->sin6_port = htons(port);
+    } else if (sa->sa_family == AF_INET) {
+        ((struct sockaddr_in*)sa)->sin_port = htons(port);
+    }
+}
+
+static int sa_same(const struct addrinfo *a, const struct addrinfo *b)
+{
+    return (a->ai_addrlen == b->ai_addrlen) && (memcmp(a->ai_addr, b->ai_addr, a->ai_addrlen) == 0);
+}
+
+/* Bind every address of list (duplicates once) on one port: the list's own, or, for port 0,
+ * the one the first socket got. 1 with the sockets; 0 when a later address found that port
+ * taken (port 0: try again with another); -1 with the error. An address family or address
+ * this host lacks is skipped while another address binds. */
+static int listen_list(struct addrinfo *list, uint16_t want, int *fds, unsigned max,
+                       unsigned *num_p, uint16_t *port_p, xfer_status_t *status_p, char *why,
+                       size_t why_size)
+{
+    xfer_status_t first = XFER_OK;
+    char first_why[256] = "";
+    uint16_t port = want;
+    unsigned n = 0;
+
+    for (struct addrinfo *ai = list; (ai != NULL) && (n < max); ai = ai->ai_next) {
+        struct addrinfo *seen = list;
+        xfer_status_t st;
+        uint16_t got;
+        int fd;
+
+        while ((seen != ai) && !sa_same(seen, ai)) {
+            seen = seen->ai_next;
+        }
+        if ((seen != ai) || ((ai->ai_family != AF_INET) && (ai->ai_family != AF_INET6))) {
+            continue;
+        }
+        sa_set_port(ai->ai_addr, port);
+        st = xfer_sock_listen(ai->ai_addr, ai->ai_addrlen, &fd, &got, why, why_size);
+        if (st == XFER_OK) {
+            fds[n++] = fd;
+            port     = got;
+            continue;
+        }
+        if ((st == XFER_ERR_BUSY) && (want == 0) && (n > 0)) {
+            while (n > 0) {
+                close(fds[--n]);
+            }
+            return 0;
+        }
+        if (first == XFER_OK) {
+            first = st;
+            snprintf(first_why, sizeof(first_why), "%s", why);
+        }
+        if ((st != XFER_ERR_UNAVAILABLE) && (st != XFER_ERR_IO)) {
+            break;      /* taken, or privileged: the listen fails as a whole */
+        }
+        xfer_log(XFER_LOG_DEBUG, SOCK_SUBSYS, "listen: %s; skipped", why);
+    }
+    if ((n == 0) || ((first != XFER_OK) && (first != XFER_ERR_UNAVAILABLE) &&
+                     (first != XFER_ERR_IO))) {
+        while (n > 0) {
+            close(fds[--n]);
+        }
+        snprintf(why, why_size, "%s", first_why[0] ? first_why : "no address to listen on");
+        *status_p = (first != XFER_OK) ? first : XFER_ERR_UNAVAILABLE;
+        return -1;
+    }
+    *num_p  = n;
+    *port_p = port;
+    return 1;
+}
+
+xfer_status_t xfer_sock_listen_at(const char *address, int *fds, unsigned max, unsigned *num_p,
+                                  uint16_t *port_p, char *why, size_t why_size)
+{
+    struct addrinfo *list = NULL;
+    xfer_status_t status = XFER_OK;
+    uint16_t want;
+    int ret = 0;
+
+    status = xfer_sock_resolve(address, 1, &list, why, why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    want = ntohs((list->ai_family == AF_INET6) ?
+                 ((struct sockaddr_in6*)list->ai_addr)->sin6_port :
+                 ((struct sockaddr_in*)list->ai_addr)->sin_port);
+    /* port 0 on several addresses: another process may take the first one's port on the
+     * others between the binds; a few tries with new ports */
+    for (int tries = 0; (ret == 0) && (tries < 8); tries++) {
+        ret = listen_list(list, want, fds, max, num_p, port_p, &status, why, why_size);
+    }
+    freeaddrinfo(list);
+    if (ret == 0) {
+        snprintf(why, why_size, "'%s': no free port common to all its addresses", address);
+        return XFER_ERR_BUSY;
+    }
+    return (ret > 0) ? XFER_OK : status;
 }
 
 xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms, const char *what,

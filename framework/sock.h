@@ -14,8 +14,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* "host:port", "[v6addr]:port" or ":port" (the wildcard address), resolved to getaddrinfo's
- * list of stream addresses, in its order; port 0 is allowed when allow_any_port. Free the
+/* "host:port", "[v6addr]:port", ":port" (this host's loopback addresses) or, when
+ * allow_any_port (a listen), "*:port" (every interface), resolved to getaddrinfo's list of
+ * stream addresses, in its order; port 0 is allowed when allow_any_port. Free the
  * list with freeaddrinfo(). XFER_ERR_INVALID_PARAM: malformed; XFER_ERR_NOT_FOUND: the name
  * does not resolve; XFER_ERR_UNAVAILABLE: the resolver cannot answer now (why: its words). */
 xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
@@ -25,6 +26,11 @@ xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
  * privileged port. */
 xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
                                uint16_t *port_p, char *why, size_t why_size);
+/* Listen at address on every address it resolves to, one socket each (at most max, IPv6
+ * sockets IPv6 only), all on one port: ":port" is loopback in both families, "*:port" every
+ * interface in both. A family or address the host lacks is skipped while another binds. */
+xfer_status_t xfer_sock_listen_at(const char *address, int *fds, unsigned max, unsigned *num_p,
+                                  uint16_t *port_p, char *why, size_t why_size);
 /* A connected non-blocking socket to sa, or the reason there is none by the deadline. */
 xfer_status_t xfer_sock_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ms,
                                 int *fd_p, char *why, size_t why_size);

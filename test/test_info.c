@@ -352,6 +352,40 @@ Test(info, json_is_valid_and_complete)
                          "'\\''tcp'\\''\")"), 0);
 }
 
+/* --sockets: a loopback listener and its tcp endpoint open sockets on loopback only - the
+ * listener's in each family the host has, and tcp's lane port; "*:0" listens on every
+ * interface. */
+Test(info, sockets_lists_what_a_listener_opens)
+{
+    int v6 = tu_host_has_ipv6_loopback(), lines = 0, boot = 0, lane = 0;
+    char *out, *save = NULL;
+
+    cr_assert_eq(info("XFER_TRANSPORTS=tcp XFER_TCP_LANES=2", "--sockets", 1, &out), 0, "%s",
+                 out);
+    expect_contains(out, "tcp: a listener at \":0\"");
+    for (char *l = strtok_r(out, "\n", &save); l != NULL; l = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(l, "  tcp  ", 7) != 0) {
+            continue;
+        }
+        lines++;
+        cr_expect((strncmp(l + 7, "127.0.0.1:", 10) == 0) || (strncmp(l + 7, "[::1]:", 6) == 0),
+                  "a socket off loopback: %s", l);
+        boot += (strstr(l, "bootstrap listener") != NULL);
+        lane += (strstr(l, "transport (for endpoints") != NULL);
+    }
+    cr_expect_eq(boot, 1 + v6, "%d bootstrap sockets", boot);
+    cr_expect_eq(lane, 1, "%d lane ports", lane);
+    cr_expect_eq(lines, boot + lane);
+    free(out);
+
+    cr_assert_eq(info("XFER_TRANSPORTS=tcp", "--sockets='*:0'", 1, &out), 0, "%s", out);
+    expect_contains(out, "  tcp  0.0.0.0:");
+    if (v6) {
+        expect_contains(out, "  tcp  [::]:");
+    }
+    free(out);
+}
+
 Test(info, exit_status_and_usage)
 {
     char *out;

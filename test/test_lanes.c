@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -267,7 +268,13 @@ static int srv_lane_port(tp_side_t *s)
     xfer_request_t *req = NULL;
     uint64_t v;
 
+    struct sockaddr_storage at;
+    socklen_t at_len = sizeof(at);
+
     TP_CHECK((n == 1) && (buf != NULL), "%d lane ports", n);
+    /* the listener is on 127.0.0.1: so is its lane port, nowhere wider */
+    TP_CHECK((getsockname(fds[0], (struct sockaddr*)&at, &at_len) == 0) && tu_is_loopback(&at),
+             "the lane port of a loopback listener is bound off loopback");
     TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)sock_port(fds[0], 0)) == 0, "ctl");
     TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word from the parent");
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
@@ -338,6 +345,30 @@ Test(lanes, connections_that_name_no_waiting_endpoint_are_closed)
     stranger(&p, port, wrong_magic, sizeof(wrong_magic));
     stranger(&p, port, lane_zero, sizeof(lane_zero));
     lanes_still_carry_a_message(&p);   /* the real endpoint's lanes are untouched */
+    tp_finish(&p);
+}
+
+/* The lane port of a listener on 127.0.0.1 binds 127.0.0.1 (srv_lane_port checks its
+ * address): the host's outward address does not reach it, loopback does. */
+Test(lanes, a_loopback_listeners_lane_port_is_not_reachable_from_another_address)
+{
+    char outward[64];
+    tp_peer_t p;
+    int port;
+
+    skip_unless_tcp();
+    tp_start(&p, srv_lane_port, NULL);
+    port = (int)tp_recv(&p);
+    cr_assert_gt(port, 0);
+    if (tu_outward_ipv4(outward, sizeof(outward))) {
+        cr_expect_eq(tu_tcp_connect(outward, port), ECONNREFUSED, "%s:%d reached the lane "
+                     "port of a loopback listener", outward, port);
+    }
+    if (tu_host_has_ipv6_loopback()) {
+        cr_expect_eq(tu_tcp_connect("::1", port), ECONNREFUSED);
+    }
+    cr_expect_eq(tu_tcp_connect("127.0.0.1", port), 0);
+    lanes_still_carry_a_message(&p);
     tp_finish(&p);
 }
 

@@ -407,6 +407,109 @@ Test(listener, poll_loop_on_the_listener_fd, .init = cr_redirect_stderr)
     free(log);
 }
 
+/* ---- where a listener listens ------------------------------------------------------------- */
+
+/* The listening sockets of this process: all loopback, and how many. */
+static int listening_loopback_only(int *count_p)
+{
+    struct sockaddr_storage ss[16];
+    int n = tu_listening_sockets(ss, 16);
+
+    *count_p = n;
+    for (int i = 0; i < n; i++) {
+        if (!tu_is_loopback(&ss[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void listen_at(listener_ctx_t *s, const char *address)
+{
+    memset(s, 0, sizeof(*s));
+    cr_assert_eq(tu_context(0, &s->ctx), XFER_OK);
+    cr_assert_eq(xfer_listen(s->ctx, address, &s->listener), XFER_OK, "%s: %s", address,
+                 xfer_last_error());
+}
+
+/* An xfer client at host:port is accepted. */
+static void reaches(listener_ctx_t *s, const char *host)
+{
+    char addr[96];
+    xfer_endpoint_t *ep;
+    pid_t pid;
+
+    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,
+             xfer_listener_port(s->listener));
+    pid = client_spawn(addr, "talpha", "talpha", XFER_OK);
+    ep  = accept_within(s->listener, 4000);
+    cr_expect_not_null(ep, "no endpoint from %s", addr);
+    cr_expect_eq(child_exit(pid), 0, "the client at %s failed", addr);
+    xfer_endpoint_close(ep);
+}
+
+/* ":port" is this host's loopback, in both families where the host has them: one socket
+ * each, nothing else, and the host's outward address is refused. */
+Test(listener, colon_port_listens_on_loopback_in_both_families)
+{
+    int v6 = tu_host_has_ipv6_loopback(), count;
+    char outward[INET6_ADDRSTRLEN];
+    listener_ctx_t s;
+
+    listen_at(&s, ":0");
+    cr_expect(listening_loopback_only(&count), "a listening socket off loopback");
+    cr_expect_eq(count, 1 + v6, "%d listening sockets for ':0'", count);
+    reaches(&s, "127.0.0.1");
+    if (v6) {
+        reaches(&s, "::1");
+    }
+    if (tu_outward_ipv4(outward, sizeof(outward))) {
+        cr_expect_eq(tu_tcp_connect(outward, xfer_listener_port(s.listener)), ECONNREFUSED,
+                     "%s reached a loopback listener", outward);
+    }
+    server_stop(&s);
+}
+
+/* "*:port" is every interface, IPv4 and IPv6, on one port. */
+Test(listener, star_port_listens_on_every_interface)
+{
+    char outward[INET6_ADDRSTRLEN];
+    listener_ctx_t s;
+
+    listen_at(&s, "*:0");
+    reaches(&s, "127.0.0.1");
+    if (tu_host_has_ipv6_loopback()) {
+        reaches(&s, "::1");
+    }
+    if (tu_outward_ipv4(outward, sizeof(outward))) {
+        reaches(&s, outward);
+    }
+    server_stop(&s);
+    cr_expect_eq(xfer_sock_resolve("*:80", 0, NULL, (char[128]){0}, 128),
+                 XFER_ERR_INVALID_PARAM, "'*' is not a host to connect to");
+}
+
+/* An IPv6 address is IPv6 only, an IPv4 address IPv4 only. */
+Test(listener, an_address_of_one_family_listens_in_that_family_only)
+{
+    listener_ctx_t s;
+    int count;
+
+    listen_at(&s, "127.0.0.1:0");
+    cr_expect(listening_loopback_only(&count) && (count == 1), "%d sockets", count);
+    if (tu_host_has_ipv6_loopback()) {
+        cr_expect_eq(tu_tcp_connect("::1", xfer_listener_port(s.listener)), ECONNREFUSED);
+    }
+    server_stop(&s);
+    if (!tu_host_has_ipv6_loopback()) {
+        cr_skip_test("this host has no ::1: the IPv6 half was not checked");
+    }
+    listen_at(&s, "[::1]:0");
+    cr_expect_eq(tu_tcp_connect("127.0.0.1", xfer_listener_port(s.listener)), ECONNREFUSED);
+    reaches(&s, "::1");
+    server_stop(&s);
+}
+
 /* ---- connecting to every address of a name --------------------------------------------------- */
 
 Test(listener, localhost_reaches_a_server_on_ipv4_only)

@@ -6,10 +6,14 @@
 #include <criterion/redirect.h>
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -171,6 +175,105 @@ int tu_fd_count(void)
         closedir(d);
     }
     return n;
+}
+
+int tu_outward_ipv4(char *buf, size_t size)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(9)};
+    socklen_t len = sizeof(sin);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0), ok = 0;
+
+    /* a datagram socket "connected" to TEST-NET-1 takes the default route's source address;
+     * no packet leaves */
+    inet_pton(AF_INET, "192.0.2.1", &sin.sin_addr);
+    if ((fd >= 0) && (connect(fd, (struct sockaddr*)&sin, sizeof(sin)) == 0) &&
+        (getsockname(fd, (struct sockaddr*)&sin, &len) == 0) &&
+        ((ntohl(sin.sin_addr.s_addr) >> 24) != 127) && (sin.sin_addr.s_addr != 0)) {
+        ok = (inet_ntop(AF_INET, &sin.sin_addr, buf, (socklen_t)size) != NULL);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ok;
+}
+
+int tu_host_has_ipv6_loopback(void)
+{
+    struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd = socket(AF_INET6, SOCK_STREAM, 0), ok;
+
+    ok = (fd >= 0) && (bind(fd, (struct sockaddr*)&sin6, sizeof(sin6)) == 0);
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ok;
+}
+
+int tu_is_loopback(const struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET) {
+        return (ntohl(((const struct sockaddr_in*)sa)->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6*)sa)->sin6_addr;
+
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && (a->s6_addr[12] == 127));
+    }
+    return 0;
+}
+
+int tu_listening_sockets(struct sockaddr_storage *out, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int n = 0;
+
+    while ((d != NULL) && ((de = readdir(d)) != NULL) && (n < max)) {
+        int fd = atoi(de->d_name), v = 0;
+        socklen_t len = sizeof(v);
+
+        if ((de->d_name[0] == '.') || (fd == dirfd(d)) ||
+            (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) != 0) || !v) {
+            continue;
+        }
+        len = sizeof(out[n]);
+        if ((getsockname(fd, (struct sockaddr*)&out[n], &len) == 0) &&
+            ((out[n].ss_family == AF_INET) || (out[n].ss_family == AF_INET6))) {
+            n++;
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+int tu_tcp_connect(const char *host, int port)
+{
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    int fd, err = 0;
+
+    if (inet_pton(AF_INET, host, &((struct sockaddr_in*)&ss)->sin_addr) == 1) {
+        ss.ss_family = AF_INET;
+        ((struct sockaddr_in*)&ss)->sin_port = htons((uint16_t)port);
+        len = sizeof(struct sockaddr_in);
+    } else if (inet_pton(AF_INET6, host, &((struct sockaddr_in6*)&ss)->sin6_addr) == 1) {
+        ss.ss_family = AF_INET6;
+        ((struct sockaddr_in6*)&ss)->sin6_port = htons((uint16_t)port);
+        len = sizeof(struct sockaddr_in6);
+    } else {
+        return EINVAL;
+    }
+    fd = socket(ss.ss_family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        return errno;
+    }
+    if (connect(fd, (struct sockaddr*)&ss, len) != 0) {
+        err = errno;
+    }
+    close(fd);
+    return err;
 }
 
 int tu_run(const char *cmd, int merge_stderr, char **output_p)

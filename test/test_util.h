@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 /* A fresh directory under /tmp holding copies of the named test plug-ins (e.g. "tgood"),
  * NULL-terminated list. Removed by tu_dir_remove(). */
@@ -39,6 +40,16 @@ int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name);
 
 /* How many descriptors this process has open (/proc/self/fd), to check for leaks. */
 int tu_fd_count(void);
+
+/* Network facts of this host, for where listeners listen: its IPv4 address on the default
+ * route (0 when it has none but loopback), whether it has ::1, whether sa is a loopback
+ * address, the local addresses of this process's listening TCP sockets, and a plain TCP
+ * connect to host:port (0, or the errno that refused it). */
+int tu_outward_ipv4(char *buf, size_t size);
+int tu_host_has_ipv6_loopback(void);
+int tu_is_loopback(const struct sockaddr_storage *sa);
+int tu_listening_sockets(struct sockaddr_storage *out, int max);
+int tu_tcp_connect(const char *host, int port);
 
 /* Run a shell command; returns its exit status and a malloc'd copy of what it printed
  * (stdout, and stderr when merge_stderr). */

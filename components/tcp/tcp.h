@@ -16,6 +16,7 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
 
+#include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -67,6 +68,7 @@ typedef struct xfer_tcp_config {
 typedef struct xfer_tcp_op  xfer_tcp_op_t;
 typedef struct xfer_tcp_answer xfer_tcp_answer_t;
 typedef struct xfer_tcp_putv_rx xfer_tcp_putv_rx_t;
+typedef struct xfer_tcp_lane_port xfer_tcp_lane_port_t;
 
 /* ---- send queue entries ---------------------------------------------------------------------- */
 
@@ -268,6 +270,7 @@ typedef struct xfer_tcp_lane {
  * told apart from endpoints by their low bits */
 #define XFER_TCP_EV_LANE   1u
 #define XFER_TCP_EV_ACCEPT 2u
+#define XFER_TCP_EV_LPORT  3u
 #define XFER_TCP_EV_MASK   3u
 
 struct xfer_ep {
@@ -361,6 +364,7 @@ struct xfer_ep {
     unsigned            nlanes;         /* in use: min(ours, the peer's); 1 before connect */
     unsigned            lanes_max;      /* what this side offered */
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
+    xfer_tcp_lane_port_t *lport;        /* server: where its lanes come; NULL: one lane */
     xfer_tcp_lane_t     *lanes;
     ucs_list_link_t     tx_wait;        /* xfer_tcp_tx_t written on lane 0, not on all lanes */
     int                 hot;            /* on iface->hot: busy polling reads it directly */
@@ -419,8 +423,8 @@ struct xfer_iface {
     xfer_tcp_cuda_t          cuda;
     /* lanes: the port they connect to, and the connections that did not say which yet */
     unsigned                 lanes;         /* what endpoints offer */
-    int                      lane_fd;       /* listening, -1 = none */
-    uint16_t                 lane_port;
+    ucs_list_link_t          lane_ports;    /* xfer_tcp_lane_port_t, one per local address */
+    unsigned                 num_lane_ports;
     ucs_list_link_t          accepts;       /* struct xfer_tcp_accept, oldest first */
     unsigned                 num_accepts;
     unsigned                 lanes_awaited; /* lanes our server endpoints still wait for */
@@ -650,14 +654,28 @@ void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
                             const char *reason);
 
 /* ---- tcp_lane_port.c ------------------------------------------------------------------------ */
+/* Lane ports an iface opens at most: one per local address that server endpoints came in at;
+ * past it, endpoints at another address use one connection. */
+#define XFER_TCP_LANE_PORTS_MAX 16
+
+/* A listening socket for lanes, bound to one local address (tcp_lane_port.c). */
+struct xfer_tcp_lane_port {
+    ucs_list_link_t list;       /* iface->lane_ports */
+    int             fd;
+    uint16_t        port;
+    int             family;
+    struct in6_addr host;       /* the address it binds (IPv4 as IPv4-mapped) */
+};
+
 /* Connections accepted on the lane port that have not sent their LANE_HELLO yet, beyond the
  * lanes our endpoints wait for; past this the oldest is closed, so that idle connections
  * cannot take descriptors without bound. */
 #define XFER_TCP_ACCEPT_MAX 32
 struct xfer_tcp_accept;
 
-/* Open the lane port (the first server-side endpoint does); failing, lanes are off. */
-void xfer_tcp_lane_port_open(xfer_iface_h iface);
+/* The lane port at the local address of ep's connection, opened by the first server endpoint
+ * there; NULL: none (ep takes one lane). */
+xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep);
 /* Close the oldest silent connections beyond the bound (it falls as lanes attach). */
 void xfer_tcp_lanes_trim(xfer_iface_h iface);
 /* A server endpoint now waits for n lanes to come to the port. */
@@ -686,7 +704,7 @@ void xfer_tcp_lane_update_events(xfer_tcp_lane_t *lane);
 /* epoll said something of a tagged pointer (a lane or an accepted connection). */
 unsigned xfer_tcp_lanes_handle_event(xfer_iface_h iface, void *tagged, uint32_t events);
 /* The lane port has connections to accept. */
-unsigned xfer_tcp_lanes_accept(xfer_iface_h iface);
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface, xfer_tcp_lane_port_t *lp);
 /* XFER_TCP_BUSY_POLL: what epoll would have said of ep's lanes. */
 unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep);
 /* Connect again the client lanes whose retry is due. */

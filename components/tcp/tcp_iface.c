@@ -443,8 +443,9 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
             }
             continue;
         }
-        if (events[i].data.ptr == &iface->lane_fd) {
-            count += xfer_tcp_lanes_accept(iface);
+        if ((events[i].data.u64 & XFER_TCP_EV_MASK) == XFER_TCP_EV_LPORT) {
+            count += xfer_tcp_lanes_accept(iface, (xfer_tcp_lane_port_t*)(uintptr_t)
+                                           (events[i].data.u64 & ~(uint64_t)XFER_TCP_EV_MASK));
             continue;
         }
         if (events[i].data.u64 & XFER_TCP_EV_MASK) {

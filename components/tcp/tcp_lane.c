@@ -51,11 +51,14 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
     xfer_iface_h iface = ep->iface;
 
     ucs_list_head_init(&ep->tx_wait);
-    ep->nlanes = 1;
-    if (ep->is_server && (iface->lanes > 1) && (iface->lane_fd < 0)) {
-        xfer_tcp_lane_port_open(iface);
-    }
+    ep->nlanes    = 1;
     ep->lanes_max = iface->lanes;
+    if (ep->is_server && (iface->lanes > 1)) {
+        ep->lport = xfer_tcp_lane_port_get(ep);
+        if (ep->lport == NULL) {
+            ep->lanes_max = 1;
+        }
+    }
     ep->token     = xfer_random64();
     if (ep->lanes_max < 2) {
         return XFER_OK;
@@ -76,7 +79,7 @@ xfer_status_t xfer_tcp_lanes_ep_init(xfer_ep_h ep)
 void xfer_tcp_lanes_ep_addr(xfer_ep_h ep, xfer_tcp_wire_ep_addr_t *addr)
 {
     addr->lanes     = (uint8_t)ep->lanes_max;
-    addr->lane_port = (ep->lanes_max > 1) ? ep->iface->lane_port : 0;
+    addr->lane_port = ((ep->lanes_max > 1) && (ep->lport != NULL)) ? ep->lport->port : 0;
     addr->token     = ep->token;
 }
 

@@ -1,8 +1,10 @@
 /*
- * The lane port (tcp_lane.c says what lanes are): the server iface's listening socket for
- * its endpoints' lanes, opened with its first server-side endpoint, and the connections to
- * it until they say which lane of which endpoint they are (LANE_HELLO: lane number and the
- * endpoint's random token, from lane 0's host).
+ * The lane ports (tcp_lane.c says what lanes are): the server iface's listening sockets for
+ * its endpoints' lanes, and the connections to them until they say which lane of which
+ * endpoint they are (LANE_HELLO: lane number and the endpoint's random token, from lane 0's
+ * host). A lane port binds the one address a server endpoint's bootstrap connection came in
+ * at, opened with the first endpoint that came in there: a listener on loopback opens no
+ * socket that another interface reaches, and an address nobody connected to has no port.
  *
  * A connection that names no waiting endpoint, a taken lane or another host is closed with a
  * log line. Connections that have not sent their hello yet are held up to the number of
@@ -26,6 +28,7 @@
 struct xfer_tcp_accept {
     ucs_list_link_t list;       /* iface->accepts, oldest first */
     int             fd;
+    xfer_tcp_lane_port_t *lport; /* the port it came to */
     unsigned        got;
     uint8_t         buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
 };
@@ -40,36 +43,36 @@ static unsigned lanes_auto(void)
     return (cores >= 16) ? 4 : 2;
 }
 
-static int listen_on(int family, uint16_t *port_p)
+/* A listening socket on the address of sa (its port replaced by one the kernel picks). */
+static int listen_on(const struct sockaddr_storage *sa, socklen_t len, uint16_t *port_p)
 {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int fd, zero = 0;
+    struct sockaddr_storage ss = *sa;
+    int fd;
 
-    fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
+    if (ss.ss_family == AF_INET6) {
+        ((struct sockaddr_in6*)&ss)->sin6_port = 0;
+    } else if (ss.ss_family == AF_INET) {
+        ((struct sockaddr_in*)&ss)->sin_port = 0;
+    } else {
+        errno = EAFNOSUPPORT;
         return -1;
     }
-    memset(&ss, 0, sizeof(ss));
-    if (family == AF_INET6) {
-        (void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-        ((struct sockaddr_in6*)&ss)->sin6_family = AF_INET6;
-        ((struct sockaddr_in6*)&ss)->sin6_addr   = in6addr_any;
-        len = sizeof(struct sockaddr_in6);
-    } else {
-        ((struct sockaddr_in*)&ss)->sin_family      = AF_INET;
-        ((struct sockaddr_in*)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
-        len = sizeof(struct sockaddr_in);
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
     }
     /* a burst of endpoints connects all its lanes before the server looks: the kernel's
      * largest backlog (net.core.somaxconn) holds them */
     if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
         (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
+        int err = errno;
+
         close(fd);
+        errno = err;
         return -1;
     }
-    *port_p = ntohs((family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
-                                           ((struct sockaddr_in*)&ss)->sin_port);
+    *port_p = ntohs((ss.ss_family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
+                                                 ((struct sockaddr_in*)&ss)->sin_port);
     return fd;
 }
 
@@ -77,9 +80,9 @@ void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
 {
     unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
 
-    iface->lanes   = 1;
-    iface->lane_fd = -1;
+    iface->lanes = 1;
     ucs_list_head_init(&iface->accepts);
+    ucs_list_head_init(&iface->lane_ports);
     if (want > XFER_TCP_WIRE_LANES_MAX) {
         want = XFER_TCP_WIRE_LANES_MAX;
     }
@@ -95,29 +98,84 @@ void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
     iface->lanes = want;
 }
 
-/* The lane port, opened by the first server-side endpoint: a process that only connects
- * listens nowhere. Failing, endpoints use one connection from then on. */
-void xfer_tcp_lane_port_open(xfer_iface_h iface)
+/* The IP address of a (IPv4, IPv6 or IPv4-mapped IPv6) socket address; 0 when none. */
+static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->lane_fd};
+    if (ss->ss_family == AF_INET6) {
+        *a = ((const struct sockaddr_in6*)ss)->sin6_addr;
+        return 1;
+    }
+    if (ss->ss_family == AF_INET) {
+        memset(a, 0, sizeof(*a));
+        a->s6_addr[10] = a->s6_addr[11] = 0xff;
+        memcpy(&a->s6_addr[12], &((const struct sockaddr_in*)ss)->sin_addr, 4);
+        return 1;
+    }
+    return 0;
+}
 
-    iface->lane_fd = listen_on(AF_INET6, &iface->lane_port);
-    if (iface->lane_fd < 0) {
-        iface->lane_fd = listen_on(AF_INET, &iface->lane_port);
+static void host_str(const struct sockaddr_storage *ss, char *buf, size_t size)
+{
+    const void *a = (ss->ss_family == AF_INET6) ?
+                            (const void*)&((const struct sockaddr_in6*)ss)->sin6_addr :
+                            (const void*)&((const struct sockaddr_in*)ss)->sin_addr;
+
+    if (((ss->ss_family != AF_INET) && (ss->ss_family != AF_INET6)) ||
+        (inet_ntop(ss->ss_family, a, buf, (socklen_t)size) == NULL)) {
+        snprintf(buf, size, "?");
     }
-    if ((iface->lane_fd >= 0) &&
-        (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->lane_fd, &ev) == 0)) {
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u",
-                    iface->lanes, iface->lane_port);
-        return;
+}
+
+/* The lane port at the address ep's bootstrap connection came in at: found, or opened now.
+ * NULL when it cannot be (ep then uses one connection). */
+xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
+{
+    xfer_iface_h iface = ep->iface;
+    struct epoll_event ev = {.events = EPOLLIN};
+    struct sockaddr_storage here;
+    socklen_t len = sizeof(here);
+    xfer_tcp_lane_port_t *lp;
+    struct in6_addr host;
+    char at[INET6_ADDRSTRLEN];
+
+    if ((getsockname(ep->fd, (struct sockaddr*)&here, &len) != 0) || !host_of(&here, &host)) {
+        return NULL;
     }
-    xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port (%s): endpoints use one "
-             "connection (XFER_TCP_LANES=1 says so without trying)", strerror(errno));
-    if (iface->lane_fd >= 0) {
-        close(iface->lane_fd);
-        iface->lane_fd = -1;
+    ucs_list_for_each(lp, &iface->lane_ports, list) {
+        if ((lp->family == here.ss_family) && (memcmp(&lp->host, &host, sizeof(host)) == 0)) {
+            return lp;
+        }
     }
-    iface->lanes = 1;
+    host_str(&here, at, sizeof(at));
+    if (iface->num_lane_ports >= XFER_TCP_LANE_PORTS_MAX) {
+        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "no lane port at %s: %u addresses have "
+                    "theirs already; its endpoints use one connection", at,
+                    iface->num_lane_ports);
+        return NULL;
+    }
+    lp = calloc(1, sizeof(*lp));
+    if (lp == NULL) {
+        return NULL;
+    }
+    lp->family = here.ss_family;
+    lp->host   = host;
+    lp->fd     = listen_on(&here, len, &lp->port);
+    ev.data.u64 = (uintptr_t)lp | XFER_TCP_EV_LPORT;
+    if ((lp->fd < 0) || (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, lp->fd, &ev) != 0)) {
+        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port at %s (%s): its endpoints use "
+                 "one connection (XFER_TCP_LANES=1 says so without trying)", at,
+                 strerror(errno));
+        if (lp->fd >= 0) {
+            close(lp->fd);
+        }
+        free(lp);
+        return NULL;
+    }
+    ucs_list_add_tail(&iface->lane_ports, &lp->list);
+    iface->num_lane_ports++;
+    xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "endpoints take %u lanes, port %u at %s",
+                iface->lanes, lp->port, at);
+    return lp;
 }
 
 /* acc is done with: off the list, its connection closed unless fd was taken (-1). */
@@ -139,8 +197,14 @@ void xfer_tcp_lanes_iface_close(xfer_iface_h iface)
             accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
         }
     }
-    if (iface->lane_fd >= 0) {
-        close(iface->lane_fd);
+    if (iface->lane_ports.next != NULL) {
+        while (!ucs_list_is_empty(&iface->lane_ports)) {
+            xfer_tcp_lane_port_t *lp = ucs_list_extract_head(&iface->lane_ports,
+                                                             xfer_tcp_lane_port_t, list);
+
+            close(lp->fd);
+            free(lp);
+        }
     }
     free(iface->scratch);
 }
@@ -153,22 +217,6 @@ void xfer_tcp_lanes_awaited(xfer_ep_h ep, unsigned n)
 }
 
 /* ---- hellos ------------------------------------------------------------------------------- */
-
-/* The IP address of a (IPv4, IPv6 or IPv4-mapped IPv6) socket address; 0 when none. */
-static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
-{
-    if (ss->ss_family == AF_INET6) {
-        *a = ((const struct sockaddr_in6*)ss)->sin6_addr;
-        return 1;
-    }
-    if (ss->ss_family == AF_INET) {
-        memset(a, 0, sizeof(*a));
-        a->s6_addr[10] = a->s6_addr[11] = 0xff;
-        memcpy(&a->s6_addr[12], &((const struct sockaddr_in*)ss)->sin_addr, 4);
-        return 1;
-    }
-    return 0;
-}
 
 static int same_host(const struct sockaddr_storage *x, const struct sockaddr_storage *y)
 {
@@ -189,11 +237,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
     int fd = acc->fd;
 
     if (getpeername(fd, (struct sockaddr*)&theirs, &tlen) == 0) {
-        const void *a = (theirs.ss_family == AF_INET6) ?
-                                (const void*)&((struct sockaddr_in6*)&theirs)->sin6_addr :
-                                (const void*)&((struct sockaddr_in*)&theirs)->sin_addr;
-
-        inet_ntop(theirs.ss_family, a, host, sizeof(host));
+        host_str(&theirs, host, sizeof(host));
     }
     if (xfer_tcp_wire_unpack_lane_hello(acc->buf, &hello, why, sizeof(why)) != XFER_OK) {
         goto refuse;
@@ -202,7 +246,8 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
     ucs_list_for_each(ep, &iface->eps, list) {
         xfer_tcp_lane_t *lane;
 
-        if ((ep->token != hello.token) || !ep->is_server || (hello.lane >= ep->lanes_max) ||
+        if ((ep->token != hello.token) || !ep->is_server || (ep->lport != acc->lport) ||
+            (hello.lane >= ep->lanes_max) ||
             ((ep->state != XFER_TCP_EP_CREATED) && (ep->state != XFER_TCP_EP_CONNECTED))) {
             continue;
         }
@@ -302,13 +347,13 @@ void xfer_tcp_lanes_trim(xfer_iface_h iface)
     accepts_bound(iface, 0);
 }
 
-unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
+unsigned xfer_tcp_lanes_accept(xfer_iface_h iface, xfer_tcp_lane_port_t *lp)
 {
     unsigned count = 0;
 
     for (;;) {
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
-        int fd = accept4(iface->lane_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(lp->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         struct xfer_tcp_accept *acc;
 
         if (fd < 0) {
@@ -328,6 +373,7 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface)
             continue;
         }
         acc->fd     = fd;
+        acc->lport  = lp;
         acc->got    = 0;
         ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
         if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {

@@ -43,7 +43,7 @@ static void advertised_host(char *buf, size_t size)
 ncclResult_t xn_listen(int dev, void *handle, void **listen_comm)
 {
     xn_handle_t *h = handle;
-    char host[64];
+    char host[64], at[80];
     xn_listen_t *lc;
     xfer_status_t st;
     ncclResult_t ret = xn_check_dev(dev);
@@ -56,13 +56,21 @@ ncclResult_t xn_listen(int dev, void *handle, void **listen_comm)
     if (lc == NULL) {
         return ncclSystemError;
     }
-    st = xfer_listen(xn.ctx, ":0", &lc->listener);
+    /* listen where peers are told to connect, nothing wider; an advertised name this host
+     * cannot bind (a NAT's address) falls back to every interface */
+    advertised_host(host, sizeof(host));
+    snprintf(at, sizeof(at), strchr(host, ':') ? "[%s]:0" : "%s:0", host);
+    st = xfer_listen(xn.ctx, at, &lc->listener);
+    if (st == XFER_ERR_UNAVAILABLE) {
+        xn_info("cannot listen at %s (not an address of this host): listening on every "
+                "interface", at);
+        st = xfer_listen(xn.ctx, "*:0", &lc->listener);
+    }
     if (st != XFER_OK) {
         xn_warn("xfer_listen: %s", xfer_status_string(st));
         free(lc);
         return xn_result(st);
     }
-    advertised_host(host, sizeof(host));
     memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
     h->magic = XN_HANDLE_MAGIC;
     snprintf(h->address, sizeof(h->address), strchr(host, ':') ? "[%s]:%u" : "%s:%u", host,

@@ -614,15 +614,15 @@ static int server_session(perf_t *perf, int *served_p)
 int perf_server_run(perf_t *perf)
 {
     const options_t *o = &perf->opts;
-    char addr[32], peer[96];
+    char addr[300], peer[96];
     xfer_status_t st;
     int ret, served;
 
-    snprintf(addr, sizeof(addr), ":%u", o->port);
+    snprintf(addr, sizeof(addr), strchr(o->bind, ':') ? "[%s]:%u" : "%s:%u", o->bind, o->port);
     st = xfer_listen(perf->ctx, addr, &perf->listener);
     if (st != XFER_OK) {
-        fprintf(stderr, "xfer_perf: cannot listen on port %u: %s\n", o->port,
-                xfer_status_string(st));
+        fprintf(stderr, "xfer_perf: cannot listen at %s: %s (%s)\n", addr,
+                xfer_status_string(st), xfer_last_error());
         return -1;
     }
     printf("# xfer_perf server: listening on port %u\n", xfer_listener_port(perf->listener));

@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "ucx_perftest.\n"
             "\n"
             "  -p, --port PORT        TCP port of the server (default %d)\n"
+            "      --bind HOST        server: listen at HOST only (default \"*\", every\n"
+            "                         interface; \"\" is loopback, as xfer_listen's \":port\")\n"
             "  -t, --test TEST        put_bw, get_bw, tag_bw (default), tensor_bw,\n"
             "                         put_lat, tag_lat, tensor_lat, batch_put, batch_get\n"
             "  -s, --size BYTES       message size, a batch test's block size; k, m, g\n"
@@ -167,6 +169,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
 {
     static const struct option long_opts[] = {
         {"port",       required_argument, NULL, 'p'},
+        {"bind",       required_argument, NULL, 'B'},
         {"test",       required_argument, NULL, 't'},
         {"size",       required_argument, NULL, 's'},
         {"all",        no_argument,       NULL, 'a'},
@@ -189,7 +192,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
     uint64_t v;
     int c, window_given = 0;
 
-    *o = (options_t){.port = DEFAULT_PORT, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
+    *o = (options_t){.port = DEFAULT_PORT, .bind = "*", .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW, .notify_len = NOTIFY_MIN};
     while ((c = getopt_long(argc, argv, "p:t:s:ab:n:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
@@ -199,6 +202,9 @@ int perf_options_parse(int argc, char **argv, options_t *o)
                 return 2;
             }
             o->port = (unsigned)v;
+            break;
+        case 'B':
+            o->bind = optarg;
             break;
         case 't':
             for (o->test = 0; o->test < TEST_LAST; o->test++) {

@@ -71,6 +71,7 @@ extern const perf_test_info_t perf_tests[TEST_LAST];
 typedef struct options {
     const char *host;       /* NULL: server */
     unsigned   port;
+    const char *bind;       /* server: the host part of the address it listens at */
     test_t     test;
     size_t     size;
     int        sweep;

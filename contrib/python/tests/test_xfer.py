@@ -335,21 +335,32 @@ def _outward_address():
 
 def test_listen_defaults_to_loopback():
     """listen() without an address is reachable from this host only: a connect to the host's
-    outward address is refused, one to loopback is accepted."""
+    outward address is refused, one to loopback is accepted, over IPv4 and (where the host
+    has it) IPv6."""
+    import socket
     import threading
     outward = _outward_address()
+    loopbacks = ["127.0.0.1"]
+    if socket.has_ipv6:
+        try:
+            with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+                s.bind(("::1", 0))
+            loopbacks.append("[::1]")
+        except OSError:
+            pass
     with xfer.Context() as server, xfer.Context() as client, server.listen() as lst:
         if outward is not None:
             with pytest.raises(xfer.XferError) as e:
                 client.connect(f"{outward}:{lst.port}")
             assert e.value.status == CONNECTION, e.value
-        got = []
-        t = threading.Thread(target=lambda: got.append(client.connect(f"127.0.0.1:{lst.port}")))
-        t.start()
-        accepted = lst.accept(timeout=10)
-        t.join(10)
-        assert accepted is not None and len(got) == 1
-        got[0].close(force=True)
-        accepted.close(force=True)
+        for host in loopbacks:
+            got = []
+            t = threading.Thread(target=lambda: got.append(client.connect(f"{host}:{lst.port}")))
+            t.start()
+            accepted = lst.accept(timeout=10)
+            t.join(10)
+            assert accepted is not None and len(got) == 1, host
+            got[0].close(force=True)
+            accepted.close(force=True)
     if outward is None:
         pytest.skip("no outward address: only the loopback half was checked")

@@ -163,10 +163,11 @@ cdef class Context:
     def is_open(self):
         return self.ctx != NULL
 
-    def listen(self, str address="127.0.0.1:0"):
+    def listen(self, str address=":0"):
         """Listen for peers at address ("host:port", "[v6]:port"; port 0 picks one). The
-        default is loopback: only this host's processes reach it; name an interface's address,
-        or "0.0.0.0:port", to be reachable from the network."""
+        default, ":0", is loopback (127.0.0.1 and ::1): only this host's processes reach it;
+        name an interface's address, or "*:port" (every interface, both families), to be
+        reachable from the network."""
         cdef Listener lst = Listener.__new__(Listener)
         cdef bytes a = address.encode()
         cdef const char *ap = a

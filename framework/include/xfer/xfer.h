@@ -300,8 +300,11 @@ XFER_API void xfer_request_release(xfer_request_t *req);
  */
 typedef struct xfer_listener xfer_listener_t;
 
-/* address: "host:port", "[v6]:port" or ":port"; port 0 picks a free port. A name that
- * resolves to several addresses is listened on at the first. */
+/* address: "host:port", "[v6]:port", ":port" (this host's loopback, 127.0.0.1 and ::1) or
+ * "*:port" (every interface, IPv4 and IPv6); port 0 picks a free port, the same for every
+ * address. A name that resolves to several addresses is listened on at each (up to four); a
+ * family the host lacks is skipped. Every socket the transports open for this listener's
+ * endpoints (tcp's lane port) binds the address the peer reached, nothing wider. */
 XFER_API xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address,
                                    xfer_listener_t **listener_p);
 XFER_API uint16_t xfer_listener_port(const xfer_listener_t *listener);
