@@ -10,7 +10,7 @@ import pytest
 
 import xfer
 
-CANCELED, TIMEOUT, OUT_OF_RANGE = -10, -8, -16
+CANCELED, TIMEOUT, OUT_OF_RANGE, PEER_CLOSED = -10, -8, -16, -20
 BLOCK, NBLOCKS = 4096, 128
 REGION = BLOCK * NBLOCKS
 
@@ -198,4 +198,51 @@ def test_batch_errors_carry_their_reason(peer):
                 b.post()
         p.send("done")
         ep.close()
+    p.finish()
+
+
+def acting_handler(ctx, ep, conn):
+    """A notification handler that posts and closes from inside itself, as xfer.h allows (it
+    may post, close and progress, not wait): each notification is sent back with tag 2; the
+    one that says b"close" closes the endpoint in order."""
+    region = np.zeros(REGION, dtype=np.uint8)
+    replies, closed = [], []
+
+    def handler(e, msg):
+        if msg == b"close":
+            e.close()
+            closed.append(e)
+        else:
+            replies.append(e.tag_send(2, msg))
+
+    with ctx.register(region) as mem:
+        ep.tag_send(1, mem.pack()).wait(20)
+        ctx.on_notify(handler)
+        deadline = time.monotonic() + 30
+        while not closed and time.monotonic() < deadline:
+            ctx.progress()
+        assert closed == [ep], "the close notification did not close ep"
+        for r in replies:                      # posted before the close: it delivers them
+            r.wait(20)
+        conn.send(len(replies))
+
+
+def test_a_notification_handler_may_post_and_close(peer):
+    p = peer(acting_handler)
+    with xfer.Context() as ctx:
+        ep, rkey = connect_and_key(ctx, p)
+        src = np.ones(BLOCK, dtype=np.uint8)
+        with ctx.register(src) as mem, ep.batch("put", mem, rkey, [(0, 0, BLOCK)]) as b:
+            for i in range(5):
+                assert b.post(notify=str(i).encode(), timeout=20).wait(20) is None
+                buf = bytearray(16)
+                n = ctx.tag_recv(buf, 2, ep=ep).wait(20)
+                assert bytes(buf[:n]) == str(i).encode()
+            assert b.post(notify=b"close", timeout=20).wait(20) is None
+        # the peer closed in order: what waits on this endpoint ends with PEER_CLOSED
+        with pytest.raises(xfer.XferError) as e:
+            ctx.tag_recv(bytearray(16), 3, ep=ep).wait(20)
+        assert e.value.status == PEER_CLOSED, e.value
+        assert p.recv(30) == 5
+        ep.close(force=True)
     p.finish()
