@@ -635,6 +635,136 @@ Test(nccl_net, dereg_mr_with_operations_outstanding_never_leaks_the_region)
     two_ranks(9, dereg_outstanding);
 }
 
+/*
+ * A rank closes its comms with requests in flight (as NCCL does when it aborts): its pending
+ * receive and the peer's messages it never received. The peer's answer is the same on every
+ * transport: a send still using its buffer at the close (64 MiB, never received) and a receive
+ * posted before it fail with ncclRemoteError, never succeed or hang; a small send may have
+ * completed before (its buffer was free), and from when the peer saw the close every new
+ * send fails, at posting or at its test.
+ */
+static void close_in_flight(rank_t *r)
+{
+    size_t big = 64u << 20, cap = 4096;
+    uint8_t *bulk = malloc(big), small[4096];
+    void *req = NULL, *sreq = NULL, *bigreq = NULL, *rreq = NULL, *data = small;
+    int tag = 1, size, done;
+    ncclResult_t res;
+    double end;
+
+    CHECK(bulk != NULL, "malloc");
+    memset(bulk, 0x33, big);
+    rank_connect(r);
+    if (r->id == 1) {
+        CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &req) ==
+              ncclSuccess && (req != NULL), "irecv");
+        barrier(r);                                 /* rank 0 posts its sends */
+        barrier(r);
+        CHECK(NET(&r->net, closeRecv)(r->recv_comm) == ncclSuccess, "closeRecv in flight");
+        CHECK(NET(&r->net, closeSend)(r->send_comm) == ncclSuccess, "closeSend");
+        barrier(r);                                 /* rank 0 checks what it sees */
+        CHECK(NET(&r->net, closeListen)(r->listen_comm) == ncclSuccess, "closeListen");
+        free(bulk);
+        return;
+    }
+    tag = 7;                                        /* rank 1 sends nothing */
+    CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &rreq) == ncclSuccess &&
+          (rreq != NULL), "irecv");
+    barrier(r);
+    CHECK(net_isend(&r->net, r->send_comm, bulk, big, 2, NULL, &bigreq) == ncclSuccess &&
+          (bigreq != NULL), "isend 64 MiB");
+    CHECK(net_isend(&r->net, r->send_comm, small, 100, 3, NULL, &sreq) == ncclSuccess &&
+          (sreq != NULL), "isend 100 B");
+    barrier(r);                                     /* rank 1 closes now */
+    CHECK(!wait_req(r, bigreq, &size, &res) && (res == ncclRemoteError),
+          "a 64 MiB send the peer never received ended with %d", res);
+    CHECK(!wait_req(r, rreq, &size, &res) && (res == ncclRemoteError),
+          "a receive from a peer that closed ended with %d", res);
+    res = ncclSuccess;
+    (void)wait_req(r, sreq, &size, &res);
+    CHECK((res == ncclSuccess) || (res == ncclRemoteError), "the small send ended with %d",
+          res);
+    /* the peer's close is known now: a new send fails */
+    sreq = NULL;
+    res  = net_isend(&r->net, r->send_comm, small, 100, 4, NULL, &sreq);
+    done = 0;
+    for (end = now_ms() + WAIT_MS; (res == ncclSuccess) && (sreq != NULL) && !done;) {
+        res = NET(&r->net, test)(sreq, &done, &size);
+        CHECK(now_ms() < end, "a send after the close neither failed nor completed");
+    }
+    CHECK(res == ncclRemoteError, "a send after the peer closed: result %d (done %d)", res,
+          done);
+    barrier(r);
+    rank_close(r);
+    free(bulk);
+}
+
+Test(nccl_net, closing_comms_with_requests_in_flight_fails_the_peers_requests_alike)
+{
+    two_ranks(9, close_in_flight);
+}
+
+/*
+ * The end of a run: rank 1 receives every message rank 0 sent, then closes at once; rank 0
+ * tests its sends only after that. Each was received, so each succeeds, on every transport:
+ * the close must not turn a delivered send into an error.
+ */
+static void close_after_receiving(rank_t *r)
+{
+    enum { N = 16 };
+    size_t len[N], cap;
+    uint8_t *buf[N];
+    void *req[N], *data;
+    int size, tag;
+    ncclResult_t res;
+
+    for (int i = 0; i < N; i++) {
+        len[i] = (i % 2) ? (1u << 20) + (size_t)i : 4096;
+        buf[i] = malloc(len[i]);
+        CHECK(buf[i] != NULL, "malloc");
+        memset(buf[i], i, len[i]);
+        req[i] = NULL;
+    }
+    rank_connect(r);
+    for (int i = 0; i < N; i++) {
+        tag  = i;
+        data = buf[i];
+        cap  = len[i];
+        if (r->id == 0) {
+            CHECK(net_isend(&r->net, r->send_comm, buf[i], len[i], tag, NULL, &req[i]) ==
+                  ncclSuccess && (req[i] != NULL), "isend %d", i);
+        } else {
+            CHECK(net_irecv(&r->net, r->recv_comm, 1, &data, &cap, &tag, NULL, &req[i]) ==
+                  ncclSuccess && (req[i] != NULL), "irecv %d", i);
+        }
+    }
+    if (r->id == 1) {
+        for (int i = 0; i < N; i++) {
+            CHECK(wait_req(r, req[i], &size, &res) && (size == (int)len[i]), "receive %d: %d",
+                  i, res);
+        }
+        CHECK(NET(&r->net, closeRecv)(r->recv_comm) == ncclSuccess, "closeRecv");
+        CHECK(NET(&r->net, closeSend)(r->send_comm) == ncclSuccess, "closeSend");
+        barrier(r);
+        CHECK(NET(&r->net, closeListen)(r->listen_comm) == ncclSuccess, "closeListen");
+    } else {
+        barrier(r);                                 /* rank 1 received all and closed */
+        for (int i = 0; i < N; i++) {
+            CHECK(wait_req(r, req[i], &size, &res), "send %d, which rank 1 received, ended "
+                  "with %d", i, res);
+        }
+        rank_close(r);
+    }
+    for (int i = 0; i < N; i++) {
+        free(buf[i]);
+    }
+}
+
+Test(nccl_net, a_send_the_peer_received_succeeds_although_the_peer_closed_at_once)
+{
+    two_ranks(9, close_after_receiving);
+}
+
 /* ---- a peer that dies --------------------------------------------------------------------- */
 
 Test(nccl_net, a_dead_peer_fails_the_requests_instead_of_hanging)
