@@ -211,6 +211,21 @@ xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counte
     return XFER_OK;
 }
 
+xfer_status_t xfer_context_counters(xfer_context_t *ctx, xfer_counter_t *counters,
+                                    size_t *count_p)
+{
+    if ((ctx == NULL) || (count_p == NULL) || ((counters == NULL) && (*count_p > 0))) {
+        xfer_refuse(EP_SUBSYS, "xfer_context_counters: %s is NULL",
+                    (ctx == NULL) ? "the context" : (count_p == NULL) ? "count_p" : "counters");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (*count_p > 0) {
+        memset(counters, 0, *count_p * sizeof(*counters));
+    }
+    *count_p = xfer_log_peer_counters(counters, *count_p);
+    return XFER_OK;
+}
+
 void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n, const char *prefix,
                       const char *name, uint64_t value)
 {

@@ -118,8 +118,13 @@ static void hs_free(xfer_listener_t *l, handshake_t *hs)
 static void hs_fail(xfer_listener_t *l, handshake_t *hs, xfer_status_t status, const char *why,
                     xfer_log_level_t level)
 {
-    xfer_log(level, XFER_BOOT_SUBSYS, "closing connection from %s: %s (%s)", hs->peer, why,
-             xfer_status_string(status));
+    if (level <= XFER_LOG_WARN) {       /* the peer's doing: a flood is logged at a bound */
+        xfer_log_peer("handshake_refused", level, XFER_BOOT_SUBSYS, "closing connection from "
+                      "%s: %s (%s)", hs->peer, why, xfer_status_string(status));
+    } else {
+        xfer_log(level, XFER_BOOT_SUBSYS, "closing connection from %s: %s (%s)", hs->peer, why,
+                 xfer_status_string(status));
+    }
     hs_free(l, hs);
 }
 
@@ -353,7 +358,7 @@ static xfer_status_t hs_start(xfer_listener_t *l, int fd, const char *peer, int6
 
     hs = calloc(1, sizeof(*hs));
     if (hs == NULL) {
-        xfer_log(XFER_LOG_WARN, XFER_BOOT_SUBSYS, "closing connection from %s: out of memory",
+        xfer_log_peer("handshake_refused", XFER_LOG_WARN, XFER_BOOT_SUBSYS, "closing connection from %s: out of memory",
                  peer);
         close(fd);
         return XFER_ERR_NO_MEMORY;
@@ -368,7 +373,7 @@ static xfer_status_t hs_start(xfer_listener_t *l, int fd, const char *peer, int6
     ev.events   = EPOLLIN;
     ev.data.ptr = hs;
     if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-        xfer_log(XFER_LOG_WARN, XFER_BOOT_SUBSYS, "closing connection from %s: "
+        xfer_log_peer("handshake_refused", XFER_LOG_WARN, XFER_BOOT_SUBSYS, "closing connection from %s: "
                  "epoll_ctl(ADD): %s", peer, strerror(errno));
         close(fd);
         free(hs);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 const char *const xfer_log_level_names[] = {"error", "warn", "info", "debug", "trace", NULL};
@@ -94,6 +95,123 @@ void xfer_refuse(const char *subsys, const char *fmt, ...)
     if (xfer_log_enabled(XFER_LOG_INFO)) {
         log_line(XFER_LOG_INFO, subsys, last_error);
     }
+}
+
+/* ---- lines a peer causes ------------------------------------------------------------------- */
+
+/* Per cause, at most LIMIT_BURST lines in a window of LIMIT_WINDOW_MS; the rest are counted,
+ * and the first line of a later window says how many were held back. Process-wide: a flood
+ * spread over many endpoints or listeners is one flood. */
+#define LIMIT_BURST      10
+#define LIMIT_WINDOW_MS  10000
+#define LIMIT_CAUSES     32
+
+typedef struct log_cause {
+    char     name[32];
+    uint64_t events;        /* every occurrence */
+    uint64_t unlogged;      /* ... whose line was held back */
+    int64_t  window_ms;     /* start of the current window */
+    unsigned lines;         /* written in it */
+    unsigned held;          /* held back since the last line written */
+    int64_t  held_since_ms;
+} log_cause_t;
+
+static pthread_mutex_t causes_lock = PTHREAD_MUTEX_INITIALIZER;
+static log_cause_t causes[LIMIT_CAUSES];
+static unsigned num_causes;
+
+static int64_t log_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The cause named name, made on first use; the last slot takes every name past the table. */
+static log_cause_t *cause_get(const char *name)
+{
+    for (unsigned i = 0; i < num_causes; i++) {
+        if (strcmp(causes[i].name, name) == 0) {
+            return &causes[i];
+        }
+    }
+    if (num_causes == LIMIT_CAUSES) {
+        return &causes[LIMIT_CAUSES - 1];
+    }
+    snprintf(causes[num_causes].name, sizeof(causes[num_causes].name), "%s",
+             (num_causes == LIMIT_CAUSES - 1) ? "other" : name);
+    return &causes[num_causes++];
+}
+
+void xfer_log_peer(const char *cause, xfer_log_level_t level, const char *subsys,
+                   const char *fmt, ...)
+{
+    char msg[1024], line[1200];
+    unsigned held = 0;
+    int64_t now = log_now_ms(), held_ms = 0;
+    int write = 0, last = 0, n;
+    log_cause_t *c;
+    va_list ap;
+
+    pthread_mutex_lock(&causes_lock);
+    c = cause_get(cause);
+    c->events++;
+    if (now - c->window_ms >= LIMIT_WINDOW_MS) {
+        c->window_ms = now;
+        c->lines     = 0;
+    }
+    if (c->lines < LIMIT_BURST) {
+        write   = 1;
+        last    = (++c->lines == LIMIT_BURST);
+        held    = c->held;
+        held_ms = now - c->held_since_ms;
+        c->held = 0;
+    } else {
+        c->unlogged++;
+        if (c->held++ == 0) {
+            c->held_since_ms = now;
+        }
+    }
+    pthread_mutex_unlock(&causes_lock);
+    if (!write || !xfer_log_enabled(level)) {
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    n = snprintf(line, sizeof(line), "%s", msg);
+    if (held && (n < (int)sizeof(line))) {
+        n += snprintf(line + n, sizeof(line) - (size_t)n, " (%u more like this in the last "
+                      "%.1f s)", held, (double)held_ms / 1000.0);
+    }
+    if (last && (n < (int)sizeof(line))) {
+        snprintf(line + n, sizeof(line) - (size_t)n, " (more lines like this in the next %d s "
+                 "are held back and counted: xfer_context_counters)", LIMIT_WINDOW_MS / 1000);
+    }
+    log_line(level, subsys, line);
+}
+
+size_t xfer_log_peer_counters(xfer_counter_t *counters, size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&causes_lock);
+    for (unsigned i = 0; i < num_causes; i++) {
+        if (n < max) {
+            snprintf(counters[n].name, sizeof(counters[n].name), "peer_%s", causes[i].name);
+            counters[n].value = causes[i].events;
+        }
+        n++;
+        if (n < max) {
+            snprintf(counters[n].name, sizeof(counters[n].name), "peer_%s_unlogged",
+                     causes[i].name);
+            counters[n].value = causes[i].unlogged;
+        }
+        n++;
+    }
+    pthread_mutex_unlock(&causes_lock);
+    return n;
 }
 
 const char *xfer_last_error(void)

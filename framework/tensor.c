@@ -457,8 +457,9 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
     int ret;
 
     if ((key == NULL) || (key_len == 0) || (key_len > ctx->fw_config.max_key_len)) {
-        xfer_log(XFER_LOG_WARN, TENSOR_SUBSYS, "peer asked for a key of %zu bytes (limit %llu)",
-                 key_len, (unsigned long long)ctx->fw_config.max_key_len);
+        xfer_log_peer("tensor_request_refused", XFER_LOG_WARN, TENSOR_SUBSYS,
+                      "peer asked for a key of %zu bytes (limit %llu)",
+                      key_len, (unsigned long long)ctx->fw_config.max_key_len);
         waiter->ready(waiter, XFER_ERR_OUT_OF_RANGE, NULL, NULL);
         return;
     }

@@ -266,7 +266,8 @@ void xfer_tanswer_start(xfer_tanswer_t *a)
         snprintf(reason, sizeof(reason), "tensor key of %" PRIu32 " bytes exceeds the "
                  "producer's limit of %" PRIu32 " bytes (XFER_MAX_KEY_LEN)", a->key_len,
                  p->max_key_len);
-        xfer_log(XFER_LOG_WARN, TA_SUBSYS, "refusing a tensor request: %s", reason);
+        xfer_log_peer("tensor_request_refused", XFER_LOG_WARN, TA_SUBSYS,
+                      "refusing a tensor request: %s", reason);
         answer(a, XFER_ERR_OUT_OF_RANGE, NULL, NULL, reason);
         return;
     }

@@ -628,4 +628,8 @@ xfer_status_t xfer_transport_spec_check(const xfer_context_t *ctx, char **errors
 /* Append a formatted line to a malloc'd error text (*text_p may be NULL). */
 void xfer_errors_append(char **text_p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* log.c: the per-cause counts of xfer_log_peer(), as counters (up to max filled); returns
+ * how many there are. */
+size_t xfer_log_peer_counters(xfer_counter_t *counters, size_t max);
+
 #endif /* XFER_INT_H */

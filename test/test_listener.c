@@ -510,6 +510,52 @@ Test(listener, an_address_of_one_family_listens_in_that_family_only)
     server_stop(&s);
 }
 
+/* ---- a flood ------------------------------------------------------------------------------- */
+
+/* 200 connections that send junk instead of a HELLO: each is closed and counted, at most 10
+ * lines are logged, and a good client is still served. */
+Test(listener, a_flood_of_bad_hellos_leaves_a_bounded_log, .init = cr_redirect_stderr)
+{
+    enum { JUNK = 200 };
+    static const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    xfer_endpoint_t *ep = NULL;
+    listener_ctx_t s;
+    int fds[JUNK], lines;
+    char *log;
+    pid_t good;
+
+    server_start(&s);
+    for (int i = 0; i < JUNK; i++) {
+        fds[i] = raw_connect(&s);
+        cr_assert_eq(write(fds[i], junk, sizeof(junk) - 1), (ssize_t)(sizeof(junk) - 1));
+        if (i % 16 == 15) {
+            (void)xfer_accept(s.listener, 0, &ep);
+            cr_assert_null(ep);
+        }
+    }
+    for (double end = now_ms() + 10000;
+         (tu_ctx_counter(s.ctx, "peer_handshake_refused") < JUNK) && (now_ms() < end);) {
+        (void)xfer_accept(s.listener, 10, &ep);
+        cr_assert_null(ep);
+    }
+    cr_expect_eq(tu_ctx_counter(s.ctx, "peer_handshake_refused"), JUNK);
+    cr_expect_eq(tu_ctx_counter(s.ctx, "peer_handshake_refused_unlogged"), JUNK - 10);
+    good = client_spawn(s.address, "talpha", "talpha", XFER_OK);
+    ep   = accept_within(s.listener, 4000);
+    cr_expect_not_null(ep, "the good client after the flood");
+    cr_expect_eq(child_exit(good), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+    for (int i = 0; i < JUNK; i++) {
+        close(fds[i]);
+    }
+    log   = tu_read_redirected_stderr();
+    lines = tu_count_in(log, "closing connection from");
+    cr_expect_eq(lines, 10, "%d lines for %d junk connections:\n%s", lines, JUNK, log);
+    cr_expect_eq(tu_count_in(log, "are held back and counted"), 1, "%s", log);
+    free(log);
+}
+
 /* ---- connecting to every address of a name --------------------------------------------------- */
 
 Test(listener, localhost_reaches_a_server_on_ipv4_only)

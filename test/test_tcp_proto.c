@@ -16,6 +16,7 @@
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -378,6 +379,51 @@ Test(tcp_proto, producer_answers_a_raw_tensor_request)
     cr_expect_eq(child_exit(pid), 0, "the raw consumer did not get a valid TENSOR_RESP");
     xfer_endpoint_close(ep);
     server_stop(&s);
+}
+
+/* 500 tensor requests with an empty key from one peer: each is answered with an error and
+ * counted, at most 10 lines are logged, and the endpoint goes on. */
+Test(tcp_proto, a_flood_of_empty_key_requests_leaves_a_bounded_log, .init = cr_redirect_stderr)
+{
+    enum { N = 500 };
+    size_t one = XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TREQ_EXT_LEN;
+    uint8_t *frames = calloc(N, one);
+    raw_plan_t plan = {frames, N * one, 0, 0, 0, 0};
+    xfer_endpoint_t *ep = NULL;
+    server_t s;
+    char *log;
+    pid_t pid;
+    int ctl, lines;
+
+    cr_assert_not_null(frames);
+    for (int i = 0; i < N; i++) {
+        xfer_tcp_wire_tensor_req_t treq = {1, 0};
+        uint8_t *f = frames + (size_t)i * one;
+
+        put_hdr(f, XFER_TCP_WIRE_TENSOR_REQ, 0, 0x100000000ull + (uint64_t)i,
+                XFER_TCP_WIRE_TREQ_EXT_LEN);
+        xfer_tcp_wire_pack_tensor_req_ext(&treq, f + XFER_TCP_WIRE_HDR_LEN);
+    }
+    server_start(&s);
+    pid = raw_spawn(s.port, &plan, &ctl);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &ep), XFER_OK);
+    cr_assert_eq(write(ctl, "g", 1), 1);
+    for (int spins = 0; (tu_ctx_counter(s.ctx, "peer_tensor_request_refused") < N) &&
+                        (spins < 100000); spins++) {
+        (void)xfer_progress(s.ctx);
+        usleep(spins % 100 ? 0 : 1000);
+    }
+    cr_expect_eq(tu_ctx_counter(s.ctx, "peer_tensor_request_refused"), N);
+    cr_expect_eq(xfer_endpoint_status(ep), XFER_OK, "an empty key is refused, not a failure");
+    close(ctl);
+    cr_expect_eq(child_exit(pid), 0);
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+    free(frames);
+    log   = tu_read_redirected_stderr();
+    lines = tu_count_in(log, "peer asked for a key of 0 bytes");
+    cr_expect_eq(lines, 10, "%d lines for %d requests:\n%.2000s", lines, N, log);
+    free(log);
 }
 
 Test(tcp_proto, wrong_magic)

@@ -162,6 +162,33 @@ int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name)
     return -1;
 }
 
+int64_t tu_ctx_counter(xfer_context_t *ctx, const char *name)
+{
+    xfer_counter_t c[64];
+    size_t n = 64;
+
+    if (xfer_context_counters(ctx, c, &n) != XFER_OK) {
+        return -1;
+    }
+    for (size_t i = 0; (i < n) && (i < 64); i++) {
+        if (strcmp(c[i].name, name) == 0) {
+            return (int64_t)c[i].value;
+        }
+    }
+    return 0;       /* a cause that never happened has no counter yet */
+}
+
+/* How many times what occurs in text. */
+int tu_count_in(const char *text, const char *what)
+{
+    int n = 0;
+
+    for (const char *p = text; (p = strstr(p, what)) != NULL; p++) {
+        n++;
+    }
+    return n;
+}
+
 int tu_fd_count(void)
 {
     DIR *d = opendir("/proc/self/fd");

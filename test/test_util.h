@@ -38,6 +38,12 @@ char *tu_read_redirected_stderr(void);
  * that name, or the endpoint gives none. */
 int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name);
 
+/* The process's counter name (xfer_context_counters: peer_<cause>, ...); 0 when it has none
+ * yet, -1 on error. */
+int64_t tu_ctx_counter(xfer_context_t *ctx, const char *name);
+/* How many times what occurs in text. */
+int tu_count_in(const char *text, const char *what);
+
 /* How many descriptors this process has open (/proc/self/fd), to check for leaks. */
 int tu_fd_count(void);
 

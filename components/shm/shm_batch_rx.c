@@ -101,8 +101,9 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 
     base = xfer_shm_region_find(ep->iface, hdr->a, hdr->e, &rlen);
     if (base == NULL) {
-        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: region %llu is not "
-                 "registered here", (unsigned long long)hdr->a);
+        xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
+                      "refusing a batch: region %llu is not "
+                      "registered here", (unsigned long long)hdr->a);
         return XFER_ERR_NOT_FOUND;
     }
     br = calloc(1, sizeof(*br));
@@ -123,10 +124,11 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 
         if ((br->iov[i].remote < (uintptr_t)base) || (off > rlen) ||
             (br->iov[i].length > rlen - off) || (br->iov[i].length > SSIZE_MAX)) {
-            xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: descriptor %llu "
-                     "(0x%llx+%llu) is outside region %llu", (unsigned long long)i,
-                     (unsigned long long)br->iov[i].remote,
-                     (unsigned long long)br->iov[i].length, (unsigned long long)hdr->a);
+            xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
+                          "refusing a batch: descriptor %llu "
+                          "(0x%llx+%llu) is outside region %llu", (unsigned long long)i,
+                          (unsigned long long)br->iov[i].remote,
+                          (unsigned long long)br->iov[i].length, (unsigned long long)hdr->a);
             free(br->iov);
             free(br);
             return XFER_ERR_OUT_OF_RANGE;
@@ -283,8 +285,9 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return XFER_OK;
     }
     if ((ep->put_refused_at != 0) && (ep->put_refused_at > ep->puts_rx - hdr->a)) {
-        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "a batch notification is dropped: a put of "
-                 "its batch was refused");
+        xfer_log_peer("notify_dropped", XFER_LOG_WARN, XFER_SHM_SUBSYS,
+                      "a batch notification is dropped: a put of "
+                      "its batch was refused");
         return XFER_OK;
     }
     (void)xfer_shm_notify_deliver(ep, payload, hdr->len);

@@ -156,8 +156,9 @@ static void rsp_event(xfer_verbs_rsp_t *rsp, rsp_event_t ev, const rsp_input_t *
                 event_names[ev]);
     if (action == NULL) {
         snprintf(why, sizeof(why), "%s in state %s", event_names[ev], state_names[rsp->state]);
-        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "tensor '%s': %s breaks the protocol",
-                 rsp->a->key, why);
+        xfer_log_peer("peer_protocol", XFER_LOG_WARN, XFER_VERBS_SUBSYS,
+                      "tensor '%s': %s breaks the protocol",
+                      rsp->a->key, why);
         ((xfer_ep_h)rsp->a->ep)->stats.rejected++;
         if (rsp->state == XFER_VERBS_RSP_WRITING) {
             return;     /* the write is on its way and ends the request */
@@ -362,8 +363,9 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
     }
     if (xfer_tensor_wire_unpack_req(ext, hdr->length, iface->params.max_key_len, &req, why,
                                     why_size) != XFER_OK) {
-        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: refused a TENSOR_REQUEST: %s",
-                 ch->qp->qp_num, why);
+        xfer_log_peer("tensor_request_refused", XFER_LOG_WARN, XFER_VERBS_SUBSYS,
+                      "QP 0x%x: refused a TENSOR_REQUEST: %s",
+                      ch->qp->qp_num, why);
         ch->stats.rejected++;
         xfer_verbs_tensor_error_send(ch, (uint32_t)hdr->id, XFER_TENSOR_ERR_TO_CONSUMER,
                                      XFER_ERR_PROTOCOL, why);
@@ -435,9 +437,10 @@ xfer_status_t xfer_verbs_rsp_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
             return XFER_OK;     /* it was answered already: the answer ends it there */
         }
         ch->stats.rejected++;
-        xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "QP 0x%x: %s for index 0x%" PRIx64 " that "
-                 "has no response pending: ignored", ch->qp->qp_num,
-                 xfer_verbs_msg_name(hdr->type), hdr->id);
+        xfer_log_peer("peer_protocol", XFER_LOG_WARN, XFER_VERBS_SUBSYS,
+                      "QP 0x%x: %s for index 0x%" PRIx64 " that "
+                      "has no response pending: ignored", ch->qp->qp_num,
+                      xfer_verbs_msg_name(hdr->type), hdr->id);
         return XFER_OK;
     }
     rsp_event(rsp, ev, &in);

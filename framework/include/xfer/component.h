@@ -472,6 +472,13 @@ XFER_API int  xfer_log_enabled(xfer_log_level_t level);
 XFER_API void xfer_refuse(const char *subsys, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* A line a peer causes (a junk connection, a bad request): written like xfer_log, but at most
+ * 10 per cause (a short name, e.g. "lane_refused") in 10 s, process-wide; the rest are
+ * counted (xfer_context_counters: peer_<cause>, peer_<cause>_unlogged) and the next line
+ * written says how many were held back. A peer cannot fill the disk or bury other lines. */
+XFER_API void xfer_log_peer(const char *cause, xfer_log_level_t level, const char *subsys,
+                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 #define xfer_log_at(_lvl, _subsys, ...) \
     do { if (xfer_log_enabled(_lvl)) xfer_log(_lvl, _subsys, __VA_ARGS__); } while (0)
 

@@ -407,6 +407,11 @@ typedef struct xfer_counter {
  * XFER_STATS=y every endpoint's counters are printed to stderr when it closes. */
 XFER_API xfer_status_t xfer_endpoint_counters(xfer_endpoint_t *ep, xfer_counter_t *counters,
                                               size_t *count_p);
+/* The same for the process: what peers caused that is logged at a bounded rate - for each
+ * cause, peer_<cause> (every occurrence: refused handshakes, lane connections, tensor
+ * requests...) and peer_<cause>_unlogged (those whose log line was held back). */
+XFER_API xfer_status_t xfer_context_counters(xfer_context_t *ctx, xfer_counter_t *counters,
+                                             size_t *count_p);
 
 /* ---- one-sided ------------------------------------------------------------------------------ */
 
