@@ -85,20 +85,26 @@ static char *slurp(const char *path)
     return text;
 }
 
-/* Start a server on a port of the kernel's choosing, with `env` (VAR=value ...) before it. */
-static void server_start(perf_server_t *s, const char *env)
+/* Start a server on a port of the kernel's choosing, with `env` (VAR=value ...) before it
+ * and `args` after its own. */
+static void server_start_args(perf_server_t *s, const char *env, const char *args)
 {
     char cmd[2048], line[256];
 
     snprintf(s->errpath, sizeof(s->errpath), "/tmp/xfertest_perf.%d.err", (int)getpid());
-    snprintf(cmd, sizeof(cmd), "timeout 120 env %s %s/contrib/xfer_perf -x %s -p 0 2>%s", env,
-             build_dir(), transport(), s->errpath);
+    snprintf(cmd, sizeof(cmd), "timeout 120 env %s %s/contrib/xfer_perf -x %s -p 0 %s 2>%s",
+             env, build_dir(), transport(), args, s->errpath);
     s->out = popen(cmd, "r");
     cr_assert_not_null(s->out);
     cr_assert_not_null(fgets(line, sizeof(line), s->out), "the server printed nothing:\n%s",
                        slurp(s->errpath));
     cr_assert_eq(sscanf(line, "# xfer_perf server: listening on port %u", &s->port), 1, "%s",
                  line);
+}
+
+static void server_start(perf_server_t *s, const char *env)
+{
+    server_start_args(s, env, "");
 }
 
 /* Read the server's output to its end (a pipe closed early would kill it) and its status. */
@@ -420,6 +426,35 @@ Test(perf, server_without_a_driver_refuses_cuda_with_the_reason)
     expect_ran(&r, "-m host without a driver");
     cr_expect(strstr(r.client_out, "# memory: client host, server host\n") != NULL, "%s",
               r.client_out);
+    perf_run_free(&r);
+}
+
+/* A client's parameters decide what the server allocates: beyond --max-mem the server
+ * refuses them before allocating, and the client is told why; within it the run goes on. */
+Test(perf, the_server_refuses_parameters_beyond_its_memory_limit)
+{
+    perf_server_t s;
+    perf_run_t r;
+    char cmd[1024];
+
+    server_start_args(&s, "", "--max-mem 16m");
+    snprintf(cmd, sizeof(cmd), "timeout 100 %s/contrib/xfer_perf -x %s -p %u -t tag_lat -s 64m "
+             "127.0.0.1", build_dir(), transport(), s.port);
+    r.client_rc = tu_run(cmd, 1, &r.client_out);
+    server_finish(&s, &r);
+    cr_expect_eq(r.client_rc, 1, "%s", r.client_out);
+    cr_expect(strstr(r.client_out, "the server cannot run tag_lat with 67108864 bytes: these "
+                     "parameters need 128.0 MiB of the server's memory, more than its "
+                     "--max-mem of 16.0 MiB allows") != NULL, "%s", r.client_out);
+    perf_run_free(&r);
+
+    /* within the limit the same server runs the client to the end */
+    server_start_args(&s, "", "--max-mem 600m");
+    snprintf(cmd, sizeof(cmd), "timeout 100 %s/contrib/xfer_perf -x %s -p %u -t tag_bw -s 1m "
+             "-n 20 127.0.0.1", build_dir(), transport(), s.port);
+    r.client_rc = tu_run(cmd, 1, &r.client_out);
+    server_finish(&s, &r);
+    expect_ran(&r, "within --max-mem");
     perf_run_free(&r);
 }
 

@@ -16,22 +16,51 @@
 /* ---- the resources of one size ------------------------------------------------------------- */
 
 /* XFER_OK, or an error with the reason in why (the server sends both to the client). */
+static size_t slots_of(const perf_params_t *p, int client)
+{
+    if (perf_tests[p->test].batch || perf_tests[p->test].bw) {
+        return p->window;   /* a batch test's slot: one batch's blocks (perf_batch_region) */
+    }
+    if (p->test == TEST_TENSOR_LAT) {
+        return client ? 1 : TENSOR_LAT_DEPTH;
+    }
+    return 2;               /* ping-pong: [0] the peer writes here, [1] we send from here */
+}
+
+static size_t slot_bytes_of(const perf_params_t *p)
+{
+    return perf_tests[p->test].batch ? perf_batch_region(p) : p->size;
+}
+
+size_t perf_buffers_bytes(const perf_params_t *p, int client)
+{
+    size_t slots = slots_of(p, client);
+    size_t bytes = (perf_slots_shared(p) ? 1 : slots) * slot_bytes_of(p);
+
+    bytes += slots * sizeof(op_slot_t);
+    if (client) {
+        bytes += p->iters * sizeof(double);                 /* the samples */
+    } else if (perf_tests[p->test].batch && (p->notify_len > 0)) {
+        bytes += p->iters * sizeof(int64_t);                /* the notification times */
+    }
+    return bytes;
+}
+
 xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why_size)
 {
     const perf_params_t *p = &perf->p;
+    size_t bytes, need = perf_buffers_bytes(p, client);
     xfer_status_t st;
-    size_t bytes;
     void *buf;
 
-    if (perf_tests[p->test].batch) {
-        perf->nslots = p->window;  /* a slot: one batch's blocks (perf_batch_region) */
-    } else if (perf_tests[p->test].bw) {
-        perf->nslots = p->window;
-    } else if (p->test == TEST_TENSOR_LAT) {
-        perf->nslots = client ? 1 : TENSOR_LAT_DEPTH;
-    } else {
-        perf->nslots = 2;   /* ping-pong: [0] the peer writes here, [1] we send from here */
+    /* the client decides the parameters: a server takes no more than it was told it may */
+    if (!client && (need > perf->opts.max_mem)) {
+        snprintf(why, why_size, "these parameters need %.1f MiB of the server's memory, more "
+                 "than its --max-mem of %.1f MiB allows", (double)need / (1 << 20),
+                 (double)perf->opts.max_mem / (1 << 20));
+        return XFER_ERR_NO_RESOURCE;
     }
+    perf->nslots      = slots_of(p, client);
     perf->slot_stride = perf_slots_shared(p) ? 0 : perf_slot_bytes(perf);
     bytes             = (perf_slots_shared(p) ? 1 : perf->nslots) * perf_slot_bytes(perf);
     perf->buf_mem = (perf_mem_t)p->mem[client ? SIDE_CLIENT : SIDE_SERVER];

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define DEFAULT_PORT      18515
+#define DEFAULT_MAX_MEM   (1ull << 30)
 #define DEFAULT_WINDOW    16
 
 const char *const perf_mem_names[PERF_MEM_LAST] = {
@@ -46,6 +47,9 @@ static void usage(FILE *f)
             "  -p, --port PORT        TCP port of the server (default %d)\n"
             "      --bind HOST        server: listen at HOST only (default \"*\", every\n"
             "                         interface; \"\" is loopback, as xfer_listen's \":port\")\n"
+            "      --max-mem BYTES    server: the most memory one client's parameters may make\n"
+            "                         it allocate (default 1g; k, m, g suffixes); beyond it\n"
+            "                         the server refuses them and tells the client why\n"
             "  -t, --test TEST        put_bw, get_bw, tag_bw (default), tensor_bw,\n"
             "                         put_lat, tag_lat, tensor_lat, batch_put, batch_get\n"
             "  -s, --size BYTES       message size, a batch test's block size; k, m, g\n"
@@ -170,6 +174,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
     static const struct option long_opts[] = {
         {"port",       required_argument, NULL, 'p'},
         {"bind",       required_argument, NULL, 'B'},
+        {"max-mem",    required_argument, NULL, 'M'},
         {"test",       required_argument, NULL, 't'},
         {"size",       required_argument, NULL, 's'},
         {"all",        no_argument,       NULL, 'a'},
@@ -192,7 +197,7 @@ int perf_options_parse(int argc, char **argv, options_t *o)
     uint64_t v;
     int c, window_given = 0;
 
-    *o = (options_t){.port = DEFAULT_PORT, .bind = "*", .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
+    *o = (options_t){.port = DEFAULT_PORT, .bind = "*", .max_mem = DEFAULT_MAX_MEM, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW, .notify_len = NOTIFY_MIN};
     while ((c = getopt_long(argc, argv, "p:t:s:ab:n:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
@@ -205,6 +210,13 @@ int perf_options_parse(int argc, char **argv, options_t *o)
             break;
         case 'B':
             o->bind = optarg;
+            break;
+        case 'M':
+            if (parse_u64(optarg, UINT64_MAX >> 1, 1, &v) != 0) {
+                fprintf(stderr, "xfer_perf: --max-mem: '%s' is not a size\n", optarg);
+                return 2;
+            }
+            o->max_mem = (size_t)v;
             break;
         case 't':
             for (o->test = 0; o->test < TEST_LAST; o->test++) {

@@ -72,6 +72,7 @@ typedef struct options {
     const char *host;       /* NULL: server */
     unsigned   port;
     const char *bind;       /* server: the host part of the address it listens at */
+    size_t     max_mem;     /* server: the most a client's parameters may make it allocate */
     test_t     test;
     size_t     size;
     int        sweep;
@@ -256,6 +257,9 @@ int    perf_batch_stats_decode(const uint8_t *in, size_t len, result_t *r);
 void   perf_batch_release(perf_t *perf);
 
 /* buffers.c */
+/* What one size's parameters make a side allocate: buffers, requests, samples. */
+size_t   perf_buffers_bytes(const perf_params_t *p, int client);
+/* Allocate and register them; the server refuses more than --max-mem. */
 xfer_status_t perf_buffers_setup(perf_t *perf, int client, char *why, size_t why_size);
 void     perf_buffers_release_requests(perf_t *perf);
 void     perf_buffers_release(perf_t *perf);
