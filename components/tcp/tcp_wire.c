@@ -488,8 +488,9 @@ xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
     }
     if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
         (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION) ||
-        (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX)) {
-        return XFER_ERR_PROTOCOL;
+        (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX) ||
+        (xfer_get_le16(p + 18) != 0) || (xfer_get_le32(p + 20) != 0)) {
+        return XFER_ERR_PROTOCOL;   /* reserved bytes are 0, so that a later version may use them */
     }
     addr->lanes               = p[3];
     addr->limits.max_key_len  = xfer_get_le32(p + 4);
@@ -512,6 +513,11 @@ xfer_status_t xfer_tcp_wire_unpack_lane_hello(const void *buf, xfer_tcp_wire_lan
     if ((p[3] == 0) || (p[3] >= XFER_TCP_WIRE_LANES_MAX)) {
         snprintf(why, why_size, "lane hello names lane %u (1..%u)", p[3],
                  XFER_TCP_WIRE_LANES_MAX - 1);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (xfer_get_le32(p + 4) != 0) {
+        snprintf(why, why_size, "lane hello with reserved bytes set (0x%08x)",
+                 xfer_get_le32(p + 4));
         return XFER_ERR_PROTOCOL;
     }
     hello->lane  = p[3];

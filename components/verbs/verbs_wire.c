@@ -109,6 +109,11 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
         }
         return XFER_ERR_UNSUPPORTED;
     }
+    if (xfer_get_le16(buf + 6) != 0) {
+        snprintf(why, why_size, "%s header with reserved bytes set (0x%04x)",
+                 xfer_verbs_msg_name(hdr->type), xfer_get_le16(buf + 6));
+        return XFER_ERR_PROTOCOL;
+    }
     hdr_len = xfer_verbs_wire_hdr_len(hdr->type);
     if (msg_len < hdr_len) {
         snprintf(why, why_size, "%s of %zu bytes is shorter than its header (%zu)",
@@ -146,6 +151,10 @@ xfer_status_t xfer_verbs_wire_unpack_hdr(const uint8_t *buf, size_t msg_len,
     if ((hdr->type == XFER_VERBS_MSG_RTS) && (hdr->length != XFER_VERBS_WIRE_RTS_LEN)) {
         snprintf(why, why_size, "RTS carries %" PRIu32 " bytes, not %u", hdr->length,
                  XFER_VERBS_WIRE_RTS_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->type == XFER_VERBS_MSG_RTS) && (xfer_get_le32(buf + hdr_len + 12) != 0)) {
+        snprintf(why, why_size, "RTS with reserved bytes set");
         return XFER_ERR_PROTOCOL;
     }
     if ((hdr->type == XFER_VERBS_MSG_FIN) && (hdr->length != 0)) {

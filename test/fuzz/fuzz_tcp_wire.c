@@ -31,6 +31,9 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
         FUZZ_CHECK((lim.lanes >= 1) && (lim.lanes <= XFER_TCP_WIRE_LANES_MAX),
                    "%u lanes parsed", lim.lanes);
         xfer_tcp_wire_pack_ep_addr(&lim, buf);
+        /* only the canonical encoding parses: reserved bytes are 0 */
+        FUZZ_CHECK((size == 0) || (memcmp(buf, data, XFER_TCP_WIRE_EP_ADDR_LEN) == 0),
+                   "a non-canonical endpoint address parsed");
         FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) ==
                    XFER_OK, "a packed endpoint address does not parse");
         FUZZ_CHECK((lim.limits.max_msg_size == lim2.limits.max_msg_size) &&
@@ -43,6 +46,8 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
         FUZZ_CHECK((hello.lane >= 1) && (hello.lane < XFER_TCP_WIRE_LANES_MAX), "lane %u",
                    hello.lane);
         xfer_tcp_wire_pack_lane_hello(&hello, buf);
+        FUZZ_CHECK(memcmp(buf, data, XFER_TCP_WIRE_LANE_HELLO_LEN) == 0,
+                   "a non-canonical lane hello parsed");
         FUZZ_CHECK((xfer_tcp_wire_unpack_lane_hello(buf, &hello2, why, sizeof(why)) ==
                     XFER_OK) && (hello.lane == hello2.lane) && (hello.token == hello2.token),
                    "lane hello changed");

@@ -53,6 +53,7 @@ static void parse_ext(const xfer_verbs_wire_hdr_t *hdr, const uint8_t *ext)
         FUZZ_CHECK(hdr->length == XFER_VERBS_WIRE_RTS_LEN, "RTS of %u bytes", hdr->length);
         xfer_verbs_wire_unpack_rts(ext, &rts);
         xfer_verbs_wire_pack_rts(&rts, buf);
+        FUZZ_CHECK(memcmp(buf, ext, XFER_VERBS_WIRE_RTS_LEN) == 0, "a non-canonical RTS parsed");
         xfer_verbs_wire_unpack_rts(buf, &rts2);
         FUZZ_CHECK((rts.addr == rts2.addr) && (rts.rkey == rts2.rkey), "RTS changed");
         break;
@@ -104,6 +105,9 @@ static void parse_message(const uint8_t *data, size_t size)
     }
     len = xfer_verbs_wire_pack_hdr(&hdr, msg);
     FUZZ_CHECK(len == hdr_len, "packed a %zu-byte header, parsed %zu", len, hdr_len);
+    /* only the canonical encoding parses: reserved bytes are 0 */
+    FUZZ_CHECK(memcmp(msg, data, len) == 0, "a non-canonical %s header parsed",
+               xfer_verbs_msg_name(hdr.type));
     memcpy(msg + len, data + len, size - len);
     FUZZ_CHECK(xfer_verbs_wire_unpack_hdr(msg, size, &hdr2, why, sizeof(why)) == XFER_OK,
                "a packed header does not parse: %s", why);
@@ -129,6 +133,8 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
     }
     if (xfer_verbs_wire_unpack_ep_addr(data, size, &ea, why, sizeof(why)) == XFER_OK) {
         xfer_verbs_wire_pack_ep_addr(&ea, buf);
+        FUZZ_CHECK(memcmp(buf, data, XFER_VERBS_WIRE_EP_ADDR_LEN) == 0,
+                   "a non-canonical endpoint address parsed");
         FUZZ_CHECK(xfer_verbs_wire_unpack_ep_addr(buf, XFER_VERBS_WIRE_EP_ADDR_LEN, &ea2, why,
                                                   sizeof(why)) == XFER_OK, "ep address");
         check_same_ep_addr(&ea, &ea2);
