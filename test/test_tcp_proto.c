@@ -426,6 +426,34 @@ Test(tcp_proto, a_flood_of_empty_key_requests_leaves_a_bounded_log, .init = cr_r
     free(log);
 }
 
+/* Reserved bytes are 0 (a later version may give them a meaning): an endpoint address or a
+ * lane hello with one set is refused. */
+Test(tcp_proto, reserved_bytes_set_are_refused)
+{
+    xfer_tcp_wire_ep_addr_t a = {.lanes = 4, .limits = {MAX_MSG, MAX_KEY}, .lane_port = 4242,
+                                 .token = 77}, b;
+    xfer_tcp_wire_lane_hello_t h = {.lane = 2, .token = 77}, g;
+    uint8_t buf[XFER_TCP_WIRE_EP_ADDR_LEN];
+    char why[256];
+
+    xfer_tcp_wire_pack_ep_addr(&a, buf);
+    cr_assert_eq(xfer_tcp_wire_unpack_ep_addr(buf, sizeof(buf), &b), XFER_OK);
+    for (size_t at = 18; at < 24; at++) {
+        buf[at] ^= 1;
+        cr_expect_eq(xfer_tcp_wire_unpack_ep_addr(buf, sizeof(buf), &b), XFER_ERR_PROTOCOL,
+                     "reserved byte %zu of an endpoint address", at);
+        buf[at] ^= 1;
+    }
+    xfer_tcp_wire_pack_lane_hello(&h, buf);
+    cr_assert_eq(xfer_tcp_wire_unpack_lane_hello(buf, &g, why, sizeof(why)), XFER_OK, "%s", why);
+    for (size_t at = 4; at < 8; at++) {
+        buf[at] ^= 1;
+        cr_expect_eq(xfer_tcp_wire_unpack_lane_hello(buf, &g, why, sizeof(why)),
+                     XFER_ERR_PROTOCOL, "reserved byte %zu of a lane hello", at);
+        buf[at] ^= 1;
+    }
+}
+
 Test(tcp_proto, wrong_magic)
 {
     uint8_t frame[64];

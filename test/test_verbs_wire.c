@@ -148,6 +148,37 @@ Test(verbs_wire, the_other_types_have_the_40_byte_header)
     }
 }
 
+/* Reserved bytes are 0 (a later version may give them a meaning): the header's, on a short
+ * and a long header, and an RTS's are refused otherwise. */
+Test(verbs_wire, reserved_bytes_set_are_refused)
+{
+    static const unsigned types[] = {XFER_VERBS_MSG_TAG, XFER_VERBS_MSG_RTS,
+                                     XFER_VERBS_MSG_FIN};
+    uint8_t msg[128];
+
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        xfer_verbs_wire_hdr_t h = {.type = (uint8_t)types[i], .length = 0}, r;
+        size_t len;
+
+        memset(msg, 0, sizeof(msg));
+        if (types[i] == XFER_VERBS_MSG_RTS) {
+            h.length = XFER_VERBS_WIRE_RTS_LEN;
+        }
+        len = xfer_verbs_wire_pack_hdr(&h, msg) + h.length;
+        cr_assert_eq(unpack(msg, len, &r), XFER_OK, "%s: %s", xfer_verbs_msg_name(types[i]),
+                     why);
+        msg[6] = 1;
+        cr_expect_eq(unpack(msg, len, &r), XFER_ERR_PROTOCOL, "%s",
+                     xfer_verbs_msg_name(types[i]));
+        cr_expect(strstr(why, "reserved") != NULL, "%s", why);
+        msg[6] = 0;
+        if (types[i] == XFER_VERBS_MSG_RTS) {
+            msg[40 + 12] = 1;
+            cr_expect_eq(unpack(msg, len, &r), XFER_ERR_PROTOCOL, "RTS reserved word");
+        }
+    }
+}
+
 Test(verbs_wire, another_version_or_type_is_unsupported_and_named)
 {
     xfer_verbs_wire_hdr_t h = {.type = XFER_VERBS_MSG_TENSOR_RE_REQUEST, .credits = 3,
