@@ -1,6 +1,6 @@
 /*
- * Region tables for every transport (engine.h): ids from 1 up in a hash, and the random
- * numbers the components make their cookies of.
+ * Region tables for every transport (engine.h): ids from 1 up in a hash, each region with a
+ * random key of its own, and the random numbers the components make their tokens of.
  */
 #include "xfer_int.h"
 
@@ -10,7 +10,12 @@
 #include <ucs/datastruct/khash.h>
 #include <unistd.h>
 
-KHASH_MAP_INIT_INT64(xfer_regions, void*)
+typedef struct region_entry {
+    void     *region;
+    uint64_t key;       /* random: what a peer's remote key must carry to reach region */
+} region_entry_t;
+
+KHASH_MAP_INIT_INT64(xfer_regions, region_entry_t)
 
 struct xfer_regions {
     khash_t(xfer_regions) map;
@@ -51,7 +56,10 @@ void xfer_regions_destroy(xfer_regions_t *t, void (*release)(void *region))
         return;
     }
     if (release != NULL) {
-        kh_foreach_value(&t->map, region, {
+        region_entry_t e;
+
+        kh_foreach_value(&t->map, e, {
+            region = e.region;
             release(region);
         });
     }
@@ -59,7 +67,8 @@ void xfer_regions_destroy(xfer_regions_t *t, void (*release)(void *region))
     free(t);
 }
 
-xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p)
+xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p,
+                                 uint64_t *key_p)
 {
     khiter_t it;
     int ret;
@@ -68,8 +77,10 @@ xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p
     if (ret < 0) {
         return XFER_ERR_NO_MEMORY;
     }
-    kh_value(&t->map, it) = region;
-    *id_p = t->next_id++;
+    kh_value(&t->map, it).region = region;
+    kh_value(&t->map, it).key    = xfer_random64();
+    *id_p  = t->next_id++;
+    *key_p = kh_value(&t->map, it).key;
     return XFER_OK;
 }
 
@@ -77,7 +88,7 @@ int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region)
 {
     khiter_t it = kh_get(xfer_regions, &t->map, id);
 
-    if ((it == kh_end(&t->map)) || (kh_value(&t->map, it) != region)) {
+    if ((it == kh_end(&t->map)) || (kh_value(&t->map, it).region != region)) {
         return 0;
     }
     kh_del(xfer_regions, &t->map, it);
@@ -88,5 +99,24 @@ void *xfer_region_lookup(xfer_regions_t *t, uint64_t id)
 {
     khiter_t it = kh_get(xfer_regions, &t->map, id);
 
-    return (it == kh_end(&t->map)) ? NULL : kh_value(&t->map, it);
+    return (it == kh_end(&t->map)) ? NULL : kh_value(&t->map, it).region;
+}
+
+void *xfer_region_find(xfer_regions_t *t, uint64_t id, uint64_t key)
+{
+    khiter_t it = kh_get(xfer_regions, &t->map, id);
+    uint64_t diff;
+
+    if (it == kh_end(&t->map)) {
+        return NULL;
+    }
+    /* compared in constant time: how long a wrong key took says nothing of the right one */
+    diff = kh_value(&t->map, it).key ^ key;
+    diff = (diff | (~diff + 1)) >> 63;      /* 1 when they differ */
+    return diff ? NULL : kh_value(&t->map, it).region;
+}
+
+xfer_status_t xfer_region_refused(uint32_t *bad_keys_p)
+{
+    return (++*bad_keys_p > XFER_BAD_KEYS_MAX) ? XFER_ERR_PROTOCOL : XFER_OK;
 }

@@ -238,6 +238,7 @@ struct xfer_ep {
     int                 bye_clean;      /* its BYE came when all we wrote was delivered and
                                          * answered: a flush after it succeeds */
     int                 cma;            /* both sides allow CMA */
+    uint32_t            bad_keys;       /* peer requests whose key fit no region */
     pid_t               peer_pid;
     uint64_t            token;          /* names our segment to the peer */
     int                 memfd;          /* our segment's, until the peer mapped it */
@@ -338,7 +339,6 @@ struct xfer_iface {
     xfer_iface_params_t      params;
     xfer_shm_host_id_t       me;
     int                      epfd;
-    uint64_t                 cookie;        /* random: keys of another iface do not fit */
     xfer_regions_t           *regions;      /* xfer_memh_h, by id */
     ucs_list_link_t          eps;
     xfer_op_pool_t           *ops;          /* xfer_shm_op_t with up to OP_POOL_EXTRA key,
@@ -367,6 +367,7 @@ typedef struct xfer_shm_peer_fd {
 
 struct xfer_memh {
     uint64_t id;
+    uint64_t key;           /* random, its own: a peer's request must carry it (regions.c) */
     uint8_t  *addr;
     size_t   length;
     int      fd;            /* memfd holding it (xfer_mem_alloc), -1: none; not ours */
@@ -379,14 +380,14 @@ struct xfer_memh {
     xfer_cuda_ipc_handle_t handle;
 };
 
-/* The remote key: the region's id and bounds in the owner, the owner iface's cookie, and
+/* The remote key: the region's id, key and bounds in the owner, and
  * for memory in a memfd (xfer_mem_alloc) the descriptor, its inode and the range's offset;
  * byte 56 says whether CUDA IPC fields follow (XFER_SHM_RKEY_CUDA_LEN in all). */
 #define XFER_SHM_RKEY_LEN       64u
 #define XFER_SHM_RKEY_CUDA_LEN  (XFER_SHM_RKEY_LEN + 32u + XFER_CUDA_IPC_HANDLE_SIZE)
 #define XFER_SHM_RKEY_NO_FD     UINT32_MAX
 struct xfer_rkey {
-    uint64_t       cookie, id, addr, length;
+    uint64_t       key, id, addr, length;
     uint32_t       pid;
     uint32_t       fd;
     uint64_t       ino, fd_offset;
@@ -675,15 +676,15 @@ xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
 xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf, size_t length,
                                 xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey,
                                 xfer_comp_t *comp);
-/* Where a peer's put or get of hdr (a: region, e: cookie, b: address, c: length) lands in
- * this side's live registrations, or NULL with the status to answer. */
+/* Where a peer's put or get of hdr (a: region, e: its key, b: address, c: length) lands in
+ * this side's live registrations, or NULL with the status to answer; a key that fits no
+ * region counts against ep (xfer_region_refused). */
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p);
 /* A live registration of this iface: its address and length, or NULL. */
 /* Whether the frame at the head of ep's ring is a put or get moving in slices. */
 int xfer_shm_move_resuming(const xfer_ep_h ep);
-uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
-                              size_t *length_p);
+uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p);
 
 /* ---- shm_batch.c ---------------------------------------------------------------------------- */
 xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);

@@ -189,7 +189,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.c     = args->count;
     hdr.d     = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
                                sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
-    hdr.e     = args->rkey->cookie;
+    hdr.e     = args->rkey->key;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(ep);
     return XFER_INPROGRESS;

@@ -99,11 +99,11 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
     uint8_t *base;
     size_t rlen;
 
-    base = xfer_shm_region_find(ep->iface, hdr->a, hdr->e, &rlen);
+    base = xfer_shm_region_find(ep, hdr->a, hdr->e, &rlen);
     if (base == NULL) {
         xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                      "refusing a batch: region %llu is not "
-                      "registered here", (unsigned long long)hdr->a);
+                      "refusing a batch: no region here has id %llu and that key",
+                      (unsigned long long)hdr->a);
         return XFER_ERR_NOT_FOUND;
     }
     br = calloc(1, sizeof(*br));

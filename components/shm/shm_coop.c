@@ -266,7 +266,7 @@ xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
     hdr.b     = remote_addr;
     hdr.c     = length;
     hdr.d     = (uint64_t)(uintptr_t)buf;
-    hdr.e     = rkey->cookie;
+    hdr.e     = rkey->key;
     if (mapped) {
         coop_memfd_describe(memh, buf, &mem);
     }

@@ -49,7 +49,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->notify);
     ucs_list_head_init(&iface->cuda.opened);
     iface->cuda.primary = -1;
-    iface->cookie = xfer_random64();
     iface->epfd   = -1;
 
     cma    = xfer_shm_cma_allowed(cfg, cma_why, sizeof(cma_why));

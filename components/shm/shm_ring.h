@@ -91,12 +91,12 @@ enum {
                              * RNDV: c source address (the consumer reads it, then TDONE) */
     XFER_SHM_F_TDONE,       /* id: request; status: the consumer has read the tensor */
     XFER_SHM_F_TCANCEL,     /* id: request; the consumer cancelled its fetch */
-    XFER_SHM_F_BATCH,       /* id: request; a: region; e: its cookie; b: address of the
+    XFER_SHM_F_BATCH,       /* id: request; a: region; e: its key; b: address of the
                              * initiator's descriptor array; c: descriptors; GET: a get batch;
                              * NOTIFY: payload is the notification (CMA only) */
     XFER_SHM_F_BATCH_ACK,   /* id: request; status; a: descriptors landed */
     XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification */
-    XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its cookie;
+    XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its key;
                              * b: address; c: length; d: source; MAPPED: payload names the
                              * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put;
                              * RECV: take parts of a receive of c bytes of send a */

@@ -1,9 +1,9 @@
 /*
  * One-sided operations over shm: registered regions, remote keys, put and get.
  *
- * A region is known to peers by {id, the iface's random cookie, address, length, pid}. Every
+ * A region is known to peers by {id, its own random key, address, length, pid}. Every
  * put and get is carried out by the target, after it checked the request against its live
- * registrations (the id is registered, the cookie is this iface's, the range lies inside): so
+ * registrations (the id is registered, the key is that region's, the range lies inside): so
  * a deregistered region is never written, whatever a peer holds. With CMA the target reads a
  * put's data from the initiator's buffer straight into the region, and writes a get's data
  * from the region straight into the initiator's buffer - one copy; otherwise the data goes
@@ -60,7 +60,7 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
             return status;
         }
     }
-    if (xfer_region_insert(iface->regions, memh, &memh->id) != XFER_OK) {
+    if (xfer_region_insert(iface->regions, memh, &memh->id, &memh->key) != XFER_OK) {
         free(memh);
         return XFER_ERR_NO_MEMORY;
     }
@@ -153,7 +153,7 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
         *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
-    memcpy(b, &iface->cookie, 8);
+    memcpy(b, &memh->key, 8);
     memcpy(b + 8, &memh->id, 8);
     v = (uint64_t)(uintptr_t)memh->addr;
     memcpy(b + 16, &v, 8);
@@ -194,7 +194,7 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     if (rkey == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memcpy(&rkey->cookie, b, 8);
+    memcpy(&rkey->key, b, 8);
     memcpy(&rkey->id, b + 8, 8);
     memcpy(&rkey->addr, b + 16, 8);
     memcpy(&rkey->length, b + 24, 8);
@@ -338,7 +338,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     hdr.b     = remote_addr;
     hdr.c     = length;
     hdr.d     = rndv ? (uint64_t)(uintptr_t)buf : 0;
-    hdr.e     = rkey->cookie;
+    hdr.e     = rkey->key;
     if ((kind == XFER_SHM_OP_PUT) && !rndv) {
         xfer_shm_tx_queue(ep, &op->tx, &hdr, buf, length, 0, 0);
     } else {
@@ -437,10 +437,22 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
-                              size_t *length_p)
+/* The region id and key name, or NULL; a miss counts against ep, which fails once the peer
+ * is plainly scanning for keys. */
+static xfer_memh_h region_of(xfer_ep_h ep, uint64_t id, uint64_t key)
 {
-    xfer_memh_h memh = (cookie == iface->cookie) ? xfer_region_lookup(iface->regions, id) : NULL;
+    xfer_memh_h memh = xfer_region_find(ep->iface->regions, id, key);
+
+    if ((memh == NULL) && (xfer_region_refused(&ep->bad_keys) != XFER_OK)) {
+        xfer_shm_ep_fail_later(ep, XFER_ERR_PROTOCOL, "%u requests whose keys fit no region: "
+                               "the peer is scanning for keys", ep->bad_keys);
+    }
+    return memh;
+}
+
+uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p)
+{
+    xfer_memh_h memh = region_of(ep, id, key);
 
     if ((memh == NULL) || memh->cuda) {
         return NULL;    /* CUDA memory is moved by the initiator, never here */
@@ -452,9 +464,7 @@ uint8_t *xfer_shm_region_find(xfer_iface_h iface, uint64_t id, uint64_t cookie,
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p)
 {
-    xfer_iface_h iface = ep->iface;
-    xfer_memh_h memh   = (hdr->e == iface->cookie) ? xfer_region_lookup(iface->regions, hdr->a) :
-                         NULL;
+    xfer_memh_h memh = region_of(ep, hdr->a, hdr->e);
 
     if (memh == NULL) {
         *status_p = XFER_ERR_NOT_FOUND;

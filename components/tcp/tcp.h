@@ -363,6 +363,7 @@ struct xfer_ep {
     /* lanes (tcp_lane.c): lanes[1 .. nlanes - 1]; lane 0 is fd above */
     unsigned            nlanes;         /* in use: min(ours, the peer's); 1 before connect */
     unsigned            lanes_max;      /* what this side offered */
+    uint32_t            bad_keys;       /* peer requests whose key fit no region */
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_port_t *lport;        /* server: where its lanes come; NULL: one lane */
     xfer_tcp_lane_t     *lanes;
@@ -407,7 +408,6 @@ struct xfer_iface {
     xfer_iface_params_t      params;
     xfer_tcp_wire_limits_t   limits;
     int                      epfd;
-    uint64_t                 cookie;        /* random: rkeys of another iface do not fit */
     xfer_regions_t           *regions;      /* xfer_memh_h, by id */
     ucs_list_link_t          eps;
     xfer_op_pool_t           *ops;          /* xfer_tcp_op_t, and their completions */
@@ -441,6 +441,7 @@ struct xfer_iface {
 
 struct xfer_memh {
     uint64_t id;
+    uint64_t key;       /* random, its own: a peer's request must carry it (regions.c) */
     uint8_t  *addr;
     size_t   length;
     int      cuda;      /* CUDA memory, moved through iface->cuda */
@@ -619,7 +620,7 @@ xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
 xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
                                  uint64_t remote_addr, xfer_rkey_h rkey);
 /* Where a peer may read or write: the region must be ours and contain the whole range. */
-xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
+xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma,
                                     xfer_memh_h *memh_p, char *why, size_t why_size);
 /* The second half of that: does the registration memh contain rma's range? */
 xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,

@@ -568,7 +568,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
 
         rma.addr = v->addr[i];
         rma.len  = v->len[i];
-        status   = (i == 0) ? xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size) :
+        status   = (i == 0) ? xfer_tcp_region_check(ep, &rma, &memh, why, why_size) :
                               xfer_tcp_region_covers(memh, &rma, why, why_size);
         if (status != XFER_OK) {
             break;
@@ -585,8 +585,8 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
     }
     rx->status = status;
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a batch's %" PRIu32 " puts: %s",
-                 putv.count, why);
+        xfer_log_peer("rma_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS,
+                      "refusing a batch's %" PRIu32 " puts: %s", putv.count, why);
         xfer_tcp_rx_expect(ep, NULL, 0, rx->hdr.length - rx->ext_len);
         return XFER_OK;
     }

@@ -163,7 +163,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->limits.max_msg_size = iface->cfg->max_msg_size;
     iface->limits.max_key_len  = params->max_key_len;
-    iface->cookie              = xfer_random64();
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->rx_ready);

@@ -1,10 +1,10 @@
 /*
  * One-sided operations over tcp: registered regions, remote keys, put and get.
  *
- * A region is known to peers by {id, the iface's random cookie, address, length}. The target
- * checks all of it - the id is registered, the cookie is this iface's, the range lies inside -
+ * A region is known to peers by {id, its own random key, address, length}. The target
+ * checks all of it - the id is registered, the key is that region's, the range lies inside -
  * before touching memory, and answers anything else with an error status while draining the
- * data. A put completes at the initiator once its frame is written (a flush then waits until
+ * data; a peer whose keys fit no region more than XFER_BAD_KEYS_MAX times is failed. A put completes at the initiator once its frame is written (a flush then waits until
  * its data is in the target's memory; a refused put fails that flush), or with
  * XFER_TCP_PUT_ACK=y when its PUT_ACK arrives; a get when its data is in the local buffer.
  */
@@ -45,7 +45,7 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     memh->addr   = addr;
     memh->length = length;
     memh->cuda   = 0;
-    if (xfer_region_insert(iface->regions, memh, &memh->id) != XFER_OK) {
+    if (xfer_region_insert(iface->regions, memh, &memh->id, &memh->key) != XFER_OK) {
         free(memh);
         return XFER_ERR_NO_MEMORY;
     }
@@ -112,7 +112,7 @@ xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
         return XFER_ERR_NO_RESOURCE;
     }
     rkey.region = memh->id;
-    rkey.cookie = iface->cookie;
+    rkey.cookie = memh->key;
     rkey.addr   = (uintptr_t)memh->addr;
     rkey.length = memh->length;
     xfer_tcp_wire_pack_rkey(&rkey, buf);
@@ -349,15 +349,18 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-xfer_status_t xfer_tcp_region_check(xfer_iface_h iface, const xfer_tcp_wire_rma_t *rma,
+xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma,
                                     xfer_memh_h *memh_p, char *why, size_t why_size)
 {
-    xfer_memh_h memh = (rma->cookie == iface->cookie) ?
-                       xfer_region_lookup(iface->regions, rma->region) : NULL;
+    xfer_memh_h memh = xfer_region_find(ep->iface->regions, rma->region, rma->cookie);
     xfer_status_t status;
 
     if (memh == NULL) {
-        snprintf(why, why_size, "region %" PRIu64 " is not registered here", rma->region);
+        snprintf(why, why_size, "no region here has id %" PRIu64 " and that key", rma->region);
+        if (xfer_region_refused(&ep->bad_keys) != XFER_OK) {
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_PROTOCOL, "%u requests whose keys fit no "
+                                   "region: the peer is scanning for keys", ep->bad_keys);
+        }
         return XFER_ERR_INVALID_PARAM;
     }
     status = xfer_tcp_region_covers(memh, rma, why, why_size);
@@ -401,10 +404,10 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     if (status != XFER_OK) {
         return status;
     }
-    status = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
+    status = xfer_tcp_region_check(ep, &rma, &memh, why, why_size);
     ep->rx.status = status;
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a put: %s", why);
+        xfer_log_peer("rma_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a put: %s", why);
         xfer_tcp_rx_expect(ep, NULL, 0, rma.len);
         return XFER_OK;
     }
@@ -481,9 +484,9 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     }
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
     ep->rx_get_reqs++;
-    status = xfer_tcp_region_check(ep->iface, &rma, &memh, why, why_size);
+    status = xfer_tcp_region_check(ep, &rma, &memh, why, why_size);
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
+        xfer_log_peer("rma_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
         return get_resp_error(ep, status, why, why_size);
     }
     hdr.length = rma.len;

@@ -3,7 +3,8 @@
  * component as it runs: a real iface and endpoint whose socket is one end of a socketpair,
  * the input written into the other end in chunks of varying size, progress driven until it
  * stops after each. Before the input arrives, receives are posted, a region is registered
- * (id, cookie and address fixed, so that PUT_REQ and GET_REQ frames can hit it) and puts, a
+ * (id and address fixed, its key put into the input, so that PUT_REQ and GET_REQ frames can
+ * hit it) and puts, a
  * get and tensor fetches are outstanding (so that responses can match); the framework's
  * upcalls are this file's (tensor_request answers at once, later, with an error or with a
  * bad tensor, by the key's first byte; release, withdraw and ep_failed record), and so is
@@ -624,7 +625,6 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
     params.tensor_release  = up_tensor_release;
     params.ep_failed       = up_ep_failed;
     FUZZ_CHECK(comp->iface_open(cfg, &params, &ts->iface) == XFER_OK, "iface_open");
-    ts->iface->cookie = TS_COOKIE;      /* deterministic, so that seeds can name the region */
 
     FUZZ_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
                strerror(errno));
@@ -734,6 +734,27 @@ static void check_done(ts_t *ts)
     }
 }
 
+/* The input with every TS_COOKIE (little-endian) replaced by the region's real key: a
+ * region's key is random, and the seeds name it by that stand-in. */
+static uint8_t *with_region_key(const uint8_t *data, size_t size, uint64_t key)
+{
+    uint8_t *in = malloc(size ? size : 1), from[8], to[8];
+
+    FUZZ_CHECK(in != NULL, "out of memory");
+    memcpy(in, data, size);
+    for (int i = 0; i < 8; i++) {
+        from[i] = (uint8_t)(TS_COOKIE >> (8 * i));
+        to[i]   = (uint8_t)(key >> (8 * i));
+    }
+    for (size_t at = 0; at + 8 <= size; at++) {
+        if (memcmp(in + at, from, 8) == 0) {
+            memcpy(in + at, to, 8);
+            at += 7;
+        }
+    }
+    return in;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     xfer_tcp_config_t cfg = {0};
@@ -741,6 +762,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     xfer_rkey_h rkey      = NULL;
     uint8_t *region       = region_get();
     xfer_status_t status;
+    uint8_t *in;
     ts_t *ts;
 
     ts = calloc(1, sizeof(*ts));
@@ -757,7 +779,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     setup(ts, &cfg, region, &memh, &rkey);
     drive(ts);
-    feed(ts, data, size);
+    in = with_region_key(data, size, memh->key);
+    feed(ts, in, size);
+    free(in);
     /* what the state machine holds mid-frame: cancels that may find it busy */
     status = recv_cancel(ts, 1);
     FUZZ_CHECK((status == XFER_OK) || (status == XFER_ERR_BUSY) ||

@@ -16,8 +16,9 @@
 #define TS_MAX_UNEXPECTED 4096u        /* the harness's matcher: beyond it a TAG with no
                                         * receive pauses the input */
 
-/* The registered region: id 1 (the iface's first), a fixed cookie and, where the address
- * can be mapped there, a fixed address. */
+/* The registered region: id 1 (the iface's first), its key - random, so the seeds carry
+ * TS_COOKIE in its place and the harness puts the real key there before the input is fed -
+ * and, where the address can be mapped there, a fixed address. */
 #define TS_REGION_ID      1u
 #define TS_COOKIE         0x5453434f4f4b4945ull
 #define TS_REGION_ADDR    0x10000000ull

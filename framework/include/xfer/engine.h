@@ -212,25 +212,35 @@ static inline int xfer_op_queued(const xfer_op_pool_t *pool)
 
 /*
  * Region tables (framework/regions.c): the memory an iface registered, found again by the id
- * a peer's request names. A region is the component's own record (its memh); the table
- * indexes it by an id from 1 up and never reads it. Keys carry the iface's cookie too
- * (xfer_random64()), which the component checks, so that a key of another iface - of a
- * process that went, say - finds nothing. The table is the component's iface's, under its
- * lock.
+ * and key a peer's request names. A region is the component's own record (its memh); the
+ * table indexes it by an id from 1 up and gives it a random 64-bit key of its own, which goes
+ * into its remote key: a key of one region says nothing about another, and an id alone finds
+ * nothing. A peer that names keys that fit no region again and again is scanning: past
+ * XFER_BAD_KEYS_MAX the component fails its endpoint. The table is the component's iface's,
+ * under its lock.
  */
 typedef struct xfer_regions xfer_regions_t;
+
+#define XFER_BAD_KEYS_MAX 16
 
 XFER_API xfer_status_t xfer_regions_create(xfer_regions_t **t_p);
 /* Frees the table; release (NULL: nothing) is called for every region still in it. */
 XFER_API void xfer_regions_destroy(xfer_regions_t *t, void (*release)(void *region));
-/* Index region under a new id (*id_p). XFER_ERR_NO_MEMORY. */
-XFER_API xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p);
+/* Index region under a new id (*id_p) with a new random key (*key_p). XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p,
+                                          uint64_t *key_p);
 /* Drop id, when it indexes region: 1, else 0 (an unknown or foreign region, logged by the
  * caller). */
 XFER_API int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region);
-/* The region id indexes, or NULL. */
+/* The region id indexes, or NULL: for this side's own use. */
 XFER_API void *xfer_region_lookup(xfer_regions_t *t, uint64_t id);
-/* A random 64-bit number (getrandom, else the clock and the pid): cookies and tokens. */
+/* The region id indexes when key is its key, else NULL: what a peer's request may reach. */
+XFER_API void *xfer_region_find(xfer_regions_t *t, uint64_t id, uint64_t key);
+/* A peer's request named no region (xfer_region_find gave NULL): count it in the endpoint's
+ * *bad_keys_p. XFER_ERR_PROTOCOL once there were more than XFER_BAD_KEYS_MAX (fail the
+ * endpoint: it is scanning), else XFER_OK (refuse the request). */
+XFER_API xfer_status_t xfer_region_refused(uint32_t *bad_keys_p);
+/* A random 64-bit number (getrandom, else the clock and the pid): keys and tokens. */
 XFER_API uint64_t xfer_random64(void);
 
 /* [addr, addr + length) is memory one may register: not NULL, not empty, not wrapping. */
