@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential autoconf automake libtool pkg-config libucx-dev libibverbs-dev
-      librdmacm-dev ibverbs-providers libhwloc-dev libcriterion-dev jq"
+      librdmacm-dev ibverbs-providers libhwloc-dev libcriterion-dev jq libssl-dev"
 # The Python binding (contrib/python) is built and tested with Debian's python3, and with
 # Debian's torch as a real framework
 PKGS="$PKGS python3-dev cython3 python3-setuptools python3-numpy python3-pytest python3-torch"

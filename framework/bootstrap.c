@@ -15,6 +15,7 @@
  * so that a silent server cannot hang the caller; the server's side is listener.c.
  */
 #include "bootstrap.h"
+#include "auth.h"
 #include "clock.h"
 #include "sock.h"
 
@@ -159,8 +160,9 @@ typedef struct client {
     xfer_wire_hello_t   theirs;
     xfer_wire_connect_t conn_mine;
     xfer_wire_connect_t conn_theirs;
-    uint8_t             frame[XFER_WIRE_HELLO_FRAME_MAX];
+    uint8_t             frame[XFER_WIRE_HELLO_FRAME_MAX + XFER_WIRE_AUTH_FRAME_LEN];
     xfer_boot_rx_t      rx;
+    xfer_auth_t         *auth;      /* NULL: no key */
 } client_t;
 
 /* Receive the next frame, which must be of type or alt (0: no alternative), named by what. */
@@ -177,7 +179,81 @@ static xfer_status_t client_recv(int fd, int64_t until, client_t *c, uint16_t ty
         snprintf(why, why_size, "expected %s, got frame type %u", what, c->rx.hdr.type);
         status = XFER_ERR_PROTOCOL;
     }
+    if ((status == XFER_OK) && (c->auth != NULL) && (type != XFER_WIRE_AUTH_NONCE) &&
+        (type != XFER_WIRE_AUTH_MAC)) {
+        xfer_auth_absorb_rx(c->auth, &c->rx);
+    }
     return status;
+}
+
+/* With a key: the server's AUTH_MAC ends its flight; it must prove the key over it all. */
+static xfer_status_t client_flight_end(int fd, int64_t until, client_t *c, char *why,
+                                       size_t why_size)
+{
+    xfer_status_t status;
+
+    if (c->auth == NULL) {
+        return XFER_OK;
+    }
+    status = client_recv(fd, until, c, XFER_WIRE_AUTH_MAC, 0, "AUTH_MAC", why, why_size);
+    if (status == XFER_ERR_PROTOCOL) {
+        status = XFER_ERR_DENIED;   /* an unauthenticated frame where the proof belongs */
+    }
+    return (status == XFER_OK) ? xfer_auth_mac_check(c->auth, &c->rx, why, why_size) : status;
+}
+
+/* With a key: send our nonce, take the server's and its proof that it holds the key. A
+ * server without one refuses our AUTH_NONCE with a REJECT, which says so. */
+static xfer_status_t client_auth(int fd, int64_t until, client_t *c, char *why,
+                                 size_t why_size)
+{
+    uint8_t nonce[XFER_WIRE_AUTH_FRAME_LEN];
+    xfer_wire_reject_t rej;
+    xfer_status_t status;
+
+    status = xfer_auth_nonce_frame(c->auth, nonce);
+    if (status == XFER_OK) {
+        status = xfer_sock_send_all(fd, nonce, sizeof(nonce), until, why, why_size);
+    }
+    if (status == XFER_OK) {
+        status = client_recv(fd, until, c, XFER_WIRE_AUTH_NONCE, XFER_WIRE_REJECT,
+                             "AUTH_NONCE", why, why_size);
+    }
+    if ((status == XFER_ERR_CONNECTION) || (status == XFER_ERR_PROTOCOL)) {
+        snprintf(why + strlen(why), why_size - strlen(why), " (does the server hold the same "
+                 "XFER_AUTH_KEY_FILE?)");
+        return XFER_ERR_DENIED;
+    }
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (c->rx.hdr.type == XFER_WIRE_REJECT) {
+        status = xfer_wire_parse_reject(c->rx.body, c->rx.hdr.body_len, &rej, why, why_size);
+        if (status == XFER_OK) {
+            snprintf(why, why_size, "server refused: %s", rej.reason);
+        }
+        return XFER_ERR_DENIED;
+    }
+    status = xfer_auth_nonce_take(c->auth, &c->rx, why, why_size);
+    return (status == XFER_OK) ? client_flight_end(fd, until, c, why, why_size) : status;
+}
+
+/* Send frame (len bytes at c->frame), with our AUTH_MAC after it when we have a key. */
+static xfer_status_t client_send_flight(int fd, int64_t until, client_t *c, size_t len,
+                                        char *why, size_t why_size)
+{
+    xfer_status_t status;
+
+    if (c->auth != NULL) {
+        xfer_auth_absorb(c->auth, c->frame, len);
+        status = xfer_auth_mac_frame(c->auth, c->frame + len);
+        if (status != XFER_OK) {
+            snprintf(why, why_size, "cannot make our proof: %s", xfer_status_string(status));
+            return status;
+        }
+        len += XFER_WIRE_AUTH_FRAME_LEN;
+    }
+    return xfer_sock_send_all(fd, c->frame, len, until, why, why_size);
 }
 
 /* The server's answer to our HELLO: the transport it chose (ACCEPT), which must be one we
@@ -189,12 +265,15 @@ static xfer_status_t client_answer(int fd, int64_t until, client_t *c, char *nam
     xfer_status_t status;
     int offered = 0;
 
-    status = client_recv(fd, until, c, XFER_WIRE_HELLO, 0, "HELLO", why, why_size);
-    if (status == XFER_OK) {
+    /* a server that refuses a client before negotiating (one without the key it requires)
+     * sends its REJECT without a HELLO */
+    status = client_recv(fd, until, c, XFER_WIRE_HELLO, XFER_WIRE_REJECT, "HELLO", why,
+                         why_size);
+    if ((status == XFER_OK) && (c->rx.hdr.type == XFER_WIRE_HELLO)) {
         status = xfer_wire_parse_hello(c->rx.body, c->rx.hdr.body_len, &c->theirs, why,
                                        why_size);
     }
-    if (status == XFER_OK) {
+    if ((status == XFER_OK) && (c->rx.hdr.type == XFER_WIRE_HELLO)) {
         status = client_recv(fd, until, c, XFER_WIRE_ACCEPT, XFER_WIRE_REJECT,
                              "ACCEPT or REJECT", why, why_size);
     }
@@ -203,6 +282,9 @@ static xfer_status_t client_answer(int fd, int64_t until, client_t *c, char *nam
     }
     if (c->rx.hdr.type == XFER_WIRE_REJECT) {
         status = xfer_wire_parse_reject(c->rx.body, c->rx.hdr.body_len, &rej, why, why_size);
+        if (status == XFER_OK) {
+            status = client_flight_end(fd, until, c, why, why_size);
+        }
         if (status == XFER_OK) {
             snprintf(why, why_size, "server refused: %s", rej.reason);
             status = (rej.status < 0) ? (xfer_status_t)rej.status : XFER_ERR_PROTOCOL;
@@ -239,6 +321,19 @@ static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until
                  "this side: %s", name, reason);
         return XFER_ERR_UNREACHABLE;
     }
+    /* the server sent its CONNECT with its ACCEPT: it (and, with a key, the proof over the
+     * server's whole flight) is checked before this side creates anything */
+    status = client_recv(fd, until, c, XFER_WIRE_CONNECT, 0, "CONNECT", why, why_size);
+    if (status == XFER_OK) {
+        status = xfer_wire_parse_connect(c->rx.body, c->rx.hdr.body_len, &c->conn_theirs, why,
+                                         why_size);
+    }
+    if (status == XFER_OK) {
+        status = client_flight_end(fd, until, c, why, why_size);
+    }
+    if (status != XFER_OK) {
+        return status;
+    }
     status = xfer_endpoint_prepare(ctx, fd, name, peer_addr, addr_len, 0, address,
                                    &c->conn_mine, &ep, why, why_size);
     if (status != XFER_OK) {
@@ -249,14 +344,7 @@ static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until
         snprintf(why, why_size, "cannot pack CONNECT: %s", xfer_status_string(status));
         goto err_discard;
     }
-    status = xfer_sock_send_all(fd, c->frame, len, until, why, why_size);
-    if (status == XFER_OK) {
-        status = client_recv(fd, until, c, XFER_WIRE_CONNECT, 0, "CONNECT", why, why_size);
-    }
-    if (status == XFER_OK) {
-        status = xfer_wire_parse_connect(c->rx.body, c->rx.hdr.body_len, &c->conn_theirs, why,
-                                         why_size);
-    }
+    status = client_send_flight(fd, until, c, len, why, why_size);
     if (status == XFER_OK) {
         status = xfer_endpoint_complete(ep, &c->conn_theirs, why, why_size);
     }
@@ -309,17 +397,25 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     }
     xfer_boot_rx_init(&c->rx);
     xfer_boot_offer_build(ctx, &c->mine);
+    status = xfer_auth_start(ctx, 0, &c->auth);
+    if (status != XFER_OK) {
+        snprintf(why, sizeof(why), "out of memory");
+        goto err;
+    }
     status = xfer_sock_connect_any(addrs, until, &fd, why, sizeof(why));
+    if ((status == XFER_OK) && (c->auth != NULL)) {
+        status = client_auth(fd, until, c, why, sizeof(why));
+    }
     if (status != XFER_OK) {
         goto err;
     }
-    len    = sizeof(c->frame);
+    len    = sizeof(c->frame) - XFER_WIRE_AUTH_FRAME_LEN;
     status = xfer_wire_pack_hello(&c->mine, c->frame, &len);
     if (status != XFER_OK) {
         snprintf(why, sizeof(why), "cannot pack HELLO: %s", xfer_status_string(status));
         goto err;
     }
-    status = xfer_sock_send_all(fd, c->frame, len, until, why, sizeof(why));
+    status = client_send_flight(fd, until, c, len, why, sizeof(why));
     if (status == XFER_OK) {
         status = client_answer(fd, until, c, name, why, sizeof(why));
     }
@@ -332,6 +428,7 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
     xfer_log(XFER_LOG_INFO, XFER_BOOT_SUBSYS, "connected to %s over %s", address, name);
     close(fd);      /* the transport keeps its own descriptor if it wants the connection */
     xfer_boot_rx_cleanup(&c->rx);
+    xfer_auth_free(c->auth);
     free(c);
     freeaddrinfo(addrs);
     return XFER_OK;
@@ -344,6 +441,7 @@ err:
     }
     if (c != NULL) {
         xfer_boot_rx_cleanup(&c->rx);
+        xfer_auth_free(c->auth);
         free(c);
     }
     freeaddrinfo(addrs);

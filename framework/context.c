@@ -3,6 +3,7 @@
  * the introspection calls of xfer/info.h.
  */
 #include "xfer_int.h"
+#include "auth.h"
 #include "cuda_driver.h"
 
 #include <stddef.h>
@@ -26,6 +27,13 @@ static const xfer_param_desc_t fw_params[] = {
      "Colon-separated directories (or xfer_<name>.so files) searched for components before "
      "the install directory.",
      offsetof(xfer_fw_config_t, component_path), 0, 0, NULL},
+    {"AUTH_KEY_FILE", XFER_PARAM_STRING, "",
+     "A file holding the shared key (16 to 4096 bytes, readable by its owner only) that "
+     "every peer must prove it holds: the bootstrap runs a mutual challenge-response "
+     "(HMAC-SHA256) covering everything it negotiates, and refuses a peer without the key "
+     "before giving it any transport resource. Both sides need the same key. Empty: no "
+     "authentication (a listener reachable from other hosts says so once).",
+     offsetof(xfer_fw_config_t, auth_key_file), 0, 0, NULL},
     {"BOOTSTRAP_TIMEOUT", XFER_PARAM_TIME, "10s",
      "Longest a connect handshake, or the handshake of one accepted connection (counted "
      "from its accept), may take before it fails with a timeout.",
@@ -305,6 +313,9 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
         xfer_transport_spec_check(ctx, &ctx->env_error);
     }
 
+    if (xfer_auth_key_load(ctx, params, err, sizeof(err)) != XFER_OK) {
+        xfer_errors_append(&ctx->env_error, "%s", err);
+    }
     warn_unknown_env(ctx, caller_env);
     status = build_param_index(ctx);
     if (status != XFER_OK) {
@@ -334,6 +345,7 @@ xfer_status_t xfer_context_create(const xfer_context_params_t *params, xfer_cont
 err_data:
     xfer_ctx_data_cleanup(ctx);
 err_unload:
+    xfer_auth_key_free(ctx);
     free(ctx->param_index);
     xfer_transport_spec_cleanup(&ctx->transports);
     xfer_loader_unload(ctx);
@@ -357,6 +369,7 @@ void xfer_context_destroy(xfer_context_t *ctx)
         return;
     }
     xfer_ctx_data_cleanup(ctx);
+    xfer_auth_key_free(ctx);
     free(ctx->param_index);
     xfer_transport_spec_cleanup(&ctx->transports);
     xfer_loader_unload(ctx);

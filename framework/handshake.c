@@ -2,10 +2,14 @@
  * One handshake: the server's side of the bootstrap over one accepted, non-blocking socket,
  * with its own deadline (XFER_BOOTSTRAP_TIMEOUT from its accept; listener.c enforces it):
  *
- *   HELLO_IN     read the client's HELLO, from as many reads as it takes
+ *   AUTH_IN      with a key: read the client's AUTH_NONCE; the reply (REPLY_OUT, then
+ *                HELLO_IN) is our AUTH_NONCE and our proof (auth.h)
+ *   HELLO_IN     read the client's HELLO (with a key, and its proof, checked before anything
+ *                else happens), from as many reads as it takes
  *   REPLY_OUT    send our HELLO and either ACCEPT and our CONNECT (the chosen transport's
- *                endpoint is created on the socket first) or REJECT saying why
- *   CONNECT_IN   read the client's CONNECT and connect the endpoint: done
+ *                endpoint is created on the socket first) or REJECT saying why, with our
+ *                proof after them when we have a key
+ *   CONNECT_IN   read the client's CONNECT (and proof) and connect the endpoint: done
  */
 #include "listener.h"
 #include "sock.h"
@@ -18,6 +22,7 @@
 #include <unistd.h>
 
 const char *const hs_waiting_for[] = {
+    [HS_AUTH_IN]    = "waiting for its AUTH_NONCE",
     [HS_HELLO_IN]   = "waiting for its HELLO",
     [HS_REPLY_OUT]  = "waiting for it to read our reply",
     [HS_CONNECT_IN] = "waiting for its CONNECT",
@@ -34,6 +39,8 @@ static void hs_free(xfer_listener_t *l, handshake_t *hs)
     }
     close(hs->fd);
     xfer_boot_rx_cleanup(&hs->rx);
+    xfer_boot_rx_cleanup(&hs->held);
+    xfer_auth_free(hs->auth);
     free(hs->out);
     free(hs->refusal);
     ucs_list_del(&hs->list);
@@ -72,19 +79,35 @@ static xfer_status_t hs_watch(xfer_listener_t *l, handshake_t *hs, char *why, si
     return XFER_OK;
 }
 
-/* Our reply: our HELLO followed by the frames in [frames, frames + len). */
+/* Our reply: our HELLO (unless the client has not proven the key yet: it learns nothing of
+ * us then) followed by the frames in [frames, frames + len), and with a key our proof over
+ * everything so far. */
 static xfer_status_t hs_reply_set(xfer_listener_t *l, handshake_t *hs, const uint8_t *frames,
                                   size_t len, char *why, size_t why_size)
 {
-    hs->out = malloc(l->hello_len + len);
+    size_t hello = (hs->state == HS_AUTH_IN) ? 0 : l->hello_len;
+    int prove    = (hs->auth != NULL) && (hs->state != HS_AUTH_IN);
+    size_t total = hello + len + (prove ? XFER_WIRE_AUTH_FRAME_LEN : 0);
+    xfer_status_t status;
+
+    hs->out = malloc(total);
     if (hs->out == NULL) {
-        snprintf(why, why_size, "out of memory for a %zu-byte reply", l->hello_len + len);
+        snprintf(why, why_size, "out of memory for a %zu-byte reply", total);
         return XFER_ERR_NO_MEMORY;
     }
-    memcpy(hs->out, l->hello, l->hello_len);
-    memcpy(hs->out + l->hello_len, frames, len);
-    hs->out_len  = l->hello_len + len;
+    memcpy(hs->out, l->hello, hello);
+    memcpy(hs->out + hello, frames, len);
+    if (prove) {
+        xfer_auth_absorb(hs->auth, hs->out, hello + len);
+        status = xfer_auth_mac_frame(hs->auth, hs->out + hello + len);
+        if (status != XFER_OK) {
+            snprintf(why, why_size, "cannot make our proof: %s", xfer_status_string(status));
+            return status;
+        }
+    }
+    hs->out_len  = total;
     hs->out_sent = 0;
+    hs->next     = HS_CONNECT_IN;
     hs->state    = HS_REPLY_OUT;
     return XFER_OK;
 }
@@ -135,6 +158,67 @@ static int hs_reachable(void *arg, const char *name, const void *addr, size_t ad
     return 0;
 }
 
+/* With a key, the client's first frame: its AUTH_NONCE, answered with ours and our proof.
+ * A HELLO here comes from a peer that does not authenticate: refused, and told why. */
+static xfer_status_t hs_auth_received(xfer_listener_t *l, handshake_t *hs, char *why,
+                                      size_t why_size)
+{
+    uint8_t frames[2 * XFER_WIRE_AUTH_FRAME_LEN];
+    xfer_status_t status;
+
+    if (hs->rx.hdr.type == XFER_WIRE_HELLO) {
+        return hs_refuse(l, hs, XFER_ERR_DENIED, "this listener admits only peers that prove "
+                         "its key: set XFER_AUTH_KEY_FILE to the same key on both sides", why,
+                         why_size);
+    }
+    status = xfer_auth_nonce_take(hs->auth, &hs->rx, why, why_size);
+    xfer_boot_rx_cleanup(&hs->rx);
+    xfer_boot_rx_init(&hs->rx);
+    if (status == XFER_OK) {
+        status = xfer_auth_nonce_frame(hs->auth, frames);
+    }
+    if (status == XFER_OK) {
+        status = xfer_auth_mac_frame(hs->auth, frames + XFER_WIRE_AUTH_FRAME_LEN);
+    }
+    if (status != XFER_OK) {
+        return status;
+    }
+    status = hs_reply_set(l, hs, frames, sizeof(frames), why, why_size);
+    hs->next = HS_HELLO_IN;
+    return status;
+}
+
+/* Does the frame just read (a HELLO or CONNECT of type, or the proof after one) go through
+ * hs_proven() first? Only with a key. */
+static int hs_holds(const handshake_t *hs, uint16_t type)
+{
+    return (hs->auth != NULL) && (hs->holding || (hs->rx.hdr.type == type));
+}
+
+/* With a key, a HELLO or CONNECT is held until the AUTH_MAC after it checks: 1 when hs->rx
+ * holds a frame that may be acted on now, 0 when more must be read (status XFER_OK), or
+ * 0 with the failure in *status_p. */
+static int hs_proven(handshake_t *hs, xfer_status_t *status_p, char *why, size_t why_size)
+{
+    *status_p = XFER_OK;
+    if (hs->auth == NULL) {
+        return 1;
+    }
+    if (!hs->holding) {
+        xfer_auth_absorb_rx(hs->auth, &hs->rx);
+        hs->held    = hs->rx;       /* the body moves with it */
+        hs->holding = 1;
+        xfer_boot_rx_init(&hs->rx);
+        return 0;
+    }
+    *status_p = xfer_auth_mac_check(hs->auth, &hs->rx, why, why_size);
+    xfer_boot_rx_cleanup(&hs->rx);
+    hs->rx      = hs->held;
+    hs->holding = 0;
+    xfer_boot_rx_init(&hs->held);
+    return *status_p == XFER_OK;
+}
+
 /* The client's HELLO is whole: choose a transport, prepare its endpoint, build the reply. */
 static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char *why,
                                        size_t why_size)
@@ -150,6 +234,11 @@ static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char
     char reason[XFER_WIRE_MAX_REASON + 1];
     int idx;
 
+    if ((hs->rx.hdr.type == XFER_WIRE_AUTH_NONCE) && (hs->auth == NULL)) {
+        return hs_refuse(l, hs, XFER_ERR_DENIED, "this listener has no key to authenticate "
+                         "with: set XFER_AUTH_KEY_FILE to the same key on both sides", why,
+                         why_size);
+    }
     if (hs->rx.hdr.type != XFER_WIRE_HELLO) {
         snprintf(why, why_size, "expected HELLO, got frame type %u", hs->rx.hdr.type);
         return XFER_ERR_PROTOCOL;
@@ -224,8 +313,18 @@ xfer_status_t hs_progress(xfer_listener_t *l, handshake_t *hs, xfer_endpoint_t *
 
     for (;;) {
         switch (hs->state) {
+        case HS_AUTH_IN:
+            status = xfer_boot_rx_progress(hs->fd, &hs->rx, why, sizeof(why));
+            if (status == XFER_OK) {
+                status = hs_auth_received(l, hs, why, sizeof(why));
+            }
+            break;
         case HS_HELLO_IN:
             status = xfer_boot_rx_progress(hs->fd, &hs->rx, why, sizeof(why));
+            if ((status == XFER_OK) && hs_holds(hs, XFER_WIRE_HELLO) &&
+                !hs_proven(hs, &status, why, sizeof(why))) {
+                break;
+            }
             if (status == XFER_OK) {
                 status = hs_hello_received(l, hs, why, sizeof(why));
             }
@@ -245,12 +344,16 @@ xfer_status_t hs_progress(xfer_listener_t *l, handshake_t *hs, xfer_endpoint_t *
             } else {
                 free(hs->out);
                 hs->out   = NULL;
-                hs->state = HS_CONNECT_IN;
+                hs->state = hs->next;
             }
             break;
         case HS_CONNECT_IN:
         default:
             status = xfer_boot_rx_progress(hs->fd, &hs->rx, why, sizeof(why));
+            if ((status == XFER_OK) && hs_holds(hs, XFER_WIRE_CONNECT) &&
+                !hs_proven(hs, &status, why, sizeof(why))) {
+                break;
+            }
             if (status == XFER_OK) {
                 status = hs_connect_received(hs, why, sizeof(why));
             }
@@ -289,8 +392,15 @@ xfer_status_t hs_start(xfer_listener_t *l, int fd, const char *peer, int64_t now
         close(fd);
         return XFER_ERR_NO_MEMORY;
     }
+    if (xfer_auth_start(l->ctx, 1, &hs->auth) != XFER_OK) {
+        xfer_log_peer("handshake_refused", XFER_LOG_WARN, XFER_BOOT_SUBSYS,
+                      "closing connection from %s: out of memory", peer);
+        close(fd);
+        free(hs);
+        return XFER_ERR_NO_MEMORY;
+    }
     hs->fd       = fd;
-    hs->state    = HS_HELLO_IN;
+    hs->state    = (hs->auth != NULL) ? HS_AUTH_IN : HS_HELLO_IN;
     hs->events   = EPOLLIN;
     hs->deadline = now + l->timeout_ms;
     hs->refused  = XFER_OK;
@@ -302,6 +412,7 @@ xfer_status_t hs_start(xfer_listener_t *l, int fd, const char *peer, int64_t now
         xfer_log_peer("handshake_refused", XFER_LOG_WARN, XFER_BOOT_SUBSYS,
                       "closing connection from %s: epoll_ctl(ADD): %s", peer, strerror(errno));
         close(fd);
+        xfer_auth_free(hs->auth);
         free(hs);
         return XFER_ERR_NO_RESOURCE;
     }

@@ -22,6 +22,8 @@
 #include "clock.h"
 #include "sock.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -277,6 +279,43 @@ static void listener_free(xfer_listener_t *l)
     free(l);
 }
 
+/* A socket of l that other hosts may reach: bound off loopback. */
+static int reaches_other_hosts(const xfer_listener_t *l)
+{
+    for (unsigned i = 0; i < l->num_fds; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+
+        if (getsockname(l->fds[i], (struct sockaddr*)&ss, &len) != 0) {
+            continue;
+        }
+        if ((ss.ss_family == AF_INET) &&
+            ((ntohl(((struct sockaddr_in*)&ss)->sin_addr.s_addr) >> 24) != 127)) {
+            return 1;
+        }
+        if ((ss.ss_family == AF_INET6) &&
+            !IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6*)&ss)->sin6_addr)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A listener other hosts reach, in a process without a key, says so - once per process. */
+static void unauthenticated_say_once(const xfer_listener_t *l, const char *address)
+{
+    static int said;
+
+    if (xfer_auth_enabled(l->ctx) || !reaches_other_hosts(l) ||
+        __atomic_exchange_n(&said, 1, __ATOMIC_RELAXED)) {
+        return;
+    }
+    xfer_log(XFER_LOG_WARN, XFER_BOOT_SUBSYS, "listening on %s, which other hosts reach, "
+             "without a key: any peer that reaches it may connect, fetch what this process "
+             "publishes and use the keys it hands out (XFER_AUTH_KEY_FILE sets a key)",
+             address);
+}
+
 /* A name that resolves to several addresses is listened on at each (XFER_LISTEN_SOCKS_MAX
  * at most), on one port: ":port" is loopback and "*:port" every interface, in both
  * families where the host has them. */
@@ -343,6 +382,7 @@ xfer_status_t xfer_listen(xfer_context_t *ctx, const char *address, xfer_listene
     xfer_ctx_unlock(ctx);
     xfer_log(XFER_LOG_DEBUG, XFER_BOOT_SUBSYS, "listening on %s (port %u, %u socket%s)",
              address, l->port, l->num_fds, (l->num_fds == 1) ? "" : "s");
+    unauthenticated_say_once(l, address);
     *listener_p = l;
     return XFER_OK;
 

@@ -6,13 +6,14 @@
 #ifndef XFER_LISTENER_H
 #define XFER_LISTENER_H
 
+#include "auth.h"
 #include "bootstrap.h"
 
 /* A listen takes at most this many sockets: both families of loopback or of every interface,
  * or the first addresses a name resolves to. */
 #define XFER_LISTEN_SOCKS_MAX 4
 
-typedef enum { HS_HELLO_IN, HS_REPLY_OUT, HS_CONNECT_IN } hs_state_t;
+typedef enum { HS_AUTH_IN, HS_HELLO_IN, HS_REPLY_OUT, HS_CONNECT_IN } hs_state_t;
 
 /* What a handshake in each state waits for, for log lines. */
 extern const char *const hs_waiting_for[];
@@ -31,6 +32,10 @@ typedef struct handshake {
     xfer_status_t   refused;    /* the reply ends in a REJECT: the status it carries */
     char            *refusal;   /* and its reason */
     xfer_endpoint_t *ep;        /* prepared, waiting for the client's CONNECT */
+    hs_state_t      next;       /* what REPLY_OUT leads to once the reply is sent */
+    xfer_auth_t     *auth;      /* with a key: the proofs; NULL: none */
+    xfer_boot_rx_t  held;       /* with a key: a HELLO or CONNECT until its AUTH_MAC checks */
+    int             holding;
 } handshake_t;
 
 struct xfer_listener {

@@ -26,6 +26,7 @@ const char *xfer_status_string(xfer_status_t status)
     case XFER_ERR_UNREACHABLE:   return "no shared transport";
     case XFER_ERR_INTERNAL:      return "internal error";
     case XFER_ERR_PEER_CLOSED:   return "the peer closed its endpoint";
+    case XFER_ERR_DENIED:        return "access denied";
     }
     return "unknown status";
 }

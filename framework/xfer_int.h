@@ -153,6 +153,7 @@ typedef struct xfer_fw_config {
     uint64_t    notify_budget;      /* XFER_NOTIFY_BUDGET, bytes */
     uint64_t    tensor_budget;      /* XFER_TENSOR_BUDGET, requests */
     uint64_t    unexpected_ep;      /* XFER_UNEXPECTED_EP, bytes, one endpoint's */
+    const char  *auth_key_file;     /* XFER_AUTH_KEY_FILE */
 } xfer_fw_config_t;
 
 /* XFER_TRANSPORTS parsed: an include list (ordered) or an exclude list. */
@@ -187,6 +188,8 @@ struct xfer_context {
     char                    *search_path;
     xfer_transport_spec_t   transports;
     char                    *env_error;     /* NULL when the environment is valid */
+    uint8_t                 *auth_key;      /* the shared key peers prove (auth.c); NULL */
+    size_t                  auth_key_len;
     xfer_param_info_t       *param_index;   /* flattened for xfer_param_get() */
     size_t                  num_params;
 

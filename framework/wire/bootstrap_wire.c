@@ -197,6 +197,37 @@ xfer_status_t xfer_wire_pack_reject(xfer_status_t status, const char *reason, vo
     return frame_end(&w, buf, len_p);
 }
 
+xfer_status_t xfer_wire_pack_auth(xfer_wire_type_t type, const uint8_t *data, void *buf,
+                                  size_t *len_p)
+{
+    xfer_status_t status;
+    writer_t w;
+
+    if ((type != XFER_WIRE_AUTH_NONCE) && (type != XFER_WIRE_AUTH_MAC)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = frame_begin(&w, buf, *len_p, type);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (!put(&w, data, XFER_WIRE_AUTH_LEN)) {
+        return XFER_ERR_NO_RESOURCE;
+    }
+    return frame_end(&w, buf, len_p);
+}
+
+xfer_status_t xfer_wire_parse_auth(const void *body, size_t body_len, uint8_t *data,
+                                   char *why, size_t why_size)
+{
+    if (body_len != XFER_WIRE_AUTH_LEN) {
+        snprintf(why, why_size, "an authentication frame of %zu bytes (%u expected)", body_len,
+                 XFER_WIRE_AUTH_LEN);
+        return XFER_ERR_PROTOCOL;
+    }
+    memcpy(data, body, XFER_WIRE_AUTH_LEN);
+    return XFER_OK;
+}
+
 xfer_status_t xfer_wire_parse_header(const void *buf, size_t len, xfer_wire_header_t *hdr,
                                      char *why, size_t why_size)
 {
@@ -228,7 +259,7 @@ xfer_status_t xfer_wire_parse_header(const void *buf, size_t len, xfer_wire_head
                  "speaks %u", hdr->version, XFER_WIRE_VERSION);
         return XFER_ERR_PROTOCOL;
     }
-    if ((hdr->type < XFER_WIRE_HELLO) || (hdr->type > XFER_WIRE_CONNECT)) {
+    if ((hdr->type < XFER_WIRE_HELLO) || (hdr->type > XFER_WIRE_AUTH_MAC)) {
         snprintf(why, why_size, "unknown frame type %u", hdr->type);
         return XFER_ERR_PROTOCOL;
     }

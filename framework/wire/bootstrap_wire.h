@@ -9,6 +9,8 @@
  *   ACCEPT := name_len:u8 name[name_len]                  (the transport the server chose)
  *   REJECT := status:i16 reason_len:u16 reason[reason_len] (why no transport was chosen)
  *   CONNECT:= context_id:u64 addr_len:u16 addr[addr_len]   (this side's endpoint address)
+ *   AUTH_NONCE := nonce[32]                               (authentication, auth.c)
+ *   AUTH_MAC   := mac[32]
  *
  * The client sends HELLO with the transports it allows, best first; the server answers with
  * its own HELLO and then ACCEPT or REJECT. After ACCEPT each side creates its endpoint of the
@@ -45,7 +47,13 @@ typedef enum {
     XFER_WIRE_ACCEPT = 2,
     XFER_WIRE_REJECT = 3,
     XFER_WIRE_CONNECT = 4,
+    XFER_WIRE_AUTH_NONCE = 5,
+    XFER_WIRE_AUTH_MAC   = 6,
 } xfer_wire_type_t;
+
+/* The body of an AUTH_NONCE or AUTH_MAC frame, and the whole frame. */
+#define XFER_WIRE_AUTH_LEN       32u
+#define XFER_WIRE_AUTH_FRAME_LEN (XFER_WIRE_HEADER_LEN + XFER_WIRE_AUTH_LEN)
 
 typedef struct xfer_wire_header {
     uint32_t magic;
@@ -82,6 +90,9 @@ xfer_status_t xfer_wire_pack_accept(const char *name, void *buf, size_t *len_p);
 xfer_status_t xfer_wire_pack_reject(xfer_status_t status, const char *reason, void *buf,
                                     size_t *len_p);
 xfer_status_t xfer_wire_pack_connect(const xfer_wire_connect_t *conn, void *buf, size_t *len_p);
+/* An AUTH_NONCE or AUTH_MAC frame carrying data (XFER_WIRE_AUTH_LEN bytes). */
+xfer_status_t xfer_wire_pack_auth(xfer_wire_type_t type, const uint8_t *data, void *buf,
+                                  size_t *len_p);
 
 /*
  * Parse the fixed header. XFER_ERR_PROTOCOL (with why) for a wrong magic, version, type or a
@@ -98,6 +109,9 @@ xfer_status_t xfer_wire_parse_reject(const void *body, size_t body_len,
                                      xfer_wire_reject_t *reject, char *why, size_t why_size);
 xfer_status_t xfer_wire_parse_connect(const void *body, size_t body_len,
                                       xfer_wire_connect_t *conn, char *why, size_t why_size);
+/* An AUTH_NONCE's or AUTH_MAC's body: exactly XFER_WIRE_AUTH_LEN bytes, copied to data. */
+xfer_status_t xfer_wire_parse_auth(const void *body, size_t body_len, uint8_t *data,
+                                   char *why, size_t why_size);
 
 /*
  * Whether this side's transport name reaches the peer whose address for it (from the peer's

@@ -48,6 +48,7 @@ typedef enum {
     XFER_ERR_UNREACHABLE    = -18,  /* the peers share no transport */
     XFER_ERR_INTERNAL       = -19,
     XFER_ERR_PEER_CLOSED    = -20,  /* the peer closed its endpoint in order */
+    XFER_ERR_DENIED         = -21,  /* the peer did not prove the key, or is not allowed */
 } xfer_status_t;
 
 XFER_API const char *xfer_status_string(xfer_status_t status);
@@ -124,6 +125,10 @@ typedef struct xfer_context_params {
     /* XFER_* variables that the caller reads itself (a binding's, a plug-in's), NULL-ended:
      * they are not reported as unknown, and a misspelt one is matched against them too */
     const char *const *env_names;
+    /* The shared secret every peer must prove it holds (auth_key_len bytes, 16 to 4096),
+     * instead of XFER_AUTH_KEY_FILE; copied. NULL: the file's, if set. */
+    const void        *auth_key;
+    size_t            auth_key_len;
 } xfer_context_params_t;
 
 /*

@@ -1,0 +1,425 @@
+/*
+ * Who may connect: a server with a key (framework/auth.h) admits only peers that prove it,
+ * over the real transport of the run. Peers without the key, with a wrong key, a replayed
+ * handshake (a real client's bytes, recorded and sent again), a handshake changed on its way
+ * between two real peers (a relay that alters the client's HELLO after the proofs) and a
+ * downgrade (a client with a key facing a server that does not prove it) are all refused; the
+ * server gives none of them a transport resource - no descriptor, no lane port - and logs
+ * each; an honest client beside them connects and moves a message. The key comes from
+ * XFER_AUTH_KEY_FILE in the clients and from the context parameters in the server.
+ *
+ * The relay and the replaying client are raw sockets in child processes (relay()).
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define TAG 0x61757468u
+
+static const char key_a[] = "the shared key of this test: 0123456789";
+static const char key_b[] = "another key, which the server does not hold";
+static char key_file_a[64], key_file_b[64];
+
+static void write_key(char *path, const char *key, const char *name)
+{
+    int fd;
+
+    snprintf(path, 64, "/tmp/xfertest_auth_%s.%d", name, (int)getpid());
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, key, strlen(key)), (ssize_t)strlen(key));
+    close(fd);
+}
+
+static void setup(void)
+{
+    tp_env();
+    write_key(key_file_a, key_a, "a");
+    write_key(key_file_b, key_b, "b");
+}
+
+static void teardown(void)
+{
+    unlink(key_file_a);
+    unlink(key_file_b);
+}
+
+TestSuite(auth, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ---- the server: this process ----------------------------------------------------------------- */
+
+typedef struct server {
+    xfer_context_t  *ctx;
+    xfer_listener_t *listener;
+    uint16_t        port;
+} server_t;
+
+static void server_start(server_t *s, const char *key)
+{
+    xfer_context_params_t params = {.size = sizeof(params)};
+
+    params.auth_key     = key;
+    params.auth_key_len = key ? strlen(key) : 0;
+    cr_assert_eq(xfer_context_create(&params, &s->ctx), XFER_OK, "%s", xfer_last_error());
+    cr_assert_eq(xfer_listen(s->ctx, "127.0.0.1:0", &s->listener), XFER_OK);
+    s->port = xfer_listener_port(s->listener);
+}
+
+static void server_stop(server_t *s)
+{
+    xfer_listener_close(s->listener);
+    xfer_context_destroy(s->ctx);
+}
+
+/* The outcome of the next handshake: XFER_OK with *ep_p, or the failure. */
+static xfer_status_t next_handshake(server_t *s, xfer_endpoint_t **ep_p)
+{
+    double end = tp_now_ms() + TP_WAIT_MS;
+    xfer_status_t st;
+
+    *ep_p = NULL;
+    do {
+        st = xfer_accept(s->listener, 100, ep_p);
+    } while ((st == XFER_ERR_TIMEOUT) && (tp_now_ms() < end));
+    return st;
+}
+
+/* ---- clients: children ------------------------------------------------------------------------ */
+
+/* An xfer client with XFER_AUTH_KEY_FILE=key_file (NULL: none) that connects to port and,
+ * connected, sends one tagged message; its exit code is 0, or 20 - the status it got. */
+static pid_t client_spawn(const char *key_file, uint16_t port)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_request_t *req = NULL;
+        xfer_context_t *ctx;
+        xfer_status_t st;
+        char addr[64];
+
+        alarm(TP_CHILD_ALARM_S);
+        if (key_file != NULL) {
+            setenv("XFER_AUTH_KEY_FILE", key_file, 1);
+        } else {
+            unsetenv("XFER_AUTH_KEY_FILE");
+        }
+        if (xfer_context_create(NULL, &ctx) != XFER_OK) {
+            _exit(99);
+        }
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+        st = xfer_connect(ctx, addr, &ep);
+        if (st == XFER_OK) {
+            st = xfer_tag_send(ep, TAG, "hi", 3, NULL, NULL, NULL, &req);
+            st = tp_op_result(st, req, TP_WAIT_MS);
+            xfer_endpoint_close(ep);
+        }
+        xfer_context_destroy(ctx);
+        _exit((st == XFER_OK) ? 0 : 20 - st);
+    }
+    return pid;
+}
+
+static int child_exit(pid_t pid)
+{
+    int st;
+
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The honest client's whole session: connected, its message received. */
+static void honest_client_is_served(server_t *s)
+{
+    pid_t pid = client_spawn(key_file_a, s->port);
+    xfer_endpoint_t *ep;
+    xfer_request_t *req = NULL;
+    char buf[8] = "";
+
+    cr_assert_eq(next_handshake(s, &ep), XFER_OK, "the honest client was not admitted: %s",
+                 xfer_last_error());
+    cr_assert_eq(xfer_tag_recv(s->ctx, ep, TAG, UINT64_MAX, buf, sizeof(buf), NULL, NULL, NULL,
+                               &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_str_eq(buf, "hi");
+    cr_expect_eq(child_exit(pid), 0);
+    xfer_endpoint_close(ep);
+}
+
+/* ---- a relay between a real client and the server, and a replay ------------------------------- */
+
+/* Relay one connection from listen_fd to port: every byte both ways; the client's bytes are
+ * appended to record (when not NULL) and the one at tamper (>= 0) is flipped. Runs in a
+ * child until either side closes. */
+static void relay_run(int listen_fd, uint16_t port, const char *record, long tamper)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int c = accept(listen_fd, NULL, NULL), srv = socket(AF_INET, SOCK_STREAM, 0);
+    int rec = record ? open(record, O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
+    long from_client = 0;
+    char buf[65536];
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if ((c < 0) || (srv < 0) || (connect(srv, (struct sockaddr*)&sa, sizeof(sa)) != 0)) {
+        _exit(30);
+    }
+    for (;;) {
+        struct pollfd pfd[2] = {{c, POLLIN, 0}, {srv, POLLIN, 0}};
+        ssize_t n;
+
+        if (poll(pfd, 2, TP_WAIT_MS) <= 0) {
+            _exit(31);
+        }
+        if (pfd[0].revents) {
+            n = read(c, buf, sizeof(buf));
+            if (n <= 0) {
+                _exit(0);
+            }
+            if ((tamper >= from_client) && (tamper < from_client + n)) {
+                buf[tamper - from_client] ^= 0x01;
+            }
+            from_client += n;
+            if ((rec >= 0) && (write(rec, buf, (size_t)n) != n)) {
+                _exit(32);
+            }
+            if (send(srv, buf, (size_t)n, MSG_NOSIGNAL) != n) {
+                _exit(0);
+            }
+        }
+        if (pfd[1].revents) {
+            n = read(srv, buf, sizeof(buf));
+            if ((n <= 0) || (send(c, buf, (size_t)n, MSG_NOSIGNAL) != n)) {
+                _exit(0);
+            }
+        }
+    }
+}
+
+/* A relay child in front of the server; *port_p is where clients reach it. */
+static pid_t relay_spawn(uint16_t server_port, const char *record, long tamper, uint16_t *port_p)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    pid_t pid;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert((fd >= 0) && (bind(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0) &&
+              (listen(fd, 4) == 0) && (getsockname(fd, (struct sockaddr*)&sa, &len) == 0));
+    *port_p = ntohs(sa.sin_port);
+    pid     = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        alarm(TP_CHILD_ALARM_S);
+        relay_run(fd, server_port, record, tamper);
+    }
+    close(fd);
+    return pid;
+}
+
+/* Send the bytes of path to port at once, then wait for the server to close. */
+static pid_t replay_spawn(const char *path, uint16_t port)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+        int fd = socket(AF_INET, SOCK_STREAM, 0), in = open(path, O_RDONLY);
+        char buf[65536], sink[4096];
+        ssize_t n;
+
+        alarm(TP_CHILD_ALARM_S);
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if ((fd < 0) || (in < 0) || (connect(fd, (struct sockaddr*)&sa, sizeof(sa)) != 0)) {
+            _exit(40);
+        }
+        n = read(in, buf, sizeof(buf));
+        if ((n <= 0) || (send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n)) {
+            _exit(41);
+        }
+        while (read(fd, sink, sizeof(sink)) > 0) {
+        }
+        _exit(0);
+    }
+    return pid;
+}
+
+/* No descriptor and no listening socket more than before: nothing was given to the peer. */
+typedef struct baseline {
+    int fds, listening;
+} baseline_t;
+
+static void baseline_take(baseline_t *b)
+{
+    struct sockaddr_storage ss[16];
+
+    b->fds       = tu_fd_count();
+    b->listening = tu_listening_sockets(ss, 16);
+}
+
+static void expect_nothing_given(const baseline_t *b, const char *who)
+{
+    struct sockaddr_storage ss[16];
+
+    cr_expect_eq(tu_fd_count(), b->fds, "%s: %d descriptors open, %d before", who,
+                 tu_fd_count(), b->fds);
+    cr_expect_eq(tu_listening_sockets(ss, 16), b->listening, "%s: a transport opened a "
+                 "listening socket for it", who);
+}
+
+/* ---- the tests -------------------------------------------------------------------------------- */
+
+/* No key, a wrong key: refused before anything is created for them, each logged with its
+ * address; the honest client next is served. */
+Test(auth, peers_without_the_key_or_with_another_are_refused, .init = cr_redirect_stderr)
+{
+    xfer_endpoint_t *ep;
+    baseline_t b;
+    server_t s;
+    pid_t pid;
+    char *log;
+
+    server_start(&s, key_a);
+    baseline_take(&b);
+    pid = client_spawn(NULL, s.port);
+    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
+    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "a client without the key");
+    expect_nothing_given(&b, "a client without the key");
+    pid = client_spawn(key_file_b, s.port);
+    cr_expect_neq(next_handshake(&s, &ep), XFER_OK);
+    cr_expect_null(ep);
+    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "a client with another key");
+    expect_nothing_given(&b, "a client with another key");
+    honest_client_is_served(&s);
+    server_stop(&s);
+    log = tu_read_redirected_stderr();
+    cr_expect(strstr(log, "closing connection from 127.0.0.1:") != NULL, "%s", log);
+    cr_expect(strstr(log, "prove its key") != NULL, "%s", log);
+    free(log);
+}
+
+/* A real client's handshake through a relay that records it; its bytes sent again on a new
+ * connection are refused: the server's nonce is new, so the recorded proof fits nothing. */
+Test(auth, a_replayed_handshake_is_refused)
+{
+    char record[64];
+    xfer_endpoint_t *ep;
+    uint16_t relay_port;
+    pid_t relay, client, replay;
+    baseline_t b;
+    server_t s;
+
+    snprintf(record, sizeof(record), "/tmp/xfertest_auth_rec.%d", (int)getpid());
+    server_start(&s, key_a);
+    relay  = relay_spawn(s.port, record, -1, &relay_port);
+    client = client_spawn(key_file_a, relay_port);
+    cr_assert_eq(next_handshake(&s, &ep), XFER_OK, "through the relay: %s", xfer_last_error());
+    cr_expect_eq(child_exit(client), 0);
+    xfer_endpoint_close(ep);
+    (void)child_exit(relay);
+    baseline_take(&b);
+    replay = replay_spawn(record, s.port);
+    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED, "the replay was not denied");
+    cr_expect_null(ep);
+    cr_expect_eq(child_exit(replay), 0);
+    expect_nothing_given(&b, "a replayed handshake");
+    honest_client_is_served(&s);
+    server_stop(&s);
+    unlink(record);
+}
+
+/* Between two real peers with the key, a relay changes one byte of the client's HELLO after
+ * the proofs (a transport name it offers): the server refuses the changed HELLO before it
+ * creates anything, and the client fails too. */
+Test(auth, a_handshake_changed_between_two_real_peers_is_refused)
+{
+    xfer_endpoint_t *ep;
+    uint16_t relay_port;
+    pid_t relay, client;
+    baseline_t b;
+    server_t s;
+
+    server_start(&s, key_a);
+    baseline_take(&b);
+    /* the client's AUTH_NONCE is 44 bytes; its HELLO starts there: 12 of header, 2 of count,
+     * 1 of name length, then the first transport's name */
+    relay  = relay_spawn(s.port, NULL, 44 + 12 + 2 + 1, &relay_port);
+    client = client_spawn(key_file_a, relay_port);
+    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
+    cr_expect_null(ep);
+    cr_expect_neq(child_exit(client), 0, "the client connected through a changed handshake");
+    (void)child_exit(relay);
+    expect_nothing_given(&b, "a changed handshake");
+    honest_client_is_served(&s);
+    server_stop(&s);
+}
+
+/* A downgrade: a client with the key facing a server without one (which refuses to prove
+ * anything), or a fake one that answers with a plain HELLO, fails with XFER_ERR_DENIED; it
+ * never talks to a server that did not prove the key. */
+Test(auth, a_client_with_the_key_never_connects_without_proof)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    xfer_endpoint_t *ep;
+    uint8_t frame[64];
+    server_t s;
+    pid_t pid;
+    int fd, c;
+
+    server_start(&s, NULL);     /* no key */
+    pid = client_spawn(key_file_a, s.port);
+    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
+    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED);
+    server_stop(&s);
+
+    /* a fake server: whatever the client sends, the answer is a bare HELLO (no transports) */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert((bind(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0) && (listen(fd, 1) == 0) &&
+              (getsockname(fd, (struct sockaddr*)&sa, &len) == 0));
+    pid = client_spawn(key_file_a, ntohs(sa.sin_port));
+    c   = accept(fd, NULL, NULL);
+    cr_assert_geq(c, 0);
+    memcpy(frame, "\x58\x46\x45\x52\x00\x01\x00\x01\x00\x00\x00\x02\x00\x00", 14);
+    cr_assert_eq(send(c, frame, 14, MSG_NOSIGNAL), 14);
+    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "the client went on without proof");
+    close(c);
+    close(fd);
+}
+
+/* A key file that others may read is refused at context creation, saying why. */
+Test(auth, a_key_file_others_may_read_is_refused, .init = cr_redirect_stderr)
+{
+    xfer_context_t *ctx = NULL;
+    char *log;
+
+    cr_assert_eq(chmod(key_file_a, 0644), 0);
+    setenv("XFER_AUTH_KEY_FILE", key_file_a, 1);
+    cr_expect_eq(xfer_context_create(NULL, &ctx), XFER_ERR_INVALID_PARAM);
+    setenv("XFER_AUTH_KEY_FILE", "/nonexistent/key", 1);
+    cr_expect_eq(xfer_context_create(NULL, &ctx), XFER_ERR_INVALID_PARAM);
+    unsetenv("XFER_AUTH_KEY_FILE");
+    log = tu_read_redirected_stderr();
+    cr_expect(strstr(log, "others may read or change it (mode 644)") != NULL, "%s", log);
+    cr_expect(strstr(log, "/nonexistent/key: No such file or directory") != NULL, "%s", log);
+    free(log);
+}
