@@ -104,6 +104,16 @@ static void round_trip_body(const xfer_wire_header_t *hdr, const uint8_t *f, siz
         }
         status = xfer_wire_pack_connect(&conn, frame, &len);
         break;
+    case XFER_WIRE_AUTH_NONCE:
+    case XFER_WIRE_AUTH_MAC: {
+        uint8_t data[XFER_WIRE_AUTH_LEN];
+
+        if (xfer_wire_parse_auth(body, hdr->body_len, data, why, sizeof(why)) != XFER_OK) {
+            return;
+        }
+        status = xfer_wire_pack_auth((xfer_wire_type_t)hdr->type, data, frame, &len);
+        break;
+    }
     default:
         FUZZ_CHECK(0, "the header parser let type %u through", hdr->type);
         return;
