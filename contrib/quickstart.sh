@@ -10,7 +10,8 @@ PKGS="build-essential autoconf automake libtool pkg-config libucx-dev libibverbs
       librdmacm-dev ibverbs-providers libhwloc-dev libcriterion-dev jq libssl-dev"
 # The Python binding (contrib/python) is built and tested with Debian's python3, and with
 # Debian's torch as a real framework
-PKGS="$PKGS python3-dev cython3 python3-setuptools python3-numpy python3-pytest python3-torch"
+PKGS="$PKGS python3-dev cython3 python3-setuptools python3-numpy python3-pytest python3-torch
+      python3-pip python3-wheel"
 # The verbs suites run in a qemu guest with Soft-RoCE (contrib/rxe_guest): without these,
 # make check skips them and says why.
 PKGS="$PKGS qemu-system-x86 linux-image-amd64 busybox-static rdma-core ibverbs-utils perftest

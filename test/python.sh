@@ -29,4 +29,24 @@ for transport in ${XFERTEST_PYTHON_TRANSPORTS:-tcp shm}; do
     XFERTEST_TRANSPORT=$transport PYTHONPATH="$build/contrib/python" "$py" -m pytest -q \
         -p no:cacheprovider "$src/contrib/python/tests" || rc=1
 done
+# `pip wheel contrib/python`, as a user builds it, builds out of the source tree too: nothing
+# of either build is left in it
+wheels=$(mktemp -d)
+if ! XFER_BUILD_DIR=$build XFER_SRC_DIR=$src "$py" -m pip wheel --no-deps --no-build-isolation \
+        --no-index -q -w "$wheels" "$src/contrib/python" >"$wheels/log" 2>&1; then
+    echo "FAIL: pip wheel contrib/python:"; tail -20 "$wheels/log"
+    rc=1
+elif ! ls "$wheels"/xfer-*.whl >/dev/null 2>&1; then
+    echo "FAIL: pip wheel contrib/python made no wheel"
+    rc=1
+fi
+rm -rf "$wheels"
+for made in build xfer.egg-info xfer/_core.c xfer/_core.cpython-*.so; do
+    for path in "$src"/contrib/python/$made; do
+        if [[ -e $path ]]; then
+            echo "FAIL: building the Python package wrote $path into the source tree"
+            rc=1
+        fi
+    done
+done
 exit $rc
