@@ -146,6 +146,17 @@ const char *tu_selected(const xfer_selection_t *sel)
     return NULL;
 }
 
+/* The value of counter name among the n of c, else missing. */
+static int64_t counter_in(const xfer_counter_t *c, size_t n, const char *name, int64_t missing)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(c[i].name, name) == 0) {
+            return (int64_t)c[i].value;
+        }
+    }
+    return missing;
+}
+
 int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name)
 {
     xfer_counter_t c[64];
@@ -154,12 +165,7 @@ int64_t tu_ep_counter(xfer_endpoint_t *ep, const char *name)
     if (xfer_endpoint_counters(ep, c, &n) != XFER_OK) {
         return -1;
     }
-    for (size_t i = 0; (i < n) && (i < 64); i++) {
-        if (strcmp(c[i].name, name) == 0) {
-            return (int64_t)c[i].value;
-        }
-    }
-    return -1;
+    return counter_in(c, (n < 64) ? n : 64, name, -1);
 }
 
 int64_t tu_ctx_counter(xfer_context_t *ctx, const char *name)
@@ -170,12 +176,8 @@ int64_t tu_ctx_counter(xfer_context_t *ctx, const char *name)
     if (xfer_context_counters(ctx, c, &n) != XFER_OK) {
         return -1;
     }
-    for (size_t i = 0; (i < n) && (i < 64); i++) {
-        if (strcmp(c[i].name, name) == 0) {
-            return (int64_t)c[i].value;
-        }
-    }
-    return 0;       /* a cause that never happened has no counter yet */
+    /* a cause that never happened has no counter yet */
+    return counter_in(c, (n < 64) ? n : 64, name, 0);
 }
 
 /* How many times what occurs in text. */
