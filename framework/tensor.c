@@ -336,6 +336,20 @@ static xfer_tensor_waiter_t *node_take(xfer_tensor_table_t *t, waiter_node_t *no
     return waiter;
 }
 
+/* The oldest of slot's waiting requests that the producer lets have it (tensor_access.c),
+ * or NULL: the others go on waiting, as for a tensor that does not exist. */
+static waiter_node_t *first_allowed(xfer_context_t *ctx, slot_t *slot)
+{
+    waiter_node_t *node;
+
+    ucs_list_for_each(node, &slot->waiters, list) {
+        if (xfer_tensor_access_allows(ctx, node->ep, slot->step, slot->key, slot->key_len)) {
+            return node;
+        }
+    }
+    return NULL;
+}
+
 /* Hand a publication to a waiter (the waiter's node is already off the lists). */
 static void hand_over(publication_t *pub, xfer_tensor_waiter_t *waiter)
 {
@@ -349,6 +363,7 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
 {
     xfer_tensor_table_t *t;
     publication_t *pub = NULL;
+    waiter_node_t *node;
     xfer_status_t status;
     size_t key_len;
     slot_t *slot;
@@ -417,9 +432,9 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
     }
     xfer_request_posted(pub->req, req_p);
 
-    if (!ucs_list_is_empty(&slot->waiters)) {
-        xfer_tensor_waiter_t *waiter =
-            node_take(t, ucs_list_head(&slot->waiters, waiter_node_t, list));
+    node = first_allowed(ctx, slot);
+    if (node != NULL) {
+        xfer_tensor_waiter_t *waiter = node_take(t, node);
 
         slot_maybe_free(t, slot);
         hand_over(pub, waiter);
@@ -473,7 +488,8 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
         waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
         return;
     }
-    if (slot->pub != NULL) {
+    /* a peer the producer does not let have it is answered as if it were not published */
+    if ((slot->pub != NULL) && xfer_tensor_access_allows(ctx, ep, step, key, key_len)) {
         publication_t *pub = slot->pub;
 
         slot->pub = NULL;

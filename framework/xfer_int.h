@@ -227,6 +227,8 @@ struct xfer_context {
     ucs_mpool_t             req_mp;         /* where they come from */
     int                     req_mp_ready;
     struct xfer_tensor_table *tensors;
+    xfer_tensor_access_cb_t access_cb;      /* tensor_access.c: who may fetch; NULL: all */
+    void                    *access_arg;
     xfer_progress_hook_t    tensor_hook;    /* tensor.c, while peers' requests wait */
     struct xfer_staging     *staging;       /* staging.c; NULL until first needed */
     xfer_progress_hook_t    staging_hook;   /* staging.c, while it exists */
@@ -634,5 +636,10 @@ void xfer_errors_append(char **text_p, const char *fmt, ...) __attribute__((form
 /* log.c: the per-cause counts of xfer_log_peer(), as counters (up to max filled); returns
  * how many there are. */
 size_t xfer_log_peer_counters(xfer_counter_t *counters, size_t max);
+
+/* tensor_access.c: whether the producer lets ep's request of (step, key) have the tensor;
+ * under the context lock. */
+int xfer_tensor_access_allows(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t step,
+                              const char *key, size_t key_len);
 
 #endif /* XFER_INT_H */

@@ -423,3 +423,110 @@ Test(auth, a_key_file_others_may_read_is_refused, .init = cr_redirect_stderr)
     cr_expect(strstr(log, "/nonexistent/key: No such file or directory") != NULL, "%s", log);
     free(log);
 }
+
+/* ---- who may fetch ---------------------------------------------------------------------------- */
+
+static xfer_endpoint_t *insider;
+
+static int only_insider_gets_secrets(xfer_endpoint_t *ep, uint64_t step, const char *key,
+                                     size_t key_len, void *arg)
+{
+    (void)step;
+    (void)arg;
+    return (ep == insider) || (key_len != 6) || (memcmp(key, "secret", 6) != 0);
+}
+
+/* A fetcher child: fetch each of keys (at steps) in turn; exit code: bit i set when fetch i
+ * ended with want[i]. */
+static pid_t fetcher_spawn(uint16_t port, const char *const *keys, const uint64_t *steps,
+                           const xfer_status_t *want, int n)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_context_t *ctx;
+        char addr[64], buf[64];
+        int bits = 0;
+
+        alarm(TP_CHILD_ALARM_S);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+        if ((xfer_context_create(NULL, &ctx) != XFER_OK) ||
+            (xfer_connect(ctx, addr, &ep) != XFER_OK)) {
+            _exit(99);
+        }
+        for (int i = 0; i < n; i++) {
+            xfer_fetch_params_t fp = {.size = sizeof(fp), .buffer = buf,
+                                      .capacity = sizeof(buf)};
+            xfer_request_t *req = NULL;
+            xfer_status_t st = xfer_tensor_fetch(ep, steps[i], keys[i], &fp, NULL, NULL, &req);
+
+            st = tp_op_result(st, req, TP_WAIT_MS);
+            bits |= (st == want[i]) << i;
+        }
+        xfer_endpoint_close(ep);
+        xfer_context_destroy(ctx);
+        _exit(bits);
+    }
+    return pid;
+}
+
+/* The producer keeps "secret" for one peer: the other's fetch of it ends exactly as its fetch
+ * of a key nobody published (XFER_ERR_TIMEOUT, after XFER_TENSOR_REQUEST_TIMEOUT), so it
+ * cannot tell the secret exists; the insider gets it, and both get "public". */
+Test(auth, a_tensor_outside_a_peers_scope_is_not_fetched_nor_revealed)
+{
+    static const char *const outsider_keys[] = {"secret", "nothere", "public"};
+    static const uint64_t outsider_steps[]   = {1, 1, 2};
+    static const xfer_status_t outsider_want[] = {XFER_ERR_TIMEOUT, XFER_ERR_TIMEOUT, XFER_OK};
+    static const char *const insider_keys[] = {"public", "secret"};
+    static const uint64_t insider_steps[]   = {1, 1};
+    static const xfer_status_t insider_want[] = {XFER_OK, XFER_OK};
+    xfer_request_t *pub[3] = {NULL, NULL, NULL};
+    uint8_t data[3][16];
+    xfer_endpoint_t *outsider;
+    pid_t a, b;
+    int done_a = 0, done_b = 0, st;
+    server_t s;
+
+    setenv("XFER_TENSOR_REQUEST_TIMEOUT", "1s", 1);
+    server_start(&s, NULL);
+    cr_assert_eq(xfer_tensor_access_set(s.ctx, only_insider_gets_secrets, NULL), XFER_OK);
+    for (int i = 0; i < 3; i++) {
+        xfer_tensor_t t = {.dtype = XFER_DTYPE_UINT8, .rank = 1, .size = sizeof(data[i]),
+                           .data = data[i]};
+
+        t.dims[0] = sizeof(data[i]);
+        memset(data[i], i + 1, sizeof(data[i]));
+        cr_assert_eq(xfer_tensor_publish(s.ctx, (i == 2) ? 2 : 1, (i == 0) ? "secret" : "public",
+                                         &t, 0, NULL, NULL, &pub[i]), XFER_OK);
+    }
+    /* the outsider connects first and asks for the secret before the insider can take it */
+    b = fetcher_spawn(s.port, outsider_keys, outsider_steps, outsider_want, 3);
+    cr_assert_eq(next_handshake(&s, &outsider), XFER_OK);
+    a = fetcher_spawn(s.port, insider_keys, insider_steps, insider_want, 2);
+    cr_assert_eq(next_handshake(&s, &insider), XFER_OK);
+    for (double end = tp_now_ms() + 4 * TP_WAIT_MS; !(done_a && done_b) && (tp_now_ms() < end);) {
+        (void)xfer_progress(s.ctx);
+        if (!done_a && (waitpid(a, &st, WNOHANG) == a)) {
+            done_a = 1;
+            cr_expect(WIFEXITED(st) && (WEXITSTATUS(st) == 3), "the insider's fetches: %#x",
+                      WEXITSTATUS(st));
+        }
+        if (!done_b && (waitpid(b, &st, WNOHANG) == b)) {
+            done_b = 1;
+            cr_expect(WIFEXITED(st) && (WEXITSTATUS(st) == 7), "the outsider's fetches "
+                      "(bit 0: the secret looked absent, 1: as absent as a missing key, 2: "
+                      "public): %#x", WEXITSTATUS(st));
+        }
+    }
+    cr_assert(done_a && done_b, "a fetcher did not finish");
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(tp_op_result(XFER_OK, pub[i], TP_WAIT_MS), XFER_OK, "publish %d", i);
+    }
+    xfer_endpoint_close(outsider);
+    xfer_endpoint_close(insider);
+    server_stop(&s);
+    unsetenv("XFER_TENSOR_REQUEST_TIMEOUT");
+}

@@ -480,6 +480,20 @@ XFER_API xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, c
                                            xfer_request_cb_t cb, void *user_data,
                                            xfer_request_t **req_p);
 
+/*
+ * Who may fetch what this context publishes. cb is asked about each peer's request of a
+ * tensor (ep: that peer's endpoint) when the request arrives while the tensor is published,
+ * and when a publish could answer a waiting request; 0 keeps the tensor from it. Such a
+ * request is treated exactly as one for a tensor that does not exist: it waits, within the
+ * same bounds, until a publish it may have or XFER_TENSOR_REQUEST_TIMEOUT - nothing tells the
+ * peer that the tensor exists. NULL (the default): every peer may fetch every tensor. cb runs
+ * inside progress, under the context's lock: it may not call xfer.
+ */
+typedef int (*xfer_tensor_access_cb_t)(xfer_endpoint_t *ep, uint64_t step, const char *key,
+                                       size_t key_len, void *arg);
+XFER_API xfer_status_t xfer_tensor_access_set(xfer_context_t *ctx, xfer_tensor_access_cb_t cb,
+                                              void *arg);
+
 /* Where a fetched tensor's data goes: a caller buffer, or a buffer the callback returns
  * once the size is known (return NULL to fail the fetch with XFER_ERR_NO_MEMORY). The
  * callback runs inside the transport's receive path: it may only allocate (see "Callbacks"). */
