@@ -86,7 +86,8 @@ done
                 if [ "$mode" = keyed ]; then
                     round_median "R_${t}_keyed_${f}_${t}_plain_$f"
                     m=R_${t}_keyed_${f}_${t}_plain_$f
-                    cells+=("${!m}")
+                    printf -v v '%.2f' "${!m}"
+                    cells+=("$v")
                 else
                     cells+=("-")
                 fi
