@@ -8,9 +8,9 @@ default tcp on loopback), in turns, so that both see the same machine.
 
 For each wait mode - poll (spin on test(), xfer_perf -E poll, a serialized context as
 xfer_perf's default) and sleep (wait(), -E sleep) - it prints the medians over the rounds of
-the half round trip in C and in Python, and their difference per round trip: the cost of the
-binding's calls (a receive, a send, and the waits) over the C calls they make. A tool, not a
-test.
+the half round trip in C and in Python, and the median and range of their difference per
+round trip within each round (the pair alternating its order): the cost of the binding's calls
+(a receive, a send, and the waits) over the C calls they make. A tool, not a test.
 """
 import argparse
 import os
@@ -126,16 +126,26 @@ def main():
     print(f"# 8-byte tag ping-pong over {os.environ['XFER_TRANSPORTS']}, {a.iters} iterations,"
           f" medians of {a.rounds} rounds taken in turns")
     print(f"{'mode':<6} {'C half-RTT us':>14} {'Python half-RTT us':>19} "
-          f"{'Python - C per round trip us':>29}")
+          f"{'Python - C per round trip us (range)':>37}")
     for mode in a.modes.split(","):
-        cs, ps = [], []
-        for _ in range(a.rounds):
-            if a.xfer_perf:
-                cs.append(c_round(a.xfer_perf, a.iters, warmup, mode))
-            ps.append(python_round(a.iters, warmup, mode))
+        cs, ps, ds = [], [], []
+        for r in range(a.rounds):
+            # the pair alternates its order from round to round, as lib.sh's rounds do
+            runs = [("c", lambda: c_round(a.xfer_perf, a.iters, warmup, mode)),
+                    ("p", lambda: python_round(a.iters, warmup, mode))]
+            got = {}
+            for name, run in (runs if r % 2 == 0 else runs[::-1]):
+                if name == "c" and not a.xfer_perf:
+                    continue
+                got[name] = run()
+            ps.append(got["p"])
+            if "c" in got:
+                cs.append(got["c"])
+                ds.append(2 * (got["p"] - got["c"]))
         c = statistics.median(cs) if cs else float("nan")
         p = statistics.median(ps)
-        print(f"{mode:<6} {c:>14.2f} {p:>19.2f} {2 * (p - c):>29.2f}")
+        d = f"{statistics.median(ds):.2f} ({min(ds):.2f} to {max(ds):.2f})" if ds else "-"
+        print(f"{mode:<6} {c:>14.2f} {p:>19.2f} {d:>37}")
 
 
 if __name__ == "__main__":
