@@ -16,9 +16,11 @@
 #define KEY_MIN 16u
 #define KEY_MAX 4096u
 
-/* The MACs of the two sides differ by label, so that one side's MAC is never the other's. */
-static const char label_client[] = "xfer-auth-v1 client";
-static const char label_server[] = "xfer-auth-v1 server";
+/* The MACs of the two sides differ by label, so that one side's MAC is never the other's,
+ * and the endpoint's secret by another. */
+static const char label_client[]   = "xfer-auth-v1 client";
+static const char label_server[]   = "xfer-auth-v1 server";
+static const char label_endpoint[] = "xfer-auth-v1 endpoint";
 
 struct xfer_auth {
     const uint8_t *key;
@@ -158,10 +160,9 @@ void xfer_auth_absorb_rx(xfer_auth_t *a, const xfer_boot_rx_t *rx)
     }
 }
 
-/* HMAC-SHA256(key, label || SHA-256(transcript so far)) of the side that sends it. */
-static int mac_of(xfer_auth_t *a, int by_server, uint8_t *mac)
+/* HMAC-SHA256(key, label || SHA-256(transcript so far)). */
+static int mac_of(xfer_auth_t *a, const char *label, uint8_t *mac)
 {
-    const char *label = by_server ? label_server : label_client;
     size_t label_len  = strlen(label);
     uint8_t msg[64 + EVP_MAX_MD_SIZE];
     unsigned digest_len = 0, mac_len = 0;
@@ -222,7 +223,7 @@ xfer_status_t xfer_auth_mac_frame(xfer_auth_t *a, uint8_t *buf)
 {
     uint8_t mac[XFER_WIRE_AUTH_LEN];
 
-    if (!mac_of(a, a->is_server, mac)) {
+    if (!mac_of(a, a->is_server ? label_server : label_client, mac)) {
         return XFER_ERR_NO_MEMORY;
     }
     return frame(a, XFER_WIRE_AUTH_MAC, mac, buf);
@@ -243,7 +244,7 @@ xfer_status_t xfer_auth_mac_check(xfer_auth_t *a, const xfer_boot_rx_t *rx, char
     if (status != XFER_OK) {
         return status;
     }
-    if (!mac_of(a, !a->is_server, want)) {
+    if (!mac_of(a, a->is_server ? label_client : label_server, want)) {
         snprintf(why, why_size, "out of memory for a MAC");
         return XFER_ERR_NO_MEMORY;
     }
@@ -254,4 +255,24 @@ xfer_status_t xfer_auth_mac_check(xfer_auth_t *a, const xfer_boot_rx_t *rx, char
     }
     xfer_auth_absorb_rx(a, rx);
     return XFER_OK;
+}
+
+xfer_status_t xfer_auth_ep_secret(xfer_auth_t *a, uint8_t *secret)
+{
+    return mac_of(a, label_endpoint, secret) ? XFER_OK : XFER_ERR_NO_MEMORY;
+}
+
+/* ---- what components prove with it --------------------------------------------------------- */
+
+int xfer_ep_secret_tag(const uint8_t *secret, const void *msg, size_t len, uint8_t *tag)
+{
+    unsigned tag_len = 0;
+
+    return (HMAC(EVP_sha256(), secret, XFER_EP_SECRET_LEN, msg, len, tag, &tag_len) != NULL) &&
+           (tag_len == XFER_EP_SECRET_LEN);
+}
+
+int xfer_ep_secret_tag_equal(const uint8_t *a, const uint8_t *b)
+{
+    return CRYPTO_memcmp(a, b, XFER_EP_SECRET_LEN) == 0;
 }

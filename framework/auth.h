@@ -53,6 +53,10 @@ xfer_status_t xfer_auth_nonce_take(xfer_auth_t *a, const xfer_boot_rx_t *rx, cha
                                    size_t why_size);
 /* This side's AUTH_MAC over everything so far (XFER_WIRE_AUTH_FRAME_LEN bytes), absorbed. */
 xfer_status_t xfer_auth_mac_frame(xfer_auth_t *a, uint8_t *buf);
+/* The endpoint's secret (XFER_EP_SECRET_LEN bytes): the key's HMAC over everything so far,
+ * taken on both sides at the same point - after the client's HELLO and its proof - so that
+ * both hold it and nobody else does. */
+xfer_status_t xfer_auth_ep_secret(xfer_auth_t *a, uint8_t *secret);
 /* The peer's AUTH_MAC (rx): XFER_OK when it proves the key over everything so far, else
  * XFER_ERR_DENIED with why; absorbed. */
 xfer_status_t xfer_auth_mac_check(xfer_auth_t *a, const xfer_boot_rx_t *rx, char *why,

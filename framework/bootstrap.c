@@ -163,6 +163,7 @@ typedef struct client {
     uint8_t             frame[XFER_WIRE_HELLO_FRAME_MAX + XFER_WIRE_AUTH_FRAME_LEN];
     xfer_boot_rx_t      rx;
     xfer_auth_t         *auth;      /* NULL: no key */
+    uint8_t             secret[XFER_EP_SECRET_LEN];     /* with a key: the endpoint's */
 } client_t;
 
 /* Receive the next frame, which must be of type or alt (0: no alternative), named by what. */
@@ -305,6 +306,20 @@ static xfer_status_t client_answer(int fd, int64_t until, client_t *c, char *nam
     return XFER_OK;
 }
 
+/* The server's CONNECT, and with a key the proof that ends its flight. */
+static xfer_status_t client_server_connect(int fd, int64_t until, client_t *c, char *why,
+                                           size_t why_size)
+{
+    xfer_status_t status;
+
+    status = client_recv(fd, until, c, XFER_WIRE_CONNECT, 0, "CONNECT", why, why_size);
+    if (status == XFER_OK) {
+        status = xfer_wire_parse_connect(c->rx.body, c->rx.hdr.body_len, &c->conn_theirs, why,
+                                         why_size);
+    }
+    return (status == XFER_OK) ? client_flight_end(fd, until, c, why, why_size) : status;
+}
+
 /* Create our endpoint of the chosen transport, exchange CONNECT frames, connect it. */
 static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until, client_t *c,
                                       const char *name, const char *address,
@@ -321,21 +336,17 @@ static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until
                  "this side: %s", name, reason);
         return XFER_ERR_UNREACHABLE;
     }
-    /* the server sent its CONNECT with its ACCEPT: it (and, with a key, the proof over the
-     * server's whole flight) is checked before this side creates anything */
-    status = client_recv(fd, until, c, XFER_WIRE_CONNECT, 0, "CONNECT", why, why_size);
-    if (status == XFER_OK) {
-        status = xfer_wire_parse_connect(c->rx.body, c->rx.hdr.body_len, &c->conn_theirs, why,
-                                         why_size);
+    /* with a key, the server's CONNECT (sent with its ACCEPT) and its proof over its whole
+     * flight are checked before this side creates anything, and each side's transcript has
+     * the server's flight before the client's */
+    if (c->auth != NULL) {
+        status = client_server_connect(fd, until, c, why, why_size);
+        if (status != XFER_OK) {
+            return status;
+        }
     }
-    if (status == XFER_OK) {
-        status = client_flight_end(fd, until, c, why, why_size);
-    }
-    if (status != XFER_OK) {
-        return status;
-    }
-    status = xfer_endpoint_prepare(ctx, fd, name, peer_addr, addr_len, 0, address,
-                                   &c->conn_mine, &ep, why, why_size);
+    status = xfer_endpoint_prepare(ctx, fd, c->auth ? c->secret : NULL, name, peer_addr,
+                                   addr_len, 0, address, &c->conn_mine, &ep, why, why_size);
     if (status != XFER_OK) {
         return status;
     }
@@ -344,7 +355,11 @@ static xfer_status_t client_establish(xfer_context_t *ctx, int fd, int64_t until
         snprintf(why, why_size, "cannot pack CONNECT: %s", xfer_status_string(status));
         goto err_discard;
     }
+    /* without a key ours goes first: a server may wait for it before it sends its own */
     status = client_send_flight(fd, until, c, len, why, why_size);
+    if ((status == XFER_OK) && (c->auth == NULL)) {
+        status = client_server_connect(fd, until, c, why, why_size);
+    }
     if (status == XFER_OK) {
         status = xfer_endpoint_complete(ep, &c->conn_theirs, why, why_size);
     }
@@ -416,6 +431,9 @@ xfer_status_t xfer_connect(xfer_context_t *ctx, const char *address, xfer_endpoi
         goto err;
     }
     status = client_send_flight(fd, until, c, len, why, sizeof(why));
+    if ((status == XFER_OK) && (c->auth != NULL)) {
+        status = xfer_auth_ep_secret(c->auth, c->secret);   /* where the server takes it too */
+    }
     if (status == XFER_OK) {
         status = client_answer(fd, until, c, name, why, sizeof(why));
     }

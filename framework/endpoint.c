@@ -51,7 +51,8 @@ int xfer_endpoint_reachable(xfer_context_t *ctx, const char *transport, const vo
     return ret;
 }
 
-xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *transport,
+xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const uint8_t *secret,
+                                    const char *transport,
                                     const void *peer_addr, size_t peer_addr_len, int is_server,
                                     const char *peer, xfer_wire_connect_t *mine,
                                     xfer_endpoint_t **ep_p, char *why, size_t why_size)
@@ -91,6 +92,7 @@ xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *tra
     params.peer_iface_addr_len = peer_addr_len;
     params.sock_fd             = fd;
     params.is_server           = is_server;
+    params.secret              = secret;
     status = fi->comp->ep_create(fi->iface, &params, &ep->ep);
     if (status != XFER_OK) {
         snprintf(why, why_size, "%s could not create an endpoint: %s", transport,

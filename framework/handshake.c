@@ -264,8 +264,9 @@ static xfer_status_t hs_hello_received(xfer_listener_t *l, handshake_t *hs, char
     }
     name      = theirs->transports[idx].name;
     peer_addr = xfer_boot_peer_addr(name, theirs, &addr_len);
-    status    = xfer_endpoint_prepare(l->ctx, hs->fd, name, peer_addr, addr_len, 1, hs->peer,
-                                      &conn, &hs->ep, reason, sizeof(reason));
+    status    = xfer_endpoint_prepare(l->ctx, hs->fd, hs->auth ? hs->secret : NULL, name,
+                                      peer_addr, addr_len, 1, hs->peer, &conn, &hs->ep, reason,
+                                      sizeof(reason));
     if (status != XFER_OK) {
         /* the client learns why instead of a closed connection */
         status = hs_refuse(l, hs, status, reason, why, why_size);
@@ -321,9 +322,11 @@ xfer_status_t hs_progress(xfer_listener_t *l, handshake_t *hs, xfer_endpoint_t *
             break;
         case HS_HELLO_IN:
             status = xfer_boot_rx_progress(hs->fd, &hs->rx, why, sizeof(why));
-            if ((status == XFER_OK) && hs_holds(hs, XFER_WIRE_HELLO) &&
-                !hs_proven(hs, &status, why, sizeof(why))) {
-                break;
+            if ((status == XFER_OK) && hs_holds(hs, XFER_WIRE_HELLO)) {
+                if (!hs_proven(hs, &status, why, sizeof(why))) {
+                    break;
+                }
+                status = xfer_auth_ep_secret(hs->auth, hs->secret);  /* as the client does */
             }
             if (status == XFER_OK) {
                 status = hs_hello_received(l, hs, why, sizeof(why));

@@ -36,6 +36,7 @@ typedef struct handshake {
     xfer_auth_t     *auth;      /* with a key: the proofs; NULL: none */
     xfer_boot_rx_t  held;       /* with a key: a HELLO or CONNECT until its AUTH_MAC checks */
     int             holding;
+    uint8_t         secret[XFER_EP_SECRET_LEN];     /* with a key: the endpoint's */
 } handshake_t;
 
 struct xfer_listener {

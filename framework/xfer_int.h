@@ -488,7 +488,8 @@ void xfer_listeners_close_all(xfer_context_t *ctx);
  * CONNECT, connects the transport's endpoint and lists it in the context; discard undoes a
  * prepared endpoint whose handshake failed. */
 struct xfer_wire_connect;
-xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const char *transport,
+xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const uint8_t *secret,
+                                    const char *transport,
                                     const void *peer_addr, size_t peer_addr_len, int is_server,
                                     const char *peer, struct xfer_wire_connect *mine,
                                     xfer_endpoint_t **ep_p, char *why, size_t why_size);

@@ -364,6 +364,8 @@ struct xfer_ep {
     unsigned            nlanes;         /* in use: min(ours, the peer's); 1 before connect */
     unsigned            lanes_max;      /* what this side offered */
     uint32_t            bad_keys;       /* peer requests whose key fit no region */
+    int                 has_secret;     /* authenticated bootstrap: lanes prove secret */
+    uint8_t             secret[XFER_EP_SECRET_LEN];
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_port_t *lport;        /* server: where its lanes come; NULL: one lane */
     xfer_tcp_lane_t     *lanes;

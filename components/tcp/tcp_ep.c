@@ -62,6 +62,11 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->iface     = iface;
     ep->fw_ep     = params->fw_ep;
     ep->is_server = params->is_server;
+    if ((params->size >= offsetof(xfer_ep_params_t, secret) + sizeof(params->secret)) &&
+        (params->secret != NULL)) {
+        memcpy(ep->secret, params->secret, XFER_EP_SECRET_LEN);
+        ep->has_secret = 1;
+    }
     ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);

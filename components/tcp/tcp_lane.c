@@ -178,17 +178,25 @@ static int lane_start(xfer_ep_h ep, xfer_tcp_lane_t *lane)
 /* lane's connect is done: its hello goes, and it carries shares from now on. 0, or why not. */
 static int lane_established(xfer_tcp_lane_t *lane, int added)
 {
-    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, lane->ep->peer_token};
-    uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+    xfer_tcp_wire_lane_hello_t hello = {(uint8_t)lane->idx, lane->ep->peer_token,
+                                        lane->ep->has_secret};
+    uint8_t buf[XFER_TCP_WIRE_LANE_HELLO_MAX];
+    size_t len     = XFER_TCP_WIRE_LANE_HELLO_LEN;
     socklen_t elen = sizeof(int);
     int err        = 0;
 
     if ((getsockopt(lane->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0) || (err != 0)) {
         return err ? err : errno;
     }
-    /* 16 bytes on a new connection: the socket takes them at once */
     xfer_tcp_wire_pack_lane_hello(&hello, buf);
-    if (send(lane->fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf)) {
+    if (hello.proven) {
+        if (!xfer_ep_secret_tag(lane->ep->secret, buf, len, buf + len)) {
+            return ENOMEM;
+        }
+        len += XFER_TCP_WIRE_LANE_PROOF_LEN;
+    }
+    /* at most 48 bytes on a new connection: the socket takes them at once */
+    if (send(lane->fd, buf, len, MSG_NOSIGNAL) != (ssize_t)len) {
         return errno ? errno : EIO;
     }
     lane->connecting = 0;

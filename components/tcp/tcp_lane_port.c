@@ -14,6 +14,8 @@
  */
 #include "tcp.h"
 
+#include <xfer/byteorder.h>
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -30,7 +32,8 @@ struct xfer_tcp_accept {
     int             fd;
     xfer_tcp_lane_port_t *lport; /* the port it came to */
     unsigned        got;
-    uint8_t         buf[XFER_TCP_WIRE_LANE_HELLO_LEN];
+    unsigned        need;       /* the hello's length: 16, or 48 once it says it is proven */
+    uint8_t         buf[XFER_TCP_WIRE_LANE_HELLO_MAX];
 };
 
 /* ---- the port ------------------------------------------------------------------------------- */
@@ -225,6 +228,17 @@ static int same_host(const struct sockaddr_storage *x, const struct sockaddr_sto
     return host_of(x, &a) && host_of(y, &b) && (memcmp(&a, &b, sizeof(a)) == 0);
 }
 
+/* Does hello (raw: its bytes) carry ep's proof? */
+static int lane_proven(xfer_ep_h ep, const xfer_tcp_wire_lane_hello_t *hello,
+                       const uint8_t *raw)
+{
+    uint8_t want[XFER_TCP_WIRE_LANE_PROOF_LEN];
+
+    return hello->proven &&
+           xfer_ep_secret_tag(ep->secret, raw, XFER_TCP_WIRE_LANE_HELLO_LEN, want) &&
+           xfer_ep_secret_tag_equal(want, raw + XFER_TCP_WIRE_LANE_HELLO_LEN);
+}
+
 /* A connection that sent its LANE_HELLO: attach it to its endpoint, or close it. */
 static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
 {
@@ -254,6 +268,17 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
         lane = &ep->lanes[hello.lane];
         if ((lane->fd >= 0) || lane->peer_closed) {
             snprintf(why, sizeof(why), "lane %u of its endpoint is taken", hello.lane);
+            break;
+        }
+        /* an authenticated endpoint's lanes prove its secret: its token went in the clear */
+        if (ep->has_secret && !lane_proven(ep, &hello, acc->buf)) {
+            snprintf(why, sizeof(why), "lane %u does not prove its endpoint's secret",
+                     hello.lane);
+            break;
+        }
+        if (!ep->has_secret && hello.proven) {
+            snprintf(why, sizeof(why), "lane %u proves a secret its endpoint does not have",
+                     hello.lane);
             break;
         }
         /* the token is the secret; the peer's host must be lane 0's too */
@@ -297,7 +322,7 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
 
     (void)events;
     do {
-        n = recv(acc->fd, acc->buf + acc->got, sizeof(acc->buf) - acc->got, 0);
+        n = recv(acc->fd, acc->buf + acc->got, acc->need - acc->got, 0);
     } while ((n < 0) && (errno == EINTR));
     if ((n < 0) && ((errno == EAGAIN) || (errno == EWOULDBLOCK))) {
         return 0;
@@ -309,7 +334,12 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
         return 1;
     }
     acc->got += (unsigned)n;
-    if (acc->got == sizeof(acc->buf)) {
+    if ((acc->got == XFER_TCP_WIRE_LANE_HELLO_LEN) &&
+        (xfer_get_le16(acc->buf) == XFER_TCP_WIRE_LANE_PROVEN_MAGIC)) {
+        acc->need = XFER_TCP_WIRE_LANE_HELLO_MAX;   /* its proof follows */
+        return xfer_tcp_lane_port_event(iface, acc, events) + 1;
+    }
+    if (acc->got == acc->need) {
         accept_hello(iface, acc);
     }
     return 1;
@@ -377,6 +407,7 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface, xfer_tcp_lane_port_t *lp)
         acc->fd     = fd;
         acc->lport  = lp;
         acc->got    = 0;
+        acc->need   = XFER_TCP_WIRE_LANE_HELLO_LEN;
         ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
         if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);

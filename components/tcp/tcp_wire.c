@@ -136,7 +136,7 @@ void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void
     uint8_t *p = buf;
 
     memset(p, 0, XFER_TCP_WIRE_LANE_HELLO_LEN);
-    xfer_put_le16(p, XFER_TCP_WIRE_LANE_MAGIC);
+    xfer_put_le16(p, hello->proven ? XFER_TCP_WIRE_LANE_PROVEN_MAGIC : XFER_TCP_WIRE_LANE_MAGIC);
     p[2] = XFER_TCP_WIRE_VERSION;
     p[3] = hello->lane;
     xfer_put_le64(p + 8, hello->token);
@@ -505,7 +505,9 @@ xfer_status_t xfer_tcp_wire_unpack_lane_hello(const void *buf, xfer_tcp_wire_lan
 {
     const uint8_t *p = buf;
 
-    if ((xfer_get_le16(p) != XFER_TCP_WIRE_LANE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION)) {
+    if (((xfer_get_le16(p) != XFER_TCP_WIRE_LANE_MAGIC) &&
+         (xfer_get_le16(p) != XFER_TCP_WIRE_LANE_PROVEN_MAGIC)) ||
+        (p[2] != XFER_TCP_WIRE_VERSION)) {
         snprintf(why, why_size, "not a tcp v%u lane hello (magic 0x%04x, version %u)",
                  XFER_TCP_WIRE_VERSION, xfer_get_le16(p), p[2]);
         return XFER_ERR_PROTOCOL;
@@ -520,7 +522,8 @@ xfer_status_t xfer_tcp_wire_unpack_lane_hello(const void *buf, xfer_tcp_wire_lan
                  xfer_get_le32(p + 4));
         return XFER_ERR_PROTOCOL;
     }
-    hello->lane  = p[3];
-    hello->token = xfer_get_le64(p + 8);
+    hello->lane   = p[3];
+    hello->token  = xfer_get_le64(p + 8);
+    hello->proven = (xfer_get_le16(p) == XFER_TCP_WIRE_LANE_PROVEN_MAGIC);
     return XFER_OK;
 }

@@ -55,7 +55,10 @@
  * Lanes: an endpoint may own extra connections ("lanes" 1..n-1 beside lane 0, the bootstrap's
  * socket). The client opens them to the server's lane port and sends on each a LANE_HELLO,
  *   magic:u16 = 0x4c54 ("TL")  version:u8  lane:u8  reserved:u32  token:u64
- * with the token of the server's endpoint address. Frames travel on lane 0 only. A TAG,
+ * with the token of the server's endpoint address. An endpoint whose bootstrap was
+ * authenticated takes only a proven hello: magic 0x5054 ("TP"), the same fields, then 32
+ * bytes of proof (HMAC-SHA256 over those 16 with the endpoint's secret), so that a lane
+ * proves it belongs to that endpoint - the token alone went over the wire in the clear. Frames travel on lane 0 only. A TAG,
  * PUT_REQ, PUT or TENSOR_RESP with STRIPED set has its data cut in n shares, n being in its
  * status field (the frame's status is 0): the sender's lanes 0..n-1, those it has up
  * (xfer_tcp_wire_stripe). Share 0 follows the frame on lane 0, share i is the next bytes of
@@ -80,6 +83,12 @@
 #define XFER_TCP_WIRE_STRIPED          0x80u    /* in the type byte */
 #define XFER_TCP_WIRE_LANE_MAGIC       0x4c54u  /* bytes 'T' 'L' */
 #define XFER_TCP_WIRE_LANE_HELLO_LEN   16u
+/* A proven LANE_HELLO: magic 'T' 'P', the same 16 bytes, then the endpoint's proof over
+ * them (HMAC-SHA256 with the endpoint's secret from the authenticated bootstrap). */
+#define XFER_TCP_WIRE_LANE_PROVEN_MAGIC 0x5054u  /* bytes 'T' 'P' */
+#define XFER_TCP_WIRE_LANE_PROOF_LEN   32u
+#define XFER_TCP_WIRE_LANE_HELLO_MAX   (XFER_TCP_WIRE_LANE_HELLO_LEN + \
+                                        XFER_TCP_WIRE_LANE_PROOF_LEN)
 #define XFER_TCP_WIRE_LANES_MAX        8u
 #define XFER_TCP_WIRE_HDR_LEN          24u
 #define XFER_TCP_WIRE_PUT_EXT_LEN      24u
@@ -167,6 +176,7 @@ typedef struct xfer_tcp_wire_ep_addr {
 typedef struct xfer_tcp_wire_lane_hello {
     uint8_t  lane;
     uint64_t token;
+    int      proven;    /* 'T' 'P': the proof follows the 16 bytes */
 } xfer_tcp_wire_lane_hello_t;
 
 typedef struct xfer_tcp_wire_rkey {

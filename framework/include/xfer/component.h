@@ -247,7 +247,14 @@ typedef struct xfer_ep_params {
      * reads nothing more from it once ep_connect() was called. */
     int        sock_fd;
     int        is_server;           /* 1 on the accepting side */
+    /* With the bootstrap's authentication (XFER_AUTH_KEY_FILE): XFER_EP_SECRET_LEN bytes both
+     * sides of this endpoint, and nobody else, derived from its handshake; a connection the
+     * component opens for the endpoint later proves with it that it belongs there
+     * (xfer_ep_secret_tag). NULL without a key. Read it only when size covers it. */
+    const uint8_t *secret;
 } xfer_ep_params_t;
+
+#define XFER_EP_SECRET_LEN 32u
 
 /* A consumer's tensor fetch, as the component sees it. Strings and buffers are the caller's
  * only during the call, except buffer (until completion) and result (until completion). */
@@ -478,6 +485,13 @@ XFER_API void xfer_refuse(const char *subsys, const char *fmt, ...)
  * written says how many were held back. A peer cannot fill the disk or bury other lines. */
 XFER_API void xfer_log_peer(const char *cause, xfer_log_level_t level, const char *subsys,
                             const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* A proof of an endpoint's secret over msg: HMAC-SHA256, XFER_EP_SECRET_LEN bytes into tag
+ * (1; 0 when it cannot be made - then nothing may be proven); and its check, in constant time
+ * (1: equal). */
+XFER_API int  xfer_ep_secret_tag(const uint8_t *secret, const void *msg, size_t len,
+                                 uint8_t *tag);
+XFER_API int  xfer_ep_secret_tag_equal(const uint8_t *a, const uint8_t *b);
 
 #define xfer_log_at(_lvl, _subsys, ...) \
     do { if (xfer_log_enabled(_lvl)) xfer_log(_lvl, _subsys, __VA_ARGS__); } while (0)
