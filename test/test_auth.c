@@ -12,6 +12,8 @@
  */
 #include "test_peer.h"
 #include "test_util.h"
+#include "../components/tcp/tcp_wire.h"
+#include "../framework/wire/bootstrap_wire.h"
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -166,13 +168,21 @@ static void honest_client_is_served(server_t *s)
 /* ---- a relay between a real client and the server, and a replay ------------------------------- */
 
 /* Relay one connection from listen_fd to port: every byte both ways; the client's bytes are
- * appended to record (when not NULL) and the one at tamper (>= 0) is flipped. Runs in a
+ * written to record (when not NULL), the server's to record.back, and the client's byte at
+ * tamper (>= 0) is flipped. Runs in a
  * child until either side closes. */
 static void relay_run(int listen_fd, uint16_t port, const char *record, long tamper)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     int c = accept(listen_fd, NULL, NULL), srv = socket(AF_INET, SOCK_STREAM, 0);
     int rec = record ? open(record, O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
+    int back = -1;
+    char back_path[80];
+
+    if (record != NULL) {
+        snprintf(back_path, sizeof(back_path), "%s.back", record);
+        back = open(back_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    }
     long from_client = 0;
     char buf[65536];
 
@@ -207,6 +217,9 @@ static void relay_run(int listen_fd, uint16_t port, const char *record, long tam
             n = read(srv, buf, sizeof(buf));
             if ((n <= 0) || (send(c, buf, (size_t)n, MSG_NOSIGNAL) != n)) {
                 _exit(0);
+            }
+            if ((back >= 0) && (write(back, buf, (size_t)n) != n)) {
+                _exit(33);
             }
         }
     }
@@ -529,4 +542,141 @@ Test(auth, a_tensor_outside_a_peers_scope_is_not_fetched_nor_revealed)
     xfer_endpoint_close(insider);
     server_stop(&s);
     unsetenv("XFER_TENSOR_REQUEST_TIMEOUT");
+}
+
+/* ---- lanes ------------------------------------------------------------------------------------ */
+
+/* From the server's bytes of a keyed handshake (path): its tcp endpoint address, found in its
+ * CONNECT - what anyone on the path reads. 1 when found. */
+static int sniff_ep_addr(const char *path, xfer_tcp_wire_ep_addr_t *addr)
+{
+    static uint8_t bytes[1 << 16];
+    int fd = open(path, O_RDONLY);
+    ssize_t n = (fd >= 0) ? read(fd, bytes, sizeof(bytes)) : -1;
+    size_t at = 0;
+
+    if (fd >= 0) {
+        close(fd);
+    }
+    while ((n > 0) && (at + XFER_WIRE_HEADER_LEN <= (size_t)n)) {
+        xfer_wire_header_t hdr;
+        xfer_wire_connect_t conn;
+        char why[256];
+
+        if ((xfer_wire_parse_header(bytes + at, (size_t)n - at, &hdr, why, sizeof(why)) !=
+             XFER_OK) || (at + XFER_WIRE_HEADER_LEN + hdr.body_len > (size_t)n)) {
+            return 0;
+        }
+        if ((hdr.type == XFER_WIRE_CONNECT) &&
+            (xfer_wire_parse_connect(bytes + at + XFER_WIRE_HEADER_LEN, hdr.body_len, &conn,
+                                     why, sizeof(why)) == XFER_OK)) {
+            return xfer_tcp_wire_unpack_ep_addr(conn.addr, conn.addr_len, addr) == XFER_OK;
+        }
+        at += XFER_WIRE_HEADER_LEN + hdr.body_len;
+    }
+    return 0;
+}
+
+/* Offer hello (len bytes) on a new connection to the lane port; 1 when the server closed it
+ * (progressing the server meanwhile), 0 when it took it. */
+static int lane_refused(server_t *s, uint16_t port, const uint8_t *hello, size_t len)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), closed = 0;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert((fd >= 0) && (connect(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0));
+    cr_assert_eq(send(fd, hello, len, MSG_NOSIGNAL), (ssize_t)len);
+    for (double end = tp_now_ms() + 3000; !closed && (tp_now_ms() < end);) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        char c;
+
+        (void)xfer_progress(s->ctx);
+        closed = (poll(&pfd, 1, 1) == 1) && (recv(fd, &c, 1, MSG_DONTWAIT) <= 0);
+    }
+    close(fd);
+    return closed;
+}
+
+/* With a key, the token in the endpoint's address - which anyone on the path reads - is not
+ * enough to add a lane to it: a hello for a lane it has free (the server takes 4, the client 2)
+ * is refused without the endpoint's proof, plain or with a forged one; the real lanes carry on. */
+Test(auth, a_lane_without_the_endpoints_proof_is_refused, .init = cr_redirect_stderr)
+{
+    xfer_tcp_wire_lane_hello_t h = {.lane = 3};
+    xfer_tcp_wire_ep_addr_t addr;
+    uint8_t hello[XFER_TCP_WIRE_LANE_HELLO_MAX];
+    xfer_endpoint_t *ep;
+    xfer_request_t *req = NULL;
+    char record[64], back[80], buf[8] = "";
+    uint16_t relay_port;
+    pid_t relay, client;
+    server_t s;
+    char *log;
+    int st;
+
+    if (strcmp(tp_transport(), "tcp") != 0) {
+        cr_skip_test("lanes are the tcp transport's; this run is over %s", tp_transport());
+    }
+    snprintf(record, sizeof(record), "/tmp/xfertest_auth_lane.%d", (int)getpid());
+    snprintf(back, sizeof(back), "%s.back", record);
+    setenv("XFER_TCP_LANES", "4", 1);
+    server_start(&s, key_a);
+    setenv("XFER_TCP_LANES", "2", 1);       /* the client's: lanes 2 and 3 stay free */
+    relay  = relay_spawn(s.port, record, -1, &relay_port);
+    client = fork();
+    cr_assert_geq(client, 0);
+    if (client == 0) {
+        /* connect, then wait for the parent's word (its tag 2) before the message */
+        xfer_context_t *ctx;
+        xfer_endpoint_t *cep = NULL;
+        xfer_request_t *r = NULL;
+        char a[64], w[2];
+        xfer_status_t rc;
+
+        alarm(TP_CHILD_ALARM_S);
+        setenv("XFER_AUTH_KEY_FILE", key_file_a, 1);
+        snprintf(a, sizeof(a), "127.0.0.1:%u", relay_port);
+        if ((xfer_context_create(NULL, &ctx) != XFER_OK) ||
+            (xfer_connect(ctx, a, &cep) != XFER_OK) ||
+            (xfer_tag_recv(ctx, cep, 2, UINT64_MAX, w, sizeof(w), NULL, NULL, NULL, &r) !=
+             XFER_OK) || (tp_op_result(XFER_OK, r, TP_WAIT_MS) != XFER_OK)) {
+            _exit(50);
+        }
+        r  = NULL;
+        rc = xfer_tag_send(cep, TAG, "hi", 3, NULL, NULL, NULL, &r);
+        rc = tp_op_result(rc, r, TP_WAIT_MS);
+        _exit((rc == XFER_OK) ? 0 : 60 - rc);
+    }
+    cr_assert_eq(next_handshake(&s, &ep), XFER_OK, "%s", xfer_last_error());
+    cr_assert(sniff_ep_addr(back, &addr), "no tcp endpoint address in the server's bytes");
+    cr_assert_gt(addr.lane_port, 0);
+    h.token = addr.token;
+    xfer_tcp_wire_pack_lane_hello(&h, hello);
+    cr_expect(lane_refused(&s, addr.lane_port, hello, XFER_TCP_WIRE_LANE_HELLO_LEN),
+              "a plain hello with the sniffed token was taken as lane 3");
+    h.proven = 1;
+    xfer_tcp_wire_pack_lane_hello(&h, hello);
+    memset(hello + XFER_TCP_WIRE_LANE_HELLO_LEN, 0x5a, XFER_TCP_WIRE_LANE_PROOF_LEN);
+    cr_expect(lane_refused(&s, addr.lane_port, hello, sizeof(hello)),
+              "a hello with a forged proof was taken as lane 3");
+    /* the endpoint and its real lanes carry on */
+    cr_assert_eq(xfer_tag_send(ep, 2, "g", 2, NULL, NULL, NULL, &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    req = NULL;
+    cr_assert_eq(xfer_tag_recv(s.ctx, ep, TAG, UINT64_MAX, buf, sizeof(buf), NULL, NULL, NULL,
+                               &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_str_eq(buf, "hi");
+    st = child_exit(client);
+    cr_expect_eq(st, 0, "the client failed (%d)", st);
+    xfer_endpoint_close(ep);
+    (void)child_exit(relay);
+    server_stop(&s);
+    unsetenv("XFER_TCP_LANES");
+    unlink(record);
+    unlink(back);
+    log = tu_read_redirected_stderr();
+    cr_expect_eq(tu_count_in(log, "lane 3 does not prove its endpoint's secret"), 2, "%s", log);
+    free(log);
 }
