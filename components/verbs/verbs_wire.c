@@ -193,8 +193,8 @@ void xfer_verbs_wire_pack_iface_addr(const xfer_verbs_wire_iface_addr_t *a, uint
 xfer_status_t xfer_verbs_wire_unpack_iface_addr(const uint8_t *buf, size_t len,
                                                 xfer_verbs_wire_iface_addr_t *a)
 {
-    if (len != XFER_VERBS_WIRE_IFACE_ADDR_LEN) {
-        return XFER_ERR_PROTOCOL;
+    if ((len != XFER_VERBS_WIRE_IFACE_ADDR_LEN) || (xfer_get_le16(buf + 22) != 0)) {
+        return XFER_ERR_PROTOCOL;   /* reserved bytes are 0, so that a later version may use them */
     }
     memcpy(a->gid, buf, 16);
     a->lid           = xfer_get_le16(buf + 16);

@@ -124,6 +124,8 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
 
     if (xfer_verbs_wire_unpack_iface_addr(data, size, &ia) == XFER_OK) {
         xfer_verbs_wire_pack_iface_addr(&ia, buf);
+        FUZZ_CHECK(memcmp(buf, data, XFER_VERBS_WIRE_IFACE_ADDR_LEN) == 0,
+                   "a non-canonical iface address parsed");
         FUZZ_CHECK(xfer_verbs_wire_unpack_iface_addr(buf, XFER_VERBS_WIRE_IFACE_ADDR_LEN,
                                                      &ia2) == XFER_OK, "iface address");
         FUZZ_CHECK(!memcmp(ia.gid, ia2.gid, 16) && (ia.lid == ia2.lid) &&
