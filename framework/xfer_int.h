@@ -643,4 +643,11 @@ size_t xfer_log_peer_counters(xfer_counter_t *counters, size_t max);
 int xfer_tensor_access_allows(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t step,
                               const char *key, size_t key_len);
 
+/* counters.c: XFER_STATS=y - ep's counters to stderr, one line each, before it goes. */
+void xfer_endpoint_stats_print(xfer_endpoint_t *ep);
+
+/* tensor_meta.c: a tensor the caller publishes is well formed (dtype, rank, dims, size,
+ * data): XFER_OK, or the refusal, logged at INFO. */
+xfer_status_t xfer_tensor_check(const xfer_tensor_t *tensor);
+
 #endif /* XFER_INT_H */

@@ -1,0 +1,123 @@
+/*
+ * What a tensor and its key must be, checked once for every caller: a key (not empty, at most
+ * XFER_MAX_KEY_LEN), a tensor a caller publishes, and a tensor's description as a peer sends
+ * it (xfer_tensor_meta_check, which the components call on what comes off the wire).
+ */
+#include "xfer_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TENSOR_SUBSYS "tensor"
+
+xfer_status_t xfer_tensor_key_check(const xfer_context_t *ctx, const char *key,
+                                    size_t *key_len_p)
+{
+    size_t len;
+
+    if (key == NULL) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor key is NULL");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    len = strnlen(key, ctx->fw_config.max_key_len + 1);
+    if (len == 0) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor key is empty");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (len > ctx->fw_config.max_key_len) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor key '%.40s...' is longer than "
+                    "XFER_MAX_KEY_LEN=%llu bytes", key,
+                    (unsigned long long)ctx->fw_config.max_key_len);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    *key_len_p = len;
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tensor_check(const xfer_tensor_t *tensor)
+{
+    uint64_t elems = 1;
+    size_t esize;
+
+    if ((tensor->dtype <= XFER_DTYPE_INVALID) || (tensor->dtype >= XFER_DTYPE_LAST)) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor dtype %d is not valid",
+                    (int)tensor->dtype);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (tensor->rank > XFER_TENSOR_MAX_RANK) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor rank %u exceeds %d", tensor->rank,
+                    XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < tensor->rank; i++) {
+        if (tensor->dims[i] < 0) {
+            xfer_refuse(TENSOR_SUBSYS, "tensor dimension %u is negative (%lld)",
+                        i, (long long)tensor->dims[i]);
+            return XFER_ERR_INVALID_PARAM;
+        }
+        if ((tensor->dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)tensor->dims[i])) {
+            xfer_refuse(TENSOR_SUBSYS, "tensor shape overflows 64 bits");
+            return XFER_ERR_INVALID_PARAM;
+        }
+        elems *= (uint64_t)tensor->dims[i];
+    }
+    if (tensor->is_dead) {
+        return XFER_OK;     /* carries no data; size and data are ignored */
+    }
+    esize = xfer_dtype_size(tensor->dtype);
+    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (tensor->size != elems * esize))) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor size %llu does not match its shape "
+                    "(%llu elements of %zu bytes)", (unsigned long long)tensor->size,
+                    (unsigned long long)elems, esize);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if ((tensor->size > 0) && (tensor->data == NULL)) {
+        xfer_refuse(TENSOR_SUBSYS, "tensor of %llu bytes has no data",
+                    (unsigned long long)tensor->size);
+        return XFER_ERR_INVALID_PARAM;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, const int64_t *dims,
+                                         uint64_t size, int is_dead, char *why,
+                                         size_t why_size)
+{
+    uint64_t elems = 1;
+    size_t esize;
+
+    if ((dtype <= XFER_DTYPE_INVALID) || (dtype >= XFER_DTYPE_LAST)) {
+        snprintf(why, why_size, "tensor dtype %u is not valid", dtype);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (rank > XFER_TENSOR_MAX_RANK) {
+        snprintf(why, why_size, "tensor rank %u exceeds %d", rank, XFER_TENSOR_MAX_RANK);
+        return XFER_ERR_PROTOCOL;
+    }
+    for (unsigned i = 0; i < rank; i++) {
+        if (dims[i] < 0) {
+            snprintf(why, why_size, "tensor dimension %u is negative", i);
+            return XFER_ERR_PROTOCOL;
+        }
+        if ((dims[i] != 0) && (elems > UINT64_MAX / (uint64_t)dims[i])) {
+            snprintf(why, why_size, "tensor shape overflows 64 bits");
+            return XFER_ERR_PROTOCOL;
+        }
+        elems *= (uint64_t)dims[i];
+    }
+    if (is_dead) {
+        if (size != 0) {
+            snprintf(why, why_size, "dead tensor claims %" PRIu64 " bytes of data", size);
+            return XFER_ERR_PROTOCOL;
+        }
+        return XFER_OK;
+    }
+    esize = xfer_dtype_size((xfer_dtype_t)dtype);
+    if ((esize != 0) && ((elems > UINT64_MAX / esize) || (size != elems * esize))) {
+        snprintf(why, why_size, "tensor size %" PRIu64 " does not match its shape (%" PRIu64
+                 " elements of %zu bytes)", size, elems, esize);
+        return XFER_ERR_PROTOCOL;
+    }
+    return XFER_OK;
+}
