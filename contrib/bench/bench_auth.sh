@@ -23,11 +23,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_out_args "$@"
 set -- "${BENCH_ARGS[@]}"
 [ $# -eq 1 ] || die "usage: bench_auth.sh [--out DIR] BUILD"
-PROBE=$1/contrib/bench/scale_probe
-[ -x "$PROBE" ] || die "no $PROBE: build it first (make contrib/bench/scale_probe)"
-for tool in jq ss taskset; do
-    command -v "$tool" >/dev/null || die "$tool not found (apt-get install jq iproute2 util-linux)"
-done
+need_scale_probe "$1"
 N=${AUTH_ENDPOINTS:-64}
 read -r -a TRANSPORTS <<<"${AUTH_TRANSPORTS:-tcp shm}"
 PORT=${BENCH_PORT:-19900}

@@ -193,6 +193,17 @@ ucx_tcp() {
 }
 
 # shellcheck disable=SC2034 # OUT and BENCH_ARGS are read by the calling script
+# The scale probe of build dir $1, in PROBE, and the tools the probe's scripts need.
+need_scale_probe() {
+    PROBE=$1/contrib/bench/scale_probe
+    [ -x "$PROBE" ] || die "no $PROBE: build it first (make contrib/bench/scale_probe)"
+    local tool
+    for tool in jq ss taskset; do
+        command -v "$tool" >/dev/null ||
+            die "$tool not found (apt-get install jq iproute2 util-linux)"
+    done
+}
+
 bench_out_args() {
     OUT=.
     while [ $# -gt 0 ]; do
