@@ -372,7 +372,15 @@ xfer_status_t xfer_tcp_lanes_ep_connect(xfer_ep_h ep, const xfer_tcp_wire_ep_add
     }
     ep->nlanes = n;
     if (ep->is_server) {
-        xfer_tcp_lanes_awaited(ep, n - 1);     /* the client's lanes come to the lane port */
+        unsigned attached = 0;
+
+        /* the client's lanes come to the lane port - some may have come already: the client
+         * connects them as soon as its own connect returns, which can be before this side
+         * handles its CONNECT */
+        for (unsigned i = 1; i < n; i++) {
+            attached += (ep->lanes[i].fd >= 0);
+        }
+        xfer_tcp_lanes_awaited(ep, n - 1 - attached);
         return XFER_OK;
     }
     ep->peer_token = peer->token;
