@@ -364,3 +364,44 @@ def test_listen_defaults_to_loopback():
             accepted.close(force=True)
     if outward is None:
         pytest.skip("no outward address: only the loopback half was checked")
+
+
+def test_a_key_admits_only_peers_that_hold_it():
+    """Context(auth_key=...): a client with the server's key is admitted and moves a message;
+    one without a key or with another is refused with XFER_ERR_DENIED (-21), and the
+    listener goes on. (A client with another key finds the server's proof wrong and leaves
+    first: the server sees it go.)"""
+    import threading
+    key, other = b"k" * 32, b"o" * 32
+    DENIED = -21
+    with xfer.Context(auth_key=key) as server, server.listen() as lst:
+        address = f"127.0.0.1:{lst.port}"
+        for client_key in (None, other):
+            with xfer.Context(auth_key=client_key) as client:
+                failed = []
+
+                def refused():
+                    try:
+                        client.connect(address)
+                    except xfer.XferError as e:
+                        failed.append(e)
+                t = threading.Thread(target=refused)
+                t.start()
+                with pytest.raises(xfer.XferError) as e:
+                    lst.accept(timeout=10)
+                t.join(10)
+                assert e.value.status == (DENIED if client_key is None else CONNECTION), e.value
+                assert len(failed) == 1 and failed[0].status == DENIED, failed
+        with xfer.Context(auth_key=key) as client:
+            got = []
+            t = threading.Thread(target=lambda: got.append(client.connect(address)))
+            t.start()
+            ep = lst.accept(timeout=10)
+            t.join(10)
+            assert ep is not None and len(got) == 1
+            buf = bytearray(8)
+            r = server.tag_recv(buf, 5, ep=ep)
+            got[0].tag_send(5, b"keyed!").wait(10)
+            assert r.wait(10) == 6 and bytes(buf[:6]) == b"keyed!"
+            got[0].close(force=True)
+            ep.close(force=True)

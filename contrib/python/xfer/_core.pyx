@@ -114,20 +114,28 @@ include "_batches.pxi"
 # ---- the context -------------------------------------------------------------------------------
 
 cdef class Context:
-    """xfer's context: the transports the environment (XFER_*) allows, opened."""
+    """xfer's context: the transports the environment (XFER_*) allows, opened. auth_key
+    (bytes, 16 to 4096) is the key every peer must prove it holds, as XFER_AUTH_KEY_FILE's;
+    a peer without it is refused with XFER_ERR_DENIED."""
     cdef xfer_context_t *ctx
     cdef dict reactors
     cdef object _endpoints          # xfer's endpoint (its address) -> its Endpoint, weakly
     cdef object _notify_handler
     cdef object _handler_error      # what the notification handler raised, for progress()
 
-    def __cinit__(self, progress_thread=False, serialized=False):
+    def __cinit__(self, progress_thread=False, serialized=False, auth_key=None):
         cdef xfer_context_params_t params
         cdef xfer_status_t st
+        cdef bytes key = bytes(auth_key) if auth_key is not None else None
+        cdef const char *key_p = NULL
         memset(&params, 0, sizeof(params))
         params.size = sizeof(params)
         params.flags = ((XFER_CONTEXT_FLAG_PROGRESS_THREAD if progress_thread else 0) |
                         (XFER_CONTEXT_FLAG_SERIALIZED if serialized else 0))
+        if key is not None:
+            key_p = key
+            params.auth_key = key_p
+            params.auth_key_len = len(key)
         with nogil:
             xfer_last_error_clear()
             st = xfer_context_create(&params, &self.ctx)

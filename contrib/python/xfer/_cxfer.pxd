@@ -67,6 +67,8 @@ cdef extern from "xfer/xfer.h" nogil:
     ctypedef struct xfer_context_params_t:
         uint32_t size
         uint32_t flags
+        const void *auth_key
+        size_t auth_key_len
 
     ctypedef struct xfer_fetch_params_t:
         uint32_t               size
