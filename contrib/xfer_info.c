@@ -697,7 +697,8 @@ static int sockets_per_transport(const xfer_context_t *ctx, const char *address)
         xfer_component_info_t info;
 
         if ((xfer_component_get(ctx, i, &info) == XFER_OK) &&
-            (info.state == XFER_COMPONENT_AVAILABLE) && (len + strlen(info.name) + 2 < sizeof(names))) {
+            (info.state == XFER_COMPONENT_AVAILABLE) &&
+            (len + strlen(info.name) + 2 < sizeof(names))) {
             len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s", len ? "," : "",
                                     info.name);
         }

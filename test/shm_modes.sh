@@ -9,8 +9,9 @@ set -u
 build=${XFERTEST_BUILD_DIR:?set by make check}
 export XFERTEST_TRANSPORT=shm
 rc=0
-for suite in tag rma keys auth tensor memory close faults progress threads callbacks bounds unexp remap sizes \
-             staging staging_msg nccl_net perf batch cuda_transport cuda_batch scale; do
+for suite in tag rma keys auth tensor memory close faults progress threads callbacks bounds \
+             unexp remap sizes staging staging_msg nccl_net perf batch cuda_transport \
+             cuda_batch scale; do
     echo "== test_$suite over shm"
     "$build/test/test_$suite" || rc=1
 done

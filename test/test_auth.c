@@ -63,7 +63,7 @@ static void teardown(void)
 
 TestSuite(auth, .init = setup, .fini = teardown, .timeout = 120);
 
-/* ---- the server: this process ----------------------------------------------------------------- */
+/* ---- the server: this process ---------------------------------------------------------------- */
 
 typedef struct server {
     xfer_context_t  *ctx;
@@ -101,7 +101,7 @@ static xfer_status_t next_handshake(server_t *s, xfer_endpoint_t **ep_p)
     return st;
 }
 
-/* ---- clients: children ------------------------------------------------------------------------ */
+/* ---- clients: children ----------------------------------------------------------------------- */
 
 /* An xfer client with XFER_AUTH_KEY_FILE=key_file (NULL: none) that connects to port and,
  * connected, sends one tagged message; its exit code is 0, or 20 - the status it got. */
@@ -165,7 +165,7 @@ static void honest_client_is_served(server_t *s)
     xfer_endpoint_close(ep);
 }
 
-/* ---- a relay between a real client and the server, and a replay ------------------------------- */
+/* ---- a relay between a real client and the server, and a replay ------------------------------ */
 
 /* Relay one connection from listen_fd to port: every byte both ways; the client's bytes are
  * written to record (when not NULL), the server's to record.back, and the client's byte at
@@ -298,7 +298,7 @@ static void expect_nothing_given(const baseline_t *b, const char *who)
                  "listening socket for it", who);
 }
 
-/* ---- the tests -------------------------------------------------------------------------------- */
+/* ---- the tests ------------------------------------------------------------------------------- */
 
 /* No key, a wrong key: refused before anything is created for them, each logged with its
  * address; the honest client next is served. */
@@ -437,7 +437,7 @@ Test(auth, a_key_file_others_may_read_is_refused, .init = cr_redirect_stderr)
     free(log);
 }
 
-/* ---- who may fetch ---------------------------------------------------------------------------- */
+/* ---- who may fetch --------------------------------------------------------------------------- */
 
 static xfer_endpoint_t *insider;
 
@@ -544,7 +544,7 @@ Test(auth, a_tensor_outside_a_peers_scope_is_not_fetched_nor_revealed)
     unsetenv("XFER_TENSOR_REQUEST_TIMEOUT");
 }
 
-/* ---- lanes ------------------------------------------------------------------------------------ */
+/* ---- lanes ----------------------------------------------------------------------------------- */
 
 /* From the server's bytes of a keyed handshake (path): its tcp endpoint address, found in its
  * CONNECT - what anyone on the path reads. 1 when found. */

@@ -32,7 +32,8 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # The bound guards against a hang; the suites take 15-20 minutes under TCG on a 2-core VM
 # (test_perf alone 300-440 s), so it leaves room above that.
 "$guest" --timeout 1800 -- "$src/test/verbs_suites.sh" "$build" \
-    contract memory rma keys auth tag tensor faults threads progress callbacks close bounds unexp remap verbs_mrcache verbs_unmap \
+    contract memory rma keys auth tag tensor faults threads progress callbacks close bounds \
+    unexp remap verbs_mrcache verbs_unmap \
     verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport cuda_batch perf nccl_net batch $gdr \
     XFER_VERBS_MR_CACHE=off remap ||
     failed "the suites' guest" $?

@@ -366,9 +366,9 @@ static void accepts_bound(xfer_iface_h iface, unsigned room)
     while ((iface->num_accepts > 0) &&
            (iface->num_accepts + room > XFER_TCP_ACCEPT_MAX + iface->lanes_awaited)) {
         xfer_log_peer("lane_evicted", XFER_LOG_WARN, XFER_TCP_SUBSYS,
-                      "%u lane connections have not said which "
-                      "lane they are, more than the %u lanes our endpoints wait for and %u others: "
-                      "the oldest is closed", iface->num_accepts, iface->lanes_awaited,
+                      "%u lane connections have not said which lane they are, more than the "
+                      "%u lanes our endpoints wait for and %u others: the oldest is closed",
+                      iface->num_accepts, iface->lanes_awaited,
                       XFER_TCP_ACCEPT_MAX);
         accept_drop(iface, ucs_list_head(&iface->accepts, struct xfer_tcp_accept, list));
     }

@@ -4,8 +4,9 @@
  * A region is known to peers by {id, its own random key, address, length}. The target
  * checks all of it - the id is registered, the key is that region's, the range lies inside -
  * before touching memory, and answers anything else with an error status while draining the
- * data; a peer whose keys fit no region more than XFER_BAD_KEYS_MAX times is failed. A put completes at the initiator once its frame is written (a flush then waits until
- * its data is in the target's memory; a refused put fails that flush), or with
+ * data; a peer whose keys fit no region more than XFER_BAD_KEYS_MAX times is failed. A put
+ * completes at the initiator once its frame is written (a flush then waits until its data is
+ * in the target's memory; a refused put fails that flush), or with
  * XFER_TCP_PUT_ACK=y when its PUT_ACK arrives; a get when its data is in the local buffer.
  */
 #include "tcp.h"

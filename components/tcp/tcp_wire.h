@@ -58,7 +58,8 @@
  * with the token of the server's endpoint address. An endpoint whose bootstrap was
  * authenticated takes only a proven hello: magic 0x5054 ("TP"), the same fields, then 32
  * bytes of proof (HMAC-SHA256 over those 16 with the endpoint's secret), so that a lane
- * proves it belongs to that endpoint - the token alone went over the wire in the clear. Frames travel on lane 0 only. A TAG,
+ * proves it belongs to that endpoint - the token alone went over the wire in the clear.
+ * Frames travel on lane 0 only. A TAG,
  * PUT_REQ, PUT or TENSOR_RESP with STRIPED set has its data cut in n shares, n being in its
  * status field (the frame's status is 0): the sender's lanes 0..n-1, those it has up
  * (xfer_tcp_wire_stripe). Share 0 follows the frame on lane 0, share i is the next bytes of

@@ -197,7 +197,8 @@ int perf_options_parse(int argc, char **argv, options_t *o)
     uint64_t v;
     int c, window_given = 0;
 
-    *o = (options_t){.port = DEFAULT_PORT, .bind = "*", .max_mem = DEFAULT_MAX_MEM, .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
+    *o = (options_t){.port = DEFAULT_PORT, .bind = "*", .max_mem = DEFAULT_MAX_MEM,
+                     .test = TEST_TAG_BW, .size = 65536, .warmup = -1,
                      .window = DEFAULT_WINDOW, .notify_len = NOTIFY_MIN};
     while ((c = getopt_long(argc, argv, "p:t:s:ab:n:w:x:m:T:E:Vjvh", long_opts, NULL)) != -1) {
         switch (c) {
