@@ -195,15 +195,12 @@ static int hs_holds(const handshake_t *hs, uint16_t type)
     return (hs->auth != NULL) && (hs->holding || (hs->rx.hdr.type == type));
 }
 
-/* With a key, a HELLO or CONNECT is held until the AUTH_MAC after it checks: 1 when hs->rx
- * holds a frame that may be acted on now, 0 when more must be read (status XFER_OK), or
- * 0 with the failure in *status_p. */
+/* With a key (hs_holds() said so), a HELLO or CONNECT is held until the AUTH_MAC after it
+ * checks: 1 when hs->rx holds a frame that may be acted on now, 0 when more must be read
+ * (status XFER_OK), or 0 with the failure in *status_p. */
 static int hs_proven(handshake_t *hs, xfer_status_t *status_p, char *why, size_t why_size)
 {
     *status_p = XFER_OK;
-    if (hs->auth == NULL) {
-        return 1;
-    }
     if (!hs->holding) {
         xfer_auth_absorb_rx(hs->auth, &hs->rx);
         hs->held    = hs->rx;       /* the body moves with it */

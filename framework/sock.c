@@ -95,6 +95,22 @@ xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
     return XFER_OK;
 }
 
+/* The port of an IPv4 or IPv6 address, and setting it. */
+static uint16_t sa_port(const struct sockaddr *sa)
+{
+    return ntohs((sa->sa_family == AF_INET6) ? ((const struct sockaddr_in6*)sa)->sin6_port :
+                                               ((const struct sockaddr_in*)sa)->sin_port);
+}
+
+static void sa_set_port(struct sockaddr *sa, uint16_t port)
+{
+    if (sa->sa_family == AF_INET6) {
+        ((struct sockaddr_in6*)sa)->sin6_port = htons(port);
+    } else if (sa->sa_family == AF_INET) {
+        ((struct sockaddr_in*)sa)->sin_port = htons(port);
+    }
+}
+
 /* "1.2.3.4:80" or "[::1]:80" */
 static void addr_str(const struct sockaddr *sa, char *buf, size_t size)
 {
@@ -163,25 +179,15 @@ xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd
             return XFER_ERR_IO;
         }
     }
-    *port_p = ntohs((bound.ss_family == AF_INET6) ?
-                    ((struct sockaddr_in6*)&bound)->sin6_port :
-                    ((struct sockaddr_in*)&bound)->sin_port);
+    *port_p = sa_port((struct sockaddr*)&bound);
     *fd_p   = fd;
     return XFER_OK;
 }
 
-static void sa_set_port(struct sockaddr *sa, uint16_t port)
-{
-    if (sa->sa_family == AF_INET6) {
-        ((struct sockaddr_in6*)sa)->sin6_port = htons(port);
-    } else if (sa->sa_family == AF_INET) {
-        ((struct sockaddr_in*)sa)->sin_port = htons(port);
-    }
-}
-
 static int sa_same(const struct addrinfo *a, const struct addrinfo *b)
 {
-    return (a->ai_addrlen == b->ai_addrlen) && (memcmp(a->ai_addr, b->ai_addr, a->ai_addrlen) == 0);
+    return (a->ai_addrlen == b->ai_addrlen) &&
+           (memcmp(a->ai_addr, b->ai_addr, a->ai_addrlen) == 0);
 }
 
 /* Bind every address of list (duplicates once) on one port: the list's own, or, for port 0,
@@ -257,9 +263,7 @@ xfer_status_t xfer_sock_listen_at(const char *address, int *fds, unsigned max, u
     if (status != XFER_OK) {
         return status;
     }
-    want = ntohs((list->ai_family == AF_INET6) ?
-                 ((struct sockaddr_in6*)list->ai_addr)->sin6_port :
-                 ((struct sockaddr_in*)list->ai_addr)->sin_port);
+    want = sa_port(list->ai_addr);
     /* port 0 on several addresses: another process may take the first one's port on the
      * others between the binds; a few tries with new ports */
     for (int tries = 0; (ret == 0) && (tries < 8); tries++) {
