@@ -288,6 +288,18 @@ static int srv_lane_port(tp_side_t *s)
     return 0;
 }
 
+/* tcp only: a child serving srv_lane_port, connected in p; its lane port. */
+static int lane_port_peer(tp_peer_t *p)
+{
+    int port;
+
+    skip_unless_tcp();
+    tp_start(p, srv_lane_port, NULL);
+    port = (int)tp_recv(p);
+    cr_assert_gt(port, 0);
+    return port;
+}
+
 /* Connect to the lane port, send hello, and expect the child to close the connection. */
 static void stranger(tp_peer_t *p, int port, const uint8_t *hello, size_t len)
 {
@@ -337,10 +349,7 @@ Test(lanes, connections_that_name_no_waiting_endpoint_are_closed)
     tp_peer_t p;
     int port;
 
-    skip_unless_tcp();
-    tp_start(&p, srv_lane_port, NULL);
-    port = (int)tp_recv(&p);
-    cr_assert_gt(port, 0);
+    port = lane_port_peer(&p);
     stranger(&p, port, wrong_token, sizeof(wrong_token));
     stranger(&p, port, wrong_magic, sizeof(wrong_magic));
     stranger(&p, port, lane_zero, sizeof(lane_zero));
@@ -356,10 +365,7 @@ Test(lanes, a_loopback_listeners_lane_port_is_not_reachable_from_another_address
     tp_peer_t p;
     int port;
 
-    skip_unless_tcp();
-    tp_start(&p, srv_lane_port, NULL);
-    port = (int)tp_recv(&p);
-    cr_assert_gt(port, 0);
+    port = lane_port_peer(&p);
     if (tu_outward_ipv4(outward, sizeof(outward))) {
         cr_expect_eq(tu_tcp_connect(outward, port), ECONNREFUSED, "%s:%d reached the lane "
                      "port of a loopback listener", outward, port);
@@ -383,10 +389,8 @@ Test(lanes, at_most_32_silent_connections_wait_on_the_lane_port)
     tp_peer_t p;
     int port;
 
-    skip_unless_tcp();
-    tp_start(&p, srv_lane_port, NULL);
+    port = lane_port_peer(&p);
     lanes_wait_up(p.ctx, p.ep);     /* our own lanes are not among the silent ones */
-    port            = (int)tp_recv(&p);
     sin.sin_port    = htons((uint16_t)port);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (int i = 0; i < SILENT; i++) {
