@@ -38,21 +38,13 @@ head -c 32 /dev/urandom >"$KEY"
 chmod 600 "$KEY"
 
 probe() {
-    local t=$1 mode=$2 env=()
-    [ "$mode" = keyed ] && env=(env "XFER_AUTH_KEY_FILE=$KEY")
-    [ "$mode" = plain ] && env=(env -u XFER_AUTH_KEY_FILE)
-    run_pair "auth_${t}_$mode" "$RUN_TIMEOUT" \
-        "${env[@]}" taskset -c 1 "$PROBE" -x "$t" -n "$N" -p "$PORT" -- \
-        "${env[@]}" taskset -c 0 "$PROBE" -x "$t" -n "$N" -p "$PORT" 127.0.0.1 ||
-        die "scale_probe -x $t ($mode) failed"
-    [ "$(jq -r .transport <<<"$PAIR_OUT")" = "$t" ] || die "the probe did not run over $t"
-    local f line=$t,$round,$mode
-    for f in "${FIELDS[@]}"; do
-        v=$(jq ".$f" <<<"$PAIR_OUT")
-        round_add "${t}_${mode}_$f" "$v"
-        line+=,$v
-    done
-    echo "$line" >>"$CSV"
+    local t=$1 mode=$2
+    if [ "$mode" = keyed ]; then
+        PROBE_ENV=(env "XFER_AUTH_KEY_FILE=$KEY")
+    else
+        PROBE_ENV=(env -u XFER_AUTH_KEY_FILE)
+    fi
+    probe_pair "$t" "$N" "$mode"
 }
 
 echo "# bench_auth: $PROBE; $(nproc) cores; $ROUNDS rounds; $N endpoints a burst" >&2

@@ -45,20 +45,9 @@ export XFER_COMPONENT_PATH=$1/components
 # a thousand endpoints take two thousand descriptors and more on each side
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+PROBE_ENV=()
 probe() {
-    local t=$1 n=$2
-    run_pair "scale_${t}_$n" "$RUN_TIMEOUT" \
-        taskset -c 1 "$PROBE" -x "$t" -n "$n" -p "$PORT" -- \
-        taskset -c 0 "$PROBE" -x "$t" -n "$n" -p "$PORT" 127.0.0.1 ||
-        die "scale_probe -x $t -n $n failed"
-    [ "$(jq -r .transport <<<"$PAIR_OUT")" = "$t" ] || die "the probe did not run over $t"
-    local f line=$t,$round,$n
-    for f in "${FIELDS[@]}"; do
-        v=$(jq ".$f" <<<"$PAIR_OUT")
-        round_add "${t}_${n}_$f" "$v"
-        line+=,$v
-    done
-    echo "$line" >>"$CSV"
+    probe_pair "$1" "$2" "$2"
 }
 
 echo "# bench_scale: $PROBE; $(nproc) cores; $ROUNDS rounds; counts ${COUNTS[*]}" >&2

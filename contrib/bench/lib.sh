@@ -204,6 +204,26 @@ need_scale_probe() {
     done
 }
 
+# One scale_probe pair (need_scale_probe first) over transport $1 with $2 endpoints, each
+# side's command prefixed by the words of the array PROBE_ENV (may be empty): every FIELDS
+# figure of its JSON goes into the rounds as ${1}_${3}_<field> and, with the round, into CSV
+# as "$1,$round,$3,<figures>".
+probe_pair() {
+    local t=$1 n=$2 label=$3 f v line
+    run_pair "${BENCH_NAME}_${t}_$label" "$RUN_TIMEOUT" \
+        "${PROBE_ENV[@]}" taskset -c 1 "$PROBE" -x "$t" -n "$n" -p "$PORT" -- \
+        "${PROBE_ENV[@]}" taskset -c 0 "$PROBE" -x "$t" -n "$n" -p "$PORT" 127.0.0.1 ||
+        die "scale_probe -x $t -n $n ($label) failed"
+    [ "$(jq -r .transport <<<"$PAIR_OUT")" = "$t" ] || die "the probe did not run over $t"
+    line=$t,$round,$label
+    for f in "${FIELDS[@]}"; do
+        v=$(jq ".$f" <<<"$PAIR_OUT")
+        round_add "${t}_${label}_$f" "$v"
+        line+=,$v
+    done
+    echo "$line" >>"$CSV"
+}
+
 bench_out_args() {
     OUT=.
     while [ $# -gt 0 ]; do
