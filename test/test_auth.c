@@ -8,7 +8,7 @@
  * each; an honest client beside them connects and moves a message. The key comes from
  * XFER_AUTH_KEY_FILE in the clients and from the context parameters in the server.
  *
- * The relay and the replaying client are raw sockets in child processes (relay()).
+ * The relay (tp_relay_spawn) and the replaying client are raw sockets in child processes.
  */
 #include "test_peer.h"
 #include "test_util.h"
@@ -165,87 +165,7 @@ static void honest_client_is_served(server_t *s)
     xfer_endpoint_close(ep);
 }
 
-/* ---- a relay between a real client and the server, and a replay ------------------------------ */
-
-/* Relay one connection from listen_fd to port: every byte both ways; the client's bytes are
- * written to record (when not NULL), the server's to record.back, and the client's byte at
- * tamper (>= 0) is flipped. Runs in a
- * child until either side closes. */
-static void relay_run(int listen_fd, uint16_t port, const char *record, long tamper)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    int c = accept(listen_fd, NULL, NULL), srv = socket(AF_INET, SOCK_STREAM, 0);
-    int rec = record ? open(record, O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
-    int back = -1;
-    char back_path[80];
-
-    if (record != NULL) {
-        snprintf(back_path, sizeof(back_path), "%s.back", record);
-        back = open(back_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    }
-    long from_client = 0;
-    char buf[65536];
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if ((c < 0) || (srv < 0) || (connect(srv, (struct sockaddr*)&sa, sizeof(sa)) != 0)) {
-        _exit(30);
-    }
-    for (;;) {
-        struct pollfd pfd[2] = {{c, POLLIN, 0}, {srv, POLLIN, 0}};
-        ssize_t n;
-
-        if (poll(pfd, 2, TP_WAIT_MS) <= 0) {
-            _exit(31);
-        }
-        if (pfd[0].revents) {
-            n = read(c, buf, sizeof(buf));
-            if (n <= 0) {
-                _exit(0);
-            }
-            if ((tamper >= from_client) && (tamper < from_client + n)) {
-                buf[tamper - from_client] ^= 0x01;
-            }
-            from_client += n;
-            if ((rec >= 0) && (write(rec, buf, (size_t)n) != n)) {
-                _exit(32);
-            }
-            if (send(srv, buf, (size_t)n, MSG_NOSIGNAL) != n) {
-                _exit(0);
-            }
-        }
-        if (pfd[1].revents) {
-            n = read(srv, buf, sizeof(buf));
-            if ((n <= 0) || (send(c, buf, (size_t)n, MSG_NOSIGNAL) != n)) {
-                _exit(0);
-            }
-            if ((back >= 0) && (write(back, buf, (size_t)n) != n)) {
-                _exit(33);
-            }
-        }
-    }
-}
-
-/* A relay child in front of the server; *port_p is where clients reach it. */
-static pid_t relay_spawn(uint16_t server_port, const char *record, long tamper, uint16_t *port_p)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    pid_t pid;
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert((fd >= 0) && (bind(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0) &&
-              (listen(fd, 4) == 0) && (getsockname(fd, (struct sockaddr*)&sa, &len) == 0));
-    *port_p = ntohs(sa.sin_port);
-    pid     = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        alarm(TP_CHILD_ALARM_S);
-        relay_run(fd, server_port, record, tamper);
-    }
-    close(fd);
-    return pid;
-}
+/* ---- a replay ------------------------------------------------------------------------------- */
 
 /* Send the bytes of path to port at once, then wait for the server to close. */
 static pid_t replay_spawn(const char *path, uint16_t port)
@@ -342,7 +262,7 @@ Test(auth, a_replayed_handshake_is_refused)
 
     snprintf(record, sizeof(record), "/tmp/xfertest_auth_rec.%d", (int)getpid());
     server_start(&s, key_a);
-    relay  = relay_spawn(s.port, record, -1, &relay_port);
+    relay  = tp_relay_spawn(s.port, record, -1, &relay_port);
     client = client_spawn(key_file_a, relay_port);
     cr_assert_eq(next_handshake(&s, &ep), XFER_OK, "through the relay: %s", xfer_last_error());
     cr_expect_eq(child_exit(client), 0);
@@ -374,7 +294,7 @@ Test(auth, a_handshake_changed_between_two_real_peers_is_refused)
     baseline_take(&b);
     /* the client's AUTH_NONCE is 44 bytes; its HELLO starts there: 12 of header, 2 of count,
      * 1 of name length, then the first transport's name */
-    relay  = relay_spawn(s.port, NULL, 44 + 12 + 2 + 1, &relay_port);
+    relay  = tp_relay_spawn(s.port, NULL, 44 + 12 + 2 + 1, &relay_port);
     client = client_spawn(key_file_a, relay_port);
     cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
     cr_expect_null(ep);
@@ -623,7 +543,7 @@ Test(auth, a_lane_without_the_endpoints_proof_is_refused, .init = cr_redirect_st
     setenv("XFER_TCP_LANES", "4", 1);
     server_start(&s, key_a);
     setenv("XFER_TCP_LANES", "2", 1);       /* the client's: lanes 2 and 3 stay free */
-    relay  = relay_spawn(s.port, record, -1, &relay_port);
+    relay  = tp_relay_spawn(s.port, record, -1, &relay_port);
     client = fork();
     cr_assert_geq(client, 0);
     if (client == 0) {

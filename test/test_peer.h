@@ -171,6 +171,14 @@ void tp_echo_stop(xfer_endpoint_t *ep);
  * lens (0-terminated); asserts it. */
 void tp_another_peer_works(xfer_context_t *ctx, const size_t *lens);
 
+/* ---- a relay between a real client and a server ---------------------------------------------- */
+
+/* A child relaying one connection to 127.0.0.1:server_port, every byte both ways, until either
+ * side closes; *port_p is where the client reaches it. The client's bytes are written to
+ * record (when not NULL), the server's to record.back, and the client's byte at offset tamper
+ * (>= 0) is flipped on the way. */
+pid_t tp_relay_spawn(uint16_t server_port, const char *record, long tamper, uint16_t *port_p);
+
 /* ---- data ------------------------------------------------------------------------------------ */
 
 /* A reproducible, non-periodic byte pattern; tp_check_pattern returns the first bad offset
