@@ -498,9 +498,10 @@ void *xfer_tensor_fetch_alloc(xfer_request_t *req, const xfer_tensor_t *meta)
     void *buf;
 
     xfer_in_callback++;
-    xfer_in_alloc++;
+    xfer_in_engine_cb = "a tensor allocation callback, which runs inside the transport's "
+                        "receive path";
     buf = req->alloc(meta, req->alloc_arg);
-    xfer_in_alloc--;
+    xfer_in_engine_cb = NULL;
     xfer_in_callback--;
     return buf;
 }

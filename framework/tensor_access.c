@@ -30,9 +30,11 @@ int xfer_tensor_access_allows(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t
     if (ctx->access_cb == NULL) {
         return 1;
     }
-    /* like a completion callback: it may not call back into xfer */
+    /* it may not call xfer: every call is refused, as from an allocation callback */
     xfer_in_callback++;
+    xfer_in_engine_cb = "a tensor access callback, which runs inside the tensor engine";
     allowed = ctx->access_cb(ep, step, key, key_len, ctx->access_arg);
+    xfer_in_engine_cb = NULL;
     xfer_in_callback--;
     if (!allowed) {
         xfer_log_at(XFER_LOG_DEBUG, ACCESS_SUBSYS, "step %llu '%.*s' is not for %s",

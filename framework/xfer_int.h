@@ -430,19 +430,21 @@ void xfer_wake_locked(xfer_context_t *ctx);
  * later, so dlopen (Python's cffi) still works. */
 #define XFER_TLS __thread __attribute__((tls_model("initial-exec")))
 extern XFER_TLS int xfer_in_callback;
-/* Inside a fetch's allocation callback, which a transport calls in the middle of its
- * receive path (the size is known only there). */
-extern XFER_TLS int xfer_in_alloc;
+/* Inside a callback that runs in the middle of what it could change, and may only answer:
+ * a fetch's allocation callback, which a transport calls in its receive path (the size is
+ * known only there), and the producer's access callback (tensor_access.c), which the tensor
+ * engine asks while it walks its waiting requests. What it is, for the log. */
+extern XFER_TLS const char *xfer_in_engine_cb;
 
-/* Calls that reach a transport refuse to run inside an allocation callback (they could change
- * what the transport is walking), and posting calls refuse while the context is destroyed
+/* Calls refuse to run inside such a callback (they could change what the transport or the
+ * engine is walking: close the asking endpoint, publish into the slot), and posting calls refuse while the context is destroyed
  * (from the callbacks that destroy runs). XFER_OK, or the error after a log line naming fn.
  * Takes the lock's view of ctx: call it with the lock held. */
 xfer_status_t xfer_api_refuse(const xfer_context_t *ctx, const char *fn, int posting);
 static inline xfer_status_t xfer_api_check(const xfer_context_t *ctx, const char *fn,
                                            int posting)
 {
-    if (__builtin_expect(xfer_in_alloc || (posting && ctx->destroying), 0)) {
+    if (__builtin_expect((xfer_in_engine_cb != NULL) || (posting && ctx->destroying), 0)) {
         return xfer_api_refuse(ctx, fn, posting);
     }
     return XFER_OK;

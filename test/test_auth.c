@@ -464,6 +464,86 @@ Test(auth, a_tensor_outside_a_peers_scope_is_not_fetched_nor_revealed)
     unsetenv("XFER_TENSOR_REQUEST_TIMEOUT");
 }
 
+/* The access callback runs inside the tensor engine, which walks the asking endpoint's
+ * requests: every call from it into xfer is refused, closing that endpoint included, and the
+ * request goes on as the callback's answer says. */
+typedef struct access_probe {
+    xfer_context_t *ctx;
+    int            calls;
+    unsigned       progressed;
+    xfer_status_t  close_status, send_status, publish_status, abort_status;
+} access_probe_t;
+
+static int probing_access(xfer_endpoint_t *ep, uint64_t step, const char *key, size_t key_len,
+                          void *arg)
+{
+    access_probe_t *a = arg;
+    xfer_tensor_t t   = {.dtype = XFER_DTYPE_UINT8, .rank = 1, .size = 1, .data = "x"};
+    xfer_request_t *req = NULL;
+
+    (void)step;
+    (void)key;
+    (void)key_len;
+    t.dims[0]         = 1;
+    a->calls++;
+    a->progressed     = xfer_progress(a->ctx);
+    a->close_status   = xfer_endpoint_close_nb(ep, 0, NULL, NULL, &req);
+    a->send_status    = xfer_tag_send(ep, TAG, "no", 3, NULL, NULL, NULL, NULL);
+    a->publish_status = xfer_tensor_publish(a->ctx, 9, "other", &t, XFER_PUBLISH_COPY, NULL,
+                                            NULL, NULL);
+    a->abort_status   = xfer_tensor_abort(a->ctx, 1, XFER_ERR_ABORTED);
+    xfer_endpoint_close(ep);
+    return 1;
+}
+
+Test(auth, the_access_callback_cannot_call_into_xfer, .init = cr_redirect_stderr)
+{
+    static const char *const keys[]   = {"public", "public"};
+    static const uint64_t steps[]     = {1, 2};
+    static const xfer_status_t want[] = {XFER_OK, XFER_OK};
+    xfer_request_t *pub[2] = {NULL, NULL};
+    access_probe_t a = {0};
+    uint8_t data[16];
+    xfer_endpoint_t *ep;
+    int st = -1, done = 0;
+    server_t s;
+    pid_t pid;
+
+    server_start(&s, NULL);
+    a.ctx = s.ctx;
+    cr_assert_eq(xfer_tensor_access_set(s.ctx, probing_access, &a), XFER_OK);
+    memset(data, 7, sizeof(data));
+    for (int i = 0; i < 2; i++) {
+        xfer_tensor_t t = {.dtype = XFER_DTYPE_UINT8, .rank = 1, .size = sizeof(data),
+                           .data = data};
+
+        t.dims[0] = sizeof(data);
+        cr_assert_eq(xfer_tensor_publish(s.ctx, steps[i], keys[i], &t, 0, NULL, NULL, &pub[i]),
+                     XFER_OK);
+    }
+    pid = fetcher_spawn(s.port, keys, steps, want, 2);
+    cr_assert_eq(next_handshake(&s, &ep), XFER_OK);
+    for (double end = tp_now_ms() + 2 * TP_WAIT_MS; !done && (tp_now_ms() < end);) {
+        (void)xfer_progress(s.ctx);
+        done = (waitpid(pid, &st, WNOHANG) == pid);
+    }
+    cr_assert(done, "the fetcher did not finish");
+    cr_expect(WIFEXITED(st) && (WEXITSTATUS(st) == 3), "its fetches (bit i: fetch i got the "
+              "tensor): %#x", WEXITSTATUS(st));
+    cr_expect_eq(a.calls, 2, "the callback ran %d times", a.calls);
+    cr_expect_eq(a.progressed, 0u);
+    cr_expect_eq(a.close_status, XFER_ERR_BUSY, "close_nb: %s",
+                 xfer_status_string(a.close_status));
+    cr_expect_eq(a.send_status, XFER_ERR_BUSY);
+    cr_expect_eq(a.publish_status, XFER_ERR_BUSY);
+    cr_expect_eq(a.abort_status, XFER_ERR_BUSY);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(tp_op_result(XFER_OK, pub[i], TP_WAIT_MS), XFER_OK, "publish %d", i);
+    }
+    xfer_endpoint_close(ep);
+    server_stop(&s);
+}
+
 /* ---- lanes ----------------------------------------------------------------------------------- */
 
 /* From the server's bytes of a keyed handshake (path): its tcp endpoint address, found in its

@@ -487,7 +487,9 @@ XFER_API xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, c
  * request is treated exactly as one for a tensor that does not exist: it waits, within the
  * same bounds, until a publish it may have or XFER_TENSOR_REQUEST_TIMEOUT - nothing tells the
  * peer that the tensor exists. NULL (the default): every peer may fetch every tensor. cb runs
- * inside progress, under the context's lock: it may not call xfer.
+ * inside the tensor engine, under the context's lock, while the engine walks the requests:
+ * like a fetch's allocation callback it may only answer, and every xfer call it makes is
+ * refused (XFER_ERR_BUSY, or 0 from xfer_progress()) - closing ep included.
  */
 typedef int (*xfer_tensor_access_cb_t)(xfer_endpoint_t *ep, uint64_t step, const char *key,
                                        size_t key_len, void *arg);
