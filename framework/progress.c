@@ -107,6 +107,7 @@ static xfer_status_t ifaces_open(xfer_context_t *ctx)
         params.notify          = xfer_notify_upcall;
         params.max_notify_len  = (uint32_t)ctx->fw_config.notify_max_len;
         params.fair_slice      = ctx->fw_config.fair_slice;
+        params.authenticated   = (ctx->auth_key != NULL);
 
         fi->entry    = e;
         fi->comp     = comp;

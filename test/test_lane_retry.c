@@ -61,7 +61,7 @@ static void raw_serve_bootstrap(int fd, uint16_t lane_port)
 {
     static uint8_t frame[XFER_WIRE_HEADER_LEN + XFER_WIRE_MAX_BODY];
     static xfer_wire_hello_t hello;
-    xfer_tcp_wire_ep_addr_t addr = {{1u << 20, 64}, 2, lane_port, TOKEN};
+    xfer_tcp_wire_ep_addr_t addr = {{1u << 20, 64}, 2, lane_port, TOKEN, 0};
     xfer_wire_connect_t conn;
     size_t len;
 

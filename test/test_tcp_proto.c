@@ -438,11 +438,16 @@ Test(tcp_proto, reserved_bytes_set_are_refused)
 
     xfer_tcp_wire_pack_ep_addr(&a, buf);
     cr_assert_eq(xfer_tcp_wire_unpack_ep_addr(buf, sizeof(buf), &b), XFER_OK);
+    /* byte 18 is the flags, whose bit 0 says TLS; its other bits are reserved */
+    buf[18] ^= XFER_TCP_WIRE_ADDR_TLS;
+    cr_assert_eq(xfer_tcp_wire_unpack_ep_addr(buf, sizeof(buf), &b), XFER_OK);
+    cr_expect_eq(b.flags, XFER_TCP_WIRE_ADDR_TLS);
+    buf[18] ^= XFER_TCP_WIRE_ADDR_TLS;
     for (size_t at = 18; at < 24; at++) {
-        buf[at] ^= 1;
+        buf[at] ^= 2;
         cr_expect_eq(xfer_tcp_wire_unpack_ep_addr(buf, sizeof(buf), &b), XFER_ERR_PROTOCOL,
-                     "reserved byte %zu of an endpoint address", at);
-        buf[at] ^= 1;
+                     "reserved bit of byte %zu of an endpoint address", at);
+        buf[at] ^= 2;
     }
     xfer_tcp_wire_pack_lane_hello(&h, buf);
     cr_assert_eq(xfer_tcp_wire_unpack_lane_hello(buf, &g, why, sizeof(why)), XFER_OK, "%s", why);

@@ -27,7 +27,8 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 [[ -x $build/test/test_gdr_mem ]] && gdr=gdr_mem
 # the conformance suite (docs/contract.md; over gdr it needs a GPU, which the guest has not),
 # the parameterised suites, unchanged, then the verbs-specific ones, then remap again with
-# the MR cache off (every unregistered buffer registered per operation); not test_sizes: its
+# the MR cache off (every unregistered buffer registered per operation), then tcp's encryption
+# (test_tls: this guest's kernel has TLS, the host's may not); not test_sizes: its
 # 4 GiB buffers do not fit this guest (below, a guest of its own)
 # The bound guards against a hang; the suites take 15-20 minutes under TCG on a 2-core VM
 # (test_perf alone 300-440 s), so it leaves room above that.
@@ -35,7 +36,8 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
     contract memory rma keys auth tag tensor faults threads progress callbacks close bounds \
     unexp remap verbs_mrcache verbs_unmap \
     verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport cuda_batch perf nccl_net batch $gdr \
-    XFER_VERBS_MR_CACHE=off remap ||
+    XFER_VERBS_MR_CACHE=off remap \
+    XFERTEST_TRANSPORT=tcp tls ||
     failed "the suites' guest" $?
 "$guest" --two-hosts --timeout 300 -- "$src/test/verbs_suites.sh" "$build" \
     verbs:link_down || failed "the two-host guest" $?

@@ -57,6 +57,8 @@ typedef struct xfer_tcp_config {
     double   lane_wait;         /* LANE_WAIT: seconds ep_connect waits for the lanes */
     int      splice;            /* SPLICE: a batch's blocks leave by vmsplice, not a copy */
     uint64_t splice_pipe;       /* SPLICE_PIPE: bytes of the pipe they go through */
+    int      tls;               /* TLS: every connection sealed by kernel TLS (tcp_tls.c) */
+    double   tls_timeout;       /* TLS_TIMEOUT: seconds lane 0's TLS handshake may take */
 } xfer_tcp_config_t;
 
 #define XFER_TCP_CUDA_DEPTH_MAX 16
@@ -366,6 +368,8 @@ struct xfer_ep {
     uint32_t            bad_keys;       /* peer requests whose key fit no region */
     int                 has_secret;     /* authenticated bootstrap: lanes prove secret */
     uint8_t             secret[XFER_EP_SECRET_LEN];
+    int                 tls;            /* every connection runs TLS (XFER_TCP_TLS) */
+    uint8_t             tls_lanes[32];  /* lane 0's exported secret the lanes' keys come from */
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_port_t *lport;        /* server: where its lanes come; NULL: one lane */
     xfer_tcp_lane_t     *lanes;
@@ -686,6 +690,15 @@ void xfer_tcp_lanes_awaited(xfer_ep_h ep, unsigned n);
 /* An accepted connection's socket has something (its hello, or its end). */
 unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *acc,
                                   uint32_t events);
+
+/* ---- tcp_tls.c ------------------------------------------------------------------------------ */
+/* Whether this kernel seals TCP in TLS (the "tls" ULP): XFER_ERR_UNSUPPORTED with why if not. */
+xfer_status_t xfer_tcp_tls_probe(char *why, size_t why_size);
+/* Lane 0's TLS 1.3 handshake (ep->fd non-blocking, keyed by ep->secret), its record keys handed
+ * to the kernel, the lanes' secret kept in ep->tls_lanes. */
+xfer_status_t xfer_tcp_tls_ep_start(xfer_ep_h ep, char *why, size_t why_size);
+/* Seal lane idx (fd, its hello sent or read) with keys from ep->tls_lanes. */
+xfer_status_t xfer_tcp_tls_lane(xfer_ep_h ep, unsigned idx, int fd, char *why, size_t why_size);
 
 /* ---- tcp_lane.c ----------------------------------------------------------------------------- */
 /* Take fd as lane: non-blocking, tuned, in the epoll set (added: it is already there). */

@@ -122,6 +122,19 @@ static const xfer_param_desc_t tcp_params[] = {
      "16384 pages: 64 endpoints at 1 MiB, 256 at 256 KiB); past it a new pipe gets two pages, "
      "too few to gain by, and the endpoint copies.",
      offsetof(xfer_tcp_config_t, splice_pipe), 64.0 * 1024.0, 64.0 * 1024.0 * 1024.0, NULL},
+    {"TLS", XFER_PARAM_BOOL, "n",
+     "y: every connection of an endpoint (lanes included) carries TLS 1.3 records "
+     "(TLS_AES_128_GCM_SHA256) sealed by the kernel (kernel TLS, the 'tls' module), so that "
+     "splice and direct reads keep working. The keys come from a TLS 1.3 handshake whose "
+     "pre-shared key is the authenticated bootstrap's endpoint secret, with an ECDHE exchange "
+     "for forward secrecy: it needs XFER_AUTH_KEY_FILE (or the context's auth_key), and both "
+     "sides must set it. Where the kernel has no TLS the tcp transport is not opened, saying "
+     "why, rather than carry the data in the clear.",
+     offsetof(xfer_tcp_config_t, tls), 0, 0, NULL},
+    {"TLS_TIMEOUT", XFER_PARAM_TIME, "10s",
+     "How long an endpoint's TLS handshake (XFER_TCP_TLS=y) may take, inside xfer_connect and "
+     "on the server while it connects the endpoint.",
+     offsetof(xfer_tcp_config_t, tls_timeout), 0.001, 600.0, NULL},
     {NULL}
 };
 

@@ -67,6 +67,13 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         memcpy(ep->secret, params->secret, XFER_EP_SECRET_LEN);
         ep->has_secret = 1;
     }
+    ep->tls = iface->cfg->tls;
+    if (ep->tls && !ep->has_secret) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "ep_create: XFER_TCP_TLS=y needs the "
+                 "endpoint's secret from the authenticated bootstrap, and none was given");
+        status = XFER_ERR_INVALID_PARAM;
+        goto err_close_fd;
+    }
     ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);
@@ -133,7 +140,8 @@ xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
         return XFER_ERR_NO_RESOURCE;
     }
     {
-        xfer_tcp_wire_ep_addr_t addr = {.limits = ep->iface->limits};
+        xfer_tcp_wire_ep_addr_t addr = {.limits = ep->iface->limits,
+                                        .flags  = ep->tls ? XFER_TCP_WIRE_ADDR_TLS : 0};
 
         xfer_tcp_lanes_ep_addr(ep, &addr);
         xfer_tcp_wire_pack_ep_addr(&addr, buf);
@@ -199,21 +207,38 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
                  "a tcp v%u address", addr_len, XFER_TCP_WIRE_VERSION);
         return XFER_ERR_PROTOCOL;
     }
+    if (((peer.flags & XFER_TCP_WIRE_ADDR_TLS) != 0) != ep->tls) {
+        xfer_log_peer("tls_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "the %s %s XFER_TCP_TLS=y "
+                      "and this side %s: both must, so the endpoint is not connected",
+                      ep->is_server ? "client" : "server", ep->tls ? "does not set" : "sets",
+                      ep->tls ? "does" : "does not");
+        return XFER_ERR_UNSUPPORTED;
+    }
     if (peer.limits.max_msg_size < ep->limits.max_msg_size) {
         ep->limits.max_msg_size = peer.limits.max_msg_size;
     }
     if (peer.limits.max_key_len < ep->limits.max_key_len) {
         ep->limits.max_key_len = peer.limits.max_key_len;
     }
-    status = xfer_tcp_lanes_ep_connect(ep, &peer);
-    if (status != XFER_OK) {
-        return status;
-    }
-
     flags = fcntl(ep->fd, F_GETFL);
     if ((flags < 0) || (fcntl(ep->fd, F_SETFL, flags | O_NONBLOCK) != 0)) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "fcntl(O_NONBLOCK): %s", strerror(errno));
         return XFER_ERR_IO;
+    }
+    /* before the lanes: their keys come from lane 0's TLS */
+    if (ep->tls) {
+        char why[XFER_REASON_MAX];
+
+        status = xfer_tcp_tls_ep_start(ep, why, sizeof(why));
+        if (status != XFER_OK) {
+            xfer_log_peer("tls_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "endpoint with the "
+                          "%s not connected: %s", ep->is_server ? "client" : "server", why);
+            return status;
+        }
+    }
+    status = xfer_tcp_lanes_ep_connect(ep, &peer);
+    if (status != XFER_OK) {
+        return status;
     }
     xfer_tcp_sock_tune(ep->iface, ep->fd);
     ev.events   = EPOLLIN | EPOLLRDHUP;

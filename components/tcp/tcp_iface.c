@@ -144,6 +144,25 @@ static unsigned flushing_progress(xfer_iface_h iface)
     return count;
 }
 
+/* XFER_TCP_TLS=y: refuse to open, saying why, where the data could not be sealed. */
+static xfer_status_t tls_check(xfer_iface_h iface)
+{
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+
+    if (!iface->params.authenticated) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "XFER_TCP_TLS=y takes its keys from the "
+                 "authenticated bootstrap, and this context has no key: set "
+                 "XFER_AUTH_KEY_FILE (or xfer_context_params_t.auth_key) on both sides");
+        return XFER_ERR_INVALID_PARAM;
+    }
+    status = xfer_tcp_tls_probe(why, sizeof(why));
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "XFER_TCP_TLS=y: %s", why);
+    }
+    return status;
+}
+
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
 {
@@ -161,6 +180,12 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     iface->cfg = config;
     memcpy(&iface->params, params,
            (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
+    if (iface->cfg->tls) {
+        status = tls_check(iface);
+        if (status != XFER_OK) {
+            goto err_free;
+        }
+    }
     iface->limits.max_msg_size = iface->cfg->max_msg_size;
     iface->limits.max_key_len  = params->max_key_len;
     ucs_list_head_init(&iface->eps);

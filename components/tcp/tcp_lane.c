@@ -118,6 +118,16 @@ xfer_status_t xfer_tcp_lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
     xfer_iface_h iface = lane->ep->iface;
     struct epoll_event ev = {.events = 0, .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
 
+    /* the hello was the lane's last byte in the clear */
+    if (lane->ep->tls) {
+        char why[XFER_REASON_MAX];
+        xfer_status_t status = xfer_tcp_tls_lane(lane->ep, lane->idx, fd, why, sizeof(why));
+
+        if (status != XFER_OK) {
+            xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "lane %u: %s", lane->idx, why);
+            return status;
+        }
+    }
     xfer_tcp_sock_tune(iface, fd);
     if (epoll_ctl(iface->epfd, added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
@@ -202,7 +212,7 @@ static int lane_established(xfer_tcp_lane_t *lane, int added)
     lane->connecting = 0;
     if (xfer_tcp_lane_attach(lane, lane->fd, added) != XFER_OK) {
         lane->connecting = 1;   /* lane_failed() closes it */
-        return errno;
+        return errno ? errno : EPROTO;
     }
     return 0;
 }

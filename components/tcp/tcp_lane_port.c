@@ -276,6 +276,11 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
                      hello.lane);
             break;
         }
+        /* its keys come from lane 0's TLS, which a client finishes before its lanes */
+        if (ep->tls && (ep->state == XFER_TCP_EP_CREATED)) {
+            snprintf(why, sizeof(why), "lane %u came before its endpoint's TLS", hello.lane);
+            break;
+        }
         if (!ep->has_secret && hello.proven) {
             snprintf(why, sizeof(why), "lane %u proves a secret its endpoint does not have",
                      hello.lane);
@@ -296,8 +301,8 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
         }
         if (xfer_tcp_lane_attach(lane, fd, 0) != XFER_OK) {
             close(fd);
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
-                                   hello.lane, strerror(errno));
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "lane %u could not be "
+                                   "attached (epoll_ctl, or its TLS: see the log)", hello.lane);
             return;
         }
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u attached (fd %d)",

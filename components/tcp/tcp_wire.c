@@ -128,6 +128,7 @@ void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf)
     xfer_put_le32(p + 4, addr->limits.max_key_len);
     xfer_put_le64(p + 8, addr->limits.max_msg_size);
     xfer_put_le16(p + 16, addr->lane_port);
+    p[18] = addr->flags;
     xfer_put_le64(p + 24, addr->token);
 }
 
@@ -489,13 +490,15 @@ xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,
     if ((buf == NULL) || (len != XFER_TCP_WIRE_EP_ADDR_LEN) ||
         (xfer_get_le16(p) != XFER_TCP_WIRE_MAGIC) || (p[2] != XFER_TCP_WIRE_VERSION) ||
         (p[3] == 0) || (p[3] > XFER_TCP_WIRE_LANES_MAX) ||
-        (xfer_get_le16(p + 18) != 0) || (xfer_get_le32(p + 20) != 0)) {
+        ((p[18] & ~XFER_TCP_WIRE_ADDR_TLS) != 0) || (p[19] != 0) ||
+        (xfer_get_le32(p + 20) != 0)) {
         return XFER_ERR_PROTOCOL;   /* reserved bytes are 0, so that a later version may use them */
     }
     addr->lanes               = p[3];
     addr->limits.max_key_len  = xfer_get_le32(p + 4);
     addr->limits.max_msg_size = xfer_get_le64(p + 8);
     addr->lane_port           = xfer_get_le16(p + 16);
+    addr->flags               = p[18];
     addr->token               = xfer_get_le64(p + 24);
     return XFER_OK;
 }

@@ -67,9 +67,10 @@
  *
  * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
  * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 lanes:u8
- * max_key_len:u32 max_msg_size:u64 lane_port:u16 reserved:u16 reserved:u32 token:u64, so
- * that each side refuses locally what the peer would reject instead of having the connection
- * closed over it, and learns how many lanes the peer takes and where.
+ * max_key_len:u32 max_msg_size:u64 lane_port:u16 flags:u8 reserved:u8 reserved:u32 token:u64,
+ * so that each side refuses locally what the peer would reject instead of having the
+ * connection closed over it, learns how many lanes the peer takes and where, and whether its
+ * connections run TLS (flags bit 0; the other bits are 0).
  */
 #ifndef XFER_TCP_WIRE_H
 #define XFER_TCP_WIRE_H
@@ -172,7 +173,11 @@ typedef struct xfer_tcp_wire_ep_addr {
     uint16_t               lane_port;   /* where the server's lanes connect; 0 = nowhere (a
                                          * client: it connects lanes, it takes none) */
     uint64_t               token;       /* what a lane's LANE_HELLO must carry */
+    uint8_t                flags;       /* XFER_TCP_WIRE_ADDR_* */
 } xfer_tcp_wire_ep_addr_t;
+
+/* The endpoint's connections run TLS (XFER_TCP_TLS=y): both sides must. */
+#define XFER_TCP_WIRE_ADDR_TLS 0x01u
 
 typedef struct xfer_tcp_wire_lane_hello {
     uint8_t  lane;

@@ -637,7 +637,7 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
     close(sv[0]);       /* the component keeps its own descriptor, as with the framework's */
     {
         /* one lane: the harness is the peer's whole connection (a socketpair has no port) */
-        xfer_tcp_wire_ep_addr_t peer_addr = {peer_limits, 1, 0, 0};
+        xfer_tcp_wire_ep_addr_t peer_addr = {peer_limits, 1, 0, 0, 0};
 
         xfer_tcp_wire_pack_ep_addr(&peer_addr, addr);
     }

@@ -229,6 +229,9 @@ typedef struct xfer_iface_params {
      * one goes on in the next calls, in turn with the other endpoints. Present when size
      * covers it (else take 4 MiB). */
     uint64_t fair_slice;
+    /* 1: the context has a key (XFER_AUTH_KEY_FILE), so every endpoint is authenticated and
+     * gets a secret (xfer_ep_params_t.secret). Present when size covers it. */
+    uint32_t authenticated;
 } xfer_iface_params_t;
 
 /* The fair slice of params (xfer_iface_params_t of params->size bytes). */

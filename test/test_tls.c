@@ -1,0 +1,383 @@
+/*
+ * tcp's encryption (XFER_TCP_TLS=y, components/tcp/tcp_tls.c) over real sockets and the
+ * kernel's real TLS: every connection of an endpoint, lanes included, is sealed by the kernel
+ * with TLS 1.3 keys; the bytes between the two processes, recorded by a relay, do not hold
+ * the data they carry (and, with TLS off, the same recording does: the check can fail); a
+ * peer that does not run TLS is refused; a context without a key, or a kernel without TLS,
+ * does not open tcp and says why, rather than send in the clear.
+ *
+ * The kernel's TLS is a module (tls.ko) that this host's kernel may lack: the tests that
+ * need it skip here, saying so, and run in the Soft-RoCE guest (test/verbs_guest.sh), whose
+ * Debian kernel has it; the test of the refusal without it runs where it is missing.
+ */
+#include "test_peer.h"
+#include "test_util.h"
+
+#include <criterion/criterion.h>
+#include <criterion/redirect.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/tls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SOL_TLS
+#define SOL_TLS 282
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+#define TAG     0x715ull
+#define CANARY  "xfer-canary-0123456789abcdef"
+
+static char key_file[64];
+
+static void setup(void)
+{
+    static const char key[] = "the key of the tls suite: 0123456789abcdef";
+    int fd;
+
+    tp_env();
+    snprintf(key_file, sizeof(key_file), "/tmp/xfertest_tls_key.%d", (int)getpid());
+    fd = open(key_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, key, strlen(key)), (ssize_t)strlen(key));
+    close(fd);
+    setenv("XFER_AUTH_KEY_FILE", key_file, 1);
+    setenv("XFER_TCP_TLS", "y", 1);
+    setenv("XFER_TCP_LANES", "1", 1);
+}
+
+static void teardown(void)
+{
+    unlink(key_file);
+}
+
+TestSuite(tls, .init = setup, .fini = teardown, .timeout = 180);
+
+/* Does this kernel seal TCP in TLS? The ULP attaches to an established connection only. */
+static int kernel_has_tls(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sin);
+    int l = socket(AF_INET, SOCK_STREAM, 0), c = socket(AF_INET, SOCK_STREAM, 0), ok;
+
+    cr_assert((l >= 0) && (c >= 0) && (bind(l, (struct sockaddr*)&sin, sizeof(sin)) == 0) &&
+              (listen(l, 1) == 0) && (getsockname(l, (struct sockaddr*)&sin, &len) == 0) &&
+              (connect(c, (struct sockaddr*)&sin, sizeof(sin)) == 0));
+    ok = (setsockopt(c, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) == 0);
+    close(c);
+    close(l);
+    return ok;
+}
+
+static void need_tcp(void)
+{
+    if (strcmp(tp_transport(), "tcp") != 0) {
+        cr_skip_test("XFER_TCP_TLS is the tcp transport's; this run is over %s",
+                     tp_transport());
+    }
+}
+
+static void need_kernel_tls(void)
+{
+    need_tcp();
+    if (!kernel_has_tls()) {
+        cr_skip_test("this kernel has no TLS (its tls module): test/verbs_guest.sh runs this "
+                     "in a guest whose kernel has it");
+    }
+}
+
+/* ---- a server in this process, clients in children ------------------------------------------- */
+
+static xfer_listener_t *server_listen(xfer_context_t *ctx, uint16_t *port_p)
+{
+    xfer_listener_t *l;
+
+    cr_assert_eq(xfer_listen(ctx, "127.0.0.1:0", &l), XFER_OK, "%s", xfer_last_error());
+    *port_p = xfer_listener_port(l);
+    return l;
+}
+
+static xfer_status_t next_handshake(xfer_listener_t *l, xfer_endpoint_t **ep_p)
+{
+    double end = tp_now_ms() + TP_WAIT_MS;
+    xfer_status_t st;
+
+    *ep_p = NULL;
+    do {
+        st = xfer_accept(l, 100, ep_p);
+    } while ((st == XFER_ERR_TIMEOUT) && (tp_now_ms() < end));
+    return st;
+}
+
+/* A client child with XFER_TCP_TLS=tls that connects to port and sends "hi"; its exit code is
+ * 0, or 20 - the status it got. */
+static pid_t client_spawn(uint16_t port, const char *tls)
+{
+    pid_t pid = fork();
+
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        xfer_endpoint_t *ep = NULL;
+        xfer_request_t *req = NULL;
+        xfer_context_t *ctx;
+        xfer_status_t st;
+        char addr[64];
+
+        alarm(TP_CHILD_ALARM_S);
+        setenv("XFER_TCP_TLS", tls, 1);
+        if (xfer_context_create(NULL, &ctx) != XFER_OK) {
+            _exit(99);
+        }
+        snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
+        st = xfer_connect(ctx, addr, &ep);
+        if (st == XFER_OK) {
+            st = xfer_tag_send(ep, TAG, "hi", 3, NULL, NULL, NULL, &req);
+            st = tp_op_result(st, req, TP_WAIT_MS);
+            xfer_endpoint_close(ep);
+        }
+        xfer_context_destroy(ctx);
+        _exit((st == XFER_OK) ? 0 : 20 - st);
+    }
+    return pid;
+}
+
+static int child_exit(pid_t pid)
+{
+    int st;
+
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* A context created under the suite's environment that must not have opened tcp: what it
+ * logged says why, and a client of the same kind cannot connect to it. */
+static void tcp_not_opened(const char *why)
+{
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep;
+    xfer_context_t *ctx;
+    uint16_t port;
+    pid_t pid;
+    char *err;
+
+    if (xfer_context_create(NULL, &ctx) == XFER_OK) {
+        l   = server_listen(ctx, &port);
+        pid = client_spawn(port, "y");
+        cr_expect_neq(next_handshake(l, &ep), XFER_OK, "a client connected over no transport");
+        cr_expect_neq(child_exit(pid), 0, "the client connected and sent");
+        xfer_listener_close(l);
+        xfer_context_destroy(ctx);
+    }
+    err = tu_read_redirected_stderr();
+    cr_expect(strstr(err, why) != NULL, "the log does not say \"%s\":\n%s", why, err);
+    free(err);
+}
+
+Test(tls, a_context_without_a_key_does_not_open_tcp, .init = cr_redirect_stderr)
+{
+    need_tcp();
+    unsetenv("XFER_AUTH_KEY_FILE");
+    tcp_not_opened("XFER_TCP_TLS=y takes its keys from the authenticated bootstrap");
+}
+
+Test(tls, without_the_kernels_tls_tcp_is_not_opened_and_says_why, .init = cr_redirect_stderr)
+{
+    need_tcp();
+    if (kernel_has_tls()) {
+        cr_skip_test("this kernel has TLS; the refusal is for kernels without it");
+    }
+    tcp_not_opened("this kernel has no TLS");
+}
+
+Test(tls, a_peer_without_tls_is_refused_and_one_with_it_served)
+{
+    xfer_request_t *req = NULL;
+    xfer_listener_t *l;
+    xfer_endpoint_t *ep;
+    xfer_context_t *ctx;
+    uint16_t port;
+    char buf[8] = "";
+    pid_t pid;
+
+    need_kernel_tls();
+    ctx = tp_context(0);
+    l   = server_listen(ctx, &port);
+    pid = client_spawn(port, "n");
+    cr_expect_neq(next_handshake(l, &ep), XFER_OK, "a client without TLS was admitted");
+    cr_expect_neq(child_exit(pid), 0, "the client without TLS connected and sent");
+
+    pid = client_spawn(port, "y");
+    cr_assert_eq(next_handshake(l, &ep), XFER_OK, "the client with TLS was refused: %s",
+                 xfer_last_error());
+    cr_assert_eq(xfer_tag_recv(ctx, ep, TAG, UINT64_MAX, buf, sizeof(buf), NULL, NULL, NULL,
+                               &req), XFER_OK);
+    cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_str_eq(buf, "hi");
+    cr_expect_eq(child_exit(pid), 0);
+    xfer_endpoint_close(ep);
+    xfer_listener_close(l);
+    xfer_context_destroy(ctx);
+}
+
+/* ---- every connection sealed ----------------------------------------------------------------- */
+
+/* This process's connected TCP sockets: how many the kernel seals with TLS 1.3 and
+ * AES-128-GCM in both directions, and how many it does not. */
+static void sealed_sockets(int *sealed_p, int *clear_p)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+
+    cr_assert_not_null(d);
+    *sealed_p = *clear_p = 0;
+    while ((e = readdir(d)) != NULL) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = atoi(e->d_name), type = 0, dir_ok = 1;
+        socklen_t tlen = sizeof(type);
+        char ulp[16] = "";
+        socklen_t ulen = sizeof(ulp);
+
+        if ((e->d_name[0] == '.') || (fd == dirfd(d)) ||
+            (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0) ||
+            (type != SOCK_STREAM) || (getpeername(fd, (struct sockaddr*)&ss, &len) != 0) ||
+            ((ss.ss_family != AF_INET) && (ss.ss_family != AF_INET6))) {
+            continue;
+        }
+        for (int dir = TLS_TX; dir <= TLS_RX; dir++) {
+            struct tls12_crypto_info_aes_gcm_128 ci;
+            socklen_t clen = sizeof(ci);
+
+            memset(&ci, 0, sizeof(ci));
+            dir_ok = dir_ok && (getsockopt(fd, SOL_TLS, dir, &ci, &clen) == 0) &&
+                     (ci.info.version == TLS_1_3_VERSION) &&
+                     (ci.info.cipher_type == TLS_CIPHER_AES_GCM_128);
+        }
+        if ((getsockopt(fd, SOL_TCP, TCP_ULP, ulp, &ulen) == 0) && (strcmp(ulp, "tls") == 0) &&
+            dir_ok) {
+            (*sealed_p)++;
+        } else {
+            (*clear_p)++;
+        }
+    }
+    closedir(d);
+}
+
+Test(tls, every_connection_of_an_endpoint_lanes_included_is_sealed)
+{
+    static const size_t lens[] = {1, 4096, 200 * 1024, TP_ECHO_MAX};
+    tp_peer_t peer;
+    int sealed, clear;
+
+    need_kernel_tls();
+    setenv("XFER_TCP_LANES", "4", 1);
+    setenv("XFER_TCP_LANE_MIN_SIZE", "64k", 1);
+    tp_start(&peer, tp_echo_server, NULL);
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        tp_echo_ping(peer.ctx, peer.ep, 7 + i, lens[i]);
+    }
+    cr_expect_eq(tu_ep_counter(peer.ep, "lanes_up"), 4, "lanes up: %lld",
+                 (long long)tu_ep_counter(peer.ep, "lanes_up"));
+    sealed_sockets(&sealed, &clear);
+    cr_expect_geq(sealed, 4, "%d connections sealed by the kernel, 4 expected", sealed);
+    cr_expect_eq(clear, 0, "%d connections of this process are not sealed", clear);
+    tp_echo_stop(peer.ep);
+    tp_finish(&peer);
+}
+
+/* ---- the bytes on the wire ------------------------------------------------------------------- */
+
+static int file_holds(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "rb");
+    size_t cap = 8u << 20, n;
+    char *buf = malloc(cap + 1);
+    int found;
+
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert_not_null(buf);
+    n = fread(buf, 1, cap, f);
+    fclose(f);
+    found = (memmem(buf, n, what, strlen(what)) != NULL);
+    cr_assert_gt(n, 0, "%s is empty: the relay recorded nothing", path);
+    free(buf);
+    return found;
+}
+
+/* 256 KiB of CANARY sent through a relay that records both directions, and echoed back
+ * intact: does the recording show the canary (sent, echoed)? */
+static void canary_through_relay(const char *tls, int *sent_p, int *echoed_p)
+{
+    size_t len = 256 * 1024, clen = strlen(CANARY);
+    char *out = malloc(len), *in = calloc(1, len), record[64], back[80], addr[64];
+    xfer_request_t *req = NULL, *sreq = NULL;
+    xfer_context_t *ctx;
+    xfer_endpoint_t *ep;
+    uint16_t port, rport;
+    xfer_status_t st;
+    tp_peer_t peer;
+    pid_t relay;
+
+    cr_assert((out != NULL) && (in != NULL));
+    for (size_t i = 0; i < len; i++) {
+        out[i] = CANARY[i % clen];
+    }
+    setenv("XFER_TCP_TLS", tls, 1);
+    snprintf(record, sizeof(record), "/tmp/xfertest_tls_wire.%d", (int)getpid());
+    snprintf(back, sizeof(back), "%s.back", record);
+    tp_server_spawn(&peer, tp_echo_server, NULL, NULL);
+    port  = (uint16_t)atoi(strrchr(peer.address, ':') + 1);
+    relay = tp_relay_spawn(port, record, -1, &rport);
+    ctx   = tp_context(0);
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", rport);
+    cr_assert_eq(xfer_connect(ctx, addr, &ep), XFER_OK, "%s", xfer_last_error());
+    cr_assert_eq(xfer_tag_recv(ctx, ep, TAG, UINT64_MAX, in, len, NULL, NULL, NULL, &req),
+                 XFER_OK);
+    st = xfer_tag_send(ep, TAG, out, len, NULL, NULL, NULL, &sreq);
+    cr_assert_eq(tp_op_result(st, sreq, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(memcmp(in, out, len), 0, "the echo differs from what was sent");
+    tp_echo_stop(ep);
+    xfer_endpoint_close(ep);
+    xfer_context_destroy(ctx);
+    tp_child_expect_ok(&peer, 30);
+    (void)child_exit(relay);
+    *sent_p   = file_holds(record, CANARY);
+    *echoed_p = file_holds(back, CANARY);
+    unlink(record);
+    unlink(back);
+    free(out);
+    free(in);
+}
+
+Test(tls, the_bytes_on_the_wire_do_not_show_the_data)
+{
+    int sent, echoed;
+
+    need_kernel_tls();
+    canary_through_relay("y", &sent, &echoed);
+    cr_expect(!sent, "the client's data went over the wire in the clear");
+    cr_expect(!echoed, "the server's data went over the wire in the clear");
+}
+
+/* The same recording without TLS shows the data: the check above can fail. */
+Test(tls, without_tls_the_same_recording_shows_the_data)
+{
+    int sent, echoed;
+
+    need_tcp();
+    canary_through_relay("n", &sent, &echoed);
+    cr_expect(sent, "the recording of the client's bytes misses the data it carried");
+    cr_expect(echoed, "the recording of the server's bytes misses the data it carried");
+}
