@@ -12,6 +12,7 @@
  */
 #include "test_peer.h"
 #include "test_util.h"
+#include "../components/tcp/tcp.h"
 
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
@@ -22,6 +23,8 @@
 #include <linux/tls.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/evp.h>
+#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -380,4 +383,125 @@ Test(tls, without_tls_the_same_recording_shows_the_data)
     canary_through_relay("n", &sent, &echoed);
     cr_expect(sent, "the recording of the client's bytes misses the data it carried");
     cr_expect(echoed, "the recording of the server's bytes misses the data it carried");
+}
+
+/* ---- lane 0's record keys are TLS 1.3's ------------------------------------------------------ */
+
+/* A TLS 1.3 connection between two OpenSSL endpoints in memory (no kernel TLS needed): the
+ * record the server writes is opened with the key and IV that xfer derives from the server's
+ * traffic secret - the ones it hands the kernel - so lane 0 is standard TLS 1.3, readable by
+ * any TLS 1.3 stack holding the secrets. */
+typedef struct {
+    uint8_t secret[32];
+    int     have;
+} keylog_t;
+
+static keylog_t server_secret;
+
+static void keylog(const SSL *ssl, const char *line)
+{
+    const char *hex = strrchr(line, ' ');
+
+    (void)ssl;
+    if ((strncmp(line, "SERVER_TRAFFIC_SECRET_0 ", 24) == 0) && (hex != NULL) &&
+        (strlen(hex + 1) == 64)) {
+        for (int i = 0; i < 32; i++) {
+            unsigned v;
+
+            cr_assert_eq(sscanf(hex + 1 + 2 * i, "%2x", &v), 1);
+            server_secret.secret[i] = (uint8_t)v;
+        }
+        server_secret.have = 1;
+    }
+}
+
+static SSL_SESSION *psk_session(SSL *ssl)
+{
+    static const unsigned char aes128gcm[] = {0x13, 0x01};
+    SSL_SESSION *sess = SSL_SESSION_new();
+
+    cr_assert(sess != NULL && SSL_SESSION_set1_master_key(sess, (const unsigned char*)CANARY, 28) &&
+              SSL_SESSION_set_cipher(sess, SSL_CIPHER_find(ssl, aes128gcm)) &&
+              SSL_SESSION_set_protocol_version(sess, TLS1_3_VERSION));
+    return sess;
+}
+
+static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *id_len,
+                   SSL_SESSION **sess)
+{
+    (void)md;
+    *sess   = psk_session(ssl);
+    *id     = (const unsigned char*)"id";
+    *id_len = 2;
+    return 1;
+}
+
+static int psk_find(SSL *ssl, const unsigned char *id, size_t id_len, SSL_SESSION **sess)
+{
+    (void)id;
+    (void)id_len;
+    *sess = psk_session(ssl);
+    return 1;
+}
+
+static SSL *tls_end(int is_server)
+{
+    SSL_CTX *c = SSL_CTX_new(is_server ? TLS_server_method() : TLS_client_method());
+    SSL *ssl;
+
+    cr_assert(c != NULL && SSL_CTX_set_min_proto_version(c, TLS1_3_VERSION) &&
+              SSL_CTX_set_ciphersuites(c, "TLS_AES_128_GCM_SHA256") &&
+              SSL_CTX_set_num_tickets(c, 0));
+    SSL_CTX_set_keylog_callback(c, keylog);
+    if (is_server) {
+        SSL_CTX_set_psk_find_session_callback(c, psk_find);
+    } else {
+        SSL_CTX_set_psk_use_session_callback(c, psk_use);
+    }
+    ssl = SSL_new(c);
+    SSL_CTX_free(c);    /* the SSL holds its own reference */
+    cr_assert_not_null(ssl);
+    return ssl;
+}
+
+Test(tls, lane_0s_record_keys_are_the_ones_tls_1_3_derives)
+{
+    static const char msg[] = "a record of lane 0";
+    SSL *client = tls_end(0), *server = tls_end(1);
+    BIO *cb, *sb;
+    uint8_t rec[256], key[XFER_TCP_TLS_KEY_LEN], iv[XFER_TCP_TLS_IV_LEN], out[256];
+    EVP_CIPHER_CTX *aead = EVP_CIPHER_CTX_new();
+    int n, len, fin;
+
+    cr_assert(BIO_new_bio_pair(&cb, 0, &sb, 0));
+    SSL_set_bio(client, cb, cb);
+    SSL_set_bio(server, sb, sb);
+    SSL_set_connect_state(client);
+    SSL_set_accept_state(server);
+    for (int i = 0, c = 0, s = 0; (i < 16) && !((c == 1) && (s == 1)); i++) {
+        c = SSL_do_handshake(client);
+        s = SSL_do_handshake(server);
+    }
+    cr_assert(SSL_is_init_finished(client) && SSL_is_init_finished(server) &&
+              SSL_session_reused(server), "the in-memory TLS 1.3 handshake did not finish");
+    cr_assert(server_secret.have, "OpenSSL logged no server traffic secret");
+    cr_assert_eq(SSL_write(server, msg, sizeof(msg)), (int)sizeof(msg));
+    n = BIO_read(cb, rec, sizeof(rec));     /* the record on its way to the client */
+    cr_assert_eq(n, 5 + (int)sizeof(msg) + 1 + 16, "one record of %d bytes", n);
+
+    cr_assert(xfer_tcp_tls_record_keys(server_secret.secret, key, iv));
+    /* the first record of the epoch: its nonce is the IV itself (sequence 0); the header is
+     * the additional data; the plaintext ends in its content type, application data */
+    cr_assert(aead != NULL &&
+              EVP_DecryptInit_ex(aead, EVP_aes_128_gcm(), NULL, key, iv) &&
+              EVP_DecryptUpdate(aead, NULL, &len, rec, 5) &&
+              EVP_DecryptUpdate(aead, out, &len, rec + 5, n - 5 - 16) &&
+              EVP_CIPHER_CTX_ctrl(aead, EVP_CTRL_GCM_SET_TAG, 16, rec + n - 16));
+    fin = EVP_DecryptFinal_ex(aead, out + len, &len);
+    cr_expect(fin, "the record does not open with xfer's key and IV: they are not TLS 1.3's");
+    cr_expect_eq(memcmp(out, msg, sizeof(msg)), 0);
+    cr_expect_eq(out[sizeof(msg)], 23, "content type %u", out[sizeof(msg)]);
+    EVP_CIPHER_CTX_free(aead);
+    SSL_free(client);
+    SSL_free(server);
 }

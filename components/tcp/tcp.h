@@ -692,6 +692,11 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
                                   uint32_t events);
 
 /* ---- tcp_tls.c ------------------------------------------------------------------------------ */
+/* The record key and IV of a TLS 1.3 traffic secret (32 bytes) for TLS_AES_128_GCM_SHA256,
+ * as RFC 8446 7.3 derives them. 1 on success. */
+#define XFER_TCP_TLS_KEY_LEN 16u
+#define XFER_TCP_TLS_IV_LEN  12u
+int xfer_tcp_tls_record_keys(const uint8_t *secret, uint8_t *key, uint8_t *iv);
 /* Whether this kernel seals TCP in TLS (the "tls" ULP): XFER_ERR_UNSUPPORTED with why if not. */
 xfer_status_t xfer_tcp_tls_probe(char *why, size_t why_size);
 /* Lane 0's TLS 1.3 handshake (ep->fd non-blocking, keyed by ep->secret), its record keys handed

@@ -52,6 +52,12 @@
 #endif
 
 #define TLS_SECRET_LEN  32u             /* SHA-256's: the suite's hash */
+
+_Static_assert(sizeof(((struct tls12_crypto_info_aes_gcm_128*)0)->key) == XFER_TCP_TLS_KEY_LEN,
+               "the kernel's AES-128-GCM key");
+_Static_assert(sizeof(((struct tls12_crypto_info_aes_gcm_128*)0)->salt) +
+               sizeof(((struct tls12_crypto_info_aes_gcm_128*)0)->iv) == XFER_TCP_TLS_IV_LEN,
+               "TLS 1.3's IV is the kernel's salt and IV");
 #define TLS_PSK_ID      "xfer-tcp-ep"
 #define TLS_LANES_LABEL "EXPORTER-xfer-tcp-lanes"
 
@@ -99,18 +105,23 @@ static int expand_label(const uint8_t *secret, const char *label, const void *co
     return ok;
 }
 
+int xfer_tcp_tls_record_keys(const uint8_t *secret, uint8_t *key, uint8_t *iv)
+{
+    return expand_label(secret, "key", NULL, 0, key, XFER_TCP_TLS_KEY_LEN) &&
+           expand_label(secret, "iv", NULL, 0, iv, XFER_TCP_TLS_IV_LEN);
+}
+
 /* Hand the record keys of a traffic secret to the kernel for one direction (TLS_TX/TLS_RX). */
 static int ktls_set(int fd, int dir, const uint8_t *secret, char *why, size_t why_size)
 {
     struct tls12_crypto_info_aes_gcm_128 ci;
-    uint8_t iv[TLS_CIPHER_AES_GCM_128_SALT_SIZE + TLS_CIPHER_AES_GCM_128_IV_SIZE];
+    uint8_t iv[XFER_TCP_TLS_IV_LEN];
     int ok;
 
     memset(&ci, 0, sizeof(ci));
     ci.info.version     = TLS_1_3_VERSION;
     ci.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-    if (!expand_label(secret, "key", NULL, 0, ci.key, sizeof(ci.key)) ||
-        !expand_label(secret, "iv", NULL, 0, iv, sizeof(iv))) {
+    if (!xfer_tcp_tls_record_keys(secret, ci.key, iv)) {
         xfer_reason_set(why, why_size, "TLS: deriving the record keys failed");
         return 0;
     }
