@@ -266,12 +266,18 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     xfer_iface_h iface;
     xfer_status_t status;
 
+    if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
+        (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
     iface = calloc(1, sizeof(*iface));
     if (iface == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    iface->cfg    = config;
-    iface->params = *params;
+    iface->cfg = config;
+    /* a framework built with a shorter xfer_iface_params_t: what it lacks stays 0 */
+    memcpy(&iface->params, params,
+           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
