@@ -37,7 +37,6 @@
  * large put or a whole batch ends the round, so that completions and notifications of what
  * was moved are delivered before more input is taken */
 #define XFER_SHM_RX_BYTES_BUDGET (256u * 1024u)
-#define XFER_SHM_ENTRY_OVERHEAD 64  /* what a buffered message costs beyond its bytes */
 #define XFER_SHM_TENSOR_RANK_MAX 8
 
 enum { XFER_SHM_CMA_AUTO, XFER_SHM_CMA_ON, XFER_SHM_CMA_OFF };
@@ -484,7 +483,6 @@ xfer_status_t xfer_shm_coop_recv(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n,
                                  uint64_t length, uint64_t tag);
 /* Complete ep's shared puts whose target finished its parts: how many. */
 unsigned xfer_shm_coop_check(xfer_ep_h ep);
-/* Does one of ep's shared copies wait for the peer's parts to complete comp? */
 /* Has the target finished its parts of one of ep's waiting shared puts? */
 int xfer_shm_coop_ready(xfer_ep_h ep);
 /* Does a shared put posted as one of the first mark still wait? (flushes) */
@@ -681,7 +679,6 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
  * region counts against ep (xfer_region_refused). */
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p);
-/* A live registration of this iface: its address and length, or NULL. */
 /* Whether the frame at the head of ep's ring is a put or get moving in slices. */
 int xfer_shm_move_resuming(const xfer_ep_h ep);
 uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p);

@@ -461,7 +461,6 @@ struct xfer_rkey {
 int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
 
 /* ---- tcp_iface.c ---------------------------------------------------------------------------- */
-/* 64 random bits (getrandom; a clock-and-pid mix where it fails): keys and tokens. */
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p);
 void xfer_tcp_iface_close(xfer_iface_h iface);
@@ -597,7 +596,8 @@ unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events);
 /* Per-type receive handlers, called with a validated header in ep->rx.hdr. on_ext gets the
  * extension (ext_len bytes in the staging buffer) and sets up the payload with
  * xfer_tcp_rx_expect(); it returns XFER_OK, XFER_INPROGRESS (ext_len was raised: call again
- * with more bytes), XFER_ERR_BUSY (pause) or an error that fails the ep (why says what). */
+ * with more bytes), XFER_ERR_BUSY (pause) or an error that fails the ep (why says what).
+ * on_done, when there is one, runs once the payload is in. */
 struct xfer_tcp_rx_handler {
     size_t        ext_len;
     xfer_status_t (*on_ext)(xfer_ep_h ep, const uint8_t *ext, char *why, size_t why_size);

@@ -652,20 +652,12 @@ void xfer_tcp_batch_ep_gone(xfer_ep_h ep)
     }
 }
 
-static xfer_status_t rx_batch_ack_done(xfer_ep_h ep, char *why, size_t why_size)
-{
-    (void)ep;
-    (void)why;
-    (void)why_size;
-    return XFER_OK;
-}
-
 const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end = {XFER_TCP_WIRE_BATCH_EXT_LEN,
                                                      xfer_tcp_rx_batch_end_ext,
                                                      xfer_tcp_rx_batch_end_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_ack = {XFER_TCP_WIRE_BATCH_ACK_LEN,
                                                      xfer_tcp_rx_batch_ack_ext,
-                                                     rx_batch_ack_done};
+                                                     NULL};
 /* answered as a PUT: only when refused */
 const xfer_tcp_rx_handler_t xfer_tcp_rx_putv      = {XFER_TCP_WIRE_PUTV_EXT_LEN, rx_putv_ext,
                                                      xfer_tcp_rx_put_done};

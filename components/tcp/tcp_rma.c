@@ -567,14 +567,6 @@ static xfer_status_t rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size)
     return XFER_OK;
 }
 
-static xfer_status_t rx_nothing_done(xfer_ep_h ep, char *why, size_t why_size)
-{
-    (void)ep;
-    (void)why;
-    (void)why_size;
-    return XFER_OK;
-}
-
 /* The peer refused one of our PUTs, which completed when it was written: the caller hears of
  * it from the next flush that covers it. */
 static xfer_status_t rx_put_fail_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
@@ -603,10 +595,10 @@ static xfer_status_t rx_put_fail_ext(xfer_ep_h ep, const uint8_t *ext, char *why
 
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req  = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
                                                     rx_put_req_done};
-const xfer_tcp_rx_handler_t xfer_tcp_rx_put_ack  = {0, rx_put_ack_ext, rx_nothing_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put_ack  = {0, rx_put_ack_ext, NULL};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_put      = {XFER_TCP_WIRE_PUT_EXT_LEN, rx_put_req_ext,
                                                     xfer_tcp_rx_put_done};
-const xfer_tcp_rx_handler_t xfer_tcp_rx_put_fail = {0, rx_put_fail_ext, rx_nothing_done};
+const xfer_tcp_rx_handler_t xfer_tcp_rx_put_fail = {0, rx_put_fail_ext, NULL};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_get_req  = {XFER_TCP_WIRE_GET_EXT_LEN, rx_get_req_ext,
-                                                    rx_nothing_done};
+                                                    NULL};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_get_resp = {0, rx_get_resp_ext, rx_get_resp_done};

@@ -430,7 +430,8 @@ static int rx_step(xfer_ep_h ep)
             } else if (ep->rx_staged < XFER_TCP_RX_PEEK_FRAMES) {
                 ep->rx_staged++;
             }
-            status = rx->handler->on_done(ep, why, sizeof(why));
+            status = (rx->handler->on_done != NULL) ? rx->handler->on_done(ep, why, sizeof(why)) :
+                                                      XFER_OK;
             rx_reset(ep);
             if (rearm) {
                 xfer_tcp_ep_update_events(ep);

@@ -344,18 +344,10 @@ static xfer_status_t rx_tensor_cancel_ext(xfer_ep_h ep, const uint8_t *ext, char
     return XFER_OK;
 }
 
-static xfer_status_t rx_tensor_nothing_done(xfer_ep_h ep, char *why, size_t why_size)
-{
-    (void)ep;
-    (void)why;
-    (void)why_size;
-    return XFER_OK;
-}
-
 const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req    = {XFER_TCP_WIRE_TREQ_EXT_LEN,
                                                          rx_tensor_req_ext, rx_tensor_req_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_resp   = {XFER_TCP_WIRE_TRESP_EXT_LEN,
                                                          rx_tensor_resp_ext,
                                                          rx_tensor_resp_done};
 const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_cancel = {0, rx_tensor_cancel_ext,
-                                                         rx_tensor_nothing_done};
+                                                         NULL};

@@ -447,7 +447,6 @@ struct xfer_rkey {
  * of ch->wrs (signaled send) or XFER_VERBS_WR_NONE (unsignaled). */
 #define XFER_VERBS_WR_RECV   0x80000000u
 #define XFER_VERBS_WR_NONE   0x7fffffffu
-#define XFER_VERBS_WR_CREDIT 0x7ffffffeu
 
 static inline uint64_t xfer_verbs_wr_id(xfer_ep_h ch, uint32_t low)
 {

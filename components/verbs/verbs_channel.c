@@ -535,7 +535,8 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
 }
 
 /* A peer that closes between two exchanges is an ordinary end, not worth a warning. */
-static void ch_fail_quiet(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
+static void __attribute__((format(printf, 3, 4)))
+ch_fail_quiet(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
 {
     int busy = !ucs_list_is_empty(&ch->pendq) || (ch->slots.busy > 0) ||
                (ch->sq_done != ch->sq_posted) || !ucs_list_is_empty(&ch->batches);
@@ -601,8 +602,6 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
 }
 
 static void probe(xfer_ep_h ch, double now);
-static void ch_fail_quiet(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 void xfer_verbs_ch_timer(xfer_ep_h ch, double now)
 {
