@@ -24,7 +24,6 @@
  * a row keep their pace; only what follows a get waits for it.
  */
 #include "xfer_int.h"
-#include "clock.h"
 
 #include <inttypes.h>
 #include <limits.h>

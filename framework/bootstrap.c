@@ -16,7 +16,6 @@
  */
 #include "bootstrap.h"
 #include "auth.h"
-#include "clock.h"
 #include "sock.h"
 
 #include <poll.h>

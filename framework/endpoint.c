@@ -5,7 +5,6 @@
  * the endpoint's transport with a new request.
  */
 #include "xfer_int.h"
-#include "clock.h"
 #include "staging.h"
 #include "wire/bootstrap_wire.h"
 

@@ -19,7 +19,6 @@
  * epoll set without it.
  */
 #include "listener.h"
-#include "clock.h"
 #include "sock.h"
 
 #include <arpa/inet.h>

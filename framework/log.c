@@ -120,14 +120,6 @@ static pthread_mutex_t causes_lock = PTHREAD_MUTEX_INITIALIZER;
 static log_cause_t causes[LIMIT_CAUSES];
 static unsigned num_causes;
 
-static int64_t log_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The cause named name, made on first use; the last slot takes every name past the table. */
 static log_cause_t *cause_get(const char *name)
 {
@@ -149,7 +141,7 @@ void xfer_log_peer(const char *cause, xfer_log_level_t level, const char *subsys
 {
     char msg[1024], line[1200];
     unsigned held = 0;
-    int64_t now = log_now_ms(), held_ms = 0;
+    int64_t now = xfer_now_ms(), held_ms = 0;
     int write = 0, last = 0, n;
     log_cause_t *c;
     va_list ap;

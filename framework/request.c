@@ -13,7 +13,6 @@
  * once, without the queue.
  */
 #include "xfer_int.h"
-#include "clock.h"
 
 #include <limits.h>
 #include <stddef.h>

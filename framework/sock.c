@@ -1,6 +1,5 @@
 /* Socket helpers for the bootstrap (see sock.h). */
 #include "sock.h"
-#include "clock.h"
 #include "xfer_int.h"
 
 #include <arpa/inet.h>

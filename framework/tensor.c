@@ -15,7 +15,6 @@
  * the step so that later requests and publishes for it fail as well.
  */
 #include "xfer_int.h"
-#include "clock.h"
 #include "staging.h"
 
 #include <ucs/datastruct/khash.h>

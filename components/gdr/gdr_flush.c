@@ -31,14 +31,6 @@ struct xfer_gdr_flush {
     char          broken_why[XFER_REASON_MAX];
 };
 
-static double now_sec(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static xfer_status_t qp_connect_self(xfer_gdr_flush_t *f, const xfer_gdr_flush_params_t *p,
                                      char *why, size_t why_size)
 {
@@ -195,9 +187,9 @@ xfer_status_t xfer_gdr_flush_run(xfer_gdr_flush_t *f, uint64_t addr, uint32_t rk
                         strerror(errno));
         goto broken;
     }
-    deadline = now_sec() + f->timeout;
+    deadline = xfer_now_sec() + f->timeout;
     while ((n = ibv_poll_cq(f->cq, 1, &wc)) == 0) {
-        if (now_sec() > deadline) {
+        if (xfer_now_sec() > deadline) {
             xfer_reason_set(f->broken_why, sizeof(f->broken_why), "flush read of 0x%llx did "
                             "not complete within %.3f s", (unsigned long long)addr, f->timeout);
             goto broken;

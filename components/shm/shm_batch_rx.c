@@ -72,14 +72,6 @@ struct xfer_shm_batch_rx {
     struct iovec      liov[BATCH_IOV_CHUNK], riov[BATCH_IOV_CHUNK];
 };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void batch_rx_free(xfer_ep_h ep)
 {
     if (ep->batch_rx != NULL) {
@@ -215,7 +207,7 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     if (hdr->flags & XFER_SHM_FL_VOID) {
         status = XFER_ERR_CANCELED;     /* cancelled before it was written */
-    } else if ((hdr->d != 0) && (now_ns() >= hdr->d)) {
+    } else if ((hdr->d != 0) && (xfer_now_ns() >= hdr->d)) {
         /* past its deadline: the initiator has ended it, nothing more moves for it */
         status = XFER_ERR_TIMEOUT;
     } else {

@@ -428,13 +428,11 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     }
 
     if (iface->cfg->busy_poll) {
-        struct timespec ts;
         int64_t now;
 
         count += busy_poll(iface);
         num    = 0;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        now    = (int64_t)xfer_now_ns();
         if ((++iface->busy_polls >= BUSY_POLL_EPOLL) ||
             (now - iface->epoll_at_ns >= BUSY_POLL_GAP_NS) ||
             (ucs_list_is_empty(&iface->hot) && !ucs_list_is_empty(&iface->eps))) {

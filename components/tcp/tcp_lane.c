@@ -156,14 +156,6 @@ static int lane_peer(int fd, uint16_t port, struct sockaddr_storage *ss, socklen
     return 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Start lane's connect (non-blocking): 0, or the errno that refused it at once. */
 static int lane_start(xfer_ep_h ep, xfer_tcp_lane_t *lane)
 {
@@ -239,7 +231,7 @@ static void lane_failed(xfer_tcp_lane_t *lane, int err)
     }
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "lane %u: %s; tried again in %d ms",
                 lane->idx, strerror(err), LANE_RETRY_MS << (lane->tries - 1));
-    lane->retry_at = now_ms() + (LANE_RETRY_MS << (lane->tries - 1));
+    lane->retry_at = xfer_now_ms() + (LANE_RETRY_MS << (lane->tries - 1));
     lane->in_retry = 1;
     ucs_list_add_tail(&iface->lane_retry, &lane->retry_link);
     xfer_tcp_iface_timer_update(iface);
@@ -275,7 +267,7 @@ static int lane_watch_connect(xfer_tcp_lane_t *lane)
 
 unsigned xfer_tcp_lanes_retry(xfer_iface_h iface)
 {
-    int64_t now    = now_ms();
+    int64_t now    = xfer_now_ms();
     unsigned count = 0;
     xfer_tcp_lane_t *lane, *tmp;
 
@@ -316,7 +308,7 @@ unsigned xfer_tcp_lanes_up(xfer_ep_h ep)
 static void lanes_connect(xfer_ep_h ep, unsigned n)
 {
     struct pollfd pfd[XFER_TCP_WIRE_LANES_MAX];
-    int64_t until = now_ms() + (int64_t)(ep->iface->cfg->lane_wait * 1000.0);
+    int64_t until = xfer_now_ms() + (int64_t)(ep->iface->cfg->lane_wait * 1000.0);
     unsigned waiting;
 
     for (unsigned i = 1; i < n; i++) {
@@ -327,7 +319,7 @@ static void lanes_connect(xfer_ep_h ep, unsigned n)
         }
     }
     for (;;) {
-        int64_t left = until - now_ms();
+        int64_t left = until - xfer_now_ms();
 
         waiting = 0;
         for (unsigned i = 1; i < n; i++) {

@@ -281,14 +281,6 @@ static SSL_CTX *ctx_new(int is_server)
     return c;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Drive ssl's handshake on its non-blocking socket until done, failed, or until. */
 static int handshake(SSL *ssl, int fd, int64_t until, char *why, size_t why_size)
 {
@@ -314,7 +306,7 @@ static int handshake(SSL *ssl, int fd, int64_t until, char *why, size_t why_size
             return 0;
         }
         pfd.events = (err == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT;
-        left       = (int)(until - now_ms());
+        left       = (int)(until - xfer_now_ms());
         if ((left <= 0) || (poll(&pfd, 1, left) == 0)) {
             xfer_reason_set(why, why_size, "TLS handshake: no answer within "
                             "XFER_TCP_TLS_TIMEOUT");
@@ -345,7 +337,7 @@ xfer_status_t xfer_tcp_tls_ep_start(xfer_ep_h ep, char *why, size_t why_size)
     } else {
         SSL_set_connect_state(ssl);
     }
-    if (!handshake(ssl, ep->fd, now_ms() + (int64_t)(ep->iface->cfg->tls_timeout * 1000.0),
+    if (!handshake(ssl, ep->fd, xfer_now_ms() + (int64_t)(ep->iface->cfg->tls_timeout * 1000.0),
                    why, why_size)) {
         goto out;
     }

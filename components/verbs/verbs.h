@@ -489,7 +489,6 @@ static inline void xfer_verbs_cq_touch(xfer_iface_h iface, unsigned idx)
     iface->cq_hot |= UINT64_C(1) << idx;
 }
 xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
-double xfer_verbs_now(void);
 
 /* An op that was never completed goes back to the pool. */
 static inline void xfer_verbs_op_free(xfer_verbs_op_t *op)

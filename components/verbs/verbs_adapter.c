@@ -27,14 +27,6 @@
 #define PROGRESS_FD_PERIOD 64   /* read the clock every this many progress() calls, */
 #define PROGRESS_FD_GAP    1e-3 /* and look at the fds once this many seconds have passed */
 
-double xfer_verbs_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int port_matches(const char *filter, const char *dev, unsigned port)
 {
     char full[80];
@@ -435,7 +427,7 @@ static unsigned fds_poll(xfer_iface_h iface)
             count += async_events(iface);
         } else if (evs[i].data.ptr == &iface->timerfd) {
             uint64_t ticks;
-            double now = xfer_verbs_now();
+            double now = xfer_now_sec();
             xfer_ep_h ch, tmp;
 
             if (read(iface->timerfd, &ticks, sizeof(ticks)) < 0) {
@@ -547,7 +539,7 @@ unsigned xfer_verbs_iface_progress(xfer_iface_h iface)
      * round trip a system call or more while it spun. Sleeping looks at them at once
      * (event_arm). */
     if ((++iface->progress_count % PROGRESS_FD_PERIOD) == 0) {
-        double now = xfer_verbs_now();
+        double now = xfer_now_sec();
 
         if (now - iface->fds_polled >= PROGRESS_FD_GAP) {
             iface->fds_polled = now;

@@ -43,7 +43,7 @@ static uint32_t random_psn(void)
     uint32_t psn = 0;
 
     if (getrandom(&psn, sizeof(psn), 0) != sizeof(psn)) {
-        psn = (uint32_t)(xfer_verbs_now() * 1e6);
+        psn = (uint32_t)(xfer_now_sec() * 1e6);
     }
     psn &= 0xffffff;
     return (psn != 0) ? psn : 1;
@@ -263,7 +263,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         goto err;
     }
     ucs_list_add_tail(&iface->channels, &ch->list);
-    ch->last_activity = xfer_verbs_now();
+    ch->last_activity = xfer_now_sec();
     *ep_p = ch;
     return XFER_OK;
 
@@ -418,7 +418,7 @@ xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size
         return XFER_ERR_CONNECTION;
     }
     ch->state         = XFER_VERBS_CH_WAIT_PEER;
-    ch->last_activity = xfer_verbs_now();
+    ch->last_activity = xfer_now_sec();
     xfer_verbs_ch_sock_event(ch);   /* its byte may be here already */
     return XFER_OK;
 }

@@ -13,6 +13,30 @@
 #error "include <xfer/component.h>, which includes this"
 #endif
 
+#include <time.h>
+
+/*
+ * The clock every deadline and timer is measured on: CLOCK_MONOTONIC, so that a change of
+ * the wall clock moves none of them.
+ */
+static inline uint64_t xfer_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline int64_t xfer_now_ms(void)
+{
+    return (int64_t)(xfer_now_ns() / 1000000u);
+}
+
+static inline double xfer_now_sec(void)
+{
+    return (double)xfer_now_ns() * 1e-9;
+}
+
 /*
  * Process-wide budgets (framework/budget.c): what peers make this process hold, summed over
  * every endpoint of every context. A transport takes from a kind when a peer makes it hold
