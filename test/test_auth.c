@@ -88,80 +88,23 @@ static void server_stop(server_t *s)
     xfer_context_destroy(s->ctx);
 }
 
-/* The outcome of the next handshake: XFER_OK with *ep_p, or the failure. */
-static xfer_status_t next_handshake(server_t *s, xfer_endpoint_t **ep_p)
-{
-    double end = tp_now_ms() + TP_WAIT_MS;
-    xfer_status_t st;
-
-    *ep_p = NULL;
-    do {
-        st = xfer_accept(s->listener, 100, ep_p);
-    } while ((st == XFER_ERR_TIMEOUT) && (tp_now_ms() < end));
-    return st;
-}
-
-/* ---- clients: children ----------------------------------------------------------------------- */
-
-/* An xfer client with XFER_AUTH_KEY_FILE=key_file (NULL: none) that connects to port and,
- * connected, sends one tagged message; its exit code is 0, or 20 - the status it got. */
-static pid_t client_spawn(const char *key_file, uint16_t port)
-{
-    pid_t pid = fork();
-
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        xfer_endpoint_t *ep = NULL;
-        xfer_request_t *req = NULL;
-        xfer_context_t *ctx;
-        xfer_status_t st;
-        char addr[64];
-
-        alarm(TP_CHILD_ALARM_S);
-        if (key_file != NULL) {
-            setenv("XFER_AUTH_KEY_FILE", key_file, 1);
-        } else {
-            unsetenv("XFER_AUTH_KEY_FILE");
-        }
-        if (xfer_context_create(NULL, &ctx) != XFER_OK) {
-            _exit(99);
-        }
-        snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-        st = xfer_connect(ctx, addr, &ep);
-        if (st == XFER_OK) {
-            st = xfer_tag_send(ep, TAG, "hi", 3, NULL, NULL, NULL, &req);
-            st = tp_op_result(st, req, TP_WAIT_MS);
-            xfer_endpoint_close(ep);
-        }
-        xfer_context_destroy(ctx);
-        _exit((st == XFER_OK) ? 0 : 20 - st);
-    }
-    return pid;
-}
-
-static int child_exit(pid_t pid)
-{
-    int st;
-
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+/* ---- the honest client (a child: tp_hi_client_spawn) ---------------------------------------- */
 
 /* The honest client's whole session: connected, its message received. */
 static void honest_client_is_served(server_t *s)
 {
-    pid_t pid = client_spawn(key_file_a, s->port);
+    pid_t pid = tp_hi_client_spawn(s->port, "XFER_AUTH_KEY_FILE", key_file_a);
     xfer_endpoint_t *ep;
     xfer_request_t *req = NULL;
     char buf[8] = "";
 
-    cr_assert_eq(next_handshake(s, &ep), XFER_OK, "the honest client was not admitted: %s",
-                 xfer_last_error());
-    cr_assert_eq(xfer_tag_recv(s->ctx, ep, TAG, UINT64_MAX, buf, sizeof(buf), NULL, NULL, NULL,
-                               &req), XFER_OK);
+    cr_assert_eq(tp_accept_next(s->listener, &ep), XFER_OK, "the honest client was not "
+                 "admitted: %s", xfer_last_error());
+    cr_assert_eq(xfer_tag_recv(s->ctx, ep, TP_TAG_HI, UINT64_MAX, buf, sizeof(buf), NULL, NULL,
+                               NULL, &req), XFER_OK);
     cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
     cr_expect_str_eq(buf, "hi");
-    cr_expect_eq(child_exit(pid), 0);
+    cr_expect_eq(tp_exit_code(pid), 0);
     xfer_endpoint_close(ep);
 }
 
@@ -232,14 +175,14 @@ Test(auth, peers_without_the_key_or_with_another_are_refused, .init = cr_redirec
 
     server_start(&s, key_a);
     baseline_take(&b);
-    pid = client_spawn(NULL, s.port);
-    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
-    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "a client without the key");
+    pid = tp_hi_client_spawn(s.port, "XFER_AUTH_KEY_FILE", NULL);
+    cr_expect_eq(tp_accept_next(s.listener, &ep), XFER_ERR_DENIED);
+    cr_expect_eq(tp_exit_code(pid), 20 - XFER_ERR_DENIED, "a client without the key");
     expect_nothing_given(&b, "a client without the key");
-    pid = client_spawn(key_file_b, s.port);
-    cr_expect_neq(next_handshake(&s, &ep), XFER_OK);
+    pid = tp_hi_client_spawn(s.port, "XFER_AUTH_KEY_FILE", key_file_b);
+    cr_expect_neq(tp_accept_next(s.listener, &ep), XFER_OK);
     cr_expect_null(ep);
-    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "a client with another key");
+    cr_expect_eq(tp_exit_code(pid), 20 - XFER_ERR_DENIED, "a client with another key");
     expect_nothing_given(&b, "a client with another key");
     honest_client_is_served(&s);
     server_stop(&s);
@@ -263,16 +206,17 @@ Test(auth, a_replayed_handshake_is_refused)
     snprintf(record, sizeof(record), "/tmp/xfertest_auth_rec.%d", (int)getpid());
     server_start(&s, key_a);
     relay  = tp_relay_spawn(s.port, record, -1, &relay_port);
-    client = client_spawn(key_file_a, relay_port);
-    cr_assert_eq(next_handshake(&s, &ep), XFER_OK, "through the relay: %s", xfer_last_error());
-    cr_expect_eq(child_exit(client), 0);
+    client = tp_hi_client_spawn(relay_port, "XFER_AUTH_KEY_FILE", key_file_a);
+    cr_assert_eq(tp_accept_next(s.listener, &ep), XFER_OK, "through the relay: %s",
+                 xfer_last_error());
+    cr_expect_eq(tp_exit_code(client), 0);
     xfer_endpoint_close(ep);
-    (void)child_exit(relay);
+    (void)tp_exit_code(relay);
     baseline_take(&b);
     replay = replay_spawn(record, s.port);
-    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED, "the replay was not denied");
+    cr_expect_eq(tp_accept_next(s.listener, &ep), XFER_ERR_DENIED, "the replay was not denied");
     cr_expect_null(ep);
-    cr_expect_eq(child_exit(replay), 0);
+    cr_expect_eq(tp_exit_code(replay), 0);
     expect_nothing_given(&b, "a replayed handshake");
     honest_client_is_served(&s);
     server_stop(&s);
@@ -295,11 +239,11 @@ Test(auth, a_handshake_changed_between_two_real_peers_is_refused)
     /* the client's AUTH_NONCE is 44 bytes; its HELLO starts there: 12 of header, 2 of count,
      * 1 of name length, then the first transport's name */
     relay  = tp_relay_spawn(s.port, NULL, 44 + 12 + 2 + 1, &relay_port);
-    client = client_spawn(key_file_a, relay_port);
-    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
+    client = tp_hi_client_spawn(relay_port, "XFER_AUTH_KEY_FILE", key_file_a);
+    cr_expect_eq(tp_accept_next(s.listener, &ep), XFER_ERR_DENIED);
     cr_expect_null(ep);
-    cr_expect_neq(child_exit(client), 0, "the client connected through a changed handshake");
-    (void)child_exit(relay);
+    cr_expect_neq(tp_exit_code(client), 0, "the client connected through a changed handshake");
+    (void)tp_exit_code(relay);
     expect_nothing_given(&b, "a changed handshake");
     honest_client_is_served(&s);
     server_stop(&s);
@@ -319,9 +263,9 @@ Test(auth, a_client_with_the_key_never_connects_without_proof)
     int fd, c;
 
     server_start(&s, NULL);     /* no key */
-    pid = client_spawn(key_file_a, s.port);
-    cr_expect_eq(next_handshake(&s, &ep), XFER_ERR_DENIED);
-    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED);
+    pid = tp_hi_client_spawn(s.port, "XFER_AUTH_KEY_FILE", key_file_a);
+    cr_expect_eq(tp_accept_next(s.listener, &ep), XFER_ERR_DENIED);
+    cr_expect_eq(tp_exit_code(pid), 20 - XFER_ERR_DENIED);
     server_stop(&s);
 
     /* a fake server: whatever the client sends, the answer is a bare HELLO (no transports) */
@@ -329,12 +273,12 @@ Test(auth, a_client_with_the_key_never_connects_without_proof)
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert((bind(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0) && (listen(fd, 1) == 0) &&
               (getsockname(fd, (struct sockaddr*)&sa, &len) == 0));
-    pid = client_spawn(key_file_a, ntohs(sa.sin_port));
+    pid = tp_hi_client_spawn(ntohs(sa.sin_port), "XFER_AUTH_KEY_FILE", key_file_a);
     c   = accept(fd, NULL, NULL);
     cr_assert_geq(c, 0);
     memcpy(frame, "\x58\x46\x45\x52\x00\x01\x00\x01\x00\x00\x00\x02\x00\x00", 14);
     cr_assert_eq(send(c, frame, 14, MSG_NOSIGNAL), 14);
-    cr_expect_eq(child_exit(pid), 20 - XFER_ERR_DENIED, "the client went on without proof");
+    cr_expect_eq(tp_exit_code(pid), 20 - XFER_ERR_DENIED, "the client went on without proof");
     close(c);
     close(fd);
 }
@@ -437,9 +381,9 @@ Test(auth, a_tensor_outside_a_peers_scope_is_not_fetched_nor_revealed)
     }
     /* the outsider connects first and asks for the secret before the insider can take it */
     b = fetcher_spawn(s.port, outsider_keys, outsider_steps, outsider_want, 3);
-    cr_assert_eq(next_handshake(&s, &outsider), XFER_OK);
+    cr_assert_eq(tp_accept_next(s.listener, &outsider), XFER_OK);
     a = fetcher_spawn(s.port, insider_keys, insider_steps, insider_want, 2);
-    cr_assert_eq(next_handshake(&s, &insider), XFER_OK);
+    cr_assert_eq(tp_accept_next(s.listener, &insider), XFER_OK);
     for (double end = tp_now_ms() + 4 * TP_WAIT_MS; !(done_a && done_b) && (tp_now_ms() < end);) {
         (void)xfer_progress(s.ctx);
         if (!done_a && (waitpid(a, &st, WNOHANG) == a)) {
@@ -522,7 +466,7 @@ Test(auth, the_access_callback_cannot_call_into_xfer, .init = cr_redirect_stderr
                      XFER_OK);
     }
     pid = fetcher_spawn(s.port, keys, steps, want, 2);
-    cr_assert_eq(next_handshake(&s, &ep), XFER_OK);
+    cr_assert_eq(tp_accept_next(s.listener, &ep), XFER_OK);
     for (double end = tp_now_ms() + 2 * TP_WAIT_MS; !done && (tp_now_ms() < end);) {
         (void)xfer_progress(s.ctx);
         done = (waitpid(pid, &st, WNOHANG) == pid);
@@ -648,7 +592,7 @@ Test(auth, a_lane_without_the_endpoints_proof_is_refused, .init = cr_redirect_st
         rc = tp_op_result(rc, r, TP_WAIT_MS);
         _exit((rc == XFER_OK) ? 0 : 60 - rc);
     }
-    cr_assert_eq(next_handshake(&s, &ep), XFER_OK, "%s", xfer_last_error());
+    cr_assert_eq(tp_accept_next(s.listener, &ep), XFER_OK, "%s", xfer_last_error());
     cr_assert(sniff_ep_addr(back, &addr), "no tcp endpoint address in the server's bytes");
     cr_assert_gt(addr.lane_port, 0);
     h.token = addr.token;
@@ -668,10 +612,10 @@ Test(auth, a_lane_without_the_endpoints_proof_is_refused, .init = cr_redirect_st
                                &req), XFER_OK);
     cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
     cr_expect_str_eq(buf, "hi");
-    st = child_exit(client);
+    st = tp_exit_code(client);
     cr_expect_eq(st, 0, "the client failed (%d)", st);
     xfer_endpoint_close(ep);
-    (void)child_exit(relay);
+    (void)tp_exit_code(relay);
     server_stop(&s);
     unsetenv("XFER_TCP_LANES");
     unlink(record);

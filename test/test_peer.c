@@ -1,10 +1,7 @@
 #include "test_peer.h"
 
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -695,82 +692,4 @@ void tp_fill_pattern(void *buf, size_t len, uint64_t seed)
 ssize_t tp_check_pattern(const void *buf, size_t len, uint64_t seed)
 {
     return tp_check_pattern_at(buf, 0, len, seed);
-}
-
-/* ---- a relay --------------------------------------------------------------------------------- */
-
-/* tp_relay_spawn's child: one connection from listen_fd relayed to port. */
-static void relay_run(int listen_fd, uint16_t port, const char *record, long tamper)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    int c = accept(listen_fd, NULL, NULL), srv = socket(AF_INET, SOCK_STREAM, 0);
-    int rec = record ? open(record, O_WRONLY | O_CREAT | O_TRUNC, 0600) : -1;
-    int back = -1;
-    char back_path[80];
-
-    if (record != NULL) {
-        snprintf(back_path, sizeof(back_path), "%s.back", record);
-        back = open(back_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    }
-    long from_client = 0;
-    char buf[65536];
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if ((c < 0) || (srv < 0) || (connect(srv, (struct sockaddr*)&sa, sizeof(sa)) != 0)) {
-        _exit(30);
-    }
-    for (;;) {
-        struct pollfd pfd[2] = {{c, POLLIN, 0}, {srv, POLLIN, 0}};
-        ssize_t n;
-
-        if (poll(pfd, 2, TP_WAIT_MS) <= 0) {
-            _exit(31);
-        }
-        if (pfd[0].revents) {
-            n = read(c, buf, sizeof(buf));
-            if (n <= 0) {
-                _exit(0);
-            }
-            if ((tamper >= from_client) && (tamper < from_client + n)) {
-                buf[tamper - from_client] ^= 0x01;
-            }
-            from_client += n;
-            if ((rec >= 0) && (write(rec, buf, (size_t)n) != n)) {
-                _exit(32);
-            }
-            if (send(srv, buf, (size_t)n, MSG_NOSIGNAL) != n) {
-                _exit(0);
-            }
-        }
-        if (pfd[1].revents) {
-            n = read(srv, buf, sizeof(buf));
-            if ((n <= 0) || (send(c, buf, (size_t)n, MSG_NOSIGNAL) != n)) {
-                _exit(0);
-            }
-            if ((back >= 0) && (write(back, buf, (size_t)n) != n)) {
-                _exit(33);
-            }
-        }
-    }
-}
-
-pid_t tp_relay_spawn(uint16_t server_port, const char *record, long tamper, uint16_t *port_p)
-{
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    pid_t pid;
-
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert((fd >= 0) && (bind(fd, (struct sockaddr*)&sa, sizeof(sa)) == 0) &&
-              (listen(fd, 4) == 0) && (getsockname(fd, (struct sockaddr*)&sa, &len) == 0));
-    *port_p = ntohs(sa.sin_port);
-    pid     = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        alarm(TP_CHILD_ALARM_S);
-        relay_run(fd, server_port, record, tamper);
-    }
-    close(fd);
-    return pid;
 }

@@ -171,13 +171,22 @@ void tp_echo_stop(xfer_endpoint_t *ep);
  * lens (0-terminated); asserts it. */
 void tp_another_peer_works(xfer_context_t *ctx, const size_t *lens);
 
-/* ---- a relay between a real client and a server ---------------------------------------------- */
+/* ---- connections made by hand (peer_conn.c) -------------------------------------------------- */
 
 /* A child relaying one connection to 127.0.0.1:server_port, every byte both ways, until either
  * side closes; *port_p is where the client reaches it. The client's bytes are written to
  * record (when not NULL), the server's to record.back, and the client's byte at offset tamper
  * (>= 0) is flipped on the way. */
 pid_t tp_relay_spawn(uint16_t server_port, const char *record, long tamper, uint16_t *port_p);
+
+/* A client child with env_name=env_value (NULL: unset) that connects to 127.0.0.1:port and
+ * sends "hi" (3 bytes) under TP_TAG_HI; its exit code is 0, or 20 - the status it got. */
+#define TP_TAG_HI 0x6869ull
+pid_t tp_hi_client_spawn(uint16_t port, const char *env_name, const char *env_value);
+/* The outcome of l's next handshake within TP_WAIT_MS: XFER_OK with *ep_p, or its failure. */
+xfer_status_t tp_accept_next(xfer_listener_t *l, xfer_endpoint_t **ep_p);
+/* Wait for a child: its exit code, or 128 + the signal that ended it. */
+int tp_exit_code(pid_t pid);
 
 /* ---- data ------------------------------------------------------------------------------------ */
 

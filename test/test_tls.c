@@ -29,15 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
 
 #define TAG     0x715ull
 #define CANARY  "xfer-canary-0123456789abcdef"
@@ -111,58 +103,6 @@ static xfer_listener_t *server_listen(xfer_context_t *ctx, uint16_t *port_p)
     return l;
 }
 
-static xfer_status_t next_handshake(xfer_listener_t *l, xfer_endpoint_t **ep_p)
-{
-    double end = tp_now_ms() + TP_WAIT_MS;
-    xfer_status_t st;
-
-    *ep_p = NULL;
-    do {
-        st = xfer_accept(l, 100, ep_p);
-    } while ((st == XFER_ERR_TIMEOUT) && (tp_now_ms() < end));
-    return st;
-}
-
-/* A client child with XFER_TCP_TLS=tls that connects to port and sends "hi"; its exit code is
- * 0, or 20 - the status it got. */
-static pid_t client_spawn(uint16_t port, const char *tls)
-{
-    pid_t pid = fork();
-
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-        xfer_endpoint_t *ep = NULL;
-        xfer_request_t *req = NULL;
-        xfer_context_t *ctx;
-        xfer_status_t st;
-        char addr[64];
-
-        alarm(TP_CHILD_ALARM_S);
-        setenv("XFER_TCP_TLS", tls, 1);
-        if (xfer_context_create(NULL, &ctx) != XFER_OK) {
-            _exit(99);
-        }
-        snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-        st = xfer_connect(ctx, addr, &ep);
-        if (st == XFER_OK) {
-            st = xfer_tag_send(ep, TAG, "hi", 3, NULL, NULL, NULL, &req);
-            st = tp_op_result(st, req, TP_WAIT_MS);
-            xfer_endpoint_close(ep);
-        }
-        xfer_context_destroy(ctx);
-        _exit((st == XFER_OK) ? 0 : 20 - st);
-    }
-    return pid;
-}
-
-static int child_exit(pid_t pid)
-{
-    int st;
-
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* A context created under the suite's environment that must not have opened tcp: what it
  * logged says why, and a client of the same kind cannot connect to it. */
 static void tcp_not_opened(const char *why)
@@ -176,9 +116,9 @@ static void tcp_not_opened(const char *why)
 
     if (xfer_context_create(NULL, &ctx) == XFER_OK) {
         l   = server_listen(ctx, &port);
-        pid = client_spawn(port, "y");
-        cr_expect_neq(next_handshake(l, &ep), XFER_OK, "a client connected over no transport");
-        cr_expect_neq(child_exit(pid), 0, "the client connected and sent");
+        pid = tp_hi_client_spawn(port, "XFER_TCP_TLS", "y");
+        cr_expect_neq(tp_accept_next(l, &ep), XFER_OK, "a client connected over no transport");
+        cr_expect_neq(tp_exit_code(pid), 0, "the client connected and sent");
         xfer_listener_close(l);
         xfer_context_destroy(ctx);
     }
@@ -216,18 +156,18 @@ Test(tls, a_peer_without_tls_is_refused_and_one_with_it_served)
     need_kernel_tls();
     ctx = tp_context(0);
     l   = server_listen(ctx, &port);
-    pid = client_spawn(port, "n");
-    cr_expect_neq(next_handshake(l, &ep), XFER_OK, "a client without TLS was admitted");
-    cr_expect_neq(child_exit(pid), 0, "the client without TLS connected and sent");
+    pid = tp_hi_client_spawn(port, "XFER_TCP_TLS", "n");
+    cr_expect_neq(tp_accept_next(l, &ep), XFER_OK, "a client without TLS was admitted");
+    cr_expect_neq(tp_exit_code(pid), 0, "the client without TLS connected and sent");
 
-    pid = client_spawn(port, "y");
-    cr_assert_eq(next_handshake(l, &ep), XFER_OK, "the client with TLS was refused: %s",
+    pid = tp_hi_client_spawn(port, "XFER_TCP_TLS", "y");
+    cr_assert_eq(tp_accept_next(l, &ep), XFER_OK, "the client with TLS was refused: %s",
                  xfer_last_error());
-    cr_assert_eq(xfer_tag_recv(ctx, ep, TAG, UINT64_MAX, buf, sizeof(buf), NULL, NULL, NULL,
-                               &req), XFER_OK);
+    cr_assert_eq(xfer_tag_recv(ctx, ep, TP_TAG_HI, UINT64_MAX, buf, sizeof(buf), NULL, NULL,
+                               NULL, &req), XFER_OK);
     cr_expect_eq(tp_op_result(XFER_OK, req, TP_WAIT_MS), XFER_OK);
     cr_expect_str_eq(buf, "hi");
-    cr_expect_eq(child_exit(pid), 0);
+    cr_expect_eq(tp_exit_code(pid), 0);
     xfer_endpoint_close(ep);
     xfer_listener_close(l);
     xfer_context_destroy(ctx);
@@ -355,7 +295,7 @@ static void canary_through_relay(const char *tls, int *sent_p, int *echoed_p)
     xfer_endpoint_close(ep);
     xfer_context_destroy(ctx);
     tp_child_expect_ok(&peer, 30);
-    (void)child_exit(relay);
+    (void)tp_exit_code(relay);
     *sent_p   = file_holds(record, CANARY);
     *echoed_p = file_holds(back, CANARY);
     unlink(record);

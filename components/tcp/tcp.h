@@ -692,6 +692,13 @@ unsigned xfer_tcp_lane_port_event(xfer_iface_h iface, struct xfer_tcp_accept *ac
                                   uint32_t events);
 
 /* ---- tcp_tls.c ------------------------------------------------------------------------------ */
+/* the kernel's TLS socket options, where the C library's headers lack them */
+#ifndef SOL_TLS
+#define SOL_TLS 282
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
 /* The record key and IV of a TLS 1.3 traffic secret (32 bytes) for TLS_AES_128_GCM_SHA256,
  * as RFC 8446 7.3 derives them. 1 on success. */
 #define XFER_TCP_TLS_KEY_LEN 16u

@@ -44,13 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef SOL_TLS
-#define SOL_TLS 282
-#endif
-#ifndef TCP_ULP
-#define TCP_ULP 31
-#endif
-
 #define TLS_SECRET_LEN  32u             /* SHA-256's: the suite's hash */
 
 _Static_assert(sizeof(((struct tls12_crypto_info_aes_gcm_128*)0)->key) == XFER_TCP_TLS_KEY_LEN,
