@@ -50,6 +50,9 @@ static void setup(void)
     setenv("XFER_AUTH_KEY_FILE", key_file, 1);
     setenv("XFER_TCP_TLS", "y", 1);
     setenv("XFER_TCP_LANES", "1", 1);
+    /* the handshake's ECDHE under an emulated CPU, and valgrind, takes longer than the 2 s
+     * default allows a real one */
+    setenv("XFER_TCP_TLS_TIMEOUT", (tp_slowdown() > 1) ? "60s" : "20s", 1);
 }
 
 static void teardown(void)

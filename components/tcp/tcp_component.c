@@ -131,9 +131,10 @@ static const xfer_param_desc_t tcp_params[] = {
      "sides must set it. Where the kernel has no TLS the tcp transport is not opened, saying "
      "why, rather than carry the data in the clear.",
      offsetof(xfer_tcp_config_t, tls), 0, 0, NULL},
-    {"TLS_TIMEOUT", XFER_PARAM_TIME, "10s",
-     "How long an endpoint's TLS handshake (XFER_TCP_TLS=y) may take, inside xfer_connect and "
-     "on the server while it connects the endpoint.",
+    {"TLS_TIMEOUT", XFER_PARAM_TIME, "2s",
+     "How long an endpoint's TLS handshake (XFER_TCP_TLS=y, two round trips) may take, inside "
+     "xfer_connect and on the server while it connects the endpoint - there inside progress, "
+     "which a key holder that stalls its handshake holds up to this long.",
      offsetof(xfer_tcp_config_t, tls_timeout), 0.001, 600.0, NULL},
     {NULL}
 };

@@ -17,12 +17,16 @@
  * Lanes 1.. run no handshake of their own: their keys come from lane 0's TLS exporter
  * (RFC 8446 7.5, label "EXPORTER-xfer-tcp-lanes"), one secret per lane and direction
  * (HKDF-Expand-Label of it with "c lane"/"s lane" and the lane's number), installed right
- * after the lane's hello, which is the last byte a lane carries in the clear.
+ * after the lane's hello, which is the last byte a lane carries in the clear. A key and its
+ * record numbers are used by one connection only: the server attaches a lane number once per
+ * endpoint (tcp_lane_port.c refuses a second), and a client tries a lane again only while its
+ * connect fails, before it carried a record.
  *
  * Without kernel TLS (no "tls" module) the iface does not open, saying why, rather than
- * carry in the clear what the user asked to have encrypted. The handshake is bounded by
- * XFER_TCP_TLS_TIMEOUT and runs inside ep_connect: only a peer that passed the bootstrap's
- * authentication gets this far.
+ * carry in the clear what the user asked to have encrypted. The handshake runs inside
+ * ep_connect, bounded by XFER_TCP_TLS_TIMEOUT: on the server that is progress, which a peer
+ * that stalls its handshake holds up to that long - only a peer that passed the bootstrap's
+ * authentication (it holds the key) gets this far.
  */
 #include "tcp.h"
 
