@@ -1,7 +1,7 @@
 /*
- * The fixture of the verbs MR-cache suites (mrcache_fixture.h): a real RDMA device and
- * protection domain, a page-aligned test buffer, a cache over it, and the ibv_dereg_mr this
- * executable defines to see every release.
+ * The fixture of the registration-cache suites (mrcache_fixture.h): a real RDMA device and
+ * protection domain, a page-aligned test buffer, a cache over it registering as verbs does,
+ * and the ibv_dereg_mr this executable defines to see every release.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* RTLD_NEXT */
@@ -26,7 +26,7 @@
 
 struct ibv_context *ctx;
 struct ibv_pd      *pd;
-xfer_verbs_mrc_t   *mrc;
+xfer_regcache_t    *mrc;
 char               *buf;    /* NPAGES pages */
 size_t             page;
 
@@ -44,6 +44,21 @@ int ibv_dereg_mr(struct ibv_mr *mr)
     num_dereg++;
     last_dereg_lkey = mr->lkey;
     return real_dereg(mr);
+}
+
+/* The cache's registration calls, as the verbs component makes them. */
+static int fixture_reg(void *arg, uintptr_t start, uintptr_t end, void **handle_p)
+{
+    (void)arg;
+    errno     = 0;
+    *handle_p = ibv_reg_mr(pd, (void*)start, end - start, ACCESS);
+    return (*handle_p != NULL) ? 0 : (errno != 0) ? errno : EIO;
+}
+
+static int fixture_dereg(void *arg, void *handle)
+{
+    (void)arg;
+    return ibv_dereg_mr(handle);
 }
 
 /* ---- fixture -------------------------------------------------------------------------------- */
@@ -71,21 +86,26 @@ void open_device(void)
     memset(buf, 0x5a, NPAGES * page);
 }
 
-void cache_open(uint64_t max_entries, uint64_t max_bytes)
+xfer_regcache_params_t cache_params(uint64_t max_entries, uint64_t max_bytes)
 {
-    xfer_verbs_mrc_params_t params;
-
-    open_device();
-    params = (xfer_verbs_mrc_params_t){
-        .pd          = pd,
-        .access      = ACCESS,
+    return (xfer_regcache_params_t){
+        .reg         = fixture_reg,
+        .dereg       = fixture_dereg,
+        .what        = "ibv_reg_mr",
         .max_entries = max_entries,
         .max_bytes   = max_bytes,
     };
-    cr_assert_eq(xfer_verbs_mrc_create(&params, &mrc), XFER_OK);
-    if ((max_entries > 0) && (xfer_verbs_mrc_uncached_why(mrc) != NULL)) {
+}
+
+void cache_open(uint64_t max_entries, uint64_t max_bytes)
+{
+    xfer_regcache_params_t params = cache_params(max_entries, max_bytes);
+
+    open_device();
+    cr_assert_eq(xfer_regcache_create(&params, &mrc), XFER_OK);
+    if ((max_entries > 0) && (xfer_regcache_uncached_why(mrc) != NULL)) {
         cr_skip_test("the cache caches only with libucm's unmap reports: %s",
-                     xfer_verbs_mrc_uncached_why(mrc));
+                     xfer_regcache_uncached_why(mrc));
     }
 }
 
@@ -97,7 +117,7 @@ void mrc_setup(void)
 
 void mrc_teardown(void)
 {
-    xfer_verbs_mrc_destroy(mrc);
+    xfer_regcache_destroy(mrc);
     mrc = NULL;
     if ((buf != NULL) && (buf != MAP_FAILED)) {
         munmap(buf, NPAGES * page);
@@ -110,12 +130,12 @@ void mrc_teardown(void)
     }
 }
 
-xfer_verbs_mrc_stats_t mrc_stats(void)
+xfer_regcache_stats_t mrc_stats(void)
 {
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_stats_t st;
 
     memset(&st, 0xff, sizeof(st));
-    xfer_verbs_mrc_stats(mrc, &st);
+    xfer_regcache_stats(mrc, &st);
     return st;
 }
 
@@ -125,14 +145,14 @@ char *pg(unsigned p)
     return buf + (size_t)p * page;
 }
 
-xfer_verbs_mr_t *get_ok(const void *addr, size_t length)
+xfer_regcache_entry_t *get_ok(const void *addr, size_t length)
 {
-    xfer_verbs_mr_t *mr = NULL;
-    xfer_status_t status = xfer_verbs_mrc_get(mrc, addr, length, &mr);
+    xfer_regcache_entry_t *mr = NULL;
+    xfer_status_t status = xfer_regcache_get(mrc, addr, length, &mr);
 
     cr_assert_eq(status, XFER_OK, "get(%p, %zu): %s", addr, length, xfer_status_string(status));
     cr_assert_not_null(mr);
-    cr_assert_not_null(mr->mr);
+    cr_assert_not_null(mr->handle);
     cr_assert_leq(mr->start, (uintptr_t)addr, "region starts after the buffer");
     cr_assert_geq(mr->end, (uintptr_t)addr + length, "region ends before the buffer");
     return mr;
@@ -142,9 +162,9 @@ xfer_verbs_mr_t *get_ok(const void *addr, size_t length)
 int touch(const void *addr, size_t length)
 {
     uint64_t hits = mrc_stats().hits;
-    xfer_verbs_mr_t *mr = get_ok(addr, length);
+    xfer_regcache_entry_t *mr = get_ok(addr, length);
 
-    xfer_verbs_mrc_put(mrc, mr);
+    xfer_regcache_put(mrc, mr);
     return mrc_stats().hits == hits + 1;
 }
 
@@ -235,17 +255,17 @@ int rdma_write(const void *src, uint32_t lkey, void *dst, uint32_t rkey, uint32_
 /* The cache caches nothing: two gets of one buffer register twice, each put deregisters. */
 void expect_uncached(void)
 {
-    xfer_verbs_mr_t *a = get_ok(pg(0), 100);
-    xfer_verbs_mr_t *b = get_ok(pg(0), 100);
-    xfer_verbs_mrc_stats_t st = mrc_stats();
+    xfer_regcache_entry_t *a = get_ok(pg(0), 100);
+    xfer_regcache_entry_t *b = get_ok(pg(0), 100);
+    xfer_regcache_stats_t st = mrc_stats();
 
     cr_expect_eq(st.misses, 2);
     cr_expect_eq(st.hits, 0);
     cr_expect_eq(st.entries, 0);
     cr_expect_eq(st.bytes, 0);
-    cr_expect_neq(a->mr->lkey, b->mr->lkey);
-    xfer_verbs_mrc_put(mrc, a);
+    cr_expect_neq(MR(a)->lkey, MR(b)->lkey);
+    xfer_regcache_put(mrc, a);
     cr_expect_eq(num_dereg, 1u, "put did not free the uncached registration");
-    xfer_verbs_mrc_put(mrc, b);
+    xfer_regcache_put(mrc, b);
     cr_expect_eq(num_dereg, 2u);
 }

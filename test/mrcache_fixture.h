@@ -1,11 +1,12 @@
 /*
- * What the verbs MR-cache suites share (test_verbs_mrcache.c: lookup, eviction,
+ * What the registration-cache suites share (test_verbs_mrcache.c: lookup, eviction,
  * invalidation; test_verbs_unmap.c: libucm's unmap reports and the component's mr_cache
- * attribute): a real RDMA device, a page-aligned test buffer of NPAGES pages, a cache over
- * them, and a count of ibv_dereg_mr calls. mrcache_fixture.c defines ibv_dereg_mr, which wins
- * over libibverbs' for the cache compiled into the test executable and forwards to the real
- * one, so that the tests see exactly when (and which) registration is released - which the
- * stats (cached entries only) do not show for held or uncached entries.
+ * attribute): a real RDMA device, a page-aligned test buffer of NPAGES pages, a cache of
+ * framework/regcache.c over them registering MRs as the verbs component does, and a count of
+ * ibv_dereg_mr calls. mrcache_fixture.c defines ibv_dereg_mr, which wins over libibverbs' for
+ * the cache's calls from this executable and forwards to the real one, so that the tests see
+ * exactly when (and which) registration is released - which the stats (cached entries only)
+ * do not show for held or uncached entries.
  *
  * Buffers are page-aligned anonymous mappings so that which pages a registration covers is
  * known exactly; entries the tests want kept apart are a page or more apart (touching regions
@@ -14,8 +15,7 @@
 #ifndef XFER_TEST_MRCACHE_FIXTURE_H
 #define XFER_TEST_MRCACHE_FIXTURE_H
 
-#include "../components/verbs/verbs_mrcache.h"
-#include "../components/verbs/verbs_unmapq.h"
+#include <xfer/component.h>
 
 #include <infiniband/verbs.h>
 #include <stddef.h>
@@ -23,10 +23,12 @@
 
 #define ACCESS  (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ)
 #define NPAGES  32
+/* The MR behind a cache entry. */
+#define MR(_entry) ((struct ibv_mr*)(_entry)->handle)
 
 extern struct ibv_context *ctx;
 extern struct ibv_pd      *pd;
-extern xfer_verbs_mrc_t   *mrc;
+extern xfer_regcache_t    *mrc;
 extern char               *buf;     /* NPAGES pages */
 extern size_t             page;
 extern unsigned           num_dereg;        /* ibv_dereg_mr calls seen */
@@ -35,16 +37,18 @@ extern uint32_t           last_dereg_lkey;
 /* Open the first RDMA device, its protection domain and the test buffer; skips the test
  * without a device. */
 void open_device(void);
+/* A cache's parameters: these bounds, and registrations of pd as verbs makes them. */
+xfer_regcache_params_t cache_params(uint64_t max_entries, uint64_t max_bytes);
 /* open_device(), then a cache with these bounds; skips when it could cache nothing. */
 void cache_open(uint64_t max_entries, uint64_t max_bytes);
 /* The suites' .init and .fini. */
 void mrc_setup(void);
 void mrc_teardown(void);
-xfer_verbs_mrc_stats_t mrc_stats(void);
+xfer_regcache_stats_t mrc_stats(void);
 /* Page p of the test buffer. */
 char *pg(unsigned p);
 /* A hold on a region covering [addr, addr + length), asserted. */
-xfer_verbs_mr_t *get_ok(const void *addr, size_t length);
+xfer_regcache_entry_t *get_ok(const void *addr, size_t length);
 /* get + put, and whether it hit. */
 int touch(const void *addr, size_t length);
 /* Copy len bytes from src (lkey) to dst (rkey) with an RDMA WRITE on a queue pair connected

@@ -1,7 +1,8 @@
 /*
- * The verbs memory-region cache (components/verbs/verbs_mrcache.c) against a real RDMA device:
- * hits and misses by address and length, merging, LRU eviction by entries and by bytes, held
- * entries surviving eviction and invalidation, caching off, and refused or failing requests.
+ * The registration cache (framework/regcache.c), registering MRs as verbs does, against a real
+ * RDMA device: hits and misses by address and length, merging, LRU eviction by entries and by
+ * bytes, held entries surviving eviction and invalidation, caching off, and refused or failing
+ * requests.
  * Its unmap reports are test_verbs_unmap.c's; the fixture is mrcache_fixture.h's.
  *
  * Needs an RDMA device; without one every test is skipped. make check runs it in a Soft-RoCE
@@ -25,8 +26,8 @@ TestSuite(verbs_mrcache, .init = mrc_setup, .fini = mrc_teardown);
 
 Test(verbs_mrcache, same_buffer_twice_registers_once)
 {
-    xfer_verbs_mr_t *a, *b;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_entry_t *a, *b;
+    xfer_regcache_stats_t st;
 
     cache_open(16, 1 << 20);
     a = get_ok(pg(0) + 100, 200);
@@ -38,11 +39,11 @@ Test(verbs_mrcache, same_buffer_twice_registers_once)
     cr_expect_eq(st.bytes, page, "one page registered, got %llu bytes",
                  (unsigned long long)st.bytes);
     cr_expect_eq(a, b, "the hit returned another entry");
-    cr_expect_eq(a->mr->lkey, b->mr->lkey);
+    cr_expect_eq(MR(a)->lkey, MR(b)->lkey);
     cr_expect_eq(a->start, (uintptr_t)pg(0), "registration not page aligned");
     cr_expect_eq(a->end, (uintptr_t)pg(1));
-    xfer_verbs_mrc_put(mrc, a);
-    xfer_verbs_mrc_put(mrc, b);
+    xfer_regcache_put(mrc, a);
+    xfer_regcache_put(mrc, b);
     cr_expect_eq(mrc_stats().entries, 1, "an unheld entry within bounds was dropped");
     cr_expect_eq(num_dereg, 0u);
     cr_expect(touch(pg(0) + 100, 200), "the entry is no longer found after put");
@@ -50,7 +51,7 @@ Test(verbs_mrcache, same_buffer_twice_registers_once)
 
 Test(verbs_mrcache, sub_range_hits)
 {
-    xfer_verbs_mr_t *whole, *part;
+    xfer_regcache_entry_t *whole, *part;
 
     cache_open(16, 1 << 20);
     whole = get_ok(pg(0), 3 * page);
@@ -60,20 +61,20 @@ Test(verbs_mrcache, sub_range_hits)
     cr_expect(touch(pg(2) + page - 1, 1), "the last byte of the region missed");
     cr_expect(touch(pg(0), 3 * page), "the exact region missed");
     cr_expect_eq(mrc_stats().misses, 1);
-    xfer_verbs_mrc_put(mrc, part);
-    xfer_verbs_mrc_put(mrc, whole);
+    xfer_regcache_put(mrc, part);
+    xfer_regcache_put(mrc, whole);
 }
 
 Test(verbs_mrcache, past_the_end_misses_and_merges)
 {
-    xfer_verbs_mr_t *first, *merged;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_entry_t *first, *merged;
+    xfer_regcache_stats_t st;
     uint32_t first_lkey;
 
     cache_open(16, 1 << 20);
     first = get_ok(pg(0), page);
-    first_lkey = first->mr->lkey;
-    xfer_verbs_mrc_put(mrc, first);
+    first_lkey = MR(first)->lkey;
+    xfer_regcache_put(mrc, first);
 
     /* Starts inside the cached page, ends one byte into the next: a miss. */
     merged = get_ok(pg(0) + page - 10, 11);
@@ -87,10 +88,10 @@ Test(verbs_mrcache, past_the_end_misses_and_merges)
     cr_expect_eq(num_dereg, 1u, "the unheld overlapped entry was not deregistered");
     cr_expect_eq(last_dereg_lkey, first_lkey);
     memcpy(pg(0), "merged", 7);
-    cr_expect(rdma_write(pg(0), merged->mr->lkey, pg(1) + 100, merged->mr->rkey, 7),
+    cr_expect(rdma_write(pg(0), MR(merged)->lkey, pg(1) + 100, MR(merged)->rkey, 7),
               "the merged registration does not cover both pages");
     cr_expect_str_eq(pg(1) + 100, "merged");
-    xfer_verbs_mrc_put(mrc, merged);
+    xfer_regcache_put(mrc, merged);
 
     cr_expect(touch(pg(0), 10), "the merged entry does not serve the old buffer");
     cr_expect(touch(pg(1) + 5, 10), "the merged entry does not serve the new buffer");
@@ -98,14 +99,14 @@ Test(verbs_mrcache, past_the_end_misses_and_merges)
 
 Test(verbs_mrcache, merge_spanning_two_entries_keeps_held_one_alive)
 {
-    xfer_verbs_mr_t *a, *b, *merged;
+    xfer_regcache_entry_t *a, *b, *merged;
     uint32_t a_lkey;
 
     cache_open(16, 1 << 20);
     a = get_ok(pg(0), page);            /* stays held across the merge */
-    a_lkey = a->mr->lkey;
+    a_lkey = MR(a)->lkey;
     b = get_ok(pg(2), page);
-    xfer_verbs_mrc_put(mrc, b);
+    xfer_regcache_put(mrc, b);
     cr_assert_eq(mrc_stats().entries, 2);
 
     merged = get_ok(pg(0) + 10, 2 * page);
@@ -113,20 +114,20 @@ Test(verbs_mrcache, merge_spanning_two_entries_keeps_held_one_alive)
     cr_expect_eq(merged->end, (uintptr_t)pg(3), "the union of both entries was not registered");
     cr_expect_eq(mrc_stats().entries, 1);
     cr_expect_eq(num_dereg, 1u, "only the unheld entry may be deregistered by the merge");
-    cr_expect_eq(a->mr->lkey, a_lkey);
+    cr_expect_eq(MR(a)->lkey, a_lkey);
 
-    xfer_verbs_mrc_put(mrc, a);
+    xfer_regcache_put(mrc, a);
     cr_expect_eq(num_dereg, 2u, "the retired entry was not deregistered at its last put");
     cr_expect_eq(last_dereg_lkey, a_lkey);
     cr_expect_eq(mrc_stats().entries, 1);
-    xfer_verbs_mrc_put(mrc, merged);
+    xfer_regcache_put(mrc, merged);
 }
 
 /* ---- eviction ------------------------------------------------------------------------------- */
 
 Test(verbs_mrcache, evicts_lru_by_entries)
 {
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_stats_t st;
 
     cache_open(2, 1 << 20);
     touch(pg(0), 10);                    /* A */
@@ -144,8 +145,8 @@ Test(verbs_mrcache, evicts_lru_by_entries)
 
 Test(verbs_mrcache, evicts_lru_by_bytes)
 {
-    xfer_verbs_mr_t *c;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_entry_t *c;
+    xfer_regcache_stats_t st;
 
     cache_open(100, 2 * page);
     touch(pg(0), 10);                    /* A */
@@ -153,7 +154,7 @@ Test(verbs_mrcache, evicts_lru_by_bytes)
     cr_assert(touch(pg(0), 10));         /* A is now the most recently used */
     c = get_ok(pg(4), 10);
     cr_expect_eq(mrc_stats().evictions, 0, "held bytes counted against max_bytes");
-    xfer_verbs_mrc_put(mrc, c);          /* three unheld pages > two: B goes */
+    xfer_regcache_put(mrc, c);          /* three unheld pages > two: B goes */
     st = mrc_stats();
     cr_expect_eq(st.evictions, 1);
     cr_expect_eq(st.entries, 2);
@@ -165,26 +166,26 @@ Test(verbs_mrcache, evicts_lru_by_bytes)
 
 Test(verbs_mrcache, held_entries_are_never_evicted)
 {
-    xfer_verbs_mr_t *mr[4];
+    xfer_regcache_entry_t *mr[4];
     uint32_t lkey[4];
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_stats_t st;
     unsigned i;
 
     cache_open(2, 1 << 20);
     for (i = 0; i < 4; i++) {
         mr[i] = get_ok(pg(2 * i), 10);
-        lkey[i] = mr[i]->mr->lkey;
+        lkey[i] = MR(mr[i])->lkey;
     }
     st = mrc_stats();
     cr_expect_eq(st.entries, 4, "held entries must stay cached past the bound");
     cr_expect_eq(st.evictions, 0);
     cr_expect_eq(num_dereg, 0u);
     for (i = 0; i < 4; i++) {
-        cr_expect_eq(mr[i]->mr->lkey, lkey[i]);
+        cr_expect_eq(MR(mr[i])->lkey, lkey[i]);
     }
 
     for (i = 0; i < 4; i++) {
-        xfer_verbs_mrc_put(mrc, mr[i]);
+        xfer_regcache_put(mrc, mr[i]);
     }
     st = mrc_stats();
     cr_expect_eq(st.entries, 2, "the bound was not restored once the entries were put");
@@ -199,19 +200,19 @@ Test(verbs_mrcache, held_entries_are_never_evicted)
 
 Test(verbs_mrcache, invalidate_unheld_deregisters)
 {
-    xfer_verbs_mr_t *a;
+    xfer_regcache_entry_t *a;
     uint32_t a_lkey;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_stats_t st;
 
     cache_open(16, 1 << 20);
     a = get_ok(pg(0), page);
-    a_lkey = a->mr->lkey;
-    xfer_verbs_mrc_put(mrc, a);
+    a_lkey = MR(a)->lkey;
+    xfer_regcache_put(mrc, a);
     touch(pg(2), page);
     touch(pg(4), page);
     cr_assert_eq(mrc_stats().entries, 3);
 
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(0) + 100, 1), 1u);
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(0) + 100, 1), 1u);
     st = mrc_stats();
     cr_expect_eq(st.entries, 2);
     cr_expect_eq(st.invalidations, 1);
@@ -221,9 +222,9 @@ Test(verbs_mrcache, invalidate_unheld_deregisters)
     cr_expect(touch(pg(2), 10), "an entry outside the range was dropped");
 
     /* A range over two entries (A again, and B), and one over none. */
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(0) + 1, 3 * page), 2u);
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(7), page), 0u);
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(4), 0), 0u, "length 0 dropped something");
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(0) + 1, 3 * page), 2u);
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(7), page), 0u);
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(4), 0), 0u, "length 0 dropped something");
     st = mrc_stats();
     cr_expect_eq(st.entries, 1);
     cr_expect_eq(st.invalidations, 3);
@@ -232,24 +233,24 @@ Test(verbs_mrcache, invalidate_unheld_deregisters)
 
 Test(verbs_mrcache, invalidate_held_defers_deregistration)
 {
-    xfer_verbs_mr_t *old, *fresh;
+    xfer_regcache_entry_t *old, *fresh;
     struct ibv_mr *old_mr;
     uint32_t old_lkey;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_stats_t st;
 
     cache_open(16, 1 << 20);
     old = get_ok(pg(0), page);
-    old_mr = old->mr;
+    old_mr = MR(old);
     old_lkey = old_mr->lkey;
 
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(0), page), 1u);
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(0), page), 1u);
     st = mrc_stats();
     cr_expect_eq(st.entries, 0, "the held entry is still in the lookup");
     cr_expect_eq(num_dereg, 0u, "a held registration was deregistered under its holder");
-    cr_expect_eq(old->mr, old_mr);
-    cr_expect_eq(old->mr->lkey, old_lkey);
+    cr_expect_eq(MR(old), old_mr);
+    cr_expect_eq(MR(old)->lkey, old_lkey);
     memcpy(pg(0), "held", 5);
-    cr_expect(rdma_write(pg(0), old->mr->lkey, pg(0) + 2048, old->mr->rkey, 5),
+    cr_expect(rdma_write(pg(0), MR(old)->lkey, pg(0) + 2048, MR(old)->rkey, 5),
               "the invalidated but held registration no longer works");
     cr_expect_str_eq(pg(0) + 2048, "held");
 
@@ -258,12 +259,12 @@ Test(verbs_mrcache, invalidate_held_defers_deregistration)
     cr_expect_eq(st.misses, 2, "the invalidated range hit");
     cr_expect_eq(st.hits, 0);
     cr_expect_neq(fresh, old);
-    cr_expect_neq(fresh->mr->lkey, old_lkey, "not a new registration");
+    cr_expect_neq(MR(fresh)->lkey, old_lkey, "not a new registration");
 
-    xfer_verbs_mrc_put(mrc, old);
+    xfer_regcache_put(mrc, old);
     cr_expect_eq(num_dereg, 1u, "the invalidated entry was not freed by its last put");
     cr_expect_eq(last_dereg_lkey, old_lkey);
-    xfer_verbs_mrc_put(mrc, fresh);
+    xfer_regcache_put(mrc, fresh);
     cr_expect_eq(num_dereg, 1u, "the new entry should stay cached");
     cr_expect(touch(pg(0), 10));
 }
@@ -274,31 +275,31 @@ Test(verbs_mrcache, caching_off_registers_every_time)
 {
     cache_open(0, 1 << 20);
     expect_uncached();
-    cr_expect_eq(xfer_verbs_mrc_invalidate(mrc, pg(0), page), 0u);
+    cr_expect_eq(xfer_regcache_invalidate(mrc, pg(0), page), 0u);
 }
 
 Test(verbs_mrcache, refuses_bad_requests)
 {
-    xfer_verbs_mr_t *mr = (xfer_verbs_mr_t *)0x1;
-    xfer_verbs_mrc_params_t params = { .pd = NULL, .access = ACCESS, .max_entries = 1 };
-    xfer_verbs_mrc_t *other = (xfer_verbs_mrc_t *)0x1;
+    xfer_regcache_entry_t *mr = (xfer_regcache_entry_t *)0x1;
+    xfer_regcache_params_t params = { .reg = NULL, .max_entries = 1 };
+    xfer_regcache_t *other = (xfer_regcache_t *)0x1;
 
     cache_open(16, 1 << 20);
-    cr_expect_eq(xfer_verbs_mrc_get(mrc, pg(0), 0, &mr), XFER_ERR_INVALID_PARAM);
-    cr_expect_eq(mr, (xfer_verbs_mr_t *)0x1, "output set on failure");
-    cr_expect_eq(xfer_verbs_mrc_get(mrc, NULL, 10, &mr), XFER_ERR_INVALID_PARAM);
-    cr_expect_eq(xfer_verbs_mrc_get(mrc, pg(0), SIZE_MAX, &mr), XFER_ERR_INVALID_PARAM,
+    cr_expect_eq(xfer_regcache_get(mrc, pg(0), 0, &mr), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(mr, (xfer_regcache_entry_t *)0x1, "output set on failure");
+    cr_expect_eq(xfer_regcache_get(mrc, NULL, 10, &mr), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_regcache_get(mrc, pg(0), SIZE_MAX, &mr), XFER_ERR_INVALID_PARAM,
                  "a wrapping range was accepted");
-    cr_expect_eq(xfer_verbs_mrc_get(mrc, pg(0), 10, NULL), XFER_ERR_INVALID_PARAM);
-    cr_expect_eq(xfer_verbs_mrc_create(&params, &other), XFER_ERR_INVALID_PARAM);
-    cr_expect_eq(other, (xfer_verbs_mrc_t *)0x1);
+    cr_expect_eq(xfer_regcache_get(mrc, pg(0), 10, NULL), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(xfer_regcache_create(&params, &other), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(other, (xfer_regcache_t *)0x1);
     cr_expect_eq(mrc_stats().misses, 0);
     cr_expect_eq(mrc_stats().entries, 0);
 }
 
 Test(verbs_mrcache, unmapped_memory_fails_cleanly)
 {
-    xfer_verbs_mr_t *mr = NULL;
+    xfer_regcache_entry_t *mr = NULL;
     xfer_status_t status;
     char *hole;
 
@@ -307,7 +308,7 @@ Test(verbs_mrcache, unmapped_memory_fails_cleanly)
     cr_assert_neq(hole, MAP_FAILED);
     cr_assert_eq(munmap(hole, page), 0);
 
-    status = xfer_verbs_mrc_get(mrc, hole, 100, &mr);
+    status = xfer_regcache_get(mrc, hole, 100, &mr);
     cr_expect_eq(status, XFER_ERR_INVALID_PARAM, "got %s", xfer_status_string(status));
     cr_expect_null(mr);
     cr_expect_eq(mrc_stats().entries, 0);
@@ -322,10 +323,10 @@ Test(verbs_mrcache, destroy_with_entries_held)
     get_ok(pg(0), 20);                   /* the same entry, held twice */
     get_ok(pg(2), 10);
     touch(pg(4), 10);                    /* unheld */
-    cr_assert_eq(xfer_verbs_mrc_invalidate(mrc, pg(2), 1), 1u);   /* held and detached */
+    cr_assert_eq(xfer_regcache_invalidate(mrc, pg(2), 1), 1u);   /* held and detached */
     cr_assert_eq(num_dereg, 0u);
 
-    xfer_verbs_mrc_destroy(mrc);
+    xfer_regcache_destroy(mrc);
     mrc = NULL;
     cr_expect_eq(num_dereg, 3u, "destroy left registrations behind");
 }

@@ -1,5 +1,5 @@
 /*
- * The verbs MR cache and libucm's reports of unmapped memory (components/verbs/verbs_unmapq.c)
+ * The registration cache and libucm's reports of unmapped memory (framework/unmapq.c)
  * against a real RDMA device: entries over memory unmapped and mapped again are dropped (held
  * ones at their last put), a queue that overflowed drops everything, several caches each get
  * every report and stop getting them when destroyed, a cache that cannot have reports
@@ -47,27 +47,27 @@ static char *map_pages(void *addr, size_t n)
 
 /* Copy "fresh" within m through mr with an RDMA WRITE: it lands in the pages mapped at m now
  * only if mr registered those pages. */
-static void expect_registers_current_pages(char *m, xfer_verbs_mr_t *mr, const char *what)
+static void expect_registers_current_pages(char *m, xfer_regcache_entry_t *mr, const char *what)
 {
     memset(m, 0, 2 * 64);
     memcpy(m, "fresh", 6);
-    cr_expect(rdma_write(m, mr->mr->lkey, m + 64, mr->mr->rkey, 6), "%s: RDMA write failed",
+    cr_expect(rdma_write(m, MR(mr)->lkey, m + 64, MR(mr)->rkey, 6), "%s: RDMA write failed",
               what);
     cr_expect_str_eq(m + 64, "fresh", "%s: the registration is of pages no longer mapped", what);
 }
 
 Test(verbs_unmap, unmapped_and_mapped_again_misses)
 {
-    xfer_verbs_mr_t *mr;
-    xfer_verbs_mrc_stats_t st;
+    xfer_regcache_entry_t *mr;
+    xfer_regcache_stats_t st;
     uint32_t old_lkey;
     char *m;
 
     cache_open(16, 1 << 20);
     m = map_pages(NULL, 4);
     mr = get_ok(m, 10);
-    old_lkey = mr->mr->lkey;
-    xfer_verbs_mrc_put(mrc, mr);
+    old_lkey = MR(mr)->lkey;
+    xfer_regcache_put(mrc, mr);
     cr_assert(touch(m + 5, 10));
 
     /* munmap, then new memory at the same address */
@@ -82,8 +82,8 @@ Test(verbs_unmap, unmapped_and_mapped_again_misses)
     cr_expect_eq(num_dereg, 1u);
     cr_expect_eq(last_dereg_lkey, old_lkey, "not the stale registration that went");
     expect_registers_current_pages(m, mr, "after munmap + mmap");
-    old_lkey = mr->mr->lkey;
-    xfer_verbs_mrc_put(mrc, mr);
+    old_lkey = MR(mr)->lkey;
+    xfer_regcache_put(mrc, mr);
 
     /* mmap MAP_FIXED over the entry's page: the kernel unmaps it first, and so must we */
     cr_assert_eq(mmap(m, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
@@ -92,21 +92,21 @@ Test(verbs_unmap, unmapped_and_mapped_again_misses)
     cr_expect_eq(mrc_stats().misses, 3, "the entry over the replaced page was found");
     cr_expect_eq(last_dereg_lkey, old_lkey);
     expect_registers_current_pages(m, mr, "after mmap MAP_FIXED over its page");
-    xfer_verbs_mrc_put(mrc, mr);
+    xfer_regcache_put(mrc, mr);
     cr_expect(touch(m, 10), "the fresh entry is not found again");
     munmap(m, 4 * page);
 }
 
 Test(verbs_unmap, unmap_of_a_held_entry_defers_its_deregistration)
 {
-    xfer_verbs_mr_t *old, *fresh;
+    xfer_regcache_entry_t *old, *fresh;
     uint32_t old_lkey;
     char *m;
 
     cache_open(16, 1 << 20);
     m = map_pages(NULL, 2);
     old = get_ok(m, 2 * page);
-    old_lkey = old->mr->lkey;
+    old_lkey = MR(old)->lkey;
     cr_assert_eq(munmap(m, 2 * page), 0);
     map_pages(m, 2);
 
@@ -114,13 +114,13 @@ Test(verbs_unmap, unmap_of_a_held_entry_defers_its_deregistration)
     cr_expect_neq(fresh, old, "the held stale entry was handed out again");
     cr_expect_eq(mrc_stats().invalidations, 1);
     cr_expect_eq(num_dereg, 0u, "a held registration was deregistered under its holder");
-    cr_expect_eq(old->mr->lkey, old_lkey);
+    cr_expect_eq(MR(old)->lkey, old_lkey);
     expect_registers_current_pages(m, fresh, "the new entry");
 
-    xfer_verbs_mrc_put(mrc, old);
+    xfer_regcache_put(mrc, old);
     cr_expect_eq(num_dereg, 1u, "the invalidated entry was not freed by its last put");
     cr_expect_eq(last_dereg_lkey, old_lkey);
-    xfer_verbs_mrc_put(mrc, fresh);
+    xfer_regcache_put(mrc, fresh);
     cr_expect_eq(num_dereg, 1u);
     cr_expect(touch(m, 10), "the new entry is not cached");
     munmap(m, 2 * page);
@@ -129,15 +129,15 @@ Test(verbs_unmap, unmap_of_a_held_entry_defers_its_deregistration)
 /* More separate unmapped ranges between two looks than the queue holds: every entry goes. */
 Test(verbs_unmap, lost_reports_drop_every_entry)
 {
-    const size_t n = XFER_VERBS_UNMAPQ_LEN + 8;
-    xfer_verbs_mr_t *held, *mr;
-    xfer_verbs_mrc_stats_t st;
+    const size_t n = XFER_UNMAPQ_LEN + 8;
+    xfer_regcache_entry_t *held, *mr;
+    xfer_regcache_stats_t st;
     uint32_t held_lkey;
     char *holes;
 
     cache_open(16, 1 << 20);
     held = get_ok(pg(0), 10);
-    held_lkey = held->mr->lkey;
+    held_lkey = MR(held)->lkey;
     touch(pg(2), 10);
     touch(pg(4), 10);
     cr_assert_eq(mrc_stats().entries, 3);
@@ -152,10 +152,10 @@ Test(verbs_unmap, lost_reports_drop_every_entry)
     cr_expect_eq(st.flushes, 1, "the overflow was not noticed");
     cr_expect_eq(st.entries, 1, "entries survived lost reports");
     cr_expect_eq(num_dereg, 2u, "the unheld entries were not deregistered");
-    cr_expect_eq(held->mr->lkey, held_lkey);
-    xfer_verbs_mrc_put(mrc, held);
+    cr_expect_eq(MR(held)->lkey, held_lkey);
+    xfer_regcache_put(mrc, held);
     cr_expect_eq(num_dereg, 3u, "the held entry was not deregistered at its put");
-    xfer_verbs_mrc_put(mrc, mr);
+    xfer_regcache_put(mrc, mr);
 
     /* and the cache goes on */
     cr_expect(!touch(pg(0), 10), "a dropped entry was found");
@@ -169,31 +169,30 @@ Test(verbs_unmap, lost_reports_drop_every_entry)
 /* Two caches (two ifaces) in one process: each gets every report; a destroyed one none. */
 Test(verbs_unmap, every_cache_gets_the_reports_until_destroyed)
 {
-    xfer_verbs_mrc_params_t params = { .access = ACCESS, .max_entries = 16, .max_bytes = 1 << 20 };
-    xfer_verbs_mrc_t *other;
-    xfer_verbs_mrc_stats_t st;
-    xfer_verbs_mr_t *mr;
+    xfer_regcache_params_t params = cache_params(16, 1 << 20);
+    xfer_regcache_t *other;
+    xfer_regcache_stats_t st;
+    xfer_regcache_entry_t *mr;
     char *m;
 
     cache_open(16, 1 << 20);
-    params.pd = pd;
-    cr_assert_eq(xfer_verbs_mrc_create(&params, &other), XFER_OK);
+    cr_assert_eq(xfer_regcache_create(&params, &other), XFER_OK);
     m = map_pages(NULL, 1);
     cr_assert(!touch(m, 10));
-    cr_assert_eq(xfer_verbs_mrc_get(other, m, 10, &mr), XFER_OK);
-    xfer_verbs_mrc_put(other, mr);
+    cr_assert_eq(xfer_regcache_get(other, m, 10, &mr), XFER_OK);
+    xfer_regcache_put(other, mr);
     cr_assert_eq(munmap(m, page), 0);
     map_pages(m, 1);
 
     cr_expect(!touch(m, 10), "the first cache kept its stale entry");
-    cr_assert_eq(xfer_verbs_mrc_get(other, m, 10, &mr), XFER_OK);
-    xfer_verbs_mrc_stats(other, &st);
+    cr_assert_eq(xfer_regcache_get(other, m, 10, &mr), XFER_OK);
+    xfer_regcache_stats(other, &st);
     cr_expect_eq(st.misses, 2, "the second cache kept its stale entry");
     cr_expect_eq(st.invalidations, 1);
-    xfer_verbs_mrc_put(other, mr);
+    xfer_regcache_put(other, mr);
 
     /* destroyed: unmapping must not run into the freed cache (ASan and valgrind would say) */
-    xfer_verbs_mrc_destroy(other);
+    xfer_regcache_destroy(other);
     cr_assert_eq(munmap(m, page), 0);
     cr_expect(!touch(map_pages(m, 1), 10), "the remaining cache missed the report");
     munmap(m, page);
@@ -203,18 +202,17 @@ Test(verbs_unmap, no_reports_with_memory_events_off_caches_nothing)
 {
 #ifdef HAVE_UCM
     ucm_global_config_t saved = ucm_global_opts, off = ucm_global_opts;
-    xfer_verbs_mrc_params_t params;
+    xfer_regcache_params_t params;
 
     open_device();
     off.enable_events = 0;              /* what UCX_MEM_EVENTS=no sets */
     ucm_set_global_opts(&off);
-    params = (xfer_verbs_mrc_params_t){ .pd = pd, .access = ACCESS, .max_entries = 16,
-                                        .max_bytes = 1 << 20 };
-    cr_assert_eq(xfer_verbs_mrc_create(&params, &mrc), XFER_OK);
+    params = cache_params(16, 1 << 20);
+    cr_assert_eq(xfer_regcache_create(&params, &mrc), XFER_OK);
     ucm_set_global_opts(&saved);
-    cr_assert_not_null(xfer_verbs_mrc_uncached_why(mrc), "a cache without reports caches");
-    cr_expect(strstr(xfer_verbs_mrc_uncached_why(mrc), "UCX_MEM_EVENTS=no") != NULL,
-              "the reason does not name the cause: %s", xfer_verbs_mrc_uncached_why(mrc));
+    cr_assert_not_null(xfer_regcache_uncached_why(mrc), "a cache without reports caches");
+    cr_expect(strstr(xfer_regcache_uncached_why(mrc), "UCX_MEM_EVENTS=no") != NULL,
+              "the reason does not name the cause: %s", xfer_regcache_uncached_why(mrc));
     expect_uncached();
 #else
     cr_skip_test("built without libucm");
@@ -225,7 +223,7 @@ Test(verbs_unmap, no_reports_with_memory_events_off_caches_nothing)
 Test(verbs_unmap, reports_are_incomplete_under_a_memory_checker)
 {
     char why[XFER_REASON_MAX] = "";
-    int complete = xfer_verbs_unmapq_complete(why, sizeof(why));
+    int complete = xfer_unmapq_complete(why, sizeof(why));
 
     if (tu_malloc_is_checkers()) {
         cr_expect(!complete, "a memory checker's malloc() went unnoticed");

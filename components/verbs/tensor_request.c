@@ -241,14 +241,14 @@ void xfer_verbs_meta_cache_clear(xfer_ep_h ch)
 /* ---- destinations -------------------------------------------------------------------------- */
 
 xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
-                                    xfer_verbs_mr_t **mr_p)
+                                    xfer_regcache_entry_t **mr_p)
 {
-    xfer_verbs_mrc_stats_t before, after;
+    xfer_regcache_stats_t before, after;
     xfer_status_t status;
 
-    xfer_verbs_mrc_stats(ch->iface->mrc, &before);
-    status = xfer_verbs_mrc_get(ch->iface->mrc, addr, len, mr_p);
-    xfer_verbs_mrc_stats(ch->iface->mrc, &after);
+    xfer_regcache_stats(ch->iface->mrc, &before);
+    status = xfer_regcache_get(ch->iface->mrc, addr, len, mr_p);
+    xfer_regcache_stats(ch->iface->mrc, &after);
     ch->stats.mrc_hits      += after.hits - before.hits;
     ch->stats.mrc_misses    += after.misses - before.misses;
     ch->stats.mrc_evictions += after.evictions - before.evictions;
@@ -283,7 +283,7 @@ static xfer_status_t dest_set(xfer_verbs_treq_t *treq, void *buf, size_t capacit
         if (status != XFER_OK) {
             return status;
         }
-        treq->rkey = op->mr->mr->rkey;
+        treq->rkey = xfer_verbs_mr(op->mr)->rkey;
     }
     treq->addr = (uintptr_t)buf;
     return XFER_OK;
@@ -355,7 +355,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     }
     if (status != XFER_OK) {
         if (op->mr != NULL) {
-            xfer_verbs_mrc_put(ch->iface->mrc, op->mr);
+            xfer_regcache_put(ch->iface->mrc, op->mr);
         }
         xfer_verbs_op_free(op);
         free(treq);

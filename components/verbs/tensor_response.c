@@ -117,7 +117,7 @@ static void rsp_let_go(xfer_verbs_rsp_t *rsp)
     xfer_iface_h iface = ((xfer_ep_h)rsp->a->ep)->iface;
 
     if (rsp->mr != NULL) {
-        xfer_verbs_mrc_put(iface->mrc, rsp->mr);
+        xfer_regcache_put(iface->mrc, rsp->mr);
         rsp->mr = NULL;
     }
     if (rsp->bounce_mr != NULL) {
@@ -200,7 +200,7 @@ static void write_start(xfer_verbs_rsp_t *rsp)
         op->rkey  = rsp->dst_rkey;
         if (xfer_verbs_ch_mrc_get(ch, rsp->src, (size_t)len, &rsp->mr) == XFER_OK) {
             op->buf  = (void*)rsp->src;
-            op->lkey = rsp->mr->mr->lkey;
+            op->lkey = xfer_verbs_mr(rsp->mr)->lkey;
         } else {
             rsp->bounce = malloc((size_t)len);
             if (rsp->bounce != NULL) {

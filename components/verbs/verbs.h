@@ -7,8 +7,6 @@
  *   verbs_counters.c a channel's counters by name
  *   verbs_params.c   the parameters' enumerations (the table is verbs_params.h) and what
  *                    XFER_VERBS_MR_CACHE allows
- *   verbs_mrcache.c  registrations of user buffers found again by address and length
- *   verbs_unmapq.c   the ranges the process unmaps, reported by libucm, for the MR cache
  *   verbs_rma.c      registered memory, remote keys, put and get
  *   verbs_batch.c    descriptor-list batches (chains of RDMA work requests) and their
  *                    notifications (NOTIFY), both sides
@@ -26,7 +24,6 @@
 #include "config.h"
 
 #include "tensor_wire.h"
-#include "verbs_mrcache.h"
 #include "verbs_wire.h"
 
 #include <xfer/component.h>
@@ -131,7 +128,7 @@ struct xfer_verbs_op {
     size_t               len;
     xfer_memh_h          memh;      /* the user's registration of buf, or NULL */
     uint32_t             lkey;      /* of buf (user memh or cache entry) */
-    xfer_verbs_mr_t      *mr;       /* cache hold on buf, put at completion */
+    xfer_regcache_entry_t *mr;      /* cache hold on buf, put at completion */
 
     /* message to send */
     xfer_verbs_post_t    post;
@@ -216,7 +213,7 @@ struct xfer_verbs_rsp {
     xfer_tensor_wire_meta_t expect;     /* what the consumer expects */
     xfer_tensor_wire_meta_t meta;       /* the tensor as published */
     const void              *src;
-    xfer_verbs_mr_t         *mr;        /* cache hold on src */
+    xfer_regcache_entry_t   *mr;        /* cache hold on src */
     void                    *bounce;    /* src copied here when it cannot be registered */
     struct ibv_mr           *bounce_mr;
 };
@@ -395,7 +392,7 @@ struct xfer_iface {
     uint32_t                  max_inline;
     uint32_t                  rdma_chunk;   /* RDMA_CHUNK, at most the port's largest
                                              * message: longer transfers are split */
-    xfer_verbs_mrc_t          *mrc;
+    xfer_regcache_t           *mrc;         /* buffers the user did not register */
     int                       epfd;         /* comp channel, timer, channels' sockets */
     int                       timerfd;
     unsigned                  progress_count;
@@ -484,6 +481,12 @@ xfer_status_t xfer_verbs_cq_reserve(xfer_iface_h iface, int n, unsigned *idx_p);
 /* Give back what xfer_verbs_cq_reserve took. */
 void xfer_verbs_cq_release(xfer_iface_h iface, unsigned idx, int n);
 /* Work was posted to a QP of CQ idx: poll that CQ on every call until it has been idle. */
+/* The MR behind an entry of the registration cache (verbs_adapter.c registers them). */
+static inline struct ibv_mr *xfer_verbs_mr(const xfer_regcache_entry_t *entry)
+{
+    return entry->handle;
+}
+
 static inline void xfer_verbs_cq_touch(xfer_iface_h iface, unsigned idx)
 {
     iface->cq_hot |= UINT64_C(1) << idx;
@@ -635,7 +638,7 @@ void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status);
 void xfer_verbs_meta_cache_clear(xfer_ep_h ch);
 /* The MR cache on behalf of ch: counts its hits, misses and evictions there. */
 xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
-                                    xfer_verbs_mr_t **mr_p);
+                                    xfer_regcache_entry_t **mr_p);
 
 /* ---- tensor_response.c ----------------------------------------------------------------------- */
 /* Producer side of TENSOR_REQUEST, TENSOR_RE_REQUEST and of a withdrawal (ERROR_STATUS). */

@@ -213,32 +213,48 @@ static void corrupt_setup(xfer_iface_h iface)
 }
 
 
+#define MRC_ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)
+
+/* The registration cache's calls: an MR of the iface's protection domain. */
+static int mrc_reg(void *arg, uintptr_t start, uintptr_t end, void **handle_p)
+{
+    xfer_iface_h iface = arg;
+
+    errno     = 0;
+    *handle_p = ibv_reg_mr(iface->pd, (void*)start, end - start, MRC_ACCESS);
+    return (*handle_p != NULL) ? 0 : (errno != 0) ? errno : EIO;
+}
+
+static int mrc_dereg(void *arg, void *handle)
+{
+    (void)arg;
+    return ibv_dereg_mr(handle);
+}
+
 /*
- * The MR cache for buffers the user did not register: cached only where libucm's unmap reports
- * cover the process (verbs_mrcache.c says why). Where they do not, say so once per process, and
- * what it costs: a warning when libucm was wanted and failed, information when the user or a
- * memory checker turned caching off.
+ * The registration cache for buffers the user did not register: cached only where libucm's
+ * unmap reports cover the process (framework/regcache.c says why). Where they do not, say so
+ * once per process, and what it costs: a warning when libucm was wanted and failed,
+ * information when the user or a memory checker turned caching off.
  */
 static xfer_status_t mrc_setup(xfer_iface_h iface)
 {
     static int said;
-    xfer_verbs_mrc_params_t mrc_params;
+    xfer_regcache_params_t mrc_params = {.reg = mrc_reg, .dereg = mrc_dereg, .arg = iface,
+                                         .what = "ibv_reg_mr"};
     char why[XFER_REASON_MAX];
     xfer_log_level_t level = XFER_LOG_INFO;
     const char *refused;
     xfer_status_t status;
 
-    mrc_params.pd          = iface->pd;
-    mrc_params.access      = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_WRITE;
     mrc_params.max_entries = xfer_verbs_mr_cache_allowed(iface->cfg, why, sizeof(why)) ?
                              iface->cfg->mrc_max_entries : 0;
     mrc_params.max_bytes   = iface->cfg->mrc_max_bytes;
-    status = xfer_verbs_mrc_create(&mrc_params, &iface->mrc);
+    status = xfer_regcache_create(&mrc_params, &iface->mrc);
     if (status != XFER_OK) {
         return status;
     }
-    refused = xfer_verbs_mrc_uncached_why(iface->mrc);
+    refused = xfer_regcache_uncached_why(iface->mrc);
     if ((refused != NULL) && (mrc_params.max_entries > 0)) {
         snprintf(why, sizeof(why), "%s", refused);
         level = XFER_LOG_WARN;
@@ -367,7 +383,7 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     deliver(iface);
     xfer_verbs_batch_iface_cleanup(iface);
     if (iface->mrc != NULL) {
-        xfer_verbs_mrc_destroy(iface->mrc);
+        xfer_regcache_destroy(iface->mrc);
     }
     if (iface->ops != NULL) {
         xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
@@ -597,7 +613,7 @@ void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t le
                             uint64_t tag)
 {
     if (op->mr != NULL) {
-        xfer_verbs_mrc_put(op->iface->mrc, op->mr);
+        xfer_regcache_put(op->iface->mrc, op->mr);
         op->mr = NULL;
     }
     if (op->msg != op->msg_buf) {
@@ -629,9 +645,9 @@ xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh)
             return status;
         }
     }
-    status = xfer_verbs_mrc_get(op->iface->mrc, op->buf, op->len, &op->mr);
+    status = xfer_regcache_get(op->iface->mrc, op->buf, op->len, &op->mr);
     if (status == XFER_OK) {
-        op->lkey = op->mr->mr->lkey;
+        op->lkey = xfer_verbs_mr(op->mr)->lkey;
     }
     return status;
 }

@@ -8,7 +8,6 @@
 #include "verbs.h"
 #include "verbs_devices.h"
 #include "verbs_params.h"
-#include "verbs_unmapq.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -24,11 +23,11 @@ static const xfer_param_desc_t verbs_params[] = {
 static void mr_cache_describe(const xfer_verbs_config_t *cfg, char *text, size_t size)
 {
     char why[XFER_REASON_MAX];
-    xfer_verbs_unmapq_t *q;
+    xfer_unmapq_t *q;
 
     if (xfer_verbs_mr_cache_allowed(cfg, why, sizeof(why)) &&
-        (xfer_verbs_unmapq_create(&q, why, sizeof(why)) == XFER_OK)) {
-        xfer_verbs_unmapq_destroy(q);
+        (xfer_unmapq_create(&q, why, sizeof(why)) == XFER_OK)) {
+        xfer_unmapq_destroy(q);
         snprintf(text, size, "on: libucm reports unmapped memory");
     } else {
         xfer_reason_set(text, size, "off (registered per operation): %s", why);

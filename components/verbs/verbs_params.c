@@ -6,7 +6,6 @@
 
 #include "verbs.h"
 #include "verbs_params.h"
-#include "verbs_unmapq.h"
 
 const char *const xfer_verbs_mtu_values[] = {"auto", "256", "512", "1024", "2048", "4096",
                                              NULL};
@@ -22,5 +21,5 @@ int xfer_verbs_mr_cache_allowed(const xfer_verbs_config_t *cfg, char *why, size_
         xfer_reason_set(why, why_size, "XFER_VERBS_MR_CACHE_MAX_ENTRIES=0");
         return 0;
     }
-    return xfer_verbs_unmapq_complete(why, why_size);
+    return xfer_unmapq_complete(why, why_size);
 }

@@ -51,7 +51,7 @@ void xfer_verbs_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if (memh == NULL) {
         return;
     }
-    xfer_verbs_mrc_invalidate(iface->mrc, memh->mr->addr, memh->mr->length);
+    xfer_regcache_invalidate(iface->mrc, memh->mr->addr, memh->mr->length);
     if (ibv_dereg_mr(memh->mr) != 0) {
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "ibv_dereg_mr: %s", strerror(errno));
     }

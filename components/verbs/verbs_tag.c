@@ -101,12 +101,12 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
         }
         if (status != XFER_OK) {
             if (op->mr != NULL) {
-                xfer_verbs_mrc_put(ch->iface->mrc, op->mr);
+                xfer_regcache_put(ch->iface->mrc, op->mr);
             }
             xfer_verbs_op_free(op);
             return status;
         }
-        rts.rkey    = (memh != NULL) ? memh->mr->rkey : op->mr->mr->rkey;
+        rts.rkey    = (memh != NULL) ? memh->mr->rkey : xfer_verbs_mr(op->mr)->rkey;
         hdr.type    = XFER_VERBS_MSG_RTS;
         hdr.length  = XFER_VERBS_WIRE_RTS_LEN;
         xfer_verbs_wire_pack_rts(&rts, op->msg + XFER_VERBS_WIRE_HDR_LEN);

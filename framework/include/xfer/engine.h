@@ -37,6 +37,9 @@ static inline double xfer_now_sec(void)
     return (double)xfer_now_ns() * 1e-9;
 }
 
+/* The registration cache and the unmap reports (framework/regcache.c, unmapq.c). */
+#include <xfer/regcache.h>
+
 /*
  * Process-wide budgets (framework/budget.c): what peers make this process hold, summed over
  * every endpoint of every context. A transport takes from a kind when a peer makes it hold

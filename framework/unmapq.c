@@ -1,8 +1,8 @@
 /*
- * The queue of unmapped ranges fed by libucm (contract in verbs_unmapq.h).
+ * The queue of unmapped ranges fed by libucm (contract in xfer/regcache.h).
  *
- * The handler runs in any thread, inside munmap() and its kin - also inside a free() the verbs
- * component itself makes, and while another thread holds the context lock. It therefore takes
+ * The handler runs in any thread, inside munmap() and its kin - also inside a free() a
+ * transport itself makes, and while another thread holds the context lock. It therefore takes
  * no lock but the queue's spinlock, allocates nothing, logs nothing and calls nothing: it
  * appends the range (or widens the last one it touches) to the fill buffer. take() swaps the
  * fill and spare buffers under the spinlock and hands the filled one out, so the owner reads
@@ -16,7 +16,7 @@
  */
 #include "config.h"
 
-#include "verbs_unmapq.h"
+#include "xfer_int.h"
 
 #include <xfer/component.h>
 
@@ -35,17 +35,17 @@
  * order does not matter here: the handler only records. */
 #define UNMAPQ_PRIORITY 1000
 
-struct xfer_verbs_unmapq {
+struct xfer_unmapq {
     pthread_spinlock_t lock;
-    xfer_verbs_range_t *fill;       /* the handler appends here */
-    xfer_verbs_range_t *spare;      /* handed out by the last take */
+    xfer_unmap_range_t *fill;       /* the handler appends here */
+    xfer_unmap_range_t *spare;      /* handed out by the last take */
     unsigned           count;       /* ranges in fill */
     int                lost;        /* fill was full: ranges were dropped */
     int                pending;     /* count > 0 or lost; read without the lock by take() */
-    xfer_verbs_range_t ranges[2][XFER_VERBS_UNMAPQ_LEN];
+    xfer_unmap_range_t ranges[2][XFER_UNMAPQ_LEN];
 };
 
-int xfer_verbs_unmapq_complete(char *why, size_t why_size)
+int xfer_unmapq_complete(char *why, size_t why_size)
 {
 #ifdef HAVE_VALGRIND_MEMCHECK_H
     if (RUNNING_ON_VALGRIND) {
@@ -67,11 +67,11 @@ int xfer_verbs_unmapq_complete(char *why, size_t why_size)
 
 static void unmapped(ucm_event_type_t type, ucm_event_t *event, void *arg)
 {
-    xfer_verbs_unmapq_t *q = arg;
+    xfer_unmapq_t *q = arg;
     uintptr_t start = (uintptr_t)event->vm_unmapped.address;
     size_t size     = event->vm_unmapped.size;
     uintptr_t end   = (size > UINTPTR_MAX - start) ? UINTPTR_MAX : start + size;
-    xfer_verbs_range_t *last;
+    xfer_unmap_range_t *last;
 
     if ((type != UCM_EVENT_VM_UNMAPPED) || (size == 0)) {
         return;
@@ -81,7 +81,7 @@ static void unmapped(ucm_event_type_t type, ucm_event_t *event, void *arg)
     if ((last != NULL) && (start <= last->end) && (end >= last->start)) {
         last->start = (start < last->start) ? start : last->start;
         last->end   = (end > last->end) ? end : last->end;
-    } else if (q->count < XFER_VERBS_UNMAPQ_LEN) {
+    } else if (q->count < XFER_UNMAPQ_LEN) {
         q->fill[q->count].start = start;
         q->fill[q->count].end   = end;
         q->count++;
@@ -92,9 +92,9 @@ static void unmapped(ucm_event_type_t type, ucm_event_t *event, void *arg)
     pthread_spin_unlock(&q->lock);
 }
 
-xfer_status_t xfer_verbs_unmapq_create(xfer_verbs_unmapq_t **q_p, char *why, size_t why_size)
+xfer_status_t xfer_unmapq_create(xfer_unmapq_t **q_p, char *why, size_t why_size)
 {
-    xfer_verbs_unmapq_t *q;
+    xfer_unmapq_t *q;
     ucs_status_t status;
 
     q = calloc(1, sizeof(*q));
@@ -127,7 +127,7 @@ xfer_status_t xfer_verbs_unmapq_create(xfer_verbs_unmapq_t **q_p, char *why, siz
     return XFER_OK;
 }
 
-void xfer_verbs_unmapq_destroy(xfer_verbs_unmapq_t *q)
+void xfer_unmapq_destroy(xfer_unmapq_t *q)
 {
     if (q == NULL) {
         return;
@@ -137,10 +137,10 @@ void xfer_verbs_unmapq_destroy(xfer_verbs_unmapq_t *q)
     free(q);
 }
 
-unsigned xfer_verbs_unmapq_take(xfer_verbs_unmapq_t *q, const xfer_verbs_range_t **ranges_p,
+unsigned xfer_unmapq_take(xfer_unmapq_t *q, const xfer_unmap_range_t **ranges_p,
                                 int *lost_p)
 {
-    xfer_verbs_range_t *taken;
+    xfer_unmap_range_t *taken;
     unsigned n;
     int lost;
 
@@ -167,19 +167,19 @@ unsigned xfer_verbs_unmapq_take(xfer_verbs_unmapq_t *q, const xfer_verbs_range_t
 
 #else /* !HAVE_UCM */
 
-xfer_status_t xfer_verbs_unmapq_create(xfer_verbs_unmapq_t **q_p, char *why, size_t why_size)
+xfer_status_t xfer_unmapq_create(xfer_unmapq_t **q_p, char *why, size_t why_size)
 {
     (void)q_p;
     xfer_reason_set(why, why_size, "xfer was built without libucm");
     return XFER_ERR_UNAVAILABLE;
 }
 
-void xfer_verbs_unmapq_destroy(xfer_verbs_unmapq_t *q)
+void xfer_unmapq_destroy(xfer_unmapq_t *q)
 {
     (void)q;
 }
 
-unsigned xfer_verbs_unmapq_take(xfer_verbs_unmapq_t *q, const xfer_verbs_range_t **ranges_p,
+unsigned xfer_unmapq_take(xfer_unmapq_t *q, const xfer_unmap_range_t **ranges_p,
                                 int *lost_p)
 {
     (void)q;

@@ -1,13 +1,13 @@
 /*
- * The verbs memory-region cache (contract in verbs_mrcache.h).
+ * The registration cache (contract in xfer/regcache.h).
  *
- * What is at stake. The verbs component registers buffers the user never registered: the
+ * What is at stake. A transport such as verbs registers buffers the user never registered: the
  * source of a tag send or of a tensor published without a copy, the destination of a receive
  * or of a fetch. A registration pins the pages mapped at its addresses when it is made. If the
  * program unmaps them (munmap, or free() of a block malloc() had mapped on its own) and later
  * gets other memory at the same address, an entry found by address would make the device move
  * the old pages: data from or into memory the program no longer owns. So entries are kept only
- * while libucm reports every unmapping in the process (verbs_unmapq.c), and every get() and
+ * while libucm reports every unmapping in the process (unmapq.c), and every get() and
  * put() first drops the entries that overlap the ranges reported since the last look. Without
  * those reports the cache caches nothing: each get registers, each put deregisters.
  *
@@ -44,21 +44,19 @@
  */
 #include "config.h"
 
-#include "verbs_mrcache.h"
-#include "verbs_unmapq.h"
-
-#include <xfer/component.h>
+#include "xfer_int.h"
 
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/pgtable.h>
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define MRC_SUBSYS "verbs"
+#define MRC_SUBSYS "regcache"
 
 /*
  * Directories one insertion can need: a contiguous range partly covers at most two aligned
@@ -70,7 +68,7 @@
 
 typedef struct mrc_entry {
     ucs_pgt_region_t region;     /* the page table's key: [start, end), page aligned */
-    xfer_verbs_mr_t  pub;        /* what get() hands out */
+    xfer_regcache_entry_t pub;        /* what get() hands out */
     ucs_list_link_t  link;       /* on mrc->lru, mrc->inuse or mrc->detached */
     ucs_list_link_t  scratch;    /* on a list built by collect() */
     unsigned         holders;
@@ -82,31 +80,32 @@ typedef struct mrc_spare_dir {
     struct mrc_spare_dir *next;
 } mrc_spare_dir_t;
 
-struct xfer_verbs_mrc {
-    ucs_pgtable_t           pgtable;
-    xfer_verbs_mrc_params_t params;
-    uintptr_t               page_size;
-    ucs_list_link_t         lru;
-    ucs_list_link_t         inuse;
-    ucs_list_link_t         detached;
-    uint64_t                unheld_bytes;   /* bytes of the lru entries */
-    xfer_verbs_mrc_stats_t  stats;
-    mrc_spare_dir_t         *spare;
-    unsigned                num_spare;
-    xfer_verbs_unmapq_t     *unmapq;        /* NULL: caching nothing */
-    char                    uncached_why[XFER_REASON_MAX];
+struct xfer_regcache {
+    ucs_pgtable_t          pgtable;
+    xfer_regcache_params_t params;
+    uintptr_t              page_size;
+    ucs_list_link_t        lru;
+    ucs_list_link_t        inuse;
+    ucs_list_link_t        detached;
+    uint64_t               unheld_bytes;   /* bytes of the lru entries */
+    xfer_regcache_stats_t  stats;
+    mrc_spare_dir_t        *spare;
+    unsigned               num_spare;
+    xfer_unmapq_t          *unmapq;        /* NULL: caching nothing */
+    char                   uncached_why[XFER_REASON_MAX];
+    char                   what[64];       /* params.what, for the log */
 };
 
-static xfer_verbs_mrc_t *mrc_of_pgtable(const ucs_pgtable_t *pgtable)
+static xfer_regcache_t *mrc_of_pgtable(const ucs_pgtable_t *pgtable)
 {
-    return ucs_container_of(pgtable, xfer_verbs_mrc_t, pgtable);
+    return ucs_container_of(pgtable, xfer_regcache_t, pgtable);
 }
 
 /* ---- page-table directories ----------------------------------------------------------------- */
 
 static ucs_pgt_dir_t *dir_alloc(const ucs_pgtable_t *pgtable)
 {
-    xfer_verbs_mrc_t *mrc = mrc_of_pgtable(pgtable);
+    xfer_regcache_t *mrc = mrc_of_pgtable(pgtable);
     mrc_spare_dir_t *spare = mrc->spare;
     void *dir;
 
@@ -124,7 +123,7 @@ static ucs_pgt_dir_t *dir_alloc(const ucs_pgtable_t *pgtable)
 
 static void dir_release(const ucs_pgtable_t *pgtable, ucs_pgt_dir_t *dir)
 {
-    xfer_verbs_mrc_t *mrc = mrc_of_pgtable(pgtable);
+    xfer_regcache_t *mrc = mrc_of_pgtable(pgtable);
     mrc_spare_dir_t *spare = (mrc_spare_dir_t *)dir;
 
     if (mrc->num_spare >= MRC_DIR_SPARE_MAX) {
@@ -137,7 +136,7 @@ static void dir_release(const ucs_pgtable_t *pgtable, ucs_pgt_dir_t *dir)
 }
 
 /* Make sure the next insertion cannot run out of directories. */
-static int dirs_reserve(xfer_verbs_mrc_t *mrc)
+static int dirs_reserve(xfer_regcache_t *mrc)
 {
     mrc_spare_dir_t *spare;
     void *dir;
@@ -154,7 +153,7 @@ static int dirs_reserve(xfer_verbs_mrc_t *mrc)
     return 1;
 }
 
-static void dirs_free(xfer_verbs_mrc_t *mrc)
+static void dirs_free(xfer_regcache_t *mrc)
 {
     mrc_spare_dir_t *spare;
 
@@ -172,18 +171,20 @@ static uint64_t entry_bytes(const mrc_entry_t *entry)
     return entry->region.end - entry->region.start;
 }
 
-static void entry_free(mrc_entry_t *entry)
+static void entry_free(xfer_regcache_t *mrc, mrc_entry_t *entry)
 {
-    if (ibv_dereg_mr(entry->pub.mr) != 0) {
+    int err = mrc->params.dereg(mrc->params.arg, entry->pub.handle);
+
+    if (err != 0) {
         /* The memory may stay pinned, but the entry is gone either way: nothing can retry. */
-        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "ibv_dereg_mr of [0x%" PRIxPTR ", 0x%" PRIxPTR
-                 "): %s", entry->pub.start, entry->pub.end, strerror(errno));
+        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "releasing %s of [0x%" PRIxPTR ", 0x%" PRIxPTR
+                 "): %s", mrc->what, entry->pub.start, entry->pub.end, strerror(err));
     }
     free(entry);
 }
 
 /* Take a cached entry out of the lookup; deregister it now unless someone holds it. */
-static void entry_uncache(xfer_verbs_mrc_t *mrc, mrc_entry_t *entry)
+static void entry_uncache(xfer_regcache_t *mrc, mrc_entry_t *entry)
 {
     if (ucs_pgtable_remove(&mrc->pgtable, &entry->region) != UCS_OK) {
         xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "cached region [0x%" PRIxPTR ", 0x%" PRIxPTR
@@ -195,7 +196,7 @@ static void entry_uncache(xfer_verbs_mrc_t *mrc, mrc_entry_t *entry)
     ucs_list_del(&entry->link);
     if (entry->holders == 0) {
         mrc->unheld_bytes -= entry_bytes(entry);
-        entry_free(entry);
+        entry_free(mrc, entry);
     } else {
         ucs_list_add_tail(&mrc->detached, &entry->link);
     }
@@ -210,7 +211,7 @@ static void collect_cb(const ucs_pgtable_t *pgtable, ucs_pgt_region_t *region, v
 }
 
 /* Gather the cached entries overlapping [start, end) on 'found' (end > start). */
-static void collect(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
+static void collect(xfer_regcache_t *mrc, uintptr_t start, uintptr_t end,
                     ucs_list_link_t *found)
 {
     ucs_list_head_init(found);
@@ -218,7 +219,7 @@ static void collect(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
 }
 
 /* Evict least recently used unheld entries while over either bound. */
-static void trim(xfer_verbs_mrc_t *mrc)
+static void trim(xfer_regcache_t *mrc)
 {
     mrc_entry_t *victim;
 
@@ -234,7 +235,7 @@ static void trim(xfer_verbs_mrc_t *mrc)
 }
 
 /* Drop the cached entries overlapping [start, end) (end > start); returns how many. */
-static unsigned invalidate_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
+static unsigned invalidate_range(xfer_regcache_t *mrc, uintptr_t start, uintptr_t end,
                                  const char *why)
 {
     ucs_list_link_t found;
@@ -254,7 +255,7 @@ static unsigned invalidate_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr
 }
 
 /* Take every entry out of the lookup. */
-static void uncache_all(xfer_verbs_mrc_t *mrc)
+static void uncache_all(xfer_regcache_t *mrc)
 {
     mrc_entry_t *entry, *tmp;
 
@@ -273,21 +274,21 @@ static void uncache_all(xfer_verbs_mrc_t *mrc)
  * this file). Whatever this frees or deregisters may unmap in turn; those reports are queued
  * apart from the ranges being read here and are taken the next time.
  */
-static void unmaps_apply(xfer_verbs_mrc_t *mrc)
+static void unmaps_apply(xfer_regcache_t *mrc)
 {
-    const xfer_verbs_range_t *ranges;
+    const xfer_unmap_range_t *ranges;
     unsigned n;
     int lost;
 
     if (mrc->unmapq == NULL) {
         return;
     }
-    n = xfer_verbs_unmapq_take(mrc->unmapq, &ranges, &lost);
+    n = xfer_unmapq_take(mrc->unmapq, &ranges, &lost);
     mrc->stats.unmaps += n;
     if (lost) {
         xfer_log_at(XFER_LOG_DEBUG, MRC_SUBSYS, "more than %u unmapped ranges since the last "
                     "look: dropping all %" PRIu64 " cached registrations",
-                    XFER_VERBS_UNMAPQ_LEN, mrc->stats.entries);
+                    XFER_UNMAPQ_LEN, mrc->stats.entries);
         uncache_all(mrc);
         mrc->stats.flushes++;
         return;
@@ -306,19 +307,13 @@ static xfer_status_t status_of_errno(int err)
     return ((err == EFAULT) || (err == EINVAL)) ? XFER_ERR_INVALID_PARAM : XFER_ERR_NO_RESOURCE;
 }
 
-/* Returns 0 or the errno of the failed ibv_reg_mr. */
-static int register_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
-                          struct ibv_mr **mr_p)
+/* Returns 0 or the errno of the failed registration. */
+static int register_range(xfer_regcache_t *mrc, uintptr_t start, uintptr_t end,
+                          void **handle_p)
 {
-    struct ibv_mr *mr;
+    int err = mrc->params.reg(mrc->params.arg, start, end, handle_p);
 
-    errno = 0;
-    mr = ibv_reg_mr(mrc->params.pd, (void *)start, end - start, mrc->params.access);
-    if (mr == NULL) {
-        return (errno != 0) ? errno : EIO;   /* a provider that forgot to set errno */
-    }
-    *mr_p = mr;
-    return 0;
+    return ((err == 0) && (*handle_p == NULL)) ? EIO : err;
 }
 
 /*
@@ -326,7 +321,7 @@ static int register_range(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
  * cannot be registered (an overlapped region's memory may have been unmapped since the
  * reports were last taken), fall back to the request's own pages.
  */
-static xfer_status_t register_miss(xfer_verbs_mrc_t *mrc, uintptr_t start, uintptr_t end,
+static xfer_status_t register_miss(xfer_regcache_t *mrc, uintptr_t start, uintptr_t end,
                                    int cacheable, ucs_list_link_t *found, mrc_entry_t *entry)
 {
     uintptr_t mask  = mrc->page_size - 1;
@@ -334,7 +329,7 @@ static xfer_status_t register_miss(xfer_verbs_mrc_t *mrc, uintptr_t start, uintp
     uintptr_t last  = (end + mask) & ~mask;
     uintptr_t mfirst = first, mlast = last;
     mrc_entry_t *old;
-    struct ibv_mr *mr = NULL;
+    void *handle = NULL;
     int err;
 
     ucs_list_head_init(found);
@@ -346,25 +341,25 @@ static xfer_status_t register_miss(xfer_verbs_mrc_t *mrc, uintptr_t start, uintp
         }
     }
 
-    err = register_range(mrc, mfirst, mlast, &mr);
+    err = register_range(mrc, mfirst, mlast, &handle);
     if ((err != 0) && ((mfirst != first) || (mlast != last))) {
         xfer_log_at(XFER_LOG_DEBUG, MRC_SUBSYS, "registering merged range [0x%" PRIxPTR
                     ", 0x%" PRIxPTR "): %s; registering the request alone", mfirst, mlast,
                     strerror(err));
         mfirst = first;
         mlast  = last;
-        err    = register_range(mrc, mfirst, mlast, &mr);
+        err    = register_range(mrc, mfirst, mlast, &handle);
     }
     if (err != 0) {
-        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "ibv_reg_mr of [0x%" PRIxPTR ", 0x%" PRIxPTR
-                 ") (buffer [0x%" PRIxPTR ", 0x%" PRIxPTR "), access 0x%x): %s", mfirst, mlast,
-                 start, end, (unsigned)mrc->params.access, strerror(err));
+        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "%s of [0x%" PRIxPTR ", 0x%" PRIxPTR ") (buffer "
+                 "[0x%" PRIxPTR ", 0x%" PRIxPTR ")): %s", mrc->what, mfirst, mlast,
+                 start, end, strerror(err));
         return status_of_errno(err);
     }
 
     entry->region.start = mfirst;
     entry->region.end   = mlast;
-    entry->pub.mr       = mr;
+    entry->pub.handle   = handle;
     entry->pub.start    = mfirst;
     entry->pub.end      = mlast;
     entry->holders      = 1;
@@ -372,7 +367,7 @@ static xfer_status_t register_miss(xfer_verbs_mrc_t *mrc, uintptr_t start, uintp
 }
 
 /* Put a new, held entry into the lookup, or keep it detached when it cannot be cached. */
-static void entry_add(xfer_verbs_mrc_t *mrc, mrc_entry_t *entry, int cacheable)
+static void entry_add(xfer_regcache_t *mrc, mrc_entry_t *entry, int cacheable)
 {
     ucs_status_t status;
 
@@ -395,16 +390,17 @@ static void entry_add(xfer_verbs_mrc_t *mrc, mrc_entry_t *entry, int cacheable)
 
 /* ---- API ------------------------------------------------------------------------------------ */
 
-xfer_status_t xfer_verbs_mrc_create(const xfer_verbs_mrc_params_t *params,
-                                    xfer_verbs_mrc_t **mrc_p)
+xfer_status_t xfer_regcache_create(const xfer_regcache_params_t *params,
+                                    xfer_regcache_t **mrc_p)
 {
-    xfer_verbs_mrc_t *mrc;
+    xfer_regcache_t *mrc;
     long page_size;
     ucs_status_t status;
 
-    if ((params == NULL) || (params->pd == NULL) || (mrc_p == NULL)) {
-        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "mrc_create: no parameters or no protection "
-                 "domain given");
+    if ((params == NULL) || (params->reg == NULL) || (params->dereg == NULL) ||
+        (mrc_p == NULL)) {
+        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "regcache_create: no parameters or no "
+                 "registration calls given");
         return XFER_ERR_INVALID_PARAM;
     }
     page_size = sysconf(_SC_PAGESIZE);
@@ -423,14 +419,16 @@ xfer_status_t xfer_verbs_mrc_create(const xfer_verbs_mrc_params_t *params,
     ucs_list_head_init(&mrc->detached);
     status = ucs_pgtable_init(&mrc->pgtable, dir_alloc, dir_release);
     if (status != UCS_OK) {
-        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "mrc_create: page table: %s",
+        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "regcache_create: page table: %s",
                  ucs_status_string(status));
         free(mrc);
         return XFER_ERR_NO_MEMORY;
     }
+    snprintf(mrc->what, sizeof(mrc->what), "%s", (params->what != NULL) ? params->what :
+             "registration");
     if (params->max_entries == 0) {
         xfer_reason_set(mrc->uncached_why, sizeof(mrc->uncached_why), "max_entries is 0");
-    } else if (xfer_verbs_unmapq_create(&mrc->unmapq, mrc->uncached_why,
+    } else if (xfer_unmapq_create(&mrc->unmapq, mrc->uncached_why,
                                         sizeof(mrc->uncached_why)) != XFER_OK) {
         mrc->unmapq = NULL;
     }
@@ -438,7 +436,7 @@ xfer_status_t xfer_verbs_mrc_create(const xfer_verbs_mrc_params_t *params,
     return XFER_OK;
 }
 
-static unsigned free_list(xfer_verbs_mrc_t *mrc, ucs_list_link_t *list)
+static unsigned free_list(xfer_regcache_t *mrc, ucs_list_link_t *list)
 {
     mrc_entry_t *entry, *tmp;
     unsigned n = 0;
@@ -448,13 +446,13 @@ static unsigned free_list(xfer_verbs_mrc_t *mrc, ucs_list_link_t *list)
             ucs_pgtable_remove(&mrc->pgtable, &entry->region);
         }
         ucs_list_del(&entry->link);
-        entry_free(entry);
+        entry_free(mrc, entry);
         n++;
     }
     return n;
 }
 
-void xfer_verbs_mrc_destroy(xfer_verbs_mrc_t *mrc)
+void xfer_regcache_destroy(xfer_regcache_t *mrc)
 {
     unsigned held;
 
@@ -462,11 +460,11 @@ void xfer_verbs_mrc_destroy(xfer_verbs_mrc_t *mrc)
         return;
     }
     /* First: what is freed below may unmap, and no report may run into a freed cache. */
-    xfer_verbs_unmapq_destroy(mrc->unmapq);
+    xfer_unmapq_destroy(mrc->unmapq);
     mrc->unmapq = NULL;
     held = free_list(mrc, &mrc->inuse) + free_list(mrc, &mrc->detached);
     if (held > 0) {
-        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "mrc_destroy: %u memory region(s) still held; "
+        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "regcache_destroy: %u memory region(s) still held; "
                  "deregistered anyway", held);
     }
     free_list(mrc, &mrc->lru);
@@ -475,8 +473,8 @@ void xfer_verbs_mrc_destroy(xfer_verbs_mrc_t *mrc)
     free(mrc);
 }
 
-xfer_status_t xfer_verbs_mrc_get(xfer_verbs_mrc_t *mrc, const void *addr, size_t length,
-                                 xfer_verbs_mr_t **mr_p)
+xfer_status_t xfer_regcache_get(xfer_regcache_t *mrc, const void *addr, size_t length,
+                                 xfer_regcache_entry_t **mr_p)
 {
     uintptr_t start = (uintptr_t)addr;
     uintptr_t end;
@@ -490,7 +488,7 @@ xfer_status_t xfer_verbs_mrc_get(xfer_verbs_mrc_t *mrc, const void *addr, size_t
     if ((mrc == NULL) || (mr_p == NULL) || (addr == NULL) || (length == 0) ||
         (start > UINTPTR_MAX - mrc->page_size) ||
         (length > UINTPTR_MAX - mrc->page_size - start)) {
-        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "mrc_get: invalid buffer %p length %zu", addr,
+        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "regcache_get: invalid buffer %p length %zu", addr,
                  length);
         return XFER_ERR_INVALID_PARAM;
     }
@@ -520,7 +518,7 @@ xfer_status_t xfer_verbs_mrc_get(xfer_verbs_mrc_t *mrc, const void *addr, size_t
     }
     /* Without spare directories the insertion could abort inside libucs: register uncached. */
     if (cacheable && !dirs_reserve(mrc)) {
-        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "mrc_get: out of memory for the lookup; "
+        xfer_log(XFER_LOG_WARN, MRC_SUBSYS, "regcache_get: out of memory for the lookup; "
                  "registering [0x%" PRIxPTR ", 0x%" PRIxPTR ") uncached", start, end);
         cacheable = 0;
     }
@@ -539,7 +537,7 @@ xfer_status_t xfer_verbs_mrc_get(xfer_verbs_mrc_t *mrc, const void *addr, size_t
     return XFER_OK;
 }
 
-void xfer_verbs_mrc_put(xfer_verbs_mrc_t *mrc, xfer_verbs_mr_t *mr)
+void xfer_regcache_put(xfer_regcache_t *mrc, xfer_regcache_entry_t *mr)
 {
     mrc_entry_t *entry;
 
@@ -548,7 +546,7 @@ void xfer_verbs_mrc_put(xfer_verbs_mrc_t *mrc, xfer_verbs_mr_t *mr)
     }
     entry = ucs_container_of(mr, mrc_entry_t, pub);
     if (entry->holders == 0) {
-        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "mrc_put: region [0x%" PRIxPTR ", 0x%" PRIxPTR
+        xfer_log(XFER_LOG_ERROR, MRC_SUBSYS, "regcache_put: region [0x%" PRIxPTR ", 0x%" PRIxPTR
                  ") is not held", mr->start, mr->end);
         return;
     }
@@ -559,7 +557,7 @@ void xfer_verbs_mrc_put(xfer_verbs_mrc_t *mrc, xfer_verbs_mr_t *mr)
 
     ucs_list_del(&entry->link);
     if (!entry->cached) {
-        entry_free(entry);
+        entry_free(mrc, entry);
         return;
     }
     ucs_list_add_tail(&mrc->lru, &entry->link);
@@ -567,7 +565,7 @@ void xfer_verbs_mrc_put(xfer_verbs_mrc_t *mrc, xfer_verbs_mr_t *mr)
     trim(mrc);
 }
 
-unsigned xfer_verbs_mrc_invalidate(xfer_verbs_mrc_t *mrc, const void *addr, size_t length)
+unsigned xfer_regcache_invalidate(xfer_regcache_t *mrc, const void *addr, size_t length)
 {
     uintptr_t start = (uintptr_t)addr;
     uintptr_t end;
@@ -579,12 +577,12 @@ unsigned xfer_verbs_mrc_invalidate(xfer_verbs_mrc_t *mrc, const void *addr, size
     return invalidate_range(mrc, start, end, "deregistered");
 }
 
-const char *xfer_verbs_mrc_uncached_why(const xfer_verbs_mrc_t *mrc)
+const char *xfer_regcache_uncached_why(const xfer_regcache_t *mrc)
 {
     return ((mrc == NULL) || (mrc->unmapq != NULL)) ? NULL : mrc->uncached_why;
 }
 
-void xfer_verbs_mrc_stats(const xfer_verbs_mrc_t *mrc, xfer_verbs_mrc_stats_t *stats)
+void xfer_regcache_stats(const xfer_regcache_t *mrc, xfer_regcache_stats_t *stats)
 {
     if ((mrc == NULL) || (stats == NULL)) {
         return;
