@@ -644,12 +644,9 @@ xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
                                       xfer_memh_h *memh_p);
 void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
 /* Whether [addr, addr + length) lies inside the shm key's own bounds (which the peer wrote
- * apart from the framework's part of the key). Inline: a batch checks every descriptor. */
-static inline int xfer_shm_rkey_covers(xfer_rkey_h rkey, uint64_t addr, uint64_t length)
-{
-    return (addr >= rkey->addr) && (addr - rkey->addr <= rkey->length) &&
-           (length <= rkey->length - (addr - rkey->addr));
-}
+ * apart from the framework's part of the key). */
+#define xfer_shm_rkey_covers(_rkey, _addr, _length) \
+    xfer_range_within((_rkey)->addr, (_rkey)->length, _addr, _length)
 /* Whether rkey's memory is mapped here (mapped at its first use when it can be). */
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey);
 /* Whether shm_cuda.c's copies reach rkey from here: the peer's device memory, or

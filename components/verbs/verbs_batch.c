@@ -325,8 +325,7 @@ static xfer_status_t iov_check(xfer_ep_h ch, const xfer_batch_args_t *args, size
                      max_msg);
             return XFER_ERR_OUT_OF_RANGE;
         }
-        if ((v->remote < rkey->addr) || (v->length > rkey->length) ||
-            (v->remote - rkey->addr > rkey->length - v->length) ||
+        if (!xfer_range_within(rkey->addr, rkey->length, v->remote, v->length) ||
             (v->local + v->length < v->local)) {
             xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "batch descriptor %zu: %" PRIu64
                      " bytes at 0x%" PRIx64 " are outside the remote key's %" PRIu64

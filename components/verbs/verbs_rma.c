@@ -121,8 +121,7 @@ static xfer_status_t rma(xfer_ep_h ch, xfer_verbs_op_kind_t kind, int opcode, vo
                  length, (unsigned long long)ch->iface->cfg->max_msg_size);
         return XFER_ERR_OUT_OF_RANGE;
     }
-    if ((remote_addr < rkey->addr) || (length > rkey->length) ||
-        (remote_addr - rkey->addr > rkey->length - length)) {
+    if (!xfer_range_within(rkey->addr, rkey->length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     op = xfer_verbs_op_new(ch->iface, ch, kind, comp);
