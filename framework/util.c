@@ -117,3 +117,18 @@ void xfer_errors_append(char **text_p, const char *fmt, ...)
     }
     free(line);
 }
+
+long xfer_file_long(const char *path, long dflt)
+{
+    FILE *f = fopen(path, "r");
+    long value;
+
+    if (f == NULL) {
+        return dflt;
+    }
+    if (fscanf(f, "%li", &value) != 1) {
+        value = dflt;
+    }
+    fclose(f);
+    return value;
+}

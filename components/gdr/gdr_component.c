@@ -63,18 +63,9 @@ static const xfer_param_desc_t gdr_params[] = {
 static long sysfs_long(const char *dir, const char *file)
 {
     char path[512];
-    long value = -1;
-    FILE *f;
 
     snprintf(path, sizeof(path), "%s/%s", dir, file);
-    f = fopen(path, "r");
-    if (f != NULL) {
-        if (fscanf(f, "%li", &value) != 1) {
-            value = -1;
-        }
-        fclose(f);
-    }
-    return value;
+    return xfer_file_long(path, -1);
 }
 
 /* The kernel driver bound to a PCI device ("nvidia", "vfio-pci"), or "none". */

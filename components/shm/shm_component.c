@@ -165,16 +165,7 @@ xfer_status_t xfer_shm_host_id(xfer_shm_host_id_t *id, int cma, char *why, size_
 /* The kernel's Yama ptrace policy: -1 when there is none (no restriction from it). */
 static int yama_scope(void)
 {
-    FILE *f = fopen(YAMA_PATH, "r");
-    int scope = -1;
-
-    if (f != NULL) {
-        if (fscanf(f, "%d", &scope) != 1) {
-            scope = -1;
-        }
-        fclose(f);
-    }
-    return scope;
+    return (int)xfer_file_long(YAMA_PATH, -1);
 }
 
 int xfer_shm_cma_allowed(const xfer_shm_config_t *cfg, char *why, size_t why_size)

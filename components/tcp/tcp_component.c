@@ -162,7 +162,6 @@ static xfer_device_attr_t *device_find_or_add(xfer_component_attr_t *attr, const
 {
     xfer_device_attr_t *dev;
     char path[128];
-    FILE *f;
 
     for (uint32_t i = 0; i < attr->num_devices; i++) {
         if (strcmp(attr->devices[i].name, name) == 0) {
@@ -176,15 +175,8 @@ static xfer_device_attr_t *device_find_or_add(xfer_component_attr_t *attr, const
     memset(dev, 0, sizeof(*dev));
     snprintf(dev->name, sizeof(dev->name), "%s", name);
     snprintf(dev->kind, sizeof(dev->kind), "net");
-    dev->numa_node = -1;
     snprintf(path, sizeof(path), "/sys/class/net/%s/device/numa_node", name);
-    f = fopen(path, "r");
-    if (f != NULL) {
-        if (fscanf(f, "%d", &dev->numa_node) != 1) {
-            dev->numa_node = -1;
-        }
-        fclose(f);
-    }
+    dev->numa_node = (int)xfer_file_long(path, -1);
     return dev;
 }
 

@@ -512,6 +512,10 @@ XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t l
 XFER_API void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n,
                                const char *prefix, const char *name, uint64_t value);
 
+/* The one number (decimal, or hexadecimal with 0x) a file holds - a sysfs or procfs
+ * attribute - or dflt when it cannot be read. */
+XFER_API long xfer_file_long(const char *path, long dflt);
+
 /* Append one key/value attribute to a device; silently drops past XFER_DEVICE_ATTR_MAX. */
 XFER_API void xfer_device_attr_add(xfer_device_attr_t *dev, const char *key, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
