@@ -117,13 +117,18 @@ static int keys_are_the_hcas(void)
     return strcmp(tp_transport(), "verbs") == 0;
 }
 
-/* Where B's own secret sits in its blob (*width_p bytes): over verbs the rkey, 4 bytes at
- * offset 4 (verbs_wire.h: magic, rkey, address, length); else see secret_at. */
+/* Where B's own secret sits in its blob (*width_p bytes): over verbs the HCA's rkey, the 4
+ * bytes after the magic "XVRK" of verbs' part of the key (verbs_wire.h: magic, rkey,
+ * address, length); else see secret_at. */
 static long secret_field(const keys_t *k, size_t *width_p)
 {
     if (keys_are_the_hcas()) {
+        const uint8_t *m = memmem(k->blob[1], k->len[1], "XVRK", 4);
+        long at          = (m != NULL) ? (long)(m - k->blob[1]) + 4 : -1;
+
         *width_p = 4;
-        return (memcmp(k->blob[0] + 4, k->blob[1] + 4, 4) != 0) ? 4 : -1;
+        return ((at >= 0) && ((size_t)at + 4 <= k->len[1]) &&
+                (memcmp(k->blob[0] + at, k->blob[1] + at, 4) != 0)) ? at : -1;
     }
     *width_p = 8;
     return secret_at(k->blob[0], k->blob[1], k->len[0], xfer_rkey_address(k->rkey[0]));
