@@ -39,7 +39,8 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
         FUZZ_CHECK((lim.limits.max_msg_size == lim2.limits.max_msg_size) &&
                    (lim.limits.max_key_len == lim2.limits.max_key_len) &&
                    (lim.lanes == lim2.lanes) && (lim.lane_port == lim2.lane_port) &&
-                   (lim.token == lim2.token), "endpoint address changed");
+                   (lim.token == lim2.token) && (lim.flags == lim2.flags),
+                   "endpoint address changed");
     }
     if ((size >= XFER_TCP_WIRE_LANE_HELLO_LEN) &&
         (xfer_tcp_wire_unpack_lane_hello(data, &hello, why, sizeof(why)) == XFER_OK)) {
@@ -293,13 +294,15 @@ static void round_trip_values(const uint8_t *data, size_t size)
     lim.lanes               = (uint8_t)(1 + fuzz_take(&c, 1) % XFER_TCP_WIRE_LANES_MAX);
     lim.lane_port           = (uint16_t)(1 + fuzz_take(&c, 2) % 65535);
     lim.token               = fuzz_take(&c, 8);
+    lim.flags               = (uint8_t)(fuzz_take(&c, 1) & XFER_TCP_WIRE_ADDR_TLS);
     xfer_tcp_wire_pack_ep_addr(&lim, buf);
     FUZZ_CHECK(xfer_tcp_wire_unpack_ep_addr(buf, XFER_TCP_WIRE_EP_ADDR_LEN, &lim2) == XFER_OK,
                "a packed endpoint address does not parse");
     FUZZ_CHECK((lim.limits.max_key_len == lim2.limits.max_key_len) &&
                (lim.limits.max_msg_size == lim2.limits.max_msg_size) &&
                (lim.lanes == lim2.lanes) && (lim.lane_port == lim2.lane_port) &&
-               (lim.token == lim2.token), "endpoint address changed");
+               (lim.token == lim2.token) && (lim.flags == lim2.flags),
+               "endpoint address changed");
 
     /* every share of a striped length is inside it, and together they cover it once */
     {
