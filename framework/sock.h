@@ -44,9 +44,7 @@ xfer_status_t xfer_sock_connect_any(const struct addrinfo *list, int64_t deadlin
  * peer's address as text), XFER_INPROGRESS when none is waiting, or the error. */
 xfer_status_t xfer_sock_accept(int listen_fd, int *fd_p, char *peer, size_t peer_size,
                                char *why, size_t why_size);
-/* Wait until fd reports one of events (poll's), or XFER_ERR_TIMEOUT at the deadline. */
-xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms, const char *what,
-                             char *why, size_t why_size);
+/* xfer_sock_wait(): component.h, for the components' handshakes too. */
 /* Non-blocking: send or receive what the socket takes or has now, up to len bytes;
  * *done_p is how many (0 when it would block). A receive that finds the connection closed
  * fails with XFER_ERR_CONNECTION. */

@@ -643,10 +643,6 @@ xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
 xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);
 void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
-/* Whether [addr, addr + length) lies inside the shm key's own bounds (which the peer wrote
- * apart from the framework's part of the key). */
-#define xfer_shm_rkey_covers(_rkey, _addr, _length) \
-    xfer_range_within((_rkey)->addr, (_rkey)->length, _addr, _length)
 /* Whether rkey's memory is mapped here (mapped at its first use when it can be). */
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey);
 /* Whether shm_cuda.c's copies reach rkey from here: the peer's device memory, or

@@ -113,7 +113,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
 
-        if (!xfer_shm_rkey_covers(rkey, v->remote, v->length)) {
+        if (!xfer_range_within(rkey->addr, rkey->length, v->remote, v->length)) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "batch descriptor %zu (%llu bytes at "
                      "0x%llx) lies outside the peer's region", i,
                      (unsigned long long)v->length, (unsigned long long)v->remote);
@@ -349,8 +349,8 @@ static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer
     shm_batch_t *b;
 
     /* a batch whose first descriptor is refused is refused whole: nothing of it went */
-    if (!xfer_shm_rkey_covers(args->rkey, args->iov[0].remote, args->iov[0].length) ||
-        (args->iov[0].length > ep->max_msg)) {
+    if (!xfer_range_within(args->rkey->addr, args->rkey->length, args->iov[0].remote,
+                           args->iov[0].length) || (args->iov[0].length > ep->max_msg)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     b = batch_new(ep, args, comp);

@@ -276,7 +276,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     if ((rkey == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (!xfer_shm_rkey_covers(rkey, remote_addr, length)) {
+    if (!xfer_range_within(rkey->addr, rkey->length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (rkey->pid != (uint32_t)ep->peer_pid) {

@@ -368,8 +368,8 @@ struct xfer_ep {
     uint32_t            bad_keys;       /* peer requests whose key fit no region */
     int                 has_secret;     /* authenticated bootstrap: lanes prove secret */
     uint8_t             secret[XFER_EP_SECRET_LEN];
-    int                 tls;            /* every connection runs TLS (XFER_TCP_TLS) */
-    uint8_t             tls_lanes[32];  /* lane 0's exported secret the lanes' keys come from */
+    uint8_t             tls_lanes[32];  /* XFER_TCP_TLS: lane 0's exported secret, whence the
+                                         * lanes' keys */
     uint64_t            token;          /* a lane's LANE_HELLO names this endpoint by it */
     xfer_tcp_lane_port_t *lport;        /* server: where its lanes come; NULL: one lane */
     xfer_tcp_lane_t     *lanes;

@@ -67,8 +67,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         memcpy(ep->secret, params->secret, XFER_EP_SECRET_LEN);
         ep->has_secret = 1;
     }
-    ep->tls = iface->cfg->tls;
-    if (ep->tls && !ep->has_secret) {
+    if (iface->cfg->tls && !ep->has_secret) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "ep_create: XFER_TCP_TLS=y needs the "
                  "endpoint's secret from the authenticated bootstrap, and none was given");
         status = XFER_ERR_INVALID_PARAM;
@@ -141,7 +140,8 @@ xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     }
     {
         xfer_tcp_wire_ep_addr_t addr = {.limits = ep->iface->limits,
-                                        .flags  = ep->tls ? XFER_TCP_WIRE_ADDR_TLS : 0};
+                                        .flags  = ep->iface->cfg->tls ? XFER_TCP_WIRE_ADDR_TLS :
+                                                  0};
 
         xfer_tcp_lanes_ep_addr(ep, &addr);
         xfer_tcp_wire_pack_ep_addr(&addr, buf);
@@ -207,11 +207,12 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
                  "a tcp v%u address", addr_len, XFER_TCP_WIRE_VERSION);
         return XFER_ERR_PROTOCOL;
     }
-    if (((peer.flags & XFER_TCP_WIRE_ADDR_TLS) != 0) != ep->tls) {
+    if (((peer.flags & XFER_TCP_WIRE_ADDR_TLS) != 0) != ep->iface->cfg->tls) {
         xfer_log_peer("tls_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "the %s %s XFER_TCP_TLS=y "
                       "and this side %s: both must, so the endpoint is not connected",
-                      ep->is_server ? "client" : "server", ep->tls ? "does not set" : "sets",
-                      ep->tls ? "does" : "does not");
+                      ep->is_server ? "client" : "server",
+                      ep->iface->cfg->tls ? "does not set" : "sets",
+                      ep->iface->cfg->tls ? "does" : "does not");
         return XFER_ERR_UNSUPPORTED;
     }
     if (peer.limits.max_msg_size < ep->limits.max_msg_size) {
@@ -226,7 +227,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         return XFER_ERR_IO;
     }
     /* before the lanes: their keys come from lane 0's TLS */
-    if (ep->tls) {
+    if (ep->iface->cfg->tls) {
         char why[XFER_REASON_MAX];
 
         status = xfer_tcp_tls_ep_start(ep, why, sizeof(why));

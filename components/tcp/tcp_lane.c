@@ -119,7 +119,7 @@ xfer_status_t xfer_tcp_lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
     struct epoll_event ev = {.events = 0, .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
 
     /* the hello was the lane's last byte in the clear */
-    if (lane->ep->tls) {
+    if (lane->ep->iface->cfg->tls) {
         char why[XFER_REASON_MAX];
         xfer_status_t status = xfer_tcp_tls_lane(lane->ep, lane->idx, fd, why, sizeof(why));
 

@@ -277,7 +277,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
             break;
         }
         /* its keys come from lane 0's TLS, which a client finishes before its lanes */
-        if (ep->tls && (ep->state == XFER_TCP_EP_CREATED)) {
+        if (iface->cfg->tls && (ep->state == XFER_TCP_EP_CREATED)) {
             snprintf(why, sizeof(why), "lane %u came before its endpoint's TLS", hello.lane);
             break;
         }

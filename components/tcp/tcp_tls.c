@@ -282,9 +282,8 @@ static SSL_CTX *ctx_new(int is_server)
 static int handshake(SSL *ssl, int fd, int64_t until, char *why, size_t why_size)
 {
     for (;;) {
-        struct pollfd pfd = {.fd = fd};
         int ret = SSL_do_handshake(ssl);
-        int err, left;
+        int err;
 
         if (ret == 1) {
             return 1;
@@ -302,11 +301,9 @@ static int handshake(SSL *ssl, int fd, int64_t until, char *why, size_t why_size
             xfer_reason_set(why, why_size, "TLS handshake failed: %s", buf);
             return 0;
         }
-        pfd.events = (err == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT;
-        left       = (int)(until - xfer_now_ms());
-        if ((left <= 0) || (poll(&pfd, 1, left) == 0)) {
-            xfer_reason_set(why, why_size, "TLS handshake: no answer within "
-                            "XFER_TCP_TLS_TIMEOUT");
+        if (xfer_sock_wait(fd, (err == SSL_ERROR_WANT_READ) ? POLLIN : POLLOUT, until,
+                           "finish the TLS handshake (XFER_TCP_TLS_TIMEOUT)", why,
+                           why_size) != XFER_OK) {
             return 0;
         }
     }

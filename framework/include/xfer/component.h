@@ -499,6 +499,12 @@ XFER_API int  xfer_ep_secret_tag_equal(const uint8_t *a, const uint8_t *b);
 #define xfer_log_at(_lvl, _subsys, ...) \
     do { if (xfer_log_enabled(_lvl)) xfer_log(_lvl, _subsys, __VA_ARGS__); } while (0)
 
+/* Wait until fd reports one of events (poll's) - XFER_OK - or XFER_ERR_TIMEOUT at
+ * deadline_ms (xfer_now_ms()), why saying "timed out waiting to <what>"; XFER_ERR_IO when
+ * poll fails. */
+XFER_API xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms,
+                                      const char *what, char *why, size_t why_size);
+
 /* Copy a formatted reason into a fixed buffer (truncating safely). */
 XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
