@@ -251,6 +251,7 @@ typedef struct xfer_tcp_lane {
     int                 peer_closed;
     int                 drained;    /* a read this round came back short */
     uint64_t            rx_round;   /* bytes read this round (at most XFER_FAIR_SLICE) */
+    uint64_t            rx_gen;     /* the round (iface->rx_gen) rx_round counts */
     ucs_list_link_t     txq;        /* xfer_tcp_seg_t */
     uint64_t            tx_queued, tx_written;
     /* the share being received: want bytes into dest (CUDA memory when dev), then drain */
@@ -350,6 +351,7 @@ struct xfer_ep {
     int                 in_tx_ready;    /* on iface->tx_ready */
     ucs_list_link_t     tx_ready_link;
     uint64_t            rx_round;       /* bytes read this round (XFER_FAIR_SLICE bounds it) */
+    uint64_t            rx_gen;         /* the round (iface->rx_gen) rx_round counts */
     int                 rx_drained;     /* a read this round came back short: the socket is
                                          * empty, do not pay for a read that says EAGAIN */
     ucs_list_link_t     ready_link;
@@ -437,6 +439,8 @@ struct xfer_iface {
     ucs_list_link_t          lane_retry;    /* client lanes to connect again (retry_at) */
     ucs_list_link_t          hot;           /* busy poll: the eps read directly */
     int64_t                  epoll_at_ns;   /* busy poll: when epoll was last asked */
+    uint64_t                 rx_gen;        /* progress() calls: a round of reading is one call,
+                                             * however many times it reaches an endpoint */
     unsigned                 busy_polls;    /* progress() calls since epoll was last asked
                                              * (busy poll, or no endpoint) */
     uint8_t                  *scratch;      /* XFER_TCP_RX_BUF_LEN: drained bytes, and shares

@@ -401,6 +401,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     unsigned long n;
     int num;
 
+    iface->rx_gen++;
     while (!ucs_list_is_empty(&iface->failing)) {
         xfer_ep_h ep = ucs_list_extract_head(&iface->failing, struct xfer_ep, failing_link);
 

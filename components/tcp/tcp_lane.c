@@ -467,8 +467,11 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
     }
     if ((events & (EPOLLIN | EPOLLRDHUP)) && lane->rx_active && (ep->state ==
                                                                  XFER_TCP_EP_CONNECTED)) {
-        lane->drained  = 0;
-        lane->rx_round = 0;     /* its event: a new round for it */
+        lane->drained = 0;
+        if (lane->rx_gen != ep->iface->rx_gen) {
+            lane->rx_gen   = ep->iface->rx_gen;
+            lane->rx_round = 0;     /* its first event in this progress(): a new slice */
+        }
         if ((xfer_tcp_lane_rx(lane) == 1) && (ep->rx.state == XFER_TCP_RX_DATA)) {
             return xfer_tcp_ep_rx_progress(ep) + 1;     /* the frame may be complete */
         }

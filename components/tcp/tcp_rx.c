@@ -113,23 +113,36 @@ static int rx_read_error(xfer_ep_h ep, ssize_t ret)
 
 int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p)
 {
-    size_t space = 0;
+    uint64_t slice = XFER_IFACE_FAIR_SLICE(&ep->iface->params);
+    size_t space   = 0, left, cut_len = 0;
+    int cnt        = 0;
     ssize_t ret;
 
     if (ep->rx_drained) {
         return 0;
     }
-    if (ep->rx_round >= XFER_IFACE_FAIR_SLICE(&ep->iface->params)) {
+    if (ep->rx_round >= slice) {
         /* this peer had its slice of the round: the rest in the next, in turn with others */
         xfer_tcp_iface_rx_kick(ep->iface, ep);
         return 0;
     }
-    for (int i = 0; i < iovcnt; i++) {
-        space += iov[i].iov_len;
+    /* one read takes at most what is left of the slice: the socket's queue can hold far
+     * more (tcp_rmem's maximum, tens of MiB), all of it copied in a single readv otherwise */
+    left = (size_t)(slice - ep->rx_round);
+    while ((cnt < iovcnt) && (space < left)) {
+        space += iov[cnt++].iov_len;
+    }
+    if (space > left) {
+        cut_len                = iov[cnt - 1].iov_len;
+        iov[cnt - 1].iov_len  -= space - left;
+        space                  = left;
     }
     do {
-        ret = readv(ep->fd, iov, iovcnt);
+        ret = readv(ep->fd, iov, cnt);
     } while ((ret < 0) && (errno == EINTR));
+    if (cut_len != 0) {
+        iov[cnt - 1].iov_len = cut_len;     /* the caller's iovec as it was */
+    }
     if (ret <= 0) {
         return rx_read_error(ep, ret);
     }
@@ -450,7 +463,10 @@ unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
     unsigned frames = 0;
 
     ep->rx_drained = 0;     /* called on an event, or with input buffered: read again */
-    ep->rx_round   = 0;
+    if (ep->rx_gen != ep->iface->rx_gen) {
+        ep->rx_gen   = ep->iface->rx_gen;
+        ep->rx_round = 0;   /* its first look in this progress(): a new slice */
+    }
     while (ep->state == XFER_TCP_EP_CONNECTED) {
         if (frames >= XFER_TCP_RX_BUDGET) {
             xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */
