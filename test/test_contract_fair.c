@@ -119,15 +119,18 @@ static void flag_cb(xfer_request_t *req, xfer_status_t status, void *arg)
 }
 
 /*
- * Echo B's pings until it stops; after each, between(arg) when given. Returns the most CPU time
- * (us) one xfer_progress() took meanwhile: what one peer's work costs every other endpoint per
- * round, whatever else the machine runs (a wall-clock round trip also counts the scheduler).
+ * Echo B's pings until it stops; after each, between(arg) when given. Fills top with the three
+ * most CPU times (us, longest first) one xfer_progress() took meanwhile: what one peer's work
+ * costs every other endpoint per round, whatever else the machine runs (a wall-clock round
+ * trip also counts the scheduler). The third is the measure: of some ten thousand calls, one
+ * or two can take longer for reasons outside xfer (time the hypervisor took from a virtual
+ * CPU is counted as the thread's, a huge page compacted on a fault), where a call that moved
+ * a whole message would be long at every message.
  */
-static double echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep,
-                              void (*between)(void *arg), void *arg)
+static void echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep,
+                            void (*between)(void *arg), void *arg, double top[3])
 {
     xfer_request_t *r = NULL;
-    double max_us     = 0;
     uint64_t msg, got;
 
     for (;;) {
@@ -141,15 +144,22 @@ static double echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep,
 
             cr_assert_lt(tp_now_ms(), end, "no ping in %d ms", TP_WAIT_MS * 2);
             xfer_progress(ctx);
-            dt     = thread_cpu_us() - t0;
-            max_us = (dt > max_us) ? dt : max_us;
+            dt = thread_cpu_us() - t0;
+            for (int k = 0; k < 3; k++) {
+                if (dt > top[k]) {
+                    double was = top[k];
+
+                    top[k] = dt;
+                    dt     = was;
+                }
+            }
         }
         cr_assert_eq(xfer_request_test(r), XFER_OK);
         got = xfer_request_tag(r);
         xfer_request_release(r);
         r = NULL;
         if (got == TAG_STOP) {
-            return max_us;
+            return;
         }
         cr_assert_eq(xfer_tag_send(b_ep, TAG_PING, &msg, sizeof(msg), NULL, NULL, NULL, NULL),
                      XFER_OK);
@@ -165,7 +175,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     xfer_endpoint_t *a_ep, *b_ep;
     xfer_context_t *ctx = tp_context(0);
     uint64_t st, ms, n, p99, max;
-    double call_us;
+    double call_us[3] = {0, 0, 0};
     xfer_listener_t *l;
     xfer_mem_t *mem;
     tp_peer_t a, b;
@@ -184,7 +194,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     tp_client_spawn(&b, addr, cli_ping, NULL, NULL);
     cr_assert_eq(xfer_accept(l, TP_WAIT_MS, &b_ep), XFER_OK);
     /* echo B's pings until it stops; A's batch moves meanwhile */
-    call_us = echo_until_stop(ctx, b_ep, NULL, NULL);
+    echo_until_stop(ctx, b_ep, NULL, NULL, call_us);
     n   = tp_recv(&b);
     p99 = tp_recv(&b);
     max = tp_recv(&b);
@@ -197,8 +207,8 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     cr_log_info("over %s: %llu round trips while a 256 GiB batch moved, p99 %llu us, max %llu "
                 "us, one progress call at most %.0f us of CPU; the batch ended with %s after "
                 "%llu ms", tp_transport(), (unsigned long long)n, (unsigned long long)p99,
-                (unsigned long long)max, call_us, xfer_status_string((xfer_status_t)(int64_t)st),
-                (unsigned long long)ms);
+                (unsigned long long)max, call_us[0],
+                xfer_status_string((xfer_status_t)(int64_t)st), (unsigned long long)ms);
     cr_expect_gt(n, 100, "the other endpoint was held: %llu round trips in %d ms",
                  (unsigned long long)n, PINGS_MS);
     cr_expect_lt(p99, 100000u * tp_slowdown(), "p99 round trip %llu us",
@@ -306,7 +316,7 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
     xfer_context_t *ctx = small_slice_context();
     big_rx_t x = {{malloc(BIG_MSG), malloc(BIG_MSG)}, {NULL, NULL}, 0};
     uint64_t n, p99, max, sent, taken;
-    double call_us;
+    double call_us[3] = {0, 0, 0};
     big_take_t bt;
     xfer_endpoint_t *a_ep, *b_ep;
     xfer_listener_t *l;
@@ -327,7 +337,7 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
     cr_assert_eq(xfer_accept(l, TP_WAIT_MS, &b_ep), XFER_OK);
     /* echo B's pings until it stops, taking A's messages as they come */
     bt    = (big_take_t){ctx, a_ep, &x, 0};
-    call_us = echo_until_stop(ctx, b_ep, big_take_cb, &bt);
+    echo_until_stop(ctx, b_ep, big_take_cb, &bt, call_us);
     taken = bt.taken;
     n   = tp_recv(&b);
     p99 = tp_recv(&b);
@@ -343,9 +353,10 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
     }
     tp_send(&a, 0);
     cr_log_info("over %s: %llu round trips while %llu messages of %u MiB came from another "
-                "peer, p99 %llu us, max %llu us; one progress call at most %.0f us of CPU",
-                tp_transport(), (unsigned long long)n, (unsigned long long)sent, BIG_MSG >> 20,
-                (unsigned long long)p99, (unsigned long long)max, call_us);
+                "peer, p99 %llu us, max %llu us; the longest progress calls took %.0f, %.0f "
+                "and %.0f us of CPU", tp_transport(), (unsigned long long)n,
+                (unsigned long long)sent, BIG_MSG >> 20, (unsigned long long)p99,
+                (unsigned long long)max, call_us[0], call_us[1], call_us[2]);
     cr_expect_geq(sent, 1, "the other peer's messages did not flow");
     cr_expect_gt(n, 100, "the other endpoint was held: %llu round trips in %d ms",
                  (unsigned long long)n, PINGS_MS);
@@ -357,10 +368,11 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
      * finds (a NIC takes no CPU of ours), so there it is logged only. */
     if (getenv("RXE_GUEST") != NULL) {
         fprintf(stderr, "[note] one progress call took at most %.0f us of CPU, rxe's copies "
-                "included: not checked over Soft-RoCE\n", call_us);
+                "included: not checked over Soft-RoCE\n", call_us[0]);
     } else {
-        cr_expect_lt(call_us, CALL_CPU_US * tp_slowdown(), "one progress call took %.0f us of "
-                     "CPU while %llu messages came", call_us, (unsigned long long)sent);
+        cr_expect_lt(call_us[2], CALL_CPU_US * tp_slowdown(), "progress calls took %.0f, %.0f "
+                     "and %.0f us of CPU while %llu messages came", call_us[0], call_us[1],
+                     call_us[2], (unsigned long long)sent);
     }
     tp_child_expect_ok(&b, 30);
     tp_child_expect_ok(&a, 30);
