@@ -231,8 +231,7 @@ struct xfer_ep {
     int                 fd;             /* the bootstrap connection: doorbell and liveness */
     int                 is_server;
     xfer_shm_ep_state_t state;
-    xfer_status_t       fail_status;
-    char                fail_reason[XFER_REASON_MAX];
+    xfer_ep_fail_t      fail;       /* its failure, told once */
     int                 peer_gone;      /* its connection ended: what it wrote is all */
     int                 bye_clean;      /* its BYE came when all we wrote was delivered and
                                          * answered: a flush after it succeeds */
@@ -283,10 +282,6 @@ struct xfer_ep {
     xfer_tanswer_list_t treqs;          /* the peer's tensor requests (the engine's) */
     int                 in_rx;          /* its input is being handled: answers wait */
 
-    int                 in_failing;
-    ucs_list_link_t     failing_link;
-    int                 in_notify;
-    ucs_list_link_t     notify_link;
 
     uint32_t            act_idx;        /* its bit in the iface's activity map, or ACT_NONE */
     int                 watched;        /* on iface->act.watched: progress looks at it */
@@ -346,8 +341,7 @@ struct xfer_iface {
     ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
     ucs_list_link_t          pulls;         /* xfer_shm_pull_t with slices left */
     xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
-    ucs_list_link_t          failing;
-    ucs_list_link_t          notify;
+    xfer_ep_failq_t          failq;     /* eps failing later, failed and not told */
     unsigned                 polls;         /* progress() calls since epoll was last asked */
     int                      slept;         /* armed for sleep since: ask epoll at once */
     xfer_shm_cuda_t          cuda;
@@ -503,11 +497,7 @@ xfer_status_t xfer_shm_host_id_unpack(const void *buf, size_t len, xfer_shm_host
 #define XFER_SHM_IFACE_ADDR_LEN 52u
 
 /* ---- shm_iface.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
-                                  xfer_iface_h *iface_p);
-void xfer_shm_iface_close(xfer_iface_h iface);
-xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
-unsigned xfer_shm_iface_progress(xfer_iface_h iface);
+XFER_COMPONENT_CORE_DECLARE(shm);
 
 /* ---- the activity map (shm_act.c) -------------------------------------------------------- */
 
@@ -526,9 +516,6 @@ void xfer_shm_act_collect(xfer_iface_h iface);
 /* About to sleep: 1 when no bit is set, and a producer that sets one rings the doorbell. */
 int xfer_shm_act_arm(xfer_iface_h iface);
 void xfer_shm_act_disarm(xfer_iface_h iface);
-int xfer_shm_iface_event_fd(xfer_iface_h iface);
-xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface);
-xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
 int xfer_shm_iface_reachable(xfer_iface_h iface, const void *peer_addr, size_t len, char *why,
                              size_t why_size);
 /* The same, for an address already unpacked: 1, or 0 with why. */
@@ -545,14 +532,6 @@ static inline void xfer_shm_op_free(xfer_shm_op_t *op)
 }
 
 /* ---- shm_ep.c ------------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
-                                 xfer_ep_h *ep_p);
-xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
-xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
-void xfer_shm_ep_destroy(xfer_ep_h ep);
-xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
-/* An orderly close (ep_shutdown): BYE behind everything written, and a flush behind it. */
-xfer_status_t xfer_shm_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp);
 /* The peer's BYE: the endpoint ends with XFER_ERR_PEER_CLOSED. */
 xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                               const uint8_t *payload, char *why, size_t why_size);
@@ -623,8 +602,6 @@ typedef xfer_status_t (*xfer_shm_rx_fn_t)(xfer_ep_h ep, const xfer_shm_frame_t *
 typedef xfer_status_t (*xfer_shm_rx_done_fn_t)(xfer_ep_h ep, char *why, size_t why_size);
 
 /* ---- shm_tag.c ------------------------------------------------------------------------------ */
-xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
-                                xfer_memh_h memh, xfer_comp_t *comp);
 /* tag_pull: a rendezvous message the framework kept, read for its receive. */
 xfer_status_t xfer_shm_tag_pull(xfer_ep_h ep, const void *priv, size_t priv_len,
                                 uint64_t length, void *buf, size_t capacity, xfer_memh_h memh,
@@ -638,26 +615,14 @@ xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size);
 /* ---- shm_rma.c ------------------------------------------------------------------------------ */
 xfer_status_t xfer_shm_regions_init(xfer_iface_h iface);
 void xfer_shm_regions_cleanup(xfer_iface_h iface);
-xfer_status_t xfer_shm_mem_reg(xfer_iface_h iface, void *addr, size_t length,
-                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
 xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);
-void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
 /* Whether rkey's memory is mapped here (mapped at its first use when it can be). */
 int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey);
 /* Whether shm_cuda.c's copies reach rkey from here: the peer's device memory, or
  * its host memory mapped here (device memory here cannot reach the peer's malloc'd memory: no
  * CMA, no ring copy of device memory). */
 int xfer_shm_cuda_reaches(xfer_ep_h ep, xfer_rkey_h rkey);
-xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
-                                 size_t *len_p);
-xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
-                                   xfer_rkey_h *rkey_p);
-void xfer_shm_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
-xfer_status_t xfer_shm_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
-                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
-xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
-                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
 xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *payload,
                               char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
@@ -677,7 +642,6 @@ int xfer_shm_move_resuming(const xfer_ep_h ep);
 uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p);
 
 /* ---- shm_batch.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
 xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                     xfer_status_t status);
 void xfer_shm_batch_ep_gone(xfer_ep_h ep);
@@ -729,8 +693,6 @@ xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size);
 
 /* ---- shm_tensor.c --------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
-                                    xfer_comp_t *comp);
 xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                      xfer_status_t status);
 xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,

@@ -438,7 +438,7 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface)
             continue;
         }
         if ((b->ep == NULL) || (b->ep->state != XFER_SHM_EP_CONNECTED)) {
-            xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail_status :
+            xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail.status :
                                                              XFER_ERR_CANCELED);
         } else if (!b->walk.stopped && b->has_notify) {
             batch_notify_queue(b, 0);   /* after the last copy: the target reads it after */

@@ -108,8 +108,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->memfd     = -1;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->flushes);
-    ucs_list_head_init(&ep->failing_link);
-    ucs_list_head_init(&ep->notify_link);
+    xfer_ep_fail_init(&ep->fail, ep, params->fw_ep);
 
     seg_len   = xfer_shm_seg_len((uint32_t)cfg->cells, (uint32_t)cfg->cell_size);
     ep->fd    = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
@@ -350,7 +349,7 @@ xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
     case XFER_SHM_EP_CREATED:
         return XFER_ERR_INVALID_PARAM;
     default:
-        return (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CONNECTION;
+        return (ep->fail.status != XFER_OK) ? ep->fail.status : XFER_ERR_CONNECTION;
     }
 }
 
@@ -494,37 +493,22 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
 
 static void ep_fail_now(xfer_ep_h ep)
 {
-    if (ep->fail_status == XFER_ERR_PEER_CLOSED) {
-        xfer_log_at(XFER_LOG_INFO, XFER_SHM_SUBSYS, "the %s (pid %d) closed its endpoint in "
-                    "order", ep->is_server ? "client" : "server", (int)ep->peer_pid);
-    } else {
-        xfer_log_at(ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                    "endpoint to the %s (pid %d) failed: %s (%s)", ep->is_server ? "client" :
-                    "server", (int)ep->peer_pid, ep->fail_reason,
-                    xfer_status_string(ep->fail_status));
-    }
-    ep_teardown(ep, ep->fail_status);
-    if (!ep->in_notify) {
-        ep->in_notify = 1;
-        ucs_list_add_tail(&ep->iface->notify, &ep->notify_link);
-    }
-}
-
-static void fail_record(xfer_ep_h ep, xfer_status_t status, const char *fmt, va_list ap)
-{
-    ep->fail_status = status;
-    vsnprintf(ep->fail_reason, sizeof(ep->fail_reason), fmt, ap);
+    xfer_ep_fail_log(&ep->fail, XFER_SHM_SUBSYS, ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN,
+                     "endpoint to the %s (pid %d)", ep->is_server ? "client" : "server",
+                     (int)ep->peer_pid);
+    ep_teardown(ep, ep->fail.status);
+    xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
 }
 
 void xfer_shm_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
 {
     va_list ap;
 
-    if ((ep->state == XFER_SHM_EP_FAILED) || (ep->state == XFER_SHM_EP_FAILING)) {
+    if (ep->state == XFER_SHM_EP_FAILED) {
         return;
     }
     va_start(ap, fmt);
-    fail_record(ep, status, fmt, ap);
+    xfer_ep_fail_vset(&ep->fail, status, fmt, ap);   /* failing later: that reason stays */
     va_end(ap);
     ep_fail_now(ep);
 }
@@ -533,17 +517,11 @@ void xfer_shm_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt,
 {
     va_list ap;
 
-    if ((ep->state == XFER_SHM_EP_FAILED) || (ep->state == XFER_SHM_EP_FAILING)) {
-        return;
-    }
     va_start(ap, fmt);
-    fail_record(ep, status, fmt, ap);
-    va_end(ap);
-    ep->state = XFER_SHM_EP_FAILING;
-    if (!ep->in_failing) {
-        ep->in_failing = 1;
-        ucs_list_add_tail(&ep->iface->failing, &ep->failing_link);
+    if (xfer_ep_fail_vdefer(&ep->iface->failq, &ep->fail, status, fmt, ap)) {
+        ep->state = XFER_SHM_EP_FAILING;
     }
+    va_end(ap);
 }
 
 void xfer_shm_ep_fail_deferred(xfer_ep_h ep)
@@ -564,13 +542,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
     if (ep->state != XFER_SHM_EP_FAILED) {
         ep_teardown(ep, XFER_ERR_CANCELED);
     }
-    if (ep->in_failing) {
-        ucs_list_del(&ep->failing_link);
-    }
-    if (ep->in_notify) {
-        ucs_list_del(&ep->notify_link);
-    }
-    ep->in_failing = ep->in_notify = 0;
+    xfer_ep_fail_forget(&ep->fail);
     /* tensors handed out for this peer's fetches are released before the ep goes */
     xfer_tanswers_release(iface->tanswers);
     xfer_op_deliver_owner(iface->ops, ep);

@@ -30,23 +30,17 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     xfer_status_t status;
     int cma;
 
-    if ((cfg == NULL) || (params == NULL) || (iface_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    status = xfer_iface_alloc(cfg, params, iface_p, sizeof(*iface),
+                              offsetof(struct xfer_iface, params), (void**)&iface);
+    if (status != XFER_OK) {
+        return status;
     }
     iface->cfg = cfg;
-    memcpy(&iface->params, params,
-           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
-    iface->params.size = sizeof(iface->params);
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
     ucs_list_head_init(&iface->pulls);
-    ucs_list_head_init(&iface->failing);
-    ucs_list_head_init(&iface->notify);
+    xfer_ep_failq_init(&iface->failq);
     ucs_list_head_init(&iface->cuda.opened);
     iface->cuda.primary = -1;
     iface->epfd   = -1;
@@ -209,9 +203,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     unsigned count = 0;
     xfer_ep_h ep, tmp;
 
-    while (!ucs_list_is_empty(&iface->failing)) {
-        ep = ucs_list_extract_head(&iface->failing, struct xfer_ep, failing_link);
-        ep->in_failing = 0;
+    while ((ep = xfer_ep_failq_next_deferred(&iface->failq)) != NULL) {
         xfer_shm_ep_fail_deferred(ep);
         count++;
     }
@@ -260,14 +252,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         count += xfer_shm_pulls_progress(iface);
     }
 
-    while (!ucs_list_is_empty(&iface->notify)) {
-        ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
-        ep->in_notify = 0;
-        if (iface->params.ep_failed != NULL) {
-            iface->params.ep_failed(iface->params.fw_arg, ep->fw_ep, ep->fail_status,
-                                    ep->fail_reason);
-        }
-    }
+    count += xfer_ep_failq_tell(&iface->failq, &iface->params);
     if (xfer_tanswers_pending(iface->tanswers)) {
         count += xfer_tanswers_release(iface->tanswers);
     }
@@ -286,7 +271,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
     xfer_ep_h ep;
 
     if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
-        !ucs_list_is_empty(&iface->failing) || !ucs_list_is_empty(&iface->notify) ||
+        xfer_ep_failq_busy(&iface->failq) ||
         !ucs_list_is_empty(&iface->batch_work) || !ucs_list_is_empty(&iface->pulls)) {
         return XFER_ERR_BUSY;
     }

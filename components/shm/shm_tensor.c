@@ -182,7 +182,7 @@ static void tresp_read_done(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t id, uint64
     }
     if (ep->state != XFER_SHM_EP_CONNECTED) {
         if (status == XFER_OK) {
-            status = (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CANCELED;
+            status = (ep->fail.status != XFER_OK) ? ep->fail.status : XFER_ERR_CANCELED;
         }
     } else if (status == XFER_OK) {
         memset(&tdone, 0, sizeof(tdone));
@@ -350,7 +350,7 @@ xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size)
 /* What a tensor held for a peer that is going is released with. */
 static xfer_status_t ep_gone_status(xfer_ep_h ep)
 {
-    return (ep->fail_status != XFER_OK) ? ep->fail_status : XFER_ERR_CANCELED;
+    return (ep->fail.status != XFER_OK) ? ep->fail.status : XFER_ERR_CANCELED;
 }
 
 /* Take tx out of ep's send queue if it is still there. */

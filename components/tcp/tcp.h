@@ -283,8 +283,7 @@ struct xfer_ep {
     int                 fd;
     int                 is_server;
     xfer_tcp_ep_state_t state;
-    xfer_status_t       fail_status;
-    char                fail_reason[XFER_REASON_MAX];
+    xfer_ep_fail_t      fail;       /* its failure, told once */
     int                 clean_close;    /* the peer closed between two frames */
     /* the peer closed in order (BYE) when every byte this side sent, every put and every
      * fence had been acknowledged: a flush after it succeeds (else it fails) */
@@ -355,10 +354,6 @@ struct xfer_ep {
     int                 rx_drained;     /* a read this round came back short: the socket is
                                          * empty, do not pay for a read that says EAGAIN */
     ucs_list_link_t     ready_link;
-    int                 in_failing;     /* on iface->failing */
-    ucs_list_link_t     failing_link;
-    int                 in_notify;      /* on iface->notify */
-    ucs_list_link_t     notify_link;
     int                 in_devwait;     /* on iface->cuda.waiting */
     ucs_list_link_t     devwait_link;
     uint8_t             *rx_spill;      /* receive: a chunk of its own when every receive
@@ -423,8 +418,7 @@ struct xfer_iface {
     xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          tx_ready;      /* eps whose socket takes more of their queue */
-    ucs_list_link_t          failing;       /* eps whose failure is to be handled */
-    ucs_list_link_t          notify;        /* failed eps, ep_failed pending */
+    xfer_ep_failq_t          failq;         /* eps failing later, failed and not told */
     ucs_list_link_t          flushing;      /* eps with flushes waiting */
     int                      timerfd;       /* ticks while flushes wait for acknowledgements */
     int                      timer_armed;
@@ -465,14 +459,7 @@ struct xfer_rkey {
 int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
 
 /* ---- tcp_iface.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
-                                  xfer_iface_h *iface_p);
-void xfer_tcp_iface_close(xfer_iface_h iface);
-xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
-unsigned xfer_tcp_iface_progress(xfer_iface_h iface);
-int xfer_tcp_iface_event_fd(xfer_iface_h iface);
-xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface);
-xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+XFER_COMPONENT_CORE_DECLARE(tcp);
 /* Queue a completion; progress() delivers it. */
 void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length,
                           uint64_t tag);
@@ -491,20 +478,12 @@ void xfer_tcp_iface_tx_kick(xfer_iface_h iface, xfer_ep_h ep);
 void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep);
 
 /* ---- tcp_ep.c ------------------------------------------------------------------------------- */
-xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
-                                 xfer_ep_h *ep_p);
-xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
-xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
-void xfer_tcp_ep_destroy(xfer_ep_h ep);
-/* ep_flush(): see component.h. */
-xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
+/* ep_flush's frames: a request behind what was sent, and the peer's acknowledgement. */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_flush_req, xfer_tcp_rx_flush_ack;
 /* An orderly close (ep_shutdown): a BYE behind everything sent, and a flush behind it. */
-xfer_status_t xfer_tcp_ep_shutdown(xfer_ep_h ep, xfer_comp_t *comp);
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_bye;
 
 /* ---- tcp_batch.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
 /* Queue more frames of ep's batches, as far as their window allows; 1 when some were. */
 int xfer_tcp_batch_fill(xfer_ep_h ep);
 xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
@@ -610,8 +589,6 @@ struct xfer_tcp_rx_handler {
 
 /* ---- tcp_tag.c ------------------------------------------------------------------------------ */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tag;
-xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
-                                xfer_memh_h memh, xfer_comp_t *comp);
 /* tag_copy: a message the framework kept into a receive's buffer (device memory too). */
 xfer_status_t xfer_tcp_tag_copy(xfer_ep_h ep, void *dst, xfer_memh_h memh, const void *src,
                                 size_t len);
@@ -636,27 +613,13 @@ xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma
 xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
                                      char *why, size_t why_size);
 void xfer_tcp_regions_cleanup(xfer_iface_h iface);
-xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
-                               xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
 /* CUDA memory is taken (moved through tcp_cuda.c); host memory as mem_reg. */
 xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);
-void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
-xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
-                                 size_t *len_p);
-xfer_status_t xfer_tcp_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
-                                   xfer_rkey_h *rkey_p);
-void xfer_tcp_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
-xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
-                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
-xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
-                           uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
 
 /* ---- tcp_tensor.c --------------------------------------------------------------------------- */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req, xfer_tcp_rx_tensor_resp,
                                    xfer_tcp_rx_tensor_cancel;
-xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
-                                    xfer_comp_t *comp);
 /* cancel() for fetches: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
 xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                      xfer_status_t status);

@@ -61,6 +61,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     }
     ep->iface     = iface;
     ep->fw_ep     = params->fw_ep;
+    xfer_ep_fail_init(&ep->fail, ep, params->fw_ep);
     ep->is_server = params->is_server;
     if ((params->size >= offsetof(xfer_ep_params_t, secret) + sizeof(params->secret)) &&
         (params->secret != NULL)) {
@@ -266,7 +267,7 @@ xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep)
         return XFER_ERR_INVALID_PARAM;
     }
     if ((ep->state == XFER_TCP_EP_FAILING) || (ep->state == XFER_TCP_EP_FAILED)) {
-        return ep->fail_status;
+        return ep->fail.status;
     }
     return XFER_OK;
 }
@@ -613,25 +614,10 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
 static void ep_fail_now(xfer_ep_h ep)
 {
     /* a peer that closes between frames just left; everything else is worth a warning */
-    if (ep->fail_status == XFER_ERR_PEER_CLOSED) {
-        xfer_log_at(XFER_LOG_INFO, XFER_TCP_SUBSYS, "the %s closed its endpoint in order",
-                    ep->is_server ? "client" : "server");
-    } else {
-        xfer_log_at(ep->clean_close ? XFER_LOG_INFO : XFER_LOG_WARN, XFER_TCP_SUBSYS,
-                    "connection to the %s failed: %s (%s)", ep->is_server ? "client" :
-                    "server", ep->fail_reason, xfer_status_string(ep->fail_status));
-    }
-    ep_teardown(ep, ep->fail_status);
-    if (!ep->in_notify) {
-        ep->in_notify = 1;
-        ucs_list_add_tail(&ep->iface->notify, &ep->notify_link);
-    }
-}
-
-static void ep_fail_record(xfer_ep_h ep, xfer_status_t status, const char *fmt, va_list ap)
-{
-    ep->fail_status = status;
-    vsnprintf(ep->fail_reason, sizeof(ep->fail_reason), fmt, ap);
+    xfer_ep_fail_log(&ep->fail, XFER_TCP_SUBSYS, ep->clean_close ? XFER_LOG_INFO :
+                     XFER_LOG_WARN, "connection to the %s", ep->is_server ? "client" : "server");
+    ep_teardown(ep, ep->fail.status);
+    xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
 }
 
 void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
@@ -641,15 +627,9 @@ void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
     if (ep->state == XFER_TCP_EP_FAILED) {
         return;
     }
-    if (ep->state != XFER_TCP_EP_FAILING) {
-        va_start(ap, fmt);
-        ep_fail_record(ep, status, fmt, ap);
-        va_end(ap);
-    }
-    if (ep->in_failing) {
-        ucs_list_del(&ep->failing_link);
-        ep->in_failing = 0;
-    }
+    va_start(ap, fmt);
+    xfer_ep_fail_vset(&ep->fail, status, fmt, ap);   /* failing later: that reason stays */
+    va_end(ap);
     ep_fail_now(ep);
 }
 
@@ -657,15 +637,11 @@ void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt,
 {
     va_list ap;
 
-    if ((ep->state == XFER_TCP_EP_FAILED) || (ep->state == XFER_TCP_EP_FAILING)) {
-        return;
-    }
     va_start(ap, fmt);
-    ep_fail_record(ep, status, fmt, ap);
+    if (xfer_ep_fail_vdefer(&ep->iface->failq, &ep->fail, status, fmt, ap)) {
+        ep->state = XFER_TCP_EP_FAILING;
+    }
     va_end(ap);
-    ep->state      = XFER_TCP_EP_FAILING;
-    ep->in_failing = 1;
-    ucs_list_add_tail(&ep->iface->failing, &ep->failing_link);
 }
 
 void xfer_tcp_ep_fail_deferred(xfer_ep_h ep)
@@ -704,13 +680,8 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         ucs_list_del(&ep->tx_ready_link);
     }
     xfer_tcp_cuda_ep_forget(ep);
-    if (ep->in_failing) {
-        ucs_list_del(&ep->failing_link);
-    }
-    if (ep->in_notify) {
-        ucs_list_del(&ep->notify_link);
-    }
-    ep->in_ready = ep->in_tx_ready = ep->in_failing = ep->in_notify = 0;
+    xfer_ep_fail_forget(&ep->fail);
+    ep->in_ready = ep->in_tx_ready = 0;
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_tcp_batch_ep_gone(ep);
     free(ep->batch_notify);

@@ -169,17 +169,12 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     xfer_iface_h iface;
     xfer_status_t status;
 
-    if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
-        (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    status = xfer_iface_alloc(config, params, iface_p, sizeof(*iface),
+                              offsetof(struct xfer_iface, params), (void**)&iface);
+    if (status != XFER_OK) {
+        return status;
     }
     iface->cfg = config;
-    memcpy(&iface->params, params,
-           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     if (iface->cfg->tls) {
         status = tls_check(iface);
         if (status != XFER_OK) {
@@ -194,8 +189,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->lane_retry);
     ucs_list_head_init(&iface->hot);
     ucs_list_head_init(&iface->tx_ready);
-    ucs_list_head_init(&iface->failing);
-    ucs_list_head_init(&iface->notify);
+    xfer_ep_failq_init(&iface->failq);
     ucs_list_head_init(&iface->flushing);
     xfer_tcp_cuda_init(iface);
 
@@ -402,12 +396,8 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     int num;
 
     iface->rx_gen++;
-    while (!ucs_list_is_empty(&iface->failing)) {
-        xfer_ep_h ep = ucs_list_extract_head(&iface->failing, struct xfer_ep, failing_link);
-
-        ep->in_failing = 0;
+    for (xfer_ep_h ep; (ep = xfer_ep_failq_next_deferred(&iface->failq)) != NULL; count++) {
         xfer_tcp_ep_fail_deferred(ep);
-        count++;
     }
     count += xfer_tcp_cuda_progress(iface);
 
@@ -484,15 +474,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         count += flushing_progress(iface);
     }
 
-    while (!ucs_list_is_empty(&iface->notify)) {
-        xfer_ep_h ep = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
-
-        ep->in_notify = 0;
-        if (iface->params.ep_failed != NULL) {
-            iface->params.ep_failed(iface->params.fw_arg, ep->fw_ep, ep->fail_status,
-                                    ep->fail_reason);
-        }
-    }
+    count += xfer_ep_failq_tell(&iface->failq, &iface->params);
     if (xfer_tanswers_pending(iface->tanswers)) {
         count += xfer_tanswers_release(iface->tanswers);
     }
@@ -510,8 +492,7 @@ xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
     if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->tx_ready) ||
-        !ucs_list_is_empty(&iface->failing) ||
-        !ucs_list_is_empty(&iface->notify) || xfer_tcp_cuda_busy(iface) ||
+        xfer_ep_failq_busy(&iface->failq) || xfer_tcp_cuda_busy(iface) ||
         (iface->cfg->busy_poll && !ucs_list_is_empty(&iface->eps))) {
         return XFER_ERR_BUSY;
     }

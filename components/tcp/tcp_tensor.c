@@ -252,7 +252,7 @@ void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
     int dev = 0;
 
     if (ep->state != XFER_TCP_EP_CONNECTED) {
-        xfer_tanswer_done(a, ep->fail_status);  /* the connection is failing: nothing goes */
+        xfer_tanswer_done(a, ep->fail.status);  /* the connection is failing: nothing goes */
         return;
     }
     memset(&resp, 0, sizeof(resp));

@@ -178,7 +178,7 @@ static void write_start(xfer_verbs_rsp_t *rsp)
     xfer_verbs_op_t *op;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        rsp_finish(rsp, ch->fail_status);
+        rsp_finish(rsp, ch->fail.status);
         return;
     }
     op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_TWRITE, NULL);
@@ -328,7 +328,7 @@ void xfer_verbs_tensor_answer(xfer_tanswer_t *a, xfer_status_t status,
 
     rsp->a = a;
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        xfer_tanswer_done(a, ch->fail_status);  /* nothing goes to a channel that failed */
+        xfer_tanswer_done(a, ch->fail.status);  /* nothing goes to a channel that failed */
         return;
     }
     rsp_event(rsp, RSP_EV_READY, &in);

@@ -261,10 +261,7 @@ struct xfer_ep {
     int                   sock;         /* the bootstrap connection: readiness and liveness */
     int                   is_server;
     xfer_verbs_ch_state_t state;
-    xfer_status_t         fail_status;
-    char                  fail_reason[XFER_REASON_MAX];
-    int                   in_notify;    /* ep_failed pending */
-    ucs_list_link_t       notify_link;
+    xfer_ep_fail_t        fail;         /* its failure, told once */
 
     struct ibv_qp         *qp;
     uint32_t              psn;
@@ -403,7 +400,7 @@ struct xfer_iface {
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
     xfer_op_pool_t            *ops;         /* xfer_verbs_op_t, and their completions */
     xfer_tanswers_t           *tanswers;    /* peers' tensor requests, answers released */
-    ucs_list_link_t           notify;       /* failed channels, ep_failed pending */
+    xfer_ep_failq_t           failq;        /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
     int                       backlog_len;
     uint8_t                   address[XFER_VERBS_WIRE_IFACE_ADDR_LEN];
@@ -457,14 +454,7 @@ static inline uint64_t xfer_verbs_wr_id(xfer_ep_h ch, uint32_t low)
 int xfer_verbs_mr_cache_allowed(const xfer_verbs_config_t *cfg, char *why, size_t why_size);
 
 /* ---- verbs_adapter.c -------------------------------------------------------------------------- */
-xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
-                                    xfer_iface_h *iface_p);
-void xfer_verbs_iface_close(xfer_iface_h iface);
-xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *len_p);
-unsigned xfer_verbs_iface_progress(xfer_iface_h iface);
-int xfer_verbs_iface_event_fd(xfer_iface_h iface);
-xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface);
-xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status);
+XFER_COMPONENT_CORE_DECLARE(verbs);
 /* ---- verbs_cq.c ------------------------------------------------------------------------------- */
 /* One more CQ of len entries (at most the device's), on the iface's completion channel. */
 xfer_status_t xfer_verbs_cq_add(xfer_iface_h iface, int len);
@@ -507,13 +497,6 @@ void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t le
 xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh);
 
 /* ---- verbs_channel.c -------------------------------------------------------------------------- */
-xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
-                                   xfer_ep_h *ep_p);
-xfer_status_t xfer_verbs_ep_address(xfer_ep_h ep, void *buf, size_t *len_p);
-xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len);
-void xfer_verbs_ep_destroy(xfer_ep_h ep);
-/* ep_flush(): see component.h. */
-xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ep, xfer_comp_t *comp);
 /* Complete the flushes that the send queue's completions (sq_done) have reached. */
 void xfer_verbs_ch_flushes_check(xfer_ep_h ch);
 /* End every flush of ch with status (it failed or closes). */
@@ -526,8 +509,6 @@ void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...
     __attribute__((format(printf, 3, 4)));
 /* Socket events of the bootstrap connection. */
 void xfer_verbs_ch_sock_event(xfer_ep_h ch);
-/* An orderly close (ep_shutdown): BYE behind everything sent, and a flush behind it. */
-xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp);
 /* The peer's BYE, after it took peer_rx of our messages: the channel ends with
  * XFER_ERR_PEER_CLOSED. */
 void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx);
@@ -570,24 +551,10 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
 
 
 /* ---- verbs_rma.c ------------------------------------------------------------------------------ */
-xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,
-                                 xfer_mem_type_t mem_type, xfer_memh_h *memh_p);
-void xfer_verbs_mem_dereg(xfer_iface_h iface, xfer_memh_h memh);
-xfer_status_t xfer_verbs_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
-                                   size_t *len_p);
-xfer_status_t xfer_verbs_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
-                                     xfer_rkey_h *rkey_p);
-void xfer_verbs_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey);
-xfer_status_t xfer_verbs_put(xfer_ep_h ep, const void *buf, size_t length, xfer_memh_h memh,
-                             uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
-xfer_status_t xfer_verbs_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h memh,
-                             uint64_t remote_addr, xfer_rkey_h rkey, xfer_comp_t *comp);
 /* All RDMA chunks of op are done (status of the last failure, or XFER_OK). */
 void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status);
 
 /* ---- verbs_batch.c ---------------------------------------------------------------------------- */
-/* batch(): see component.h. */
-xfer_status_t xfer_verbs_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp);
 /* cancel() of a batch's comp: XFER_OK, or XFER_ERR_NOT_FOUND when comp is no batch here. */
 xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                       xfer_status_t status);
@@ -607,8 +574,6 @@ xfer_status_t xfer_verbs_notify_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hd
 void xfer_verbs_batch_iface_cleanup(xfer_iface_h iface);
 
 /* ---- verbs_tag.c ------------------------------------------------------------------------------ */
-xfer_status_t xfer_verbs_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, size_t length,
-                                  xfer_memh_h memh, xfer_comp_t *comp);
 /* The framework's tag matching: a kept message into a receive's buffer (GPU memory too), a
  * rendezvous one read for its receive, one kept past the bounds let go (its credit back). */
 xfer_status_t xfer_verbs_tag_copy(xfer_ep_h ch, void *dst, xfer_memh_h memh, const void *src,
@@ -623,8 +588,6 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status);
 
 /* ---- tensor_request.c ------------------------------------------------------------------------ */
-xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
-                                      xfer_comp_t *comp);
 xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                        xfer_status_t status);
 /* Consumer side of META_DATA_UPDATE and of an ERROR_STATUS about our request. */
@@ -661,25 +624,7 @@ void xfer_verbs_ep_counters(xfer_ep_h ep, xfer_counter_t *counters, size_t *coun
 /* The entries of the component table that gdr takes from verbs as they are: both tables list
  * them through this, each adding its own (query, iface_open and _close, registration). */
 #define XFER_VERBS_COMPONENT_OPS \
-    .iface_address = xfer_verbs_iface_address, \
-    .ep_create     = xfer_verbs_ep_create, \
-    .ep_address    = xfer_verbs_ep_address, \
-    .ep_connect    = xfer_verbs_ep_connect, \
-    .ep_destroy    = xfer_verbs_ep_destroy, \
-    .mem_reg       = xfer_verbs_mem_reg, \
-    .rkey_pack     = xfer_verbs_rkey_pack, \
-    .rkey_unpack   = xfer_verbs_rkey_unpack, \
-    .rkey_release  = xfer_verbs_rkey_release, \
-    .put           = xfer_verbs_put, \
-    .get           = xfer_verbs_get, \
-    .tag_send      = xfer_verbs_tag_send, \
-    .tensor_fetch  = xfer_verbs_tensor_fetch, \
-    .cancel        = xfer_verbs_cancel, \
-    .progress      = xfer_verbs_iface_progress, \
-    .event_fd      = xfer_verbs_iface_event_fd, \
-    .event_arm     = xfer_verbs_iface_event_arm, \
-    .ep_flush      = xfer_verbs_ep_flush, \
-    .ep_shutdown   = xfer_verbs_ep_shutdown, \
+    XFER_COMPONENT_CORE_OPS(verbs), \
     .tag_pull      = xfer_verbs_tag_pull, \
     .tag_copy      = xfer_verbs_tag_copy, \
     .tag_released  = xfer_verbs_tag_released

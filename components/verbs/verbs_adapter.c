@@ -274,23 +274,17 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     xfer_iface_h iface;
     xfer_status_t status;
 
-    if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
-        (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    iface = calloc(1, sizeof(*iface));
-    if (iface == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    status = xfer_iface_alloc(config, params, iface_p, sizeof(*iface),
+                              offsetof(struct xfer_iface, params), (void**)&iface);
+    if (status != XFER_OK) {
+        return status;
     }
     iface->cfg = config;
-    /* a framework built with a shorter xfer_iface_params_t: what it lacks stays 0 */
-    memcpy(&iface->params, params,
-           (params->size < sizeof(iface->params)) ? params->size : sizeof(iface->params));
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
-    ucs_list_head_init(&iface->notify);
+    xfer_ep_failq_init(&iface->failq);
     /* operations from a pool: malloc and free per message would be on the data path */
     if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), offsetof(xfer_verbs_op_t, msg_buf), 0,
                             "xfer_verbs_ops", &iface->ops) != XFER_OK) {
@@ -361,15 +355,7 @@ static unsigned deliver(xfer_iface_h iface)
     if (xfer_tanswers_pending(iface->tanswers)) {
         count += xfer_tanswers_release(iface->tanswers);
     }
-    while (!ucs_list_is_empty(&iface->notify)) {
-        xfer_ep_h ch = ucs_list_extract_head(&iface->notify, struct xfer_ep, notify_link);
-
-        ch->in_notify = 0;
-        iface->params.ep_failed(iface->params.fw_arg, ch->fw_ep, ch->fail_status,
-                                ch->fail_reason);
-        count++;
-    }
-    return count;
+    return count + xfer_ep_failq_tell(&iface->failq, &iface->params);
 }
 
 void xfer_verbs_iface_close(xfer_iface_h iface)
@@ -573,7 +559,7 @@ int xfer_verbs_iface_event_fd(xfer_iface_h iface)
 xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 {
     if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
-        !ucs_list_is_empty(&iface->notify) || (iface->backlog_len > 0)) {
+        xfer_ep_failq_busy(&iface->failq) || (iface->backlog_len > 0)) {
         return XFER_ERR_BUSY;
     }
     if (fds_poll(iface) > 0) {

@@ -183,6 +183,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     }
     ch->iface     = iface;
     ch->fw_ep     = params->fw_ep;
+    xfer_ep_fail_init(&ch->fail, ch, params->fw_ep);
     ch->is_server = params->is_server;
     ch->sock      = -1;
     xfer_slots_init(&ch->slots, 1u << 20);   /* a tensor request's id has 20 bits of slot */
@@ -426,7 +427,7 @@ xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size
 xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch)
 {
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
+        return ch->fail.status;
     }
     return (ch->state == XFER_VERBS_CH_CREATED) ? XFER_ERR_BUSY : XFER_OK;
 }
@@ -507,22 +508,11 @@ static void ch_fail_va(xfer_ep_h ch, xfer_log_level_t level, xfer_status_t statu
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return;
     }
-    vsnprintf(ch->fail_reason, sizeof(ch->fail_reason), fmt, ap);
-    ch->fail_status = status;
-    if (status == XFER_ERR_PEER_CLOSED) {
-        xfer_log_at(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x (%s): the peer "
-                    "closed its endpoint in order", (ch->qp != NULL) ? ch->qp->qp_num : 0,
-                    ch->iface->dev_name);
-    } else {
-        xfer_log_at(level, XFER_VERBS_SUBSYS, "channel of QP 0x%x (%s) failed: %s (%s)",
-                    (ch->qp != NULL) ? ch->qp->qp_num : 0, ch->iface->dev_name,
-                    ch->fail_reason, xfer_status_string(status));
-    }
+    xfer_ep_fail_vset(&ch->fail, status, fmt, ap);
+    xfer_ep_fail_log(&ch->fail, XFER_VERBS_SUBSYS, level, "channel of QP 0x%x (%s)",
+                     (ch->qp != NULL) ? ch->qp->qp_num : 0, ch->iface->dev_name);
     ch_teardown(ch, status);
-    if (!ch->in_notify) {
-        ch->in_notify = 1;
-        ucs_list_add_tail(&ch->iface->notify, &ch->notify_link);
-    }
+    xfer_ep_fail_torn_down(&ch->iface->failq, &ch->fail);
 }
 
 void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
@@ -652,7 +642,7 @@ xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
     xfer_status_t status;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
+        return ch->fail.status;
     }
     hdr.tag = ch->rx_msgs;
     status = xfer_verbs_ch_send_ctrl(ch, &hdr, NULL, 0, NULL, 0);
@@ -700,10 +690,7 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     if (ch->state != XFER_VERBS_CH_FAILED) {
         ch_teardown(ch, XFER_ERR_CANCELED);
     }
-    if (ch->in_notify) {
-        ucs_list_del(&ch->notify_link);
-        ch->in_notify = 0;
-    }
+    xfer_ep_fail_forget(&ch->fail);
     xfer_op_deliver_owner(iface->ops, ch);
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);

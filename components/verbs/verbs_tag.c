@@ -80,7 +80,7 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
         posted = xfer_verbs_ch_send_now(ch, msg, xfer_verbs_wire_pack_hdr(&hdr, msg), buf,
                                         length);
         if (posted != 0) {
-            return (posted > 0) ? XFER_OK : ch->fail_status;
+            return (posted > 0) ? XFER_OK : ch->fail.status;
         }
     }
     op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_SEND, comp);
@@ -190,7 +190,7 @@ static xfer_status_t recv_read(xfer_ep_h ch, void *handle, void *buf, size_t cap
     xfer_status_t status;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
+        return ch->fail.status;
     }
     if (n == 0) {
         fin_send(ch, r->sender_id, XFER_OK);

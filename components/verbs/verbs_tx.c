@@ -317,8 +317,8 @@ xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
         /* after the peer's BYE: what it knew then */
-        return ((ch->fail_status == XFER_ERR_PEER_CLOSED) && ch->bye_clean) ? XFER_OK :
-               ch->fail_status;
+        return ((ch->fail.status == XFER_ERR_PEER_CLOSED) && ch->bye_clean) ? XFER_OK :
+               ch->fail.status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
@@ -453,7 +453,7 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
     size_t hdr_len;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        return ch->fail_status;
+        return ch->fail.status;
     }
     op = xfer_verbs_op_new(ch->iface, ch, XFER_VERBS_OP_CTRL, NULL);
     if (op == NULL) {

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include <xfer/xfer.h>
@@ -233,6 +234,15 @@ typedef struct xfer_iface_params {
      * gets a secret (xfer_ep_params_t.secret). Present when size covers it. */
     uint32_t authenticated;
 } xfer_iface_params_t;
+
+/* iface_open's first step (framework/comp_base.c): check its arguments (config, params
+ * carrying what every framework sends, and iface_p) and allocate size zeroed bytes, with
+ * params copied at params_offset in them - what a framework built with a shorter
+ * xfer_iface_params_t lacks stays 0, and params->size says so. XFER_ERR_INVALID_PARAM,
+ * XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *params,
+                                        const void *iface_p, size_t size, size_t params_offset,
+                                        void **mem_p);
 
 /* The fair slice of params (xfer_iface_params_t of params->size bytes). */
 #define XFER_IFACE_FAIR_SLICE(_params) \
@@ -457,6 +467,60 @@ typedef struct xfer_component_v1 {
      * component paused at XFER_TAG_PAUSE may read again. NULL: it tries at each progress. */
     void          (*tag_resume)(xfer_iface_h iface);
 } xfer_component_v1_t;
+
+/* A component's functions are named xfer_<name>_<operation> (xfer_tcp_put). These declare
+ * one with the type of its slot in xfer_component_v1_t, so that a prototype cannot drift
+ * from the ABI, and fill the slots every data-moving transport has. */
+#define XFER_COMPONENT_OP_DECLARE(_prefix, _fn, _slot) \
+    extern __typeof__(*((xfer_component_v1_t*)0)->_slot) xfer_##_prefix##_##_fn
+
+#define XFER_COMPONENT_CORE_DECLARE(_p) \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_open, iface_open); \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_close, iface_close); \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_address, iface_address); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_create, ep_create); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_address, ep_address); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_connect, ep_connect); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_destroy, ep_destroy); \
+    XFER_COMPONENT_OP_DECLARE(_p, mem_reg, mem_reg); \
+    XFER_COMPONENT_OP_DECLARE(_p, mem_dereg, mem_dereg); \
+    XFER_COMPONENT_OP_DECLARE(_p, rkey_pack, rkey_pack); \
+    XFER_COMPONENT_OP_DECLARE(_p, rkey_unpack, rkey_unpack); \
+    XFER_COMPONENT_OP_DECLARE(_p, rkey_release, rkey_release); \
+    XFER_COMPONENT_OP_DECLARE(_p, put, put); \
+    XFER_COMPONENT_OP_DECLARE(_p, get, get); \
+    XFER_COMPONENT_OP_DECLARE(_p, tag_send, tag_send); \
+    XFER_COMPONENT_OP_DECLARE(_p, tensor_fetch, tensor_fetch); \
+    XFER_COMPONENT_OP_DECLARE(_p, cancel, cancel); \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_progress, progress); \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_event_fd, event_fd); \
+    XFER_COMPONENT_OP_DECLARE(_p, iface_event_arm, event_arm); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_flush, ep_flush); \
+    XFER_COMPONENT_OP_DECLARE(_p, ep_shutdown, ep_shutdown); \
+    XFER_COMPONENT_OP_DECLARE(_p, batch, batch)
+
+/* The slots of XFER_COMPONENT_CORE_DECLARE but for iface_open, iface_close, mem_dereg and
+ * batch, which a component that reuses another's functions (gdr: verbs') names itself. */
+#define XFER_COMPONENT_CORE_OPS(_p) \
+    .iface_address = xfer_##_p##_iface_address, \
+    .ep_create     = xfer_##_p##_ep_create, \
+    .ep_address    = xfer_##_p##_ep_address, \
+    .ep_connect    = xfer_##_p##_ep_connect, \
+    .ep_destroy    = xfer_##_p##_ep_destroy, \
+    .mem_reg       = xfer_##_p##_mem_reg, \
+    .rkey_pack     = xfer_##_p##_rkey_pack, \
+    .rkey_unpack   = xfer_##_p##_rkey_unpack, \
+    .rkey_release  = xfer_##_p##_rkey_release, \
+    .put           = xfer_##_p##_put, \
+    .get           = xfer_##_p##_get, \
+    .tag_send      = xfer_##_p##_tag_send, \
+    .tensor_fetch  = xfer_##_p##_tensor_fetch, \
+    .cancel        = xfer_##_p##_cancel, \
+    .progress      = xfer_##_p##_iface_progress, \
+    .event_fd      = xfer_##_p##_iface_event_fd, \
+    .event_arm     = xfer_##_p##_iface_event_arm, \
+    .ep_flush      = xfer_##_p##_ep_flush, \
+    .ep_shutdown   = xfer_##_p##_ep_shutdown
 
 /*
  * Optional extension of ABI v1, in its own exported symbol so that the v1 struct stays as it

@@ -13,7 +13,10 @@
 #error "include <xfer/component.h>, which includes this"
 #endif
 
+#include <stdarg.h>
 #include <time.h>
+
+#include <ucs/datastruct/list.h>
 
 /*
  * The clock every deadline and timer is measured on: CLOCK_MONOTONIC, so that a change of
@@ -452,6 +455,58 @@ static inline void xfer_batch_walk_hold(xfer_batch_walk_t *w)
 static inline int xfer_batch_walk_all_posted(const xfer_batch_walk_t *w)
 {
     return !w->stopped && (w->status == XFER_OK) && (w->next == w->args->count);
+}
+
+/*
+ * An endpoint's failure, told once (framework/ep_fail.c). The component records status and
+ * reason and completes what is pending on the endpoint - at once, or, where it finds the
+ * failure inside a walk of its own queues, at the start of its next progress (deferred).
+ * The framework's ep_failed is then told at the end of a progress, never inside the
+ * component's walk, and never twice. Both queues are the iface's, under its lock.
+ */
+typedef struct xfer_ep_fail {
+    ucs_list_link_t link;           /* on one of the queues while queued */
+    void            *fw_ep;         /* the framework's endpoint, as ep_failed takes it */
+    void            *owner;         /* the component's endpoint */
+    xfer_status_t   status;         /* XFER_OK until it fails */
+    int             queued;         /* 0, or which queue: deferred or told */
+    char            reason[XFER_REASON_MAX];
+} xfer_ep_fail_t;
+
+typedef struct xfer_ep_failq {
+    ucs_list_link_t deferred;       /* to be torn down at the next progress */
+    ucs_list_link_t tell;           /* torn down: ep_failed is told next */
+} xfer_ep_failq_t;
+
+XFER_API void xfer_ep_failq_init(xfer_ep_failq_t *q);
+/* f belongs to owner, the framework's fw_ep; not failed. */
+XFER_API void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep);
+/* Record status and the reason fmt formats, unless a failure is recorded already (the first
+ * one is what the framework is told): 1 when this call recorded it. */
+XFER_API int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt,
+                               va_list ap);
+/* The same, and f queued to be torn down at the next xfer_ep_failq_next_deferred(): 1 when
+ * this call recorded it. */
+XFER_API int xfer_ep_fail_vdefer(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                                 const char *fmt, va_list ap);
+/* The owner of the next endpoint deferred, off the queue; NULL when none is. */
+XFER_API void *xfer_ep_failq_next_deferred(xfer_ep_failq_t *q);
+/* f's endpoint was torn down: ep_failed is told at the next xfer_ep_failq_tell(). */
+XFER_API void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
+/* The log line of f's failure: "<who>: the peer closed its endpoint in order" at INFO for
+ * XFER_ERR_PEER_CLOSED, else "<who> failed: <reason> (<status>)" at level. */
+XFER_API void xfer_ep_fail_log(const xfer_ep_fail_t *f, const char *subsys,
+                               xfer_log_level_t level, const char *who_fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Tell params' ep_failed of every endpoint torn down; how many. */
+XFER_API unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params_t *params);
+/* f's endpoint goes: off any queue, nobody told. */
+XFER_API void xfer_ep_fail_forget(xfer_ep_fail_t *f);
+
+/* Work is queued: a component does not sleep then. */
+static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
+{
+    return !ucs_list_is_empty(&q->deferred) || !ucs_list_is_empty(&q->tell);
 }
 
 #endif /* XFER_ENGINE_H */

@@ -1,0 +1,141 @@
+/*
+ * What every component's iface and endpoints share: opening an iface, and an endpoint's
+ * failure told once (engine.h) - the two queues each iface keeps, one of endpoints whose
+ * teardown waits for the next progress and one of endpoints whose failure the framework is
+ * still to be told.
+ */
+#include "xfer_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+enum {
+    QUEUED_NONE = 0,
+    QUEUED_DEFERRED,
+    QUEUED_TELL
+};
+
+xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *params,
+                               const void *iface_p, size_t size, size_t params_offset,
+                               void **mem_p)
+{
+    uint8_t *mem;
+
+    if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
+        (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t)) ||
+        (params_offset + sizeof(xfer_iface_params_t) > size)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    mem = calloc(1, size);
+    if (mem == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
+    memcpy(mem + params_offset, params, (params->size < sizeof(xfer_iface_params_t)) ?
+                                        params->size : sizeof(xfer_iface_params_t));
+    *mem_p = mem;
+    return XFER_OK;
+}
+
+void xfer_ep_failq_init(xfer_ep_failq_t *q)
+{
+    ucs_list_head_init(&q->deferred);
+    ucs_list_head_init(&q->tell);
+}
+
+void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep)
+{
+    memset(f, 0, sizeof(*f));
+    f->owner = owner;
+    f->fw_ep = fw_ep;
+    ucs_list_head_init(&f->link);
+}
+
+int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt, va_list ap)
+{
+    if (f->status != XFER_OK) {
+        return 0;
+    }
+    f->status = (status != XFER_OK) ? status : XFER_ERR_CONNECTION;
+    vsnprintf(f->reason, sizeof(f->reason), fmt, ap);
+    return 1;
+}
+
+void xfer_ep_fail_forget(xfer_ep_fail_t *f)
+{
+    if (f->queued != QUEUED_NONE) {
+        ucs_list_del(&f->link);
+        f->queued = QUEUED_NONE;
+    }
+}
+
+int xfer_ep_fail_vdefer(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                        const char *fmt, va_list ap)
+{
+    if (!xfer_ep_fail_vset(f, status, fmt, ap)) {
+        return 0;
+    }
+    f->queued = QUEUED_DEFERRED;
+    ucs_list_add_tail(&q->deferred, &f->link);
+    return 1;
+}
+
+void *xfer_ep_failq_next_deferred(xfer_ep_failq_t *q)
+{
+    xfer_ep_fail_t *f;
+
+    if (ucs_list_is_empty(&q->deferred)) {
+        return NULL;
+    }
+    f = ucs_list_extract_head(&q->deferred, xfer_ep_fail_t, link);
+    f->queued = QUEUED_NONE;
+    return f->owner;
+}
+
+void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
+{
+    if (f->queued == QUEUED_TELL) {
+        return;
+    }
+    xfer_ep_fail_forget(f);
+    f->queued = QUEUED_TELL;
+    ucs_list_add_tail(&q->tell, &f->link);
+}
+
+void xfer_ep_fail_log(const xfer_ep_fail_t *f, const char *subsys, xfer_log_level_t level,
+                      const char *who_fmt, ...)
+{
+    char who[XFER_REASON_MAX];
+    va_list ap;
+
+    if (f->status == XFER_ERR_PEER_CLOSED) {
+        level = XFER_LOG_INFO;   /* an ordinary end */
+    }
+    if (!xfer_log_enabled(level)) {
+        return;
+    }
+    va_start(ap, who_fmt);
+    vsnprintf(who, sizeof(who), who_fmt, ap);
+    va_end(ap);
+    if (f->status == XFER_ERR_PEER_CLOSED) {
+        xfer_log(level, subsys, "%s: the peer closed its endpoint in order", who);
+    } else {
+        xfer_log(level, subsys, "%s failed: %s (%s)", who, f->reason,
+                 xfer_status_string(f->status));
+    }
+}
+
+unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params_t *params)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&q->tell)) {
+        xfer_ep_fail_t *f = ucs_list_extract_head(&q->tell, xfer_ep_fail_t, link);
+
+        f->queued = QUEUED_NONE;
+        if (params->ep_failed != NULL) {
+            params->ep_failed(params->fw_arg, f->fw_ep, f->status, f->reason);
+        }
+        count++;
+    }
+    return count;
+}
