@@ -1,7 +1,8 @@
 /*
  * What a tensor and its key must be, checked once for every caller: a key (not empty, at most
  * XFER_MAX_KEY_LEN), a tensor a caller publishes, and a tensor's description as a peer sends
- * it (xfer_tensor_meta_check, which the components call on what comes off the wire).
+ * it (xfer_tensor_meta_check, which the components call on what comes off the wire); and at a
+ * component's consumer side, a fetch's arguments and where its answer's data lands.
  */
 #include "xfer_int.h"
 
@@ -120,4 +121,53 @@ xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, const int64_
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;
+}
+
+xfer_status_t xfer_fetch_start(const xfer_fetch_args_t *args, const xfer_comp_t *comp,
+                               uint32_t max_key_len, const char *subsys,
+                               xfer_fetch_dest_t *dest)
+{
+    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
+        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    if (args->key_len > max_key_len) {
+        xfer_log(XFER_LOG_ERROR, subsys, "tensor key of %zu bytes exceeds the limit of %u "
+                 "bytes (here or at the peer)", args->key_len, max_key_len);
+        return XFER_ERR_OUT_OF_RANGE;
+    }
+    if (dest != NULL) {
+        dest->buf       = args->buffer;
+        dest->capacity  = (args->buffer != NULL) ? args->capacity : 0;
+        dest->alloc     = args->alloc;
+        dest->alloc_arg = args->alloc_arg;
+        dest->result    = args->result;
+    }
+    return XFER_OK;
+}
+
+xfer_status_t xfer_fetch_land(const xfer_fetch_dest_t *dest, const xfer_tensor_t *meta,
+                              uint64_t data_len, void **data_p)
+{
+    xfer_tensor_t *t = dest->result;
+    xfer_tensor_t ask;
+
+    *t       = *meta;
+    t->data  = dest->buf;
+    *data_p  = NULL;
+    if (data_len == 0) {
+        return XFER_OK;
+    }
+    if (dest->buf != NULL) {
+        if (data_len > dest->capacity) {
+            return XFER_ERR_TRUNCATED;
+        }
+        *data_p = dest->buf;
+        return XFER_OK;
+    }
+    ask      = *meta;
+    ask.data = NULL;
+    t->data  = dest->alloc(dest->alloc_arg, &ask);
+    *data_p  = t->data;
+    return (t->data != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
 }

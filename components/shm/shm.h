@@ -129,9 +129,7 @@ struct xfer_shm_op {
     void                *buf;
     size_t              len;
     uint64_t            rtag;       /* FETCH: the request id, for a TCANCEL */
-    void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
-    void                *alloc_arg;
-    xfer_tensor_t       *result;
+    xfer_fetch_dest_t   fetch;      /* FETCH: where its tensor goes */
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */

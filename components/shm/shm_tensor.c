@@ -42,34 +42,26 @@ _Static_assert(XFER_SHM_TENSOR_RANK_MAX == XFER_TENSOR_MAX_RANK, "tensor ranks d
 xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                     xfer_comp_t *comp)
 {
+    xfer_fetch_dest_t dest;
     xfer_shm_frame_t hdr;
     xfer_status_t status;
     xfer_shm_op_t *op;
     uint64_t id;
 
     status = xfer_shm_ep_check(ep);
+    if (status == XFER_OK) {
+        status = xfer_fetch_start(args, comp, ep->iface->params.max_key_len, XFER_SHM_SUBSYS,
+                                  &dest);
+    }
     if (status != XFER_OK) {
         return status;
-    }
-    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
-        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (args->key_len > ep->iface->params.max_key_len) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tensor key of %zu bytes exceeds the limit "
-                 "of %u bytes", args->key_len, ep->iface->params.max_key_len);
-        return XFER_ERR_OUT_OF_RANGE;
     }
     op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FETCH, comp, 0);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->buf       = args->buffer;
-    op->len       = (args->buffer != NULL) ? args->capacity : 0;
-    op->alloc     = args->alloc;
-    op->alloc_arg = args->alloc_arg;
-    op->result    = args->result;
-    op->on_write  = 0;      /* completes with its answer */
+    op->fetch    = dest;
+    op->on_write = 0;       /* completes with its answer */
     status        = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
@@ -218,7 +210,7 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     uint64_t head_len, data_len;
     xfer_status_t status;
     xfer_shm_op_t *op;
-    uint8_t *dest = NULL;
+    void *dest = NULL;
 
     if ((slot == NULL) ||
         ((slot->kind != XFER_SHM_SLOT_TOMBSTONE) &&
@@ -273,36 +265,13 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 
     ep->rx.status = XFER_OK;
     if (op != NULL) {       /* not cancelled: fill the result, find room for the data */
-        xfer_tensor_t *t = op->result;
+        xfer_tensor_t meta = {.dtype = (xfer_dtype_t)dtype, .rank = rank, .size = hdr->a,
+                              .is_dead = (int)is_dead};
 
-        op->busy   = 1;
+        op->busy        = 1;
         op->base.length = (size_t)hdr->a;
-        memset(t, 0, sizeof(*t));
-        t->dtype   = (xfer_dtype_t)dtype;
-        t->rank    = rank;
-        t->size    = hdr->a;
-        t->is_dead = (int)is_dead;
-        t->data    = op->buf;
-        memcpy(t->dims, dims, sizeof(t->dims));
-        if (data_len == 0) {
-            /* nothing to put anywhere */
-        } else if (op->buf != NULL) {
-            if (data_len > op->len) {
-                ep->rx.status = XFER_ERR_TRUNCATED;
-            } else {
-                dest = op->buf;
-            }
-        } else {
-            xfer_tensor_t meta = *t;
-
-            meta.data = NULL;
-            t->data   = op->alloc(op->alloc_arg, &meta);
-            if (t->data == NULL) {
-                ep->rx.status = XFER_ERR_NO_MEMORY;
-            } else {
-                dest = t->data;
-            }
-        }
+        memcpy(meta.dims, dims, sizeof(meta.dims));
+        ep->rx.status = xfer_fetch_land(&op->fetch, &meta, data_len, &dest);
     }
     if (rndv) {
         xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);

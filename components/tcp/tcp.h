@@ -138,11 +138,9 @@ struct xfer_tcp_op {
     int                 on_write;   /* SEND, unacknowledged PUT: complete once written */
     int                 cuda;       /* buf is CUDA memory (tcp_cuda.c moves it) */
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
-    void                *buf;       /* SEND/RECV/PUT/GET buffer, FETCH caller buffer */
-    size_t              len;        /* its length (FETCH: capacity) */
-    void                *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
-    void                *alloc_arg;
-    xfer_tensor_t       *result;
+    void                *buf;       /* SEND/RECV/PUT/GET buffer */
+    size_t              len;        /* its length */
+    xfer_fetch_dest_t   fetch;      /* FETCH: where its tensor goes */
     uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
     /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
      * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,

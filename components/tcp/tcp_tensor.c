@@ -30,27 +30,23 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_TENSOR_REQ, 0, 0, 0, 0};
     xfer_tcp_wire_tensor_req_t req;
+    xfer_fetch_dest_t dest;
     xfer_status_t status;
     xfer_tcp_op_t *op;
     uint8_t *p;
 
     status = xfer_tcp_ep_check(ep);
+    if (status == XFER_OK) {
+        status = xfer_fetch_start(args, comp, ep->limits.max_key_len, XFER_TCP_SUBSYS, &dest);
+    }
     if (status != XFER_OK) {
         return status;
-    }
-    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
-        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (args->key_len > ep->limits.max_key_len) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor key of %zu bytes exceeds the limit "
-                 "of %u bytes (here or at the peer)", args->key_len, ep->limits.max_key_len);
-        return XFER_ERR_OUT_OF_RANGE;
     }
     op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FETCH, comp);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
+    op->fetch = dest;
     if (args->buffer != NULL) {
         char why[XFER_REASON_MAX] = "";
         int cuda = xfer_tcp_buf_is_cuda(ep->iface, args->buffer, args->capacity, args->memh,
@@ -63,12 +59,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
         }
         op->cuda = cuda;
     }
-    op->buf       = args->buffer;
-    op->len       = args->buffer ? args->capacity : 0;
-    op->alloc     = args->alloc;
-    op->alloc_arg = args->alloc_arg;
-    op->result    = args->result;
-    status        = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_FETCH, op, &hdr.id, &op->slot);
+    status = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_FETCH, op, &hdr.id, &op->slot);
     if (status != XFER_OK) {
         xfer_tcp_op_free(op);
         return status;
@@ -136,7 +127,8 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
     xfer_tcp_wire_tensor_resp_t resp;
     xfer_status_t status;
     uint64_t data_len;
-    xfer_tensor_t *t;
+    xfer_tensor_t meta;
+    void *dest;
     int dev;
     xfer_tcp_op_t *op;
 
@@ -175,48 +167,32 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
         xfer_tcp_rx_expect(ep, NULL, 0, 0);
         return XFER_OK;
     }
-    t = op->result;
-    memset(t, 0, sizeof(*t));
-    t->dtype   = (xfer_dtype_t)resp.dtype;
-    t->rank    = resp.rank;
-    t->size    = resp.size;
-    t->is_dead = resp.is_dead;
-    t->data    = op->buf;
+    memset(&meta, 0, sizeof(meta));
+    meta.dtype   = (xfer_dtype_t)resp.dtype;
+    meta.rank    = resp.rank;
+    meta.size    = resp.size;
+    meta.is_dead = resp.is_dead;
     for (unsigned i = 0; i < resp.rank; i++) {
-        t->dims[i] = resp.dims[i];
+        meta.dims[i] = resp.dims[i];
     }
-    rx->status = XFER_OK;
-    if (data_len == 0) {
-        xfer_tcp_rx_expect(ep, NULL, 0, 0);
-    } else if (op->buf != NULL) {
-        if (data_len > op->len) {
-            rx->status = XFER_ERR_TRUNCATED;
-            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
-        } else if (op->cuda) {
-            xfer_tcp_rx_expect_device(ep, op->buf, (size_t)data_len, 0);
-        } else {
-            xfer_tcp_rx_expect(ep, op->buf, (size_t)data_len, 0);
-        }
-    } else {
-        xfer_tensor_t meta = *t;
-
-        meta.data = NULL;
-        t->data   = op->alloc(op->alloc_arg, &meta);
-        dev = (t->data == NULL) ? 0 :
-              xfer_tcp_cuda_detect(ep->iface, t->data, (size_t)data_len, why, why_size);
-        if (t->data == NULL) {
-            rx->status = XFER_ERR_NO_MEMORY;
-            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
-        } else if (dev < 0) {
+    rx->status = xfer_fetch_land(&op->fetch, &meta, data_len, &dest);
+    dev        = op->cuda;
+    if ((dest != NULL) && (dest != op->fetch.buf)) {
+        /* the alloc callback's buffer: found out what it is */
+        dev = xfer_tcp_cuda_detect(ep->iface, dest, (size_t)data_len, why, why_size);
+        if (dev < 0) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch into an allocated buffer: "
                      "%s", why);
             rx->status = XFER_ERR_INVALID_PARAM;
-            xfer_tcp_rx_expect(ep, NULL, 0, data_len);
-        } else if (dev) {
-            xfer_tcp_rx_expect_device(ep, t->data, (size_t)data_len, 0);
-        } else {
-            xfer_tcp_rx_expect(ep, t->data, (size_t)data_len, 0);
+            dest       = NULL;
         }
+    }
+    if (dest == NULL) {
+        xfer_tcp_rx_expect(ep, NULL, 0, data_len);     /* none, or dropped */
+    } else if (dev) {
+        xfer_tcp_rx_expect_device(ep, dest, (size_t)data_len, 0);
+    } else {
+        xfer_tcp_rx_expect(ep, dest, (size_t)data_len, 0);
     }
     return XFER_OK;
 }

@@ -300,22 +300,19 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     xfer_verbs_meta_entry_t *cached;
     xfer_verbs_treq_t *treq;
     xfer_verbs_op_t *op;
-    uint64_t id;
+    uint64_t id, seg_room;
     size_t len;
 
     if ((status != XFER_OK) && (status != XFER_ERR_BUSY)) {
         return status;
     }
-    if ((args == NULL) || (comp == NULL) || (args->result == NULL) || (args->key == NULL) ||
-        (args->key_len == 0) || ((args->buffer == NULL) && (args->alloc == NULL))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if ((args->key_len > ch->max_key_len) ||
-        (XFER_VERBS_WIRE_TREQ_HDR_LEN + XFER_TENSOR_WIRE_REQ_FIXED + XFER_TENSOR_WIRE_META_MAX +
-         args->key_len > ch->iface->cfg->seg_size)) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tensor key of %zu bytes exceeds the limit "
-                 "of %u bytes (here or at the peer)", args->key_len, ch->max_key_len);
-        return XFER_ERR_OUT_OF_RANGE;
+    /* the key goes in one message segment, with the request and the metadata it may carry */
+    seg_room = ch->iface->cfg->seg_size - XFER_VERBS_WIRE_TREQ_HDR_LEN -
+               XFER_TENSOR_WIRE_REQ_FIXED - XFER_TENSOR_WIRE_META_MAX;
+    status   = xfer_fetch_start(args, comp, (ch->max_key_len < seg_room) ? ch->max_key_len :
+                                (uint32_t)seg_room, XFER_VERBS_SUBSYS, NULL);
+    if (status != XFER_OK) {
+        return status;
     }
     /* malloc and clear the fixed part: glibc's calloc bypasses the per-thread cache, and
      * this is once per fetch */

@@ -597,6 +597,28 @@ XFER_API xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, con
                                               uint64_t size, int is_dead, char *why,
                                               size_t why_size);
 
+/* Where a fetch's tensor goes at the consumer: the caller's buffer of capacity bytes, or
+ * (buf NULL) one alloc returns once the size is known; result is the caller's. */
+typedef struct xfer_fetch_dest {
+    void          *buf;
+    size_t        capacity;
+    void          *(*alloc)(void *alloc_arg, const xfer_tensor_t *meta);
+    void          *alloc_arg;
+    xfer_tensor_t *result;
+} xfer_fetch_dest_t;
+
+/* A fetch's arguments hold (XFER_ERR_INVALID_PARAM) and its key is at most max_key_len bytes
+ * (XFER_ERR_OUT_OF_RANGE, logged under subsys); dest (may be NULL) taken from them. */
+XFER_API xfer_status_t xfer_fetch_start(const xfer_fetch_args_t *args, const xfer_comp_t *comp,
+                                        uint32_t max_key_len, const char *subsys,
+                                        xfer_fetch_dest_t *dest);
+/* The producer's answer describes meta (checked; its data pointer ignored) with data_len
+ * bytes of data: dest's result filled and *data_p set to where the bytes go (NULL when there
+ * are none) - XFER_OK - or XFER_ERR_TRUNCATED (they do not fit the caller's buffer) or
+ * XFER_ERR_NO_MEMORY (alloc gave nothing), the bytes then to be dropped. */
+XFER_API xfer_status_t xfer_fetch_land(const xfer_fetch_dest_t *dest, const xfer_tensor_t *meta,
+                                       uint64_t data_len, void **data_p);
+
 /* ---- CUDA driver ---------------------------------------------------------------------------- */
 
 /*
