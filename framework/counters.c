@@ -83,3 +83,14 @@ void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n, const cha
     }
     (*n)++;
 }
+
+void xfer_counter_put_table(xfer_counter_t *counters, size_t max, size_t *n, const void *base,
+                            const xfer_counter_field_t *table, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        uint64_t value;
+
+        memcpy(&value, (const char*)base + table[i].offset, sizeof(value));
+        xfer_counter_put(counters, max, n, "", table[i].name, value);
+    }
+}

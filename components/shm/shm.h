@@ -611,8 +611,6 @@ xfer_status_t xfer_shm_rx_tag_fin(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size);
 
 /* ---- shm_rma.c ------------------------------------------------------------------------------ */
-xfer_status_t xfer_shm_regions_init(xfer_iface_h iface);
-void xfer_shm_regions_cleanup(xfer_iface_h iface);
 xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);
 /* Whether rkey's memory is mapped here (mapped at its first use when it can be). */

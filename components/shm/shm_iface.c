@@ -59,7 +59,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         free(iface);
         return XFER_ERR_NO_RESOURCE;
     }
-    status = xfer_shm_regions_init(iface);
+    status = xfer_regions_create(&iface->regions);
     if (status != XFER_OK) {
         close(iface->epfd);
         free(iface);
@@ -77,7 +77,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     }
     if (iface->ops == NULL) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create the operation pool");
-        xfer_shm_regions_cleanup(iface);
+        xfer_regions_destroy(iface->regions, free);
         close(iface->epfd);
         free(iface);
         return XFER_ERR_NO_MEMORY;
@@ -97,7 +97,7 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     }
     xfer_tanswers_destroy(iface->tanswers);
     xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
-    xfer_shm_regions_cleanup(iface);
+    xfer_regions_destroy(iface->regions, free);
     xfer_shm_cuda_cleanup(iface);
     xfer_shm_act_close(iface);
     close(iface->epfd);

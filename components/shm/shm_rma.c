@@ -25,17 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-xfer_status_t xfer_shm_regions_init(xfer_iface_h iface)
-{
-    return xfer_regions_create(&iface->regions);
-}
-
-void xfer_shm_regions_cleanup(xfer_iface_h iface)
-{
-    xfer_regions_destroy(iface->regions, free);
-    iface->regions = NULL;
-}
-
 /* A region of [addr, addr + length): host memory unless params says CUDA. */
 static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
                                 const xfer_mem_reg_params_t *params, xfer_memh_h *memh_p)

@@ -597,7 +597,6 @@ void xfer_tcp_tag_resume(xfer_iface_h iface);
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
                                    xfer_tcp_rx_put, xfer_tcp_rx_put_fail,
                                    xfer_tcp_rx_get_req, xfer_tcp_rx_get_resp;
-xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface);
 /* A PUT (or a PUTV) is received: answered only when it was refused (PUT_FAIL). */
 xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
 /* Can this side put or get length bytes at remote_addr through rkey? (the key's bounds, the
@@ -610,7 +609,6 @@ xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma
 /* The second half of that: does the registration memh contain rma's range? */
 xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
                                      char *why, size_t why_size);
-void xfer_tcp_regions_cleanup(xfer_iface_h iface);
 /* CUDA memory is taken (moved through tcp_cuda.c); host memory as mem_reg. */
 xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);

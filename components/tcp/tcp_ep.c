@@ -100,12 +100,9 @@ err_free_ep:
 
 /* ---- counters ------------------------------------------------------------------------------- */
 
-#define EP_STAT(_name, _field) {_name, offsetof(struct xfer_ep, _field)}
+#define EP_STAT(_name, _field) XFER_COUNTER_FIELD(struct xfer_ep, _name, _field)
 
-static const struct {
-    const char *name;
-    size_t     offset;
-} ep_stats[] = {
+static const xfer_counter_field_t ep_stats[] = {
     /* bytes; then frames by kind: a PUT carries one block (a put, or a batch's block sent
      * alone), a PUTV a batch's blocks gathered, a GET request one get */
     EP_STAT("tx_bytes_queued", tx_queued),       EP_STAT("tx_bytes", tx_written),
@@ -120,10 +117,7 @@ void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
 {
     size_t n = 0;
 
-    for (size_t i = 0; i < sizeof(ep_stats) / sizeof(ep_stats[0]); i++) {
-        xfer_counter_put(c, *count_p, &n, "", ep_stats[i].name,
-                         *(const uint64_t*)((const char*)ep + ep_stats[i].offset));
-    }
+    xfer_counter_put_table(c, *count_p, &n, ep, ep_stats, sizeof(ep_stats) / sizeof(ep_stats[0]));
     /* connections: those agreed on, and those up now (lane 0 included) */
     xfer_counter_put(c, *count_p, &n, "", "lanes", ep->nlanes);
     xfer_counter_put(c, *count_p, &n, "", "lanes_up", xfer_tcp_lanes_up(ep));

@@ -203,14 +203,14 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     if (status != XFER_OK) {
         goto err_close_epfd;
     }
-    status = xfer_tcp_regions_init(iface);
+    status = xfer_regions_create(&iface->regions);
     if (status != XFER_OK) {
         goto err_close_timer;
     }
     if (ucs_mpool_init(&iface->tx_mp, 0, sizeof(xfer_tcp_tx_t) + XFER_TCP_TX_BUF_LEN, 0,
                        TX_MP_ALIGN, TX_MP_CHUNK, TX_MP_MAX, &tx_mp_ops, "xfer_tcp_tx_bufs") !=
         UCS_OK) {
-        xfer_tcp_regions_cleanup(iface);
+        xfer_regions_destroy(iface->regions, free);
         status = XFER_ERR_NO_MEMORY;
         goto err_close_timer;
     }
@@ -226,7 +226,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     }
     if (status != XFER_OK) {
         ucs_mpool_cleanup(&iface->tx_mp, 1);
-        xfer_tcp_regions_cleanup(iface);
+        xfer_regions_destroy(iface->regions, free);
         goto err_close_timer;
     }
     address_build(iface);
@@ -257,7 +257,7 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     xfer_tanswers_destroy(iface->tanswers);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
-    xfer_tcp_regions_cleanup(iface);
+    xfer_regions_destroy(iface->regions, free);
     if (iface->tx_mp_ready) {
         ucs_mpool_cleanup(&iface->tx_mp, 1);    /* every ep is gone: every buffer is back */
     }

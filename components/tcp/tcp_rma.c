@@ -17,17 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-xfer_status_t xfer_tcp_regions_init(xfer_iface_h iface)
-{
-    return xfer_regions_create(&iface->regions);
-}
-
-void xfer_tcp_regions_cleanup(xfer_iface_h iface)
-{
-    xfer_regions_destroy(iface->regions, free);
-    iface->regions = NULL;
-}
-
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
 {

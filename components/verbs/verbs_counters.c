@@ -7,13 +7,10 @@
 
 #include <stddef.h>
 
-#define STAT(_name, _field) {_name, offsetof(xfer_verbs_ch_stats_t, _field)}
+#define STAT(_name, _field) XFER_COUNTER_FIELD(xfer_verbs_ch_stats_t, _name, _field)
 
 /* The counters besides the per-type message counts, in the order they are listed. */
-static const struct {
-    const char *name;
-    size_t     offset;
-} scalar_counters[] = {
+static const xfer_counter_field_t scalar_counters[] = {
     STAT("tx_tensor_writes", tx_writes),          STAT("tx_tensor_write_bytes", tx_write_bytes),
     STAT("rx_tensor_writes", rx_writes),          STAT("rx_tensor_write_bytes", rx_write_bytes),
     STAT("re_requests", rerequests),              STAT("meta_cache_hits", meta_hits),
@@ -35,9 +32,7 @@ void xfer_verbs_ep_counters(xfer_ep_h ch, xfer_counter_t *c, size_t *count_p)
     for (unsigned t = 1; t < XFER_VERBS_MSG_LAST; t++) {
         xfer_counter_put(c, max, &n, "rx_", xfer_verbs_msg_name(t), st->rx_msgs[t]);
     }
-    for (size_t i = 0; i < sizeof(scalar_counters) / sizeof(scalar_counters[0]); i++) {
-        xfer_counter_put(c, max, &n, "", scalar_counters[i].name,
-                         *(const uint64_t*)((const char*)st + scalar_counters[i].offset));
-    }
+    xfer_counter_put_table(c, max, &n, st, scalar_counters,
+                           sizeof(scalar_counters) / sizeof(scalar_counters[0]));
     *count_p = n;
 }

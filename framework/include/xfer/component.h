@@ -582,6 +582,19 @@ XFER_API void xfer_reason_copy(char *dst, size_t size, const void *src, size_t l
 XFER_API void xfer_counter_put(xfer_counter_t *counters, size_t max, size_t *n,
                                const char *prefix, const char *name, uint64_t value);
 
+/* A table of uint64_t counters of a struct, by name: XFER_COUNTER_FIELD(type, "name", field)
+ * each; xfer_counter_put_table() puts every one of them, read from base, in order. */
+typedef struct xfer_counter_field {
+    const char *name;
+    size_t     offset;
+} xfer_counter_field_t;
+
+#define XFER_COUNTER_FIELD(_type, _name, _field) {(_name), offsetof(_type, _field)}
+
+XFER_API void xfer_counter_put_table(xfer_counter_t *counters, size_t max, size_t *n,
+                                     const void *base, const xfer_counter_field_t *table,
+                                     size_t count);
+
 /* The one number (decimal, or hexadecimal with 0x) a file holds - a sysfs or procfs
  * attribute - or dflt when it cannot be read. */
 XFER_API long xfer_file_long(const char *path, long dflt);
