@@ -123,9 +123,10 @@ static void flag_cb(xfer_request_t *req, xfer_status_t status, void *arg)
  * most CPU times (us, longest first) one xfer_progress() took meanwhile: what one peer's work
  * costs every other endpoint per round, whatever else the machine runs (a wall-clock round
  * trip also counts the scheduler). The third is the measure: of some ten thousand calls, one
- * or two can take longer for reasons outside xfer (time the hypervisor took from a virtual
- * CPU is counted as the thread's, a huge page compacted on a fault), where a call that moved
- * a whole message would be long at every message.
+ * or two stand out (here, run alone, the longest took up to 8.4 ms where the third took
+ * 2.7 ms; kernel work of other processes, such as their loopback traffic, is charged to
+ * whichever thread it interrupts), where a call that moved a whole message would be long at
+ * every message.
  */
 static void echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep,
                             void (*between)(void *arg), void *arg, double top[3])

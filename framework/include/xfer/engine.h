@@ -458,7 +458,7 @@ static inline int xfer_batch_walk_all_posted(const xfer_batch_walk_t *w)
 }
 
 /*
- * An endpoint's failure, told once (framework/ep_fail.c). The component records status and
+ * An endpoint's failure, told once (framework/comp_base.c). The component records status and
  * reason and completes what is pending on the endpoint - at once, or, where it finds the
  * failure inside a walk of its own queues, at the start of its next progress (deferred).
  * The framework's ep_failed is then told at the end of a progress, never inside the
