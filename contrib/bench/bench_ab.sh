@@ -17,7 +17,10 @@
 #
 # The table goes to stdout and DIR/ab.txt. A tool, not a test: it exits 0 whatever the
 # figures, non-zero when something fails to run. Knobs: ROUNDS (9, at least 9; lib.sh),
-# BENCH_PORT (first port, default 19600), RUN_TIMEOUT (300). Needs jq and ss (iproute2).
+# BENCH_PORT (first port, default 19600), RUN_TIMEOUT (300), AB_PIN=1 (server on CPU 1,
+# client on CPU 0, for A and B alike: on two CPUs a latency run whose two busy-polling
+# processes share one CPU takes about twice as long, and which runs do is chance).
+# Needs jq and ss (iproute2), and taskset with AB_PIN=1.
 set -euo pipefail
 
 BENCH_NAME=bench_ab
@@ -45,21 +48,25 @@ TESTS=${AB_TESTS:-$DEFAULT_TESTS}
 for b in "$BUILD_A" "$BUILD_B"; do
     [ -x "$b/contrib/xfer_perf" ] || die "no $b/contrib/xfer_perf: build it first"
 done
-for tool in jq ss; do
-    command -v "$tool" >/dev/null || die "$tool not found (apt-get install jq iproute2)"
+for tool in jq ss $([ "${AB_PIN:-0}" = 1 ] && echo taskset); do
+    command -v "$tool" >/dev/null || die "$tool not found (apt-get install jq iproute2 util-linux)"
 done
 mkdir -p "$OUT"
 
 # ab_run SIDE LINE: one xfer_perf pair from build SIDE (A or B); FIG = its figure
 ab_run() {
-    local side=$1 transport test size iters field perf args
+    local side=$1 transport test size iters field perf args pin_s=() pin_c=()
     read -r transport test size iters field args <<<"$2"
     perf=$BUILD_A/contrib/xfer_perf
     [ "$side" = B ] && perf=$BUILD_B/contrib/xfer_perf
+    if [ "${AB_PIN:-0}" = 1 ]; then
+        pin_s=(taskset -c 1)
+        pin_c=(taskset -c 0)
+    fi
     # shellcheck disable=SC2086 # args: the line's extra words, split on purpose
     run_pair "${side}_${transport}_${test}_$size" "$RUN_TIMEOUT" \
-        "$perf" -x "$transport" -p "$PORT" -- \
-        "$perf" -x "$transport" -t "$test" -s "$size" -n "$iters" --json $args \
+        "${pin_s[@]}" "$perf" -x "$transport" -p "$PORT" -- \
+        "${pin_c[@]}" "$perf" -x "$transport" -t "$test" -s "$size" -n "$iters" --json $args \
         -p "$PORT" 127.0.0.1 || die "$side: xfer_perf -x $transport -t $test -s $size failed"
     [ "$(jq -r '.transport' <<<"$PAIR_OUT")" = "$transport" ] ||
         die "$side: xfer_perf did not run over $transport"
@@ -68,7 +75,7 @@ ab_run() {
 
 # a here-string, not a process substitution: the Soft-RoCE guest has no /dev/fd
 mapfile -t LINES <<<"$(grep -v '^[[:space:]]*$' <<<"$TESTS")"
-echo "# bench_ab: A $BUILD_A, B $BUILD_B; $(nproc) cores; $ROUNDS rounds" >&2
+echo "# bench_ab: A $BUILD_A, B $BUILD_B; $(nproc) cores; $ROUNDS rounds; AB_PIN=${AB_PIN:-0}" >&2
 for ((round = 1; round <= ROUNDS; round++)); do
     echo "# round $round of $ROUNDS" >&2
     for i in "${!LINES[@]}"; do
@@ -84,7 +91,7 @@ done
 
 {
     rounds_header
-    printf "# A: %s\n# B: %s\n" "$BUILD_A" "$BUILD_B"
+    printf "# A: %s\n# B: %s\n# AB_PIN=%s\n" "$BUILD_A" "$BUILD_B" "${AB_PIN:-0}"
     printf "%-44s %-14s %10s %-17s %10s %-17s %6s %-11s %s\n" run field A range B range \
            "B/A" range verdict
     for i in "${!LINES[@]}"; do
