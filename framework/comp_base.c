@@ -37,10 +37,11 @@ xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *pa
     return XFER_OK;
 }
 
-void xfer_ep_failq_init(xfer_ep_failq_t *q)
+void xfer_ep_failq_init(xfer_ep_failq_t *q, const xfer_ep_fail_ops_t *ops)
 {
     ucs_list_head_init(&q->deferred);
     ucs_list_head_init(&q->tell);
+    q->ops = ops;
 }
 
 void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep)
@@ -69,27 +70,45 @@ void xfer_ep_fail_forget(xfer_ep_fail_t *f)
     }
 }
 
-int xfer_ep_fail_vdefer(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
-                        const char *fmt, va_list ap)
+void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                  const char *fmt, ...)
 {
-    if (!xfer_ep_fail_vset(f, status, fmt, ap)) {
-        return 0;
-    }
-    f->queued = QUEUED_DEFERRED;
-    ucs_list_add_tail(&q->deferred, &f->link);
-    return 1;
+    va_list ap;
+
+    va_start(ap, fmt);
+    xfer_ep_fail_vset(f, status, fmt, ap);  /* failing later: that reason stays */
+    va_end(ap);
+    q->ops->teardown(f->owner);
 }
 
-void *xfer_ep_failq_next_deferred(xfer_ep_failq_t *q)
+void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                        const char *fmt, ...)
 {
-    xfer_ep_fail_t *f;
+    va_list ap;
+    int recorded;
 
-    if (ucs_list_is_empty(&q->deferred)) {
-        return NULL;
+    va_start(ap, fmt);
+    recorded = xfer_ep_fail_vset(f, status, fmt, ap);
+    va_end(ap);
+    if (recorded) {
+        f->queued = QUEUED_DEFERRED;
+        ucs_list_add_tail(&q->deferred, &f->link);
+        q->ops->failing(f->owner);
     }
-    f = ucs_list_extract_head(&q->deferred, xfer_ep_fail_t, link);
-    f->queued = QUEUED_NONE;
-    return f->owner;
+}
+
+unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q)
+{
+    unsigned count = 0;
+
+    while (!ucs_list_is_empty(&q->deferred)) {
+        xfer_ep_fail_t *f = ucs_list_extract_head(&q->deferred, xfer_ep_fail_t, link);
+
+        f->queued = QUEUED_NONE;
+        q->ops->teardown(f->owner);
+        count++;
+    }
+    return count;
 }
 
 void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f)

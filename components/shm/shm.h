@@ -225,11 +225,10 @@ typedef struct xfer_shm_rx {
 struct xfer_ep {
     xfer_iface_h        iface;
     ucs_list_link_t     list;           /* iface->eps */
-    void                *fw_ep;
     int                 fd;             /* the bootstrap connection: doorbell and liveness */
     int                 is_server;
     xfer_shm_ep_state_t state;
-    xfer_ep_fail_t      fail;       /* its failure, told once */
+    xfer_ep_fail_t      fail;       /* its failure, told once, and fw_ep */
     int                 peer_gone;      /* its connection ended: what it wrote is all */
     int                 bye_clean;      /* its BYE came when all we wrote was delivered and
                                          * answered: a flush after it succeeds */
@@ -535,12 +534,12 @@ xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                               const uint8_t *payload, char *why, size_t why_size);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_shm_ep_check(xfer_ep_h ep);
-/* Fail ep: from progress() now, from anywhere else at the next progress(). */
-void xfer_shm_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void xfer_shm_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void xfer_shm_ep_fail_deferred(xfer_ep_h ep);
+/* Fail ep: from progress() now, from anywhere else at the next progress() (comp_base.c). */
+extern const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops;
+#define xfer_shm_ep_fail(ep, status, ...) \
+    xfer_ep_fail(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+#define xfer_shm_ep_fail_later(ep, status, ...) \
+    xfer_ep_fail_later(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
 /* Flushes whose conditions now hold complete. */
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep);
 /* A PUT or GET completed (they complete in order). */

@@ -255,7 +255,7 @@ xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len)
     const xfer_iface_params_t *params = &ep->iface->params;
 
     if ((params->notify == NULL) ||
-        (params->notify(params->fw_arg, ep->fw_ep, msg, len) != 0)) {
+        (params->notify(params->fw_arg, ep->fail.fw_ep, msg, len) != 0)) {
         xfer_shm_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "a batch notification of the peer "
                                "was refused (too many not taken)");
         return XFER_ERR_NO_RESOURCE;

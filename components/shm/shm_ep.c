@@ -96,7 +96,6 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         return XFER_ERR_NO_MEMORY;
     }
     ep->iface     = iface;
-    ep->fw_ep     = params->fw_ep;
     ep->is_server = params->is_server;
     ep->state     = XFER_SHM_EP_CREATED;
     ep->peer_pid  = (pid_t)peer.pid;
@@ -491,8 +490,13 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     xfer_shm_treqs_gone(ep, status);
 }
 
-static void ep_fail_now(xfer_ep_h ep)
+static void ep_fail_teardown(void *arg)
 {
+    xfer_ep_h ep = arg;
+
+    if (ep->state == XFER_SHM_EP_FAILED) {
+        return;
+    }
     xfer_ep_fail_log(&ep->fail, XFER_SHM_SUBSYS, ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN,
                      "endpoint to the %s (pid %d)", ep->is_server ? "client" : "server",
                      (int)ep->peer_pid);
@@ -500,36 +504,12 @@ static void ep_fail_now(xfer_ep_h ep)
     xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
 }
 
-void xfer_shm_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+static void ep_failing(void *arg)
 {
-    va_list ap;
-
-    if (ep->state == XFER_SHM_EP_FAILED) {
-        return;
-    }
-    va_start(ap, fmt);
-    xfer_ep_fail_vset(&ep->fail, status, fmt, ap);   /* failing later: that reason stays */
-    va_end(ap);
-    ep_fail_now(ep);
+    ((xfer_ep_h)arg)->state = XFER_SHM_EP_FAILING;
 }
 
-void xfer_shm_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    if (xfer_ep_fail_vdefer(&ep->iface->failq, &ep->fail, status, fmt, ap)) {
-        ep->state = XFER_SHM_EP_FAILING;
-    }
-    va_end(ap);
-}
-
-void xfer_shm_ep_fail_deferred(xfer_ep_h ep)
-{
-    if (ep->state == XFER_SHM_EP_FAILING) {
-        ep_fail_now(ep);
-    }
-}
+const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops = {ep_fail_teardown, ep_failing};
 
 void xfer_shm_ep_destroy(xfer_ep_h ep)
 {

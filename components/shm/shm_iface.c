@@ -40,7 +40,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
     ucs_list_head_init(&iface->pulls);
-    xfer_ep_failq_init(&iface->failq);
+    xfer_ep_failq_init(&iface->failq, &xfer_shm_ep_fail_ops);
     ucs_list_head_init(&iface->cuda.opened);
     iface->cuda.primary = -1;
     iface->epfd   = -1;
@@ -203,10 +203,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     unsigned count = 0;
     xfer_ep_h ep, tmp;
 
-    while ((ep = xfer_ep_failq_next_deferred(&iface->failq)) != NULL) {
-        xfer_shm_ep_fail_deferred(ep);
-        count++;
-    }
+    count += xfer_ep_failq_teardown(&iface->failq);
     if (iface->slept || (++iface->polls >= EPOLL_EVERY)) {
         if (iface->slept) {
             xfer_shm_act_disarm(iface);

@@ -167,7 +167,7 @@ static int rx_frame(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const uint8_t *pa
         }
         if (is_request(hdr) &&
             ((ep->answers >= ep->iface->cfg->max_answers) ||
-             !xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes))) {
+             !xfer_budget_queue_within(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes))) {
             return 0;   /* the answers the peer has not taken yet go first */
         }
         status = handlers[hdr->type](ep, hdr, payload, why, sizeof(why));

@@ -266,7 +266,7 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
     if (ep->peer_gone) {
         flags |= XFER_TAG_ARRIVE_FORCE;     /* what is left of the peer is in the ring */
     }
-    switch (xfer_tag_arrive(p->fw_arg, ep->fw_ep, hdr->id, len, flags, rndv ? &r : NULL,
+    switch (xfer_tag_arrive(p->fw_arg, ep->fail.fw_ep, hdr->id, len, flags, rndv ? &r : NULL,
                             rndv ? sizeof(r) : 0, &dest)) {
     case XFER_TAG_MATCHED:
         if (rndv) {

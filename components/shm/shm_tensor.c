@@ -408,7 +408,7 @@ xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  "(message limit %" PRIu64 ")", key_len, hdr->len, ep->max_msg);
         return XFER_ERR_PROTOCOL;
     }
-    a = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fw_ep, hdr->id, hdr->a,
+    a = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fail.fw_ep, hdr->id, hdr->a,
                          (uint32_t)key_len, ep->max_msg, &status, why, why_size);
     if (a == NULL) {
         return status;

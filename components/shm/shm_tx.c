@@ -70,7 +70,7 @@ static void tx_done(xfer_ep_h ep, xfer_shm_tx_t *tx)
     ep->tx_done++;
     if (tx->answer) {
         ep->answers--;
-        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+        xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
                                  XFER_SHM_ANSWER_COST(tx->len));
     }
     if ((tx->op != NULL) && tx->op->on_write) {
@@ -177,7 +177,7 @@ xfer_status_t xfer_shm_tx_queue(xfer_ep_h ep, xfer_shm_tx_t *tx, const xfer_shm_
     ep->tx_queued++;
     if (answer) {
         ep->answers++;
-        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+        xfer_budget_queue_add(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
                               XFER_SHM_ANSWER_COST(len));
     }
     ucs_list_add_tail(&ep->txq, &tx->list);
@@ -250,7 +250,7 @@ void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status)
 
         if (tx->answer) {
             ep->answers--;
-            xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
+            xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
                                      XFER_SHM_ANSWER_COST(tx->len));
         }
         /* an op waiting for an answer is failed with its slot; one that completes once

@@ -277,11 +277,10 @@ typedef struct xfer_tcp_lane {
 struct xfer_ep {
     xfer_iface_h        iface;
     ucs_list_link_t     list;           /* iface->eps */
-    void                *fw_ep;
     int                 fd;
     int                 is_server;
     xfer_tcp_ep_state_t state;
-    xfer_ep_fail_t      fail;       /* its failure, told once */
+    xfer_ep_fail_t      fail;       /* its failure, told once, and fw_ep */
     int                 clean_close;    /* the peer closed between two frames */
     /* the peer closed in order (BYE) when every byte this side sent, every put and every
      * fence had been acknowledged: a flush after it succeeds (else it fails) */
@@ -504,13 +503,12 @@ void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status);
 void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
-/* Fail ep: from progress() now, from anywhere else at the next progress(). */
-void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Handle an ep whose failure was deferred. */
-void xfer_tcp_ep_fail_deferred(xfer_ep_h ep);
+/* Fail ep: from progress() now, from anywhere else at the next progress() (comp_base.c). */
+extern const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops;
+#define xfer_tcp_ep_fail(ep, status, ...) \
+    xfer_ep_fail(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+#define xfer_tcp_ep_fail_later(ep, status, ...) \
+    xfer_ep_fail_later(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
 /* Stop writing into a region that is being deregistered. */
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 /* The socket options of the configuration (TCP_NODELAY, buffers, keepalive, timeouts). */

@@ -459,7 +459,7 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
                  "its batch was refused (%s)", xfer_status_string(status));
     } else if ((ep->rx.batch_flags & BATCH_FL_NOTIFY) &&
                ((params->notify == NULL) ||
-                (params->notify(params->fw_arg, ep->fw_ep, ep->batch_notify, nlen) != 0))) {
+                (params->notify(params->fw_arg, ep->fail.fw_ep, ep->batch_notify, nlen) != 0))) {
         snprintf(why, why_size, "a batch notification of the peer was refused (too many not "
                  "taken)");
         return XFER_ERR_NO_RESOURCE;

@@ -60,7 +60,6 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         goto err_free_rbuf;
     }
     ep->iface     = iface;
-    ep->fw_ep     = params->fw_ep;
     xfer_ep_fail_init(&ep->fail, ep, params->fw_ep);
     ep->is_server = params->is_server;
     if ((params->size >= offsetof(xfer_ep_params_t, secret) + sizeof(params->secret)) &&
@@ -605,8 +604,13 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     xfer_tanswers_ep_gone(&ep->treqs, status);
 }
 
-static void ep_fail_now(xfer_ep_h ep)
+static void ep_fail_teardown(void *arg)
 {
+    xfer_ep_h ep = arg;
+
+    if (ep->state == XFER_TCP_EP_FAILED) {
+        return;
+    }
     /* a peer that closes between frames just left; everything else is worth a warning */
     xfer_ep_fail_log(&ep->fail, XFER_TCP_SUBSYS, ep->clean_close ? XFER_LOG_INFO :
                      XFER_LOG_WARN, "connection to the %s", ep->is_server ? "client" : "server");
@@ -614,36 +618,12 @@ static void ep_fail_now(xfer_ep_h ep)
     xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
 }
 
-void xfer_tcp_ep_fail(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
+static void ep_failing(void *arg)
 {
-    va_list ap;
-
-    if (ep->state == XFER_TCP_EP_FAILED) {
-        return;
-    }
-    va_start(ap, fmt);
-    xfer_ep_fail_vset(&ep->fail, status, fmt, ap);   /* failing later: that reason stays */
-    va_end(ap);
-    ep_fail_now(ep);
+    ((xfer_ep_h)arg)->state = XFER_TCP_EP_FAILING;
 }
 
-void xfer_tcp_ep_fail_later(xfer_ep_h ep, xfer_status_t status, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    if (xfer_ep_fail_vdefer(&ep->iface->failq, &ep->fail, status, fmt, ap)) {
-        ep->state = XFER_TCP_EP_FAILING;
-    }
-    va_end(ap);
-}
-
-void xfer_tcp_ep_fail_deferred(xfer_ep_h ep)
-{
-    if (ep->state == XFER_TCP_EP_FAILING) {
-        ep_fail_now(ep);
-    }
-}
+const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops = {ep_fail_teardown, ep_failing};
 
 void xfer_tcp_ep_destroy(xfer_ep_h ep)
 {

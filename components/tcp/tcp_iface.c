@@ -189,7 +189,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->lane_retry);
     ucs_list_head_init(&iface->hot);
     ucs_list_head_init(&iface->tx_ready);
-    xfer_ep_failq_init(&iface->failq);
+    xfer_ep_failq_init(&iface->failq, &xfer_tcp_ep_fail_ops);
     ucs_list_head_init(&iface->flushing);
     xfer_tcp_cuda_init(iface);
 
@@ -396,9 +396,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     int num;
 
     iface->rx_gen++;
-    for (xfer_ep_h ep; (ep = xfer_ep_failq_next_deferred(&iface->failq)) != NULL; count++) {
-        xfer_tcp_ep_fail_deferred(ep);
-    }
+    count += xfer_ep_failq_teardown(&iface->failq);
     count += xfer_tcp_cuda_progress(iface);
 
     while (!ucs_list_is_empty(&iface->tx_ready)) {

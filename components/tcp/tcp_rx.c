@@ -353,7 +353,7 @@ static int rx_step(xfer_ep_h ep)
         switch (rx->state) {
         case XFER_TCP_RX_HDR:
             if (((ep->answers.held > ep->iface->cfg->max_backlog) ||
-                 !xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) &&
+                 !xfer_budget_queue_within(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) &&
                 !ep->peer_closed) {
                 /* the peer does not read what we answer, or the process holds all the
                  * answers it may (XFER_ANSWERS_BUDGET): read no more of its requests until

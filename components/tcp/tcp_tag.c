@@ -149,7 +149,7 @@ static xfer_status_t rx_tag_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
         }
         flags |= XFER_TAG_ARRIVE_FORCE;
     }
-    switch (xfer_tag_arrive(p->fw_arg, ep->fw_ep, ep->rx.hdr.id, len, flags, NULL, 0, &dest)) {
+    switch (xfer_tag_arrive(p->fw_arg, ep->fail.fw_ep, ep->rx.hdr.id, len, flags, NULL, 0, &dest)) {
     case XFER_TAG_MATCHED:
         ep->rx.tag_handle = dest.handle;
         want              = (len < dest.capacity) ? (size_t)len : dest.capacity;

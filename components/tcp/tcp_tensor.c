@@ -284,7 +284,7 @@ static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *w
     if (status != XFER_OK) {
         return status;
     }
-    ep->rx.treq = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fw_ep,
+    ep->rx.treq = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fail.fw_ep,
                                    ep->rx.hdr.id, req.step, req.key_len,
                                    ep->limits.max_msg_size, &status, why, why_size);
     if (ep->rx.treq == NULL) {

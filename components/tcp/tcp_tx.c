@@ -76,7 +76,7 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
             tx->resp           += cost;
             ep->tx_queued      += len;
             if (cost > 0) {
-                xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
+                xfer_budget_queue_add(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
             }
             return p;
         }
@@ -100,7 +100,7 @@ uint8_t *xfer_tcp_ep_tx_reserve(xfer_ep_h ep, size_t len, int answer)
     ucs_list_add_tail(&ep->txq, &tx->list);
     ep->tx_queued += len;
     if (cost > 0) {
-        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
+        xfer_budget_queue_add(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, cost);
     }
     return (uint8_t*)(tx + 1);
 }
@@ -137,7 +137,7 @@ void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     ucs_list_add_tail(&ep->txq, &tx->list);
     ep->tx_queued += tx_length(tx);
     if (tx->resp > 0) {
-        xfer_budget_queue_add(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+        xfer_budget_queue_add(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
     }
     if (tx->dev) {
         /* device data: its first chunks start copying now, while what is before it goes */
@@ -163,10 +163,10 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
     xfer_tcp_op_t *op;
 
     if (tx->resp > 0) {
-        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+        xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
     }
     if (ep->rx_blocked && (ep->answers.held <= ep->iface->cfg->max_backlog / 2) &&
-        xfer_budget_queue_within(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) {
+        xfer_budget_queue_within(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) {
         /* the peer reads its answers again: read its requests again. Here, where the backlog
          * shrinks, whichever connection wrote an answer's last bytes (lane 0 or a lane). */
         ep->rx_blocked = 0;
@@ -204,7 +204,7 @@ void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
     xfer_tcp_op_t *op;
 
     if (tx->resp > 0) {
-        xfer_budget_queue_remove(ep->fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
+        xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
     }
     if (tx->dev) {
         xfer_tcp_cuda_tx_release(ep, tx);

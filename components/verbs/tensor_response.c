@@ -383,7 +383,7 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                      XFER_ERR_NO_RESOURCE, reason);
         return XFER_OK;
     }
-    a = xfer_tanswer_new(iface->tanswers, &ch->treqs, ch, ch->fw_ep, (uint32_t)hdr->id,
+    a = xfer_tanswer_new(iface->tanswers, &ch->treqs, ch, ch->fail.fw_ep, (uint32_t)hdr->id,
                          hdr->tag, req.key_len, ch->max_msg_size, &status, why, why_size);
     if (a == NULL) {
         return status;      /* an index still pending: the peer broke the protocol */

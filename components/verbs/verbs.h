@@ -257,11 +257,10 @@ struct xfer_ep {
     ucs_list_link_t       list;         /* iface->channels */
     uint32_t              id;           /* in wr_id, to find the channel of a completion */
     unsigned              cq_idx;       /* iface->cqs[cq_idx] holds its queues' entries */
-    void                  *fw_ep;
     int                   sock;         /* the bootstrap connection: readiness and liveness */
     int                   is_server;
     xfer_verbs_ch_state_t state;
-    xfer_ep_fail_t        fail;         /* its failure, told once */
+    xfer_ep_fail_t        fail;         /* its failure, told once, and fw_ep */
 
     struct ibv_qp         *qp;
     uint32_t              psn;

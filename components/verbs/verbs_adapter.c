@@ -284,7 +284,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
-    xfer_ep_failq_init(&iface->failq);
+    xfer_ep_failq_init(&iface->failq, NULL);  /* channels fail at once */
     /* operations from a pool: malloc and free per message would be on the data path */
     if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), offsetof(xfer_verbs_op_t, msg_buf), 0,
                             "xfer_verbs_ops", &iface->ops) != XFER_OK) {

@@ -530,7 +530,7 @@ xfer_status_t xfer_verbs_notify_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hd
     }
     /* its batch's data is in our memory (a put: RC placed the writes before this SEND), or
      * was read from it (a get: the peer sent it after its reads completed) */
-    if (params->notify(params->fw_arg, ch->fw_ep, ext, hdr->length) != 0) {
+    if (params->notify(params->fw_arg, ch->fail.fw_ep, ext, hdr->length) != 0) {
         xfer_verbs_ch_fail(ch, XFER_ERR_NO_RESOURCE, "the peer's notification %" PRIu64 " (%"
                            PRIu32 " bytes) was refused here: the endpoint keeps no more "
                            "notifications until the application takes them "

@@ -182,7 +182,6 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         return XFER_ERR_NO_MEMORY;
     }
     ch->iface     = iface;
-    ch->fw_ep     = params->fw_ep;
     xfer_ep_fail_init(&ch->fail, ch, params->fw_ep);
     ch->is_server = params->is_server;
     ch->sock      = -1;

@@ -284,7 +284,7 @@ static xfer_status_t tag_arrive(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
         here.slot    = slot;
         here.inplace = 1;
     }
-    switch (xfer_tag_arrive(p->fw_arg, ch->fw_ep, hdr->tag, len, flags,
+    switch (xfer_tag_arrive(p->fw_arg, ch->fail.fw_ep, hdr->tag, len, flags,
                             (rts != NULL) ? rts : &here, sizeof(here), &dest)) {
     case XFER_TAG_MATCHED:
         if (rts != NULL) {

@@ -473,24 +473,37 @@ typedef struct xfer_ep_fail {
     char            reason[XFER_REASON_MAX];
 } xfer_ep_fail_t;
 
+/* What the component does for the queue (owner: its endpoint). teardown: log the failure
+ * (xfer_ep_fail_log), complete what is pending, close, then xfer_ep_fail_torn_down(); it
+ * returns at once for an endpoint torn down already. failing: the endpoint refuses new
+ * operations until the next progress tears it down. */
+typedef struct xfer_ep_fail_ops {
+    void (*teardown)(void *owner);
+    void (*failing)(void *owner);
+} xfer_ep_fail_ops_t;
+
 typedef struct xfer_ep_failq {
-    ucs_list_link_t deferred;       /* to be torn down at the next progress */
-    ucs_list_link_t tell;           /* torn down: ep_failed is told next */
+    ucs_list_link_t          deferred;  /* to be torn down at the next progress */
+    ucs_list_link_t          tell;      /* torn down: ep_failed is told next */
+    const xfer_ep_fail_ops_t *ops;      /* NULL where the component never defers */
 } xfer_ep_failq_t;
 
-XFER_API void xfer_ep_failq_init(xfer_ep_failq_t *q);
+XFER_API void xfer_ep_failq_init(xfer_ep_failq_t *q, const xfer_ep_fail_ops_t *ops);
 /* f belongs to owner, the framework's fw_ep; not failed. */
 XFER_API void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep);
 /* Record status and the reason fmt formats, unless a failure is recorded already (the first
  * one is what the framework is told): 1 when this call recorded it. */
 XFER_API int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt,
                                va_list ap);
-/* The same, and f queued to be torn down at the next xfer_ep_failq_next_deferred(): 1 when
- * this call recorded it. */
-XFER_API int xfer_ep_fail_vdefer(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
-                                 const char *fmt, va_list ap);
-/* The owner of the next endpoint deferred, off the queue; NULL when none is. */
-XFER_API void *xfer_ep_failq_next_deferred(xfer_ep_failq_t *q);
+/* Fail f's endpoint now (from progress): record, then q's teardown. */
+XFER_API void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Fail it at the start of the next progress (from anywhere, a walk of the component's own
+ * queues included): record, queue, and q's failing - unless a failure is recorded already. */
+XFER_API void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                                 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Tear down every endpoint failed later (progress calls it first); how many. */
+XFER_API unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q);
 /* f's endpoint was torn down: ep_failed is told at the next xfer_ep_failq_tell(). */
 XFER_API void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
 /* The log line of f's failure: "<who>: the peer closed its endpoint in order" at INFO for
