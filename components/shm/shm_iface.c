@@ -30,8 +30,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     xfer_status_t status;
     int cma;
 
-    status = xfer_iface_alloc(cfg, params, iface_p, sizeof(*iface),
-                              offsetof(struct xfer_iface, params), (void**)&iface);
+    status = XFER_IFACE_ALLOC(cfg, params, iface_p, iface);
     if (status != XFER_OK) {
         return status;
     }
@@ -249,13 +248,8 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         count += xfer_shm_pulls_progress(iface);
     }
 
-    count += xfer_ep_failq_tell(&iface->failq, &iface->params);
-    if (xfer_tanswers_pending(iface->tanswers)) {
-        count += xfer_tanswers_release(iface->tanswers);
-    }
-
-    /* only the completions queued now: callbacks that post and complete at once wait */
-    return xfer_op_queued(iface->ops) ? count + xfer_op_deliver(iface->ops) : count;
+    return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
+                                      iface->ops);
 }
 
 int xfer_shm_iface_event_fd(xfer_iface_h iface)

@@ -169,8 +169,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     xfer_iface_h iface;
     xfer_status_t status;
 
-    status = xfer_iface_alloc(config, params, iface_p, sizeof(*iface),
-                              offsetof(struct xfer_iface, params), (void**)&iface);
+    status = XFER_IFACE_ALLOC(config, params, iface_p, iface);
     if (status != XFER_OK) {
         return status;
     }
@@ -472,13 +471,8 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         count += flushing_progress(iface);
     }
 
-    count += xfer_ep_failq_tell(&iface->failq, &iface->params);
-    if (xfer_tanswers_pending(iface->tanswers)) {
-        count += xfer_tanswers_release(iface->tanswers);
-    }
-
-    /* only the completions queued now: callbacks that post and complete at once wait */
-    return xfer_op_queued(iface->ops) ? count + xfer_op_deliver(iface->ops) : count;
+    return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
+                                      iface->ops);
 }
 
 int xfer_tcp_iface_event_fd(xfer_iface_h iface)

@@ -274,8 +274,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     xfer_iface_h iface;
     xfer_status_t status;
 
-    status = xfer_iface_alloc(config, params, iface_p, sizeof(*iface),
-                              offsetof(struct xfer_iface, params), (void**)&iface);
+    status = XFER_IFACE_ALLOC(config, params, iface_p, iface);
     if (status != XFER_OK) {
         return status;
     }
@@ -347,15 +346,10 @@ err:
     return status;
 }
 
-/* Deliver queued completions, tensor releases and failure notices. */
+/* Failure notices, tensor releases and queued completions (engine.h). */
 static unsigned deliver(xfer_iface_h iface)
 {
-    unsigned count = xfer_op_queued(iface->ops) ? xfer_op_deliver(iface->ops) : 0;
-
-    if (xfer_tanswers_pending(iface->tanswers)) {
-        count += xfer_tanswers_release(iface->tanswers);
-    }
-    return count + xfer_ep_failq_tell(&iface->failq, &iface->params);
+    return xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers, iface->ops);
 }
 
 void xfer_verbs_iface_close(xfer_iface_h iface)

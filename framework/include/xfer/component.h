@@ -242,6 +242,11 @@ typedef struct xfer_iface_params {
 XFER_API xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *params,
                                         const void *iface_p, size_t size, size_t params_offset,
                                         void **mem_p);
+/* xfer_iface_alloc for the component's struct xfer_iface, whose member params takes them, into
+ * iface (a struct xfer_iface pointer). */
+#define XFER_IFACE_ALLOC(config_, params_, iface_p_, iface_) \
+    xfer_iface_alloc(config_, params_, iface_p_, sizeof(struct xfer_iface), \
+                     offsetof(struct xfer_iface, params), (void**)&(iface_))
 
 /* The fair slice of params (xfer_iface_params_t of params->size bytes). */
 #define XFER_IFACE_FAIR_SLICE(_params) \

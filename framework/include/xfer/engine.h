@@ -522,4 +522,18 @@ static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
     return !ucs_list_is_empty(&q->deferred) || !ucs_list_is_empty(&q->tell);
 }
 
+/* The end of a component's progress, in this order: the framework told of endpoints torn
+ * down, tensors handed out released, then the completions queued by now (a callback that
+ * posts and completes at once waits for the next progress); how many. */
+static inline unsigned xfer_iface_deliver(xfer_ep_failq_t *q, const xfer_iface_params_t *params,
+                                          xfer_tanswers_t *tanswers, xfer_op_pool_t *ops)
+{
+    unsigned count = xfer_ep_failq_tell(q, params);
+
+    if (xfer_tanswers_pending(tanswers)) {
+        count += xfer_tanswers_release(tanswers);
+    }
+    return xfer_op_queued(ops) ? count + xfer_op_deliver(ops) : count;
+}
+
 #endif /* XFER_ENGINE_H */
