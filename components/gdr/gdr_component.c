@@ -64,7 +64,9 @@ static long sysfs_long(const char *dir, const char *file)
 {
     char path[512];
 
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path)) {
+        return -1;      /* a path this long is not one of sysfs's */
+    }
     return xfer_file_long(path, -1);
 }
 
