@@ -50,7 +50,7 @@ static void budgets_set(void)
 static int cli_hostile(tp_side_t *s)
 {
     xfer_request_t **reqs = calloc(NMSG + NFETCH + NNOTE + NGET, sizeof(*reqs));
-    uint8_t *msg = calloc(1, MSG_LEN), *note = calloc(1, NOTE_LEN), *dst = malloc(REGION);
+    uint8_t *msg = calloc(1, MSG_LEN), *note = calloc(1, NOTE_LEN), *dst = calloc(1, REGION);
     xfer_batch_desc_t d = {0, 0, 64};
     xfer_batch_t *b     = NULL;
     size_t n = 0, len;
