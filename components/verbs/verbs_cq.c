@@ -138,6 +138,9 @@ unsigned xfer_verbs_cq_poll(xfer_iface_h iface)
         }
         count += (unsigned)len;
     }
+    if (iface->num_cqs == 1) {
+        return count + cq_poll_one(iface, 0);   /* polled by every call: no turns to keep */
+    }
     if (++iface->cq_next >= iface->num_cqs) {
         iface->cq_next = 0;
     }
