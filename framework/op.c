@@ -2,7 +2,8 @@
  * The operations of every transport (engine.h): a memory pool per component iface (malloc and
  * free per message would be on the data path; one larger than the pool's elements is
  * allocated on its own) and the queue of completed ones, delivered at the end of the
- * component's progress in the order they completed.
+ * component's progress in the order they completed. Getting, completing and delivering an
+ * op are inline in engine.h; here is what is not on that path.
  */
 #include "xfer_int.h"
 
@@ -11,32 +12,20 @@
 #include <string.h>
 #include <ucs/datastruct/mpool.h>
 
-#define OP_POOLED     1u            /* pool_flags: from the pool's chunks */
-#define OP_QUEUED     2u            /* on the completion queue */
 #define OP_ALIGN      64u           /* a cache line */
 #define OP_CHUNK      256u          /* ops per chunk of the pool */
-
-struct xfer_op_pool {
-    xfer_op_pool_head_t pub;        /* first: engine.h's inline check reads it */
-    ucs_mpool_t mp;
-    size_t      op_size;
-    size_t      zero_len;
-    size_t      extra_max;
-    xfer_op_t   *tail;              /* completed, in order from pub.head */
-    unsigned    queued;
-};
 
 static ucs_mpool_ops_t op_mp_ops = {
     .chunk_alloc   = ucs_mpool_chunk_malloc,
     .chunk_release = ucs_mpool_chunk_free,
 };
 
-xfer_status_t xfer_op_pool_create(size_t op_size, size_t zero_len, size_t extra_max,
-                                  const char *name, xfer_op_pool_t **pool_p)
+xfer_status_t xfer_op_pool_create(size_t op_size, size_t extra_max, const char *name,
+                                  xfer_op_pool_t **pool_p)
 {
     xfer_op_pool_t *pool;
 
-    if ((op_size < sizeof(xfer_op_t)) || (zero_len > op_size) || (pool_p == NULL)) {
+    if ((op_size < sizeof(xfer_op_t)) || (pool_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
     pool = calloc(1, sizeof(*pool));
@@ -49,7 +38,6 @@ xfer_status_t xfer_op_pool_create(size_t op_size, size_t zero_len, size_t extra_
         return XFER_ERR_NO_MEMORY;
     }
     pool->op_size   = op_size;
-    pool->zero_len  = (zero_len < sizeof(xfer_op_t)) ? sizeof(xfer_op_t) : zero_len;
     pool->extra_max = extra_max;
     *pool_p         = pool;
     return XFER_OK;
@@ -60,93 +48,16 @@ void xfer_op_pool_destroy(xfer_op_pool_t *pool)
     if (pool == NULL) {
         return;
     }
-    while (pool->pub.head != NULL) {
+    while (pool->head != NULL) {
         xfer_op_deliver(pool);
     }
     ucs_mpool_cleanup(&pool->mp, 1);
     free(pool);
 }
 
-void *xfer_op_get(xfer_op_pool_t *pool, size_t extra, xfer_comp_t *comp, void *owner)
+void *xfer_op_alloc_large(xfer_op_pool_t *pool, size_t extra)
 {
-    int pooled    = (extra <= pool->extra_max);
-    xfer_op_t *op = pooled ? ucs_mpool_get(&pool->mp) : malloc(pool->op_size + extra);
-
-    if (op == NULL) {
-        return NULL;
-    }
-    memset(op, 0, pooled ? pool->zero_len : pool->op_size + extra);
-    op->comp       = comp;
-    op->owner      = owner;
-    op->pool_flags = pooled ? OP_POOLED : 0;
-    return op;
-}
-
-void xfer_op_put(xfer_op_pool_t *pool, void *op_ptr)
-{
-    xfer_op_t *op = op_ptr;
-
-    (void)pool;
-    if (op->pool_flags & OP_POOLED) {
-        ucs_mpool_put(op);
-    } else {
-        free(op);
-    }
-}
-
-void xfer_op_complete(xfer_op_pool_t *pool, void *op_ptr, xfer_status_t status, size_t length,
-                      uint64_t tag)
-{
-    xfer_op_t *op = op_ptr;
-
-    op->status      = status;
-    op->length      = length;
-    op->tag         = tag;
-    op->next        = NULL;
-    op->pool_flags |= OP_QUEUED;
-    if (pool->tail != NULL) {
-        pool->tail->next = op;
-    } else {
-        pool->pub.head = op;
-    }
-    pool->tail = op;
-    pool->queued++;
-}
-
-/* op leaves the queue (prev: the one before it, or NULL), goes back, and is told. */
-static void deliver_one(xfer_op_pool_t *pool, xfer_op_t *prev, xfer_op_t *op)
-{
-    xfer_comp_t *comp    = op->comp;
-    void *handle         = op->tag_handle;
-    xfer_status_t status = op->status;
-    size_t length        = op->length;
-    uint64_t tag         = op->tag;
-
-    if (prev != NULL) {
-        prev->next = op->next;
-    } else {
-        pool->pub.head = op->next;
-    }
-    if (pool->tail == op) {
-        pool->tail = prev;
-    }
-    pool->queued--;
-    xfer_op_put(pool, op);
-    if (handle != NULL) {
-        xfer_tag_done(handle, status);
-    } else if (comp != NULL) {
-        comp->cb(comp, status, length, tag);
-    }
-}
-
-unsigned xfer_op_deliver(xfer_op_pool_t *pool)
-{
-    unsigned n = pool->queued;
-
-    for (unsigned i = 0; (i < n) && (pool->pub.head != NULL); i++) {
-        deliver_one(pool, NULL, pool->pub.head);
-    }
-    return n;
+    return calloc(1, pool->op_size + extra);
 }
 
 void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
@@ -155,13 +66,13 @@ void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
     for (;;) {
         xfer_op_t *prev = NULL, *op;
 
-        for (op = pool->pub.head; (op != NULL) && (op->owner != owner); op = op->next) {
+        for (op = pool->head; (op != NULL) && (op->owner != owner); op = op->next) {
             prev = op;
         }
         if (op == NULL) {
             return;
         }
-        deliver_one(pool, prev, op);
+        xfer_op_deliver_one(pool, prev, op);
     }
 }
 

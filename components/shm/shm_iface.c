@@ -66,8 +66,8 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     }
     /* one op per receive, put, get and large send: from a pool, not malloc; one with more
      * than XFER_SHM_OP_POOL_EXTRA bytes of key (a long notification) on its own */
-    if (xfer_op_pool_create(sizeof(xfer_shm_op_t), sizeof(xfer_shm_op_t),
-                            XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops", &iface->ops) != XFER_OK) {
+    if (xfer_op_pool_create(sizeof(xfer_shm_op_t), XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops",
+                            &iface->ops) != XFER_OK) {
         iface->ops = NULL;
     } else if (xfer_tanswers_create(params, sizeof(xfer_shm_answer_t), xfer_shm_tensor_answer,
                                     &iface->tanswers) != XFER_OK) {
@@ -157,7 +157,7 @@ int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, 
 xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
                                xfer_comp_t *comp, size_t extra)
 {
-    xfer_shm_op_t *op = xfer_op_get(iface->ops, extra, comp, ep);
+    xfer_shm_op_t *op = xfer_op_get(iface->ops, sizeof(xfer_shm_op_t), extra, comp, ep);
 
     if (op != NULL) {
         op->kind  = kind;

@@ -214,8 +214,7 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
         goto err_close_timer;
     }
     iface->tx_mp_ready = 1;
-    status = xfer_op_pool_create(sizeof(xfer_tcp_op_t), sizeof(xfer_tcp_op_t), 0,
-                                 "xfer_tcp_ops", &iface->ops);
+    status = xfer_op_pool_create(sizeof(xfer_tcp_op_t), 0, "xfer_tcp_ops", &iface->ops);
     if (status == XFER_OK) {
         status = xfer_tanswers_create(params, sizeof(xfer_tcp_answer_t),
                                       xfer_tcp_tensor_answer, &iface->tanswers);
@@ -284,7 +283,7 @@ xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_
 xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
                                xfer_comp_t *comp)
 {
-    xfer_tcp_op_t *op = xfer_op_get(iface->ops, 0, comp, ep);
+    xfer_tcp_op_t *op = xfer_op_get(iface->ops, sizeof(xfer_tcp_op_t), 0, comp, ep);
 
     if (op != NULL) {
         op->kind  = kind;

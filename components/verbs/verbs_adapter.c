@@ -285,8 +285,7 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     ucs_list_head_init(&iface->busy);
     xfer_ep_failq_init(&iface->failq, NULL);  /* channels fail at once */
     /* operations from a pool: malloc and free per message would be on the data path */
-    if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), offsetof(xfer_verbs_op_t, msg_buf), 0,
-                            "xfer_verbs_ops", &iface->ops) != XFER_OK) {
+    if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), 0, "xfer_verbs_ops", &iface->ops) != XFER_OK) {
         free(iface);
         return XFER_ERR_NO_MEMORY;
     }
@@ -577,7 +576,7 @@ xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_stat
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp)
 {
-    xfer_verbs_op_t *op = xfer_op_get(iface->ops, 0, comp, ch);
+    xfer_verbs_op_t *op = xfer_op_get(iface->ops, offsetof(xfer_verbs_op_t, msg_buf), 0, comp, ch);
 
     if (op != NULL) {
         op->iface = iface;

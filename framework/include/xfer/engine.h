@@ -16,7 +16,11 @@
 #include <stdarg.h>
 #include <time.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
 
 /*
  * The clock every deadline and timer is measured on: CLOCK_MONOTONIC, so that a change of
@@ -193,7 +197,7 @@ static inline uint64_t xfer_slot_id(const xfer_slots_t *t, uint32_t idx)
  * a pool of its iface, and its completion is queued there and delivered at the end of the
  * component's progress - the framework's request, or the receive of its tag matching, is
  * told only then, never inside the component's walk of its sockets, rings or queues. A
- * component's op struct starts with an xfer_op_t; the pool zeroes its first zero_len bytes
+ * component's op struct starts with an xfer_op_t; xfer_op_get zeroes its first zero_len bytes
  * when it hands one out. Pool and queue are the component's iface's, under its lock.
  */
 typedef struct xfer_op {
@@ -208,36 +212,124 @@ typedef struct xfer_op {
     uint32_t       pool_flags;      /* the pool's */
 } xfer_op_t;
 
-typedef struct xfer_op_pool xfer_op_pool_t;
+/* The pool, open to the inline paths below (what every operation of every transport passes
+ * through: no call into libxfer, no memset of a length known only at run time). Its fields
+ * are libxfer's and the inline paths'; a component only holds a pointer to it. */
+typedef struct xfer_op_pool {
+    xfer_op_t   *head;              /* the oldest completion not delivered */
+    xfer_op_t   *tail;
+    unsigned    queued;
+    size_t      op_size;
+    size_t      extra_max;          /* larger extras are allocated on their own */
+    ucs_mpool_t mp;
+} xfer_op_pool_t;
 
-/* The first member of every pool: what the inline check below reads; the rest is libxfer's. */
-typedef struct xfer_op_pool_head {
-    xfer_op_t *head;                /* the oldest completion not delivered */
-} xfer_op_pool_head_t;
+#define XFER_OP_POOLED  1u          /* pool_flags: from the pool's chunks, not malloc */
 
 /* A pool of ops of op_size bytes and up to extra_max more for each from its chunks (larger
  * ones are allocated on their own). XFER_ERR_NO_MEMORY. */
-XFER_API xfer_status_t xfer_op_pool_create(size_t op_size, size_t zero_len, size_t extra_max,
-                                           const char *name, xfer_op_pool_t **pool_p);
+XFER_API xfer_status_t xfer_op_pool_create(size_t op_size, size_t extra_max, const char *name,
+                                           xfer_op_pool_t **pool_p);
 /* Delivers what is queued, then frees the pool: every op must be back. */
 XFER_API void xfer_op_pool_destroy(xfer_op_pool_t *pool);
-/* An op of op_size + extra bytes for owner, told comp when it completes; NULL: no memory. */
-XFER_API void *xfer_op_get(xfer_op_pool_t *pool, size_t extra, xfer_comp_t *comp, void *owner);
-/* Give back an op that will not complete (it failed to post; nobody is told). */
-XFER_API void xfer_op_put(xfer_op_pool_t *pool, void *op);
-/* The op is done: queued, with its result, for the next delivery. */
-XFER_API void xfer_op_complete(xfer_op_pool_t *pool, void *op, xfer_status_t status,
-                               size_t length, uint64_t tag);
-/* Deliver the completions queued when it is called (those that callbacks queue wait for the
- * next call): each op goes back to the pool, then its comp or receive is told. How many. */
-XFER_API unsigned xfer_op_deliver(xfer_op_pool_t *pool);
+/* An op with an extra larger than the pool's chunks hold, zeroed; NULL: no memory. */
+XFER_API void *xfer_op_alloc_large(xfer_op_pool_t *pool, size_t extra);
 /* Deliver the queued completions of owner now (its endpoint goes). */
 XFER_API void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner);
-/* Completions wait for delivery: a component does not sleep then, and delivers. Inline: it
- * is asked at every progress, mostly to find nothing. */
+
+/* An op of op_size + extra bytes for owner, told comp when it completes, its first zero_len
+ * bytes zeroed (a constant of the component's: at least sizeof(xfer_op_t)); NULL: no memory. */
+static inline void *xfer_op_get(xfer_op_pool_t *pool, size_t zero_len, size_t extra,
+                                xfer_comp_t *comp, void *owner)
+{
+    int pooled    = (extra <= pool->extra_max);
+    xfer_op_t *op = pooled ? ucs_mpool_get(&pool->mp) : xfer_op_alloc_large(pool, extra);
+
+    if (op == NULL) {
+        return NULL;
+    }
+    memset(op, 0, zero_len);
+    op->comp       = comp;
+    op->owner      = owner;
+    op->pool_flags = pooled ? XFER_OP_POOLED : 0;
+    return op;
+}
+
+/* Give back an op that will not complete (it failed to post; nobody is told). */
+static inline void xfer_op_put(xfer_op_pool_t *pool, void *op_ptr)
+{
+    xfer_op_t *op = op_ptr;
+
+    (void)pool;
+    if (op->pool_flags & XFER_OP_POOLED) {
+        ucs_mpool_put(op);
+    } else {
+        free(op);
+    }
+}
+
+/* The op is done: queued, with its result, for the next delivery. */
+static inline void xfer_op_complete(xfer_op_pool_t *pool, void *op_ptr, xfer_status_t status,
+                                    size_t length, uint64_t tag)
+{
+    xfer_op_t *op = op_ptr;
+
+    op->status = status;
+    op->length = length;
+    op->tag    = tag;
+    op->next   = NULL;
+    if (pool->tail != NULL) {
+        pool->tail->next = op;
+    } else {
+        pool->head = op;
+    }
+    pool->tail = op;
+    pool->queued++;
+}
+
+/* op leaves the queue (prev: the one before it, or NULL), goes back to the pool, and then
+ * its comp or receive is told - so that a callback which posts again may reuse it. */
+static inline void xfer_op_deliver_one(xfer_op_pool_t *pool, xfer_op_t *prev, xfer_op_t *op)
+{
+    xfer_comp_t *comp    = op->comp;
+    void *handle         = op->tag_handle;
+    xfer_status_t status = op->status;
+    size_t length        = op->length;
+    uint64_t tag         = op->tag;
+
+    if (prev != NULL) {
+        prev->next = op->next;
+    } else {
+        pool->head = op->next;
+    }
+    if (pool->tail == op) {
+        pool->tail = prev;
+    }
+    pool->queued--;
+    xfer_op_put(pool, op);
+    if (handle != NULL) {
+        xfer_tag_done(handle, status);
+    } else if (comp != NULL) {
+        comp->cb(comp, status, length, tag);
+    }
+}
+
+/* Deliver the completions queued when it is called (those that callbacks queue wait for the
+ * next call). How many. */
+static inline unsigned xfer_op_deliver(xfer_op_pool_t *pool)
+{
+    unsigned n = pool->queued;
+
+    for (unsigned i = 0; (i < n) && (pool->head != NULL); i++) {
+        xfer_op_deliver_one(pool, NULL, pool->head);
+    }
+    return n;
+}
+
+/* Completions wait for delivery: a component does not sleep then, and delivers. */
 static inline int xfer_op_queued(const xfer_op_pool_t *pool)
 {
-    return ((const xfer_op_pool_head_t*)(const void*)pool)->head != NULL;
+    return pool->head != NULL;
 }
 
 /*
