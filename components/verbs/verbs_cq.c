@@ -3,9 +3,9 @@
  * device's largest CQ cannot hold every channel's entries (a CQ overrun is a fatal
  * asynchronous error, so every channel reserves room for its queues before it has a QP).
  *
- * Progress polls the hot CQs and one cold CQ in turn (xfer_verbs_cq_poll says how); sleeping
- * arms every CQ on the iface's completion channel and polls each once more (the race the seeds
- * describe: a completion between the last poll and the request raises no event).
+ * Progress polls the hot CQs and one cold CQ in turn (xfer_verbs_cq_poll_turns says how);
+ * sleeping arms every CQ on the iface's completion channel and polls each once more (the race
+ * the seeds describe: a completion between the last poll and the request raises no event).
  */
 #include "verbs.h"
 
@@ -95,8 +95,7 @@ static void wc_dispatch(xfer_iface_h iface, const struct ibv_wc *wc)
     }   /* else: a channel destroyed since; its completions mean nothing now */
 }
 
-/* Everything cqs[k] holds, up to 8 batches; 0 when it is empty. */
-static unsigned cq_poll_one(xfer_iface_h iface, unsigned k)
+unsigned xfer_verbs_cq_poll_one(xfer_iface_h iface, unsigned k)
 {
     struct ibv_wc wc[XFER_VERBS_CQ_BATCH];
     unsigned got = 0;
@@ -121,9 +120,10 @@ static unsigned cq_poll_one(xfer_iface_h iface, unsigned k)
  * in turn, so that its cost follows the active channels, not the number of CQs a thousand
  * connected peers need (rxe: one CQ per 85 channels). A completion on a cold CQ (a message
  * from a peer that was quiet) is seen within num_cqs calls, and the CQ turns hot; one that was
- * idle for XFER_VERBS_CQ_HOT_IDLE polls turns cold again.
+ * idle for XFER_VERBS_CQ_HOT_IDLE polls turns cold again. One CQ and nothing kept back by
+ * xfer_verbs_cq_arm is polled directly (xfer_verbs_cq_poll, inline in verbs.h).
  */
-unsigned xfer_verbs_cq_poll(xfer_iface_h iface)
+unsigned xfer_verbs_cq_poll_turns(xfer_iface_h iface)
 {
     unsigned count = 0;
     unsigned cold  = iface->cq_next;
@@ -139,13 +139,13 @@ unsigned xfer_verbs_cq_poll(xfer_iface_h iface)
         count += (unsigned)len;
     }
     if (iface->num_cqs == 1) {
-        return count + cq_poll_one(iface, 0);   /* polled by every call: no turns to keep */
+        return count + xfer_verbs_cq_poll_one(iface, 0);
     }
     if (++iface->cq_next >= iface->num_cqs) {
         iface->cq_next = 0;
     }
     if (!(hot & (UINT64_C(1) << cold))) {
-        unsigned got = cq_poll_one(iface, cold);
+        unsigned got = xfer_verbs_cq_poll_one(iface, cold);
 
         if (got > 0) {
             iface->cqs[cold].idle = 0;
@@ -155,7 +155,7 @@ unsigned xfer_verbs_cq_poll(xfer_iface_h iface)
     }
     for (; hot != 0; hot &= hot - 1) {
         unsigned k   = (unsigned)__builtin_ctzll(hot);
-        unsigned got = cq_poll_one(iface, k);
+        unsigned got = xfer_verbs_cq_poll_one(iface, k);
 
         if (got > 0) {
             iface->cqs[k].idle = 0;
