@@ -284,9 +284,11 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
                      magic);
             status = XFER_ERR_PROTOCOL;
         }
-        if ((status != XFER_OK) && peer_hung_up(ep)) {
+        if ((status == XFER_ERR_CONNECTION) || ((status != XFER_OK) && peer_hung_up(ep))) {
             /* the peer closed its endpoint after it sent its address: its segment is
-             * unmapped (EFAULT) or its process gone - not a verdict on CMA */
+             * unmapped (EFAULT), or its process is gone (ESRCH, which xfer_shm_cma tells
+             * as XFER_ERR_CONNECTION: both sides share a pid namespace) - not a verdict on
+             * CMA, and no reason to try another transport */
             char gone[XFER_REASON_MAX + 64];
 
             snprintf(gone, sizeof(gone), "the peer closed its endpoint while this side "
