@@ -305,6 +305,7 @@ def test_a_bad_environment_is_an_exception(monkeypatch):
 
 def dies(ctx, ep, conn):
     conn.send("ready")
+    conn.recv()             # the test's receive is posted: now die under it
     import os
     os._exit(0)
 
@@ -315,6 +316,7 @@ def test_a_peer_that_dies_fails_the_pending_receive(peer):
         ep = ctx.connect(p.address)
         req = ctx.tag_recv(bytearray(8), 1, ep=ep)
         assert p.recv() == "ready"
+        p.send("die")
         with pytest.raises(xfer.XferError) as e:
             req.wait(20)
         assert e.value.status in (CONNECTION, -10)
