@@ -287,44 +287,11 @@ static inline void xfer_op_complete(xfer_op_pool_t *pool, void *op_ptr, xfer_sta
     pool->queued++;
 }
 
-/* op leaves the queue (prev: the one before it, or NULL), goes back to the pool, and then
- * its comp or receive is told - so that a callback which posts again may reuse it. */
-static inline void xfer_op_deliver_one(xfer_op_pool_t *pool, xfer_op_t *prev, xfer_op_t *op)
-{
-    xfer_comp_t *comp    = op->comp;
-    void *handle         = op->tag_handle;
-    xfer_status_t status = op->status;
-    size_t length        = op->length;
-    uint64_t tag         = op->tag;
-
-    if (prev != NULL) {
-        prev->next = op->next;
-    } else {
-        pool->head = op->next;
-    }
-    if (pool->tail == op) {
-        pool->tail = prev;
-    }
-    pool->queued--;
-    xfer_op_put(pool, op);
-    if (handle != NULL) {
-        xfer_tag_done(handle, status);
-    } else if (comp != NULL) {
-        comp->cb(comp, status, length, tag);
-    }
-}
-
 /* Deliver the completions queued when it is called (those that callbacks queue wait for the
- * next call). How many. */
-static inline unsigned xfer_op_deliver(xfer_op_pool_t *pool)
-{
-    unsigned n = pool->queued;
-
-    for (unsigned i = 0; (i < n) && (pool->head != NULL); i++) {
-        xfer_op_deliver_one(pool, NULL, pool->head);
-    }
-    return n;
-}
+ * next call): each op goes back to the pool, then its comp or receive is told - so that a
+ * callback which posts again may reuse it. How many. Out of line: it runs only when something
+ * completed, and inlined it would weigh on every component's progress loop. */
+XFER_API unsigned xfer_op_deliver(xfer_op_pool_t *pool);
 
 /* Completions wait for delivery: a component does not sleep then, and delivers. */
 static inline int xfer_op_queued(const xfer_op_pool_t *pool)
