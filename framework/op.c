@@ -60,41 +60,9 @@ void *xfer_op_alloc_large(xfer_op_pool_t *pool, size_t extra)
     return calloc(1, pool->op_size + extra);
 }
 
-/* op leaves the queue (prev: the one before it, or NULL), goes back to the pool, and then
- * its comp or receive is told. */
-static void deliver_one(xfer_op_pool_t *pool, xfer_op_t *prev, xfer_op_t *op)
-{
-    xfer_comp_t *comp    = op->comp;
-    void *handle         = op->tag_handle;
-    xfer_status_t status = op->status;
-    size_t length        = op->length;
-    uint64_t tag         = op->tag;
-
-    if (prev != NULL) {
-        prev->next = op->next;
-    } else {
-        pool->head = op->next;
-    }
-    if (pool->tail == op) {
-        pool->tail = prev;
-    }
-    pool->queued--;
-    xfer_op_put(pool, op);
-    if (handle != NULL) {
-        xfer_tag_done(handle, status);
-    } else if (comp != NULL) {
-        comp->cb(comp, status, length, tag);
-    }
-}
-
 unsigned xfer_op_deliver(xfer_op_pool_t *pool)
 {
-    unsigned n = pool->queued;
-
-    for (unsigned i = 0; (i < n) && (pool->head != NULL); i++) {
-        deliver_one(pool, NULL, pool->head);
-    }
-    return n;
+    return xfer_op_deliver_inline(pool);
 }
 
 void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
@@ -109,7 +77,7 @@ void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner)
         if (op == NULL) {
             return;
         }
-        deliver_one(pool, prev, op);
+        xfer_op_deliver_one(pool, prev, op);
     }
 }
 

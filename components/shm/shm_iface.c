@@ -249,7 +249,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     }
 
     return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
-                                      iface->ops);
+                                      iface->ops, 0);
 }
 
 int xfer_shm_iface_event_fd(xfer_iface_h iface)

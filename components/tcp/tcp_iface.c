@@ -471,7 +471,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     }
 
     return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
-                                      iface->ops);
+                                      iface->ops, 0);
 }
 
 int xfer_tcp_iface_event_fd(xfer_iface_h iface)

@@ -348,7 +348,8 @@ err:
 /* Failure notices, tensor releases and queued completions (engine.h). */
 static unsigned deliver(xfer_iface_h iface)
 {
-    return xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers, iface->ops);
+    return xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers, iface->ops,
+                              XFER_IFACE_DELIVER_INLINE);
 }
 
 void xfer_verbs_iface_close(xfer_iface_h iface)
