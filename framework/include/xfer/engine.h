@@ -14,10 +14,9 @@
 #endif
 
 #include <stdarg.h>
-#include <time.h>
-
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
@@ -238,7 +237,7 @@ XFER_API void *xfer_op_alloc_large(xfer_op_pool_t *pool, size_t extra);
 XFER_API void xfer_op_deliver_owner(xfer_op_pool_t *pool, void *owner);
 
 /* An op of op_size + extra bytes for owner, told comp when it completes, its first zero_len
- * bytes zeroed (a constant of the component's: at least sizeof(xfer_op_t)); NULL: no memory. */
+ * bytes zeroed (a constant of the component's; at least its xfer_op_t); NULL: no memory. */
 static inline void *xfer_op_get(xfer_op_pool_t *pool, size_t zero_len, size_t extra,
                                 xfer_comp_t *comp, void *owner)
 {
@@ -248,7 +247,8 @@ static inline void *xfer_op_get(xfer_op_pool_t *pool, size_t zero_len, size_t ex
     if (op == NULL) {
         return NULL;
     }
-    memset(op, 0, zero_len);
+    /* the framework's part at least, whatever the caller passed (a constant: folded) */
+    memset(op, 0, (zero_len > sizeof(*op)) ? zero_len : sizeof(*op));
     op->comp       = comp;
     op->owner      = owner;
     op->pool_flags = pooled ? XFER_OP_POOLED : 0;
