@@ -15,11 +15,12 @@
 #   contrib/rxe_guest -- env AB_TESTS=... contrib/bench/bench_ab.sh BUILD_A BUILD_B
 # puts put_lat and tag_lat 8 B over verbs instead.
 #
-# The table goes to stdout and DIR/ab.txt. A tool, not a test: it exits 0 whatever the
-# figures, non-zero when something fails to run. Knobs: ROUNDS (9, at least 9; lib.sh),
-# BENCH_PORT (first port, default 19600), RUN_TIMEOUT (300), AB_PIN=1 (server on CPU 1,
-# client on CPU 0, for A and B alike: on two CPUs a latency run whose two busy-polling
-# processes share one CPU takes about twice as long, and which runs do is chance).
+# The table goes to stdout and DIR/ab.txt, every round's figures to DIR/rounds.txt. A tool,
+# not a test: it exits 0 whatever the figures, non-zero when something fails to run.
+# Knobs: ROUNDS (9, at least 9; lib.sh), BENCH_PORT (first port, default 19600),
+# RUN_TIMEOUT (300), AB_PIN=1 (server on CPU 1, client on CPU 0, for A and B alike: on two
+# CPUs a latency run whose two busy-polling processes share one CPU takes about twice as
+# long, and which runs do is chance).
 # Needs jq and ss (iproute2), and taskset with AB_PIN=1.
 set -euo pipefail
 
@@ -109,3 +110,10 @@ done
                "(${!br})" "${!r}" "(${!rr})" "$verdict"
     done
 } | tee "$OUT/ab.txt"
+
+# every round's figures, in round order: what the medians and ranges above were taken from
+for i in "${!LINES[@]}"; do
+    printf "# %s\n" "${LINES[$i]}"
+    printf "A   %s\nB   %s\nB/A %s\n" "${ROUND_FIGS[A_$i]}" "${ROUND_FIGS[B_$i]}" \
+           "${ROUND_FIGS[R_B_${i}_A_$i]}"
+done >"$OUT/rounds.txt"
