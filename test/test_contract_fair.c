@@ -59,8 +59,10 @@ static int cli_batch(tp_side_t *s)
     xfer_request_release(req);
     TP_CHECK_STATUS(xfer_batch_destroy(b), XFER_OK);
     xfer_rkey_destroy(rkey);
-    /* what ended early may still be on its way: the flush waits for the transport */
-    TP_CHECK_STATUS(tp_flush(s->ep, TP_WAIT_MS), XFER_OK);
+    /* what ended early may still be on its way: the flush waits for the transport. Over
+     * verbs that is a send queue of RDMA writes already posted, which cannot be recalled;
+     * over Soft-RoCE under TCG on a slow host they have taken more than a minute. */
+    TP_CHECK_STATUS(tp_flush(s->ep, 3 * TP_WAIT_MS), XFER_OK);
     TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
     free(src);
     free(d);
@@ -219,7 +221,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     cr_expect_lt(ms, (DEADLINE + 1000) * tp_slowdown(), "the batch ended after %llu ms",
                  (unsigned long long)ms);
     /* A flushes behind what was on its way, then closes: serve it until it has */
-    cr_expect_eq(ct_status_change(ctx, a_ep, TP_WAIT_MS * 2), XFER_ERR_PEER_CLOSED);
+    cr_expect_eq(ct_status_change(ctx, a_ep, TP_WAIT_MS * 4), XFER_ERR_PEER_CLOSED);
     tp_child_expect_ok(&b, 30);
     xfer_endpoint_close(b_ep);
     xfer_endpoint_close(a_ep);
