@@ -31,8 +31,9 @@ gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
 # (test_tls: this guest's kernel has TLS, the host's may not); not test_sizes: its
 # 4 GiB buffers do not fit this guest (below, a guest of its own)
 # The bound guards against a hang; the suites take 15-20 minutes under TCG on a 2-core VM
-# (test_perf alone 300-440 s), so it leaves room above that.
-"$guest" --timeout 1800 -- "$src/test/verbs_suites.sh" "$build" \
+# (test_perf alone 300-440 s), and about 30 on a slower host of the same kind, so it leaves
+# room above that.
+"$guest" --timeout 2400 -- "$src/test/verbs_suites.sh" "$build" \
     contract memory rma keys auth tag tensor faults threads progress callbacks close bounds \
     unexp remap verbs_mrcache verbs_unmap \
     verbs verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport cuda_batch perf nccl_net batch $gdr \
