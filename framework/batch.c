@@ -32,10 +32,6 @@
 
 #define BATCH_SUBSYS "batch"
 
-/* A batch posted one by one keeps at most this many bytes of its descriptors in flight, so
- * that one that ends early stops there and a large one does not hold the endpoint. */
-#define XFER_BATCH_EACH_WINDOW (8u << 20)
-
 struct xfer_batch {
     xfer_context_t      *ctx;
     xfer_endpoint_t     *ep;            /* NULL once the endpoint closed */
@@ -439,13 +435,13 @@ static const xfer_batch_walk_ops_t batch_each_ops = {
     .done = batch_each_done,
 };
 
-/* Post the descriptors through put/get, XFER_BATCH_EACH_WINDOW bytes in flight at most. May
+/* Post the descriptors through put/get, XFER_BATCH_WINDOW bytes in flight at most. May
  * end the op before it returns XFER_INPROGRESS (every operation completed while posted). */
 static xfer_status_t batch_post_each(batch_op_t *op)
 {
     xfer_status_t status;
 
-    xfer_batch_walk_init(&op->walk, &batch_each_ops, &op->args, XFER_BATCH_EACH_WINDOW, 0);
+    xfer_batch_walk_init(&op->walk, &batch_each_ops, &op->args, 0);
     op->each = 1;
     xfer_batch_walk_fill(&op->walk);
     if ((op->walk.next == 0) && (op->walk.status != XFER_OK)) {

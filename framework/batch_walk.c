@@ -9,12 +9,11 @@
 #include <string.h>
 
 void xfer_batch_walk_init(xfer_batch_walk_t *w, const xfer_batch_walk_ops_t *ops,
-                          xfer_batch_args_t *args, uint64_t window, int puts_land)
+                          xfer_batch_args_t *args, int puts_land)
 {
     memset(w, 0, sizeof(*w));
     w->ops       = ops;
     w->args      = args;
-    w->window    = window;
     w->puts_land = puts_land;
     w->status    = XFER_OK;
     w->holds     = 1;   /* the posting's */
@@ -72,7 +71,7 @@ static void walk_sub_cb(xfer_comp_t *self, xfer_status_t status, size_t length, 
 
 static int walk_room(xfer_batch_walk_t *w)
 {
-    return (w->ops->room != NULL) ? w->ops->room(w) : (w->inflight < w->window);
+    return (w->ops->room != NULL) ? w->ops->room(w) : (w->inflight < XFER_BATCH_WINDOW);
 }
 
 int xfer_batch_walk_fill(xfer_batch_walk_t *w)

@@ -2,7 +2,7 @@
  * Batches on a transport without a batch entry point: the real tcp component built without it
  * (test/plugins/xfer_tcp.so, as a plug-in built before batches existed would be), so that the
  * framework moves each descriptor through put and get - a batch walk (engine.h) of at most
- * XFER_BATCH_EACH_WINDOW (8 MiB) in flight - and, for puts, flushes behind them. Only where
+ * XFER_BATCH_WINDOW (8 MiB, engine.h) in flight - and, for puts, flushes behind them. Only where
  * the suites run over tcp: the variant is tcp.
  */
 #include "test_batch.h"

@@ -32,10 +32,6 @@
 
 /* Bytes of a batch written to the socket inside xfer_batch_post(); progress writes the rest. */
 #define XFER_TCP_BATCH_INLINE (64u << 10)
-/* A batch's frames are queued as the socket takes them, at most this many bytes ahead of it
- * (put batches: written to the socket; get batches: asked for and not come back), so that one
- * that ends early stops there, and a large one holds neither memory nor the endpoint. */
-#define XFER_TCP_BATCH_WINDOW (8u << 20)
 
 typedef struct tcp_batch {
     ucs_list_link_t     list;       /* iface->batches */
@@ -239,8 +235,8 @@ static int batch_room(xfer_batch_walk_t *w)
     tcp_batch_t *b     = ucs_container_of(w, tcp_batch_t, walk);
     const xfer_ep_h ep = b->ep;
 
-    return b->args->is_put ? (ep->tx_queued - ep->tx_written < XFER_TCP_BATCH_WINDOW) :
-                             (w->inflight < XFER_TCP_BATCH_WINDOW);
+    return b->args->is_put ? (ep->tx_queued - ep->tx_written < XFER_BATCH_WINDOW) :
+                             (w->inflight < XFER_BATCH_WINDOW);
 }
 
 /* A descriptor completed: a get batch's window opened, more reads go. */
@@ -362,7 +358,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    xfer_batch_walk_init(&b->walk, &batch_ops, args, XFER_TCP_BATCH_WINDOW, 0);
+    xfer_batch_walk_init(&b->walk, &batch_ops, args, 0);
     b->ep          = ep;
     b->comp        = comp;
     b->args        = args;

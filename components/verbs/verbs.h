@@ -309,6 +309,7 @@ struct xfer_ep {
         uint64_t        tx_head;        /* tx_head after it */
         xfer_verbs_op_t *op;            /* RDMA chunk of op, or NULL */
         uint64_t        mark;           /* BATCH: its descriptors landed once it completes */
+        uint64_t        bytes;          /* BATCH: its bytes completed once it completes */
     }                     *wrs;
     uint32_t              wr_head, wr_tail;   /* ring of sq_len entries */
     ucs_list_link_t       pendq;        /* xfer_verbs_op_t waiting to be posted, in order */
@@ -572,7 +573,7 @@ xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
  * 1 when it leaves the queue, 0 when it waits for room or a credit, -1 the channel failed. */
 int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op);
 /* A signalled work request of the batch op completed; mark: what its ring entry said. */
-void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark);
+void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark, uint64_t bytes);
 /* Whether a batch numbered below seq has not ended (a flush waits for it). */
 int xfer_verbs_batch_before(xfer_ep_h ch, uint64_t seq);
 /* ch failed or closes: every batch on it ends with status, with what is known landed. */

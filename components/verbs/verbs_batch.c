@@ -3,12 +3,14 @@
  *
  * Posting. A batch is one op (XFER_VERBS_OP_BATCH) in the channel's queue. At the head of the
  * queue it posts as many work requests as the send queue has room for (one entry stays free
- * for credit returns, as everywhere) as one chain linked by next, with one ibv_post_send:
- * each descriptor is one RDMA WRITE (put) or READ (get), or several when it is longer than
- * XFER_VERBS_RDMA_CHUNK (at most the port's largest message), split as put and get split.
- * Only every 64th work request of a batch is signalled (every quarter of the send queue when
- * that is fewer, so that completions free room while the rest waits), and the last of every
- * chain. RC completes in order: a signalled completion says that every work request before
+ * for credit returns, as everywhere), while fewer than XFER_BATCH_WINDOW bytes of it are in
+ * flight (engine.h: a batch that ends early stops within that much), as one chain linked by
+ * next, with one ibv_post_send: each descriptor is one RDMA WRITE (put) or READ (get), or
+ * several when it is longer than XFER_VERBS_RDMA_CHUNK (at most the port's largest message) or
+ * than the window has room for. Only every 64th work request of a batch is signalled (every
+ * quarter of the send queue when that is fewer, so that completions free room while the rest
+ * waits), one after every quarter of the window (so that the window opens while the rest is
+ * in flight), and the last of every chain. RC completes in order: a signalled completion says that every work request before
  * it completed too, so its ring entry carries how many descriptors were then wholly posted,
  * and args->landed rises to that. What does not fit waits at the head of the queue - nothing
  * queued behind the batch overtakes it - and goes as completions free room. Since every chain
@@ -59,6 +61,9 @@ typedef struct xfer_verbs_batch {
     uint64_t               offset;       /* bytes of it posted */
     size_t                 end;          /* one past the last descriptor that has bytes */
     uint64_t               wrs_posted;
+    uint64_t               bytes_posted;
+    uint64_t               bytes_done;   /* of them completed (a signalled one's mark) */
+    uint64_t               bytes_signal; /* bytes_posted at the last signalled one */
     unsigned               inflight;     /* signalled work requests not completed */
     int                    notify_wait;  /* on ch->notifyq: its NOTIFY has not gone */
     int                    notify_ready; /* a put's writes are posted, a get's reads done */
@@ -169,10 +174,12 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         return 0;
     }
     room = ch->sq_free - 1;
-    while ((n < room) && (b->next < b->end)) {
+    while ((n < room) && (b->next < b->end) &&
+           (b->bytes_posted - b->bytes_done < XFER_BATCH_WINDOW)) {
         const xfer_batch_iov_t *v = &iov[b->next];
         struct ibv_send_wr *wr    = &wrs[n];
         uint64_t len              = v->length - b->offset;
+        uint64_t open             = XFER_BATCH_WINDOW - (b->bytes_posted - b->bytes_done);
 
         if (v->length == 0) {
             b->next++;
@@ -180,6 +187,9 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         }
         if (len > iface->rdma_chunk) {
             len = iface->rdma_chunk;
+        }
+        if (len > open) {
+            len = open;
         }
         sges[n].addr   = v->local + b->offset;
         sges[n].length = (uint32_t)len;
@@ -202,7 +212,10 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
             } while ((b->next < b->end) && (iov[b->next].length == 0));
         }
         b->wrs_posted++;
-        if ((b->next >= b->end) || (n + 1 == room) || (b->wrs_posted % every == 0)) {
+        b->bytes_posted += len;
+        if ((b->next >= b->end) || (n + 1 == room) || (b->wrs_posted % every == 0) ||
+            (b->bytes_posted - b->bytes_signal >= XFER_BATCH_WINDOW / 4) ||
+            (b->bytes_posted - b->bytes_done >= XFER_BATCH_WINDOW)) {
             uint32_t idx            = ch->wr_head % ch->sq_len;
             struct xfer_verbs_wr *e = &ch->wrs[idx];
 
@@ -210,6 +223,8 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
             e->tx_head      = ch->tx_head;
             e->op           = op;
             e->mark         = b->next;
+            e->bytes        = b->bytes_posted;
+            b->bytes_signal = b->bytes_posted;
             wr->send_flags |= IBV_SEND_SIGNALED;
             wr->wr_id       = xfer_verbs_wr_id(ch, idx);
             ch->wr_head++;
@@ -266,7 +281,7 @@ int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op)
             return -1;
         }
         if (b->next < b->end) {
-            return 0;           /* the rest as room frees */
+            return 0;           /* the rest as room frees and the window opens */
         }
         b->notify_ready |= b->args->is_put;
     }
@@ -280,11 +295,12 @@ int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op)
     return post_notify(ch, b);
 }
 
-void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark)
+void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark, uint64_t bytes)
 {
     xfer_verbs_batch_t *b = op->owner;
 
     b->inflight--;
+    b->bytes_done = bytes;  /* RC completes in order: every byte posted before it too */
     landed_raise(b, (size_t)mark);
     if (b->inflight > 0) {
         return;

@@ -168,7 +168,7 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
     uint32_t idx = (uint32_t)wc->wr_id;
     struct xfer_verbs_wr *e;
     xfer_verbs_op_t *op;
-    uint64_t mark;
+    uint64_t mark, bytes;
 
     if (idx >= ch->sq_len) {
         return;     /* unsignaled: only errors come here, handled by the caller */
@@ -176,6 +176,7 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
     e            = &ch->wrs[idx];
     op           = e->op;
     mark         = e->mark;
+    bytes        = e->bytes;
     e->op        = NULL;
     ch->sq_done  = e->seq;
     ch->sq_free  = ch->sq_len - (uint32_t)(ch->sq_posted - ch->sq_done);
@@ -189,7 +190,7 @@ static void send_completed(xfer_ep_h ch, const struct ibv_wc *wc)
         return;
     }
     if (op->kind == XFER_VERBS_OP_BATCH) {
-        xfer_verbs_batch_wr_done(op, mark);
+        xfer_verbs_batch_wr_done(op, mark, bytes);
         return;
     }
     if (--op->rdma_inflight == 0) {

@@ -482,14 +482,19 @@ XFER_API void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t sta
  * descriptor through the transport's own puts and gets - tcp's gets and its small puts
  * gathered into frames, shm's ring, the framework's batches on a transport without a batch
  * entry point. The walk posts descriptors while the owner says there is room (by default:
- * fewer than window bytes of them in flight, so that a batch that ends early stops there and a
- * large one holds neither memory nor the endpoint), counts what landed, stops at the first
+ * fewer than XFER_BATCH_WINDOW bytes of them in flight), counts what landed, stops at the first
  * failure or at xfer_batch_walk_stop(), and calls done() once: when every descriptor it posted
  * has completed and every hold of the owner's (the posting, a notification, an answer) has
  * been released. What goes on the wire, the notification and the answer stay the owner's.
  * The walk lives inside the owner's record, under the owner's lock.
  */
 typedef struct xfer_batch_walk xfer_batch_walk_t;
+
+/* Bytes of one batch the initiator has in flight at a time, on every transport (a walk's
+ * default room, tcp's frames ahead of its socket, verbs' work requests not completed): the
+ * rest is posted as they complete, so that a batch that ends early stops within this much of
+ * where it was (contract C17) and a large one holds neither memory nor the endpoint. */
+#define XFER_BATCH_WINDOW (8u << 20)
 
 typedef struct xfer_batch_walk_sub {
     xfer_comp_t       comp;
@@ -502,7 +507,8 @@ typedef struct xfer_batch_walk_ops {
      * XFER_INPROGRESS: comp will be told (with *n_p 1); XFER_OK: done now, nobody is told;
      * an error: nothing of them went, and the walk stops. */
     xfer_status_t (*post)(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp, size_t *n_p);
-    /* Whether more may be posted now; NULL: while fewer than window bytes are in flight. */
+    /* Whether more may be posted now; NULL: while fewer than XFER_BATCH_WINDOW bytes are in
+     * flight. */
     int (*room)(xfer_batch_walk_t *w);
     /* A descriptor completed and room may have opened: post more (and whatever the owner
      * sends behind the last). NULL: xfer_batch_walk_fill(). */
@@ -514,7 +520,6 @@ typedef struct xfer_batch_walk_ops {
 struct xfer_batch_walk {
     const xfer_batch_walk_ops_t *ops;
     xfer_batch_args_t           *args;      /* landed is raised there too */
-    uint64_t                    window;     /* bytes in flight at most (ops->room NULL) */
     int                         puts_land;  /* a put's completion says it landed; else the
                                              * owner raises landed (an answer, a flush) */
     size_t                      next;       /* the first descriptor not posted */
@@ -530,7 +535,7 @@ struct xfer_batch_walk {
  * Its per-descriptor records are allocated by the first fill (no memory: the walk stops with
  * XFER_ERR_NO_MEMORY). */
 XFER_API void xfer_batch_walk_init(xfer_batch_walk_t *w, const xfer_batch_walk_ops_t *ops,
-                                   xfer_batch_args_t *args, uint64_t window, int puts_land);
+                                   xfer_batch_args_t *args, int puts_land);
 XFER_API void xfer_batch_walk_cleanup(xfer_batch_walk_t *w);
 /* Post descriptors while there is room and the walk goes on; 1 when it posted any. */
 XFER_API int xfer_batch_walk_fill(xfer_batch_walk_t *w);
