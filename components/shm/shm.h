@@ -115,6 +115,7 @@ typedef enum {
 
 #define XFER_SHM_BATCH_MAX 65536u   /* descriptors of one BATCH frame: a target reads
                                      * 24 bytes each */
+#define XFER_SHM_BATCH_STOP 1u      /* a BATCH's stop word once it was cancelled */
 
 struct xfer_shm_op {
     xfer_op_t           base;       /* the framework's: comp (or a receive's tag_handle), and
@@ -133,6 +134,8 @@ struct xfer_shm_op {
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
+    uint64_t            stop_ns;    /* BATCH: its deadline (0: none), XFER_SHM_BATCH_STOP
+                                     * once cancelled; the target reads it every round */
     xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     char                key[];      /* FETCH: the key, for the request frame */

@@ -10,7 +10,7 @@
  * framework, and answers BATCH_ACK with the count that landed.
  *
  * Without CMA every descriptor is an ordinary PUT or GET through the ring (a batch walk,
- * engine.h, at most XFER_SHM_BATCH_WINDOW bytes in flight); a put batch's
+ * engine.h, at most XFER_BATCH_WINDOW bytes in flight); a put batch's
  * NOTIFY frame follows its PUT frames in the ring, which the target works through in order, so
  * it is read after every one of them was copied into place; it names how many PUTs precede
  * it in its batch, and the target drops it when one of those was refused. A get batch's
@@ -24,9 +24,11 @@
  * (shm_cuda.c) and all of them landed before the NOTIFY frame is written.
  *
  * Cancel: a BATCH or NOTIFY frame not yet written into the ring is voided (the target answers
- * or ignores it without touching memory); what the target already has runs to its end, and
- * the batch completes when its answers are in. Once the frame that carries the notification
- * is in the ring the target will deliver it: the cancel is too late (XFER_ERR_BUSY).
+ * or ignores it without touching memory). A BATCH frame the target has is stopped through its
+ * stop word, which the target reads (CMA) before every slice it moves - like the deadline the
+ * word starts with - so that at most one more slice lands; the batch completes when its answer
+ * is in. Once the frame that carries the notification is in the ring the target will deliver
+ * it: the cancel is too late (XFER_ERR_BUSY).
  */
 #include "shm.h"
 
@@ -35,10 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Bytes of a batch through the ring in flight at once: the rest is posted as they complete,
- * so that one that ends early stops there. */
-#define XFER_SHM_BATCH_WINDOW (8u << 20)
 
 /* A batch through the ring, descriptor by descriptor (a batch walk, engine.h), or copied
  * into the peer's mapped memory a slice at a time (the walk's counts only). */
@@ -187,8 +185,9 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.a     = args->rkey->id;
     hdr.b     = (uint64_t)(uintptr_t)args->iov;
     hdr.c     = args->count;
-    hdr.d     = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
-                               sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
+    op->stop_ns = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
+                                 sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
+    hdr.d     = (uint64_t)(uintptr_t)&op->stop_ns;      /* the target reads it each round */
     hdr.e     = args->rkey->key;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(ep);
@@ -303,7 +302,7 @@ static xfer_status_t batch_ring_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t
     return (status == XFER_OK) ? XFER_ERR_INTERNAL : status;   /* through the ring: never */
 }
 
-/* Post b's next descriptors while at most XFER_SHM_BATCH_WINDOW bytes of it are in flight;
+/* Post b's next descriptors while at most XFER_BATCH_WINDOW bytes of it are in flight;
  * after a put batch's last, its NOTIFY. */
 static void batch_ring_fill(xfer_batch_walk_t *w)
 {
@@ -330,7 +329,7 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
     if (b == NULL) {
         return NULL;
     }
-    xfer_batch_walk_init(&b->walk, &batch_ring_ops, args, XFER_SHM_BATCH_WINDOW, 1);
+    xfer_batch_walk_init(&b->walk, &batch_ring_ops, args, 1);
     b->ep         = ep;
     b->comp       = comp;
     b->args       = args;
@@ -523,6 +522,8 @@ xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_
                     op->tx.hdr.flags |= XFER_SHM_FL_VOID;
                 } else if (op->tx.hdr.flags & XFER_SHM_FL_NOTIFY) {
                     return XFER_ERR_BUSY;   /* the target has the frame, notification too */
+                } else {
+                    op->stop_ns = XFER_SHM_BATCH_STOP;  /* the target stops at its next slice */
                 }
                 return XFER_OK;
             }

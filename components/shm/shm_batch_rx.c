@@ -184,6 +184,25 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
     }
 }
 
+/* Whether the initiator ended the batch: its stop word (hdr->d, in the initiator) says it
+ * was cancelled (XFER_ERR_CANCELED), or is a deadline now past (XFER_ERR_TIMEOUT). Read
+ * before every slice, so that a batch that ended early moves at most one more. */
+static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
+{
+    char why[XFER_REASON_MAX];
+    uint64_t stop = 0;
+
+    if (xfer_shm_cma(ep, &stop, hdr->d, sizeof(stop), 0, why, sizeof(why)) != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its stop word: %s",
+                 why);
+        return XFER_ERR_IO;
+    }
+    if (stop == XFER_SHM_BATCH_STOP) {
+        return XFER_ERR_CANCELED;
+    }
+    return ((stop != 0) && (xfer_now_ns() >= stop)) ? XFER_ERR_TIMEOUT : XFER_OK;
+}
+
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
@@ -207,9 +226,8 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     if (hdr->flags & XFER_SHM_FL_VOID) {
         status = XFER_ERR_CANCELED;     /* cancelled before it was written */
-    } else if ((hdr->d != 0) && (xfer_now_ns() >= hdr->d)) {
-        /* past its deadline: the initiator has ended it, nothing more moves for it */
-        status = XFER_ERR_TIMEOUT;
+    } else if ((status = batch_rx_stopped(ep, hdr)) != XFER_OK) {
+        /* the initiator has ended it: nothing more moves for it */
     } else {
         status = (ep->batch_rx != NULL) ? XFER_OK : batch_rx_start(ep, hdr);
         if (status == XFER_OK) {

@@ -52,7 +52,7 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  4u
+#define XFER_SHM_SEG_VERSION  5u
 #define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
@@ -92,8 +92,10 @@ enum {
     XFER_SHM_F_TDONE,       /* id: request; status: the consumer has read the tensor */
     XFER_SHM_F_TCANCEL,     /* id: request; the consumer cancelled its fetch */
     XFER_SHM_F_BATCH,       /* id: request; a: region; e: its key; b: address of the
-                             * initiator's descriptor array; c: descriptors; GET: a get batch;
-                             * NOTIFY: payload is the notification (CMA only) */
+                             * initiator's descriptor array; c: descriptors; d: address of
+                             * the initiator's stop word (a deadline, 0 none, 1 cancelled);
+                             * GET: a get batch; NOTIFY: payload is the notification (CMA
+                             * only) */
     XFER_SHM_F_BATCH_ACK,   /* id: request; status; a: descriptors landed */
     XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification */
     XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its key;
