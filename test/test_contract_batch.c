@@ -6,6 +6,7 @@
 #include "contract.h"
 
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,4 +300,136 @@ Test(contract, notifications_arrive_in_the_order_their_batches_were_posted)
     cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
     free(buf);
     tp_finish(&p);
+}
+
+/* ---- what still lands after a batch ended early (C17) ------------------------------------- */
+
+#define LATE_BLK   (4u << 20)
+#define LATE_DESCS 64u              /* 256 MiB: far more than a transport may keep in flight */
+/* What may land after the end: XFER_BATCH_WINDOW (8 MiB) queued by xfer, and what the kernel
+ * holds between the two processes - on tcp each connection's socket buffers, which grow up to
+ * net.ipv4.tcp_rmem's largest (32 MiB on Debian) as the target drains them; 4 lanes measured
+ * 32-36 MiB here. */
+#define LATE_MAX   (64u << 20)
+#define LATE_FILL  0x5a
+
+/* Bytes of buf[0, len) that are LATE_FILL: what landed of the batch. */
+static uint64_t late_landed_bytes(const uint8_t *buf, size_t len)
+{
+    uint64_t fill, n = 0, w;
+
+    memset(&fill, LATE_FILL, sizeof(fill));
+    for (size_t i = 0; i < len; i += sizeof(w)) {
+        memcpy(&w, buf + i, sizeof(w));
+        if (w == fill) {
+            n += sizeof(w);
+        } else if (w != 0) {
+            for (size_t k = 0; k < sizeof(w); k++) {
+                n += (buf[i + k] == LATE_FILL);
+            }
+        }
+    }
+    return n;
+}
+
+/* The target: LATE_DESCS blocks of zeroes, registered; progresses until the initiator says
+ * that nothing of its batch can land any more, then sends how many bytes of it landed. */
+static int srv_late(tp_side_t *s)
+{
+    size_t len   = (size_t)LATE_DESCS * LATE_BLK;
+    uint8_t *dst = calloc(1, len);
+    xfer_mem_t *mem;
+    uint64_t v;
+
+    TP_CHECK(dst != NULL, "no memory for the target");
+    mem = target_open(s, dst, len, NULL, NULL);
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, late_landed_bytes(dst, len)) == 0, "ctl");
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS) == 0, "no word from the initiator");
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    free(dst);
+    return 0;
+}
+
+/* A 256 MiB put batch without a notification, cancelled as soon as it is posted (cancel) or
+ * given a 1 ms deadline: it ends early, and what lands of it after that - until the flush,
+ * and until the source's registration may go - is bounded by what a transport keeps in flight,
+ * never the rest of the batch. What it reported landed did land. */
+static void late_after_early_end(int cancel)
+{
+    static xfer_batch_desc_t d[LATE_DESCS];
+    xfer_request_t *req = NULL;
+    uint64_t landed_bytes;
+    xfer_status_t st;
+    xfer_rkey_t *rkey;
+    xfer_batch_t *b;
+    xfer_mem_t *mem;
+    size_t landed, len;
+    uint8_t *src;
+    void *blob;
+    tp_peer_t p;
+    int waited;
+
+    tp_start(&p, srv_late, NULL);
+    src = calloc(1, LATE_BLK + 8);     /* the batch's block, then 8 bytes of zeroes */
+    cr_assert_not_null(src);
+    memset(src, LATE_FILL, LATE_BLK);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, LATE_BLK + 8, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    /* the connection is up and the batch goes out at once: a put of zeroes, flushed */
+    cr_assert_eq(ct_put(p.ep, src + LATE_BLK, 8, mem, xfer_rkey_address(rkey), rkey), XFER_OK);
+    cr_assert_eq(tp_flush(p.ep, TP_WAIT_MS), XFER_OK);
+    for (size_t i = 0; i < LATE_DESCS; i++) {
+        d[i] = (xfer_batch_desc_t){0, i * LATE_BLK, LATE_BLK};
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, LATE_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, cancel ? XFER_BATCH_NO_TIMEOUT : 1, NULL, NULL,
+                                 &req), XFER_OK);
+    if (cancel) {
+        st = xfer_request_cancel(req);
+        cr_assert_eq(st, XFER_OK, "a batch without a notification can always be cancelled: %s",
+                     xfer_status_string(st));
+    }
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert_eq(st, cancel ? XFER_ERR_CANCELED : XFER_ERR_TIMEOUT, "the batch ended with %s",
+                 xfer_status_string(st));
+    landed = xfer_request_landed(req);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    st = tp_flush(p.ep, TP_WAIT_MS * 3);
+    cr_assert_eq(st, XFER_OK, "the flush after the batch: %s", xfer_status_string(st));
+    /* the source's registration goes once the transport let go of it: nothing lands after */
+    for (waited = 0; (st = xfer_mem_deregister(mem)) == XFER_ERR_BUSY; waited += 10) {
+        cr_assert_lt(waited, TP_WAIT_MS, "the source is still held %d ms after the flush",
+                     waited);
+        tp_progress_for(p.ctx, 10);
+    }
+    cr_assert_eq(st, XFER_OK);
+    tp_send(&p, 1);
+    landed_bytes = tp_recv(&p);
+    cr_log_info("over %s: a batch %s landed %zu descriptors by then, %" PRIu64 " bytes in all",
+                tp_transport(), cancel ? "cancelled" : "past its deadline", landed,
+                landed_bytes);
+    cr_expect_geq(landed_bytes, (uint64_t)landed * LATE_BLK, "the batch reported %zu "
+                  "descriptors landed, and %" PRIu64 " bytes did", landed, landed_bytes);
+    cr_expect_leq(landed_bytes, (uint64_t)landed * LATE_BLK + LATE_MAX, "after it ended with "
+                  "%zu descriptors landed, %" PRIu64 " bytes of it landed: more than a "
+                  "transport may keep in flight (%u)", landed, landed_bytes, LATE_MAX);
+    tp_send(&p, 2);
+    free(src);
+    tp_finish(&p);
+}
+
+Test(contract, a_cancelled_batch_lands_at_most_a_window_more)
+{
+    late_after_early_end(1);
+}
+
+Test(contract, a_batch_past_its_deadline_lands_at_most_a_window_more)
+{
+    late_after_early_end(0);
 }
