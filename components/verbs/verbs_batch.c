@@ -10,9 +10,10 @@
  * than the window has room for. Only every 64th work request of a batch is signalled (every
  * quarter of the send queue when that is fewer, so that completions free room while the rest
  * waits), one after every quarter of the window (so that the window opens while the rest is
- * in flight), and the last of every chain. RC completes in order: a signalled completion says that every work request before
- * it completed too, so its ring entry carries how many descriptors were then wholly posted,
- * and args->landed rises to that. What does not fit waits at the head of the queue - nothing
+ * in flight), and the last of every chain. RC completes in order: a signalled completion
+ * says that every work request before it completed too, so its ring entry carries how many
+ * descriptors and bytes were then wholly posted: args->landed rises to the first, and the
+ * window opens by the second. What does not fit waits at the head of the queue - nothing
  * queued behind the batch overtakes it - and goes as completions free room. Since every chain
  * ends signalled, the last work request a batch posted is always signalled: a batch stopped
  * between two chains still learns when what it posted has completed.
