@@ -81,11 +81,50 @@ static void batch_rx_free(xfer_ep_h ep)
     }
 }
 
-/* Read the frame's descriptors and check each against its region before a byte moves. */
+/* Whether the batch goes on, by its stop word: XFER_ERR_CANCELED once the initiator cancelled
+ * it, XFER_ERR_TIMEOUT once the deadline it holds is past, else XFER_OK. */
+static xfer_status_t batch_stop_status(uint64_t stop)
+{
+    if (stop == XFER_SHM_BATCH_STOP) {
+        return XFER_ERR_CANCELED;
+    }
+    return ((stop != 0) && (xfer_now_ns() >= stop)) ? XFER_ERR_TIMEOUT : XFER_OK;
+}
+
+/* The batch's stop word (hdr->d) into *stop_p and, when iov is not NULL, its len bytes of
+ * descriptors (hdr->b): both from the initiator, in one system call where they can. */
+static xfer_status_t batch_rx_read(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint64_t *stop_p,
+                                   void *iov, size_t len)
+{
+    struct iovec l[2] = {{stop_p, sizeof(*stop_p)}, {iov, len}};
+    struct iovec r[2] = {{(void*)(uintptr_t)hdr->d, sizeof(*stop_p)},
+                         {(void*)(uintptr_t)hdr->b, len}};
+    unsigned n        = (iov != NULL) ? 2 : 1;
+    char why[XFER_REASON_MAX];
+    xfer_status_t status;
+
+    if (process_vm_readv(ep->peer_pid, l, n, r, n, 0) ==
+        (ssize_t)(sizeof(*stop_p) + ((iov != NULL) ? len : 0))) {
+        return XFER_OK;
+    }
+    /* short or failed: each on its own, which says what failed */
+    status = xfer_shm_cma(ep, stop_p, hdr->d, sizeof(*stop_p), 0, why, sizeof(why));
+    if ((status == XFER_OK) && (iov != NULL)) {
+        status = xfer_shm_cma(ep, iov, hdr->b, len, 0, why, sizeof(why));
+    }
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its %s: %s",
+                 (iov != NULL) ? "stop word and descriptors" : "stop word", why);
+    }
+    return status;
+}
+
+/* Read the frame's stop word and descriptors, and check each descriptor against its region
+ * before a byte moves. */
 static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 {
     uint64_t count = hdr->c;
-    char why[XFER_REASON_MAX];
+    uint64_t stop  = 0;
     xfer_shm_batch_rx_t *br;
     xfer_status_t status;
     uint8_t *base;
@@ -103,10 +142,11 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
         free(br);
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_shm_cma(ep, br->iov, hdr->b, count * sizeof(*br->iov), 0, why, sizeof(why));
+    status = batch_rx_read(ep, hdr, &stop, br->iov, count * sizeof(*br->iov));
+    if (status == XFER_OK) {
+        status = batch_stop_status(stop);   /* ended before it started: nothing moves */
+    }
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its descriptors: "
-                 "%s", why);
         free(br->iov);
         free(br);
         return status;
@@ -184,23 +224,15 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
     }
 }
 
-/* Whether the initiator ended the batch: its stop word (hdr->d, in the initiator) says it
- * was cancelled (XFER_ERR_CANCELED), or is a deadline now past (XFER_ERR_TIMEOUT). Read
- * before every slice, so that a batch that ended early moves at most one more. */
+/* Whether the initiator ended the batch, by its stop word (hdr->d, in the initiator): read
+ * before every slice after the first, so that a batch that ended early moves at most one
+ * more. */
 static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 {
-    char why[XFER_REASON_MAX];
-    uint64_t stop = 0;
+    uint64_t stop        = 0;
+    xfer_status_t status = batch_rx_read(ep, hdr, &stop, NULL, 0);
 
-    if (xfer_shm_cma(ep, &stop, hdr->d, sizeof(stop), 0, why, sizeof(why)) != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its stop word: %s",
-                 why);
-        return XFER_ERR_IO;
-    }
-    if (stop == XFER_SHM_BATCH_STOP) {
-        return XFER_ERR_CANCELED;
-    }
-    return ((stop != 0) && (xfer_now_ns() >= stop)) ? XFER_ERR_TIMEOUT : XFER_OK;
+    return (status == XFER_OK) ? batch_stop_status(stop) : status;
 }
 
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -226,10 +258,9 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     if (hdr->flags & XFER_SHM_FL_VOID) {
         status = XFER_ERR_CANCELED;     /* cancelled before it was written */
-    } else if ((status = batch_rx_stopped(ep, hdr)) != XFER_OK) {
-        /* the initiator has ended it: nothing more moves for it */
     } else {
-        status = (ep->batch_rx != NULL) ? XFER_OK : batch_rx_start(ep, hdr);
+        /* ended by the initiator (cancel, deadline): nothing more moves for it */
+        status = (ep->batch_rx != NULL) ? batch_rx_stopped(ep, hdr) : batch_rx_start(ep, hdr);
         if (status == XFER_OK) {
             status = batch_rx_move(ep, (hdr->flags & XFER_SHM_FL_GET) != 0,
                                    XFER_IFACE_FAIR_SLICE(params));
