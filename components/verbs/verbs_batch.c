@@ -157,6 +157,12 @@ static void batch_end(xfer_verbs_batch_t *b, xfer_status_t status, int live)
 
 /* ---- posting -------------------------------------------------------------------------------- */
 
+/* Bytes b may still post before XFER_BATCH_WINDOW of it are in flight. */
+static uint64_t window_open(const xfer_verbs_batch_t *b)
+{
+    return XFER_BATCH_WINDOW - (b->bytes_posted - b->bytes_done);
+}
+
 /* Post the next chain of b's work requests, as many as the send queue has room for. 0 (posted,
  * or no room), -1 the channel failed. */
 static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
@@ -175,12 +181,10 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         return 0;
     }
     room = ch->sq_free - 1;
-    while ((n < room) && (b->next < b->end) &&
-           (b->bytes_posted - b->bytes_done < XFER_BATCH_WINDOW)) {
+    while ((n < room) && (b->next < b->end) && (window_open(b) > 0)) {
         const xfer_batch_iov_t *v = &iov[b->next];
         struct ibv_send_wr *wr    = &wrs[n];
         uint64_t len              = v->length - b->offset;
-        uint64_t open             = XFER_BATCH_WINDOW - (b->bytes_posted - b->bytes_done);
 
         if (v->length == 0) {
             b->next++;
@@ -189,8 +193,8 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         if (len > iface->rdma_chunk) {
             len = iface->rdma_chunk;
         }
-        if (len > open) {
-            len = open;
+        if (len > window_open(b)) {
+            len = window_open(b);
         }
         sges[n].addr   = v->local + b->offset;
         sges[n].length = (uint32_t)len;
@@ -216,7 +220,7 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
         b->bytes_posted += len;
         if ((b->next >= b->end) || (n + 1 == room) || (b->wrs_posted % every == 0) ||
             (b->bytes_posted - b->bytes_signal >= XFER_BATCH_WINDOW / 4) ||
-            (b->bytes_posted - b->bytes_done >= XFER_BATCH_WINDOW)) {
+            (window_open(b) == 0)) {
             uint32_t idx            = ch->wr_head % ch->sq_len;
             struct xfer_verbs_wr *e = &ch->wrs[idx];
 
