@@ -135,7 +135,7 @@ struct xfer_shm_op {
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
     uint64_t            stop_ns;    /* BATCH: its deadline (0: none), XFER_SHM_BATCH_STOP
-                                     * once cancelled; the target reads it every round */
+                                     * once cancelled; the target reads it every slice */
     xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     char                key[];      /* FETCH: the key, for the request frame */

@@ -187,7 +187,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.c     = args->count;
     op->stop_ns = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
                                  sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
-    hdr.d     = (uint64_t)(uintptr_t)&op->stop_ns;      /* the target reads it each round */
+    hdr.d     = (uint64_t)(uintptr_t)&op->stop_ns;      /* the target reads it each slice */
     hdr.e     = args->rkey->key;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(ep);
