@@ -3,6 +3,7 @@
  * killed at any point leaves nothing behind (its segments are memfds, in no mount), a peer
  * killed in the middle of a message fails the endpoint, and a peer that writes nonsense into
  * our ring fails the endpoint with a protocol error and reads or writes nothing outside it;
+ * a batch whose stop word or descriptors lie where the peer maps nothing moves nothing;
  * a put by frames into CUDA memory (which only the initiator moves, by its IPC handle) is
  * refused.
  * The shared API suites (tag, rma, tensor, ...) run over shm as over tcp: test/shm_modes.sh.
@@ -209,14 +210,45 @@ Test(shm, peers_killed_at_any_point_leave_nothing_behind)
  * layout: cells from 512; a header is len:u32 type:u16 flags:u16 status:i32 seq:u32
  * id:u64 a b c d e:u64, its payload after the 64 bytes) before it publishes it by its
  * stamp. key_from_ctl: a, b and e are read from the control socket first (a region of
- * ours: its id, address and our iface's cookie); payload: len bytes of 0xee follow. */
+ * ours: its id, address and our iface's cookie); payload: len bytes of 0xee follow.
+ * batch: a BATCH frame's b and d name memory of the peer's own (below). */
 typedef struct scribble {
     uint32_t len;
     uint16_t type, flags;
-    uint64_t id, a, b, c, e;
+    uint64_t id, a, b, c, d, e;
     int      key_from_ctl;
     int      payload;
+    int      batch;
 } scribble_t;
+
+/* scribble_t.batch: b names one descriptor of the peer's - a put of BATCH_BLOCK bytes of
+ * BATCH_BYTE from its memory to the address b held - and d a stop word of 0 (no deadline);
+ * or one of the two lies at an address the peer does not map. */
+enum { BATCH_GOOD = 1, BATCH_BAD_STOP, BATCH_BAD_DESC };
+
+#define BATCH_BLOCK    4096u
+#define BATCH_BYTE     0x5a
+#define UNMAPPED_ADDR  8u           /* in the first page, which no process maps */
+
+/* component.h's xfer_batch_iov_t, which the target reads out of the initiator */
+typedef struct {
+    uint64_t local, remote, length;
+} batch_desc_t;
+
+static uint8_t batch_src[BATCH_BLOCK];
+static batch_desc_t batch_desc;
+static uint64_t batch_stop;
+
+static void batch_words(scribble_t *w)
+{
+    memset(batch_src, BATCH_BYTE, sizeof(batch_src));
+    batch_desc.local  = (uintptr_t)batch_src;
+    batch_desc.remote = w->b;
+    batch_desc.length = sizeof(batch_src);
+    batch_stop        = 0;
+    w->b = (w->batch == BATCH_BAD_DESC) ? UNMAPPED_ADDR : (uintptr_t)&batch_desc;
+    w->d = (w->batch == BATCH_BAD_STOP) ? UNMAPPED_ADDR : (uintptr_t)&batch_stop;
+}
 
 static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* a 4 GiB TAG */
 
@@ -233,6 +265,9 @@ static int srv_scribbler(tp_side_t *s)
         TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.a, TP_WAIT_MS) == 0, "ctl");
         TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.b, TP_WAIT_MS) == 0, "ctl");
         TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.e, TP_WAIT_MS) == 0, "ctl");
+    }
+    if (w.batch) {
+        batch_words(&w);
     }
     maps = fopen("/proc/self/maps", "r");
     TP_CHECK(maps != NULL, "maps");
@@ -257,6 +292,7 @@ static int srv_scribbler(tp_side_t *s)
         memcpy(base + 536, &w.a, 8);
         memcpy(base + 544, &w.b, 8);
         memcpy(base + 552, &w.c, 8);
+        memcpy(base + 560, &w.d, 8);
         memcpy(base + 568, &w.e, 8);
         if (w.payload) {
             memset(base + 576, 0xee, w.len);
@@ -269,6 +305,25 @@ static int srv_scribbler(tp_side_t *s)
     TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
     pause();
     return 0;
+}
+
+/* Send a scribbler with key_from_ctl the words of shm's part of mem's key (memory.c's
+ * layout) that a frame names: the region's id, its address (plus off) and the cookie. */
+static void send_key_words(tp_peer_t *p, xfer_mem_t *mem, uint64_t off)
+{
+    uint64_t cookie, id, addr;
+    size_t len, at = 29;
+    uint8_t *blob;
+
+    cr_assert_eq(xfer_rkey_pack(mem, (void**)&blob, &len), XFER_OK);
+    cr_assert((len > at + 30) && (blob[at] == 3) && (memcmp(blob + at + 1, "shm", 3) == 0));
+    memcpy(&cookie, blob + at + 6, 8);
+    memcpy(&id, blob + at + 14, 8);
+    memcpy(&addr, blob + at + 22, 8);
+    xfer_rkey_blob_free(blob);
+    tp_send(p, id);
+    tp_send(p, addr + off);
+    tp_send(p, cookie);
 }
 
 /* Our endpoint to a peer that scribbled w: a receive on it fails with a protocol error, the
@@ -347,11 +402,9 @@ Test(shm, a_put_frame_into_cuda_memory_is_refused_and_touches_nothing)
 {
     static const scribble_t put = {.type = 4, .len = 64, .id = 1, .c = 64, .key_from_ctl = 1,
                                    .payload = 1};
-    uint8_t *host = malloc(1 << 20), *back = malloc(1 << 20), *blob;
+    uint8_t *host = malloc(1 << 20), *back = malloc(1 << 20);
     xfer_cu_ptr_t dptr = 0;
-    uint64_t cookie, id, addr;
     xfer_mem_t *mem;
-    size_t len, at;
     tg_gpu_t gpu;
     tp_peer_t p;
 
@@ -364,17 +417,7 @@ Test(shm, a_put_frame_into_cuda_memory_is_refused_and_touches_nothing)
     cr_assert_eq(gpu.drv->memcpy_htod(dptr, host, 1 << 20), 0);
     cr_assert_eq(xfer_mem_register(p.ctx, (void*)(uintptr_t)dptr, 1 << 20, XFER_MEM_CUDA, &mem),
                  XFER_OK);
-    /* shm's part of the key (memory.c's layout): the cookie, id and address the frame names */
-    cr_assert_eq(xfer_rkey_pack(mem, (void**)&blob, &len), XFER_OK);
-    at = 29;
-    cr_assert((len > at + 6) && (blob[at] == 3) && (memcmp(blob + at + 1, "shm", 3) == 0));
-    memcpy(&cookie, blob + at + 6, 8);
-    memcpy(&id, blob + at + 14, 8);
-    memcpy(&addr, blob + at + 22, 8);
-    xfer_rkey_blob_free(blob);
-    tp_send(&p, id);
-    tp_send(&p, addr);
-    tp_send(&p, cookie);
+    send_key_words(&p, mem, 0);
     cr_assert_eq(tp_recv(&p), 1);
     tp_progress_for(p.ctx, 300);
     cr_expect_eq(xfer_endpoint_status(p.ep), XFER_OK, "a refused put failed the endpoint");
@@ -389,6 +432,58 @@ Test(shm, a_put_frame_into_cuda_memory_is_refused_and_touches_nothing)
     gpu.drv->device_primary_ctx_release(gpu.device);
     free(host);
     free(back);
+}
+
+/* BATCH frames (12) of a put with a 16-byte notification, which a hostile peer writes
+ * itself, naming a descriptor and a stop word in its own memory. A good one moves its block
+ * and delivers its notification: the frame is right. One whose stop word, or whose
+ * descriptors, lie where the peer maps nothing is refused before a byte moves: no
+ * notification, the region untouched, and the endpoint stays up. */
+Test(shm, a_batch_whose_stop_word_or_descriptors_are_unmapped_moves_nothing)
+{
+    static const char *const what[] = {"", "good", "stop word unmapped", "descriptors unmapped"};
+    const size_t len = 1 << 16;
+    uint8_t *buf     = malloc(len);
+
+    cr_assert_not_null(buf);
+    for (int mode = BATCH_GOOD; mode <= BATCH_BAD_DESC; mode++) {
+        scribble_t w = {.type = 12, .flags = 4, .len = 16, .id = 1, .c = 1, .key_from_ctl = 1,
+                        .payload = 1, .batch = mode};
+        uint8_t note[64];
+        size_t note_len = 0;
+        xfer_status_t st;
+        xfer_mem_t *mem;
+        tp_peer_t p;
+
+        memset(buf, 0, len);
+        tp_start(&p, srv_scribbler, &w);
+        cr_assert_eq(xfer_mem_register(p.ctx, buf, len, XFER_MEM_HOST, &mem), XFER_OK);
+        send_key_words(&p, mem, BATCH_BLOCK);
+        cr_assert_eq(tp_recv(&p), 1);
+        tp_progress_for(p.ctx, 300);
+        st = xfer_notify_poll(p.ep, note, sizeof(note), &note_len);
+        cr_expect_eq(xfer_endpoint_status(p.ep), XFER_OK, "%s: the endpoint failed", what[mode]);
+        for (size_t i = 0; i < len; i++) {
+            int in_block = (mode == BATCH_GOOD) && (i >= BATCH_BLOCK) && (i < 2 * BATCH_BLOCK);
+
+            cr_assert_eq(buf[i], in_block ? BATCH_BYTE : 0, "%s: byte %zu of the region is %u",
+                         what[mode], i, buf[i]);
+        }
+        if (mode == BATCH_GOOD) {
+            cr_expect_eq(st, XFER_OK, "the good batch's notification: %s",
+                         xfer_status_string(st));
+            cr_expect_eq(note_len, 16);
+        } else {
+            cr_expect_eq(st, XFER_ERR_NOT_FOUND, "%s: a notification (%s)", what[mode],
+                         xfer_status_string(st));
+        }
+        kill(p.pid, SIGKILL);
+        (void)tp_child_wait(&p, 10);
+        xfer_endpoint_close(p.ep);
+        cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
+        xfer_context_destroy(p.ctx);
+    }
+    free(buf);
 }
 
 /* Clients that close their endpoint as soon as xfer_connect returns: the server completes its

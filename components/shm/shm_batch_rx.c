@@ -113,8 +113,9 @@ static xfer_status_t batch_rx_read(xfer_ep_h ep, const xfer_shm_frame_t *hdr, ui
         status = xfer_shm_cma(ep, iov, hdr->b, len, 0, why, sizeof(why));
     }
     if (status != XFER_OK) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a peer's batch: reading its %s: %s",
-                 (iov != NULL) ? "stop word and descriptors" : "stop word", why);
+        xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: "
+                      "reading its %s: %s", (iov != NULL) ? "stop word and descriptors" :
+                      "stop word", why);
     }
     return status;
 }
