@@ -1,6 +1,7 @@
 /*
- * Batch notifications at the target. A transport hands each one over (xfer_notify_upcall) once
- * its batch's data is visible here; the framework copies it into the endpoint's queue, oldest
+ * Batch notifications at the target. A transport hands each one over (xfer_notify_deliver,
+ * which drops one whose batch had a put refused, then xfer_notify_upcall) once its batch's
+ * data is visible here; the framework copies it into the endpoint's queue, oldest
  * first, bounded by XFER_NOTIFY_MAX_QUEUED per endpoint and by the process's XFER_NOTIFY_BUDGET
  * (each peer a fair share of it, budget.c) so that peers cannot make this process hold without
  * limit - the transport fails an endpoint whose peer goes past either. The application takes them
@@ -10,6 +11,8 @@
 #include "xfer_int.h"
 
 #include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,6 +94,34 @@ int xfer_notify_upcall(void *fw_arg, void *fw_ep, const void *msg, size_t length
     }
     xfer_wake_locked(ctx);
     return 0;
+}
+
+xfer_status_t xfer_notify_deliver(const xfer_iface_params_t *params, void *fw_ep,
+                                  const xfer_batch_rx_t *r, uint64_t puts, const void *msg,
+                                  size_t len, const char *subsys, char *why, size_t why_size)
+{
+    xfer_status_t refused = (r != NULL) ? xfer_batch_rx_end(r, puts) : XFER_OK;
+
+    if ((params->size < offsetof(xfer_iface_params_t, max_notify_len) +
+                        sizeof(params->max_notify_len)) || (params->notify == NULL) ||
+        (len > params->max_notify_len)) {
+        snprintf(why, why_size, "a notification of %zu bytes, and this side takes none %s",
+                 len, (params->notify == NULL) ? "at all" : "that long (XFER_NOTIFY_MAX_LEN)");
+        return XFER_ERR_PROTOCOL;
+    }
+    if (refused != XFER_OK) {
+        xfer_log_peer("notify_dropped", XFER_LOG_WARN, subsys, "a batch notification is "
+                      "dropped: a put of its batch was refused (%s)",
+                      xfer_status_string(refused));
+        return XFER_OK;
+    }
+    if (params->notify(params->fw_arg, fw_ep, msg, len) != 0) {
+        snprintf(why, why_size, "the peer's notification of %zu bytes was refused here: the "
+                 "endpoint keeps no more until the application takes them "
+                 "(XFER_NOTIFY_MAX_QUEUED, XFER_NOTIFY_BUDGET)", len);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    return XFER_OK;
 }
 
 static notify_msg_t *notify_take(xfer_endpoint_t *ep)

@@ -260,8 +260,7 @@ struct xfer_ep {
     xfer_shm_batch_rx_t *batch_rx;      /* a peer's batch being moved (shm_batch.c) */
     xfer_shm_rx_t       rx;
 
-    uint64_t            puts_rx;        /* PUT frames ever received */
-    uint64_t            put_refused_at; /* puts_rx at the last refused one; 0: none */
+    xfer_batch_rx_t     batch_puts;     /* PUT frames received, and the last refused one */
     uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */
     ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
@@ -643,8 +642,6 @@ uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *l
 xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
                                     xfer_status_t status);
 void xfer_shm_batch_ep_gone(xfer_ep_h ep);
-/* Hand a peer's notification to the framework; a refusal fails the ep (NO_RESOURCE). */
-xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len);
 /* A slice of each mapped batch with copies left (progress). */
 unsigned xfer_shm_batch_work(xfer_iface_h iface);
 

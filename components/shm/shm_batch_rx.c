@@ -236,6 +236,24 @@ static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
     return (status == XFER_OK) ? batch_stop_status(stop) : status;
 }
 
+/* The peer's notification, after puts PUT frames of its batch (r; NULL: a CMA batch, whose
+ * descriptors were checked whole). XFER_OK, or the endpoint fails. */
+static xfer_status_t notify_deliver(xfer_ep_h ep, const xfer_batch_rx_t *r, uint64_t puts,
+                                    const void *msg, size_t len)
+{
+    char why[XFER_REASON_MAX];
+    xfer_status_t status = xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, r, puts,
+                                               msg, len, XFER_SHM_SUBSYS, why, sizeof(why));
+
+    if (status != XFER_OK) {
+        xfer_shm_ep_fail_later(ep, status, "%s", why);
+        return status;
+    }
+    ep->rx_yield = 1;   /* the application hears of it at the end of this round, not 256
+                         * frames later */
+    return XFER_OK;
+}
+
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
@@ -276,7 +294,7 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         batch_rx_free(ep);
     }
     if ((status == XFER_OK) && (hdr->flags & XFER_SHM_FL_NOTIFY) &&
-        (xfer_shm_notify_deliver(ep, payload, hdr->len) != XFER_OK)) {
+        (notify_deliver(ep, NULL, 0, payload, hdr->len) != XFER_OK)) {
         return XFER_OK;     /* the ep failed */
     }
     if (status == XFER_ERR_CONNECTION) {
@@ -300,38 +318,16 @@ void xfer_shm_batch_rx_abort(xfer_ep_h ep)
     batch_rx_free(ep);
 }
 
-xfer_status_t xfer_shm_notify_deliver(xfer_ep_h ep, const void *msg, size_t len)
-{
-    const xfer_iface_params_t *params = &ep->iface->params;
-
-    if ((params->notify == NULL) ||
-        (params->notify(params->fw_arg, ep->fail.fw_ep, msg, len) != 0)) {
-        xfer_shm_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "a batch notification of the peer "
-                               "was refused (too many not taken)");
-        return XFER_ERR_NO_RESOURCE;
-    }
-    ep->rx_yield = 1;   /* the application hears of it at the end of this round, not 256
-                         * frames later */
-    return XFER_OK;
-}
-
 xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                  const uint8_t *payload, char *why, size_t why_size)
 {
-    if ((hdr->len > ep->iface->params.max_notify_len) || (hdr->a > ep->puts_rx)) {
-        snprintf(why, why_size, "a notification of %u bytes after %llu puts (%llu came)",
-                 hdr->len, (unsigned long long)hdr->a, (unsigned long long)ep->puts_rx);
+    if (hdr->a > ep->batch_puts.puts) {
+        snprintf(why, why_size, "a notification after %llu puts (%llu came)",
+                 (unsigned long long)hdr->a, (unsigned long long)ep->batch_puts.puts);
         return XFER_ERR_PROTOCOL;
     }
-    if (hdr->flags & XFER_SHM_FL_VOID) {
-        return XFER_OK;
+    if (!(hdr->flags & XFER_SHM_FL_VOID)) {
+        (void)notify_deliver(ep, &ep->batch_puts, hdr->a, payload, hdr->len);
     }
-    if ((ep->put_refused_at != 0) && (ep->put_refused_at > ep->puts_rx - hdr->a)) {
-        xfer_log_peer("notify_dropped", XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                      "a batch notification is dropped: a put of "
-                      "its batch was refused");
-        return XFER_OK;
-    }
-    (void)xfer_shm_notify_deliver(ep, payload, hdr->len);
     return XFER_OK;
 }

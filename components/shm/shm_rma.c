@@ -548,10 +548,10 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
     }
     dest = xfer_shm_region_check(ep, hdr, &status);
     if (!resuming) {
-        ep->puts_rx++;
+        xfer_batch_rx_put(&ep->batch_puts, 1);
     }
     if (status != XFER_OK) {
-        ep->put_refused_at = ep->puts_rx;   /* its batch's notification is not delivered */
+        xfer_batch_rx_refused(&ep->batch_puts, status);  /* no notification for its batch */
     }
     if (rndv) {
         if ((dest != NULL) && (hdr->c > 0)) {
@@ -560,7 +560,7 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                 return XFER_ERR_BUSY;   /* the frame stays: the rest in the next round */
             }
             if (status != XFER_OK) {
-                ep->put_refused_at = ep->puts_rx;
+                xfer_batch_rx_refused(&ep->batch_puts, status);
             }
         }
         ep->move_active = 0;

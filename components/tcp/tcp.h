@@ -317,15 +317,13 @@ struct xfer_ep {
     uint64_t            puts_rcvd;      /* the peer's PUT frames and FLUSH_REQs received: */
     uint64_t            fences_rcvd;    /* their ids must count up from 1 */
     /* batches (tcp_batch.c): put frames of either kind, counted on both sides, so that a
-     * BATCH_END can name the puts of its batch; the last refused one */
+     * BATCH_END can name the puts of its batch */
     uint64_t            batch_puts_sent;
     unsigned            tx_corked;  /* > 0: frames queue without writing (a batch posting) */
-    uint64_t            batch_puts_rcvd;
-    uint64_t            put_refused_at; /* batch_puts_rcvd then; 0: none */
+    xfer_batch_rx_t     batch_puts; /* received, and the last refused one */
     /* counters (xfer_endpoint_counter): frames by kind, each side */
     uint64_t            tx_put_frames, tx_putv_frames, tx_putv_blocks, tx_get_reqs;
     uint64_t            rx_put_frames, rx_putv_frames, rx_putv_blocks, rx_get_reqs;
-    xfer_status_t       put_refused_status;
     uint8_t             *batch_notify;  /* a notification being received */
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
     xfer_tcp_putv_rx_t  *putv_rx;       /* a PUTV's table (tcp_batch.c), from the first */

@@ -415,12 +415,12 @@ xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *
     if ((flags & ~(BATCH_FL_NOTIFY | BATCH_FL_GET | BATCH_FL_VOID)) ||
         (nlen > ep->iface->params.max_notify_len) ||
         (!(flags & (BATCH_FL_NOTIFY | BATCH_FL_VOID)) && (nlen > 0)) ||
-        (puts > ep->batch_puts_rcvd) ||
+        (puts > ep->batch_puts.puts) ||
         ((flags & BATCH_FL_VOID) && (flags & BATCH_FL_NOTIFY)) ||
         ((flags & BATCH_FL_GET) && ((ep->rx.hdr.id != 0) || (puts != 0)))) {
         snprintf(why, why_size, "BATCH_END with flags 0x%x, %" PRIu64 " bytes of notification "
                  "and %" PRIu64 " puts (%" PRIu64 " came)", flags, nlen, puts,
-                 ep->batch_puts_rcvd);
+                 ep->batch_puts.puts);
         return XFER_ERR_PROTOCOL;
     }
     if ((ep->batch_notify == NULL) && (nlen > 0)) {
@@ -438,30 +438,28 @@ xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *
 
 xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    const xfer_iface_params_t *params = &ep->iface->params;
-    uint64_t puts   = ep->rx.batch_puts;
-    int refused     = (ep->put_refused_at != 0) &&
-                      (ep->put_refused_at > ep->batch_puts_rcvd - puts);
-    size_t nlen     = (size_t)(ep->rx.hdr.length - XFER_TCP_WIRE_BATCH_EXT_LEN);
-    xfer_status_t status = refused ? ep->put_refused_status :
-                           (ep->rx.batch_flags & BATCH_FL_VOID) ? XFER_ERR_CANCELED : XFER_OK;
-    uint8_t *p;
+    uint64_t puts        = ep->rx.batch_puts;
+    xfer_status_t status = xfer_batch_rx_end(&ep->batch_puts, puts);
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_BATCH_ACK, (int32_t)status, ep->rx.hdr.id,
                                XFER_TCP_WIRE_BATCH_ACK_LEN, 0};
+    xfer_status_t delivered;
+    uint8_t *p;
 
-    if ((ep->rx.batch_flags & BATCH_FL_NOTIFY) && refused) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "a batch notification is dropped: a put of "
-                 "its batch was refused (%s)", xfer_status_string(status));
-    } else if ((ep->rx.batch_flags & BATCH_FL_NOTIFY) &&
-               ((params->notify == NULL) ||
-                (params->notify(params->fw_arg, ep->fail.fw_ep, ep->batch_notify, nlen) != 0))) {
-        snprintf(why, why_size, "a batch notification of the peer was refused (too many not "
-                 "taken)");
-        return XFER_ERR_NO_RESOURCE;
+    if (ep->rx.batch_flags & BATCH_FL_NOTIFY) {
+        delivered = xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, &ep->batch_puts,
+                                        puts, ep->batch_notify, (size_t)(ep->rx.hdr.length -
+                                        XFER_TCP_WIRE_BATCH_EXT_LEN), XFER_TCP_SUBSYS, why,
+                                        why_size);
+        if (delivered != XFER_OK) {
+            return delivered;
+        }
     }
     if (ep->rx.batch_flags & BATCH_FL_GET) {
         return XFER_OK;
+    }
+    if ((status == XFER_OK) && (ep->rx.batch_flags & BATCH_FL_VOID)) {
+        hdr.status = XFER_ERR_CANCELED;     /* every put landed; the notification was voided */
     }
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_BATCH_ACK_LEN, 1);
     if (p == NULL) {
@@ -469,7 +467,7 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
         return XFER_ERR_NO_MEMORY;
     }
     xfer_tcp_wire_pack_hdr(&hdr, p);
-    xfer_put_le64(p + XFER_TCP_WIRE_HDR_LEN, refused ? 0 : puts);
+    xfer_put_le64(p + XFER_TCP_WIRE_HDR_LEN, (status == XFER_OK) ? puts : 0);
     xfer_tcp_ep_tx_post(ep);
     return XFER_OK;
 }
@@ -552,7 +550,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
         return status;
     }
     ep->puts_rcvd++;
-    ep->batch_puts_rcvd += putv.count;
+    xfer_batch_rx_put(&ep->batch_puts, putv.count);
     ep->rx_putv_frames++;
     ep->rx_putv_blocks += putv.count;
     rma.region = putv.region;
@@ -598,8 +596,7 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
 void xfer_tcp_batch_put_done(xfer_ep_h ep)
 {
     if (ep->rx.status != XFER_OK) {
-        ep->put_refused_at     = ep->batch_puts_rcvd;
-        ep->put_refused_status = ep->rx.status;
+        xfer_batch_rx_refused(&ep->batch_puts, ep->rx.status);
     }
 }
 

@@ -388,7 +388,7 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
         }
         ep->puts_rcvd++;
     }
-    ep->batch_puts_rcvd++;
+    xfer_batch_rx_put(&ep->batch_puts, 1);
     ep->rx_put_frames++;
     status = xfer_tcp_wire_unpack_put_ext(ext, &ep->rx.hdr, &rma, why, why_size);
     if (status != XFER_OK) {

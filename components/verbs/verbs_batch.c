@@ -536,26 +536,14 @@ void xfer_verbs_batch_ch_fail(xfer_ep_h ch, xfer_status_t status)
 xfer_status_t xfer_verbs_notify_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                    const uint8_t *ext, char *why, size_t why_size)
 {
-    const xfer_iface_params_t *params = &ch->iface->params;
-
-    if ((params->size < offsetof(xfer_iface_params_t, max_notify_len) +
-                        sizeof(params->max_notify_len)) || (params->notify == NULL)) {
-        snprintf(why, why_size, "a NOTIFY of %" PRIu32 " bytes, and this side takes no "
-                 "notifications", hdr->length);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (hdr->length > params->max_notify_len) {
-        snprintf(why, why_size, "a NOTIFY of %" PRIu32 " bytes is longer than "
-                 "XFER_NOTIFY_MAX_LEN=%" PRIu32, hdr->length, params->max_notify_len);
-        return XFER_ERR_PROTOCOL;
-    }
     /* its batch's data is in our memory (a put: RC placed the writes before this SEND), or
      * was read from it (a get: the peer sent it after its reads completed) */
-    if (params->notify(params->fw_arg, ch->fail.fw_ep, ext, hdr->length) != 0) {
-        xfer_verbs_ch_fail(ch, XFER_ERR_NO_RESOURCE, "the peer's notification %" PRIu64 " (%"
-                           PRIu32 " bytes) was refused here: the endpoint keeps no more "
-                           "notifications until the application takes them "
-                           "(XFER_NOTIFY_MAX_QUEUED)", hdr->id, hdr->length);
+    xfer_status_t status = xfer_notify_deliver(&ch->iface->params, ch->fail.fw_ep, NULL, 0, ext,
+                                               hdr->length, XFER_VERBS_SUBSYS, why, why_size);
+
+    if (status == XFER_ERR_NO_RESOURCE) {
+        xfer_verbs_ch_fail(ch, status, "%s", why);
+        return XFER_OK;
     }
-    return XFER_OK;
+    return status;
 }

@@ -556,6 +556,48 @@ static inline int xfer_batch_walk_all_posted(const xfer_batch_walk_t *w)
 }
 
 /*
+ * A peer's notifications (framework/notify.c), on every transport: one arrives once its
+ * batch's data is in this side's memory, or was read from it. Where a batch's puts come as
+ * frames of their own (tcp, shm's ring) and are checked one by one, its notification names
+ * how many of them came just before it, and is dropped when one of those was refused: the
+ * data it announces is not all there.
+ */
+typedef struct xfer_batch_rx {
+    uint64_t      puts;             /* puts of batches received */
+    uint64_t      refused_at;       /* puts when the last refused one came; 0: none */
+    xfer_status_t refused_status;   /* what refused it */
+} xfer_batch_rx_t;
+
+/* A put (n puts of one frame) of a batch came; xfer_batch_rx_refused() after, if refused. */
+static inline void xfer_batch_rx_put(xfer_batch_rx_t *r, uint64_t n)
+{
+    r->puts += n;
+}
+
+static inline void xfer_batch_rx_refused(xfer_batch_rx_t *r, xfer_status_t status)
+{
+    r->refused_at     = r->puts;
+    r->refused_status = status;
+}
+
+/* A batch ends after its last puts puts (at most r->puts): XFER_OK when every one landed,
+ * else the status that refused one of them. */
+static inline xfer_status_t xfer_batch_rx_end(const xfer_batch_rx_t *r, uint64_t puts)
+{
+    return ((r->refused_at != 0) && (r->refused_at > r->puts - puts)) ? r->refused_status :
+           XFER_OK;
+}
+
+/* Hand a peer's notification of len bytes to the framework - or drop it (logged) when r says
+ * a put of its batch was refused (r NULL: none can be). XFER_ERR_PROTOCOL: this side takes
+ * none that long; XFER_ERR_NO_RESOURCE: refused (too many not taken) - the endpoint fails,
+ * why says so. */
+XFER_API xfer_status_t xfer_notify_deliver(const xfer_iface_params_t *params, void *fw_ep,
+                                           const xfer_batch_rx_t *r, uint64_t puts,
+                                           const void *msg, size_t len, const char *subsys,
+                                           char *why, size_t why_size);
+
+/*
  * An endpoint's failure, told once (framework/comp_base.c). The component records status and
  * reason and completes what is pending on the endpoint - at once, or, where it finds the
  * failure inside a walk of its own queues, at the start of its next progress (deferred).
