@@ -3,7 +3,8 @@
  * providers: what every transport needs and none should write again - process-wide budgets
  * for what peers make this process hold, tag matching with its unexpected queue, the table
  * of requests awaiting a peer's answer, the pool of operations with their deferred
- * completions, regions, tensor answers and batches walked descriptor by descriptor.
+ * completions, regions, tensor answers, batches walked descriptor by descriptor, and a
+ * peer's notifications delivered at the target.
  * Included by component.h; a component uses them through its types.
  */
 #ifndef XFER_ENGINE_H
