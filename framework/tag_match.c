@@ -240,34 +240,18 @@ static void unexp_deliver(xfer_context_t *ctx, tm_unexp_t *ue, xfer_request_t *r
 
 /* ---- the transports' side ------------------------------------------------------------------- */
 
-int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length, unsigned flags,
-                    const void *priv, size_t priv_len, xfer_tag_dest_t *dest)
+/* A message no receive takes: kept, within the bounds, until one comes (xfer_tag_arrive).
+ * Out of line, so that a message a receive waits for - every message of a ping-pong - pays
+ * for none of it. */
+static int __attribute__((noinline))
+arrive_unexpected(xfer_context_t *ctx, xfer_endpoint_t *ep, uint64_t tag, uint64_t length,
+                  unsigned flags, const void *priv, size_t priv_len, xfer_tag_dest_t *dest)
 {
-    xfer_context_t *ctx = fw_arg;
-    xfer_endpoint_t *ep = fw_ep;
-    int rndv            = (flags & XFER_TAG_ARRIVE_RNDV) != 0;
-    xfer_request_t *req, *tmp;
+    int rndv = (flags & XFER_TAG_ARRIVE_RNDV) != 0;
     uint64_t cost;
     tm_unexp_t *ue;
     int budgeted;
 
-    ucs_list_for_each_safe(req, tmp, &ctx->tm.posted, recv_list) {
-        if (((req->recv_ep != NULL) && (req->recv_ep != ep)) ||
-            !tag_matches(tag, req->recv_tag, req->recv_mask)) {
-            continue;
-        }
-        ucs_list_del(&req->recv_list);
-        req->recv_busy = 1;
-        req->recv_ep   = ep;
-        req->msg_tag   = tag;
-        req->msg_len   = length;
-        dest->buf      = req->recv_buf;
-        dest->capacity = req->recv_cap;
-        dest->memh     = recv_memh(req, ep->fw_iface);
-        dest->handle   = req;
-        dest->over     = 0;
-        return XFER_TAG_MATCHED;
-    }
     if (priv_len > XFER_TAG_PRIV_MAX) {
         xfer_log(XFER_LOG_ERROR, TM_SUBSYS, "%s keeps %zu bytes about a message, more than %u",
                  ep->transport, priv_len, XFER_TAG_PRIV_MAX);
@@ -320,6 +304,33 @@ int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length, un
     dest->handle   = unexp_handle(ue);
     dest->over     = !budgeted;
     return XFER_TAG_UNEXPECTED;
+}
+
+int xfer_tag_arrive(void *fw_arg, void *fw_ep, uint64_t tag, uint64_t length, unsigned flags,
+                    const void *priv, size_t priv_len, xfer_tag_dest_t *dest)
+{
+    xfer_context_t *ctx = fw_arg;
+    xfer_endpoint_t *ep = fw_ep;
+    xfer_request_t *req;
+
+    ucs_list_for_each(req, &ctx->tm.posted, recv_list) {
+        if (((req->recv_ep != NULL) && (req->recv_ep != ep)) ||
+            !tag_matches(tag, req->recv_tag, req->recv_mask)) {
+            continue;
+        }
+        ucs_list_del(&req->recv_list);
+        req->recv_busy = 1;
+        req->recv_ep   = ep;
+        req->msg_tag   = tag;
+        req->msg_len   = length;
+        dest->buf      = req->recv_buf;
+        dest->capacity = req->recv_cap;
+        dest->memh     = recv_memh(req, ep->fw_iface);
+        dest->handle   = req;
+        dest->over     = 0;
+        return XFER_TAG_MATCHED;
+    }
+    return arrive_unexpected(ctx, ep, tag, length, flags, priv, priv_len, dest);
 }
 
 void xfer_tag_done(void *handle, xfer_status_t status)

@@ -247,11 +247,13 @@ xfer_status_t xfer_shm_rx_tag(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
         return XFER_ERR_PROTOCOL;
     }
-    memset(&r, 0, sizeof(r));
-    r.src     = hdr->b;
-    r.send_id = hdr->c;
-    r.mapped  = mapped;
-    if (mapped) {
+    if (rndv) {     /* what the framework keeps of it until a receive takes it */
+        memset(&r, 0, sizeof(r));
+        r.src     = hdr->b;
+        r.send_id = hdr->c;
+        r.mapped  = mapped;
+    }
+    if (mapped) {   /* rndv too, checked above */
         memcpy(&r.mem, payload, sizeof(r.mem));
         if ((r.mem.msg_offset > r.mem.length) || (len > r.mem.length - r.mem.msg_offset)) {
             snprintf(why, why_size, "a rendezvous message of %llu bytes at %llu of a %llu-byte "
