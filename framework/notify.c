@@ -103,10 +103,13 @@ xfer_status_t xfer_notify_deliver(const xfer_iface_params_t *params, void *fw_ep
     xfer_status_t refused = (r != NULL) ? xfer_batch_rx_end(r, puts) : XFER_OK;
 
     if ((params->size < offsetof(xfer_iface_params_t, max_notify_len) +
-                        sizeof(params->max_notify_len)) || (params->notify == NULL) ||
-        (len > params->max_notify_len)) {
-        snprintf(why, why_size, "a notification of %zu bytes, and this side takes none %s",
-                 len, (params->notify == NULL) ? "at all" : "that long (XFER_NOTIFY_MAX_LEN)");
+                        sizeof(params->max_notify_len)) || (params->notify == NULL)) {
+        snprintf(why, why_size, "a notification of %zu bytes, and this side takes none", len);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (len > params->max_notify_len) {
+        snprintf(why, why_size, "a notification of %zu bytes is longer than "
+                 "XFER_NOTIFY_MAX_LEN=%" PRIu32, len, params->max_notify_len);
         return XFER_ERR_PROTOCOL;
     }
     if (refused != XFER_OK) {
