@@ -1,7 +1,10 @@
 #!/bin/bash
-# Inside the guest: run test/test_<suite> for each argument (suite:test runs one test) and
-# report each suite's time; exit non-zero when any failed. An argument NAME=VALUE exports
-# NAME for the suites after it. Usage: verbs_suites.sh BUILD [NAME=VALUE | SUITE]...
+# Inside the guest: run test/test_<suite> for each argument (suite:test runs one test, or
+# those a Criterion glob matches) and report each suite's time; exit non-zero when any
+# failed. An argument NAME=VALUE exports NAME for the suites after it. An argument --lane
+# starts a lane: the lanes run side by side, each its suites in order with its own
+# NAME=VALUEs, and each lane's output is printed whole when all are done.
+# Usage: verbs_suites.sh BUILD [NAME=VALUE | SUITE | --lane]...
 # XFERTEST_VALGRIND=1 runs each suite and every process it forks under memcheck (test/valgrind.supp);
 # an error or a definite leak in any of them fails the test, and the logs go to
 # XFERTEST_VALGRIND_LOGS (default /tmp/xfer-vg on the host: the guest's own /tmp is private).
@@ -14,7 +17,8 @@ if [[ $(stat -f -c %T /tmp) != tmpfs && -z ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
     export RXE_SUITES_PRIVATE_TMP=1
     exec unshare -m -- "$0" "$@"
 fi
-if [[ -n ${RXE_SUITES_PRIVATE_TMP:-} ]]; then
+if [[ ${RXE_SUITES_PRIVATE_TMP:-} == 1 ]]; then
+    export RXE_SUITES_PRIVATE_TMP=done     # once: the lanes below run in it as it is
     keep=("$(readlink -f "$1")" "$(readlink -f "$(dirname "$0")")")   # before /tmp changes
     mkdir -p /run/xfer-hosttmp
     mount --bind /tmp /run/xfer-hosttmp
@@ -33,6 +37,43 @@ fi
 
 build=$1
 shift
+
+# Lanes: one process each (this script again, sharing the private /tmp set up above)
+if [[ " $* " == *" --lane "* ]]; then
+    lanes=()
+    lane=()
+    for arg in "$@" --lane; do
+        if [[ $arg == --lane ]]; then
+            ((${#lane[@]} > 0)) && lanes+=("${lane[*]}")
+            lane=()
+        else
+            lane+=("$arg")
+        fi
+    done
+    out=$(mktemp -d /tmp/xfer-lanes.XXXXXX) || exit 1
+    start=$SECONDS
+    pids=()
+    for i in "${!lanes[@]}"; do
+        # shellcheck disable=SC2086 # a lane's words are suite names and NAME=VALUEs
+        (
+            set -f  # a lane's words are split, never globbed (a test filter is a glob)
+            "$0" "$build" ${lanes[i]}
+            lrc=$?
+            echo "== this lane: $((SECONDS - start)) s"
+            exit $lrc
+        ) >"$out/$i" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for i in "${!lanes[@]}"; do
+        wait "${pids[i]}" || rc=1
+        echo "==== lane $((i + 1)) of ${#lanes[@]}: ${lanes[i]}"
+        cat "$out/$i"
+    done
+    rm -rf -- "$out"
+    exit $rc
+fi
+
 rc=0
 wrap=()
 if [[ -n ${XFERTEST_VALGRIND:-} ]]; then
