@@ -1,9 +1,9 @@
 #!/bin/bash
 # Inside the guest: run test/test_<suite> for each argument (suite:test runs one test, or
 # those a Criterion glob matches) and report each suite's time; exit non-zero when any
-# failed. An argument NAME=VALUE exports NAME for the suites after it. An argument --lane
-# starts a lane: the lanes run side by side, each its suites in order with its own
-# NAME=VALUEs, and each lane's output is printed whole when all are done.
+# failed. An argument NAME=VALUE exports NAME for the suites after it (NAME= unsets it).
+# An argument --lane starts a lane: the lanes run side by side, each its suites in order
+# with its own NAME=VALUEs, and each lane's output is printed whole when all are done.
 # Usage: verbs_suites.sh BUILD [NAME=VALUE | SUITE | --lane]...
 # XFERTEST_VALGRIND=1 runs each suite and every process it forks under memcheck (test/valgrind.supp);
 # an error or a definite leak in any of them fails the test, and the logs go to
@@ -90,7 +90,11 @@ if [[ -n ${XFERTEST_VALGRIND:-} ]]; then
 fi
 for arg in "$@"; do
     if [[ $arg == *=* ]]; then
-        export "${arg?}"
+        if [[ $arg == *= ]]; then
+            unset "${arg%=}"    # NAME= takes NAME back to its default
+        else
+            export "${arg?}"
+        fi
         echo "== from here on: $arg"
         continue
     fi
