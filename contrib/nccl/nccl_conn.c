@@ -3,42 +3,13 @@
  * thread of its own), accept, and the close calls.
  */
 #include "nccl_plugin.h"
+#include "../common/host_address.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- connections -------------------------------------------------------------------------- */
-
-/* The host peers reach this process at: XFER_NCCL_HOST, else the first IPv4 address of an
- * interface that is up and not loopback, else 127.0.0.1. */
-static void advertised_host(char *buf, size_t size)
-{
-    const char *env = getenv("XFER_NCCL_HOST");
-    struct ifaddrs *ifs = NULL;
-
-    if ((env != NULL) && (*env != '\0')) {
-        snprintf(buf, size, "%s", env);
-        return;
-    }
-    snprintf(buf, size, "127.0.0.1");
-    if (getifaddrs(&ifs) != 0) {
-        return;
-    }
-    for (struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
-        if ((i->ifa_addr != NULL) && (i->ifa_addr->sa_family == AF_INET) &&
-            (i->ifa_flags & IFF_UP) && !(i->ifa_flags & IFF_LOOPBACK)) {
-            inet_ntop(AF_INET, &((struct sockaddr_in*)i->ifa_addr)->sin_addr, buf,
-                      (socklen_t)size);
-            break;
-        }
-    }
-    freeifaddrs(ifs);
-}
 
 ncclResult_t xn_listen(int dev, void *handle, void **listen_comm)
 {
@@ -58,7 +29,7 @@ ncclResult_t xn_listen(int dev, void *handle, void **listen_comm)
     }
     /* listen where peers are told to connect, nothing wider; an advertised name this host
      * cannot bind (a NAT's address) falls back to every interface */
-    advertised_host(host, sizeof(host));
+    xfer_contrib_host_address("XFER_NCCL_HOST", host, sizeof(host));
     snprintf(at, sizeof(at), strchr(host, ':') ? "[%s]:0" : "%s:0", host);
     st = xfer_listen(xn.ctx, at, &lc->listener);
     if (st == XFER_ERR_UNAVAILABLE) {
