@@ -152,21 +152,37 @@ Engine::~Engine()
     xfer_context_destroy(ctx_);
 }
 
-/* Take the connections peers make, and move their handshakes, until the engine goes. */
+/* Take the connections peers make, and move their handshakes, until the engine goes; close
+ * the accepted endpoints whose peer went (what they received was delivered before). */
 void Engine::accept_loop()
 {
     struct pollfd pfd = {xfer_listener_fd(listener_), POLLIN, 0};
+    std::vector<xfer_endpoint_t *> gone;
     xfer_endpoint_t *ep;
 
     while (!stopping_) {
-        if (poll(&pfd, 1, 100) <= 0) {
-            continue;
+        if (poll(&pfd, 1, 100) > 0) {
+            while (xfer_accept(listener_, 0, &ep) == XFER_OK) {
+                std::lock_guard<std::mutex> lock(mu_);
+                accepted_.push_back(ep);
+            }
+            xfer_last_error_clear();    /* a refused handshake is logged by xfer itself */
         }
-        while (xfer_accept(listener_, 0, &ep) == XFER_OK) {
+        {
             std::lock_guard<std::mutex> lock(mu_);
-            accepted_.push_back(ep);
+            for (auto it = accepted_.begin(); it != accepted_.end();) {
+                if (xfer_endpoint_status(*it) != XFER_OK) {
+                    gone.push_back(*it);
+                    it = accepted_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
         }
-        xfer_last_error_clear();    /* a refused handshake is logged by xfer itself */
+        for (xfer_endpoint_t *g : gone) {
+            xfer_endpoint_close_nb(g, XFER_CLOSE_FLAG_FORCE, nullptr, nullptr, nullptr);
+        }
+        gone.clear();
     }
 }
 

@@ -111,10 +111,12 @@ nixl_status_t Engine::groups_build(ReqH *h, const nixl_meta_dlist_t &local,
                           xfer_status_string(st));
                 return status_of(st);
             }
-            std::lock_guard<std::mutex> lock(mu_);
-            if (r->rkey == nullptr) {
-                r->rkey = rkey;
-                rkey    = nullptr;
+            {
+                std::lock_guard<std::mutex> lock(mu_);
+                if (r->rkey == nullptr) {
+                    r->rkey = rkey;
+                    rkey    = nullptr;
+                }
             }
             if (rkey != nullptr) {
                 xfer_rkey_destroy(rkey);    /* another thread unpacked it meanwhile */

@@ -14,6 +14,7 @@ import hashlib
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 
 import numpy as np
@@ -24,10 +25,21 @@ HALF = 64 * MIB     # the target registers its buffer as two halves of this size
 WAIT_S = 60
 
 
-def make_agent(name, backends):
+def make_agent(name, backends, listen_port=None):
+    """An agent; with listen_port, one that also serves its metadata there (NIXL's listener
+    thread, which peers fetch it from and send theirs to)."""
     from nixl._api import nixl_agent, nixl_agent_config
 
-    return nixl_agent(name, nixl_agent_config(backends=list(backends)))
+    if listen_port is None:
+        return nixl_agent(name, nixl_agent_config(backends=list(backends)))
+    return nixl_agent(name, nixl_agent_config(backends=list(backends), enable_listen_thread=True,
+                                              listen_port=listen_port))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def pattern(n, seed):
@@ -42,13 +54,16 @@ def digest(a):
 # ---- the target process --------------------------------------------------------------------
 
 
-def target_main(conn, backends):
-    ag = make_agent("target", backends)
+def target_main(conn, backends, listen_port):
+    ag = make_agent("target", backends, listen_port)
     buf = np.zeros(2 * HALF, dtype=np.uint8)
     regs = [ag.register_memory([(buf.ctypes.data + i * HALF, HALF, 0, "")], "DRAM")
             for i in range(2)]
-    conn.send((ag.get_agent_metadata(), buf.ctypes.data))
-    ag.add_remote_agent(conn.recv())
+    if listen_port is None:     # metadata through the pipe
+        conn.send((ag.get_agent_metadata(), buf.ctypes.data))
+        ag.add_remote_agent(conn.recv())
+    else:                       # through NIXL's listener: only the address comes this way
+        conn.send((None, buf.ctypes.data))
     seen = []       # (message, digest of the buffer when the notification was seen)
     while True:
         cmd, *args = conn.recv()
@@ -93,10 +108,11 @@ def target_main(conn, backends):
 
 
 class Target:
-    def __init__(self, backends):
+    def __init__(self, backends, listen_port=None):
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=target_main, args=(child, backends), daemon=True)
+        self.proc = ctx.Process(target=target_main, args=(child, backends, listen_port),
+                                daemon=True)
         self.proc.start()
 
     def call(self, *cmd):
@@ -123,15 +139,25 @@ class Target:
 class Pair:
     """This process's agent and buffer, the target's, connected."""
 
-    def __init__(self, backends=("XFER",)):
-        self.target = Target(backends)
-        self.ag = make_agent("initiator", backends)
+    def __init__(self, backends=("XFER",), via_listener=False):
+        port = free_port() if via_listener else None
+        self.target = Target(backends, port)
+        # NIXL's metadata exchange runs on the listener thread of each side
+        self.ag = make_agent("initiator", backends, free_port() if via_listener else None)
         self.buf = np.zeros(2 * HALF, dtype=np.uint8)
         self.reg = self.ag.register_memory([(self.buf.ctypes.data, self.buf.size, 0, "")],
                                            "DRAM")
-        md, self.raddr = self.target.conn.recv()
-        self.target.conn.send(self.ag.get_agent_metadata())
-        assert self.ag.add_remote_agent(md) in (b"target", "target")
+        md, self.raddr = self.target.answer("its metadata")
+        if port is None:
+            self.target.conn.send(self.ag.get_agent_metadata())
+            assert self.ag.add_remote_agent(md) in (b"target", "target")
+            return
+        self.ag.fetch_remote_metadata("target", "127.0.0.1", port)
+        self.ag.send_local_metadata("127.0.0.1", port)
+        end = time.time() + WAIT_S
+        while not self.ag.check_remote_metadata("target"):
+            assert time.time() < end, "no metadata from the target's listener"
+            time.sleep(0.01)
 
     def descs(self, pairs):
         """Local and remote descriptor lists for [(local offset, remote offset, length)]."""
@@ -322,6 +348,22 @@ def test_beside_nixls_ucx_backend():
             assert (state, used) == ("DONE", backend)
             want = expected_remote(pairs, p.buf, np.zeros(2 * HALF, dtype=np.uint8))
             assert seen == seen_as(pairs, want)
+    finally:
+        p.close()
+
+
+def test_metadata_through_nixls_listener():
+    # each side's connection info and keys go through NIXL's own metadata exchange
+    # (fetch_remote_metadata / send_local_metadata to the target's listener thread)
+    p = Pair(via_listener=True)
+    try:
+        pairs = layout(16, 65536)
+        p.buf[:] = pattern(p.buf.size, 41)
+        assert p.target.call("zero")
+        state, backend, seen = p.run("WRITE", pairs, b"via the listener")
+        assert (state, backend) == ("DONE", "XFER")
+        want = expected_remote(pairs, p.buf, np.zeros(2 * HALF, dtype=np.uint8))
+        assert seen == seen_as(pairs, want)
     finally:
         p.close()
 
