@@ -314,12 +314,15 @@ def test_a_peer_that_dies_fails_the_pending_receive(peer):
     p = peer(dies)
     with xfer.Context() as ctx:
         ep = ctx.connect(p.address)
+        assert ep.status == 0
         req = ctx.tag_recv(bytearray(8), 1, ep=ep)
         assert p.recv() == "ready"
         p.send("die")
         with pytest.raises(xfer.XferError) as e:
             req.wait(20)
         assert e.value.status in (CONNECTION, -10)
+        # the endpoint says so too: the connection broke (not an orderly close)
+        assert ep.status == CONNECTION
         ep.close()
 
 

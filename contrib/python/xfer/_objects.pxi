@@ -108,6 +108,14 @@ cdef class Endpoint:
         self.check()
         return xfer_endpoint_peer(self.ep).decode()
 
+    @property
+    def status(self):
+        """0 (XFER_OK) while the connection works, else the status that ended it (e.g.
+        XFER_ERR_CONNECTION when the peer died, XFER_ERR_PEER_CLOSED when it closed in
+        order): how a long-lived holder of endpoints finds the ones to drop."""
+        self.check()
+        return xfer_endpoint_status(self.ep)
+
     def tag_send(self, uint64_t tag, buf, Memory mem=None):
         """Send buf's bytes with tag; the request completes when buf may be reused."""
         cdef _Buf b
