@@ -35,6 +35,10 @@ cd ..
 # make check skips that test and says so
 contrib/nixl/setup.sh build/nixl-venv ||
     echo "NIXL could not be installed from PyPI: make check skips contrib/nixl's test"
+# Ray (pinned, from PyPI) for the test of xfer's Ray tensor transport (contrib/ray); without it
+# make check skips that test and says so
+contrib/ray/setup.sh build/ray-venv ||
+    echo "Ray could not be installed from PyPI: make check skips contrib/ray's test"
 cd build
 
 echo
