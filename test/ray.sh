@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # xfer's Ray tensor transport (contrib/ray) on a real local Ray cluster: test/ray/test_ray.py
 # once over each transport xfer's users meet on one host (XFERTEST_RAY_TRANSPORTS, default
-# "tcp shm"), then test/ray/test_ray_abort.py with Ray's fetch timeout cut short. The python
+# "tcp shm"), with test/ray/test_ray_two_nodes.py (a second raylet), then
+# test/ray/test_ray_abort.py with Ray's fetch timeout cut short. The python
 # is XFERTEST_RAY_PYTHON, else the one contrib/ray/setup.sh installs Ray for
 # (build/ray-venv); without Ray the test is skipped and says why.
 set -u
@@ -33,7 +34,11 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 rc=0
 for transport in ${XFERTEST_RAY_TRANSPORTS:-tcp shm}; do
     echo "== Ray's xfer transport over $transport"
-    XFER_TRANSPORTS=$transport "$py" -m pytest -q -p no:cacheprovider "$src/test/ray/test_ray.py" || rc=1
+    # each file in its own process: Ray's failure monitor outlives ray.shutdown() and would
+    # look up the first cluster's objects in the second
+    for file in test_ray.py test_ray_two_nodes.py; do
+        XFER_TRANSPORTS=$transport "$py" -m pytest -q -p no:cacheprovider "$src/test/ray/$file" || rc=1
+    done
 done
 echo "== Ray aborts a transfer that outlives its fetch timeout"
 RAY_rdt_fetch_fail_timeout_milliseconds=1500 "$py" -m pytest -q -p no:cacheprovider \
