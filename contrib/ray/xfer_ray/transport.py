@@ -39,6 +39,8 @@ _POLL_S = 0.05
 # 64 and 256 MiB for a 256 MiB tensor over tcp here, contrib/bench/bench_ray.sh); and a
 # transport bounds one message (tcp's XFER_TCP_MAX_MSG_SIZE is 1 GiB by default)
 _CHUNK = 32 << 20
+# destination registrations whose gets would not end (see XferFetchRequest.finish)
+_KEPT: List[Any] = []
 # how many actors' "xfer runs there" answers a process remembers
 _ACTORS_REMEMBERED = 4096
 # how long cancelled gets may take to finish before their destination is given up (leaked,
@@ -239,10 +241,16 @@ class XferFetchRequest(FetchRequest):
                 pass
         if settled:
             for mem in self.mems:
-                mem.deregister()
+                try:
+                    mem.deregister()
+                except xfer.XferError as e:
+                    # the context closed first (process exit): nothing is registered any more
+                    logger.debug("xfer_ray: %s: deregister: %s", self.obj_id, e)
         else:
             # a get that neither finished nor cancelled may still write into these tensors:
-            # their registrations (which hold them) are kept rather than handed back
+            # their registrations (which hold them) are kept for the life of the process
+            # rather than handed back
+            _KEPT.extend(self.mems)
             logger.error("xfer_ray: %s: gets still running %.0f s after cancel; their %d "
                          "destination buffers stay registered", self.obj_id, _CANCEL_WAIT_S,
                          len(self.mems))
@@ -360,7 +368,10 @@ class XferTensorTransport(TensorTransportManager):
         # a receiver's get after this fails (the key no longer opens anything), never reads
         # memory handed back
         for mem in mems:
-            mem.deregister()
+            try:
+                mem.deregister()
+            except xfer.XferError as e:
+                logger.warning("xfer_ray: garbage_collect of %s: %s", obj_id, e)
 
     def live_objects(self) -> int:
         """Objects whose tensors are registered for receivers (not yet garbage-collected)."""
