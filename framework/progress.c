@@ -208,6 +208,9 @@ xfer_status_t xfer_ctx_thread_start(xfer_context_t *ctx)
         return XFER_ERR_NO_RESOURCE;
     }
     ctx->thread_started = 1;
+    /* named, so that top -H, gdb and tests tell it from the application's threads; a name
+     * that cannot be set changes nothing else */
+    (void)pthread_setname_np(ctx->thread, "xfer-progress");
     return XFER_OK;
 }
 

@@ -10,6 +10,8 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +257,45 @@ static void *waiter_main(void *arg)
     w->status = xfer_request_wait(w->req, TP_WAIT_MS);
     w->ms     = tp_now_ms() - t0;
     return NULL;
+}
+
+/* how many of this process's threads are called name (/proc/self/task/<tid>/comm) */
+static int threads_named(const char *name)
+{
+    char           path[300], comm[32];
+    int            n = 0;
+    DIR           *dir = opendir("/proc/self/task");
+    struct dirent *d;
+
+    cr_assert_not_null(dir, "/proc/self/task: %s", strerror(errno));
+    while ((d = readdir(dir)) != NULL) {
+        if (d->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", d->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL) {
+            continue;       /* the thread ended meanwhile */
+        }
+        if ((fgets(comm, sizeof(comm), f) != NULL) && (strcspn(comm, "\n") == strlen(name)) &&
+            (strncmp(comm, name, strlen(name)) == 0)) {
+            n++;
+        }
+        fclose(f);
+    }
+    closedir(dir);
+    return n;
+}
+
+Test(threads, the_progress_thread_is_named_and_ends_with_its_context)
+{
+    xfer_context_t *plain = tp_context(0);
+    cr_assert_eq(threads_named("xfer-progress"), 0, "a context without the flag has no thread");
+    xfer_context_t *ctx = tp_context(XFER_CONTEXT_FLAG_PROGRESS_THREAD);
+    cr_assert_eq(threads_named("xfer-progress"), 1);
+    xfer_context_destroy(ctx);
+    cr_assert_eq(threads_named("xfer-progress"), 0, "destroy joins the thread");
+    xfer_context_destroy(plain);
 }
 
 Test(threads, several_threads_wait_at_once)
