@@ -25,15 +25,19 @@ HALF = 64 * MIB     # the target registers its buffer as two halves of this size
 WAIT_S = 60
 
 
-def make_agent(name, backends, listen_port=None):
+def make_agent(name, backends, listen_port=None, prog_thread=True):
     """An agent; with listen_port, one that also serves its metadata there (NIXL's listener
-    thread, which peers fetch it from and send theirs to)."""
+    thread, which peers fetch it from and send theirs to); without prog_thread, one whose
+    backends run no progress thread (NIXL's enable_prog_thread=False): its transfers move
+    only while it checks them."""
     from nixl._api import nixl_agent, nixl_agent_config
 
     if listen_port is None:
-        return nixl_agent(name, nixl_agent_config(backends=list(backends)))
+        return nixl_agent(name, nixl_agent_config(backends=list(backends),
+                                                  enable_prog_thread=prog_thread))
     return nixl_agent(name, nixl_agent_config(backends=list(backends), enable_listen_thread=True,
-                                              listen_port=listen_port))
+                                              listen_port=listen_port,
+                                              enable_prog_thread=prog_thread))
 
 
 def free_port():
@@ -139,11 +143,12 @@ class Target:
 class Pair:
     """This process's agent and buffer, the target's, connected."""
 
-    def __init__(self, backends=("XFER",), via_listener=False):
+    def __init__(self, backends=("XFER",), via_listener=False, prog_thread=True):
         port = free_port() if via_listener else None
         self.target = Target(backends, port)
         # NIXL's metadata exchange runs on the listener thread of each side
-        self.ag = make_agent("initiator", backends, free_port() if via_listener else None)
+        self.ag = make_agent("initiator", backends, free_port() if via_listener else None,
+                             prog_thread)
         self.buf = np.zeros(2 * HALF, dtype=np.uint8)
         self.reg = self.ag.register_memory([(self.buf.ctypes.data, self.buf.size, 0, "")],
                                            "DRAM")
@@ -247,6 +252,51 @@ def test_read_brings_the_data_then_notifies(pair, ndesc, size):
     for lo, ro, n in pairs:
         assert np.array_equal(pair.buf[lo:lo + n], remote[ro:ro + n])
     assert seen == seen_as(pairs, remote)   # notified, and its memory read, not changed
+
+
+def xfer_progress_threads():
+    """This process's threads that xfer runs progress on (it names them xfer-progress)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().strip() == "xfer-progress"
+        except OSError:
+            pass
+    return n
+
+
+def test_without_nixls_progress_thread_checking_moves_the_transfers():
+    """An initiator created with enable_prog_thread=False: the backend starts no progress
+    thread of xfer's, and its WRITEs and READs complete, notifications after the data,
+    because check_xfer_state progresses them."""
+    before = xfer_progress_threads()       # the agents of other tests
+    p = Pair(prog_thread=False)
+    try:
+        assert xfer_progress_threads() == before
+        for ndesc, size in [(128, 4096), (16, MIB)]:
+            pairs = layout(ndesc, size)
+            p.buf[:] = pattern(p.buf.size, ndesc)
+            assert p.target.call("zero")
+            state, backend, seen = p.run("WRITE", pairs, f"no thread {ndesc}".encode())
+            assert (state, backend) == ("DONE", "XFER")
+            want = expected_remote(pairs, p.buf, np.zeros(2 * HALF, dtype=np.uint8))
+            assert seen == seen_as(pairs, want)
+            assert p.target.call("fill", size)
+            p.buf[:] = 0
+            state, _, _ = p.run("READ", pairs)
+            assert state == "DONE"
+            remote = pattern(2 * HALF, size)
+            for lo, ro, n in pairs:
+                assert np.array_equal(p.buf[lo:lo + n], remote[ro:ro + n])
+    finally:
+        p.close()
+    # and with the thread, as every other test runs: one more
+    p = Pair()
+    try:
+        assert xfer_progress_threads() == before + 1
+    finally:
+        p.close()
 
 
 def test_a_notification_follows_the_data_of_every_registration(pair):
