@@ -577,8 +577,11 @@ static void tx_write_round(xfer_ep_h ep, size_t budget, pipe_guard_t *guard)
             break;
         }
     }
-    if (!stopped && !ucs_list_is_empty(&ep->txq)) {
-        xfer_tcp_iface_tx_kick(ep->iface, ep);  /* the budget ran out, not the socket */
+    /* the budget ran out, not the socket: the next round writes what is queued - and what a
+     * batch queues now that its window opened, which no event would ask for when the budget
+     * ran out just as the queue emptied */
+    if (!stopped && tx_more(ep)) {
+        xfer_tcp_iface_tx_kick(ep->iface, ep);
     }
     xfer_tcp_ep_update_events(ep);
     if (ep->nlanes > 1) {
