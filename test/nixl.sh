@@ -22,9 +22,15 @@ if ! nixl_env "$build" "$py"; then
 fi
 trap 'rm -rf "$NIXL_PLUGIN_DIR"' EXIT
 export XFER_NIXL_HOST=127.0.0.1
+cuda_lib=${XFERTEST_NIXL_CUDA_LIB:-$build/test/plugins/.libs/fakecuda.so}
 rc=0
 for transport in ${XFERTEST_NIXL_TRANSPORTS:-tcp shm}; do
     echo "== NIXL's XFER backend over $transport"
     XFER_TRANSPORTS=$transport "$py" -m pytest -q -p no:cacheprovider "$src/test/nixl/test_nixl.py" || rc=1
+    # VRAM descriptors, with the CUDA driver xfer loads: the stand-in test/plugins/fake_cuda.c
+    # here (XFERTEST_NIXL_CUDA_LIB names another, e.g. libcuda.so.1 on a GPU machine)
+    echo "== NIXL's XFER backend with VRAM over $transport"
+    XFER_TRANSPORTS=$transport XFER_CUDA_LIB=$cuda_lib "$py" -m pytest -q -p no:cacheprovider \
+        "$src/test/nixl/test_nixl_vram.py" || rc=1
 done
 exit $rc

@@ -104,7 +104,13 @@ public:
     bool supportsRemote() const override { return true; }
     bool supportsLocal() const override { return true; }
     bool supportsNotif() const override { return true; }
-    nixl_mem_list_t getSupportedMems() const override { return {DRAM_SEG}; }
+    /* DRAM always; VRAM when the CUDA driver xfer loads is there (XFER_CUDA_LIB, default
+     * libcuda.so.1): xfer registers device memory and moves it - by GPUDirect RDMA, by CUDA
+     * IPC between processes of one host, else staged through pinned host buffers */
+    nixl_mem_list_t getSupportedMems() const override
+    {
+        return vram_ ? nixl_mem_list_t{DRAM_SEG, VRAM_SEG} : nixl_mem_list_t{DRAM_SEG};
+    }
 
     nixl_status_t registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
                               nixlBackendMD *&out) override;
@@ -113,6 +119,7 @@ public:
     nixl_status_t loadLocalMD(nixlBackendMD *input, nixlBackendMD *&output) override;
     nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem,
                                const std::string &remote_agent, nixlBackendMD *&output) override;
+    static bool cuda_driver_present();
     nixl_status_t unloadMD(nixlBackendMD *input) override;
 
     nixl_status_t getConnInfo(std::string &str) const override;
@@ -159,6 +166,7 @@ private:
     xfer_listener_t         *listener_ = nullptr;
     std::string             conn_info_;
     bool                    progress_thread_ = false;
+    bool                    vram_ = false;
     std::atomic<bool>       stopping_{false};
     std::thread             acceptor_;
 

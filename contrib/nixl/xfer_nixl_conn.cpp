@@ -13,6 +13,7 @@
 #include "xfer_nixl.h"
 #include "../common/host_address.h"
 
+#include <dlfcn.h>
 #include <poll.h>
 
 #include <cstdarg>
@@ -103,6 +104,7 @@ bool Engine::start(const nixlBackendInitParams *params)
         return false;
     }
     progress_thread_ = params->enableProgTh;
+    vram_            = cuda_driver_present();
     cp.size      = sizeof(cp);
     cp.flags     = progress_thread_ ? XFER_CONTEXT_FLAG_PROGRESS_THREAD : 0;
     cp.env_names = env_names;
@@ -290,6 +292,36 @@ nixl_status_t Engine::disconnect(const std::string &remote_agent)
 
 /* ---- registrations -------------------------------------------------------------------------- */
 
+/* Whether the CUDA driver library that xfer loads for device memory (XFER_CUDA_LIB, default
+ * libcuda.so.1) is there: then VRAM registrations go to xfer, which says why if it cannot use
+ * it after all. Loaded and closed again; xfer loads it itself when device memory comes. */
+bool Engine::cuda_driver_present()
+{
+    const char *lib = getenv("XFER_CUDA_LIB");
+    void *handle    = dlopen((lib != nullptr) && (*lib != '\0') ? lib : "libcuda.so.1",
+                             RTLD_LAZY | RTLD_LOCAL);
+
+    if (handle == nullptr) {
+        return false;
+    }
+    dlclose(handle);
+    return true;
+}
+
+/* xfer's memory type for a NIXL segment type this engine takes, or false */
+static bool mem_type_of(nixl_mem_t nixl_mem, bool vram, xfer_mem_type_t *type)
+{
+    if (nixl_mem == DRAM_SEG) {
+        *type = XFER_MEM_HOST;
+        return true;
+    }
+    if ((nixl_mem == VRAM_SEG) && vram) {
+        *type = XFER_MEM_CUDA;
+        return true;
+    }
+    return false;
+}
+
 nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nixl_mem,
                                   nixlBackendMD *&out)
 {
@@ -298,12 +330,15 @@ nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nix
     size_t len = 0;
     xfer_status_t st;
 
-    if (nixl_mem != DRAM_SEG) {
-        log_error("registerMem: only DRAM_SEG memory (this build moves host memory)");
+    xfer_mem_type_t type;
+
+    if (!mem_type_of(nixl_mem, vram_, &type)) {
+        log_error("registerMem: %s memory is not supported here (DRAM_SEG%s)",
+                  (nixl_mem == VRAM_SEG) ? "VRAM_SEG" : "this kind of",
+                  vram_ ? ", VRAM_SEG" : "; VRAM_SEG needs the CUDA driver (XFER_CUDA_LIB)");
         return NIXL_ERR_NOT_SUPPORTED;
     }
-    st = xfer_mem_register(ctx_, reinterpret_cast<void *>(mem.addr), mem.len, XFER_MEM_HOST,
-                           &md->mem);
+    st = xfer_mem_register(ctx_, reinterpret_cast<void *>(mem.addr), mem.len, type, &md->mem);
     if (st != XFER_OK) {
         log_error("registerMem of %zu bytes at 0x%lx: %s", mem.len, (unsigned long)mem.addr,
                   xfer_status_string(st));
@@ -353,8 +388,10 @@ nixl_status_t Engine::loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &
 {
     auto md = std::make_unique<RemoteMD>();
 
-    if (nixl_mem != DRAM_SEG) {
-        log_error("loadRemoteMD: only DRAM_SEG memory");
+    if ((nixl_mem != DRAM_SEG) && (nixl_mem != VRAM_SEG)) {
+        /* a peer's VRAM: its key says what xfer can do with it over the transport the two
+         * agree on (no part for tcp: a transfer to it fails then, saying so) */
+        log_error("loadRemoteMD: only DRAM_SEG and VRAM_SEG memory");
         return NIXL_ERR_NOT_SUPPORTED;
     }
     if (input.metaInfo.empty()) {

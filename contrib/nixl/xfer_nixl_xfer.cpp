@@ -171,9 +171,11 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
                   remote.descCount());
         return NIXL_ERR_INVALID_PARAM;
     }
-    if ((local.getType() != DRAM_SEG) || (remote.getType() != DRAM_SEG)) {
-        log_error("prepXfer: only DRAM_SEG memory");
-        return NIXL_ERR_NOT_SUPPORTED;
+    for (nixl_mem_t type : {local.getType(), remote.getType()}) {
+        if ((type != DRAM_SEG) && !((type == VRAM_SEG) && vram_)) {
+            log_error("prepXfer: only DRAM_SEG%s memory", vram_ ? " and VRAM_SEG" : "");
+            return NIXL_ERR_NOT_SUPPORTED;
+        }
     }
     h->op    = operation;
     h->agent = remote_agent;
@@ -213,6 +215,13 @@ nixl_status_t Engine::local_copy(ReqH *h, const nixl_meta_dlist_t &local,
             log_error("local transfer, descriptor %zu: not inside this agent's registrations",
                       i);
             return NIXL_ERR_INVALID_PARAM;
+        }
+        if ((xfer_mem_type(static_cast<LocalMD *>(l)->mem) != XFER_MEM_HOST) ||
+            (xfer_mem_type(static_cast<LocalRefMD *>(r)->md->mem) != XFER_MEM_HOST)) {
+            /* a copy within one agent is a memmove, which device memory does not take */
+            log_error("local transfer, descriptor %zu: VRAM within one agent is not supported "
+                      "(only between agents)", i);
+            return NIXL_ERR_NOT_SUPPORTED;
         }
     }
     for (size_t i = 0; i < local.descCount(); i++) {
