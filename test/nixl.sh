@@ -9,11 +9,9 @@ build=${XFERTEST_BUILD_DIR:?set by make check}
 src=${XFERTEST_SRC_DIR:?set by make check}
 py=${XFERTEST_NIXL_PYTHON:-$build/nixl-venv/bin/python}
 
-if ldd "$build/framework/.libs/libxfer.so" 2>/dev/null | grep -q libasan; then
-    echo "SKIP: NIXL's backend: this build has the sanitizers, which python3 would need" \
-         "preloaded; the C suites cover the library here"
-    exit 77
-fi
+# shellcheck source=python_env.sh
+. "$src/test/python_env.sh"
+skip_if_sanitized "NIXL's backend"
 # shellcheck source=../contrib/nixl/nixl_env.sh
 . "$src/contrib/nixl/nixl_env.sh"
 if ! nixl_env "$build" "$py"; then

@@ -12,11 +12,9 @@ if [[ -z $py ]]; then
     echo "SKIP: the Python binding: ${XFERTEST_PYTHON_WHY:-configure found no python3}"
     exit 77
 fi
-if ldd "$build/framework/.libs/libxfer.so" 2>/dev/null | grep -q libasan; then
-    echo "SKIP: the Python binding: this build has the sanitizers, which python3 would need" \
-         "preloaded; the C suites cover the library here"
-    exit 77
-fi
+# shellcheck source=python_env.sh
+. "$src/test/python_env.sh"
+skip_if_sanitized "the Python binding"
 if ! ls "$build"/contrib/python/xfer/_core*.so >/dev/null 2>&1; then
     echo "FAIL: $build/contrib/python/xfer has no built extension (make python-build says why)"
     exit 1

@@ -10,11 +10,9 @@ build=${XFERTEST_BUILD_DIR:?set by make check}
 src=${XFERTEST_SRC_DIR:?set by make check}
 py=${XFERTEST_RAY_PYTHON:-$build/ray-venv/bin/python}
 
-if ldd "$build/framework/.libs/libxfer.so" 2>/dev/null | grep -q libasan; then
-    echo "SKIP: Ray's xfer transport: this build has the sanitizers, which python3 would need" \
-         "preloaded; the C suites cover the library here"
-    exit 77
-fi
+# shellcheck source=python_env.sh
+. "$src/test/python_env.sh"
+skip_if_sanitized "Ray's xfer transport"
 if ! ls "$build"/contrib/python/xfer/_core*.so >/dev/null 2>&1; then
     echo "SKIP: Ray's xfer transport: no Python binding in $build (${XFERTEST_PYTHON_WHY:-make python-build says why})"
     exit 77
