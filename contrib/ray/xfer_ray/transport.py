@@ -495,13 +495,14 @@ class XferTensorTransport(TensorTransportManager):
 def register(devices: Optional[List[str]] = None) -> None:
     """Register the transport with Ray under the name "xfer": in the driver, before the actor
     classes whose methods name it are defined (again is harmless). devices: the torch device
-    types it takes, default CPU and CUDA (CUDA tensors go as xfer moves device memory:
-    GPUDirect over verbs, staged over tcp)."""
+    types it takes, default ["cpu"]; ["cpu", "cuda"] also takes CUDA tensors, which go as xfer
+    moves device memory (GPUDirect over verbs, staged over tcp) - a path not yet run on a GPU,
+    so it is asked for, not assumed."""
     import torch
     from ray.experimental import register_tensor_transport
     from ray.experimental.rdt import util
     known = util.transport_manager_info.get(NAME)
     if known is not None and known.transport_manager_class is XferTensorTransport:
         return      # registered already, by this module: once is enough
-    register_tensor_transport(NAME, devices or ["cpu", "cuda"], XferTensorTransport,
+    register_tensor_transport(NAME, devices or ["cpu"], XferTensorTransport,
                               torch.Tensor)
