@@ -160,6 +160,32 @@ def test_what_was_sent_is_released_when_ray_collects_it(cluster):
         ray.kill(a)
 
 
+def test_a_broken_endpoint_is_replaced_even_while_a_transfer_holds_it():
+    """The receiver's endpoint cache, without Ray: when the connection to a sender breaks
+    while a transfer still holds its endpoint, the next transfer gets a new connection, and
+    the broken endpoint is closed when the last holder lets go."""
+    from xfer_ray.transport import _Node
+    sender, receiver = _Node(), _Node()
+    try:
+        first = receiver.lease(sender.address)
+        assert wait_until(lambda: len(sender.accepted) == 1)
+        with sender.lock:
+            sender.accepted.pop().close(force=True)     # the sender's side goes
+        assert wait_until(lambda: first.status != 0)
+        second = receiver.lease(sender.address)         # first is still held
+        assert second is not first and second.status == 0
+        assert [e for e, _ in receiver.retired] == [first]
+        receiver.release(sender.address, first)
+        assert receiver.retired == []
+        receiver.release(sender.address, second)
+        assert receiver.peers[sender.address] == [second, 0]
+        assert receiver.lease(sender.address) is second  # a working one is kept
+        receiver.release(sender.address, second)
+    finally:
+        receiver.close()
+        sender.close()
+
+
 def big_over_tcp():
     """A transfer long enough to kill or abort it midway: 4 GiB over xfer's tcp (about 3 s
     here), whatever transport the rest of the suite runs on."""

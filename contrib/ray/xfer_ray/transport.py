@@ -120,6 +120,8 @@ class _Node:
         self.accepted: List[xfer.Endpoint] = []
         # address -> [endpoint, transfers using it], least recently used first
         self.peers: "OrderedDict[str, list]" = OrderedDict()
+        # [endpoint, transfers using it] whose connection broke while in use
+        self.retired: List[list] = []
         self.closing = False
         self.acceptor = threading.Thread(target=self._accept_loop, name="xfer-ray-accept",
                                          daemon=True)
@@ -149,12 +151,13 @@ class _Node:
                 self.accepted = live
 
     def lease(self, address: str) -> xfer.Endpoint:
-        """An endpoint to the peer at address, connected on first use; release() it after."""
+        """An endpoint to the peer at address, connected on first use; release() it after.
+        One whose connection broke is not handed out again: a new one replaces it, and the
+        broken one is closed once the transfers still holding it let go."""
         with self.lock:
             entry = self.peers.get(address)
-            if entry is not None and entry[0].status != 0 and entry[1] == 0:
-                entry[0].close(force=True)
-                del self.peers[address]
+            if entry is not None and entry[0].status != 0:
+                self._retire(address)
                 entry = None
             if entry is not None:
                 self.peers.move_to_end(address)
@@ -163,22 +166,41 @@ class _Node:
         ep = self.ctx.connect(address)
         with self.lock:
             entry = self.peers.get(address)
-            if entry is not None:
+            if entry is not None and entry[0].status == 0:
                 # another thread connected meanwhile: use one endpoint per peer
                 ep.close(force=True)
                 ep = entry[0]
                 entry[1] += 1
             else:
+                if entry is not None:
+                    self._retire(address)
                 self.peers[address] = [ep, 1]
             self._evict()
         return ep
 
-    def release(self, address: str) -> None:
+    def release(self, address: str, ep: xfer.Endpoint) -> None:
         with self.lock:
             entry = self.peers.get(address)
-            if entry is not None:
+            if entry is not None and entry[0] is ep:
                 entry[1] -= 1
+            else:
+                for old in self.retired:
+                    if old[0] is ep:
+                        old[1] -= 1
+                        if old[1] == 0:
+                            ep.close(force=True)
+                            self.retired.remove(old)
+                        break
             self._evict()
+
+    def _retire(self, address: str) -> None:
+        """Take the endpoint of address out of use (lock held): closed now when idle, else
+        when its last transfer releases it."""
+        entry = self.peers.pop(address)
+        if entry[1] == 0:
+            entry[0].close(force=True)
+        else:
+            self.retired.append(entry)
 
     def _evict(self):
         """Close the least recently used idle endpoints beyond max_peers (lock held)."""
@@ -199,9 +221,9 @@ class _Node:
         with self.lock:
             for ep in self.accepted:
                 ep.close(force=True)
-            for ep, _ in self.peers.values():
+            for ep, _ in list(self.peers.values()) + self.retired:
                 ep.close(force=True)
-            self.accepted, self.peers = [], OrderedDict()
+            self.accepted, self.peers, self.retired = [], OrderedDict(), []
         self.listener.close()
         self.ctx.close()
 
@@ -211,10 +233,11 @@ class XferFetchRequest(FetchRequest):
     dropped unwaited, or ended by an error, they are cancelled, waited for and deregistered."""
 
     def __init__(self, obj_id: str, tensors: List[Any], node: Optional[_Node] = None,
-                 address: Optional[str] = None):
+                 address: Optional[str] = None, ep: Optional[xfer.Endpoint] = None):
         super().__init__(obj_id=obj_id, tensors=tensors)
         self.node = node
         self.address = address
+        self.ep = ep
         self.gets: List[xfer.Request] = []
         self.mems: List[xfer.Memory] = []
         self.rkeys: List[xfer.RemoteKey] = []
@@ -256,8 +279,8 @@ class XferFetchRequest(FetchRequest):
                          len(self.mems))
         self.gets, self.rkeys = [], []
         if self.node is not None:
-            self.node.release(self.address)
-            self.node = None
+            self.node.release(self.address, self.ep)
+            self.node, self.ep = None, None
 
     def __del__(self):
         self.finish(cancel=True)
@@ -421,7 +444,7 @@ class XferTensorTransport(TensorTransportManager):
         except xfer.XferError as e:
             raise _transport_error(f"xfer transfer of {obj_id}: connect to the sender at "
                                    f"{meta.xfer_address}", e) from None
-        fetch = XferFetchRequest(obj_id, tensors, node, meta.xfer_address)
+        fetch = XferFetchRequest(obj_id, tensors, node, meta.xfer_address, ep)
         try:
             for t, blob in zip(tensors, meta.xfer_rkeys):
                 if blob is None:
