@@ -119,7 +119,6 @@ public:
     nixl_status_t loadLocalMD(nixlBackendMD *input, nixlBackendMD *&output) override;
     nixl_status_t loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &nixl_mem,
                                const std::string &remote_agent, nixlBackendMD *&output) override;
-    static bool cuda_driver_present();
     nixl_status_t unloadMD(nixlBackendMD *input) override;
 
     nixl_status_t getConnInfo(std::string &str) const override;
@@ -161,6 +160,10 @@ private:
     nixl_status_t local_copy(ReqH *h, const nixl_meta_dlist_t &local,
                              const nixl_meta_dlist_t &remote) const;
     nixl_status_t group_post(ReqH *h, Group &g, bool with_notif) const;
+
+    static bool cuda_driver_present();
+    /* xfer's memory type for a NIXL segment type this engine takes, or false */
+    bool mem_type_of(nixl_mem_t nixl_mem, xfer_mem_type_t *type) const;
 
     xfer_context_t          *ctx_ = nullptr;
     xfer_listener_t         *listener_ = nullptr;

@@ -308,14 +308,13 @@ bool Engine::cuda_driver_present()
     return true;
 }
 
-/* xfer's memory type for a NIXL segment type this engine takes, or false */
-static bool mem_type_of(nixl_mem_t nixl_mem, bool vram, xfer_mem_type_t *type)
+bool Engine::mem_type_of(nixl_mem_t nixl_mem, xfer_mem_type_t *type) const
 {
     if (nixl_mem == DRAM_SEG) {
         *type = XFER_MEM_HOST;
         return true;
     }
-    if ((nixl_mem == VRAM_SEG) && vram) {
+    if ((nixl_mem == VRAM_SEG) && vram_) {
         *type = XFER_MEM_CUDA;
         return true;
     }
@@ -329,10 +328,9 @@ nixl_status_t Engine::registerMem(const nixlBlobDesc &mem, const nixl_mem_t &nix
     void *blob = nullptr;
     size_t len = 0;
     xfer_status_t st;
-
     xfer_mem_type_t type;
 
-    if (!mem_type_of(nixl_mem, vram_, &type)) {
+    if (!mem_type_of(nixl_mem, &type)) {
         log_error("registerMem: %s memory is not supported here (DRAM_SEG%s)",
                   (nixl_mem == VRAM_SEG) ? "VRAM_SEG" : "this kind of",
                   vram_ ? ", VRAM_SEG" : "; VRAM_SEG needs the CUDA driver (XFER_CUDA_LIB)");
@@ -388,9 +386,9 @@ nixl_status_t Engine::loadRemoteMD(const nixlBlobDesc &input, const nixl_mem_t &
 {
     auto md = std::make_unique<RemoteMD>();
 
+    /* a peer's VRAM too: its key says what xfer can do with it over the transport the two
+     * agree on (no part for tcp: a transfer to it fails then, saying so) */
     if ((nixl_mem != DRAM_SEG) && (nixl_mem != VRAM_SEG)) {
-        /* a peer's VRAM: its key says what xfer can do with it over the transport the two
-         * agree on (no part for tcp: a transfer to it fails then, saying so) */
         log_error("loadRemoteMD: only DRAM_SEG and VRAM_SEG memory");
         return NIXL_ERR_NOT_SUPPORTED;
     }

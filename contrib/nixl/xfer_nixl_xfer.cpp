@@ -171,8 +171,10 @@ nixl_status_t Engine::prepXfer(const nixl_xfer_op_t &operation, const nixl_meta_
                   remote.descCount());
         return NIXL_ERR_INVALID_PARAM;
     }
-    for (nixl_mem_t type : {local.getType(), remote.getType()}) {
-        if ((type != DRAM_SEG) && !((type == VRAM_SEG) && vram_)) {
+    for (nixl_mem_t seg : {local.getType(), remote.getType()}) {
+        xfer_mem_type_t type;
+
+        if (!mem_type_of(seg, &type)) {
             log_error("prepXfer: only DRAM_SEG%s memory", vram_ ? " and VRAM_SEG" : "");
             return NIXL_ERR_NOT_SUPPORTED;
         }
