@@ -503,6 +503,9 @@ class XferTensorTransport(TensorTransportManager):
             raise
         fetch.finish(cancel=False)
         self._count("completed")
+        with self._lock:
+            # an abort that came as the gets ended is of no more use
+            self._aborted.discard(fetch.obj_id)
         return fetch.tensors
 
     def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata,
