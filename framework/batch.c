@@ -15,6 +15,13 @@
  * (a batch walk, engine.h), then, for puts, a flush: the batch completes when its data is in
  * the peer's memory there too. Such a transport cannot carry notifications; posting one is refused.
  *
+ * Memory the transport cannot touch (CUDA memory on a transport without XFER_CAP_MEM_CUDA, or
+ * one that declines this batch before moving anything, as shm does between device memory and
+ * a peer's host memory it has not mapped) is staged: the same walk, each descriptor a staged
+ * put or get (staging.c), then for puts the flush, then the notification alone - held as
+ * below, so that it leaves only once every byte is in the peer's memory, and a cancel or a
+ * deadline before that sends none.
+ *
  * Notifications from one endpoint arrive in the order their batches were posted. A put's
  * leaves behind its data at once, in the transport's order; a get's only once its reads are
  * done, later than a put posted after it would. So a batch with a notification posted while
@@ -24,6 +31,7 @@
  * a row keep their pace; only what follows a get waits for it.
  */
 #include "xfer_int.h"
+#include "staging.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -43,6 +51,7 @@ struct xfer_batch {
     xfer_fw_iface_t     *fw_iface;
     unsigned            posts;          /* ops still using iov */
     int                 destroyed;      /* xfer_batch_destroy came; freed after the last op */
+    int                 staged;         /* no memh on this transport: through staging.c */
     size_t              count;
     uint64_t            bytes;
     xfer_batch_iov_t    iov[];
@@ -71,8 +80,9 @@ typedef struct xfer_batch_op {
     xfer_batch_args_t   note_args;      /* NOTE_SENT: the notification alone */
     xfer_comp_t         note_comp;
     size_t              note_len;
-    /* one by one (no batch entry point) */
+    /* one by one (no batch entry point, or staged) */
     int                 each;
+    int                 staged;         /* each descriptor through staging.c */
     xfer_batch_walk_t   walk;
     xfer_comp_t         flush_comp;
     uint8_t             note[];         /* a held notification's copy */
@@ -176,11 +186,9 @@ xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_me
                     "endpoint's peer and transport (%s, %s)", ep->peer, ep->transport);
         goto out;
     }
-    if (mem->memh[ep->fw_iface->index] == NULL) {
-        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: %s cannot reach this "
-                    "memory (%s) directly; batches do not go through the staging pipeline",
-                    ep->transport, (mem->attr.type == XFER_MEM_CUDA) ? "CUDA" : "host");
-        status = XFER_ERR_UNSUPPORTED;
+    if ((mem->memh[ep->fw_iface->index] == NULL) && !mem->staged) {
+        xfer_refuse(BATCH_SUBSYS, "xfer_batch_create: the memory is not registered "
+                    "with %s", ep->transport);
         goto out;
     }
     batch = malloc(sizeof(*batch) + count * sizeof(batch->iov[0]));
@@ -201,6 +209,7 @@ xfer_status_t xfer_batch_create(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_me
     batch->fw_iface  = ep->fw_iface;
     batch->posts     = 0;
     batch->destroyed = 0;
+    batch->staged    = (mem->memh[ep->fw_iface->index] == NULL);
     batch->count     = count;
     batch->bytes     = bytes;
     mem->busy++;
@@ -385,7 +394,7 @@ static void batch_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t lengt
     if (status == XFER_OK) {
         op->args.landed = op->walk.next;
     }
-    batch_op_end(op, status, op->args.landed);
+    batch_op_comp_cb(&op->comp, status, op->args.landed, 0);
 }
 
 /* Every descriptor's operation completed. A get's data is here; a put's is in the peer's
@@ -396,7 +405,12 @@ static void batch_each_done(xfer_batch_walk_t *w)
     xfer_endpoint_t *ep = op->batch->ep;
     xfer_status_t status;
 
-    if (!op->batch->is_put || (w->status != XFER_OK) || w->stopped || (ep == NULL)) {
+    if (!op->batch->is_put && !w->stopped) {
+        /* every read has its data: a held notification may go */
+        batch_op_comp_cb(&op->comp, XFER_OK, op->args.landed, 0);
+        return;
+    }
+    if (!op->batch->is_put || w->stopped || (ep == NULL)) {
         batch_op_end(op, w->status, op->args.landed);
         return;
     }
@@ -422,6 +436,10 @@ static xfer_status_t batch_each_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t
     (void)n_p;
     if (op->batch->ep == NULL) {
         return XFER_ERR_CANCELED;   /* the endpoint closed */
+    }
+    if (op->staged) {
+        return xfer_staging_rma(op->batch->ep, comp, op->args.is_put, local,
+                                (size_t)v->length, op->batch->mem, v->remote, op->batch->rkey);
     }
     return op->args.is_put ?
            cops->put(op->batch->ep->ep, local, v->length, op->args.memh, v->remote,
@@ -519,11 +537,12 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         goto out;
     }
     /* a notification leaves late (a get's, after its reads), or is held behind one that does
-     * (the notifications' order, above) */
+     * (the notifications' order, above), or held for a staged batch's data */
     ep   = batch->ep;
-    held = (notify != NULL) && !ucs_list_is_empty(&ep->notify_late);
+    held = (notify != NULL) && (batch->staged || !ucs_list_is_empty(&ep->notify_late));
     late = (notify != NULL) && (held || !batch->is_put);
-    op   = calloc(1, sizeof(*op) + (held ? notify_len : 0));
+    /* room for the notification always: a transport that declines the batch has it staged */
+    op   = calloc(1, sizeof(*op) + ((notify != NULL) ? notify_len : 0));
     req  = (op == NULL) ? NULL :
            xfer_request_new(ctx, XFER_REQ_BATCH, batch->fw_iface, &batch_req_ops, cb,
                             user_data);
@@ -562,8 +581,24 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     ucs_list_add_tail(&ctx->batch_ops, &op->list);
 
     /* the one-by-one path may end the op before it returns: op is not read after it */
-    status = (post != NULL) ? post(batch->ep->ep, &op->args, &op->comp) :
-                              batch_post_each(op);
+    op->staged = batch->staged;
+    status     = ((post != NULL) && !op->staged) ? post(batch->ep->ep, &op->args, &op->comp) :
+                                                   batch_post_each(op);
+    if ((status == XFER_ERR_UNSUPPORTED) && !op->staged && batch->mem->staged &&
+        !(batch->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
+        /* declined before anything moved (shm: device memory and host memory of the peer's
+         * it has not mapped): staged, its notification held for after the data */
+        op->staged = 1;
+        if ((notify != NULL) && !held) {
+            held = late      = 1;
+            op->args.notify     = NULL;
+            op->args.notify_len = 0;
+            op->note_state      = NOTE_MOVING;
+            op->note_len        = notify_len;
+            memcpy(op->note, notify, notify_len);
+        }
+        status = batch_post_each(op);
+    }
     if ((status == XFER_OK) && held) {
         /* moved while posting: its notification waits for its turn */
         op->args.landed = batch->count;

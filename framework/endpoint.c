@@ -574,7 +574,7 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
     mem->busy++;
     if (__builtin_expect(mem->memh[ep->fw_iface->index] == NULL, 0)) {
         /* memory this transport cannot touch (rma_check let only staged memory through) */
-        status = xfer_staging_rma(ep, req, is_put, buf, length, mem, remote_addr, rkey);
+        status = xfer_staging_rma(ep, &req->comp, is_put, buf, length, mem, remote_addr, rkey);
         return op_finish(ep->ctx, req, status, length, req_p);
     }
     comp   = ep->fw_iface->comp;
@@ -586,7 +586,7 @@ static xfer_status_t rma(xfer_endpoint_t *ep, int is_put, void *buf, size_t leng
         !(ep->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA)) {
         /* a transport that put and get CUDA memory by IPC (RMA_CUDA) only where the remote
          * side lets it declined this one before moving anything: staged as without it */
-        status = xfer_staging_rma(ep, req, is_put, buf, length, mem, remote_addr, rkey);
+        status = xfer_staging_rma(ep, &req->comp, is_put, buf, length, mem, remote_addr, rkey);
     }
     return op_finish(ep->ctx, req, status, length, req_p);
 }

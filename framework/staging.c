@@ -1,6 +1,8 @@
 /*
  * The staging pipeline: put and get of memory a transport cannot touch (CUDA device memory
- * on tcp, or on verbs without GPUDirect), through a pool of pinned, registered host buffers.
+ * on verbs without GPUDirect, or with host memory of a peer's that shm does not map),
+ * through a pool of pinned, registered host buffers. A staged batch (batch.c) is its
+ * descriptors as staged puts or gets, each completing its own xfer_comp_t.
  *
  * Where it lives. In the framework, above the components - as UCX's protocol layer
  * (rndv/mtype pipelines) sits above its transports: every transport without
@@ -85,7 +87,7 @@ typedef struct staging_slot {
 
 typedef struct staging_op {
     ucs_list_link_t     list;       /* st->ops, in posting order */
-    xfer_request_t      *req;
+    xfer_comp_t         *comp;      /* told once, when the op ends */
     xfer_endpoint_t     *ep;        /* NULL once the endpoint went */
     xfer_rkey_t         *rkey;      /* held (busy) until the op ends */
     int                 is_put;
@@ -409,7 +411,7 @@ static void op_complete(xfer_staging_t *st, staging_op_t *op)
     if (op->status != XFER_OK) {
         st->stats.ops_failed++;
     }
-    xfer_request_complete(op->req, op->status, (op->status == XFER_OK) ? op->length : 0, 0);
+    op->comp->cb(op->comp, op->status, (op->status == XFER_OK) ? op->length : 0, 0);
     free(op);
 }
 
@@ -454,7 +456,7 @@ int xfer_staging_copying(const xfer_context_t *ctx)
     return 0;
 }
 
-xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_put,
+xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_comp_t *comp, int is_put,
                                void *buf, size_t length, xfer_mem_t *mem, uint64_t remote_addr,
                                xfer_rkey_t *rkey)
 {
@@ -492,7 +494,7 @@ xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->req    = req;
+    op->comp   = comp;
     op->ep     = ep;
     op->rkey   = rkey;
     op->is_put = is_put;

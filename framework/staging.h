@@ -70,10 +70,11 @@ xfer_status_t xfer_copier_open_host(xfer_copier_t *c, unsigned num_slots, unsign
 
 typedef struct xfer_staging xfer_staging_t;
 
-/* A put or get of a staged buffer over ep (the checks of endpoint.c done, the lock held):
- * req completes once every chunk has been copied and transferred. XFER_INPROGRESS or an
- * error (req untouched). */
-xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_request_t *req, int is_put,
+/* A put or get of a staged buffer over ep (the checks of endpoint.c or batch.c done, the lock
+ * held): comp is told once every chunk has been copied and transferred (a request's, or one
+ * descriptor's of a staged batch), from xfer_staging_progress. XFER_INPROGRESS or an error
+ * (comp untouched). */
+xfer_status_t xfer_staging_rma(xfer_endpoint_t *ep, xfer_comp_t *comp, int is_put,
                                void *buf, size_t length, xfer_mem_t *mem, uint64_t remote_addr,
                                xfer_rkey_t *rkey);
 

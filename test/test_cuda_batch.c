@@ -153,7 +153,8 @@ void tcb_get_round(dev_test_t *t, const blocks_t *b, uint64_t seed, char *img)
 
 /* Start the peer; skip where the transport takes no batch of device memory: no remote key
  * of the peer's (its region in device memory), or none of this side's device memory (a
- * transport without MEM_CUDA or RMA_CUDA, whose batches are not staged). */
+ * transport without MEM_CUDA or RMA_CUDA gives no key for the peer's device memory, and
+ * this side's reaches it only staged, which device_with_malloc covers). */
 void tcb_start(dev_test_t *t)
 {
     dt_start(t);
@@ -256,49 +257,103 @@ static void device_with_xfer_alloc(void)
     dt_finish(&t);
 }
 
-/* Device memory here and the peer's malloc'd host memory: over shm neither side can move it
- * (no CMA into device memory, no mapping of the peer's): a batch is refused before anything
- * moves, with XFER_ERR_UNSUPPORTED (batches are not staged); a put and a get are staged by the
- * framework through host buffers and land. Elsewhere the batch goes too. */
+/* Device memory here and the peer's malloc'd host memory, on every transport: a put batch
+ * (the peer checks the data when the notification comes) and a get batch, a put and a get.
+ * Where the transport cannot move them itself (over shm neither side can: no CMA into device
+ * memory, no mapping of the peer's; verbs without GPUDirect) the framework stages them
+ * through host buffers, a batch's notification sent alone after its data. */
 static void device_with_malloc(void)
 {
     uint64_t lens[MAX_DESCS];
+    char *img = malloc(DT_MAXLEN);
     xfer_request_t *req = NULL;
-    xfer_batch_t *batch;
     xfer_status_t s;
     dev_test_t t;
     blocks_t b;
 
+    cr_assert_not_null(img);
     dt_peer_region(DT_REGION_MALLOC);
-    tcb_start(&t);
-    tcb_blocks_make(&b, lens, tcb_lens_of(0, lens));
-    tcb_local_image(&b, 970, t.host);
-    cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
-    if (strcmp(xfer_endpoint_transport(t.peer.ep), "shm") == 0) {
-        cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, b.d, b.n,
-                                       &batch), XFER_OK);
-        s = xfer_batch_post(batch, "x", 1, 0, NULL, NULL, &req);
-        cr_expect_eq(s, XFER_ERR_UNSUPPORTED, "a batch of device memory into a peer's "
-                     "malloc'd memory over shm: %s", xfer_status_string(s));
-        cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
-    } else {
-        tcb_put_round(&t, &b, t.src_mem, 970);
+    dt_start(&t);
+    cr_assert_not_null(t.rkey, "no key for the peer's malloc'd memory over %s",
+                       xfer_endpoint_transport(t.peer.ep));
+    for (unsigned round = 0; round < 3; round++) {
+        tcb_blocks_make(&b, lens, tcb_lens_of(round, lens));
+        tcb_local_image(&b, 970 + round, t.host);
+        cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
+        tcb_put_round(&t, &b, t.src_mem, 970 + round);
+        tcb_get_round(&t, &b, 970 + round, img);
     }
-    dt_fill(&t, t.src, DT_MAXLEN, 971);
+    dt_fill(&t, t.src, DT_MAXLEN, 975);
     req = NULL;
     s   = xfer_put(t.peer.ep, (void*)(uintptr_t)t.src, 300000, t.src_mem, t.remote + 5, t.rkey,
                    NULL, NULL, &req);
     dt_wait_ok(s, req, "put", 300000);
     cr_assert_eq(tp_flush(t.peer.ep, TP_WAIT_MS), XFER_OK);
-    cr_expect_eq(dt_cmd(&t, CMD_CHECK, 5, 300000, 971), 1, "a put of device memory into the "
+    cr_expect_eq(dt_cmd(&t, CMD_CHECK, 5, 300000, 975), 1, "a put of device memory into the "
                  "peer's malloc'd memory");
     req = NULL;
     dt_fill(&t, t.dst, DT_MAXLEN, 7);
     s = xfer_get(t.peer.ep, (void*)(uintptr_t)t.dst, 300000, t.dst_mem, t.remote + 5, t.rkey,
                  NULL, NULL, &req);
     dt_wait_ok(s, req, "get", 300000);
-    cr_expect_eq(dt_check(&t, t.dst, 300000, 971), -1, "a get into device memory of the "
+    cr_expect_eq(dt_check(&t, t.dst, 300000, 975), -1, "a get into device memory of the "
                  "peer's malloc'd memory");
+    free(img);
+    dt_finish(&t);
+}
+
+/* The same memory: a put batch with a notification cancelled as soon as it is posted either
+ * wins - the request ends XFER_ERR_CANCELED with at most its blocks landed, and its
+ * notification never reaches the peer, whose first one is the next batch's, after that
+ * batch's data - or loses: the cancel says XFER_ERR_BUSY, the batch completes XFER_OK and its
+ * notification is the first. Never both (docs/contract.md, C16). Staged batches hold their
+ * notification until the data is in, so there the cancel wins. */
+static void cancel_with_malloc(void)
+{
+    uint64_t lens[MAX_DESCS];
+    xfer_request_t *req = NULL, *next = NULL;
+    xfer_batch_t *batch = NULL;
+    xfer_status_t s, c, end;
+    dev_test_t t;
+    blocks_t b;
+
+    dt_peer_region(DT_REGION_MALLOC);
+    dt_start(&t);
+    cr_assert_not_null(t.rkey);
+    tcb_blocks_make(&b, lens, tcb_lens_of(0, lens));
+    tcb_local_image(&b, 1002, t.host);
+    cr_assert_eq(t.gpu.drv->memcpy_htod(t.src, t.host, b.total), 0);
+    cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, b.d, b.n,
+                                   &batch), XFER_OK);
+    tp_send(&t.peer, CMD_AWAIT_NOTIFY);
+    tp_send(&t.peer, b.total);
+    tp_send(&t.peer, 1002);
+    cr_assert_eq(tp_recv(&t.peer), 1);
+    s = xfer_batch_post(batch, "batch 1001", 10, 0, NULL, NULL, &req);
+    cr_assert(TP_POSTED(s), "put batch: %s", xfer_status_string(s));
+    c   = (s == XFER_OK) ? xfer_request_cancel(req) : XFER_ERR_BUSY;
+    end = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert((c == XFER_OK) || (c == XFER_ERR_BUSY), "cancel: %s", xfer_status_string(c));
+    if (c == XFER_OK) {
+        cr_expect_eq(end, XFER_ERR_CANCELED, "a cancelled batch ended with %s",
+                     xfer_status_string(end));
+        cr_expect_leq(xfer_request_landed(req), b.n);
+    } else {
+        cr_expect_eq(end, XFER_OK, "a batch whose cancel came too late ended with %s",
+                     xfer_status_string(end));
+    }
+    fprintf(stderr, "cuda_batch: over %s, a batch cancelled at its post: %s (%zu landed)\n",
+            xfer_endpoint_transport(t.peer.ep), xfer_status_string(end),
+            xfer_request_landed(req));
+    xfer_request_release(req);
+    s = xfer_batch_post(batch, "batch 1002", 10, 0, NULL, NULL, &next);
+    cr_assert(TP_POSTED(s), "put batch: %s", xfer_status_string(s));
+    cr_assert_eq(xfer_request_wait(next, TP_WAIT_MS), XFER_OK);
+    xfer_request_release(next);
+    cr_expect_eq(tp_recv(&t.peer), (c == XFER_OK) ? 2 : 3, "the peer's first notification "
+                 "(2: the second batch's, after its data; 3: another) after a cancel that "
+                 "said %s", xfer_status_string(c));
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
     dt_finish(&t);
 }
 
@@ -322,6 +377,17 @@ Test(cuda_batch, device_memory_with_the_peers_malloced_memory_stand_in)
 {
     tg_use_stand_in_driver();
     device_with_malloc();
+}
+
+Test(cuda_batch, a_cancel_at_post_either_wins_without_a_notification_or_loses)
+{
+    cancel_with_malloc();
+}
+
+Test(cuda_batch, a_cancel_at_post_either_wins_without_a_notification_or_loses_stand_in)
+{
+    tg_use_stand_in_driver();
+    cancel_with_malloc();
 }
 
 typedef struct acceptor {

@@ -248,16 +248,17 @@ Test(perf, every_test_runs_with_cuda_memory_on_both_sides)
  * from host memory into the peer's CUDA memory goes as PUTV frames, which the target reads
  * block by block through its bounce buffers; from CUDA memory as PUT frames. Over shm the
  * initiator copies every block with the CUDA driver, the peer's CUDA memory opened by its
- * IPC handle, its host memory from xfer_mem_alloc mapped (malloc'd host memory of the peer's
- * it cannot reach from device memory: batches are not staged). */
+ * IPC handle, its host memory from xfer_mem_alloc mapped; its malloc'd host memory, which
+ * shm cannot reach from device memory, through the framework's staging. */
 Test(perf, batches_move_cuda_memory_on_either_side)
 {
     static const char *const tcp_mems[] = {"host,cuda", "cuda,host", "cuda"};
-    static const char *const shm_mems[] = {"host,cuda", "cuda,xfer", "xfer,cuda", "cuda"};
+    static const char *const shm_mems[] = {"host,cuda", "cuda,xfer", "xfer,cuda", "cuda",
+                                           "cuda,host"};
     static const char *const tests[] = {"batch_put", "batch_get"};
     int shm = strcmp(transport(), "shm") == 0;
     const char *const *mems = shm ? shm_mems : tcp_mems;
-    size_t num_mems = shm ? 4 : 3;
+    size_t num_mems = shm ? 5 : 3;
     char env[1200], args[256];
     perf_run_t r;
 

@@ -475,9 +475,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     }
     if (xfer_shm_cuda_moves(args->memh, args->rkey)) {
         if (!xfer_shm_cuda_reaches(ep, args->rkey)) {
-            xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a batch of CUDA memory to pid %d: the "
-                     "target's region is host memory not mapped here (only memory from "
-                     "xfer_mem_alloc is), and batches are not staged", (int)ep->peer_pid);
+            /* host memory of the target's not mapped here: the framework stages it */
             return XFER_ERR_UNSUPPORTED;
         }
         return batch_post_mapped(ep, args, comp);

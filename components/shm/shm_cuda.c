@@ -29,8 +29,7 @@
  *
  * What the initiator cannot do itself - device memory here to or from host memory of the
  * peer's that is not mapped here - is declined with XFER_ERR_UNSUPPORTED before anything
- * moved; the framework stages such puts and gets through host memory, and refuses such
- * batches (it stages none).
+ * moved; the framework stages such puts, gets and batches through host memory.
  */
 #include "shm.h"
 
