@@ -302,6 +302,40 @@ static void device_with_malloc(void)
     dt_finish(&t);
 }
 
+/* The same memory: put batches of 16 blocks of 1 MiB from device memory, one after the other,
+ * each complete within its wait (TP_WAIT_MS) with its notification after its data. Over tcp
+ * such a batch is larger than its window (XFER_BATCH_WINDOW): the rest is queued as the
+ * window opens, which must happen whatever the write round it opens in (a round whose budget
+ * ran out just as the send queue emptied once left a batch waiting forever, 1 in ~17). */
+static void window_reopens(void)
+{
+    xfer_batch_desc_t d[16];
+    xfer_request_t *req;
+    xfer_batch_t *batch = NULL;
+    xfer_status_t s;
+    dev_test_t t;
+
+    dt_peer_region(DT_REGION_MALLOC);
+    dt_start(&t);
+    cr_assert_not_null(t.rkey);
+    for (unsigned k = 0; k < 16; k++) {
+        d[k] = (xfer_batch_desc_t){0, 0, DT_MAXLEN};   /* the same MiB, again and again */
+    }
+    cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, d, 16, &batch),
+                 XFER_OK);
+    for (unsigned rep = 0; rep < 60; rep++) {
+        req = NULL;
+        s   = xfer_batch_post(batch, NULL, 0, 0, NULL, NULL, &req);
+        cr_assert(TP_POSTED(s), "batch %u: %s", rep, xfer_status_string(s));
+        s = (s == XFER_OK) ? xfer_request_wait(req, TP_WAIT_MS) : s;
+        cr_assert_eq(s, XFER_OK, "batch %u of 16 x 1 MiB from device memory: %s (%zu landed)",
+                     rep, xfer_status_string(s), xfer_request_landed(req));
+        xfer_request_release(req);
+    }
+    cr_expect_eq(xfer_batch_destroy(batch), XFER_OK);
+    dt_finish(&t);
+}
+
 /* The same memory: a put batch with a notification cancelled as soon as it is posted either
  * wins - the request ends XFER_ERR_CANCELED with at most its blocks landed, and its
  * notification never reaches the peer, whose first one is the next batch's, after that
@@ -377,6 +411,12 @@ Test(cuda_batch, device_memory_with_the_peers_malloced_memory_stand_in)
 {
     tg_use_stand_in_driver();
     device_with_malloc();
+}
+
+Test(cuda_batch, batches_larger_than_their_window_never_wait_for_an_event_stand_in)
+{
+    tg_use_stand_in_driver();
+    window_reopens();
 }
 
 Test(cuda_batch, a_cancel_at_post_either_wins_without_a_notification_or_loses)
