@@ -356,6 +356,7 @@ static void note_send(batch_op_t *op)
     op->note_args            = op->args;
     op->note_args.iov        = NULL;
     op->note_args.count      = 0;
+    op->note_args.memh       = NULL;   /* a notification alone touches no memory */
     op->note_args.landed     = 0;
     op->note_args.notify     = op->note;
     op->note_args.notify_len = op->note_len;

@@ -120,8 +120,9 @@ void tcb_put_round(dev_test_t *t, const blocks_t *b, xfer_mem_t *mem, uint64_t s
     s = xfer_batch_post(batch, note, strlen(note), 0, NULL, NULL, &req);
     cr_assert(TP_POSTED(s), "put batch: %s", xfer_status_string(s));
     cr_assert_not_null(req);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK, "put batch of %zu blocks",
-                 b->n);
+    s = xfer_request_wait(req, TP_WAIT_MS);
+    cr_assert_eq(s, XFER_OK, "put batch of %zu blocks: %s (%zu landed)", b->n,
+                 xfer_status_string(s), xfer_request_landed(req));
     cr_expect_eq(xfer_request_landed(req), b->n);
     xfer_request_release(req);
     cr_expect_eq(tp_recv(&t->peer), 2, "%zu blocks, %llu bytes: the peer's device memory did "

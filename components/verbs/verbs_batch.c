@@ -402,7 +402,8 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     if ((comp == NULL) || (args == NULL) ||
         (args->size < offsetof(xfer_batch_args_t, landed) + sizeof(args->landed)) ||
         ((args->iov == NULL) && (args->count > 0)) ||
-        ((args->count == 0) && (args->notify == NULL)) || (args->memh == NULL) ||
+        ((args->count == 0) && (args->notify == NULL)) ||
+        ((args->memh == NULL) && (args->count > 0)) ||
         (args->rkey == NULL) || ((args->notify == NULL) && (args->notify_len > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
@@ -439,7 +440,7 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     op->owner  = b;
     op->busy   = 1;
     op->memh   = args->memh;
-    op->lkey   = args->memh->mr->lkey;
+    op->lkey   = (args->memh != NULL) ? args->memh->mr->lkey : 0;   /* none: a notification alone */
     op->rkey   = args->rkey->rkey;
     op->opcode = args->is_put ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ;
     b->op      = op;

@@ -183,8 +183,8 @@ typedef struct xfer_batch_args {
     uint32_t               size;        /* sizeof(xfer_batch_args_t) of the caller's build */
     int                    is_put;
     const xfer_batch_iov_t *iov;
-    size_t                 count;
-    xfer_memh_h            memh;
+    size_t                 count;       /* 0: a notification alone, behind what went */
+    xfer_memh_h            memh;        /* NULL when count is 0 */
     xfer_rkey_h            rkey;
     const void             *notify;     /* NULL: no notification */
     size_t                 notify_len;  /* <= the iface's max_notify_len */
