@@ -105,7 +105,7 @@ static void add_gids(xfer_device_attr_t *dev, struct ibv_context *ctx, unsigned 
 
     for (int i = 0; i < gid_tbl_len; i++) {
         struct ibv_gid_entry entry;
-        char key[16], text[INET6_ADDRSTRLEN];
+        char key[24], text[INET6_ADDRSTRLEN];
         static const uint8_t zero[16];
 
         if ((ibv_query_gid_ex(ctx, port, (uint32_t)i, &entry, 0) != 0) ||
