@@ -186,6 +186,45 @@ def test_a_broken_endpoint_is_replaced_even_while_a_transfer_holds_it():
         sender.close()
 
 
+def test_abort_flags_are_bounded_and_the_newest_still_aborts():
+    """Ray's abort flags, without Ray: one raised for an object no receive here takes (its
+    receive ended, or never starts) is not kept forever - the oldest go past a bound - and
+    the newest still aborts the receive of its object."""
+    from xfer_ray.transport import _ABORTS_REMEMBERED, _Aborted
+    t = xfer_ray.XferTensorTransport()
+    for i in range(_ABORTS_REMEMBERED + 100):
+        t.abort_transport(f"obj{i}", None)
+    assert len(t._aborted) == _ABORTS_REMEMBERED
+    assert "obj0" not in t._aborted
+    newest = f"obj{_ABORTS_REMEMBERED + 99}"
+    with pytest.raises(_Aborted):
+        t._check_abort(newest)
+    assert newest not in t._aborted         # taken once
+    t._check_abort(newest)                  # and not again
+
+
+def test_metadata_that_lies_about_a_tensor_s_size_is_refused_before_any_get():
+    """A sender whose key covers fewer bytes than the tensor Ray describes (a lying or broken
+    peer): the receive is refused with ValueError, nothing is read, the endpoint is released."""
+    from xfer_ray.transport import XferTransportMetadata
+    t = xfer_ray.XferTensorTransport()
+    sender = xfer_ray.XferTensorTransport()
+    src = pattern(4096, 3)
+    try:
+        mem = sender.node().ctx.register(src)
+        meta = XferTransportMetadata(tensor_meta=[((8192,), torch.uint8)], tensor_device="cpu",
+                                     xfer_address=sender.node().address,
+                                     xfer_rkeys=[mem.pack()])
+        with pytest.raises(ValueError, match="registered 4096 bytes for a tensor of 8192"):
+            t.fetch_multiple_tensors("liar", meta, None)
+        node = t.node()
+        assert node.peers[sender.node().address][1] == 0     # no holder left
+        mem.deregister()
+    finally:
+        t.node().close()
+        sender.node().close()
+
+
 def big_over_tcp():
     """A transfer long enough to kill or abort it midway: 4 GiB over xfer's tcp (about 3 s
     here), whatever transport the rest of the suite runs on."""

@@ -43,6 +43,9 @@ _CHUNK = 32 << 20
 _KEPT: List[Any] = []
 # how many actors' "xfer runs there" answers a process remembers
 _ACTORS_REMEMBERED = 4096
+# how many of Ray's abort flags a process keeps: a flag for an object whose receive already
+# ended (or never starts here) is never taken, so the oldest go first
+_ABORTS_REMEMBERED = 4096
 # how long cancelled gets may take to finish before their destination is given up (leaked,
 # never deregistered under a transfer that might still land)
 _CANCEL_WAIT_S = 10.0
@@ -295,7 +298,8 @@ class XferTensorTransport(TensorTransportManager):
         self._node_lock = threading.Lock()
         # obj_id -> the registrations of its tensors, until Ray garbage-collects it
         self._sent: Dict[str, List[xfer.Memory]] = {}
-        self._aborted: set = set()
+        # abort flags not yet taken by a receive, oldest first (bounded)
+        self._aborted: "OrderedDict[str, None]" = OrderedDict()
         self._outcomes = {"completed": 0, "aborted": 0, "failed": 0}
         # the actors known to run xfer, most recently asked about last
         self._actors_with_xfer: "OrderedDict[Any, bool]" = OrderedDict()
@@ -406,7 +410,7 @@ class XferTensorTransport(TensorTransportManager):
     def _check_abort(self, obj_id: str) -> None:
         with self._lock:
             if obj_id in self._aborted:
-                self._aborted.discard(obj_id)
+                del self._aborted[obj_id]
                 raise _Aborted(f"xfer transfer of {obj_id}: aborted by Ray")
 
     def _count(self, outcome: str) -> None:
@@ -505,7 +509,7 @@ class XferTensorTransport(TensorTransportManager):
         self._count("completed")
         with self._lock:
             # an abort that came as the gets ended is of no more use
-            self._aborted.discard(fetch.obj_id)
+            self._aborted.pop(fetch.obj_id, None)
         return fetch.tensors
 
     def recv_multiple_tensors(self, obj_id, tensor_transport_metadata, communicator_metadata,
@@ -515,7 +519,10 @@ class XferTensorTransport(TensorTransportManager):
 
     def abort_transport(self, obj_id: str, communicator_metadata: CommunicatorMetadata):
         with self._lock:
-            self._aborted.add(obj_id)
+            self._aborted[obj_id] = None
+            self._aborted.move_to_end(obj_id)
+            while len(self._aborted) > _ABORTS_REMEMBERED:
+                self._aborted.popitem(last=False)
 
 
 def register(devices: Optional[List[str]] = None) -> None:
