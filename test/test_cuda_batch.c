@@ -337,6 +337,41 @@ static void window_reopens(void)
     dt_finish(&t);
 }
 
+/* The same memory: the context is destroyed while batches move (staged where the transport
+ * cannot move them; puts with a notification and gets, 600 blocks each) - what is in flight
+ * ends with the endpoints, the staging pool and every hold go, and nothing is touched after
+ * it was freed (run under ASan and valgrind: test/verbs_suites.sh with XFERTEST_VALGRIND=1). */
+static void destroy_in_flight(void)
+{
+    uint64_t lens[MAX_DESCS];
+    xfer_request_t *req[4] = {NULL, NULL, NULL, NULL};
+    xfer_batch_t *put = NULL, *get = NULL;
+    dev_test_t t;
+    blocks_t b;
+
+    dt_peer_region(DT_REGION_MALLOC);
+    dt_start(&t);
+    cr_assert_not_null(t.rkey);
+    tcb_blocks_make(&b, lens, tcb_lens_of(2, lens));
+    cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_PUT, t.src_mem, t.rkey, b.d, b.n,
+                                   &put), XFER_OK);
+    cr_assert_eq(xfer_batch_create(t.peer.ep, XFER_BATCH_GET, t.dst_mem, t.rkey, b.d, b.n,
+                                   &get), XFER_OK);
+    for (unsigned k = 0; k < 4; k++) {
+        xfer_status_t s = xfer_batch_post((k % 2) ? get : put, "gone", 4, 0, NULL, NULL,
+                                          &req[k]);
+
+        cr_assert(TP_POSTED(s), "batch %u: %s", k, xfer_status_string(s));
+    }
+    /* requests, batches, registrations and the key are the context's to free */
+    xfer_context_destroy(t.peer.ctx);
+    dt_kill(&t);
+    cr_expect_eq(t.gpu.drv->mem_free(t.src), 0);
+    cr_expect_eq(t.gpu.drv->mem_free(t.dst), 0);
+    t.gpu.drv->device_primary_ctx_release(t.gpu.device);
+    free(t.host);
+}
+
 /* The same memory: a put batch with a notification cancelled as soon as it is posted either
  * wins - the request ends XFER_ERR_CANCELED with at most its blocks landed, and its
  * notification never reaches the peer, whose first one is the next batch's, after that
@@ -418,6 +453,12 @@ Test(cuda_batch, batches_larger_than_their_window_never_wait_for_an_event_stand_
 {
     tg_use_stand_in_driver();
     window_reopens();
+}
+
+Test(cuda_batch, a_context_destroyed_while_batches_of_device_memory_move_frees_everything_stand_in)
+{
+    tg_use_stand_in_driver();
+    destroy_in_flight();
 }
 
 Test(cuda_batch, a_cancel_at_post_either_wins_without_a_notification_or_loses)
