@@ -408,9 +408,8 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
         return XFER_ERR_INVALID_PARAM;
     }
     if (xfer_verbs_memh_on_gpu(args->memh)) {
-        /* a get would need the GPU flush per descriptor, a put no inline writes: not here */
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "a batch of GPU memory is not posted as "
-                 "one unit by %s", iface->dev_name);
+        /* a get would need the GPU flush per descriptor, a put no inline writes: declined,
+         * and the framework posts it descriptor by descriptor through put and get */
         return XFER_ERR_UNSUPPORTED;
     }
     if (args->notify != NULL) {
