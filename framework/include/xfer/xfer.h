@@ -202,7 +202,8 @@ XFER_API xfer_status_t xfer_context_arm(xfer_context_t *ctx);
  * why. The range must lie in one CUDA allocation. CUDA memory is registered with the open
  * transports that move it (XFER_CAP_MEM_CUDA; xfer_info -s says which) or put and get it
  * (XFER_CAP_RMA_CUDA: shm, by CUDA IPC between processes of one host); on the others put
- * and get of it are staged through pinned host buffers (XFER_STAGING_CHUNK,
+ * and get of it, and batches descriptor by descriptor (their notification after the data),
+ * are staged through pinned host buffers (XFER_STAGING_CHUNK,
  * XFER_STAGING_DEPTH), tagged messages and tensor fetches of it through a host buffer of
  * their size (over RMA_CUDA transports too), and a peer cannot put to or get from it over
  * them (its remote key has no part for them). It is refused when no open transport moves or
