@@ -38,7 +38,7 @@ static int cli_batch(tp_side_t *s)
     xfer_mem_t *mem;
     void *blob;
     size_t len;
-    double t0;
+    double t0, posted;
 
     TP_CHECK((d != NULL) && (src != NULL), "malloc");
     memset(src, 7, BLOCK);
@@ -53,9 +53,13 @@ static int cli_batch(tp_side_t *s)
                     XFER_OK);
     t0 = tp_now_ms();
     TP_CHECK_STATUS(xfer_batch_post(b, "x", 1, DEADLINE, NULL, NULL, &req), XFER_OK);
-    st = xfer_request_wait(req, TP_WAIT_MS);
+    posted = tp_now_ms() - t0;
+    st     = xfer_request_wait(req, TP_WAIT_MS);
     TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)st) == 0, "ctl");
     TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(tp_now_ms() - t0)) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)posted) == 0, "ctl");
+    /* ended: by its deadline (XFER_ERR_TIMEOUT), or still going when the wait gave up */
+    TP_CHECK(tp_ctl_send_u64(s->ctl, xfer_request_test(req) != XFER_INPROGRESS) == 0, "ctl");
     xfer_request_release(req);
     TP_CHECK_STATUS(xfer_batch_destroy(b), XFER_OK);
     xfer_rkey_destroy(rkey);
@@ -178,7 +182,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     static uint8_t region[REGION];
     xfer_endpoint_t *a_ep, *b_ep;
     xfer_context_t *ctx = tp_context(0);
-    uint64_t st, ms, n, p99, max;
+    uint64_t st, ms, n, p99, max, post_ms, ended;
     double call_us[3] = {0, 0, 0};
     xfer_listener_t *l;
     xfer_mem_t *mem;
@@ -210,13 +214,18 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
     while (!tp_ctl_ready(a.ctl, 0)) {
         xfer_progress(ctx);
     }
-    st = tp_recv(&a);
-    ms = tp_recv(&a);
+    st      = tp_recv(&a);
+    ms      = tp_recv(&a);
+    post_ms = tp_recv(&a);
+    ended   = tp_recv(&a);
     cr_log_info("over %s: %llu round trips while a 256 GiB batch moved, p99 %llu us, max %llu "
                 "us, one progress call at most %.0f us of CPU; the batch ended with %s after "
-                "%llu ms", tp_transport(), (unsigned long long)n, (unsigned long long)p99,
-                (unsigned long long)max, call_us[0],
-                xfer_status_string((xfer_status_t)(int64_t)st), (unsigned long long)ms);
+                "%llu ms (its post took %llu ms)", tp_transport(), (unsigned long long)n,
+                (unsigned long long)p99, (unsigned long long)max, call_us[0],
+                xfer_status_string((xfer_status_t)(int64_t)st), (unsigned long long)ms,
+                (unsigned long long)post_ms);
+    cr_expect(ended, "the batch was still going when its initiator's wait of %d ms gave up",
+              TP_WAIT_MS);
     cr_expect_gt(n, 100, "the other endpoint was held: %llu round trips in %d ms",
                  (unsigned long long)n, PINGS_MS);
     cr_expect_lt(p99, 100000u * tp_slowdown(), "p99 round trip %llu us",
