@@ -302,6 +302,156 @@ Test(contract, notifications_arrive_in_the_order_their_batches_were_posted)
     tp_finish(&p);
 }
 
+/* ---- notifications of every length up to the bound ----------------------------------------- */
+
+#define NOTE_MAX   4096u            /* XFER_NOTIFY_MAX_LEN's default */
+#define NOTE_CASES 15u
+
+/* Notification i: its length (1, around one shm cell of the default size and of 512 bytes,
+ * the bound) and its bytes, a function of i that a cut, a shift or a stale byte breaks. */
+static size_t note_len_of(uint32_t i)
+{
+    static const size_t lens[] = {4, 447, 448, 449, 4031, 4032, 4033, 4095, NOTE_MAX};
+
+    return lens[i % (sizeof(lens) / sizeof(lens[0]))];
+}
+
+static void note_make(uint32_t i, uint8_t *buf)
+{
+    memcpy(buf, &i, sizeof(i));
+    for (size_t k = sizeof(i); k < note_len_of(i); k++) {
+        buf[k] = (uint8_t)(i * 131u + k * 7u + (k >> 8));
+    }
+}
+
+typedef struct notes_seen {
+    uint32_t good, bad, n;
+} notes_seen_t;
+
+static void notes_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
+{
+    static uint8_t want[NOTE_MAX];
+    notes_seen_t *s = arg;
+    uint32_t i;
+
+    (void)ep;
+    s->n++;
+    if (len < sizeof(i)) {
+        s->bad++;
+        return;
+    }
+    memcpy(&i, msg, sizeof(i));
+    note_make(i, want);
+    if ((i < NOTE_CASES) && (len == note_len_of(i)) && (memcmp(msg, want, len) == 0)) {
+        s->good++;
+    } else {
+        s->bad++;
+    }
+}
+
+/* The target of the notifications: its region malloc'd, or (arg non-NULL) from
+ * xfer_mem_alloc(), which a peer on this host maps and copies into itself. */
+static int srv_notes(tp_side_t *s)
+{
+    static uint8_t dst[TGT_LEN];
+    static notes_seen_t seen;
+    xfer_mem_t *mem;
+    uint64_t v;
+
+    if (s->arg != NULL) {
+        void *blob;
+        size_t len;
+
+        TP_CHECK_STATUS(xfer_mem_alloc(s->ctx, TGT_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+        TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+        TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+        xfer_rkey_blob_free(blob);
+        TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, notes_cb, &seen), XFER_OK);
+        TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
+    } else {
+        mem = target_open(s, dst, sizeof(dst), notes_cb, &seen);
+    }
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    tp_progress_for(s->ctx, 200);
+    TP_CHECK(tp_ctl_send(s->ctl, &seen, sizeof(seen)) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    return 0;
+}
+
+/* Notifications of 4 bytes to XFER_NOTIFY_MAX_LEN (4 KiB) - one byte either side of what one
+ * shm cell carries, at the default cell size and at 512 bytes - with put batches of one
+ * descriptor and of 64, and get batches: every one is posted, completes, and is delivered
+ * whole and once (C18: the bound is the framework's, the same on every transport). The
+ * target's region is malloc'd, or from xfer_mem_alloc (over shm copied into by this side). */
+static void notes_of_every_length(int xfer_alloc)
+{
+    static xfer_batch_desc_t many[64];
+    xfer_request_t *reqs[NOTE_CASES];
+    xfer_batch_desc_t one = {0, 0, 4096};
+    xfer_batch_t *b[3];
+    static uint8_t note[NOTE_MAX];
+    notes_seen_t seen;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    uint8_t *buf;
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    tp_start(&p, srv_notes, xfer_alloc ? (void*)"xfer_mem_alloc" : NULL);
+    buf = calloc(1, SRC_LEN);
+    cr_assert_not_null(buf);
+    cr_assert_eq(xfer_mem_register(p.ctx, buf, SRC_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    for (size_t i = 0; i < 64; i++) {
+        many[i] = (xfer_batch_desc_t){i * 4096, i * 8192, 4096};
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, &one, 1, &b[0]), XFER_OK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, many, 64, &b[1]), XFER_OK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, many, 64, &b[2]), XFER_OK);
+    for (uint32_t i = 0; i < NOTE_CASES; i++) {
+        xfer_status_t s;
+
+        note_make(i, note);
+        reqs[i] = NULL;
+        s = xfer_batch_post(b[i % 3], note, note_len_of(i), XFER_BATCH_NO_TIMEOUT, NULL, NULL,
+                            &reqs[i]);
+        cr_assert_eq(s, XFER_OK, "batch %u (%s, a notification of %zu bytes): %s", i,
+                     (i % 3 == 2) ? "get" : "put", note_len_of(i), xfer_status_string(s));
+    }
+    for (uint32_t i = 0; i < NOTE_CASES; i++) {
+        cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "batch %u", i);
+        xfer_request_release(reqs[i]);
+    }
+    tp_send(&p, 1);
+    cr_assert_eq(tp_ctl_recv(p.ctl, &seen, sizeof(seen), &len, TP_WAIT_MS * 2), 0);
+    cr_assert_eq(len, sizeof(seen));
+    cr_expect_eq(seen.bad, 0, "%u notifications came cut, shifted or unknown", seen.bad);
+    cr_expect_eq(seen.good, NOTE_CASES, "%u notifications of %u came whole", seen.good,
+                 NOTE_CASES);
+    for (unsigned k = 0; k < 3; k++) {
+        cr_assert_eq(xfer_batch_destroy(b[k]), XFER_OK);
+    }
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(tp_flush(p.ep, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(buf);
+    tp_finish(&p);
+}
+
+Test(contract, a_notification_of_any_length_up_to_the_bound_is_delivered_whole)
+{
+    notes_of_every_length(0);
+}
+
+Test(contract, a_notification_of_any_length_up_to_the_bound_is_delivered_whole_into_xfer_memory)
+{
+    notes_of_every_length(1);
+}
+
 /* ---- what still lands after a batch ended early (C17) ------------------------------------- */
 
 #define LATE_BLK   (4u << 20)

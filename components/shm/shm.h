@@ -209,6 +209,9 @@ typedef enum {
     XFER_SHM_RX_GET_RESP,       /* into rx.op's buffer */
     XFER_SHM_RX_FETCH_KEY,      /* into rx.treq's key */
     XFER_SHM_RX_TRESP,          /* into rx.op's destination */
+    XFER_SHM_RX_NOTIFY,         /* a notification longer than its first cell, into
+                                 * ep->notify_rx (rx.tag: the PUTs before it; rx.status: not
+                                 * XFER_OK when it is void) */
     XFER_SHM_RX_DISCARD,        /* nowhere */
 } xfer_shm_rx_kind_t;
 
@@ -261,6 +264,8 @@ struct xfer_ep {
     xfer_shm_rx_t       rx;
 
     xfer_batch_rx_t     batch_puts;     /* PUT frames received, and the last refused one */
+    uint8_t             *notify_rx;     /* a notification arriving over several cells
+                                         * (max_notify_len bytes, from the first such one) */
     uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */
     ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
@@ -696,6 +701,7 @@ xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size);
+xfer_status_t xfer_shm_rx_notify_done(xfer_ep_h ep, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,

@@ -9,12 +9,14 @@
  * arrays - one system call for up to IOV_MAX descriptors - hands the notification to the
  * framework, and answers BATCH_ACK with the count that landed.
  *
- * Without CMA every descriptor is an ordinary PUT or GET through the ring (a batch walk,
- * engine.h, at most XFER_BATCH_WINDOW bytes in flight); a put batch's
- * NOTIFY frame follows its PUT frames in the ring, which the target works through in order, so
- * it is read after every one of them was copied into place; it names how many PUTs precede
- * it in its batch, and the target drops it when one of those was refused. A get batch's
- * NOTIFY goes once every get has its data.
+ * Without CMA, or with a notification longer than one cell of the ring carries, every
+ * descriptor is an ordinary PUT or GET through the ring (a batch walk, engine.h, at most
+ * XFER_BATCH_WINDOW bytes in flight); a put batch's NOTIFY frame follows its PUT frames in the
+ * ring, which the target works through in order, so it is read after every one of them was
+ * copied into place; it names how many PUTs precede it in its batch, and the target drops it
+ * when one of those was refused. A get batch's NOTIFY goes once every get has its data. A
+ * notification of any length up to XFER_NOTIFY_MAX_LEN goes: one longer than its first cell
+ * goes on in DATA frames, and the target delivers it once whole.
  *
  * To memory the peer allocated with xfer_mem_alloc() and this side mapped (shm_rma.c), every
  * descriptor is a memcpy done before the post returns; the NOTIFY frame (after no PUT frame)
@@ -57,9 +59,17 @@ typedef struct shm_batch {
     uint8_t             notify[];
 } shm_batch_t;
 
+/* Whether args' notification fits the first cell of a frame (a BATCH frame carries it only
+ * then; a NOTIFY frame longer than that goes on in DATA frames). */
 static int notify_fits(xfer_ep_h ep, const xfer_batch_args_t *args)
 {
     return (args->notify == NULL) || (args->notify_len <= xfer_shm_cell_payload(&ep->out));
+}
+
+/* A NOTIFY frame's b: the notification's whole length when it does not fit its first cell. */
+static uint64_t notify_spans(xfer_ep_h ep, size_t len)
+{
+    return (len > xfer_shm_cell_payload(&ep->out)) ? len : 0;
 }
 
 /* ---- to mapped memory ----------------------------------------------------------------------- */
@@ -148,6 +158,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
     hdr.a    = 0;       /* no PUT frame precedes it */
+    hdr.b    = notify_spans(ep, nlen);
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(ep);
     return XFER_INPROGRESS;
@@ -255,6 +266,7 @@ static void batch_notify_queue(shm_batch_t *b, uint64_t puts)
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
     hdr.a    = puts;
+    hdr.b    = notify_spans(b->ep, b->notify_len);
     xfer_shm_tx_queue(b->ep, &op->tx, &hdr, op->key, b->notify_len, 0, 0);
     xfer_shm_tx_write(b->ep);
 }
@@ -464,12 +476,6 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
                  "to pid %d", args->rkey->pid, (int)ep->peer_pid);
         return XFER_ERR_INVALID_PARAM;
     }
-    if (!notify_fits(ep, args)) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a notification of %zu bytes does not fit "
-                 "a cell of the peer's ring (%zu bytes of payload, XFER_SHM_CELL_SIZE)",
-                 args->notify_len, xfer_shm_cell_payload(&ep->out));
-        return XFER_ERR_UNSUPPORTED;
-    }
     if (args->count == 0) {
         return batch_post_mapped(ep, args, comp);  /* a notification alone, behind the ring */
     }
@@ -483,7 +489,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (xfer_shm_rkey_mapped(ep, args->rkey)) {
         return batch_post_mapped(ep, args, comp);
     }
-    if (ep->cma && (args->count <= XFER_SHM_BATCH_MAX)) {
+    if (ep->cma && (args->count <= XFER_SHM_BATCH_MAX) && notify_fits(ep, args)) {
         return batch_post_cma(ep, args, comp);
     }
     return batch_post_ring(ep, args, comp);

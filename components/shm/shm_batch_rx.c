@@ -321,13 +321,46 @@ void xfer_shm_batch_rx_abort(xfer_ep_h ep)
 xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                  const uint8_t *payload, char *why, size_t why_size)
 {
+    uint32_t max = ep->iface->params.max_notify_len;
+
     if (hdr->a > ep->batch_puts.puts) {
         snprintf(why, why_size, "a notification after %llu puts (%llu came)",
                  (unsigned long long)hdr->a, (unsigned long long)ep->batch_puts.puts);
         return XFER_ERR_PROTOCOL;
     }
-    if (!(hdr->flags & XFER_SHM_FL_VOID)) {
-        (void)notify_deliver(ep, &ep->batch_puts, hdr->a, payload, hdr->len);
+    if (hdr->b == 0) {      /* whole in this frame */
+        if (!(hdr->flags & XFER_SHM_FL_VOID)) {
+            (void)notify_deliver(ep, &ep->batch_puts, hdr->a, payload, hdr->len);
+        }
+        return XFER_OK;
+    }
+    if ((hdr->b <= hdr->len) || (hdr->b > max)) {
+        snprintf(why, why_size, "a notification of %llu bytes whose first frame carries %u "
+                 "(XFER_NOTIFY_MAX_LEN=%u)", (unsigned long long)hdr->b, hdr->len, max);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (ep->notify_rx == NULL) {
+        ep->notify_rx = malloc(max);
+        if (ep->notify_rx == NULL) {
+            snprintf(why, why_size, "out of memory for a notification of %llu bytes",
+                     (unsigned long long)hdr->b);
+            return XFER_ERR_NO_MEMORY;
+        }
+    }
+    /* the rest follows in DATA frames, nothing between them */
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_NOTIFY, ep->notify_rx, hdr->b, hdr->b);
+    ep->rx.tag    = hdr->a;
+    ep->rx.status = (hdr->flags & XFER_SHM_FL_VOID) ? XFER_ERR_CANCELED : XFER_OK;
+    xfer_shm_rx_feed(ep, payload, hdr->len);
+    return XFER_OK;
+}
+
+xfer_status_t xfer_shm_rx_notify_done(xfer_ep_h ep, char *why, size_t why_size)
+{
+    (void)why;
+    (void)why_size;
+    if (ep->rx.status == XFER_OK) {
+        (void)notify_deliver(ep, &ep->batch_puts, ep->rx.tag, ep->notify_rx, ep->rx.total);
     }
     return XFER_OK;
 }

@@ -543,5 +543,6 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         close(ep->memfd);
     }
     xfer_slots_cleanup(&ep->slots);
+    free(ep->notify_rx);
     free(ep);
 }

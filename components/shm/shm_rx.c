@@ -52,6 +52,7 @@ static const xfer_shm_rx_done_fn_t done_fns[] = {
     [XFER_SHM_RX_GET_RESP]  = xfer_shm_rx_get_resp_done,
     [XFER_SHM_RX_FETCH_KEY] = xfer_shm_rx_fetch_done,
     [XFER_SHM_RX_TRESP]     = xfer_shm_rx_tresp_done,
+    [XFER_SHM_RX_NOTIFY]    = xfer_shm_rx_notify_done,
     [XFER_SHM_RX_DISCARD]   = rx_discard_done,
 };
 
