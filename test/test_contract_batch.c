@@ -42,8 +42,9 @@ static void seen_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
     }
 }
 
-/* A target's start: registers dst, sends its key, takes notifications by handler (cb, arg),
- * and progresses until the initiator's first word. Its registration. */
+/* A target's start: registers dst (NULL: dst_len bytes from xfer_mem_alloc), sends its key,
+ * takes notifications by handler (cb, arg), and progresses until the initiator's first word.
+ * Its registration. */
 static xfer_mem_t *target_open(tp_side_t *s, void *dst, size_t dst_len, xfer_notify_cb_t cb,
                                void *arg)
 {
@@ -51,13 +52,44 @@ static xfer_mem_t *target_open(tp_side_t *s, void *dst, size_t dst_len, xfer_not
     void *blob;
     size_t len;
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, dst_len, XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS((dst != NULL) ?
+                    xfer_mem_register(s->ctx, dst, dst_len, XFER_MEM_HOST, &mem) :
+                    xfer_mem_alloc(s->ctx, dst_len, XFER_MEM_HOST, &mem), XFER_OK);
     TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
     TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
     xfer_rkey_blob_free(blob);
     TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, cb, arg), XFER_OK);
     TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
     return mem;
+}
+
+/* A target's end: once the initiator says its batches ended, progresses a while longer (a
+ * notification must not come after), sends what it saw (seen, len bytes) and lets go. */
+static void target_report(tp_side_t *s, xfer_mem_t *mem, const void *seen, size_t len)
+{
+    uint64_t v;
+
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    tp_progress_for(s->ctx, 200);
+    TP_CHECK(tp_ctl_send(s->ctl, seen, len) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+}
+
+/* The initiator's end: waits for the n batches to complete XFER_OK, tells the target, and
+ * takes its report (report_len bytes). */
+static void batches_end(tp_peer_t *p, xfer_request_t **reqs, uint32_t n, void *report,
+                        size_t report_len)
+{
+    size_t len;
+
+    for (uint32_t i = 0; i < n; i++) {
+        cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "batch %u", i);
+        xfer_request_release(reqs[i]);
+    }
+    tp_send(p, 1);
+    cr_assert_eq(tp_ctl_recv(p->ctl, report, report_len, &len, TP_WAIT_MS * 2), 0);
+    cr_assert_eq(len, report_len);
 }
 
 static int srv_notified(tp_side_t *s)
@@ -233,15 +265,8 @@ static int srv_order(tp_side_t *s)
 {
     static uint8_t dst[TGT_LEN];
     static order_t order;
-    xfer_mem_t *mem;
-    uint64_t v;
 
-    mem = target_open(s, dst, sizeof(dst), order_cb, &order);
-    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
-    tp_progress_for(s->ctx, 200);
-    TP_CHECK(tp_ctl_send(s->ctl, &order, sizeof(order)) == 0, "ctl");
-    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
-    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    target_report(s, target_open(s, dst, sizeof(dst), order_cb, &order), &order, sizeof(order));
     return 0;
 }
 
@@ -280,13 +305,7 @@ Test(contract, notifications_arrive_in_the_order_their_batches_were_posted)
         cr_assert_eq(xfer_batch_post((i % 2) ? put : get, &i, sizeof(i), XFER_BATCH_NO_TIMEOUT,
                                      NULL, NULL, &reqs[i]), XFER_OK);
     }
-    for (uint32_t i = 0; i < ORDER_POSTS; i++) {
-        cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "batch %u", i);
-        xfer_request_release(reqs[i]);
-    }
-    tp_send(&p, 1);
-    cr_assert_eq(tp_ctl_recv(p.ctl, &order, sizeof(order), &len, TP_WAIT_MS * 2), 0);
-    cr_assert_eq(len, sizeof(order));
+    batches_end(&p, reqs, ORDER_POSTS, &order, sizeof(order));
     cr_expect_eq(order.bad, 0);
     cr_expect_eq(order.n, ORDER_POSTS, "%u notifications came of %u", order.n, ORDER_POSTS);
     for (uint32_t i = 0; i < order.n; i++) {
@@ -355,27 +374,9 @@ static int srv_notes(tp_side_t *s)
 {
     static uint8_t dst[TGT_LEN];
     static notes_seen_t seen;
-    xfer_mem_t *mem;
-    uint64_t v;
 
-    if (s->arg != NULL) {
-        void *blob;
-        size_t len;
-
-        TP_CHECK_STATUS(xfer_mem_alloc(s->ctx, TGT_LEN, XFER_MEM_HOST, &mem), XFER_OK);
-        TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-        TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-        xfer_rkey_blob_free(blob);
-        TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, notes_cb, &seen), XFER_OK);
-        TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
-    } else {
-        mem = target_open(s, dst, sizeof(dst), notes_cb, &seen);
-    }
-    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
-    tp_progress_for(s->ctx, 200);
-    TP_CHECK(tp_ctl_send(s->ctl, &seen, sizeof(seen)) == 0, "ctl");
-    TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, NULL, NULL), XFER_OK);
-    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    target_report(s, target_open(s, (s->arg != NULL) ? NULL : dst, sizeof(dst), notes_cb, &seen),
+                  &seen, sizeof(seen));
     return 0;
 }
 
@@ -422,13 +423,7 @@ static void notes_of_every_length(int xfer_alloc)
         cr_assert_eq(s, XFER_OK, "batch %u (%s, a notification of %zu bytes): %s", i,
                      (i % 3 == 2) ? "get" : "put", note_len_of(i), xfer_status_string(s));
     }
-    for (uint32_t i = 0; i < NOTE_CASES; i++) {
-        cr_assert_eq(xfer_request_wait(reqs[i], TP_WAIT_MS), XFER_OK, "batch %u", i);
-        xfer_request_release(reqs[i]);
-    }
-    tp_send(&p, 1);
-    cr_assert_eq(tp_ctl_recv(p.ctl, &seen, sizeof(seen), &len, TP_WAIT_MS * 2), 0);
-    cr_assert_eq(len, sizeof(seen));
+    batches_end(&p, reqs, NOTE_CASES, &seen, sizeof(seen));
     cr_expect_eq(seen.bad, 0, "%u notifications came cut, shifted or unknown", seen.bad);
     cr_expect_eq(seen.good, NOTE_CASES, "%u notifications of %u came whole", seen.good,
                  NOTE_CASES);
