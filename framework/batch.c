@@ -456,8 +456,9 @@ static const xfer_batch_walk_ops_t batch_each_ops = {
     .done = batch_each_done,
 };
 
-/* Post the descriptors through put/get, XFER_BATCH_WINDOW bytes in flight at most. May
- * end the op before it returns XFER_INPROGRESS (every operation completed while posted). */
+/* Post the descriptors through put/get (or staged), XFER_BATCH_WINDOW bytes in flight at
+ * most. XFER_INPROGRESS keeps the posting's hold on the walk, so that the op outlives
+ * operations that complete while posted: the caller releases it once done with the op. */
 static xfer_status_t batch_post_each(batch_op_t *op)
 {
     xfer_status_t status;
@@ -471,7 +472,6 @@ static xfer_status_t batch_post_each(batch_op_t *op)
         op->each = 0;
         return status;
     }
-    xfer_batch_walk_release(&op->walk);     /* the posting's hold */
     return XFER_INPROGRESS;
 }
 
@@ -583,7 +583,6 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     batch->mem->busy++;
     ucs_list_add_tail(&ctx->batch_ops, &op->list);
 
-    /* the one-by-one path may end the op before it returns: op is not read after it */
     op->staged = batch->staged;
     status     = ((post != NULL) && !op->staged) ? post(batch->ep->ep, &op->args, &op->comp) :
                                                    batch_post_each(op);
@@ -619,6 +618,11 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         batch_deadline_update(ctx, deadline);
         xfer_request_posted(req, req_p);
         status = XFER_OK;
+        if (op->each) {
+            /* the posting's hold: the op may end now (every operation completed while
+             * posted), its notification, on the late list, going at its turn */
+            xfer_batch_walk_release(&op->walk);
+        }
     } else {
         ucs_list_del(&op->list);
         batch->mem->busy--;
