@@ -3,8 +3,9 @@
  * The latency loops read a cheaper one inside the interval they time: on x86-64 with an
  * invariant TSC (constant_tsc and nonstop_tsc), rdtsc - 8 ns here where clock_gettime takes
  * 19, and the read itself is part of every sample - scaled to nanoseconds by the two clocks'
- * advance over the whole loop, as ucx_perftest times with the TSC. Elsewhere it is
- * perf_now_ns().
+ * advance over the whole loop, as ucx_perftest times with the TSC, unless that rate is more
+ * than 5 % off one measured over 2 ms at the start (the loop's ends read on CPUs whose TSCs
+ * disagree, as in some VMs). Elsewhere it is perf_now_ns().
  */
 #include "perf.h"
 
@@ -54,10 +55,19 @@ static int tsc_invariant(void)
 
 void perf_lat_clock_start(perf_lat_clock_t *c)
 {
-    c->tsc     = tsc_invariant();
-    c->ns0     = perf_now_ns();
-    c->ticks0  = perf_lat_clock_now(c);
-    c->ns_tick = 1.0;
+    c->tsc         = tsc_invariant();
+    c->ns_tick     = 1.0;
+    c->ns_tick_cal = 0;
+    if (c->tsc) {
+        /* a short calibration, unlikely to be split by a move to another CPU */
+        uint64_t n0 = perf_now_ns(), t0 = perf_lat_clock_now(c), n1;
+
+        while ((n1 = perf_now_ns()) - n0 < 2000000) {
+        }
+        c->ns_tick_cal = (double)(n1 - n0) / (double)(perf_lat_clock_now(c) - t0);
+    }
+    c->ns0    = perf_now_ns();
+    c->ticks0 = perf_lat_clock_now(c);
 }
 
 uint64_t perf_lat_clock_now(const perf_lat_clock_t *c)
@@ -80,6 +90,15 @@ void perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n)
         return;     /* already nanoseconds */
     }
     c->ns_tick = (double)ns / (double)ticks;
+    if ((c->ns_tick_cal > 0) && ((c->ns_tick > c->ns_tick_cal * 1.05) ||
+                                 (c->ns_tick < c->ns_tick_cal * 0.95))) {
+        /* the TSCs of the CPUs the loop ran on do not agree (seen in VMs): the loop's two
+         * ends were read on different ones; the calibration's rate is the one to trust */
+        fprintf(stderr, "xfer_perf: the TSC advanced %.3f ns a tick over the loop and %.3f at "
+                "its start: the CPUs' TSCs disagree; scaled by the start's\n", c->ns_tick,
+                c->ns_tick_cal);
+        c->ns_tick = c->ns_tick_cal;
+    }
     for (size_t i = 0; i < n; i++) {
         samples[i] *= c->ns_tick;
     }

@@ -226,6 +226,7 @@ typedef struct perf_lat_clock {
     int      tsc;
     uint64_t ns0, ticks0;
     double   ns_tick;
+    double   ns_tick_cal;   /* measured over 2 ms at start, against which the loop's is checked */
 } perf_lat_clock_t;
 void          perf_lat_clock_start(perf_lat_clock_t *c);
 uint64_t      perf_lat_clock_now(const perf_lat_clock_t *c);
