@@ -66,9 +66,12 @@ fi
 # With two lanes busy on two vCPUs, rxe under TCG can go longer than the default 100 ms x 7
 # without acknowledging a large RDMA WRITE (a 4 GiB tensor, the largest batch), and the
 # channel fails with "transport retry counter exceeded": the verdict on a dead link, which
-# this is not. Both lanes wait 1 s a try; the suites that test how fast a dead peer or link is
-# found (test_verbs_faults, verbs:link_down) set their own timeouts.
-rc_wait=XFER_VERBS_TIMEOUT=1s
+# this is not. 1 s a try (7.5 s in all) was once not enough either: a 16 MiB put in lane 1 went
+# unacknowledged that long while lane 2 pinned its 4 GiB tensor. Both lanes wait 4 s a try
+# (30 s in all). A dead peer is still found at once: its socket and its CM ID close with it.
+# The suites that test how fast a dead link is found (test_verbs_faults, verbs:link_down) set
+# their own timeouts.
+rc_wait=XFER_VERBS_TIMEOUT=4s
 # The bound guards against a hang: the lanes take about 1000 s under TCG on a 2-core VM.
 "$guest" --memory "$memory" --timeout 2400 -- "$suites" "$build" \
     "$rc_wait" "${lane1[@]}" --lane "$rc_wait" "${lane2[@]}" ||
