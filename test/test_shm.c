@@ -486,6 +486,45 @@ Test(shm, a_batch_whose_stop_word_or_descriptors_are_unmapped_moves_nothing)
     free(buf);
 }
 
+/* NOTIFY frames (14) with a 16-byte payload, as a hostile peer writes them. Without a
+ * continuation (b 0) it is delivered whole, its bytes those of the frame. Refused, failing
+ * the endpoint: a notification said to follow puts that never came (a), and a continued one
+ * whose whole length (b) is not longer than its first frame or is past XFER_NOTIFY_MAX_LEN,
+ * for which the target would allocate. */
+Test(shm, a_notification_frame_is_delivered_whole_or_its_lengths_are_refused)
+{
+    static const scribble_t good = {.type = 14, .len = 16, .payload = 1};
+    static const scribble_t bad[] = {
+        {.type = 14, .len = 16, .payload = 1, .a = 1},
+        {.type = 14, .len = 16, .payload = 1, .b = 16},
+        {.type = 14, .len = 16, .payload = 1, .b = 4096 + 1},
+        {.type = 14, .len = 16, .payload = 1, .b = UINT64_MAX},
+    };
+    uint8_t note[64], expected[16];
+    size_t note_len = 0;
+    tp_peer_t p;
+
+    tp_start(&p, srv_scribbler, (void*)&good);
+    cr_assert_eq(tp_recv(&p), 1);
+    tp_progress_for(p.ctx, 300);
+    cr_assert_eq(xfer_notify_poll(p.ep, note, sizeof(note), &note_len), XFER_OK);
+    memset(expected, 0xee, sizeof(expected));
+    cr_assert_eq(note_len, sizeof(expected));
+    cr_assert_eq(memcmp(note, expected, sizeof(expected)), 0);
+    cr_expect_eq(xfer_endpoint_status(p.ep), XFER_OK);
+    kill(p.pid, SIGKILL);
+    (void)tp_child_wait(&p, 10);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[64];
+
+        snprintf(what, sizeof(what), "bad NOTIFY frame %zu", i);
+        scribbled(&bad[i], what);
+    }
+}
+
 /* Clients that close their endpoint as soon as xfer_connect returns: the server completes its
  * side while the client's segment goes (unmapped, then its memfd closed, its connection
  * closed), at any point of that. The accept never answers XFER_ERR_UNAVAILABLE - which says
