@@ -409,6 +409,9 @@ static void corrupt_case(const char *spec, xfer_status_t want, int channel_survi
 
     tp_server_spawn(&p, srv_producer, NULL, NULL);
     setenv("XFER_VERBS_TEST_CORRUPT", spec, 1);     /* this side only: the child is forked */
+    /* a channel the damage fails is found failed when this side's RC retries run out: 1 s a
+     * try, whatever the suite runs with, so that the 7 tries fit the bound below */
+    setenv("XFER_VERBS_TIMEOUT", "1s", 1);
     p.ctx = tp_context(0);
     p.ep  = tp_connect(p.ctx, &p);
     unsetenv("XFER_VERBS_TEST_CORRUPT");

@@ -69,8 +69,8 @@ fi
 # this is not. 1 s a try (7.5 s in all) was once not enough either: a 16 MiB put in lane 1 went
 # unacknowledged that long while lane 2 pinned its 4 GiB tensor. Both lanes wait 4 s a try
 # (30 s in all). A dead peer is still found at once: its socket and its CM ID close with it.
-# The suites that test how fast a dead link is found (test_verbs_faults, verbs:link_down) set
-# their own timeouts.
+# The tests that bound how fast a dead link or a damaged channel is found (test_verbs_faults,
+# verbs:link_down, verbs_tensor's damaged requests) set their own timeouts.
 rc_wait=XFER_VERBS_TIMEOUT=4s
 # The bound guards against a hang: the lanes take about 1000 s under TCG on a 2-core VM.
 "$guest" --memory "$memory" --timeout 2400 -- "$suites" "$build" \
