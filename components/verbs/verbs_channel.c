@@ -439,6 +439,16 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     xfer_verbs_op_t *op, *tmp;
 
+    if ((ch->state != XFER_VERBS_CH_CREATED) && (ch->sock >= 0) &&
+        (status != XFER_ERR_PEER_CLOSED) && (status != XFER_ERR_CANCELED)) {
+        /* a channel that fails here is closed to the peer at once, as tcp and shm close
+         * their connection: the peer ends its side with XFER_ERR_CONNECTION now instead of
+         * when its RC retries run out (7 x XFER_VERBS_TIMEOUT). Not after the peer's BYE
+         * (the peer's close goes on over the socket) nor for a local destroy (ch_free
+         * closes it), nor while the framework's handshake still owns the socket. The
+         * socket leaves the epoll set at its next event (xfer_verbs_ch_sock_event). */
+        shutdown(ch->sock, SHUT_RDWR);
+    }
     ch->state = XFER_VERBS_CH_FAILED;
     if (ch->qp != NULL) {
         ibv_modify_qp(ch->qp, &attr, IBV_QP_STATE);  /* flush; no more sends go out */
