@@ -268,3 +268,88 @@ Test(contract, a_peer_that_dies_in_the_middle_of_a_large_message_fails_the_recei
     xfer_context_destroy(p.ctx);
     free(buf);
 }
+
+/* The target of the test below: it registers a buffer, sends its key and progresses without
+ * taking the notifications that come; at the initiator's word it answers its endpoint's
+ * status. */
+static int srv_keep_notifications(tp_side_t *s)
+{
+    static uint8_t region[4096];
+    xfer_mem_t *mem;
+    uint64_t v;
+    void *blob;
+    size_t len;
+
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, region, sizeof(region), XFER_MEM_HOST, &mem),
+                    XFER_OK);
+    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
+    xfer_rkey_blob_free(blob);
+    TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word");
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)xfer_endpoint_status(s->ep)) == 0,
+             "ctl");
+    xfer_endpoint_close(s->ep);
+    s->ep = NULL;
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    return 0;
+}
+
+/* An endpoint that fails is closed to its peer at once (C24). The target keeps one
+ * notification; the second fails its endpoint (XFER_ERR_NO_RESOURCE, C25). This side, which
+ * posts nothing more, hears of it from the closed connection: its endpoint, and the receive
+ * pending on it, fail with XFER_ERR_CONNECTION within seconds - not when a timeout of the
+ * transport runs out (verbs: its RC retries, made a minute long here). */
+Test(contract, an_endpoint_that_fails_is_closed_to_its_peer_at_once)
+{
+    const double bound_ms = 5000.0 * tp_slowdown();
+    uint64_t src = 7, v = 0;
+    xfer_batch_desc_t d = {0, 0, sizeof(src)};
+    xfer_request_t *never = NULL, *reqs[2] = {NULL, NULL};
+    xfer_status_t st;
+    xfer_batch_t *b;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+    double t0;
+    tp_peer_t p;
+
+    setenv("XFER_NOTIFY_MAX_QUEUED", "1", 1);
+    setenv("XFER_VERBS_TIMEOUT", "8s", 1);
+    tp_start(&p, srv_keep_notifications, NULL);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(xfer_mem_register(p.ctx, &src, sizeof(src), XFER_MEM_HOST, &mem), XFER_OK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, &d, 1, &b), XFER_OK);
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 5, ALL, &v, sizeof(v), NULL, NULL, NULL,
+                                      &never)));
+    for (uint32_t i = 0; i < 2; i++) {
+        cr_assert_eq(xfer_batch_post(b, &i, sizeof(i), 0, NULL, NULL, &reqs[i]), XFER_OK,
+                     "post %u", i);
+    }
+    t0 = tp_now_ms();
+    st = ct_status_change(p.ctx, p.ep, TP_WAIT_MS * 3);
+    cr_log_info("this side's endpoint ended %s %.0f ms after the posts",
+                xfer_status_string(st), tp_now_ms() - t0);
+    cr_assert_eq(st, XFER_ERR_CONNECTION, "%s", xfer_status_string(st));
+    cr_assert_lt(tp_now_ms() - t0, bound_ms, "the peer's failed endpoint was not closed to "
+                 "this side: it was found only %.0f ms later", tp_now_ms() - t0);
+    cr_assert_eq(xfer_request_wait(never, TP_WAIT_MS), XFER_ERR_CONNECTION);
+    tp_send(&p, 1);
+    cr_assert_eq((xfer_status_t)(int64_t)tp_recv(&p), XFER_ERR_NO_RESOURCE,
+                 "the target's endpoint did not fail at its notification bound");
+    for (int i = 0; i < 2; i++) {
+        (void)xfer_request_wait(reqs[i], TP_WAIT_MS);
+        xfer_request_release(reqs[i]);
+    }
+    xfer_request_release(never);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    xfer_rkey_destroy(rkey);
+    xfer_endpoint_close(p.ep);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    tp_another_peer_works(p.ctx, (const size_t[]){100000, 0});
+    xfer_context_destroy(p.ctx);
+    tp_child_expect_ok(&p, 60);
+}
