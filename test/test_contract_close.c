@@ -38,15 +38,8 @@ static xfer_endpoint_t *accept_last_message(tp_side_t *s)
 static int srv_close_on_last_message(tp_side_t *s)
 {
     static uint8_t region[PUT_LEN];
-    xfer_mem_t *mem;
-    void *blob;
-    size_t len;
+    xfer_mem_t *mem = ct_offer(s, region, sizeof(region));
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, region, sizeof(region), XFER_MEM_HOST, &mem),
-                    XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
     for (int r = 0; r < ROUNDS; r++) {
         xfer_endpoint_close(accept_last_message(s));
     }
@@ -275,16 +268,9 @@ Test(contract, a_peer_that_dies_in_the_middle_of_a_large_message_fails_the_recei
 static int srv_keep_notifications(tp_side_t *s)
 {
     static uint8_t region[4096];
-    xfer_mem_t *mem;
+    xfer_mem_t *mem = ct_offer(s, region, sizeof(region));
     uint64_t v;
-    void *blob;
-    size_t len;
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, region, sizeof(region), XFER_MEM_HOST, &mem),
-                    XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
     TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word");
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
     TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)xfer_endpoint_status(s->ep)) == 0,
