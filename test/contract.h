@@ -19,8 +19,8 @@ xfer_status_t ct_put(xfer_endpoint_t *ep, const void *buf, size_t len, xfer_mem_
                      uint64_t remote_addr, xfer_rkey_t *rkey);
 /* Progress ctx until ep's status is no longer XFER_OK, at most timeout_ms: the status. */
 xfer_status_t ct_status_change(xfer_context_t *ctx, xfer_endpoint_t *ep, int timeout_ms);
-/* A child's: register len bytes at buf and send their key to the parent (tp_recv_blob); the
- * registration. */
+/* A child's: register len bytes at buf (NULL: len bytes from xfer_mem_alloc) and send their
+ * key to the parent (tp_recv_blob); the registration. */
 xfer_mem_t *ct_offer(tp_side_t *s, void *buf, size_t len);
 
 #endif

@@ -48,7 +48,8 @@ xfer_mem_t *ct_offer(tp_side_t *s, void *buf, size_t len)
     size_t blob_len;
     void *blob;
 
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, buf, len, XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS((buf != NULL) ? xfer_mem_register(s->ctx, buf, len, XFER_MEM_HOST, &mem) :
+                    xfer_mem_alloc(s->ctx, len, XFER_MEM_HOST, &mem), XFER_OK);
     TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &blob_len), XFER_OK);
     TP_CHECK(tp_ctl_send(s->ctl, blob, blob_len) == 0, "ctl");
     xfer_rkey_blob_free(blob);

@@ -48,16 +48,8 @@ static void seen_cb(xfer_endpoint_t *ep, const void *msg, size_t len, void *arg)
 static xfer_mem_t *target_open(tp_side_t *s, void *dst, size_t dst_len, xfer_notify_cb_t cb,
                                void *arg)
 {
-    xfer_mem_t *mem;
-    void *blob;
-    size_t len;
+    xfer_mem_t *mem = ct_offer(s, dst, dst_len);
 
-    TP_CHECK_STATUS((dst != NULL) ?
-                    xfer_mem_register(s->ctx, dst, dst_len, XFER_MEM_HOST, &mem) :
-                    xfer_mem_alloc(s->ctx, dst_len, XFER_MEM_HOST, &mem), XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
     TP_CHECK_STATUS(xfer_notify_handler_set(s->ctx, cb, arg), XFER_OK);
     TP_CHECK(tp_progress_until_ctl(s, TP_WAIT_MS * 3) == 0, "no word from the initiator");
     return mem;
