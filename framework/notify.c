@@ -127,6 +127,61 @@ xfer_status_t xfer_notify_deliver(const xfer_iface_params_t *params, void *fw_ep
     return XFER_OK;
 }
 
+xfer_status_t xfer_notify_rx_begin(void *fw_ep, xfer_notify_rx_t *n, size_t len, char *why,
+                                   size_t why_size)
+{
+    if (n->buf != NULL) {
+        snprintf(why, why_size, "a notification of %zu bytes while one of %zu is arriving",
+                 len, n->len);
+        return XFER_ERR_PROTOCOL;
+    }
+    if (!xfer_budget_take(fw_ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(len))) {
+        snprintf(why, why_size, "the peer's notifications, queued and arriving, reach its "
+                 "share of XFER_NOTIFY_BUDGET, which all peers of this process share (one of "
+                 "%zu bytes begins)", len);
+        return XFER_ERR_NO_RESOURCE;
+    }
+    n->buf = malloc((len > 0) ? len : 1);
+    if (n->buf == NULL) {
+        xfer_budget_give(fw_ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(len));
+        snprintf(why, why_size, "out of memory for a notification of %zu bytes", len);
+        return XFER_ERR_NO_MEMORY;
+    }
+    n->len = len;
+    return XFER_OK;
+}
+
+void xfer_notify_rx_end(void *fw_ep, xfer_notify_rx_t *n)
+{
+    if (n->buf != NULL) {
+        xfer_budget_give(fw_ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(n->len));
+        free(n->buf);
+        n->buf = NULL;
+        n->len = 0;
+    }
+}
+
+xfer_status_t xfer_notify_rx_deliver(const xfer_iface_params_t *params, void *fw_ep,
+                                     xfer_notify_rx_t *n, const xfer_batch_rx_t *r,
+                                     uint64_t puts, const char *subsys, char *why,
+                                     size_t why_size)
+{
+    xfer_notify_rx_t whole = *n;
+    xfer_status_t status;
+
+    /* its charge moves to the queued copy: given back first, so that a peer at its share
+     * is not refused for holding one notification twice */
+    if (whole.buf != NULL) {
+        xfer_budget_give(fw_ep, XFER_BUDGET_NOTIFY, NOTIFY_COST(whole.len));
+    }
+    n->buf = NULL;
+    n->len = 0;
+    status = xfer_notify_deliver(params, fw_ep, r, puts, whole.buf, whole.len, subsys, why,
+                                 why_size);
+    free(whole.buf);
+    return status;
+}
+
 static notify_msg_t *notify_take(xfer_endpoint_t *ep)
 {
     notify_msg_t *m = ucs_list_extract_head(&ep->notifies, notify_msg_t, list);

@@ -525,6 +525,73 @@ Test(shm, a_notification_frame_is_delivered_whole_or_its_lengths_are_refused)
     }
 }
 
+/* A notification is charged to the process's XFER_NOTIFY_BUDGET from its first frame, not
+ * only once queued: NOTE_PEERS peers (each with a context of its own in this process) write
+ * the first NOTIFY frame of one of NOTE_MAX bytes and never the rest. The budget (256 KiB)
+ * has room for fewer than all of them: the endpoints of the peers past their share fail with
+ * XFER_ERR_NO_RESOURCE, the others wait intact. When the peers that were kept die, their
+ * endpoints fail - not closed by the application yet - and give their share back: the next
+ * such peer is kept. */
+#define NOTE_MAX   65536u
+#define NOTE_PEERS 4
+
+Test(shm, notifications_part_way_in_are_held_to_the_process_budget)
+{
+    static const scribble_t first = {.type = 14, .len = 16, .payload = 1, .b = NOTE_MAX};
+    tp_peer_t p[NOTE_PEERS + 1];
+    xfer_status_t st[NOTE_PEERS];
+    unsigned held = 0, refused = 0;
+
+    setenv("XFER_NOTIFY_MAX_LEN", "65536", 1);
+    setenv("XFER_NOTIFY_BUDGET", "256k", 1);
+    /* every child forked before a ring is mapped here: each finds only its own two */
+    for (int i = 0; i <= NOTE_PEERS; i++) {
+        tp_server_spawn(&p[i], srv_scribbler, (void*)&first, NULL);
+    }
+    for (int i = 0; i < NOTE_PEERS; i++) {
+        p[i].ctx = tp_context(0);
+        p[i].ep  = tp_connect(p[i].ctx, &p[i]);
+        cr_assert_eq(tp_recv(&p[i]), 1);
+        tp_progress_for(p[i].ctx, 200);
+    }
+    for (int i = 0; i < NOTE_PEERS; i++) {
+        st[i] = xfer_endpoint_status(p[i].ep);
+        cr_expect((st[i] == XFER_OK) || (st[i] == XFER_ERR_NO_RESOURCE), "peer %d: %s", i,
+                  xfer_status_string(st[i]));
+        held    += (st[i] == XFER_OK);
+        refused += (st[i] == XFER_ERR_NO_RESOURCE);
+    }
+    cr_expect_geq(held, 1, "no peer could begin its notification");
+    cr_expect_geq(refused, 1, "%u notifications of %u bytes part-way in, all kept within a "
+                  "budget of 256 KiB", held, NOTE_MAX);
+    cr_expect_leq(held * (uint64_t)NOTE_MAX, 256u << 10);
+
+    for (int i = 0; i < NOTE_PEERS; i++) {
+        if (st[i] == XFER_OK) {
+            kill(p[i].pid, SIGKILL);
+            (void)tp_child_wait(&p[i], 10);
+            tp_progress_for(p[i].ctx, 200);
+            cr_expect_neq(xfer_endpoint_status(p[i].ep), XFER_OK, "peer %d died", i);
+        }
+    }
+    p[NOTE_PEERS].ctx = tp_context(0);
+    p[NOTE_PEERS].ep  = tp_connect(p[NOTE_PEERS].ctx, &p[NOTE_PEERS]);
+    cr_assert_eq(tp_recv(&p[NOTE_PEERS]), 1);
+    tp_progress_for(p[NOTE_PEERS].ctx, 300);
+    cr_expect_eq(xfer_endpoint_status(p[NOTE_PEERS].ep), XFER_OK, "a notification part-way "
+                 "in after the others' endpoints failed: %s",
+                 xfer_status_string(xfer_endpoint_status(p[NOTE_PEERS].ep)));
+
+    for (int i = 0; i <= NOTE_PEERS; i++) {
+        if (p[i].pid > 0) {
+            kill(p[i].pid, SIGKILL);
+            (void)tp_child_wait(&p[i], 10);
+        }
+        xfer_endpoint_close(p[i].ep);
+        xfer_context_destroy(p[i].ctx);
+    }
+}
+
 /* Clients that close their endpoint as soon as xfer_connect returns: the server completes its
  * side while the client's segment goes (unmapped, then its memfd closed, its connection
  * closed), at any point of that. The accept never answers XFER_ERR_UNAVAILABLE - which says

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS       10000
@@ -709,4 +710,113 @@ Test(tcp_proto, peer_closes_cleanly)
     raw_plan_t plan = {NULL, 0, 1, 0, 0, 0};
 
     expect_bad_frame(&plan, XFER_ERR_CONNECTION, XFER_ERR_CONNECTION);
+}
+
+/* ---- notifications arriving in pieces, held to the process's budget ------------------------- */
+
+#define NOTE_MAX   65536u           /* XFER_NOTIFY_MAX_LEN, the largest it may be */
+#define NOTE_PEERS 4u
+
+static void progress_ms(xfer_context_t *ctx, int ms)
+{
+    struct timespec t0, t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        xfer_progress(ctx);
+        usleep(1000);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+}
+
+/* A BATCH_END (put, after no puts) with a notification of NOTE_MAX bytes (i * 7). */
+static size_t batch_end_frame(uint8_t *frame)
+{
+    size_t len = put_hdr(frame, XFER_TCP_WIRE_BATCH_END, 0, 1,
+                         XFER_TCP_WIRE_BATCH_EXT_LEN + NOTE_MAX);
+
+    memset(frame + len, 0, XFER_TCP_WIRE_BATCH_EXT_LEN);
+    xfer_put_le32(frame + len, 1);      /* a notification follows */
+    len += XFER_TCP_WIRE_BATCH_EXT_LEN;
+    for (size_t i = 0; i < NOTE_MAX; i++) {
+        frame[len + i] = (uint8_t)(i * 7);
+    }
+    return len;
+}
+
+/*
+ * A notification is charged to the process's XFER_NOTIFY_BUDGET from its first byte, not
+ * only once queued: NOTE_PEERS raw peers each begin one of NOTE_MAX bytes and never send the
+ * rest. The budget (256 KiB) has room for fewer than NOTE_PEERS of them, so the endpoints of
+ * the peers past their share fail with XFER_ERR_NO_RESOURCE and the rest wait intact. Once
+ * the peers leave, their endpoints fail - not closed by the application yet - and the whole
+ * budget is free again: another peer's notification of NOTE_MAX bytes is delivered byte for
+ * byte.
+ */
+Test(tcp_proto, notifications_part_way_in_are_held_to_the_process_budget)
+{
+    static uint8_t frame[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_BATCH_EXT_LEN + NOTE_MAX];
+    static uint8_t note[NOTE_MAX];
+    xfer_endpoint_t *eps[NOTE_PEERS], *whole_ep = NULL;
+    unsigned held = 0, refused = 0;
+    int ctl[NOTE_PEERS], whole_ctl;
+    pid_t pid[NOTE_PEERS], whole_pid;
+    raw_plan_t part, whole;
+    size_t head, note_len = 0;
+    xfer_status_t st = XFER_ERR_NOT_FOUND;
+    server_t s;
+
+    setenv("XFER_NOTIFY_MAX_LEN", "65536", 1);
+    setenv("XFER_NOTIFY_BUDGET", "256k", 1);
+    head  = batch_end_frame(frame);
+    part  = (raw_plan_t){frame, head + 1024, 0, 0, 0, 0};
+    whole = (raw_plan_t){frame, head + NOTE_MAX, 0, 0, 0, 0};
+    server_start(&s);
+    for (unsigned i = 0; i < NOTE_PEERS; i++) {
+        pid[i] = raw_spawn(s.port, &part, &ctl[i]);
+        cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &eps[i]), XFER_OK);
+        cr_assert_eq(write(ctl[i], "g", 1), 1);
+        progress_ms(s.ctx, 200);
+    }
+    progress_ms(s.ctx, 300);
+    for (unsigned i = 0; i < NOTE_PEERS; i++) {
+        xfer_status_t ep_st = xfer_endpoint_status(eps[i]);
+
+        cr_expect((ep_st == XFER_OK) || (ep_st == XFER_ERR_NO_RESOURCE), "peer %u: %s", i,
+                  xfer_status_string(ep_st));
+        held    += (ep_st == XFER_OK);
+        refused += (ep_st == XFER_ERR_NO_RESOURCE);
+    }
+    cr_expect_geq(held, 1, "no peer could begin its notification");
+    cr_expect_geq(refused, 1, "%u notifications of %u bytes part-way in, all kept within a "
+                  "budget of 256 KiB", held, NOTE_MAX);
+    cr_expect_leq(held * (uint64_t)NOTE_MAX, 256u << 10);
+    /* the peers leave; their endpoints fail, and stay open here */
+    for (unsigned i = 0; i < NOTE_PEERS; i++) {
+        close(ctl[i]);
+        cr_expect_eq(child_exit(pid[i]), 0);
+    }
+    progress_ms(s.ctx, 200);
+    for (unsigned i = 0; i < NOTE_PEERS; i++) {
+        cr_expect_neq(xfer_endpoint_status(eps[i]), XFER_OK, "peer %u left", i);
+    }
+
+    whole_pid = raw_spawn(s.port, &whole, &whole_ctl);
+    cr_assert_eq(xfer_accept(s.listener, WAIT_MS, &whole_ep), XFER_OK);
+    cr_assert_eq(write(whole_ctl, "g", 1), 1);
+    for (int ms = 0; (st == XFER_ERR_NOT_FOUND) && (ms < WAIT_MS); ms += 10) {
+        progress_ms(s.ctx, 10);
+        st = xfer_notify_poll(whole_ep, note, sizeof(note), &note_len);
+    }
+    cr_expect_eq(st, XFER_OK, "the whole notification: %s (the endpoint: %s)",
+                 xfer_status_string(st), xfer_status_string(xfer_endpoint_status(whole_ep)));
+    cr_expect_eq(note_len, NOTE_MAX);
+    cr_expect_eq(memcmp(note, frame + head, NOTE_MAX), 0);
+    close(whole_ctl);
+    cr_expect_eq(child_exit(whole_pid), 0);
+    xfer_endpoint_close(whole_ep);
+    for (unsigned i = 0; i < NOTE_PEERS; i++) {
+        xfer_endpoint_close(eps[i]);
+    }
+    server_stop(&s);
 }

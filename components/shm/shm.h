@@ -264,8 +264,7 @@ struct xfer_ep {
     xfer_shm_rx_t       rx;
 
     xfer_batch_rx_t     batch_puts;     /* PUT frames received, and the last refused one */
-    uint8_t             *notify_rx;     /* a notification arriving over several cells
-                                         * (max_notify_len bytes, from the first such one) */
+    xfer_notify_rx_t    notify_rx;      /* a notification arriving over several cells */
     uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */
     ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */

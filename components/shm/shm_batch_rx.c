@@ -236,15 +236,10 @@ static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
     return (status == XFER_OK) ? batch_stop_status(stop) : status;
 }
 
-/* The peer's notification, after puts PUT frames of its batch (r; NULL: a CMA batch, whose
- * descriptors were checked whole). XFER_OK, or the endpoint fails. */
-static xfer_status_t notify_deliver(xfer_ep_h ep, const xfer_batch_rx_t *r, uint64_t puts,
-                                    const void *msg, size_t len)
+/* A peer's notification handed over (xfer_notify_deliver's status): XFER_OK, or the endpoint
+ * fails. */
+static xfer_status_t notify_delivered(xfer_ep_h ep, xfer_status_t status, const char *why)
 {
-    char why[XFER_REASON_MAX];
-    xfer_status_t status = xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, r, puts,
-                                               msg, len, XFER_SHM_SUBSYS, why, sizeof(why));
-
     if (status != XFER_OK) {
         xfer_shm_ep_fail_later(ep, status, "%s", why);
         return status;
@@ -252,6 +247,18 @@ static xfer_status_t notify_deliver(xfer_ep_h ep, const xfer_batch_rx_t *r, uint
     ep->rx_yield = 1;   /* the application hears of it at the end of this round, not 256
                          * frames later */
     return XFER_OK;
+}
+
+/* The peer's notification, after puts PUT frames of its batch (r; NULL: a CMA batch, whose
+ * descriptors were checked whole). */
+static xfer_status_t notify_deliver(xfer_ep_h ep, const xfer_batch_rx_t *r, uint64_t puts,
+                                    const void *msg, size_t len)
+{
+    char why[XFER_REASON_MAX];
+
+    return notify_delivered(ep, xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, r,
+                                                    puts, msg, len, XFER_SHM_SUBSYS, why,
+                                                    sizeof(why)), why);
 }
 
 xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
@@ -322,6 +329,7 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                  const uint8_t *payload, char *why, size_t why_size)
 {
     uint32_t max = ep->iface->params.max_notify_len;
+    xfer_status_t status;
 
     if (hdr->a > ep->batch_puts.puts) {
         snprintf(why, why_size, "a notification after %llu puts (%llu came)",
@@ -339,16 +347,13 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  "(XFER_NOTIFY_MAX_LEN=%u)", (unsigned long long)hdr->b, hdr->len, max);
         return XFER_ERR_PROTOCOL;
     }
-    if (ep->notify_rx == NULL) {
-        ep->notify_rx = malloc(max);
-        if (ep->notify_rx == NULL) {
-            snprintf(why, why_size, "out of memory for a notification of %llu bytes",
-                     (unsigned long long)hdr->b);
-            return XFER_ERR_NO_MEMORY;
-        }
+    status = xfer_notify_rx_begin(ep->fail.fw_ep, &ep->notify_rx, (size_t)hdr->b, why,
+                                  why_size);
+    if (status != XFER_OK) {
+        return status;
     }
     /* the rest follows in DATA frames, nothing between them */
-    xfer_shm_rx_expect(ep, XFER_SHM_RX_NOTIFY, ep->notify_rx, hdr->b, hdr->b);
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_NOTIFY, ep->notify_rx.buf, hdr->b, hdr->b);
     ep->rx.tag    = hdr->a;
     ep->rx.status = (hdr->flags & XFER_SHM_FL_VOID) ? XFER_ERR_CANCELED : XFER_OK;
     xfer_shm_rx_feed(ep, payload, hdr->len);
@@ -357,10 +362,13 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 
 xfer_status_t xfer_shm_rx_notify_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    (void)why;
-    (void)why_size;
-    if (ep->rx.status == XFER_OK) {
-        (void)notify_deliver(ep, &ep->batch_puts, ep->rx.tag, ep->notify_rx, ep->rx.total);
+    if (ep->rx.status != XFER_OK) {
+        xfer_notify_rx_end(ep->fail.fw_ep, &ep->notify_rx);    /* voided */
+        return XFER_OK;
     }
+    (void)notify_delivered(ep, xfer_notify_rx_deliver(&ep->iface->params, ep->fail.fw_ep,
+                                                      &ep->notify_rx, &ep->batch_puts,
+                                                      ep->rx.tag, XFER_SHM_SUBSYS, why,
+                                                      why_size), why);
     return XFER_OK;
 }

@@ -472,6 +472,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     }
     ep->state = XFER_SHM_EP_FAILED;
     xfer_shm_rx_abort(ep, status);
+    xfer_notify_rx_end(ep->fail.fw_ep, &ep->notify_rx);      /* one part-way in */
     xfer_shm_tx_drop_all(ep, status);
     xfer_shm_coop_ep_gone(ep, status);
     xfer_shm_pulls_ep_gone(ep, status);
@@ -543,6 +544,5 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         close(ep->memfd);
     }
     xfer_slots_cleanup(&ep->slots);
-    free(ep->notify_rx);
     free(ep);
 }

@@ -398,11 +398,6 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     return XFER_INPROGRESS;
 }
 
-static size_t params_max_notify(xfer_ep_h ep)
-{
-    return ep->iface->params.max_notify_len ? ep->iface->params.max_notify_len : 1;
-}
-
 /* ---- target --------------------------------------------------------------------------------- */
 
 xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
@@ -423,16 +418,17 @@ xfer_status_t xfer_tcp_rx_batch_end_ext(xfer_ep_h ep, const uint8_t *ext, char *
                  ep->batch_puts.puts);
         return XFER_ERR_PROTOCOL;
     }
-    if ((ep->batch_notify == NULL) && (nlen > 0)) {
-        ep->batch_notify = malloc(params_max_notify(ep));
-        if (ep->batch_notify == NULL) {
-            snprintf(why, why_size, "out of memory for a notification");
-            return XFER_ERR_NO_MEMORY;
+    if (nlen > 0) {
+        xfer_status_t status = xfer_notify_rx_begin(ep->fail.fw_ep, &ep->batch_notify,
+                                                    (size_t)nlen, why, why_size);
+
+        if (status != XFER_OK) {
+            return status;
         }
     }
     ep->rx.batch_flags = flags;
     ep->rx.batch_puts  = puts;
-    xfer_tcp_rx_expect(ep, ep->batch_notify, (size_t)nlen, 0);
+    xfer_tcp_rx_expect(ep, ep->batch_notify.buf, (size_t)nlen, 0);
     return XFER_OK;
 }
 
@@ -447,14 +443,14 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
     uint8_t *p;
 
     if (ep->rx.batch_flags & BATCH_FL_NOTIFY) {
-        delivered = xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, &ep->batch_puts,
-                                        puts, ep->batch_notify, (size_t)(ep->rx.hdr.length -
-                                        XFER_TCP_WIRE_BATCH_EXT_LEN), XFER_TCP_SUBSYS, why,
-                                        why_size);
+        delivered = xfer_notify_rx_deliver(&ep->iface->params, ep->fail.fw_ep,
+                                           &ep->batch_notify, &ep->batch_puts, puts,
+                                           XFER_TCP_SUBSYS, why, why_size);
         if (delivered != XFER_OK) {
             return delivered;
         }
     }
+    xfer_notify_rx_end(ep->fail.fw_ep, &ep->batch_notify);     /* a voided one's bytes */
     if (ep->rx.batch_flags & BATCH_FL_GET) {
         return XFER_OK;
     }

@@ -591,6 +591,7 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
                             status);
     }
     xfer_tcp_ep_rx_abort(ep, status);
+    xfer_notify_rx_end(ep->fail.fw_ep, &ep->batch_notify);    /* one part-way in */
     for (uint32_t i = 0; i < ep->slots.num; i++) {
         if (ep->slots.s[i].kind == XFER_TCP_SLOT_FREE) {
             continue;
@@ -658,7 +659,6 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     ep->in_ready = ep->in_tx_ready = 0;
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_tcp_batch_ep_gone(ep);
-    free(ep->batch_notify);
     free(ep->putv_rx);
     if (ep->hot) {
         ucs_list_del(&ep->hot_link);

@@ -599,6 +599,30 @@ XFER_API xfer_status_t xfer_notify_deliver(const xfer_iface_params_t *params, vo
                                            char *why, size_t why_size);
 
 /*
+ * A notification that arrives in pieces (longer than the frame that announced it): its room,
+ * allocated at the first piece and charged to the process's XFER_NOTIFY_BUDGET until it is
+ * delivered or dropped, so that peers part-way through theirs are held to the budget like the
+ * notifications queued, and a peer that never sends the rest holds only its share. The caller
+ * checked len against the iface's max_notify_len. Refused, and the endpoint fails:
+ * XFER_ERR_NO_RESOURCE past the peer's share, XFER_ERR_NO_MEMORY, XFER_ERR_PROTOCOL while
+ * another is arriving; why says so.
+ */
+typedef struct xfer_notify_rx {
+    uint8_t *buf;       /* NULL: none arriving */
+    size_t   len;
+} xfer_notify_rx_t;
+
+XFER_API xfer_status_t xfer_notify_rx_begin(void *fw_ep, xfer_notify_rx_t *n, size_t len,
+                                            char *why, size_t why_size);
+/* Hand the whole notification over as xfer_notify_deliver does; the room goes either way. */
+XFER_API xfer_status_t xfer_notify_rx_deliver(const xfer_iface_params_t *params, void *fw_ep,
+                                              xfer_notify_rx_t *n, const xfer_batch_rx_t *r,
+                                              uint64_t puts, const char *subsys, char *why,
+                                              size_t why_size);
+/* Drop what arrived (a voided notification, a failing endpoint); none arriving is fine. */
+XFER_API void xfer_notify_rx_end(void *fw_ep, xfer_notify_rx_t *n);
+
+/*
  * An endpoint's failure, told once (framework/comp_base.c). The component records status and
  * reason and completes what is pending on the endpoint - at once, or, where it finds the
  * failure inside a walk of its own queues, at the start of its next progress (deferred).
