@@ -4,6 +4,8 @@
  */
 #include "xfer_int.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/random.h>
 #include <time.h>
@@ -119,4 +121,59 @@ void *xfer_region_find(xfer_regions_t *t, uint64_t id, uint64_t key)
 xfer_status_t xfer_region_refused(uint32_t *bad_keys_p)
 {
     return (++*bad_keys_p > XFER_BAD_KEYS_MAX) ? XFER_ERR_PROTOCOL : XFER_OK;
+}
+
+xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr, size_t length)
+{
+    if (!xfer_region_args_ok(addr, length)) {
+        return XFER_ERR_INVALID_PARAM;
+    }
+    r->addr   = addr;
+    r->length = length;
+    return xfer_region_insert(t, r, &r->id, &r->key);
+}
+
+uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
+                        size_t why_size)
+{
+    uint64_t base = (uintptr_t)r->addr;
+
+    if (!xfer_range_within(base, r->length, addr, len)) {
+        snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
+                 " (0x%" PRIx64 "+%zu)", addr, len, r->id, base, r->length);
+        return NULL;
+    }
+    return r->addr + (addr - base);
+}
+
+xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
+                                 uint32_t *bad_keys_p, xfer_status_t *status_p, char *why,
+                                 size_t why_size)
+{
+    xfer_region_t *r = xfer_region_find(t, id, key);
+
+    if (r != NULL) {
+        *status_p = XFER_OK;
+    } else if (xfer_region_refused(bad_keys_p) != XFER_OK) {
+        snprintf(why, why_size, "%" PRIu32 " requests whose keys fit no region: the peer is "
+                 "scanning for keys", *bad_keys_p);
+        *status_p = XFER_ERR_PROTOCOL;
+    } else {
+        snprintf(why, why_size, "no region here has id %" PRIu64 " and that key", id);
+        *status_p = XFER_ERR_NOT_FOUND;
+    }
+    return r;
+}
+
+xfer_region_t *xfer_region_reach(xfer_regions_t *t, uint64_t id, uint64_t key, uint64_t addr,
+                                 uint64_t len, uint32_t *bad_keys_p, xfer_status_t *status_p,
+                                 char *why, size_t why_size)
+{
+    xfer_region_t *r = xfer_region_named(t, id, key, bad_keys_p, status_p, why, why_size);
+
+    if ((r != NULL) && (xfer_region_at(r, addr, len, why, why_size) == NULL)) {
+        *status_p = XFER_ERR_OUT_OF_RANGE;
+        return NULL;
+    }
+    return r;
 }

@@ -1,7 +1,8 @@
 /*
  * The contract (docs/contract.md), bounds: an endpoint whose input is paused at the bound on
  * messages nobody received yet still learns that its peer closed or went away, and what the
- * peer sent before is still received.
+ * peer sent before is still received; a put, get or batch that names memory the target no
+ * longer has moves nothing and fails with XFER_ERR_NOT_FOUND.
  */
 #include "contract.h"
 
@@ -96,6 +97,104 @@ Test(contract, a_paused_endpoint_sees_its_peer_go_away)
     cr_expect_lt(tp_now_ms() - t0, 6000.0 * tp_slowdown(), "it took %.0f ms",
                  tp_now_ms() - t0);
     tp_child_expect_ok(&p, 30);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+}
+
+/* ---- requests for memory the target deregistered (C28) ------------------------------------- */
+
+#define DEREG_LEN   (64u << 10)
+#define DEREG_IO    4096u
+#define DEREG_SEED  7
+
+/* A target: offer a registered region (pattern DEREG_SEED), deregister it when the parent
+ * says, serve the parent's requests until it says it is done, then check that the region was
+ * not touched and that no notification came. */
+static int srv_deregister(tp_side_t *s)
+{
+    static uint8_t region[DEREG_LEN];
+    uint8_t note[64];
+    size_t note_len;
+    xfer_mem_t *mem;
+    uint64_t v;
+
+    tp_fill_pattern(region, sizeof(region), DEREG_SEED);
+    mem = ct_offer(s, region, sizeof(region));
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);     /* the parent's first get */
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK(tp_check_pattern(region, sizeof(region), DEREG_SEED) == -1,
+             "a byte of the deregistered region changed");
+    TP_CHECK(xfer_notify_poll(s->ep, note, sizeof(note), &note_len) != XFER_OK,
+             "a batch into the deregistered region delivered its notification");
+    return 0;
+}
+
+/* The target deregisters a region whose key this side holds, then this side puts into it,
+ * gets from it and posts a batch with a notification into it: each fails with
+ * XFER_ERR_NOT_FOUND (a put that completed when sent: the flush after it), the batch with
+ * nothing landed, and the target's memory is untouched, its notification not delivered.
+ * Whether the endpoint stays up is the transport's (docs/contract.md, C28): XFER_OK or the
+ * same status. */
+Test(contract, requests_for_deregistered_memory_fail_not_found_and_move_nothing)
+{
+    static uint8_t local[DEREG_IO];
+    xfer_batch_desc_t d = {0, 0, DEREG_IO};
+    xfer_request_t *req = NULL;
+    xfer_status_t put, flush, get, batch, ep_st;
+    xfer_batch_t *b = NULL;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    uint8_t note[16] = "deregistered";
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    tp_start(&p, srv_deregister, NULL);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(xfer_mem_register(p.ctx, local, sizeof(local), XFER_MEM_HOST, &mem), XFER_OK);
+    /* the key works while the region is there */
+    get = xfer_get(p.ep, local, DEREG_IO, mem, xfer_rkey_address(rkey), rkey, NULL, NULL, &req);
+    cr_assert_eq(tp_op_result(get, req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(tp_check_pattern(local, DEREG_IO, DEREG_SEED), -1);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, &d, 1, &b), XFER_OK);
+    tp_send(&p, 1);
+    cr_assert_eq(tp_recv(&p), 1, "the target deregistered its region");
+
+    tp_fill_pattern(local, sizeof(local), DEREG_SEED + 1);
+    put   = ct_put(p.ep, local, DEREG_IO, mem, xfer_rkey_address(rkey), rkey);
+    flush = tp_flush(p.ep, TP_WAIT_MS);
+    cr_expect((put == XFER_ERR_NOT_FOUND) || ((put == XFER_OK) && (flush == XFER_ERR_NOT_FOUND)),
+              "a put into deregistered memory: %s, the flush after it: %s",
+              xfer_status_string(put), xfer_status_string(flush));
+    req = NULL;
+    get = xfer_get(p.ep, local, DEREG_IO, mem, xfer_rkey_address(rkey), rkey, NULL, NULL, &req);
+    get = tp_op_result(get, req, TP_WAIT_MS);
+    cr_expect_eq(get, XFER_ERR_NOT_FOUND, "a get from deregistered memory: %s",
+                 xfer_status_string(get));
+    req   = NULL;
+    batch = xfer_batch_post(b, note, sizeof(note), XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req);
+    if (batch == XFER_OK) {
+        batch = xfer_request_wait(req, TP_WAIT_MS);
+        cr_expect_eq(xfer_request_landed(req), 0, "descriptors said to have landed");
+        xfer_request_release(req);
+    }
+    cr_expect_eq(batch, XFER_ERR_NOT_FOUND, "a batch into deregistered memory: %s",
+                 xfer_status_string(batch));
+    ep_st = xfer_endpoint_status(p.ep);
+    cr_expect((ep_st == XFER_OK) || (ep_st == XFER_ERR_NOT_FOUND), "the endpoint: %s",
+              xfer_status_string(ep_st));
+
+    tp_send(&p, 1);
+    tp_child_expect_ok(&p, 30);
+    xfer_batch_destroy(b);
+    xfer_rkey_destroy(rkey);
+    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
 }

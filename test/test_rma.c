@@ -659,7 +659,7 @@ Test(rma, tcp_a_refused_put_fails_the_next_flush)
     s = xfer_put(r.peer.ep, r.local + SLACK, 65536, r.mem, r.base, r.rkey, NULL, NULL, &req);
     cr_assert_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_OK, "the put completes here");
     s = tp_flush(r.peer.ep, TP_WAIT_MS);
-    cr_expect_eq(s, XFER_ERR_INVALID_PARAM, "the flush after a refused put: %s",
+    cr_expect_eq(s, XFER_ERR_NOT_FOUND, "the flush after a refused put: %s",
                  xfer_status_string(s));
     cr_expect_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK, "the refusal is reported once");
     cr_expect_eq(xfer_endpoint_status(r.peer.ep), XFER_OK, "a refused put does not break "
@@ -692,7 +692,7 @@ Test(rma, tcp_put_ack_makes_a_put_wait_for_the_target)
     cr_assert_eq(tp_recv(&r.peer), 1);
     req = NULL;
     s = xfer_put(r.peer.ep, r.local + SLACK, 4096, r.mem, r.base, r.rkey, NULL, NULL, &req);
-    cr_expect_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_ERR_INVALID_PARAM);
+    cr_expect_eq(tp_op_result(s, req, TP_WAIT_MS), XFER_ERR_NOT_FOUND);
     cr_expect_eq(tp_flush(r.peer.ep, TP_WAIT_MS), XFER_OK);
     rma_finish(&r);
 }

@@ -362,10 +362,7 @@ typedef struct xfer_shm_peer_fd {
 } xfer_shm_peer_fd_t;
 
 struct xfer_memh {
-    uint64_t id;
-    uint64_t key;           /* random, its own: a peer's request must carry it (regions.c) */
-    uint8_t  *addr;
-    size_t   length;
+    xfer_region_t region;   /* id, key, memory: what peers' requests are checked against */
     int      fd;            /* memfd holding it (xfer_mem_alloc), -1: none; not ours */
     uint64_t fd_offset, ino;
     /* CUDA memory (shm_cuda.c): moved by the peer through its IPC handle, never by us */
@@ -634,13 +631,16 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
                                 xfer_memh_h memh, uint64_t remote_addr, xfer_rkey_h rkey,
                                 xfer_comp_t *comp);
 /* Where a peer's put or get of hdr (a: region, e: its key, b: address, c: length) lands in
- * this side's live registrations, or NULL with the status to answer; a key that fits no
- * region counts against ep (xfer_region_refused). */
+ * this side's live registrations (xfer_region_reach), or NULL with the status to answer -
+ * also XFER_ERR_UNSUPPORTED for CUDA memory, which nothing here touches; a peer scanning for
+ * keys fails ep. */
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p);
 /* Whether the frame at the head of ep's ring is a put or get moving in slices. */
 int xfer_shm_move_resuming(const xfer_ep_h ep);
-uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p);
+/* The host region a peer's batch names (xfer_region_named), or NULL with the status to answer. */
+xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key,
+                                     xfer_status_t *status_p);
 
 /* ---- shm_batch.c ---------------------------------------------------------------------------- */
 xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,

@@ -127,17 +127,20 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
     uint64_t count = hdr->c;
     uint64_t stop  = 0;
     xfer_shm_batch_rx_t *br;
+    xfer_region_t *region;
     xfer_status_t status;
     uint8_t *base;
     size_t rlen;
 
-    base = xfer_shm_region_find(ep, hdr->a, hdr->e, &rlen);
-    if (base == NULL) {
+    region = xfer_shm_region_named(ep, hdr->a, hdr->e, &status);
+    if (region == NULL) {
         xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                      "refusing a batch: no region here has id %llu and that key",
-                      (unsigned long long)hdr->a);
-        return XFER_ERR_NOT_FOUND;
+                      "refusing a batch naming region %llu: %s", (unsigned long long)hdr->a,
+                      xfer_status_string(status));
+        return status;
     }
+    base = region->addr;
+    rlen = region->length;
     br = calloc(1, sizeof(*br));
     if ((br == NULL) || ((br->iov = malloc(count * sizeof(*br->iov))) == NULL)) {
         free(br);

@@ -89,8 +89,8 @@ static int coop_slot_free(xfer_ep_h ep)
 static int coop_memfd(xfer_ep_h ep, xfer_memh_h memh, const uint8_t *buf, size_t length)
 {
     return (memh != NULL) && (memh->fd >= 0) && ep->iface->cfg->map &&
-           (buf >= memh->addr) && ((size_t)(buf - memh->addr) <= memh->length) &&
-           (length <= memh->length - (size_t)(buf - memh->addr));
+           xfer_range_within((uintptr_t)memh->region.addr, memh->region.length,
+                             (uintptr_t)buf, length);
 }
 
 static void coop_memfd_describe(xfer_memh_h memh, const uint8_t *buf, xfer_shm_rndv_mem_t *mem)
@@ -99,8 +99,8 @@ static void coop_memfd_describe(xfer_memh_h memh, const uint8_t *buf, xfer_shm_r
     mem->fd         = (uint32_t)memh->fd;
     mem->ino        = memh->ino;
     mem->offset     = memh->fd_offset;
-    mem->length     = memh->length;
-    mem->msg_offset = (uint64_t)(buf - memh->addr);
+    mem->length     = memh->region.length;
+    mem->msg_offset = (uint64_t)(buf - memh->region.addr);
 }
 
 /* One shared copy as one side does it: length bytes into dst, from src mapped here or (src

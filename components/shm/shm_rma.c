@@ -39,19 +39,15 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->addr   = addr;
-    memh->length = length;
-    memh->fd     = -1;      /* no memfd: the key says so, and names no inode */
-    if ((params != NULL) && (params->attr->type == XFER_MEM_CUDA)) {
-        status = xfer_shm_cuda_reg(iface, params, memh);
-        if (status != XFER_OK) {
-            free(memh);
-            return status;
-        }
+    memh->fd = -1;      /* no memfd: the key says so, and names no inode */
+    status   = ((params != NULL) && (params->attr->type == XFER_MEM_CUDA)) ?
+               xfer_shm_cuda_reg(iface, params, memh) : XFER_OK;
+    if (status == XFER_OK) {
+        status = xfer_region_add(iface->regions, &memh->region, addr, length);
     }
-    if (xfer_region_insert(iface->regions, memh, &memh->id, &memh->key) != XFER_OK) {
+    if (status != XFER_OK) {
         free(memh);
-        return XFER_ERR_NO_MEMORY;
+        return status;
     }
     *memh_p = memh;
     return XFER_OK;
@@ -86,7 +82,9 @@ xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 
 static int in_region(xfer_memh_h memh, const void *p)
 {
-    return ((const uint8_t*)p >= memh->addr) && ((const uint8_t*)p < memh->addr + memh->length);
+    const xfer_region_t *r = &memh->region;
+
+    return ((const uint8_t*)p >= r->addr) && ((const uint8_t*)p < r->addr + r->length);
 }
 
 void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
@@ -97,7 +95,7 @@ void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->id, memh)) {
+    if (!xfer_region_remove(iface->regions, memh->region.id, memh)) {
         xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "mem_dereg of an unknown region %p",
                  (void*)memh);
         return;
@@ -142,11 +140,11 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
         *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
-    memcpy(b, &memh->key, 8);
-    memcpy(b + 8, &memh->id, 8);
-    v = (uint64_t)(uintptr_t)memh->addr;
+    memcpy(b, &memh->region.key, 8);
+    memcpy(b + 8, &memh->region.id, 8);
+    v = (uint64_t)(uintptr_t)memh->region.addr;
     memcpy(b + 16, &v, 8);
-    v = memh->length;
+    v = memh->region.length;
     memcpy(b + 24, &v, 8);
     pid = (uint32_t)getpid();
     memcpy(b + 32, &pid, 4);
@@ -426,53 +424,41 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-/* The region id and key name, or NULL; a miss counts against ep, which fails once the peer
- * is plainly scanning for keys. */
-static xfer_memh_h region_of(xfer_ep_h ep, uint64_t id, uint64_t key)
+xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key,
+                                     xfer_status_t *status_p)
 {
-    xfer_memh_h memh = xfer_region_find(ep->iface->regions, id, key);
+    char why[XFER_REASON_MAX];
+    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key, &ep->bad_keys, status_p,
+                                         why, sizeof(why));
 
-    if ((memh == NULL) && (xfer_region_refused(&ep->bad_keys) != XFER_OK)) {
-        xfer_shm_ep_fail_later(ep, XFER_ERR_PROTOCOL, "%u requests whose keys fit no region: "
-                               "the peer is scanning for keys", ep->bad_keys);
+    if (*status_p == XFER_ERR_PROTOCOL) {
+        xfer_shm_ep_fail_later(ep, *status_p, "%s", why);
+        *status_p = XFER_ERR_NOT_FOUND;
     }
-    return memh;
-}
-
-uint8_t *xfer_shm_region_find(xfer_ep_h ep, uint64_t id, uint64_t key, size_t *length_p)
-{
-    xfer_memh_h memh = region_of(ep, id, key);
-
-    if ((memh == NULL) || memh->cuda) {
-        return NULL;    /* CUDA memory is moved by the initiator, never here */
+    if ((r != NULL) && ucs_container_of(r, struct xfer_memh, region)->cuda) {
+        /* the initiator copies CUDA memory itself (shm_cuda.c); a frame naming it is not
+         * carried out here, where nothing may touch device memory */
+        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a put, get or batch of pid %d into "
+                 "CUDA memory by frames", (int)ep->peer_pid);
+        *status_p = XFER_ERR_UNSUPPORTED;
+        return NULL;
     }
-    *length_p = memh->length;
-    return memh->addr;
+    return r;
 }
 
 uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                xfer_status_t *status_p)
 {
-    xfer_memh_h memh = region_of(ep, hdr->a, hdr->e);
+    xfer_region_t *r = xfer_shm_region_named(ep, hdr->a, hdr->e, status_p);
+    char why[XFER_REASON_MAX];
+    uint8_t *at;
 
-    if (memh == NULL) {
-        *status_p = XFER_ERR_NOT_FOUND;
+    if (r == NULL) {
         return NULL;
     }
-    if (memh->cuda) {
-        /* the initiator copies CUDA memory itself (shm_cuda.c); a frame naming it is not
-         * carried out here, where nothing may touch device memory */
-        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a put or get of pid %d into "
-                 "CUDA memory by frames", (int)ep->peer_pid);
-        *status_p = XFER_ERR_UNSUPPORTED;
-        return NULL;
-    }
-    if (!xfer_range_within((uintptr_t)memh->addr, memh->length, hdr->b, hdr->c)) {
-        *status_p = XFER_ERR_OUT_OF_RANGE;
-        return NULL;
-    }
-    *status_p = XFER_OK;
-    return memh->addr + (hdr->b - (uintptr_t)memh->addr);
+    at = xfer_region_at(r, hdr->b, hdr->c, why, sizeof(why));
+    *status_p = (at != NULL) ? XFER_OK : XFER_ERR_OUT_OF_RANGE;
+    return at;
 }
 
 static xfer_status_t answer(xfer_ep_h ep, unsigned type, xfer_status_t status, uint64_t id,

@@ -177,8 +177,8 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         mem.fd         = (uint32_t)memh->fd;
         mem.ino        = memh->ino;
         mem.offset     = memh->fd_offset;
-        mem.length     = memh->length;
-        mem.msg_offset = (uint64_t)((const uint8_t*)buf - memh->addr);
+        mem.length     = memh->region.length;
+        mem.msg_offset = (uint64_t)((const uint8_t*)buf - memh->region.addr);
         memcpy(op->key, &mem, sizeof(mem));
         hdr.flags |= XFER_SHM_FL_MAPPED;
     }

@@ -439,11 +439,8 @@ struct xfer_iface {
 };
 
 struct xfer_memh {
-    uint64_t id;
-    uint64_t key;       /* random, its own: a peer's request must carry it (regions.c) */
-    uint8_t  *addr;
-    size_t   length;
-    int      cuda;      /* CUDA memory, moved through iface->cuda */
+    xfer_region_t region;   /* id, key, memory: what peers' requests are checked against */
+    int           cuda;     /* CUDA memory, moved through iface->cuda */
 };
 
 struct xfer_rkey {
@@ -599,12 +596,10 @@ xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
  * message limit) */
 xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
                                  uint64_t remote_addr, xfer_rkey_h rkey);
-/* Where a peer may read or write: the region must be ours and contain the whole range. */
-xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma,
-                                    xfer_memh_h *memh_p, char *why, size_t why_size);
-/* The second half of that: does the registration memh contain rma's range? */
-xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
-                                     char *why, size_t why_size);
+/* Where a peer may read or write rma's range (xfer_region_reach): the region's memory there
+ * and *memh_p, or NULL and *status_p; a peer scanning for keys fails ep. */
+uint8_t *xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma, xfer_memh_h *memh_p,
+                               xfer_status_t *status_p, char *why, size_t why_size);
 /* CUDA memory is taken (moved through tcp_cuda.c); host memory as mem_reg. */
 xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
                                       xfer_memh_h *memh_p);

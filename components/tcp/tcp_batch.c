@@ -558,12 +558,12 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
 
         rma.addr = v->addr[i];
         rma.len  = v->len[i];
-        status   = (i == 0) ? xfer_tcp_region_check(ep, &rma, &memh, why, why_size) :
-                              xfer_tcp_region_covers(memh, &rma, why, why_size);
-        if (status != XFER_OK) {
+        dest     = (i == 0) ? xfer_tcp_region_check(ep, &rma, &memh, &status, why, why_size) :
+                              xfer_region_at(&memh->region, rma.addr, rma.len, why, why_size);
+        if (dest == NULL) {
+            status = (i == 0) ? status : XFER_ERR_OUT_OF_RANGE;
             break;
         }
-        dest = memh->addr + (rma.addr - (uintptr_t)memh->addr);
         if ((nvec > 0) && ((uint8_t*)v->iov[nvec - 1].iov_base + v->iov[nvec - 1].iov_len ==
                            dest)) {
             v->iov[nvec - 1].iov_len += (size_t)rma.len;

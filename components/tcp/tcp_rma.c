@@ -20,6 +20,7 @@
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
 {
+    xfer_status_t status;
     xfer_memh_h memh;
 
     if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
@@ -28,16 +29,14 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     if (mem_type != XFER_MEM_HOST) {
         return XFER_ERR_UNSUPPORTED;
     }
-    memh = malloc(sizeof(*memh));
+    memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memh->addr   = addr;
-    memh->length = length;
-    memh->cuda   = 0;
-    if (xfer_region_insert(iface->regions, memh, &memh->id, &memh->key) != XFER_OK) {
+    status = xfer_region_add(iface->regions, &memh->region, addr, length);
+    if (status != XFER_OK) {
         free(memh);
-        return XFER_ERR_NO_MEMORY;
+        return status;
     }
     *memh_p = memh;
     return XFER_OK;
@@ -77,7 +76,7 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->id, memh)) {
+    if (!xfer_region_remove(iface->regions, memh->region.id, memh)) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "mem_dereg of an unknown region %p",
                  (void*)memh);
         return;
@@ -101,10 +100,10 @@ xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
         *len_p = XFER_TCP_WIRE_RKEY_LEN;
         return XFER_ERR_NO_RESOURCE;
     }
-    rkey.region = memh->id;
-    rkey.cookie = memh->key;
-    rkey.addr   = (uintptr_t)memh->addr;
-    rkey.length = memh->length;
+    rkey.region = memh->region.id;
+    rkey.cookie = memh->region.key;
+    rkey.addr   = (uintptr_t)memh->region.addr;
+    rkey.length = memh->region.length;
     xfer_tcp_wire_pack_rkey(&rkey, buf);
     *len_p = XFER_TCP_WIRE_RKEY_LEN;
     return XFER_OK;
@@ -339,46 +338,30 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-xfer_status_t xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma,
-                                    xfer_memh_h *memh_p, char *why, size_t why_size)
+uint8_t *xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma, xfer_memh_h *memh_p,
+                               xfer_status_t *status_p, char *why, size_t why_size)
 {
-    xfer_memh_h memh = xfer_region_find(ep->iface->regions, rma->region, rma->cookie);
-    xfer_status_t status;
+    xfer_region_t *r = xfer_region_reach(ep->iface->regions, rma->region, rma->cookie, rma->addr,
+                                         rma->len, &ep->bad_keys, status_p, why, why_size);
 
-    if (memh == NULL) {
-        snprintf(why, why_size, "no region here has id %" PRIu64 " and that key", rma->region);
-        if (xfer_region_refused(&ep->bad_keys) != XFER_OK) {
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_PROTOCOL, "%u requests whose keys fit no "
-                                   "region: the peer is scanning for keys", ep->bad_keys);
-        }
-        return XFER_ERR_INVALID_PARAM;
+    if (*status_p == XFER_ERR_PROTOCOL) {
+        xfer_tcp_ep_fail_later(ep, *status_p, "%s", why);
+        *status_p = XFER_ERR_NOT_FOUND;
     }
-    status = xfer_tcp_region_covers(memh, rma, why, why_size);
-    if (status == XFER_OK) {
-        *memh_p = memh;
+    if (r == NULL) {
+        return NULL;
     }
-    return status;
-}
-
-xfer_status_t xfer_tcp_region_covers(xfer_memh_h memh, const xfer_tcp_wire_rma_t *rma,
-                                     char *why, size_t why_size)
-{
-    uint64_t base = (uintptr_t)memh->addr;
-
-    if (!xfer_range_within(base, memh->length, rma->addr, rma->len)) {
-        snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
-                 " (0x%" PRIx64 "+%zu)", rma->addr, rma->len, rma->region, base, memh->length);
-        return XFER_ERR_OUT_OF_RANGE;
-    }
-    return XFER_OK;
+    *memh_p = ucs_container_of(r, struct xfer_memh, region);
+    return r->addr + (rma->addr - (uintptr_t)r->addr);
 }
 
 static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                     size_t why_size)
 {
     xfer_tcp_wire_rma_t rma;
-    xfer_memh_h memh;
+    xfer_memh_h memh = NULL;
     xfer_status_t status;
+    uint8_t *dest;
 
     if (ep->rx.hdr.type == XFER_TCP_WIRE_PUT) {
         if (ep->rx.hdr.id != ep->puts_rcvd + 1) {
@@ -394,19 +377,18 @@ static xfer_status_t rx_put_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     if (status != XFER_OK) {
         return status;
     }
-    status = xfer_tcp_region_check(ep, &rma, &memh, why, why_size);
+    dest          = xfer_tcp_region_check(ep, &rma, &memh, &status, why, why_size);
     ep->rx.status = status;
-    if (status != XFER_OK) {
+    if (dest == NULL) {
         xfer_log_peer("rma_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a put: %s", why);
         xfer_tcp_rx_expect(ep, NULL, 0, rma.len);
         return XFER_OK;
     }
     ep->rx.memh = memh;
     if (memh->cuda) {
-        xfer_tcp_rx_expect_device(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr),
-                                  rma.len, 0);
+        xfer_tcp_rx_expect_device(ep, dest, rma.len, 0);
     } else {
-        xfer_tcp_rx_expect(ep, memh->addr + (rma.addr - (uintptr_t)memh->addr), rma.len, 0);
+        xfer_tcp_rx_expect(ep, dest, rma.len, 0);
     }
     return XFER_OK;
 }
@@ -474,13 +456,12 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
     }
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
     ep->rx_get_reqs++;
-    status = xfer_tcp_region_check(ep, &rma, &memh, why, why_size);
-    if (status != XFER_OK) {
+    src = xfer_tcp_region_check(ep, &rma, &memh, &status, why, why_size);
+    if (src == NULL) {
         xfer_log_peer("rma_refused", XFER_LOG_WARN, XFER_TCP_SUBSYS, "refusing a get: %s", why);
         return get_resp_error(ep, status, why, why_size);
     }
     hdr.length = rma.len;
-    src        = memh->addr + (rma.addr - (uintptr_t)memh->addr);
     if (rma.len <= ep->iface->cfg->eager_threshold) {
         p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + rma.len, 1);
         if (p == NULL) {

@@ -209,8 +209,11 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc)
     }
     ch->active = 1;     /* no clock read per completion: the timer dates it */
     if (wc->status != IBV_WC_SUCCESS) {
+        /* a remote access error: the peer's NIC knows no such key (a region deregistered
+         * there) - the range was checked against the key on this side - as tcp and shm
+         * refuse it (xfer_region_reach) */
         xfer_status_t st = (wc->status == IBV_WC_RETRY_EXC_ERR) ? XFER_ERR_TIMEOUT :
-                           (wc->status == IBV_WC_REM_ACCESS_ERR) ? XFER_ERR_OUT_OF_RANGE :
+                           (wc->status == IBV_WC_REM_ACCESS_ERR) ? XFER_ERR_NOT_FOUND :
                            XFER_ERR_CONNECTION;
 
         xfer_verbs_ch_fail(ch, st, "%s completion on QP 0x%x: %s (vendor error 0x%x)",

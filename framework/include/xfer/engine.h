@@ -367,6 +367,37 @@ XFER_API xfer_status_t xfer_region_refused(uint32_t *bad_keys_p);
 /* A random 64-bit number (getrandom, else the clock and the pid): keys and tokens. */
 XFER_API uint64_t xfer_random64(void);
 
+/* The start of a region record whose peers' requests the table checks (tcp's and shm's memh
+ * begin with one): its id and key in the table, and the memory it covers. */
+typedef struct xfer_region {
+    uint64_t id;
+    uint64_t key;
+    uint8_t  *addr;
+    size_t   length;
+} xfer_region_t;
+
+/* Index r, covering [addr, addr + length), under a new id and key. XFER_ERR_INVALID_PARAM
+ * when that is no memory to register (xfer_region_args_ok), XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr,
+                                       size_t length);
+/* Where [addr, addr + len) of r lies here, or NULL and why when it is not inside r. */
+XFER_API uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
+                                 size_t why_size);
+/*
+ * The region a peer's request names by id and key, answered the same on every transport (every
+ * record in t an xfer_region_t), or NULL with *status_p and why: XFER_ERR_NOT_FOUND, no region
+ * has that id and key (never registered, deregistered, or a wrong key; counted in
+ * *bad_keys_p); XFER_ERR_PROTOCOL past XFER_BAD_KEYS_MAX misses - the peer is scanning for
+ * keys: fail its endpoint, and refuse the request itself with XFER_ERR_NOT_FOUND.
+ */
+XFER_API xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
+                                          uint32_t *bad_keys_p, xfer_status_t *status_p,
+                                          char *why, size_t why_size);
+/* The same for [addr, addr + len) of it: also XFER_ERR_OUT_OF_RANGE, the range is not inside. */
+XFER_API xfer_region_t *xfer_region_reach(xfer_regions_t *t, uint64_t id, uint64_t key,
+                                          uint64_t addr, uint64_t len, uint32_t *bad_keys_p,
+                                          xfer_status_t *status_p, char *why, size_t why_size);
+
 /* [addr, addr + length) is memory one may register: not NULL, not empty, not wrapping. */
 static inline int xfer_region_args_ok(const void *addr, size_t length)
 {

@@ -428,7 +428,9 @@ XFER_API xfer_status_t xfer_context_counters(xfer_context_t *ctx, xfer_counter_t
  * Completes when buf may be reused. The data is in the peer's memory once an
  * xfer_endpoint_flush() posted after the put completes (the flush fails with the peer's error
  * when it refused the put); over verbs and gdr, and over tcp with XFER_TCP_PUT_ACK=y, it is already
- * there when the put completes, and a refused put completes with the peer's error.
+ * there when the put completes, and a refused put completes with the peer's error. A put or
+ * get into memory the peer deregistered fails with XFER_ERR_NOT_FOUND and moves nothing; over
+ * verbs and gdr the endpoint fails with it (docs/contract.md, C28).
  */
 XFER_API xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length,
                                 xfer_mem_t *mem, uint64_t remote_addr, xfer_rkey_t *rkey,
