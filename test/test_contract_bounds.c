@@ -198,3 +198,104 @@ Test(contract, requests_for_deregistered_memory_fail_not_found_and_move_nothing)
     xfer_endpoint_close(p.ep);
     xfer_context_destroy(p.ctx);
 }
+
+#define MOVING_BLOCK (4u << 20)
+#define MOVING_DESCS 16u
+#define MOVING_LEN   (MOVING_DESCS * MOVING_BLOCK)
+#define MOVING_BYTE  0x5a
+#define REUSED_BYTE  0xa5
+
+/* A target: offer a region, and once the parent's batch into it has begun to land (a block's
+ * first byte changed), deregister it and reuse the memory (every byte REUSED_BYTE); when the
+ * parent's batch is over, report how many bytes changed after the deregistration and whether
+ * the batch's notification came. */
+static int srv_deregister_while_moving(tp_side_t *s)
+{
+    uint8_t *region = calloc(1, MOVING_LEN);
+    uint64_t changed = 0, v;
+    uint8_t note[64];
+    size_t note_len;
+    xfer_mem_t *mem;
+    int landing = 0;
+    double end;
+
+    TP_CHECK(region != NULL, "calloc");
+    mem = ct_offer(s, region, MOVING_LEN);
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    for (end = tp_now_ms() + TP_WAIT_MS; !landing && (tp_now_ms() < end);) {
+        xfer_progress(s->ctx);
+        for (unsigned i = 0; i < MOVING_DESCS; i++) {
+            landing |= (__atomic_load_n(&region[(size_t)i * MOVING_BLOCK], __ATOMIC_RELAXED) ==
+                        MOVING_BYTE);
+        }
+    }
+    TP_CHECK(landing, "the batch never began to land");
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    memset(region, REUSED_BYTE, MOVING_LEN);
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);
+    TP_CHECK(tp_ctl_recv_u64(s->ctl, &v, TP_WAIT_MS) == 0, "ctl");
+    tp_progress_for(s->ctx, 100);
+    for (size_t i = 0; i < MOVING_LEN; i++) {
+        changed += (region[i] != REUSED_BYTE);
+    }
+    TP_CHECK(tp_ctl_send_u64(s->ctl, changed) == 0, "ctl");
+    TP_CHECK(tp_ctl_send_u64(s->ctl, xfer_notify_poll(s->ep, note, sizeof(note), &note_len) ==
+                                     XFER_OK) == 0, "ctl");
+    free(region);
+    return 0;
+}
+
+/* The target deregisters a region while a peer's batch of 64 MiB is landing in it, and
+ * reuses the memory: not a byte of the batch lands there after xfer_mem_deregister()
+ * returned; the batch completes XFER_OK (it was all in first) or XFER_ERR_NOT_FOUND, and its
+ * notification comes only with XFER_OK. */
+Test(contract, a_region_deregistered_while_a_batch_lands_receives_nothing_more)
+{
+    xfer_batch_desc_t d[MOVING_DESCS];
+    xfer_request_t *req = NULL;
+    uint8_t note[16] = "moving";
+    uint8_t *src = malloc(MOVING_LEN);
+    uint64_t changed, notified;
+    xfer_batch_t *b = NULL;
+    xfer_rkey_t *rkey;
+    xfer_status_t st;
+    xfer_mem_t *mem;
+    void *blob;
+    size_t len;
+    tp_peer_t p;
+
+    cr_assert_not_null(src);
+    memset(src, MOVING_BYTE, MOVING_LEN);
+    for (unsigned i = 0; i < MOVING_DESCS; i++) {
+        d[i] = (xfer_batch_desc_t){(uint64_t)i * MOVING_BLOCK, (uint64_t)i * MOVING_BLOCK,
+                                   MOVING_BLOCK};
+    }
+    tp_start(&p, srv_deregister_while_moving, NULL);
+    blob = tp_recv_blob(&p, &len);
+    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, MOVING_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, MOVING_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, note, sizeof(note), XFER_BATCH_NO_TIMEOUT, NULL, NULL,
+                                 &req), XFER_OK);
+    tp_send(&p, 1);
+    st = xfer_request_wait(req, TP_WAIT_MS);
+    xfer_request_release(req);
+    tp_send(&p, 1);
+    changed  = tp_recv(&p);
+    notified = tp_recv(&p);
+    cr_expect_eq(changed, 0, "%llu bytes landed after the region was deregistered",
+                 (unsigned long long)changed);
+    cr_expect((st == XFER_OK) || (st == XFER_ERR_NOT_FOUND), "the batch: %s",
+              xfer_status_string(st));
+    cr_expect_eq(notified, st == XFER_OK, "notified: %llu, the batch: %s",
+                 (unsigned long long)notified, xfer_status_string(st));
+    tp_child_expect_ok(&p, 30);
+    xfer_batch_destroy(b);
+    xfer_rkey_destroy(rkey);
+    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    free(src);
+}

@@ -228,14 +228,22 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
     }
 }
 
-/* Whether the initiator ended the batch, by its stop word (hdr->d, in the initiator): read
- * before every slice after the first, so that a batch that ended early moves at most one
- * more. */
+/* Whether the batch goes on before a slice after the first: its region is still registered,
+ * and the initiator did not end it - by its stop word (hdr->d, in the initiator), so that a
+ * batch that ended early moves at most one more slice. */
 static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 {
-    uint64_t stop        = 0;
-    xfer_status_t status = batch_rx_read(ep, hdr, &stop, NULL, 0);
+    uint64_t stop = 0;
+    xfer_status_t status;
 
+    /* the region is looked up again every round, as a sliced put's is: once deregistered it
+     * receives nothing more (a get batch reads nothing more of it) */
+    if (xfer_shm_region_named(ep, hdr->a, hdr->e, &status) == NULL) {
+        xfer_log_peer("batch_refused", XFER_LOG_INFO, XFER_SHM_SUBSYS, "a batch stops: its "
+                      "region %llu is no longer registered", (unsigned long long)hdr->a);
+        return status;
+    }
+    status = batch_rx_read(ep, hdr, &stop, NULL, 0);
     return (status == XFER_OK) ? batch_stop_status(stop) : status;
 }
 
