@@ -473,6 +473,54 @@ Test(batch, get_batches_read_what_the_target_holds)
     tb_init_finish(&in);
 }
 
+/* Batches of thousands of descriptors - more than a target reads of them at a time (shm
+ * reads 1024, tcp carries 1024 a PUTV frame) - of 512 bytes each, placed out of order: a put
+ * batch lands every block and a get batch of the same list reads every one back. */
+#define MANY_DESCS 2600u
+#define MANY_LEN   512u
+
+Test(batch, batches_of_thousands_of_descriptors_land_and_read_back_whole)
+{
+    xfer_batch_desc_t *d = calloc(MANY_DESCS, sizeof(*d));
+    uint8_t *put_image   = malloc((size_t)MANY_DESCS * MANY_LEN);
+    xfer_request_t *req  = NULL;
+    xfer_batch_t *b;
+    init_t in;
+
+    cr_assert((d != NULL) && (put_image != NULL));
+    for (uint64_t i = 0; i < MANY_DESCS; i++) {
+        d[i] = (xfer_batch_desc_t){i * MANY_LEN, ((i * 1543) % MANY_DESCS) * MANY_LEN,
+                                   MANY_LEN};
+    }
+    tb_init_start(&in, tb_srv_target);
+    tp_fill_pattern(in.src, SRC_LEN, 41);
+    memcpy(put_image, in.src, (size_t)MANY_DESCS * MANY_LEN);
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, MANY_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(xfer_request_landed(req), MANY_DESCS);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+
+    memset(in.src, 0, SRC_LEN);
+    req = NULL;
+    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_GET, in.mem, in.rkey, d, MANY_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(xfer_request_landed(req), MANY_DESCS);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    for (size_t i = 0; i < MANY_DESCS; i++) {
+        cr_assert(memcmp(in.src + i * MANY_LEN, put_image + i * MANY_LEN, MANY_LEN) == 0,
+                  "descriptor %zu did not come back as it was put", i);
+    }
+    free(put_image);
+    free(d);
+    tb_init_finish(&in);
+}
+
 /* One prepared list of 256 x 4 KiB posted 8 times without waiting, each with a notification
  * numbered in posting order: all complete, and the target sees 0..7 in order. */
 Test(batch, a_prepared_list_is_posted_many_times_at_once_and_notifies_in_order)

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -589,6 +590,128 @@ Test(shm, notifications_part_way_in_are_held_to_the_process_budget)
         }
         xfer_endpoint_close(p[i].ep);
         xfer_context_destroy(p[i].ctx);
+    }
+}
+
+/* A peer's batch of LONG_DESCS descriptors, all the same LONG_BLOCK bytes of a registered
+ * buffer here and of the parent's region (its key from the parent), with a notification:
+ * posted, waited for, its status sent back. */
+#define LONG_PEERS  16
+#define LONG_DESCS  65536u          /* XFER_SHM_BATCH_MAX */
+#define LONG_BLOCK  64u             /* 4 MiB a batch: 64 slices of XFER_FAIR_SLICE=64k */
+#define LONG_GROWTH (8u << 10)      /* KiB */
+
+static int srv_long_batch(tp_side_t *s)
+{
+    static uint8_t src[LONG_BLOCK];
+    xfer_batch_desc_t *d = calloc(LONG_DESCS, sizeof(*d));
+    xfer_request_t *req  = NULL;
+    xfer_batch_t *b      = NULL;
+    xfer_status_t st;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    size_t len;
+    void *blob;
+
+    TP_CHECK(d != NULL, "calloc");
+    for (unsigned i = 0; i < LONG_DESCS; i++) {
+        d[i].length = LONG_BLOCK;
+    }
+    TP_CHECK(tp_ctl_recv_alloc(s->ctl, &blob, &len, TP_WAIT_MS) == 0, "ctl");
+    TP_CHECK_STATUS(xfer_rkey_unpack(s->ep, blob, len, &rkey), XFER_OK);
+    free(blob);
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, src, sizeof(src), XFER_MEM_HOST, &mem), XFER_OK);
+    TP_CHECK_STATUS(xfer_batch_create(s->ep, XFER_BATCH_PUT, mem, rkey, d, LONG_DESCS, &b),
+                    XFER_OK);
+    TP_CHECK_STATUS(xfer_batch_post(b, "long", 4, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
+                    XFER_OK);
+    st = xfer_request_wait(req, TP_WAIT_MS * 3);
+    xfer_request_release(req);
+    TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)st) == 0, "ctl");
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);
+    xfer_batch_destroy(b);
+    xfer_rkey_destroy(rkey);
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    free(d);
+    return 0;
+}
+
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+
+    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
+}
+
+/* A target reads a peer's batch descriptors out of the peer a chunk at a time: LONG_PEERS
+ * peers whose batches of LONG_DESCS descriptors (the most one may have, 1.5 MiB of them each)
+ * are all being moved at once make this process hold far less than their tables - its peak
+ * RSS grows by under LONG_GROWTH KiB - and every batch lands whole with its notification. */
+Test(shm, peers_batches_of_the_most_descriptors_hold_a_bounded_table_each)
+{
+    static uint8_t region[LONG_BLOCK];
+    tp_peer_t p[LONG_PEERS];
+    int reported[LONG_PEERS] = {0};
+    xfer_mem_t *mem[LONG_PEERS];
+    void *blob[LONG_PEERS];
+    size_t len[LONG_PEERS];
+    long before, growth;
+    int left = LONG_PEERS;
+    double until;
+
+    setenv("XFER_FAIR_SLICE", "64k", 1);
+    /* every child forked before a ring is mapped here: each finds only its own */
+    for (int i = 0; i < LONG_PEERS; i++) {
+        tp_server_spawn(&p[i], srv_long_batch, NULL, NULL);
+    }
+    for (int i = 0; i < LONG_PEERS; i++) {
+        p[i].ctx = tp_context(0);
+        p[i].ep  = tp_connect(p[i].ctx, &p[i]);
+        cr_assert_eq(xfer_mem_register(p[i].ctx, region, sizeof(region), XFER_MEM_HOST,
+                                       &mem[i]), XFER_OK);
+        cr_assert_eq(xfer_rkey_pack(mem[i], &blob[i], &len[i]), XFER_OK);
+        tp_progress_for(p[i].ctx, 20);
+    }
+    before = peak_rss_kib();
+    for (int i = 0; i < LONG_PEERS; i++) {
+        tp_send_blob(&p[i], blob[i], len[i]);
+    }
+    until = tp_now_ms() + 3.0 * TP_WAIT_MS;
+    while ((left > 0) && (tp_now_ms() < until)) {
+        for (int i = 0; i < LONG_PEERS; i++) {
+            xfer_progress(p[i].ctx);
+            if (!reported[i] && tp_ctl_ready(p[i].ctl, 0)) {
+                int64_t st = (int64_t)tp_recv(&p[i]);
+
+                cr_expect_eq(st, XFER_OK, "peer %d's batch: %s", i,
+                             xfer_status_string((xfer_status_t)st));
+                reported[i] = 1;
+                left--;
+            }
+        }
+    }
+    growth = peak_rss_kib() - before;
+    cr_assert_eq(left, 0, "%d batches did not end", left);
+    cr_log_info("%d peers' batches of %u descriptors: peak RSS grew by %ld KiB", LONG_PEERS,
+                LONG_DESCS, growth);
+    cr_expect_lt(growth, (long)LONG_GROWTH, "the peers' batches made this process hold %ld KiB "
+                 "more", growth);
+    /* closed while the children still progress, then let go */
+    for (int i = 0; i < LONG_PEERS; i++) {
+        char note[8];
+        size_t note_len = 0;
+
+        cr_expect_eq(xfer_notify_poll(p[i].ep, note, sizeof(note), &note_len), XFER_OK,
+                     "peer %d's notification", i);
+        xfer_endpoint_close(p[i].ep);
+        xfer_rkey_blob_free(blob[i]);
+        cr_expect_eq(xfer_mem_deregister(mem[i]), XFER_OK);
+        xfer_context_destroy(p[i].ctx);
+    }
+    for (int i = 0; i < LONG_PEERS; i++) {
+        tp_send(&p[i], 1);
+        tp_child_expect_ok(&p[i], 30);
     }
 }
 

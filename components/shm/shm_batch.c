@@ -3,11 +3,11 @@
  *
  * With cross-memory attach the whole batch is one BATCH frame: it names the initiator's
  * descriptor array (the framework's, valid until the batch completes), its length and the
- * target region, and carries the notification. The target reads the array by CMA, checks
- * every descriptor against its live registration before it moves a byte (a batch with one
- * bad descriptor moves nothing), moves the data with process_vm_readv/writev over iovec
- * arrays - one system call for up to IOV_MAX descriptors - hands the notification to the
- * framework, and answers BATCH_ACK with the count that landed.
+ * target region, and carries the notification. The target reads the array by CMA, a chunk
+ * at a time, checks every descriptor against its live registration before it moves a byte (a
+ * batch with one bad descriptor moves nothing), moves the data with process_vm_readv/writev
+ * over iovec arrays - one system call for up to IOV_MAX descriptors - hands the notification
+ * to the framework, and answers BATCH_ACK with the count that landed.
  *
  * Without CMA, or with a notification longer than one cell of the ring carries, every
  * descriptor is an ordinary PUT or GET through the ring (a batch walk, engine.h, at most

@@ -1,8 +1,9 @@
 /*
  * Batches over shm, the target's side: a peer's BATCH frame (with cross-memory attach) - its
- * descriptors read from the initiator once and checked against the live registration before
- * a byte moves, then the data moved by process_vm_readv/writev a slice each round of
- * progress, in turn with the other endpoints, answered with BATCH_ACK and the count landed -
+ * descriptors read from the initiator a chunk at a time and all checked against the live
+ * registration before a byte moves, then the data moved by process_vm_readv/writev a slice
+ * each round of progress, in turn with the other endpoints, answered with BATCH_ACK and the
+ * count landed -
  * and the NOTIFY frames of batches that went through the ring or into mapped memory
  * (shm_batch.c says how the initiator sends each).
  */
@@ -17,6 +18,8 @@
 #include <time.h>
 
 #define BATCH_IOV_CHUNK  1024   /* iovecs per process_vm_readv/writev (IOV_MAX on Linux) */
+#define BATCH_DESC_CHUNK 1024   /* descriptors read from the initiator at a time: what one
+                                 * peer's batch holds here, however many it has */
 
 /*
  * The iovecs of up to n descriptors from iov[0] (its first skip bytes already moved), at most
@@ -62,23 +65,28 @@ static size_t batch_iov_build(const xfer_batch_iov_t *iov, uint64_t n, uint64_t 
 
 /* A peer's BATCH frame being moved. Its frame stays at the head of our ring while its data
  * moves, a slice (XFER_FAIR_SLICE bytes) each round of progress, in turn with the other
- * endpoints; it is answered, and consumed, once done - or at its deadline. */
+ * endpoints; it is answered, and consumed, once done - or at its deadline. Its descriptors
+ * are read from the initiator BATCH_DESC_CHUNK at a time, so that a batch of XFER_SHM_BATCH_MAX
+ * holds what one of BATCH_DESC_CHUNK does: each chunk checked against the region when read,
+ * every chunk once before a byte moves and again when it is read to be moved (the initiator
+ * may have changed its memory meanwhile). */
 struct xfer_shm_batch_rx {
     uint64_t          pos;          /* our ring's position of its frame */
-    xfer_batch_iov_t  *iov;         /* the initiator's descriptors, read once, checked */
-    uint64_t          count;
-    uint64_t          done;         /* descriptors moved whole */
-    uint64_t          skip;         /* bytes of iov[done] moved */
+    uint64_t          count;        /* its descriptors */
+    uint64_t          done;         /* ... moved whole */
+    uint64_t          skip;         /* bytes of descriptor done moved */
+    uint64_t          first;        /* the descriptor in iov[0] */
+    uint64_t          loaded;       /* ... and how many iov holds */
+    const uint8_t     *rbase;       /* the region, checked at the start and before every */
+    size_t            rlen;         /* round after it (batch_rx_stopped) */
+    xfer_batch_iov_t  iov[BATCH_DESC_CHUNK];
     struct iovec      liov[BATCH_IOV_CHUNK], riov[BATCH_IOV_CHUNK];
 };
 
 static void batch_rx_free(xfer_ep_h ep)
 {
-    if (ep->batch_rx != NULL) {
-        free(ep->batch_rx->iov);
-        free(ep->batch_rx);
-        ep->batch_rx = NULL;
-    }
+    free(ep->batch_rx);
+    ep->batch_rx = NULL;
 }
 
 /* Whether the batch goes on, by its stop word: XFER_ERR_CANCELED once the initiator cancelled
@@ -91,46 +99,82 @@ static xfer_status_t batch_stop_status(uint64_t stop)
     return ((stop != 0) && (xfer_now_ns() >= stop)) ? XFER_ERR_TIMEOUT : XFER_OK;
 }
 
-/* The batch's stop word (hdr->d) into *stop_p and, when iov is not NULL, its len bytes of
- * descriptors (hdr->b): both from the initiator, in one system call where they can. */
+/* Into *stop_p (NULL: not wanted) the batch's stop word (hdr->d) and into iov (NULL: none)
+ * its descriptors [first, first + n) (from hdr->b): from the initiator, in one system call
+ * where they can. */
 static xfer_status_t batch_rx_read(xfer_ep_h ep, const xfer_shm_frame_t *hdr, uint64_t *stop_p,
-                                   void *iov, size_t len)
+                                   xfer_batch_iov_t *iov, uint64_t first, uint64_t n)
 {
-    struct iovec l[2] = {{stop_p, sizeof(*stop_p)}, {iov, len}};
-    struct iovec r[2] = {{(void*)(uintptr_t)hdr->d, sizeof(*stop_p)},
-                         {(void*)(uintptr_t)hdr->b, len}};
-    unsigned n        = (iov != NULL) ? 2 : 1;
+    uint64_t at = hdr->b + first * sizeof(*iov);
+    size_t len  = (size_t)n * sizeof(*iov);
+    struct iovec l[2], r[2];
+    unsigned k = 0;
+    size_t want = 0;
     char why[XFER_REASON_MAX];
-    xfer_status_t status;
+    xfer_status_t status = XFER_OK;
 
-    if (process_vm_readv(ep->peer_pid, l, n, r, n, 0) ==
-        (ssize_t)(sizeof(*stop_p) + ((iov != NULL) ? len : 0))) {
+    if (stop_p != NULL) {
+        l[k]   = (struct iovec){stop_p, sizeof(*stop_p)};
+        r[k++] = (struct iovec){(void*)(uintptr_t)hdr->d, sizeof(*stop_p)};
+        want  += sizeof(*stop_p);
+    }
+    if (iov != NULL) {
+        l[k]   = (struct iovec){iov, len};
+        r[k++] = (struct iovec){(void*)(uintptr_t)at, len};
+        want  += len;
+    }
+    if (process_vm_readv(ep->peer_pid, l, k, r, k, 0) == (ssize_t)want) {
         return XFER_OK;
     }
     /* short or failed: each on its own, which says what failed */
-    status = xfer_shm_cma(ep, stop_p, hdr->d, sizeof(*stop_p), 0, why, sizeof(why));
+    if (stop_p != NULL) {
+        status = xfer_shm_cma(ep, stop_p, hdr->d, sizeof(*stop_p), 0, why, sizeof(why));
+    }
     if ((status == XFER_OK) && (iov != NULL)) {
-        status = xfer_shm_cma(ep, iov, hdr->b, len, 0, why, sizeof(why));
+        status = xfer_shm_cma(ep, iov, at, len, 0, why, sizeof(why));
     }
     if (status != XFER_OK) {
         xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: "
-                      "reading its %s: %s", (iov != NULL) ? "stop word and descriptors" :
-                      "stop word", why);
+                      "reading its %s: %s", (iov == NULL) ? "stop word" : (stop_p == NULL) ?
+                      "descriptors" : "stop word and descriptors", why);
     }
     return status;
 }
 
-/* Read the frame's stop word and descriptors, and check each descriptor against its region
- * before a byte moves. */
+/* Read descriptors [first, first + BATCH_DESC_CHUNK) (fewer at the end) into br->iov, and the
+ * stop word with them into *stop_p (NULL: not wanted); each must lie in the region. */
+static xfer_status_t batch_rx_load(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+                                   xfer_shm_batch_rx_t *br, uint64_t first, uint64_t *stop_p)
+{
+    uint64_t n = (br->count - first < BATCH_DESC_CHUNK) ? br->count - first : BATCH_DESC_CHUNK;
+    xfer_status_t status = batch_rx_read(ep, hdr, stop_p, br->iov, first, n);
+
+    br->first  = first;
+    br->loaded = (status == XFER_OK) ? n : 0;
+    for (uint64_t i = 0; i < br->loaded; i++) {
+        const xfer_batch_iov_t *v = &br->iov[i];
+
+        if (!xfer_range_within((uintptr_t)br->rbase, br->rlen, v->remote, v->length) ||
+            (v->length > SSIZE_MAX)) {
+            xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS, "refusing a batch: "
+                          "descriptor %llu (0x%llx+%llu) is outside region %llu",
+                          (unsigned long long)(first + i), (unsigned long long)v->remote,
+                          (unsigned long long)v->length, (unsigned long long)hdr->a);
+            br->loaded = 0;
+            return XFER_ERR_OUT_OF_RANGE;
+        }
+    }
+    return status;
+}
+
+/* Check the frame's descriptors against its region before a byte moves - the last chunk
+ * first, so that the first is loaded at the end, read with the stop word. */
 static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 {
-    uint64_t count = hdr->c;
-    uint64_t stop  = 0;
+    xfer_status_t status = XFER_OK;
+    uint64_t stop        = 0;
     xfer_shm_batch_rx_t *br;
     xfer_region_t *region;
-    xfer_status_t status;
-    uint8_t *base;
-    size_t rlen;
 
     region = xfer_shm_region_named(ep, hdr->a, hdr->e, &status);
     if (region == NULL) {
@@ -139,39 +183,26 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
                       xfer_status_string(status));
         return status;
     }
-    base = region->addr;
-    rlen = region->length;
-    br = calloc(1, sizeof(*br));
-    if ((br == NULL) || ((br->iov = malloc(count * sizeof(*br->iov))) == NULL)) {
-        free(br);
+    br = malloc(sizeof(*br));    /* its arrays are written before they are read */
+    if (br == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = batch_rx_read(ep, hdr, &stop, br->iov, count * sizeof(*br->iov));
+    br->count = hdr->c;
+    br->done  = 0;
+    br->skip  = 0;
+    br->rbase = region->addr;
+    br->rlen  = region->length;
+    for (uint64_t k = (br->count - 1) / BATCH_DESC_CHUNK + 1; (k-- > 0) && (status == XFER_OK);) {
+        status = batch_rx_load(ep, hdr, br, k * BATCH_DESC_CHUNK, (k == 0) ? &stop : NULL);
+    }
     if (status == XFER_OK) {
         status = batch_stop_status(stop);   /* ended before it started: nothing moves */
     }
     if (status != XFER_OK) {
-        free(br->iov);
         free(br);
         return status;
     }
-    for (uint64_t i = 0; i < count; i++) {
-        uint64_t off = br->iov[i].remote - (uintptr_t)base;
-
-        if ((br->iov[i].remote < (uintptr_t)base) || (off > rlen) ||
-            (br->iov[i].length > rlen - off) || (br->iov[i].length > SSIZE_MAX)) {
-            xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
-                          "refusing a batch: descriptor %llu "
-                          "(0x%llx+%llu) is outside region %llu", (unsigned long long)i,
-                          (unsigned long long)br->iov[i].remote,
-                          (unsigned long long)br->iov[i].length, (unsigned long long)hdr->a);
-            free(br->iov);
-            free(br);
-            return XFER_ERR_OUT_OF_RANGE;
-        }
-    }
     br->pos      = ep->in.pos;
-    br->count    = count;
     ep->batch_rx = br;
     return XFER_OK;
 }
@@ -179,20 +210,30 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 /* Move up to budget bytes of the batch, in chunks of descriptors whose ranges are merged on
  * each side where they touch; a short transfer goes on from where it stopped. XFER_OK when
  * every descriptor moved, XFER_INPROGRESS when the rest waits for the next round, or the
- * error of a transfer. */
-static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
+ * error of a transfer or of the descriptors read next. */
+static xfer_status_t batch_rx_move(xfer_ep_h ep, const xfer_shm_frame_t *hdr, int get,
+                                   uint64_t budget)
 {
     xfer_shm_batch_rx_t *br = ep->batch_rx;
     uint64_t moved          = 0;
 
     for (;;) {
-        uint64_t skip_left, n;
+        uint64_t skip_left, n, end = br->first + br->loaded;
+        xfer_status_t status;
         size_t nl, nr, want;
         ssize_t got;
 
-        while ((br->done < br->count) && (br->iov[br->done].length == br->skip)) {
+        if ((br->done == end) && (br->done < br->count)) {
+            status = batch_rx_load(ep, hdr, br, br->done, NULL);
+            if (status != XFER_OK) {
+                return status;
+            }
+            continue;
+        }
+        if ((br->done < br->count) && (br->iov[br->done - br->first].length == br->skip)) {
             br->done++;             /* finished, or empty */
             br->skip = 0;
+            continue;
         }
         if (br->done == br->count) {
             return XFER_OK;
@@ -200,9 +241,9 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
         if (moved >= budget) {
             return XFER_INPROGRESS;
         }
-        n    = (br->count - br->done < BATCH_IOV_CHUNK) ? br->count - br->done : BATCH_IOV_CHUNK;
-        want = batch_iov_build(br->iov + br->done, n, br->skip, br->liov, &nl, br->riov, &nr,
-                               budget - moved);
+        n    = (end - br->done < BATCH_IOV_CHUNK) ? end - br->done : BATCH_IOV_CHUNK;
+        want = batch_iov_build(br->iov + (br->done - br->first), n, br->skip, br->liov, &nl,
+                               br->riov, &nr, budget - moved);
         got  = get ? process_vm_writev(ep->peer_pid, br->liov, nl, br->riov, nr, 0) :
                      process_vm_readv(ep->peer_pid, br->liov, nl, br->riov, nr, 0);
         if (got <= 0) {
@@ -213,9 +254,9 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, int get, uint64_t budget)
         }
         ep->rx_copied += (uint64_t)got;
         moved         += (uint64_t)got;
-        /* past the descriptors the transfer finished */
+        /* past the descriptors the transfer finished (all of them loaded) */
         for (skip_left = (uint64_t)got; skip_left > 0;) {
-            uint64_t left = br->iov[br->done].length - br->skip;
+            uint64_t left = br->iov[br->done - br->first].length - br->skip;
 
             if (skip_left < left) {
                 br->skip += skip_left;
@@ -243,7 +284,7 @@ static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
                       "region %llu is no longer registered", (unsigned long long)hdr->a);
         return status;
     }
-    status = batch_rx_read(ep, hdr, &stop, NULL, 0);
+    status = batch_rx_read(ep, hdr, &stop, NULL, 0, 0);
     return (status == XFER_OK) ? batch_stop_status(stop) : status;
 }
 
@@ -299,7 +340,7 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         /* ended by the initiator (cancel, deadline): nothing more moves for it */
         status = (ep->batch_rx != NULL) ? batch_rx_stopped(ep, hdr) : batch_rx_start(ep, hdr);
         if (status == XFER_OK) {
-            status = batch_rx_move(ep, (hdr->flags & XFER_SHM_FL_GET) != 0,
+            status = batch_rx_move(ep, hdr, (hdr->flags & XFER_SHM_FL_GET) != 0,
                                    XFER_IFACE_FAIR_SLICE(params));
         }
         if (status == XFER_INPROGRESS) {
