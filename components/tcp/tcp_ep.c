@@ -525,7 +525,7 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
         rx->drain += rx->want - rx->got;
         rx->want   = rx->got;
         rx->memh   = NULL;
-        rx->status = XFER_ERR_INVALID_PARAM;
+        rx->status = XFER_ERR_NOT_FOUND;     /* as for a put that named it after (C28) */
         if (rx->hdr.striped) {
             xfer_tcp_lanes_rx_forget(ep);
         }
