@@ -479,12 +479,25 @@ Test(batch, get_batches_read_what_the_target_holds)
 #define MANY_DESCS 2600u
 #define MANY_LEN   512u
 
+/* Post one batch of kind over d and wait: every descriptor must land. */
+static void many_batch(init_t *in, xfer_batch_op_t kind, const xfer_batch_desc_t *d)
+{
+    xfer_request_t *req = NULL;
+    xfer_batch_t *b;
+
+    cr_assert_eq(xfer_batch_create(in->p.ep, kind, in->mem, in->rkey, d, MANY_DESCS, &b),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_expect_eq(xfer_request_landed(req), MANY_DESCS);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+}
+
 Test(batch, batches_of_thousands_of_descriptors_land_and_read_back_whole)
 {
     xfer_batch_desc_t *d = calloc(MANY_DESCS, sizeof(*d));
     uint8_t *put_image   = malloc((size_t)MANY_DESCS * MANY_LEN);
-    xfer_request_t *req  = NULL;
-    xfer_batch_t *b;
     init_t in;
 
     cr_assert((d != NULL) && (put_image != NULL));
@@ -495,23 +508,9 @@ Test(batch, batches_of_thousands_of_descriptors_land_and_read_back_whole)
     tb_init_start(&in, tb_srv_target);
     tp_fill_pattern(in.src, SRC_LEN, 41);
     memcpy(put_image, in.src, (size_t)MANY_DESCS * MANY_LEN);
-    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_PUT, in.mem, in.rkey, d, MANY_DESCS, &b),
-                 XFER_OK);
-    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_expect_eq(xfer_request_landed(req), MANY_DESCS);
-    xfer_request_release(req);
-    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
-
+    many_batch(&in, XFER_BATCH_PUT, d);
     memset(in.src, 0, SRC_LEN);
-    req = NULL;
-    cr_assert_eq(xfer_batch_create(in.p.ep, XFER_BATCH_GET, in.mem, in.rkey, d, MANY_DESCS, &b),
-                 XFER_OK);
-    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_expect_eq(xfer_request_landed(req), MANY_DESCS);
-    xfer_request_release(req);
-    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
+    many_batch(&in, XFER_BATCH_GET, d);
     for (size_t i = 0; i < MANY_DESCS; i++) {
         cr_assert(memcmp(in.src + i * MANY_LEN, put_image + i * MANY_LEN, MANY_LEN) == 0,
                   "descriptor %zu did not come back as it was put", i);
