@@ -3,9 +3,8 @@
  * descriptors read from the initiator a chunk at a time and all checked against the live
  * registration before a byte moves, then the data moved by process_vm_readv/writev a slice
  * each round of progress, in turn with the other endpoints, answered with BATCH_ACK and the
- * count landed -
- * and the NOTIFY frames of batches that went through the ring or into mapped memory
- * (shm_batch.c says how the initiator sends each).
+ * count landed - and the NOTIFY frames of batches that went through the ring or into mapped
+ * memory (shm_batch.c says how the initiator sends each).
  */
 #include "shm.h"
 

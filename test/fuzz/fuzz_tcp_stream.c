@@ -645,8 +645,8 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
 
     FUZZ_CHECK(comp->mem_reg(ts->iface, region, TS_REGION_LEN, XFER_MEM_HOST, memh_p) ==
                XFER_OK, "mem_reg");
-    FUZZ_CHECK((*memh_p)->id == TS_REGION_ID, "region id %llu",
-               (unsigned long long)(*memh_p)->id);
+    FUZZ_CHECK((*memh_p)->region.id == TS_REGION_ID, "region id %llu",
+               (unsigned long long)(*memh_p)->region.id);
     FUZZ_CHECK((comp->rkey_pack(ts->iface, *memh_p, rkey_buf, &rkey_len) == XFER_OK) &&
                (comp->rkey_unpack(ts->iface, rkey_buf, rkey_len, rkey_p) == XFER_OK), "rkey");
 
@@ -779,7 +779,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     setup(ts, &cfg, region, &memh, &rkey);
     drive(ts);
-    in = with_region_key(data, size, memh->key);
+    in = with_region_key(data, size, memh->region.key);
     feed(ts, in, size);
     free(in);
     /* what the state machine holds mid-frame: cancels that may find it busy */
