@@ -430,7 +430,8 @@ XFER_API xfer_status_t xfer_context_counters(xfer_context_t *ctx, xfer_counter_t
  * when it refused the put); over verbs and gdr, and over tcp with XFER_TCP_PUT_ACK=y, it is already
  * there when the put completes, and a refused put completes with the peer's error. A put or
  * get into memory the peer deregistered fails with XFER_ERR_NOT_FOUND and moves nothing; over
- * verbs and gdr the endpoint fails with it (docs/contract.md, C28).
+ * verbs and gdr the endpoint fails with it, or with XFER_ERR_CONNECTION when the peer's side
+ * ended first (docs/contract.md, C28).
  */
 XFER_API xfer_status_t xfer_put(xfer_endpoint_t *ep, const void *buf, size_t length,
                                 xfer_mem_t *mem, uint64_t remote_addr, xfer_rkey_t *rkey,
