@@ -112,6 +112,34 @@ static int refused_not_found(xfer_status_t st, xfer_endpoint_t *ep)
            ((st == XFER_ERR_CONNECTION) && (xfer_endpoint_status(ep) != XFER_OK));
 }
 
+/* Start a target child running srv, which offers a region (ct_offer); its key unpacked here,
+ * and len bytes at buf registered here. */
+static void dereg_test_start(tp_peer_t *p, tp_scenario_t srv, void *buf, size_t len,
+                             xfer_rkey_t **rkey_p, xfer_mem_t **mem_p)
+{
+    size_t blob_len;
+    void *blob;
+
+    tp_start(p, srv, NULL);
+    blob = tp_recv_blob(p, &blob_len);
+    cr_assert_eq(xfer_rkey_unpack(p->ep, blob, blob_len, rkey_p), XFER_OK);
+    free(blob);
+    cr_assert_eq(xfer_mem_register(p->ctx, buf, len, XFER_MEM_HOST, mem_p), XFER_OK);
+}
+
+/* The end of a test against a target child: it passed, and what this side made is gone. */
+static void dereg_test_end(tp_peer_t *p, xfer_batch_t *b, xfer_rkey_t *rkey, xfer_mem_t *mem)
+{
+    tp_child_expect_ok(p, 30);
+    if (b != NULL) {
+        xfer_batch_destroy(b);
+    }
+    xfer_rkey_destroy(rkey);
+    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
+    xfer_endpoint_close(p->ep);
+    xfer_context_destroy(p->ctx);
+}
+
 #define DEREG_LEN   (64u << 10)
 #define DEREG_IO    4096u
 #define DEREG_SEED  7
@@ -158,15 +186,9 @@ Test(contract, requests_for_deregistered_memory_fail_not_found_and_move_nothing)
     xfer_rkey_t *rkey;
     xfer_mem_t *mem;
     uint8_t note[16] = "deregistered";
-    void *blob;
-    size_t len;
     tp_peer_t p;
 
-    tp_start(&p, srv_deregister, NULL);
-    blob = tp_recv_blob(&p, &len);
-    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
-    free(blob);
-    cr_assert_eq(xfer_mem_register(p.ctx, local, sizeof(local), XFER_MEM_HOST, &mem), XFER_OK);
+    dereg_test_start(&p, srv_deregister, local, sizeof(local), &rkey, &mem);
     /* the key works while the region is there */
     get = xfer_get(p.ep, local, DEREG_IO, mem, xfer_rkey_address(rkey), rkey, NULL, NULL, &req);
     cr_assert_eq(tp_op_result(get, req, TP_WAIT_MS), XFER_OK);
@@ -194,18 +216,12 @@ Test(contract, requests_for_deregistered_memory_fail_not_found_and_move_nothing)
         xfer_request_release(req);
     }
     cr_expect(refused_not_found(batch, p.ep), "a batch into deregistered memory: %s",
-                 xfer_status_string(batch));
+              xfer_status_string(batch));
     ep_st = xfer_endpoint_status(p.ep);
     cr_expect((ep_st == XFER_OK) || refused_not_found(ep_st, p.ep), "the endpoint: %s",
               xfer_status_string(ep_st));
-
     tp_send(&p, 1);
-    tp_child_expect_ok(&p, 30);
-    xfer_batch_destroy(b);
-    xfer_rkey_destroy(rkey);
-    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
-    xfer_endpoint_close(p.ep);
-    xfer_context_destroy(p.ctx);
+    dereg_test_end(&p, b, rkey, mem);
 }
 
 #define MOVING_BLOCK (4u << 20)
@@ -213,6 +229,15 @@ Test(contract, requests_for_deregistered_memory_fail_not_found_and_move_nothing)
 #define MOVING_LEN   (MOVING_DESCS * MOVING_BLOCK)
 #define MOVING_BYTE  0x5a
 #define REUSED_BYTE  0xa5
+
+/* The batch of the tests below: MOVING_DESCS blocks, each at the same offset on both sides. */
+static void moving_descs(xfer_batch_desc_t *d)
+{
+    for (unsigned i = 0; i < MOVING_DESCS; i++) {
+        d[i] = (xfer_batch_desc_t){(uint64_t)i * MOVING_BLOCK, (uint64_t)i * MOVING_BLOCK,
+                                   MOVING_BLOCK};
+    }
+}
 
 /* A target: offer a region, and once the parent's batch into it has begun to land (a block's
  * first byte changed), deregister it and reuse the memory (every byte REUSED_BYTE); when the
@@ -270,21 +295,12 @@ static void deregister_while_moving(int batch)
     xfer_batch_t *b = NULL;
     xfer_rkey_t *rkey;
     xfer_mem_t *mem;
-    void *blob;
-    size_t len;
     tp_peer_t p;
 
     cr_assert_not_null(src);
     memset(src, MOVING_BYTE, MOVING_LEN);
-    for (unsigned i = 0; i < MOVING_DESCS; i++) {
-        d[i] = (xfer_batch_desc_t){(uint64_t)i * MOVING_BLOCK, (uint64_t)i * MOVING_BLOCK,
-                                   MOVING_BLOCK};
-    }
-    tp_start(&p, srv_deregister_while_moving, NULL);
-    blob = tp_recv_blob(&p, &len);
-    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
-    free(blob);
-    cr_assert_eq(xfer_mem_register(p.ctx, src, MOVING_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    moving_descs(d);
+    dereg_test_start(&p, srv_deregister_while_moving, src, MOVING_LEN, &rkey, &mem);
     if (batch) {
         cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, MOVING_DESCS, &b),
                      XFER_OK);
@@ -311,14 +327,7 @@ static void deregister_while_moving(int batch)
     cr_expect_eq(notified, batch && (st == XFER_OK), "notified: %llu, the %s: %s",
                  (unsigned long long)notified, batch ? "batch" : "put",
                  xfer_status_string(st));
-    tp_child_expect_ok(&p, 30);
-    if (b != NULL) {
-        xfer_batch_destroy(b);
-    }
-    xfer_rkey_destroy(rkey);
-    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
-    xfer_endpoint_close(p.ep);
-    xfer_context_destroy(p.ctx);
+    dereg_test_end(&p, b, rkey, mem);
     free(src);
 }
 
@@ -368,20 +377,11 @@ Test(contract, a_region_deregistered_while_a_batch_reads_it_gives_nothing_more)
     xfer_status_t st;
     xfer_mem_t *mem;
     int reading = 0;
-    void *blob;
-    size_t len;
     tp_peer_t p;
 
     cr_assert_not_null(dst);
-    for (unsigned i = 0; i < MOVING_DESCS; i++) {
-        d[i] = (xfer_batch_desc_t){(uint64_t)i * MOVING_BLOCK, (uint64_t)i * MOVING_BLOCK,
-                                   MOVING_BLOCK};
-    }
-    tp_start(&p, srv_deregister_while_read, NULL);
-    blob = tp_recv_blob(&p, &len);
-    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
-    free(blob);
-    cr_assert_eq(xfer_mem_register(p.ctx, dst, MOVING_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    moving_descs(d);
+    dereg_test_start(&p, srv_deregister_while_read, dst, MOVING_LEN, &rkey, &mem);
     cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, d, MOVING_DESCS, &b),
                  XFER_OK);
     cr_assert_eq(xfer_batch_post(b, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
@@ -406,11 +406,6 @@ Test(contract, a_region_deregistered_while_a_batch_reads_it_gives_nothing_more)
     cr_expect((st == XFER_OK) || refused_not_found(st, p.ep), "the get batch: %s",
               xfer_status_string(st));
     tp_send(&p, 1);
-    tp_child_expect_ok(&p, 30);
-    xfer_batch_destroy(b);
-    xfer_rkey_destroy(rkey);
-    cr_expect_eq(xfer_mem_deregister(mem), XFER_OK);
-    xfer_endpoint_close(p.ep);
-    xfer_context_destroy(p.ctx);
+    dereg_test_end(&p, b, rkey, mem);
     free(dst);
 }
