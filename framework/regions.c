@@ -154,7 +154,7 @@ xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
 
     if (r != NULL) {
         *status_p = XFER_OK;
-    } else if (xfer_region_refused(bad_keys_p) != XFER_OK) {
+    } else if ((bad_keys_p != NULL) && (xfer_region_refused(bad_keys_p) != XFER_OK)) {
         snprintf(why, why_size, "%" PRIu32 " requests whose keys fit no region: the peer is "
                  "scanning for keys", *bad_keys_p);
         *status_p = XFER_ERR_PROTOCOL;

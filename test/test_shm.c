@@ -715,6 +715,102 @@ Test(shm, peers_batches_of_the_most_descriptors_hold_a_bounded_table_each)
     }
 }
 
+/* A peer that, CUT_ROUNDS times, takes a key from the parent and moves CUT_LEN bytes into it
+ * - a batch of 16 blocks in even rounds, one put in odd ones - and sends back the status. */
+#define CUT_ROUNDS 20               /* more than XFER_BAD_KEYS_MAX */
+#define CUT_LEN    (4u << 20)       /* 64 slices of XFER_FAIR_SLICE=64k */
+#define CUT_BYTE   0x3c
+
+static int srv_cut_mover(tp_side_t *s)
+{
+    uint8_t *src = malloc(CUT_LEN);
+    xfer_batch_desc_t d[16];
+    xfer_mem_t *mem;
+
+    TP_CHECK(src != NULL, "malloc");
+    memset(src, CUT_BYTE, CUT_LEN);
+    for (unsigned i = 0; i < 16; i++) {
+        d[i] = (xfer_batch_desc_t){i * (CUT_LEN / 16), i * (CUT_LEN / 16), CUT_LEN / 16};
+    }
+    TP_CHECK_STATUS(xfer_mem_register(s->ctx, src, CUT_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+    for (int r = 0; r < CUT_ROUNDS; r++) {
+        xfer_request_t *req = NULL;
+        xfer_batch_t *b     = NULL;
+        xfer_rkey_t *rkey;
+        xfer_status_t st;
+        size_t len;
+        void *blob;
+
+        TP_CHECK(tp_ctl_recv_alloc(s->ctl, &blob, &len, TP_WAIT_MS) == 0, "ctl");
+        TP_CHECK_STATUS(xfer_rkey_unpack(s->ep, blob, len, &rkey), XFER_OK);
+        free(blob);
+        if (r % 2 == 0) {
+            TP_CHECK_STATUS(xfer_batch_create(s->ep, XFER_BATCH_PUT, mem, rkey, d, 16, &b),
+                            XFER_OK);
+            st = xfer_batch_post(b, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req);
+        } else {
+            st = xfer_put(s->ep, src, CUT_LEN, mem, xfer_rkey_address(rkey), rkey, NULL, NULL,
+                          &req);
+        }
+        st = tp_op_result(st, req, TP_WAIT_MS);
+        if (b != NULL) {
+            xfer_batch_destroy(b);
+        }
+        xfer_rkey_destroy(rkey);
+        TP_CHECK(tp_ctl_send_u64(s->ctl, (uint64_t)(int64_t)st) == 0, "ctl");
+    }
+    TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
+    (void)tp_progress_until_ctl(s, TP_WAIT_MS);
+    free(src);
+    return 0;
+}
+
+/* A region deregistered while a peer's batch or put moves into it in slices is looked up
+ * again, and missed, before the next slice: this side's doing, not a key the peer guessed.
+ * CUT_ROUNDS transfers cut that way, more than the misses that make a peer a key scanner,
+ * each end XFER_OK or XFER_ERR_NOT_FOUND, and the endpoint stays up. */
+Test(shm, transfers_cut_by_deregistrations_do_not_count_as_guessed_keys)
+{
+    uint8_t *region = malloc(CUT_LEN);
+    tp_peer_t p;
+
+    cr_assert_not_null(region);
+    setenv("XFER_FAIR_SLICE", "64k", 1);
+    tp_start(&p, srv_cut_mover, NULL);
+    for (int r = 0; r < CUT_ROUNDS; r++) {
+        int landing = 0;
+        xfer_mem_t *mem;
+        int64_t st;
+        size_t len;
+        void *blob;
+
+        memset(region, 0, CUT_LEN);
+        cr_assert_eq(xfer_mem_register(p.ctx, region, CUT_LEN, XFER_MEM_HOST, &mem), XFER_OK);
+        cr_assert_eq(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
+        tp_send_blob(&p, blob, len);
+        xfer_rkey_blob_free(blob);
+        for (double end = tp_now_ms() + TP_WAIT_MS; !landing && (tp_now_ms() < end);) {
+            xfer_progress(p.ctx);
+            landing = (__atomic_load_n(&region[0], __ATOMIC_RELAXED) == CUT_BYTE);
+        }
+        cr_assert(landing, "round %d never began to land", r);
+        cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+        while (!tp_ctl_ready(p.ctl, 0)) {
+            xfer_progress(p.ctx);
+        }
+        st = (int64_t)tp_recv(&p);
+        cr_expect((st == XFER_OK) || (st == XFER_ERR_NOT_FOUND), "round %d: %s", r,
+                  xfer_status_string((xfer_status_t)st));
+    }
+    cr_expect_eq(xfer_endpoint_status(p.ep), XFER_OK, "the endpoint after %d cut transfers: "
+                 "%s", CUT_ROUNDS, xfer_status_string(xfer_endpoint_status(p.ep)));
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    tp_send(&p, 1);
+    tp_child_expect_ok(&p, 30);
+    free(region);
+}
+
 /* Clients that close their endpoint as soon as xfer_connect returns: the server completes its
  * side while the client's segment goes (unmapped, then its memfd closed, its connection
  * closed), at any point of that. The accept never answers XFER_ERR_UNAVAILABLE - which says

@@ -633,13 +633,14 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
 /* Where a peer's put or get of hdr (a: region, e: its key, b: address, c: length) lands in
  * this side's live registrations (xfer_region_reach), or NULL with the status to answer -
  * also XFER_ERR_UNSUPPORTED for CUDA memory, which nothing here touches; a peer scanning for
- * keys fails ep. */
-uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+ * keys fails ep. again: the frame's region was found before (it moves in slices), and a miss
+ * now is a deregistration here, which does not count against the peer. */
+uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr, int again,
                                xfer_status_t *status_p);
 /* Whether the frame at the head of ep's ring is a put or get moving in slices. */
 int xfer_shm_move_resuming(const xfer_ep_h ep);
 /* The host region a peer's batch names (xfer_region_named), or NULL with the status to answer. */
-xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key,
+xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key, int again,
                                      xfer_status_t *status_p);
 
 /* ---- shm_batch.c ---------------------------------------------------------------------------- */

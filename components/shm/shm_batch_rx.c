@@ -175,7 +175,7 @@ static xfer_status_t batch_rx_start(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
     xfer_shm_batch_rx_t *br;
     xfer_region_t *region;
 
-    region = xfer_shm_region_named(ep, hdr->a, hdr->e, &status);
+    region = xfer_shm_region_named(ep, hdr->a, hdr->e, 0, &status);
     if (region == NULL) {
         xfer_log_peer("batch_refused", XFER_LOG_WARN, XFER_SHM_SUBSYS,
                       "refusing a batch naming region %llu: %s", (unsigned long long)hdr->a,
@@ -278,7 +278,7 @@ static xfer_status_t batch_rx_stopped(xfer_ep_h ep, const xfer_shm_frame_t *hdr)
 
     /* the region is looked up again every round, as a sliced put's is: once deregistered it
      * receives nothing more (a get batch reads nothing more of it) */
-    if (xfer_shm_region_named(ep, hdr->a, hdr->e, &status) == NULL) {
+    if (xfer_shm_region_named(ep, hdr->a, hdr->e, 1, &status) == NULL) {
         xfer_log_peer("batch_refused", XFER_LOG_INFO, XFER_SHM_SUBSYS, "a batch stops: its "
                       "region %llu is no longer registered", (unsigned long long)hdr->a);
         return status;

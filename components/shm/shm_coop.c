@@ -471,7 +471,7 @@ xfer_status_t xfer_shm_rx_share(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     if (mapped) {
         peer = xfer_shm_peer_mem(ep, &mem, 0);
     }
-    dest = xfer_shm_region_check(ep, hdr, &status);
+    dest = xfer_shm_region_check(ep, hdr, 0, &status);
     if ((dest != NULL) && ((peer != NULL) || ep->cma)) {
         share_take(ep, hdr, dest, peer);
     }

@@ -424,12 +424,13 @@ xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size
 
 /* ---- target --------------------------------------------------------------------------------- */
 
-xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key,
+xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key, int again,
                                      xfer_status_t *status_p)
 {
     char why[XFER_REASON_MAX];
-    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key, &ep->bad_keys, status_p,
-                                         why, sizeof(why));
+    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key,
+                                         again ? NULL : &ep->bad_keys, status_p, why,
+                                         sizeof(why));
 
     if (*status_p == XFER_ERR_PROTOCOL) {
         xfer_shm_ep_fail_later(ep, *status_p, "%s", why);
@@ -446,10 +447,10 @@ xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key,
     return r;
 }
 
-uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
+uint8_t *xfer_shm_region_check(xfer_ep_h ep, const xfer_shm_frame_t *hdr, int again,
                                xfer_status_t *status_p)
 {
-    xfer_region_t *r = xfer_shm_region_named(ep, hdr->a, hdr->e, status_p);
+    xfer_region_t *r = xfer_shm_region_named(ep, hdr->a, hdr->e, again, status_p);
     char why[XFER_REASON_MAX];
     uint8_t *at;
 
@@ -532,7 +533,7 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (hdr->c > ep->iface->cfg->max_msg_size) ? ", over XFER_SHM_MAX_MSG_SIZE" : "");
         return XFER_ERR_PROTOCOL;
     }
-    dest = xfer_shm_region_check(ep, hdr, &status);
+    dest = xfer_shm_region_check(ep, hdr, resuming, &status);
     if (!resuming) {
         xfer_batch_rx_put(&ep->batch_puts, 1);
     }
@@ -580,7 +581,7 @@ xfer_status_t xfer_shm_rx_get(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
                  (rndv && !ep->cma) ? " on an endpoint without CMA" : "");
         return XFER_ERR_PROTOCOL;
     }
-    src = xfer_shm_region_check(ep, hdr, &status);
+    src = xfer_shm_region_check(ep, hdr, xfer_shm_move_resuming(ep), &status);
     memset(&resp, 0, sizeof(resp));
     resp.type = XFER_SHM_F_GET_RESP;
     resp.id   = hdr->id;

@@ -388,7 +388,9 @@ XFER_API uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t
  * record in t an xfer_region_t), or NULL with *status_p and why: XFER_ERR_NOT_FOUND, no region
  * has that id and key (never registered, deregistered, or a wrong key; counted in
  * *bad_keys_p); XFER_ERR_PROTOCOL past XFER_BAD_KEYS_MAX misses - the peer is scanning for
- * keys: fail its endpoint, and refuse the request itself with XFER_ERR_NOT_FOUND.
+ * keys: fail its endpoint, and refuse the request itself with XFER_ERR_NOT_FOUND. bad_keys_p
+ * NULL: the request was found before and is looked up again (a frame moving in slices) - a
+ * miss is this side's deregistration, not the peer's guess, and counts nothing.
  */
 XFER_API xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
                                           uint32_t *bad_keys_p, xfer_status_t *status_p,
