@@ -13,12 +13,12 @@
  * a batch with a notification and fetches a tensor, and all of it completes.
  */
 #include "contract.h"
+#include "test_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #define NHOSTILE   16
@@ -187,14 +187,6 @@ static int cli_good(tp_side_t *s)
 
 /* ---- this process ------------------------------------------------------------------------- */
 
-static long peak_rss_kib(void)
-{
-    struct rusage ru;
-
-    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
-    return ru.ru_maxrss;
-}
-
 /* Progress until every hostile peer said it flooded; the counts of what each posted. */
 static void wait_floods(xfer_context_t *ctx, tp_peer_t *h, uint64_t *posted)
 {
@@ -264,7 +256,7 @@ Test(contract, hostile_peers_together_stay_within_the_process_budgets_and_a_good
     }
     /* every endpoint made: what grows from here is what the peers make this process hold */
     tp_progress_for(ctx, 200);
-    before = peak_rss_kib();
+    before = tu_peak_rss_kib();
     for (int i = 0; i < NHOSTILE; i++) {
         tp_send_blob(&h[i], blob, len);
     }
@@ -294,7 +286,7 @@ Test(contract, hostile_peers_together_stay_within_the_process_budgets_and_a_good
     xfer_request_release(pub);
     tp_child_expect_ok(&g, 60);
 
-    growth = peak_rss_kib() - before;
+    growth = tu_peak_rss_kib() - before;
     cr_log_info("over %s: %d hostile peers flooded (posted %llu operations each, the first), "
                 "peak RSS grew by %ld KiB", tp_transport(), NHOSTILE,
                 (unsigned long long)posted[0], growth);

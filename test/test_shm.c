@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -636,14 +635,6 @@ static int srv_long_batch(tp_side_t *s)
     return 0;
 }
 
-static long peak_rss_kib(void)
-{
-    struct rusage ru;
-
-    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
-    return ru.ru_maxrss;
-}
-
 /* A target reads a peer's batch descriptors out of the peer a chunk at a time: LONG_PEERS
  * peers whose batches of LONG_DESCS descriptors (the most one may have, 1.5 MiB of them each)
  * are all being moved at once make this process hold far less than their tables - its peak
@@ -673,7 +664,7 @@ Test(shm, peers_batches_of_the_most_descriptors_hold_a_bounded_table_each)
         cr_assert_eq(xfer_rkey_pack(mem[i], &blob[i], &len[i]), XFER_OK);
         tp_progress_for(p[i].ctx, 20);
     }
-    before = peak_rss_kib();
+    before = tu_peak_rss_kib();
     for (int i = 0; i < LONG_PEERS; i++) {
         tp_send_blob(&p[i], blob[i], len[i]);
     }
@@ -691,7 +682,7 @@ Test(shm, peers_batches_of_the_most_descriptors_hold_a_bounded_table_each)
             }
         }
     }
-    growth = peak_rss_kib() - before;
+    growth = tu_peak_rss_kib() - before;
     cr_assert_eq(left, 0, "%d batches did not end", left);
     cr_log_info("%d peers' batches of %u descriptors: peak RSS grew by %ld KiB", LONG_PEERS,
                 LONG_DESCS, growth);

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <dirent.h>
+#include <sys/resource.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -189,6 +190,14 @@ int tu_count_in(const char *text, const char *what)
         n++;
     }
     return n;
+}
+
+long tu_peak_rss_kib(void)
+{
+    struct rusage ru;
+
+    cr_assert_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
 }
 
 int tu_fd_count(void)

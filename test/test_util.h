@@ -47,6 +47,10 @@ int tu_count_in(const char *text, const char *what);
 /* How many descriptors this process has open (/proc/self/fd), to check for leaks. */
 int tu_fd_count(void);
 
+/* The largest resident size this process has had, in KiB (getrusage): growth between two
+ * reads is what was held in between. */
+long tu_peak_rss_kib(void);
+
 /* Network facts of this host, for where listeners listen: its IPv4 address on the default
  * route (0 when it has none but loopback), whether it has ::1, whether sa is a loopback
  * address, the local addresses of this process's listening TCP sockets, and a plain TCP
