@@ -255,6 +255,7 @@ struct xfer_ep {
     xfer_budget_queue_t answer_bytes;   /* ... their bytes, charged to XFER_ANSWERS_BUDGET */
     int                 rx_paused;      /* input waits (unexpected bounds, answers) */
     uint64_t            rx_copied;      /* CMA bytes this progress round (RX_BYTES_BUDGET) */
+    uint64_t            rx_bytes;       /* ever taken in: ring payload and CMA reads (counter) */
     int                 rx_yield;       /* a notification was delivered: end the round */
     int                 rx_more;        /* a frame's work goes on in the next round */
     int                 move_active;    /* the frame at move_pos of our ring moves in slices */

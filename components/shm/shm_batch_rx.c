@@ -252,6 +252,7 @@ static xfer_status_t batch_rx_move(xfer_ep_h ep, const xfer_shm_frame_t *hdr, in
             return ((got < 0) && (errno == ESRCH)) ? XFER_ERR_CONNECTION : XFER_ERR_IO;
         }
         ep->rx_copied += (uint64_t)got;
+        ep->rx_bytes  += get ? 0 : (uint64_t)got;
         moved         += (uint64_t)got;
         /* past the descriptors the transfer finished (all of them loaded) */
         for (skip_left = (uint64_t)got; skip_left > 0;) {

@@ -300,6 +300,24 @@ static xfer_status_t shm_query(const void *config, xfer_component_attr_t *attr)
     return XFER_OK;
 }
 
+/* An endpoint's counters (xfer_endpoint_counters, XFER_STATS=y). */
+static const xfer_counter_field_t ep_stats[] = {
+    XFER_COUNTER_FIELD(struct xfer_ep, "tx_frames", tx_done),
+    XFER_COUNTER_FIELD(struct xfer_ep, "rx_bytes", rx_bytes),
+};
+
+static void shm_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
+{
+    size_t n = 0;
+
+    xfer_counter_put_table(c, *count_p, &n, ep, ep_stats, sizeof(ep_stats) / sizeof(ep_stats[0]));
+    *count_p = n;
+}
+
+XFER_COMPONENT_EXPORT const xfer_component_stats_v1_t xfer_component_stats_v1 = {
+    sizeof(xfer_component_stats_v1_t), shm_ep_counters
+};
+
 XFER_COMPONENT_EXPORT const xfer_component_v1_t xfer_component_v1 = {
     XFER_COMPONENT_V1_HEAD("shm",
                            "shared-memory rings and cross-memory attach between "

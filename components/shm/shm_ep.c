@@ -336,6 +336,7 @@ xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t 
         done += (uint64_t)n;
     }
     ep->rx_copied += len;
+    ep->rx_bytes  += to_peer ? 0 : len;
     return XFER_OK;
 }
 

@@ -87,6 +87,7 @@ void xfer_shm_rx_feed(xfer_ep_h ep, const uint8_t *p, uint64_t n)
         memcpy(rx->dest + rx->got, p, (n < room) ? n : room);
     }
     rx->got += n;
+    ep->rx_bytes += n;
 }
 
 /* What ep->rx holds between messages. Assigned from a constant, which GCC copies with a few

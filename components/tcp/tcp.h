@@ -324,6 +324,7 @@ struct xfer_ep {
     /* counters (xfer_endpoint_counter): frames by kind, each side */
     uint64_t            tx_put_frames, tx_putv_frames, tx_putv_blocks, tx_get_reqs;
     uint64_t            rx_put_frames, rx_putv_frames, rx_putv_blocks, rx_get_reqs;
+    uint64_t            rx_bytes;       /* ever read from the peer's sockets, lanes included */
     xfer_notify_rx_t    batch_notify;   /* a notification being received */
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
     xfer_tcp_putv_rx_t  *putv_rx;       /* a PUTV's table (tcp_batch.c), from the first */

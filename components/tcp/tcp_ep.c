@@ -102,14 +102,15 @@ err_free_ep:
 #define EP_STAT(_name, _field) XFER_COUNTER_FIELD(struct xfer_ep, _name, _field)
 
 static const xfer_counter_field_t ep_stats[] = {
-    /* bytes; then frames by kind: a PUT carries one block (a put, or a batch's block sent
-     * alone), a PUTV a batch's blocks gathered, a GET request one get */
+    /* bytes (rx_bytes: read from the peer's sockets, every lane's); then frames by kind: a
+     * PUT carries one block (a put, or a batch's block sent alone), a PUTV a batch's blocks
+     * gathered, a GET request one get */
     EP_STAT("tx_bytes_queued", tx_queued),       EP_STAT("tx_bytes", tx_written),
     EP_STAT("tx_bytes_spliced", tx_spliced),     EP_STAT("tx_put_frames", tx_put_frames),
     EP_STAT("tx_putv_frames", tx_putv_frames),   EP_STAT("tx_putv_blocks", tx_putv_blocks),
     EP_STAT("tx_get_requests", tx_get_reqs),     EP_STAT("rx_put_frames", rx_put_frames),
     EP_STAT("rx_putv_frames", rx_putv_frames),   EP_STAT("rx_putv_blocks", rx_putv_blocks),
-    EP_STAT("rx_get_requests", rx_get_reqs),
+    EP_STAT("rx_get_requests", rx_get_reqs),     EP_STAT("rx_bytes", rx_bytes),
 };
 
 void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)

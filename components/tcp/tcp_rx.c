@@ -148,6 +148,7 @@ int xfer_tcp_ep_rx_read(xfer_ep_h ep, struct iovec *iov, int iovcnt, size_t *n_p
     }
     ep->rx_drained = ((size_t)ret < space);
     ep->rx_round  += (uint64_t)ret;
+    ep->rx_bytes  += (uint64_t)ret;
     *n_p           = (size_t)ret;
     return 1;
 }

@@ -242,6 +242,7 @@ static int lane_read(xfer_tcp_lane_t *lane, void *buf, size_t len, size_t *n_p)
     if (ret > 0) {
         lane->drained   = ((size_t)ret < len);
         lane->rx_round += (uint64_t)ret;
+        lane->ep->rx_bytes += (uint64_t)ret;
         *n_p            = (size_t)ret;
         return 1;
     }
