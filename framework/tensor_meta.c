@@ -2,12 +2,17 @@
  * What a tensor and its key must be, checked once for every caller: a key (not empty, at most
  * XFER_MAX_KEY_LEN), a tensor a caller publishes, and a tensor's description as a peer sends
  * it (xfer_tensor_meta_check, which the components call on what comes off the wire); and at a
- * component's consumer side, a fetch's arguments and where its answer's data lands.
+ * component's consumer side, a fetch's arguments, where its answer's data lands, and the
+ * metadata last seen per key (xfer_meta_cache_*).
  */
 #include "xfer_int.h"
 
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
+
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define TENSOR_SUBSYS "tensor"
@@ -170,4 +175,115 @@ xfer_status_t xfer_fetch_land(const xfer_fetch_dest_t *dest, const xfer_tensor_t
     t->data  = dest->alloc(dest->alloc_arg, &ask);
     *data_p  = t->data;
     return (t->data != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;
+}
+
+/* ---- the consumer's metadata cache ---------------------------------------------------------- */
+
+typedef struct meta_entry {
+    ucs_list_link_t lru;            /* most recent first */
+    char            *key;           /* the hash's key, owned here */
+    uint8_t         value[];
+} meta_entry_t;
+
+KHASH_MAP_INIT_STR(xfer_meta, meta_entry_t*)
+
+struct xfer_meta_cache {
+    khash_t(xfer_meta) map;
+    ucs_list_link_t    lru;
+    uint64_t           max;
+    size_t             value_size;
+};
+
+xfer_meta_cache_t *xfer_meta_cache_create(uint64_t max, size_t value_size)
+{
+    xfer_meta_cache_t *c = calloc(1, sizeof(*c));
+
+    if (c != NULL) {
+        kh_init_inplace(xfer_meta, &c->map);
+        ucs_list_head_init(&c->lru);
+        c->max        = max;
+        c->value_size = value_size;
+    }
+    return c;
+}
+
+static void meta_drop(xfer_meta_cache_t *c, meta_entry_t *e)
+{
+    khiter_t it = kh_get(xfer_meta, &c->map, e->key);
+
+    if (it != kh_end(&c->map)) {
+        kh_del(xfer_meta, &c->map, it);
+    }
+    ucs_list_del(&e->lru);
+    free(e->key);
+    free(e);
+}
+
+void xfer_meta_cache_destroy(xfer_meta_cache_t *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    while (!ucs_list_is_empty(&c->lru)) {
+        meta_drop(c, ucs_list_head(&c->lru, meta_entry_t, lru));
+    }
+    kh_destroy_inplace(xfer_meta, &c->map);
+    free(c);
+}
+
+static meta_entry_t *meta_find(xfer_meta_cache_t *c, const char *key)
+{
+    khiter_t it = kh_get(xfer_meta, &c->map, key);
+    meta_entry_t *e;
+
+    if (it == kh_end(&c->map)) {
+        return NULL;
+    }
+    e = kh_val(&c->map, it);
+    ucs_list_del(&e->lru);
+    ucs_list_add_head(&c->lru, &e->lru);
+    return e;
+}
+
+int xfer_meta_cache_find(xfer_meta_cache_t *c, const char *key, void *value)
+{
+    meta_entry_t *e = meta_find(c, key);
+
+    if (e == NULL) {
+        return 0;
+    }
+    memcpy(value, e->value, c->value_size);
+    return 1;
+}
+
+void xfer_meta_cache_store(xfer_meta_cache_t *c, const char *key, const void *value)
+{
+    meta_entry_t *e = meta_find(c, key);
+    khiter_t it;
+    int ret;
+
+    if (e != NULL) {
+        memcpy(e->value, value, c->value_size);
+        return;
+    }
+    if (c->max == 0) {
+        return;
+    }
+    while (kh_size(&c->map) >= c->max) {
+        meta_drop(c, ucs_list_tail(&c->lru, meta_entry_t, lru));
+    }
+    e = malloc(sizeof(*e) + c->value_size);
+    if ((e == NULL) || ((e->key = strdup(key)) == NULL)) {
+        free(e);
+        return;     /* a cache: the next fetch asks again */
+    }
+    it = kh_put(xfer_meta, &c->map, e->key, &ret);
+    if (ret < 0) {
+        free(e->key);
+        free(e);
+        return;
+    }
+    memcpy(e->value, value, c->value_size);
+    kh_val(&c->map, it) = e;
+    ucs_list_add_head(&c->lru, &e->lru);
 }

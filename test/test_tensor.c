@@ -11,6 +11,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <xfer/component.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -599,4 +600,44 @@ Test(tensor, a_thousand_fetches_in_flight_on_one_endpoint)
     }
     publishes_expect(&p, NFETCH, XFER_OK);
     producer_done(&p);
+}
+
+/* ---- the consumer's metadata cache (framework/tensor_meta.c) -------------------------------- */
+
+/* What verbs keeps per key, with the real entry type's shape: a value of the caller's size. */
+typedef struct meta_value {
+    uint64_t size;
+    uint32_t dims[4];
+} meta_value_t;
+
+Test(tensor, the_metadata_cache_keeps_the_most_recently_used_keys_up_to_its_bound)
+{
+    xfer_meta_cache_t *c = xfer_meta_cache_create(2, sizeof(meta_value_t));
+    meta_value_t a = {100, {1, 2, 3, 4}}, b = {200, {5}}, v;
+
+    cr_assert_not_null(c);
+    cr_assert_eq(xfer_meta_cache_find(c, "a", &v), 0, "an empty cache found a key");
+    xfer_meta_cache_store(c, "a", &a);
+    xfer_meta_cache_store(c, "b", &b);
+    cr_assert_eq(xfer_meta_cache_find(c, "a", &v), 1);     /* "a" is now the most recent */
+    cr_assert(memcmp(&v, &a, sizeof(v)) == 0, "the value of a key came back changed");
+    b.size = 300;
+    xfer_meta_cache_store(c, "c", &b);                      /* evicts "b", the least recent */
+    cr_assert_eq(xfer_meta_cache_find(c, "b", &v), 0, "the least recently used key stayed");
+    cr_assert_eq(xfer_meta_cache_find(c, "a", &v), 1);
+    cr_assert_eq(xfer_meta_cache_find(c, "c", &v), 1);
+    cr_assert_eq(v.size, 300u);
+    a.size = 7;
+    xfer_meta_cache_store(c, "c", &a);                      /* a stored key takes the new value */
+    cr_assert_eq(xfer_meta_cache_find(c, "c", &v), 1);
+    cr_assert_eq(v.size, 7u);
+    cr_assert_eq(xfer_meta_cache_find(c, "a", &v), 1, "storing a known key evicted another");
+    xfer_meta_cache_destroy(c);
+
+    c = xfer_meta_cache_create(0, sizeof(meta_value_t));   /* keeps nothing */
+    cr_assert_not_null(c);
+    xfer_meta_cache_store(c, "a", &a);
+    cr_assert_eq(xfer_meta_cache_find(c, "a", &v), 0, "a cache of 0 keys kept one");
+    xfer_meta_cache_destroy(c);
+    xfer_meta_cache_destroy(NULL);
 }

@@ -170,74 +170,6 @@ static void treq_event(xfer_ep_h ch, uint32_t idx, treq_event_t ev, const treq_i
     transitions[treq->state][ev](treq, in);
 }
 
-/* ---- metadata cache ------------------------------------------------------------------------ */
-
-static xfer_verbs_meta_entry_t *meta_find(xfer_ep_h ch, const char *key)
-{
-    khiter_t it = kh_get(xfer_verbs_meta, &ch->meta_cache, key);
-    xfer_verbs_meta_entry_t *e;
-
-    if (it == kh_end(&ch->meta_cache)) {
-        return NULL;
-    }
-    e = kh_val(&ch->meta_cache, it);
-    ucs_list_del(&e->lru);
-    ucs_list_add_head(&ch->meta_lru, &e->lru);
-    return e;
-}
-
-static void meta_drop(xfer_ep_h ch, xfer_verbs_meta_entry_t *e)
-{
-    khiter_t it = kh_get(xfer_verbs_meta, &ch->meta_cache, e->key);
-
-    if (it != kh_end(&ch->meta_cache)) {
-        kh_del(xfer_verbs_meta, &ch->meta_cache, it);
-    }
-    ucs_list_del(&e->lru);
-    free(e->key);
-    free(e);
-}
-
-static void meta_store(xfer_ep_h ch, const char *key, const xfer_tensor_wire_meta_t *meta)
-{
-    uint64_t max = ch->iface->cfg->meta_cache;
-    xfer_verbs_meta_entry_t *e = meta_find(ch, key);
-    khiter_t it;
-    int ret;
-
-    if (e != NULL) {
-        e->meta = *meta;
-        return;
-    }
-    if (max == 0) {
-        return;
-    }
-    while (kh_size(&ch->meta_cache) >= max) {
-        meta_drop(ch, ucs_list_tail(&ch->meta_lru, xfer_verbs_meta_entry_t, lru));
-    }
-    e = calloc(1, sizeof(*e));
-    if ((e == NULL) || ((e->key = strdup(key)) == NULL)) {
-        free(e);
-        return;     /* a cache: the next fetch asks again */
-    }
-    it = kh_put(xfer_verbs_meta, &ch->meta_cache, e->key, &ret);
-    if (ret < 0) {
-        free(e->key);
-        free(e);
-        return;
-    }
-    e->meta = *meta;
-    kh_val(&ch->meta_cache, it) = e;
-    ucs_list_add_head(&ch->meta_lru, &e->lru);
-}
-
-void xfer_verbs_meta_cache_clear(xfer_ep_h ch)
-{
-    while (!ucs_list_is_empty(&ch->meta_lru)) {
-        meta_drop(ch, ucs_list_head(&ch->meta_lru, xfer_verbs_meta_entry_t, lru));
-    }
-}
-
 /* ---- destinations -------------------------------------------------------------------------- */
 
 xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
@@ -297,7 +229,6 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     xfer_verbs_wire_hdr_t hdr   = {.type = XFER_VERBS_MSG_TENSOR_REQUEST};
     xfer_status_t status        = xfer_verbs_ch_check(ch);
     xfer_tensor_wire_req_t req  = {0};
-    xfer_verbs_meta_entry_t *cached;
     xfer_verbs_treq_t *treq;
     xfer_verbs_op_t *op;
     uint64_t id, seg_room;
@@ -338,10 +269,8 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     memcpy(treq->key, args->key, args->key_len);
     treq->key[args->key_len] = '\0';
 
-    cached = meta_find(ch, treq->key);
-    if (cached != NULL) {
+    if (xfer_meta_cache_find(ch->meta_cache, treq->key, &treq->meta)) {
         ch->stats.meta_hits++;
-        treq->meta = cached->meta;
     } else {
         ch->stats.meta_misses++;
         treq->meta.flags = XFER_TENSOR_META_NONE;
@@ -513,7 +442,7 @@ static void on_meta(xfer_verbs_treq_t *treq, const treq_input_t *in)
         treq_withdraw(treq, XFER_ERR_PROTOCOL, why);
         return;
     }
-    meta_store(ch, treq->key, &meta);
+    xfer_meta_cache_store(ch->meta_cache, treq->key, &meta);
     treq->meta = meta;
     need       = xfer_tensor_wire_data_len(&meta);
     if (treq->alloc != NULL) {

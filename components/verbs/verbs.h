@@ -218,14 +218,6 @@ struct xfer_verbs_rsp {
     struct ibv_mr           *bounce_mr;
 };
 
-/* Consumer's metadata cache: the last metadata seen per key (step left out). */
-typedef struct xfer_verbs_meta_entry {
-    ucs_list_link_t         lru;        /* ch->meta_lru, most recent first */
-    xfer_tensor_wire_meta_t meta;
-    char                    *key;       /* the hash's key, owned here */
-} xfer_verbs_meta_entry_t;
-
-KHASH_MAP_INIT_STR(xfer_verbs_meta, xfer_verbs_meta_entry_t*)
 /* channel id -> channel: a completion names its channel by id (wr_id's high half) */
 KHASH_MAP_INIT_INT(xfer_verbs_chans, struct xfer_ep*)
 
@@ -321,8 +313,7 @@ struct xfer_ep {
 
     xfer_slots_t          slots;        /* exchanges awaiting the peer's answer */
     xfer_tanswer_list_t   treqs;        /* the peer's tensor requests (the engine's) */
-    khash_t(xfer_verbs_meta) meta_cache;
-    ucs_list_link_t       meta_lru;
+    xfer_meta_cache_t     *meta_cache;  /* the consumer's, of xfer_tensor_wire_meta_t */
     xfer_verbs_ch_stats_t stats;
 
     uint64_t              *ka_word;     /* the peer RDMA-writes here to probe us */
@@ -609,7 +600,6 @@ xfer_status_t xfer_verbs_treq_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 void xfer_verbs_treq_write_arrived(xfer_ep_h ch, uint32_t idx, uint32_t byte_len);
 /* The channel failed or closes: every fetch on it completes with status. */
 void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status);
-void xfer_verbs_meta_cache_clear(xfer_ep_h ch);
 /* The MR cache on behalf of ch: counts its hits, misses and evictions there. */
 xfer_status_t xfer_verbs_ch_mrc_get(xfer_ep_h ch, const void *addr, size_t len,
                                     xfer_regcache_entry_t **mr_p);

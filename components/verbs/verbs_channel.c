@@ -115,7 +115,10 @@ static xfer_status_t buffers_create(xfer_ep_h ch)
     }
     ch->wrs        = calloc(ch->sq_len, sizeof(*ch->wrs));
     ch->rx_due_idx = calloc(ch->rx_batch, sizeof(*ch->rx_due_idx));
-    return ((ch->wrs != NULL) && (ch->rx_due_idx != NULL)) ? XFER_OK : XFER_ERR_NO_MEMORY;
+    ch->meta_cache = xfer_meta_cache_create(iface->cfg->meta_cache,
+                                            sizeof(xfer_tensor_wire_meta_t));
+    return ((ch->wrs != NULL) && (ch->rx_due_idx != NULL) && (ch->meta_cache != NULL)) ?
+           XFER_OK : XFER_ERR_NO_MEMORY;
 }
 
 static void ch_free(xfer_ep_h ch)
@@ -141,8 +144,7 @@ static void ch_free(xfer_ep_h ch)
     free(ch->wrs);
     free(ch->rx_due_idx);
     xfer_slots_cleanup(&ch->slots);
-    xfer_verbs_meta_cache_clear(ch);
-    kh_destroy_inplace(xfer_verbs_meta, &ch->meta_cache);
+    xfer_meta_cache_destroy(ch->meta_cache);
     free(ch);
 }
 
@@ -207,8 +209,6 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ucs_list_head_init(&ch->flushes);
     ucs_list_head_init(&ch->batches);
     ucs_list_head_init(&ch->notifyq);
-    ucs_list_head_init(&ch->meta_lru);
-    kh_init_inplace(xfer_verbs_meta, &ch->meta_cache);
 
     if ((params->peer_iface_addr == NULL) ||
         (xfer_verbs_wire_unpack_iface_addr(params->peer_iface_addr,

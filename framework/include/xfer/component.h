@@ -636,6 +636,21 @@ XFER_API xfer_status_t xfer_fetch_start(const xfer_fetch_args_t *args, const xfe
 XFER_API xfer_status_t xfer_fetch_land(const xfer_fetch_dest_t *dest, const xfer_tensor_t *meta,
                                        uint64_t data_len, void **data_p);
 
+/*
+ * A consumer's cache of the metadata last seen per tensor key (step left out), so that the
+ * next fetch of the key can say what it expects (verbs sends it with its request and gets the
+ * data written at once). At most max keys, the least recently used going first; each value is
+ * value_size bytes of the caller's, copied in and out. A cache: out of memory, it keeps less.
+ */
+typedef struct xfer_meta_cache xfer_meta_cache_t;
+
+/* NULL: no memory (max 0: a cache that keeps nothing). */
+XFER_API xfer_meta_cache_t *xfer_meta_cache_create(uint64_t max, size_t value_size);
+XFER_API void xfer_meta_cache_destroy(xfer_meta_cache_t *c);
+/* Copy key's value into value and make it the most recent: 1, or 0 when there is none. */
+XFER_API int xfer_meta_cache_find(xfer_meta_cache_t *c, const char *key, void *value);
+XFER_API void xfer_meta_cache_store(xfer_meta_cache_t *c, const char *key, const void *value);
+
 /* ---- CUDA driver ---------------------------------------------------------------------------- */
 
 /*
