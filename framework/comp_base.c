@@ -97,7 +97,7 @@ void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t sta
     }
 }
 
-unsigned xfer_ep_failq_teardown_all(xfer_ep_failq_t *q)
+unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q)
 {
     unsigned count = 0;
 

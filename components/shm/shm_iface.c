@@ -202,7 +202,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     unsigned count = 0;
     xfer_ep_h ep, tmp;
 
-    count += xfer_ep_failq_teardown(&iface->failq);
+    count += xfer_ep_failq_progress(&iface->failq);
     if (iface->slept || (++iface->polls >= EPOLL_EVERY)) {
         if (iface->slept) {
             xfer_shm_act_disarm(iface);

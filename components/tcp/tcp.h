@@ -327,7 +327,7 @@ struct xfer_ep {
     uint64_t            rx_bytes;       /* ever read from the peer's sockets, lanes included */
     xfer_notify_rx_t    batch_notify;   /* a notification being received */
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
-    xfer_tcp_putv_rx_t  *putv_rx;       /* a PUTV's table (tcp_batch.c), from the first */
+    xfer_tcp_putv_rx_t  *putv_rx;       /* the table of the PUTV being read (tcp_batch.c) */
     ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;

@@ -500,11 +500,11 @@ xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *
     return XFER_OK;
 }
 
-/* What a PUTV's table unpacks into, and the blocks the payload is read into. */
+/* What a PUTV's table unpacks into, and the blocks the payload is read into: as many of each
+ * as the frame has blocks, held while its payload is read (tcp_rx.c frees it after). */
 struct xfer_tcp_putv_rx {
-    uint64_t     addr[XFER_TCP_WIRE_PUTV_MAX];
-    uint64_t     len[XFER_TCP_WIRE_PUTV_MAX];
-    struct iovec iov[XFER_TCP_WIRE_PUTV_MAX];
+    uint64_t     *addr, *len;
+    struct iovec iov[];
 };
 
 /* A PUTV: first its fixed extension (the count), then, ext_len raised, its table. Every block
@@ -532,14 +532,14 @@ static xfer_status_t rx_putv_ext(xfer_ep_h ep, const uint8_t *ext, char *why, si
         rx->ext_len += (size_t)putv.count * XFER_TCP_WIRE_PUTV_DESC_LEN;
         return XFER_INPROGRESS;
     }
-    if (ep->putv_rx == NULL) {
-        ep->putv_rx = malloc(sizeof(*ep->putv_rx));
-        if (ep->putv_rx == NULL) {
-            snprintf(why, why_size, "out of memory for a PUTV's table");
-            return XFER_ERR_NO_MEMORY;
-        }
+    v = malloc(sizeof(*v) + putv.count * (sizeof(v->iov[0]) + 2 * sizeof(uint64_t)));
+    if (v == NULL) {
+        snprintf(why, why_size, "out of memory for a PUTV's table");
+        return XFER_ERR_NO_MEMORY;
     }
-    v      = ep->putv_rx;
+    v->addr     = (uint64_t*)(void*)(v->iov + putv.count);
+    v->len      = v->addr + putv.count;
+    ep->putv_rx = v;
     status = xfer_tcp_wire_unpack_putv_table(ext + XFER_TCP_WIRE_PUTV_EXT_LEN, &rx->hdr,
                                              putv.count, v->addr, v->len, why, why_size);
     if (status != XFER_OK) {

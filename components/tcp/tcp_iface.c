@@ -394,7 +394,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     int num;
 
     iface->rx_gen++;
-    count += xfer_ep_failq_teardown(&iface->failq);
+    count += xfer_ep_failq_progress(&iface->failq);
     count += xfer_tcp_cuda_progress(iface);
 
     while (!ucs_list_is_empty(&iface->tx_ready)) {

@@ -63,6 +63,10 @@ void xfer_tcp_rx_expect_device(xfer_ep_h ep, void *dest, size_t want, uint64_t d
 
 static void rx_reset(xfer_ep_h ep)
 {
+    if (ep->putv_rx != NULL) {
+        free(ep->putv_rx);      /* a PUTV's table: a frame's, not the endpoint's */
+        ep->putv_rx = NULL;
+    }
     memset(&ep->rx, 0, sizeof(ep->rx));
     ep->rx.state = XFER_TCP_RX_HDR;
 }

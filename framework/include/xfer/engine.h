@@ -700,8 +700,9 @@ XFER_API void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t 
  * queues included): record, queue, and q's failing - unless a failure is recorded already. */
 XFER_API void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
                                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* Tear down every endpoint failed later (progress calls it first); how many. */
-XFER_API unsigned xfer_ep_failq_teardown_all(xfer_ep_failq_t *q);
+/* Tear down every endpoint failed later; how many. progress() calls it first, through
+ * xfer_ep_failq_progress(). */
+XFER_API unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q);
 /* f's endpoint was torn down: ep_failed is told at the next xfer_ep_failq_tell(). */
 XFER_API void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
 /* The log line of f's failure: "<who>: the peer closed its endpoint in order" at INFO for
@@ -715,10 +716,11 @@ XFER_API unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params
 XFER_API void xfer_ep_fail_forget(xfer_ep_fail_t *f);
 
 /* Work is queued: a component does not sleep then. */
-/* xfer_ep_failq_teardown_all() when there is one: every progress() asks, few ever find one. */
-static inline unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q)
+/* xfer_ep_failq_teardown() when there is one to tear down: every progress() asks, and
+ * almost never finds one. */
+static inline unsigned xfer_ep_failq_progress(xfer_ep_failq_t *q)
 {
-    return ucs_list_is_empty(&q->deferred) ? 0 : xfer_ep_failq_teardown_all(q);
+    return ucs_list_is_empty(&q->deferred) ? 0 : xfer_ep_failq_teardown(q);
 }
 
 static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
