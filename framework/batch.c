@@ -20,9 +20,9 @@
  * a peer's host memory it has not mapped) is staged: the same walk, each descriptor a staged
  * put or get (staging.c), then for puts the flush, then the notification alone - held as
  * below, so that it leaves only once every byte is in the peer's memory, and a cancel or a
- * deadline before that sends none. A batch of device memory that a transport moving device
- * memory declines as one unit (verbs with GPUDirect) takes the same walk through its own put
- * and get.
+ * deadline before that sends none. A batch that a transport declines as one unit although it
+ * moves the memory (verbs with GPUDirect on device memory, shm without cross-memory attach)
+ * takes the same walk through its own put and get.
  *
  * Notifications from one endpoint arrive in the order their batches were posted. A put's
  * leaves behind its data at once, in the transport's order; a get's only once its reads are
@@ -599,14 +599,14 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     op->staged = batch->staged;
     status     = ((post != NULL) && !op->staged) ? post(batch->ep->ep, &op->args, &op->comp) :
                                                    batch_post_each(op);
-    if ((status == XFER_ERR_UNSUPPORTED) && !op->staged &&
-        (batch->mem->attr.type == XFER_MEM_CUDA)) {
-        /* a batch of device memory declined before anything moved goes descriptor by
-         * descriptor, its notification held for after the data: staged where the transport
-         * does not move device memory itself (shm: device memory and host memory of the
-         * peer's it has not mapped), else through its own put and get (verbs on GPU memory
-         * posts no batch of it as one unit) */
-        op->staged = !(batch->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA);
+    if ((status == XFER_ERR_UNSUPPORTED) && !op->staged) {
+        /* a batch declined before anything moved goes descriptor by descriptor, its
+         * notification held for after the data: device memory staged where the transport
+         * does not move it itself (shm: device memory and host memory of the peer's it has
+         * not mapped), else through the transport's own put and get (verbs posts no batch of
+         * GPU memory as one unit; shm none without cross-memory attach) */
+        op->staged = (batch->mem->attr.type == XFER_MEM_CUDA) &&
+                     !(batch->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA);
         if ((notify != NULL) && !held) {
             held = late = 1;
             note_hold(op, notify, notify_len);

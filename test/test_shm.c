@@ -488,7 +488,8 @@ Test(shm, a_batch_whose_stop_word_or_descriptors_are_unmapped_moves_nothing)
 
 /* NOTIFY frames (14) with a 16-byte payload, as a hostile peer writes them. Without a
  * continuation (b 0) it is delivered whole, its bytes those of the frame. Refused, failing
- * the endpoint: a notification said to follow puts that never came (a), and a continued one
+ * the endpoint: one with its reserved word a set (a notification follows its batch's data,
+ * never frames of it), and a continued one
  * whose whole length (b) is not longer than its first frame or is past XFER_NOTIFY_MAX_LEN,
  * for which the target would allocate. */
 Test(shm, a_notification_frame_is_delivered_whole_or_its_lengths_are_refused)

@@ -210,8 +210,7 @@ typedef enum {
     XFER_SHM_RX_FETCH_KEY,      /* into rx.treq's key */
     XFER_SHM_RX_TRESP,          /* into rx.op's destination */
     XFER_SHM_RX_NOTIFY,         /* a notification longer than its first cell, into
-                                 * ep->notify_rx (rx.tag: the PUTs before it; rx.status: not
-                                 * XFER_OK when it is void) */
+                                 * ep->notify_rx (rx.status: not XFER_OK when it is void) */
     XFER_SHM_RX_DISCARD,        /* nowhere */
 } xfer_shm_rx_kind_t;
 
@@ -264,7 +263,6 @@ struct xfer_ep {
     xfer_shm_batch_rx_t *batch_rx;      /* a peer's batch being moved (shm_batch.c) */
     xfer_shm_rx_t       rx;
 
-    xfer_batch_rx_t     batch_puts;     /* PUT frames received, and the last refused one */
     xfer_notify_rx_t    notify_rx;      /* a notification arriving over several cells */
     uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
     uint64_t            rma_done;       /* ... and completed (answers come in order) */

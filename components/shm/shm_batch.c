@@ -9,14 +9,12 @@
  * over iovec arrays - one system call for up to IOV_MAX descriptors - hands the notification
  * to the framework, and answers BATCH_ACK with the count that landed.
  *
- * Without CMA, or with a notification longer than one cell of the ring carries, every
- * descriptor is an ordinary PUT or GET through the ring (a batch walk, engine.h, at most
- * XFER_BATCH_WINDOW bytes in flight); a put batch's NOTIFY frame follows its PUT frames in the
- * ring, which the target works through in order, so it is read after every one of them was
- * copied into place; it names how many PUTs precede it in its batch, and the target drops it
- * when one of those was refused. A get batch's NOTIFY goes once every get has its data. A
- * notification of any length up to XFER_NOTIFY_MAX_LEN goes: one longer than its first cell
- * goes on in DATA frames, and the target delivers it once whole.
+ * Without CMA, with more descriptors than one BATCH frame names, or with a notification longer
+ * than one cell of the ring carries, shm declines the batch before moving anything, and the
+ * framework walks it through shm's own put and get (framework/batch.c), its notification held
+ * until the data is in and then posted alone: a batch of no descriptors, one NOTIFY frame
+ * behind everything in the ring. A notification of any length up to XFER_NOTIFY_MAX_LEN goes:
+ * one longer than its first cell goes on in DATA frames, and the target delivers it once whole.
  *
  * To memory the peer allocated with xfer_mem_alloc() and this side mapped (shm_rma.c), every
  * descriptor is a memcpy done before the post returns; the NOTIFY frame (after no PUT frame)
@@ -40,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A batch through the ring, descriptor by descriptor (a batch walk, engine.h), or copied
- * into the peer's mapped memory a slice at a time (the walk's counts only). */
+/* A batch copied into or out of the peer's mapped memory a slice at a time, from progress (a
+ * batch walk, engine.h, for its counts and holds only). */
 typedef struct shm_batch {
     ucs_list_link_t     list;       /* iface->batches */
     ucs_list_link_t     work_link;  /* iface->batch_work while copies of it are left */
@@ -231,7 +229,7 @@ xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     return XFER_OK;
 }
 
-/* ---- descriptor by descriptor, through the ring --------------------------------------------- */
+/* ---- the notification behind a mapped batch's copies --------------------------------------- */
 
 static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                             uint64_t tag)
@@ -247,7 +245,7 @@ static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t leng
 
 /* The NOTIFY frame goes through an op of its own that completes once the frame is written,
  * so that the batch outlives it and a cancel can still void it. */
-static void batch_notify_queue(shm_batch_t *b, uint64_t puts)
+static void batch_notify_queue(shm_batch_t *b)
 {
     xfer_shm_frame_t hdr;
     xfer_shm_op_t *op;
@@ -265,26 +263,17 @@ static void batch_notify_queue(shm_batch_t *b, uint64_t puts)
     xfer_batch_walk_hold(&b->walk);
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
-    hdr.a    = puts;
     hdr.b    = notify_spans(b->ep, b->notify_len);
     xfer_shm_tx_queue(b->ep, &op->tx, &hdr, op->key, b->notify_len, 0, 0);
     xfer_shm_tx_write(b->ep);
 }
 
-/* Every hold of the batch ended (its descriptors, the NOTIFY frame, the posting): a get's
- * notification goes now that every read has its data; else the batch completes. */
+/* Every hold of the batch ended (its copies, the NOTIFY frame): it completes. */
 static void batch_end(xfer_batch_walk_t *w)
 {
     shm_batch_t *b = ucs_container_of(w, shm_batch_t, walk);
     xfer_status_t status;
 
-    if (!b->args->is_put && b->has_notify && (w->status == XFER_OK) && !w->stopped &&
-        (b->ep != NULL) && (b->notify_comp.cb == NULL)) {
-        batch_notify_queue(b, 0);   /* every get has its data: the target may know */
-        if (w->holds > 0) {
-            return;
-        }
-    }
     if (b->working) {
         ucs_list_del(&b->work_link);
     }
@@ -297,39 +286,7 @@ static void batch_end(xfer_batch_walk_t *w)
     free(b);
 }
 
-static xfer_status_t batch_ring_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t *comp,
-                                     size_t *n_p)
-{
-    shm_batch_t *b            = ucs_container_of(w, shm_batch_t, walk);
-    const xfer_batch_iov_t *v = &b->args->iov[i];
-    xfer_status_t status;
-
-    (void)n_p;
-    if (b->ep == NULL) {
-        return XFER_ERR_CANCELED;
-    }
-    status = xfer_shm_rma_post(b->ep, b->args->is_put ? XFER_SHM_OP_PUT : XFER_SHM_OP_GET,
-                               (void*)(uintptr_t)v->local, v->length, NULL, v->remote,
-                               b->args->rkey, comp);
-    return (status == XFER_OK) ? XFER_ERR_INTERNAL : status;   /* through the ring: never */
-}
-
-/* Post b's next descriptors while at most XFER_BATCH_WINDOW bytes of it are in flight;
- * after a put batch's last, its NOTIFY. */
-static void batch_ring_fill(xfer_batch_walk_t *w)
-{
-    shm_batch_t *b = ucs_container_of(w, shm_batch_t, walk);
-
-    xfer_batch_walk_fill(w);
-    if (b->args->is_put && b->has_notify && xfer_batch_walk_all_posted(w) &&
-        (b->notify_comp.cb == NULL)) {
-        batch_notify_queue(b, w->next);     /* behind every PUT frame of the batch */
-    }
-}
-
-static const xfer_batch_walk_ops_t batch_ring_ops = {
-    .post = batch_ring_post,
-    .more = batch_ring_fill,
+static const xfer_batch_walk_ops_t batch_mapped_ops = {
     .done = batch_end,
 };
 
@@ -341,7 +298,7 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
     if (b == NULL) {
         return NULL;
     }
-    xfer_batch_walk_init(&b->walk, &batch_ring_ops, args, 1);
+    xfer_batch_walk_init(&b->walk, &batch_mapped_ops, args, 1);
     b->ep         = ep;
     b->comp       = comp;
     b->args       = args;
@@ -352,33 +309,6 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
     }
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     return b;
-}
-
-static xfer_status_t batch_post_ring(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
-{
-    xfer_status_t status;
-    shm_batch_t *b;
-
-    /* a batch whose first descriptor is refused is refused whole: nothing of it went */
-    if (!xfer_range_within(args->rkey->addr, args->rkey->length, args->iov[0].remote,
-                           args->iov[0].length) || (args->iov[0].length > ep->max_msg)) {
-        return XFER_ERR_OUT_OF_RANGE;
-    }
-    b = batch_new(ep, args, comp);
-    if (b == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    batch_ring_fill(&b->walk);
-    if ((b->walk.next == 0) && (b->walk.status != XFER_OK)) {
-        status = b->walk.status;
-        ucs_list_del(&b->list);
-        xfer_batch_walk_cleanup(&b->walk);
-        free(b);
-        return status;
-    }
-    /* the posting's own hold; the others end only from progress */
-    xfer_batch_walk_release(&b->walk);
-    return XFER_INPROGRESS;
 }
 
 /* ---- to mapped memory, a slice at a time ---------------------------------------------------- */
@@ -452,7 +382,7 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface)
             xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail.status :
                                                              XFER_ERR_CANCELED);
         } else if (!b->walk.stopped && b->has_notify) {
-            batch_notify_queue(b, 0);   /* after the last copy: the target reads it after */
+            batch_notify_queue(b);      /* after the last copy: the target reads it after */
         }
         xfer_batch_walk_release(&b->walk);
     }
@@ -492,7 +422,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (ep->cma && (args->count <= XFER_SHM_BATCH_MAX) && notify_fits(ep, args)) {
         return batch_post_cma(ep, args, comp);
     }
-    return batch_post_ring(ep, args, comp);
+    return XFER_ERR_UNSUPPORTED;    /* the framework walks it through put and get */
 }
 
 /* Cancel a batch: void its frame when it is not written yet; either way it completes when

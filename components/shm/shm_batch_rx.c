@@ -3,8 +3,9 @@
  * descriptors read from the initiator a chunk at a time and all checked against the live
  * registration before a byte moves, then the data moved by process_vm_readv/writev a slice
  * each round of progress, in turn with the other endpoints, answered with BATCH_ACK and the
- * count landed - and the NOTIFY frames of batches that went through the ring or into mapped
- * memory (shm_batch.c says how the initiator sends each).
+ * count landed - and the NOTIFY frames that follow the data of the other batches (copied
+ * into mapped memory, or walked by the framework; shm_batch.c says how the initiator sends
+ * each).
  */
 #include "shm.h"
 
@@ -301,15 +302,14 @@ static xfer_status_t notify_delivered(xfer_ep_h ep, xfer_status_t status, const 
     return XFER_OK;
 }
 
-/* The peer's notification, after puts PUT frames of its batch (r; NULL: a CMA batch, whose
- * descriptors were checked whole). */
-static xfer_status_t notify_deliver(xfer_ep_h ep, const xfer_batch_rx_t *r, uint64_t puts,
-                                    const void *msg, size_t len)
+/* The peer's notification: its batch's data is in (a CMA batch's descriptors were checked
+ * whole here; other batches' data came before it). */
+static xfer_status_t notify_deliver(xfer_ep_h ep, const void *msg, size_t len)
 {
     char why[XFER_REASON_MAX];
 
-    return notify_delivered(ep, xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, r,
-                                                    puts, msg, len, XFER_SHM_SUBSYS, why,
+    return notify_delivered(ep, xfer_notify_deliver(&ep->iface->params, ep->fail.fw_ep, NULL,
+                                                    0, msg, len, XFER_SHM_SUBSYS, why,
                                                     sizeof(why)), why);
 }
 
@@ -353,7 +353,7 @@ xfer_status_t xfer_shm_rx_batch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         batch_rx_free(ep);
     }
     if ((status == XFER_OK) && (hdr->flags & XFER_SHM_FL_NOTIFY) &&
-        (notify_deliver(ep, NULL, 0, payload, hdr->len) != XFER_OK)) {
+        (notify_deliver(ep, payload, hdr->len) != XFER_OK)) {
         return XFER_OK;     /* the ep failed */
     }
     if (status == XFER_ERR_CONNECTION) {
@@ -383,14 +383,14 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     uint32_t max = ep->iface->params.max_notify_len;
     xfer_status_t status;
 
-    if (hdr->a > ep->batch_puts.puts) {
-        snprintf(why, why_size, "a notification after %llu puts (%llu came)",
-                 (unsigned long long)hdr->a, (unsigned long long)ep->batch_puts.puts);
+    if (hdr->a != 0) {
+        snprintf(why, why_size, "a notification after %llu puts of its batch: it follows its "
+                 "batch's data, not frames of it (a is reserved, 0)", (unsigned long long)hdr->a);
         return XFER_ERR_PROTOCOL;
     }
     if (hdr->b == 0) {      /* whole in this frame */
         if (!(hdr->flags & XFER_SHM_FL_VOID)) {
-            (void)notify_deliver(ep, &ep->batch_puts, hdr->a, payload, hdr->len);
+            (void)notify_deliver(ep, payload, hdr->len);
         }
         return XFER_OK;
     }
@@ -406,7 +406,6 @@ xfer_status_t xfer_shm_rx_notify(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     }
     /* the rest follows in DATA frames, nothing between them */
     xfer_shm_rx_expect(ep, XFER_SHM_RX_NOTIFY, ep->notify_rx.buf, hdr->b, hdr->b);
-    ep->rx.tag    = hdr->a;
     ep->rx.status = (hdr->flags & XFER_SHM_FL_VOID) ? XFER_ERR_CANCELED : XFER_OK;
     xfer_shm_rx_feed(ep, payload, hdr->len);
     return XFER_OK;
@@ -419,8 +418,8 @@ xfer_status_t xfer_shm_rx_notify_done(xfer_ep_h ep, char *why, size_t why_size)
         return XFER_OK;
     }
     (void)notify_delivered(ep, xfer_notify_rx_deliver(&ep->iface->params, ep->fail.fw_ep,
-                                                      &ep->notify_rx, &ep->batch_puts,
-                                                      ep->rx.tag, XFER_SHM_SUBSYS, why,
+                                                      &ep->notify_rx, NULL, 0,
+                                                      XFER_SHM_SUBSYS, why,
                                                       why_size), why);
     return XFER_OK;
 }

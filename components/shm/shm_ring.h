@@ -52,7 +52,7 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  6u
+#define XFER_SHM_SEG_VERSION  7u
 #define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
@@ -97,8 +97,9 @@ enum {
                              * GET: a get batch; NOTIFY: payload is the notification (CMA
                              * only) */
     XFER_SHM_F_BATCH_ACK,   /* id: request; status; a: descriptors landed */
-    XFER_SHM_F_NOTIFY,      /* a: PUTs of its batch just before it; payload: notification;
-                             * b: its whole length when it goes on in DATA frames, else 0 */
+    XFER_SHM_F_NOTIFY,      /* a batch's notification, after the batch's data: payload: the
+                             * notification; b: its whole length when it goes on in DATA
+                             * frames, else 0; a: reserved (0) */
     XFER_SHM_F_SHARE,       /* id: slot | generation << 32; a: region; e: its key;
                              * b: address; c: length; d: source; MAPPED: payload names the
                              * source's memfd (xfer_shm_rndv_mem_t) - take parts of the put;

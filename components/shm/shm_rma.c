@@ -534,20 +534,11 @@ xfer_status_t xfer_shm_rx_put(xfer_ep_h ep, const xfer_shm_frame_t *hdr, const u
         return XFER_ERR_PROTOCOL;
     }
     dest = xfer_shm_region_check(ep, hdr, resuming, &status);
-    if (!resuming) {
-        xfer_batch_rx_put(&ep->batch_puts, 1);
-    }
-    if (status != XFER_OK) {
-        xfer_batch_rx_refused(&ep->batch_puts, status);  /* no notification for its batch */
-    }
     if (rndv) {
         if ((dest != NULL) && (hdr->c > 0)) {
             status = rndv_move_sliced(ep, dest, hdr->d, hdr->c, 0);
             if (status == XFER_INPROGRESS) {
                 return XFER_ERR_BUSY;   /* the frame stays: the rest in the next round */
-            }
-            if (status != XFER_OK) {
-                xfer_batch_rx_refused(&ep->batch_puts, status);
             }
         }
         ep->move_active = 0;
