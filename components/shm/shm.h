@@ -37,7 +37,6 @@
  * large put or a whole batch ends the round, so that completions and notifications of what
  * was moved are delivered before more input is taken */
 #define XFER_SHM_RX_BYTES_BUDGET (256u * 1024u)
-#define XFER_SHM_TENSOR_RANK_MAX 8
 
 enum { XFER_SHM_CMA_AUTO, XFER_SHM_CMA_ON, XFER_SHM_CMA_OFF };
 
@@ -82,8 +81,8 @@ typedef struct xfer_shm_answer xfer_shm_answer_t;
 typedef struct xfer_shm_tx {
     ucs_list_link_t     list;       /* ep->txq */
     xfer_shm_frame_t    hdr;
-    const uint8_t       *head;      /* payload of the first frame before the data (tensor
-                                     * dims), head_len bytes */
+    const uint8_t       *head;      /* payload of the first frame before the data (a
+                                     * tensor's description), head_len bytes */
     size_t              head_len;
     const uint8_t       *data;
     uint64_t            len;        /* data bytes */
@@ -156,7 +155,7 @@ struct xfer_shm_answer {
     xfer_tanswer_t       *a;        /* set once answered */
     int                  rndv;      /* the consumer reads the data: wait for TDONE */
     xfer_shm_tx_t        tx;
-    int64_t              dims[XFER_SHM_TENSOR_RANK_MAX];
+    uint8_t              meta[XFER_TENSOR_WIRE_META_MAX];   /* the description sent */
     char                 reason[XFER_REASON_MAX];
 };
 

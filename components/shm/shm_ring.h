@@ -52,7 +52,7 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  7u
+#define XFER_SHM_SEG_VERSION  8u
 #define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
@@ -86,9 +86,10 @@ enum {
     XFER_SHM_F_GET,         /* id: request; a: region; b: address; c: length; RNDV: d dest */
     XFER_SHM_F_GET_RESP,    /* id: request; status; a: length; inline data unless RNDV */
     XFER_SHM_F_FETCH,       /* id: request; a: step; b: key length; payload: the key */
-    XFER_SHM_F_TRESP,       /* id: request; status; a: size; b: dtype | rank << 8 | dead << 16;
-                             * payload: dims (rank x i64), then the data, or the reason;
-                             * RNDV: c source address (the consumer reads it, then TDONE) */
+    XFER_SHM_F_TRESP,       /* id: request; status; payload: the tensor's description
+                             * (xfer_tensor_wire_meta_t), then the data - or, failed, the
+                             * reason; RNDV: c source address (the consumer reads it, then
+                             * TDONE) */
     XFER_SHM_F_TDONE,       /* id: request; status: the consumer has read the tensor */
     XFER_SHM_F_TCANCEL,     /* id: request; the consumer cancelled its fetch */
     XFER_SHM_F_BATCH,       /* id: request; a: region; e: its key; b: address of the

@@ -30,13 +30,6 @@ enum {
     PREQ_RNDV_SENT,     /* the answer is in the ring: the tensor stays until TDONE */
 };
 
-/* an answer's dims and a result's dims hold the same ranks */
-_Static_assert(XFER_SHM_TENSOR_RANK_MAX == XFER_TENSOR_MAX_RANK, "tensor ranks differ");
-
-/* TRESP b: dtype | rank << 8 | is_dead << 16 */
-#define TRESP_META(_dtype, _rank, _dead) \
-    ((uint64_t)(_dtype) | ((uint64_t)(_rank) << 8) | ((uint64_t)(_dead) << 16))
-
 /* ---- consumer ------------------------------------------------------------------------------- */
 
 xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
@@ -137,10 +130,9 @@ static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                      const uint8_t *payload, xfer_shm_op_t *op, char *why,
                                      size_t why_size)
 {
-    if ((hdr->a != 0) || (hdr->b != 0) || (hdr->flags & XFER_SHM_FL_RNDV)) {
-        snprintf(why, why_size, "failed TRESP (status %" PRId32 ") describes a tensor (%"
-                 PRIu64 " bytes, metadata 0x%" PRIx64 ", flags 0x%x)", hdr->status, hdr->a,
-                 hdr->b, hdr->flags);
+    if (hdr->flags & XFER_SHM_FL_RNDV) {
+        snprintf(why, why_size, "failed TRESP (status %" PRId32 ") with data to read",
+                 hdr->status);
         return XFER_ERR_PROTOCOL;
     }
     ep->rx.status = xfer_shm_status_from_peer(hdr->status);
@@ -204,10 +196,10 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
     xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
-    int64_t dims[XFER_TENSOR_MAX_RANK] = {0};
     int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
-    unsigned dtype, rank, is_dead;
-    uint64_t head_len, data_len;
+    xfer_tensor_wire_meta_t meta;
+    size_t head_len;
+    uint64_t data_len;
     xfer_status_t status;
     xfer_shm_op_t *op;
     void *dest = NULL;
@@ -219,8 +211,9 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         snprintf(why, why_size, "TRESP for unknown request id 0x%016" PRIx64, hdr->id);
         return XFER_ERR_PROTOCOL;
     }
-    if (hdr->flags & ~XFER_SHM_FL_RNDV) {
-        snprintf(why, why_size, "TRESP with unknown flags 0x%x", hdr->flags);
+    if ((hdr->flags & ~XFER_SHM_FL_RNDV) || ((hdr->a | hdr->b) != 0)) {
+        snprintf(why, why_size, "TRESP with unknown flags 0x%x or reserved words set",
+                 hdr->flags);
         return XFER_ERR_PROTOCOL;
     }
     op         = (slot->kind == XFER_SHM_SLOT_OP) ? slot->obj : NULL;
@@ -230,26 +223,16 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return rx_tresp_failed(ep, hdr, payload, op, why, why_size);
     }
 
-    dtype   = (unsigned)(hdr->b & 0xff);
-    rank    = (unsigned)((hdr->b >> 8) & 0xff);
-    is_dead = (unsigned)((hdr->b >> 16) & 0xff);
-    if (((hdr->b >> 24) != 0) || (is_dead > 1) || (rank > XFER_SHM_TENSOR_RANK_MAX)) {
-        snprintf(why, why_size, "TRESP metadata 0x%" PRIx64 " is not dtype | rank << 8 | "
-                 "dead << 16", hdr->b);
+    /* the description fits the first cell (XFER_SHM_CELL_MIN has room for the largest) */
+    if (xfer_tensor_wire_parse_meta(payload, hdr->len, &meta, &head_len, why, why_size) !=
+        XFER_OK) {
         return XFER_ERR_PROTOCOL;
     }
-    head_len = (uint64_t)rank * sizeof(int64_t);
-    if (hdr->len < head_len) {
-        snprintf(why, why_size, "TRESP of rank %u carries %" PRIu32 " bytes, less than its "
-                 "dimensions", rank, hdr->len);
+    if (meta.flags & XFER_TENSOR_META_NONE) {
+        snprintf(why, why_size, "TRESP of status OK describes no tensor");
         return XFER_ERR_PROTOCOL;
     }
-    memcpy(dims, payload, head_len);
-    status = xfer_tensor_meta_check(dtype, rank, dims, hdr->a, (int)is_dead, why, why_size);
-    if (status != XFER_OK) {
-        return status;
-    }
-    data_len = is_dead ? 0 : hdr->a;
+    data_len = xfer_tensor_wire_data_len(&meta);
     if (data_len > ep->max_msg) {
         snprintf(why, why_size, "TRESP of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
                  data_len, ep->max_msg);
@@ -258,20 +241,19 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     if (rndv ? (!ep->cma || (hdr->len != head_len) || (data_len == 0)) :
                (hdr->len - head_len > data_len)) {
         snprintf(why, why_size, "%sTRESP of %" PRIu64 " bytes carries %" PRIu64 " of them%s",
-                 rndv ? "RNDV " : "", data_len, hdr->len - head_len,
+                 rndv ? "RNDV " : "", data_len, (uint64_t)(hdr->len - head_len),
                  (rndv && !ep->cma) ? " on an endpoint without cross-memory attach" : "");
         return XFER_ERR_PROTOCOL;
     }
 
     ep->rx.status = XFER_OK;
     if (op != NULL) {       /* not cancelled: fill the result, find room for the data */
-        xfer_tensor_t meta = {.dtype = (xfer_dtype_t)dtype, .rank = rank, .size = hdr->a,
-                              .is_dead = (int)is_dead};
+        xfer_tensor_t t;
 
+        xfer_tensor_wire_meta_to(&meta, &t);
         op->busy        = 1;
-        op->base.length = (size_t)hdr->a;
-        memcpy(meta.dims, dims, sizeof(meta.dims));
-        ep->rx.status = xfer_fetch_land(&op->fetch, &meta, data_len, &dest);
+        op->base.length = (size_t)meta.size;
+        ep->rx.status   = xfer_fetch_land(&op->fetch, &t, data_len, &dest);
     }
     if (rndv) {
         xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
@@ -357,13 +339,13 @@ void xfer_shm_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
     ans->tx.head     = NULL;
     ans->tx.head_len = 0;
     if (status == XFER_OK) {
-        hdr.a = tensor->is_dead ? 0 : tensor->size;
-        hdr.b = TRESP_META(tensor->dtype, tensor->rank, tensor->is_dead ? 1 : 0);
-        memcpy(ans->dims, tensor->dims, tensor->rank * sizeof(int64_t));
-        ans->tx.head     = (const uint8_t*)ans->dims;
-        ans->tx.head_len = tensor->rank * sizeof(int64_t);
+        xfer_tensor_wire_meta_t meta;
+
+        xfer_tensor_wire_meta_from(&meta, tensor);
+        ans->tx.head     = ans->meta;
+        ans->tx.head_len = xfer_tensor_wire_pack_meta(&meta, ans->meta);
         data             = tensor->data;
-        data_len         = hdr.a;
+        data_len         = xfer_tensor_wire_data_len(&meta);
         if (ep->cma && (data_len > 0) && (data_len >= iface->cfg->rndv_thresh)) {
             /* the consumer reads it out of this process, then says TDONE */
             hdr.flags = XFER_SHM_FL_RNDV;

@@ -349,19 +349,6 @@ xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
 
 /* ---- the transitions ----------------------------------------------------------------------- */
 
-static void result_fill(xfer_tensor_t *t, const xfer_tensor_wire_meta_t *m, void *data)
-{
-    memset(t, 0, sizeof(*t));
-    t->dtype   = (xfer_dtype_t)m->dtype;
-    t->rank    = m->rank;
-    t->size    = xfer_tensor_wire_data_len(m);
-    t->is_dead = (m->flags & XFER_TENSOR_META_DEAD) ? 1 : 0;
-    t->data    = data;
-    for (uint32_t i = 0; i < m->rank; i++) {
-        t->dims[i] = m->dims[i];
-    }
-}
-
 /* The write's completion reports only its last chunk (the one with the immediate): it must
  * be the last of the chunks the producer's endpoint address announced, for the size due. */
 static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
@@ -390,7 +377,8 @@ static void on_write(xfer_verbs_treq_t *treq, const treq_input_t *in)
             XFER_VERBS_DEVICE_WROTE(treq->buf, (expect < treq->capacity) ? expect :
                                                treq->capacity);
         }
-        result_fill(treq->op->result, &treq->meta, treq->buf);
+        xfer_tensor_wire_meta_to(&treq->meta, treq->op->result);
+        treq->op->result->data = treq->buf;
         treq_complete(treq, XFER_OK, (size_t)expect);
     }
     treq_free(treq);
@@ -449,7 +437,7 @@ static void on_meta(xfer_verbs_treq_t *treq, const treq_input_t *in)
         xfer_tensor_t t;
         void *buf;
 
-        result_fill(&t, &meta, NULL);
+        xfer_tensor_wire_meta_to(&meta, &t);
         buf = treq->alloc(treq->alloc_arg, &t);
         if (buf == NULL) {
             treq_withdraw(treq, XFER_ERR_NO_MEMORY, "the consumer's allocation failed");

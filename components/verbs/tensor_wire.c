@@ -11,8 +11,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define META_KNOWN_FLAGS (XFER_TENSOR_META_DEAD | XFER_TENSOR_META_NONE)
-
 /* 1 (and why filled) when a part of len bytes is shorter than the need bytes it must have. */
 static int too_short(const char *what, size_t len, size_t need, char *why, size_t why_size)
 {
@@ -24,98 +22,13 @@ static int too_short(const char *what, size_t len, size_t need, char *why, size_
     return 1;
 }
 
-size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m)
-{
-    return XFER_TENSOR_WIRE_META_FIXED + 8u * m->rank;
-}
-
-void xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t *t)
-{
-    memset(m, 0, sizeof(*m));
-    m->dtype = (uint32_t)t->dtype;
-    m->rank  = t->rank;
-    m->flags = t->is_dead ? XFER_TENSOR_META_DEAD : 0;
-    m->size  = t->size;
-    for (uint32_t i = 0; (i < t->rank) && (i < XFER_TENSOR_MAX_RANK); i++) {
-        m->dims[i] = t->dims[i];
-    }
-}
-
-size_t xfer_tensor_wire_pack_meta(const xfer_tensor_wire_meta_t *m, uint8_t *buf)
-{
-    /* dtype, rank and flags of metadata this side built or checked all fit a byte */
-    xfer_put_le64(buf, m->size);
-    buf[8]  = (uint8_t)m->dtype;
-    buf[9]  = (uint8_t)m->rank;
-    buf[10] = (uint8_t)m->flags;
-    buf[11] = 0;
-    for (uint32_t i = 0; i < m->rank; i++) {
-        xfer_put_le64(buf + XFER_TENSOR_WIRE_META_FIXED + 8 * i, (uint64_t)m->dims[i]);
-    }
-    return xfer_tensor_wire_meta_len(m);
-}
-
-/* The metadata that starts buf, of at most len bytes; *used_p: its length. */
-static xfer_status_t meta_parse(const uint8_t *buf, size_t len, xfer_tensor_wire_meta_t *m,
-                                size_t *used_p, char *why, size_t why_size)
-{
-    size_t need;
-
-    memset(m, 0, sizeof(*m));
-    if (too_short("metadata", len, XFER_TENSOR_WIRE_META_FIXED, why, why_size)) {
-        return XFER_ERR_PROTOCOL;
-    }
-    m->size  = xfer_get_le64(buf);
-    m->dtype = buf[8];
-    m->rank  = buf[9];
-    m->flags = buf[10];
-    if (buf[11] != 0) {
-        snprintf(why, why_size, "metadata: reserved byte is 0x%02x", buf[11]);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (m->flags & ~META_KNOWN_FLAGS) {
-        snprintf(why, why_size, "metadata: unknown flags 0x%" PRIx32, m->flags);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (m->rank > XFER_TENSOR_MAX_RANK) {
-        snprintf(why, why_size, "metadata: rank %" PRIu32 " exceeds %u", m->rank,
-                 XFER_TENSOR_MAX_RANK);
-        return XFER_ERR_PROTOCOL;
-    }
-    need = xfer_tensor_wire_meta_len(m);
-    if (len < need) {
-        snprintf(why, why_size, "metadata of rank %" PRIu32 " needs %zu bytes, %zu arrived",
-                 m->rank, need, len);
-        return XFER_ERR_PROTOCOL;
-    }
-    for (uint32_t i = 0; i < m->rank; i++) {
-        m->dims[i] = (int64_t)xfer_get_le64(buf + XFER_TENSOR_WIRE_META_FIXED + 8 * i);
-    }
-    if (m->flags & XFER_TENSOR_META_NONE) {
-        /* "I know nothing": nothing else may be said */
-        if ((m->flags != XFER_TENSOR_META_NONE) || (m->dtype != 0) || (m->rank != 0) ||
-            (m->size != 0)) {
-            snprintf(why, why_size, "metadata marked unknown carries dtype %" PRIu32 ", rank %"
-                     PRIu32 ", size %" PRIu64 ", flags 0x%" PRIx32, m->dtype, m->rank,
-                     m->size, m->flags);
-            return XFER_ERR_PROTOCOL;
-        }
-    } else if (xfer_tensor_meta_check(m->dtype, m->rank, m->dims, m->size,
-                                      (m->flags & XFER_TENSOR_META_DEAD) != 0, why,
-                                      why_size) != XFER_OK) {
-        return XFER_ERR_PROTOCOL;
-    }
-    *used_p = need;
-    return XFER_OK;
-}
-
 xfer_status_t xfer_tensor_wire_unpack_meta(const uint8_t *buf, size_t len,
                                            xfer_tensor_wire_meta_t *m, char *why,
                                            size_t why_size)
 {
     size_t used;
 
-    if (meta_parse(buf, len, m, &used, why, why_size) != XFER_OK) {
+    if (xfer_tensor_wire_parse_meta(buf, len, m, &used, why, why_size) != XFER_OK) {
         return XFER_ERR_PROTOCOL;
     }
     if (m->flags & XFER_TENSOR_META_NONE) {
@@ -161,8 +74,9 @@ xfer_status_t xfer_tensor_wire_unpack_req(const uint8_t *buf, size_t len, uint32
     r->addr    = xfer_get_le64(buf);
     r->rkey    = xfer_get_le32(buf + 8);
     r->key_len = xfer_get_le32(buf + 12);
-    if (meta_parse(buf + XFER_TENSOR_WIRE_REQ_FIXED, len - XFER_TENSOR_WIRE_REQ_FIXED,
-                   &r->expect, &used, why, why_size) != XFER_OK) {
+    if (xfer_tensor_wire_parse_meta(buf + XFER_TENSOR_WIRE_REQ_FIXED,
+                                    len - XFER_TENSOR_WIRE_REQ_FIXED, &r->expect, &used, why,
+                                    why_size) != XFER_OK) {
         return XFER_ERR_PROTOCOL;
     }
     if ((r->key_len == 0) || (r->key_len > max_key_len)) {
@@ -242,19 +156,4 @@ xfer_status_t xfer_tensor_wire_unpack_err(const uint8_t *buf, size_t len, int32_
     }
     e->reason = (const char*)(buf + XFER_TENSOR_WIRE_ERR_FIXED);
     return XFER_OK;
-}
-
-int xfer_tensor_wire_meta_equal(const xfer_tensor_wire_meta_t *a,
-                                const xfer_tensor_wire_meta_t *b)
-{
-    if ((a->flags != b->flags) || (a->dtype != b->dtype) || (a->rank != b->rank) ||
-        (a->size != b->size)) {
-        return 0;
-    }
-    for (uint32_t i = 0; i < a->rank; i++) {
-        if (a->dims[i] != b->dims[i]) {
-            return 0;
-        }
-    }
-    return 1;
 }

@@ -19,13 +19,10 @@
  *                      the request) or WITHDRAW (the consumer gives its request up);
  *                      extension: 0 u32 reason_len  4 u32 reserved (0)  8 the reason text
  *
- *   meta:  0 u64 size   8 u8 dtype   9 u8 rank   10 u8 flags (DEAD, NONE)   11 u8 reserved (0)
- *         12 i64 dims[rank]                               = 12 + 8 x rank bytes
- *         (up to wire version 3: u32 dtype, rank, flags and a reserved word before the size,
- *         24 + 8 x rank bytes; a rank-1 TENSOR_REQUEST with a 4-byte key went from 92 bytes
- *         to 64)
+ *   meta:  a tensor's description as every transport carries it (component.h,
+ *          xfer_tensor_wire_meta_t: 12 + 8 x rank bytes); NONE in a request that knows none
  *
- * The shape travels as rank + dims, never as a memory image of a struct. The data itself
+ * The data itself
  * arrives by RDMA WRITE WITH IMMEDIATE, the immediate being XFER_TENSOR_IMM_FLAG | request
  * index: the flag tells it from a credit return (whose immediate is a count below 2^16).
  *
@@ -36,20 +33,16 @@
 #ifndef XFER_VERBS_TENSOR_WIRE_H
 #define XFER_VERBS_TENSOR_WIRE_H
 
-#include <xfer/xfer.h>
+#include <xfer/component.h>
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define XFER_TENSOR_WIRE_META_FIXED  12u
-#define XFER_TENSOR_WIRE_META_MAX    (XFER_TENSOR_WIRE_META_FIXED + 8u * XFER_TENSOR_MAX_RANK)
 #define XFER_TENSOR_WIRE_REQ_FIXED   16u   /* before the meta */
 #define XFER_TENSOR_WIRE_REREQ_LEN   16u
 #define XFER_TENSOR_WIRE_ERR_FIXED   8u
 #define XFER_TENSOR_WIRE_MAX_REASON  200u
 
-#define XFER_TENSOR_META_DEAD        0x1u  /* a dead tensor: no data, size 0 */
-#define XFER_TENSOR_META_NONE        0x2u  /* no metadata known (a first request) */
 
 /* ERROR_STATUS directions (hdr.tag): both sides of a channel may be consumer and producer. */
 #define XFER_TENSOR_ERR_TO_CONSUMER  0u
@@ -78,15 +71,6 @@ static inline uint32_t xfer_tensor_idx_gen(uint32_t idx)
     return (idx >> XFER_TENSOR_IDX_SLOT_BITS) & ((1u << XFER_TENSOR_IDX_GEN_BITS) - 1);
 }
 
-/* What a message says about a tensor. */
-typedef struct xfer_tensor_wire_meta {
-    uint32_t dtype;
-    uint32_t rank;
-    uint32_t flags;                 /* XFER_TENSOR_META_* */
-    uint64_t size;
-    int64_t  dims[XFER_TENSOR_MAX_RANK];
-} xfer_tensor_wire_meta_t;
-
 typedef struct xfer_tensor_wire_req {
     uint64_t addr;                  /* destination; 0 with rkey 0 when there is none yet */
     uint32_t rkey;
@@ -105,21 +89,10 @@ typedef struct xfer_tensor_wire_err {
     uint32_t   reason_len;
 } xfer_tensor_wire_err_t;
 
-size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m);
-
-/* The bytes a tensor of this metadata writes: its size, or 0 when it is dead. */
-static inline uint64_t xfer_tensor_wire_data_len(const xfer_tensor_wire_meta_t *m)
-{
-    return (m->flags & XFER_TENSOR_META_DEAD) ? 0 : m->size;
-}
-/* Fill m from a tensor's metadata (flags DEAD as the tensor says). */
-void   xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t *t);
-
 /* Pack into buf, which has room for the extension (the *_len functions say how much);
  * return the bytes written. */
 size_t xfer_tensor_wire_req_len(const xfer_tensor_wire_req_t *r);
 size_t xfer_tensor_wire_pack_req(const xfer_tensor_wire_req_t *r, uint8_t *buf);
-size_t xfer_tensor_wire_pack_meta(const xfer_tensor_wire_meta_t *m, uint8_t *buf);
 size_t xfer_tensor_wire_pack_rereq(const xfer_tensor_wire_rereq_t *r, uint8_t *buf);
 size_t xfer_tensor_wire_pack_err(const char *reason, size_t reason_len, uint8_t *buf);
 
@@ -139,10 +112,5 @@ xfer_status_t xfer_tensor_wire_unpack_rereq(const uint8_t *buf, size_t len,
 xfer_status_t xfer_tensor_wire_unpack_err(const uint8_t *buf, size_t len, int32_t status,
                                           xfer_tensor_wire_err_t *e, char *why,
                                           size_t why_size);
-
-/* Whether two metadata describe the same layout (dtype, shape, size, deadness): the test
- * the producer makes before it writes into a destination sized by the expectation. */
-int xfer_tensor_wire_meta_equal(const xfer_tensor_wire_meta_t *a,
-                                const xfer_tensor_wire_meta_t *b);
 
 #endif

@@ -614,6 +614,57 @@ XFER_API xfer_status_t xfer_tensor_meta_check(unsigned dtype, unsigned rank, con
                                               uint64_t size, int is_dead, char *why,
                                               size_t why_size);
 
+/*
+ * A tensor's description on the wire (framework/wire/tensor_meta_wire.c), the same on every
+ * transport, every field with an explicit width, little-endian:
+ *
+ *   0 u64 size   8 u8 dtype   9 u8 rank   10 u8 flags (DEAD, NONE)   11 u8 reserved (0)
+ *  12 i64 dims[rank]                                        = 12 + 8 x rank bytes
+ *
+ * The shape travels as rank + dims, never as a memory image of a struct. NONE says "no tensor
+ * described" (a first request that knows nothing, a failed answer): then nothing else is set.
+ */
+#define XFER_TENSOR_WIRE_META_FIXED 12u
+#define XFER_TENSOR_WIRE_META_MAX   (XFER_TENSOR_WIRE_META_FIXED + 8u * XFER_TENSOR_MAX_RANK)
+#define XFER_TENSOR_META_DEAD       0x1u    /* a dead tensor: no data, size 0 */
+#define XFER_TENSOR_META_NONE       0x2u    /* no tensor described */
+
+typedef struct xfer_tensor_wire_meta {
+    uint32_t dtype;
+    uint32_t rank;
+    uint32_t flags;                 /* XFER_TENSOR_META_* */
+    uint64_t size;
+    int64_t  dims[XFER_TENSOR_MAX_RANK];
+} xfer_tensor_wire_meta_t;
+
+static inline size_t xfer_tensor_wire_meta_len(const xfer_tensor_wire_meta_t *m)
+{
+    return XFER_TENSOR_WIRE_META_FIXED + 8u * m->rank;
+}
+
+/* The bytes of data a tensor of this description carries: its size, or 0 when it is dead or
+ * none is described. */
+static inline uint64_t xfer_tensor_wire_data_len(const xfer_tensor_wire_meta_t *m)
+{
+    return (m->flags & (XFER_TENSOR_META_DEAD | XFER_TENSOR_META_NONE)) ? 0 : m->size;
+}
+
+/* m from a tensor's metadata (t NULL: NONE, no tensor), and the tensor m describes. */
+XFER_API void xfer_tensor_wire_meta_from(xfer_tensor_wire_meta_t *m, const xfer_tensor_t *t);
+XFER_API void xfer_tensor_wire_meta_to(const xfer_tensor_wire_meta_t *m, xfer_tensor_t *t);
+/* Pack m (checked, or built by xfer_tensor_wire_meta_from) at buf, which has room for
+ * xfer_tensor_wire_meta_len(m) bytes; returns that length. */
+XFER_API size_t xfer_tensor_wire_pack_meta(const xfer_tensor_wire_meta_t *m, uint8_t *buf);
+/* The description at the start of buf (len bytes there), checked - its length against len,
+ * reserved bits 0, a known dtype, rank, dims and size that agree (xfer_tensor_meta_check), or
+ * NONE with nothing else set - and its length in *used_p; else XFER_ERR_PROTOCOL and why. */
+XFER_API xfer_status_t xfer_tensor_wire_parse_meta(const uint8_t *buf, size_t len,
+                                                   xfer_tensor_wire_meta_t *m, size_t *used_p,
+                                                   char *why, size_t why_size);
+/* Whether two descriptions are of the same layout (dtype, shape, size, deadness). */
+XFER_API int xfer_tensor_wire_meta_equal(const xfer_tensor_wire_meta_t *a,
+                                         const xfer_tensor_wire_meta_t *b);
+
 /* Where a fetch's tensor goes at the consumer: the caller's buffer of capacity bytes, or
  * (buf NULL) one alloc returns once the size is known; result is the caller's. */
 typedef struct xfer_fetch_dest {
