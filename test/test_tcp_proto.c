@@ -95,9 +95,11 @@ typedef struct raw_plan {
 static void raw_expect_tensor(int fd, const raw_plan_t *plan)
 {
     const xfer_tcp_wire_limits_t limits = {MAX_MSG, MAX_KEY};
-    uint8_t head[XFER_TCP_WIRE_HDR_LEN], ext[XFER_TCP_WIRE_TRESP_EXT_LEN];
+    uint8_t head[XFER_TCP_WIRE_HDR_LEN], ext[XFER_TCP_WIRE_TRESP_EXT_MAX];
     xfer_tcp_wire_tensor_resp_t resp;
     xfer_tcp_wire_hdr_t hdr;
+    size_t need = XFER_TCP_WIRE_TRESP_EXT_LEN;
+    xfer_status_t st;
     uint8_t *data;
     char why[256];
 
@@ -107,15 +109,21 @@ static void raw_expect_tensor(int fd, const raw_plan_t *plan)
         (hdr.status != XFER_OK)) {
         _exit(51);
     }
-    raw_read(fd, ext, sizeof(ext), 52);
-    if ((xfer_tcp_wire_unpack_tensor_resp_ext(ext, &hdr, &limits, &resp, why,
-                                              sizeof(why)) != XFER_OK) ||
-        (resp.size != plan->tensor_size) || (resp.dtype != XFER_DTYPE_UINT8)) {
+    raw_read(fd, ext, need, 52);
+    st = xfer_tcp_wire_unpack_tensor_resp_ext(ext, need, &hdr, &limits, &resp, &need, why,
+                                              sizeof(why));
+    if ((st == XFER_INPROGRESS) && (need <= sizeof(ext))) {     /* its dims */
+        raw_read(fd, ext + XFER_TCP_WIRE_TRESP_EXT_LEN, need - XFER_TCP_WIRE_TRESP_EXT_LEN, 52);
+        st = xfer_tcp_wire_unpack_tensor_resp_ext(ext, need, &hdr, &limits, &resp, &need, why,
+                                                  sizeof(why));
+    }
+    if ((st != XFER_OK) || (resp.meta.size != plan->tensor_size) ||
+        (resp.meta.dtype != XFER_DTYPE_UINT8)) {
         _exit(53);
     }
-    data = malloc(resp.size + 1);
-    raw_read(fd, data, resp.size, 54);
-    for (uint64_t i = 0; i < resp.size; i++) {
+    data = malloc(resp.meta.size + 1);
+    raw_read(fd, data, resp.meta.size, 54);
+    for (uint64_t i = 0; i < resp.meta.size; i++) {
         if (data[i] != (uint8_t)(i * 3)) {
             _exit(55);
         }
@@ -634,13 +642,13 @@ Test(tcp_proto, putv_whose_rank_skips_one)
 Test(tcp_proto, tensor_response_with_unknown_id)
 {
     uint8_t frame[128];
-    xfer_tcp_wire_tensor_resp_t resp = {XFER_DTYPE_UINT8, 1, 0, 0, 4, {4}};
-    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_RESP, 0, 0x300000002ull,
-                       XFER_TCP_WIRE_TRESP_EXT_LEN + 4);
-    raw_plan_t plan = {frame, n + XFER_TCP_WIRE_TRESP_EXT_LEN + 4, 0, 0, 0, 0};
+    xfer_tcp_wire_tensor_resp_t resp = {0, {XFER_DTYPE_UINT8, 1, 0, 4, {4}}};
+    size_t ext_len = XFER_TCP_WIRE_TRESP_EXT_LEN + 8;
+    size_t n = put_hdr(frame, XFER_TCP_WIRE_TENSOR_RESP, 0, 0x300000002ull, ext_len + 4);
+    raw_plan_t plan = {frame, n + ext_len + 4, 0, 0, 0, 0};
 
-    xfer_tcp_wire_pack_tensor_resp_ext(&resp, frame + n);
-    memset(frame + n + XFER_TCP_WIRE_TRESP_EXT_LEN, 0, 4);
+    cr_assert_eq(xfer_tcp_wire_pack_tensor_resp_ext(&resp, frame + n), ext_len);
+    memset(frame + n + ext_len, 0, 4);
     expect_bad_frame(&plan, XFER_ERR_PROTOCOL, XFER_ERR_PROTOCOL);
 }
 

@@ -169,7 +169,7 @@ typedef enum {
 /* ---- producer side of a tensor fetch --------------------------------------------------------- */
 
 #define XFER_TCP_PREQ_HDR_MAX \
-    (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + XFER_TCP_WIRE_MAX_REASON)
+    (XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_MAX + XFER_TCP_WIRE_MAX_REASON)
 
 /* What tcp keeps of a peer's tensor request (the engine's xfer_tanswer_t.priv): the frame
  * that answers it, its header (and reason) here, the tensor's data written from where the

@@ -128,6 +128,7 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
     xfer_status_t status;
     uint64_t data_len;
     xfer_tensor_t meta;
+    size_t need;
     void *dest;
     int dev;
     xfer_tcp_op_t *op;
@@ -138,19 +139,20 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
                  rx->hdr.id);
         return XFER_ERR_PROTOCOL;
     }
-    status = xfer_tcp_wire_unpack_tensor_resp_ext(ext, &rx->hdr, &ep->iface->limits, &resp,
-                                                  why, why_size);
+    status = xfer_tcp_wire_unpack_tensor_resp_ext(ext, rx->ext_len, &rx->hdr,
+                                                  &ep->iface->limits, &resp, &need, why,
+                                                  why_size);
+    if (status == XFER_INPROGRESS) {
+        rx->ext_len = need;     /* read the dims and the reason too, then come back */
+        return XFER_INPROGRESS;
+    }
     if (status != XFER_OK) {
         return status;
     }
-    if ((resp.reason_len > 0) && (rx->ext_len == XFER_TCP_WIRE_TRESP_EXT_LEN)) {
-        rx->ext_len += resp.reason_len;     /* read the reason too, then come back */
-        return XFER_INPROGRESS;
-    }
-    data_len = xfer_tcp_wire_tensor_data_len(&rx->hdr, &resp);
+    data_len = xfer_tensor_wire_data_len(&resp.meta);
     op       = slot->obj;
     rx->op   = op;
-    rx->size = resp.size;
+    rx->size = resp.meta.size;
     if (op == NULL) {   /* cancelled: drop the answer */
         xfer_tcp_rx_expect(ep, NULL, 0, data_len);
         return XFER_OK;
@@ -159,22 +161,15 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
     if (rx->hdr.status != XFER_OK) {
         char reason[XFER_TCP_WIRE_MAX_REASON + 1];
 
-        xfer_reason_copy(reason, sizeof(reason), ext + XFER_TCP_WIRE_TRESP_EXT_LEN,
-                    resp.reason_len);
+        xfer_reason_copy(reason, sizeof(reason), ext + rx->ext_len - resp.reason_len,
+                         resp.reason_len);
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "tensor fetch failed at the producer: %s "
                     "(%s)", reason, xfer_status_string((xfer_status_t)rx->hdr.status));
         rx->status = rx->hdr.status;
         xfer_tcp_rx_expect(ep, NULL, 0, 0);
         return XFER_OK;
     }
-    memset(&meta, 0, sizeof(meta));
-    meta.dtype   = (xfer_dtype_t)resp.dtype;
-    meta.rank    = resp.rank;
-    meta.size    = resp.size;
-    meta.is_dead = resp.is_dead;
-    for (unsigned i = 0; i < resp.rank; i++) {
-        meta.dims[i] = resp.dims[i];
-    }
+    xfer_tensor_wire_meta_to(&resp.meta, &meta);
     rx->status = xfer_fetch_land(&op->fetch, &meta, data_len, &dest);
     dev        = op->cuda;
     if ((dest != NULL) && (dest != op->fetch.buf)) {
@@ -224,14 +219,13 @@ void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
     char why[XFER_REASON_MAX] = "";
     const void *data          = NULL;
     uint64_t data_len         = 0;
-    size_t hdr_len;
+    size_t hdr_len, ext_len;
     int dev = 0;
 
     if (ep->state != XFER_TCP_EP_CONNECTED) {
         xfer_tanswer_done(a, ep->fail.status);  /* the connection is failing: nothing goes */
         return;
     }
-    memset(&resp, 0, sizeof(resp));
     if ((status == XFER_OK) && !tensor->is_dead &&
         ((dev = xfer_tcp_cuda_detect(ep->iface, tensor->data, tensor->size, why,
                                      sizeof(why))) < 0)) {
@@ -241,26 +235,21 @@ void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
         dev               = 0;
         a->release_status = status;     /* the publish hears that it was not sent */
     }
+    xfer_tensor_wire_meta_from(&resp.meta, (status == XFER_OK) ? tensor : NULL);
+    resp.reason_len = (status == XFER_OK) ? 0 :
+                      (uint32_t)strnlen(reason, XFER_TCP_WIRE_MAX_REASON);
     if (status == XFER_OK) {
-        resp.dtype   = (uint16_t)tensor->dtype;
-        resp.rank    = (uint8_t)tensor->rank;
-        resp.is_dead = (uint8_t)tensor->is_dead;
-        resp.size    = tensor->is_dead ? 0 : tensor->size;
-        memcpy(resp.dims, tensor->dims, tensor->rank * sizeof(resp.dims[0]));
         data     = tensor->data;
-        data_len = resp.size;
-    } else {
-        resp.reason_len = (uint32_t)strnlen(reason, XFER_TCP_WIRE_MAX_REASON);
+        data_len = xfer_tensor_wire_data_len(&resp.meta);
     }
     ans->a     = a;
     hdr.status = status;
-    hdr.length = XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len + data_len;
-    hdr_len    = XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len;
+    ext_len    = xfer_tcp_wire_pack_tensor_resp_ext(&resp, ans->hdr + XFER_TCP_WIRE_HDR_LEN);
+    hdr.length = ext_len + resp.reason_len + data_len;
+    hdr_len    = XFER_TCP_WIRE_HDR_LEN + ext_len + resp.reason_len;
     xfer_tcp_wire_pack_hdr(&hdr, ans->hdr);
-    xfer_tcp_wire_pack_tensor_resp_ext(&resp, ans->hdr + XFER_TCP_WIRE_HDR_LEN);
     if (resp.reason_len > 0) {
-        memcpy(ans->hdr + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN, reason,
-               resp.reason_len);
+        memcpy(ans->hdr + XFER_TCP_WIRE_HDR_LEN + ext_len, reason, resp.reason_len);
     }
     ans->tx.kind            = XFER_TCP_TX_ANSWER;
     ans->tx.resp            = XFER_TCP_ANSWER_COST(hdr_len + data_len);

@@ -93,18 +93,13 @@ void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, vo
     xfer_put_le32(p + 12, 0);
 }
 
-void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf)
+size_t xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf)
 {
     uint8_t *p = buf;
 
-    xfer_put_le16(p, resp->dtype);
-    p[2] = resp->rank;
-    p[3] = resp->is_dead;
-    xfer_put_le32(p + 4, resp->reason_len);
-    xfer_put_le64(p + 8, resp->size);
-    for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
-        xfer_put_le64(p + 16 + 8 * i, (uint64_t)resp->dims[i]);
-    }
+    xfer_put_le32(p, resp->reason_len);
+    xfer_put_le32(p + 4, 0);
+    return 8 + xfer_tensor_wire_pack_meta(&resp->meta, p + 8);
 }
 
 void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf)
@@ -191,13 +186,13 @@ static int length_is_valid(const xfer_tcp_wire_hdr_t *hdr, const xfer_tcp_wire_l
         return (len >= XFER_TCP_WIRE_TREQ_EXT_LEN) &&
                (len - XFER_TCP_WIRE_TREQ_EXT_LEN <= lim->max_key_len);
     case XFER_TCP_WIRE_TENSOR_RESP:
-        /* reason and data are told apart by the extension; bound their sum here */
+        /* dims, reason and data are told apart by the extension; bound their sum here */
         if (len < XFER_TCP_WIRE_TRESP_EXT_LEN) {
             return 0;
         }
         len -= XFER_TCP_WIRE_TRESP_EXT_LEN;
         return (len <= lim->max_msg_size) ||
-               (len - lim->max_msg_size <= XFER_TCP_WIRE_MAX_REASON);
+               (len - lim->max_msg_size <= XFER_TCP_WIRE_MAX_REASON + 8u * XFER_TENSOR_MAX_RANK);
     case XFER_TCP_WIRE_BATCH_END:
         return (len >= XFER_TCP_WIRE_BATCH_EXT_LEN) &&
                (len - XFER_TCP_WIRE_BATCH_EXT_LEN <= XFER_TCP_WIRE_MAX_NOTIFY);
@@ -390,73 +385,49 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_req_ext(const void *buf,
     return XFER_OK;
 }
 
-uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
-                                       const xfer_tcp_wire_tensor_resp_t *resp)
-{
-    return ((hdr->status == XFER_OK) && !resp->is_dead) ? resp->size : 0;
-}
-
-xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
+xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf, size_t len,
                                                    const xfer_tcp_wire_hdr_t *hdr,
                                                    const xfer_tcp_wire_limits_t *limits,
                                                    xfer_tcp_wire_tensor_resp_t *resp,
-                                                   char *why, size_t why_size)
+                                                   size_t *need_p, char *why, size_t why_size)
 {
     const uint8_t *p = buf;
+    unsigned rank    = p[8 + 9];
+    size_t meta_len, need;
     uint64_t data_len;
-    xfer_status_t status;
 
-    resp->dtype      = xfer_get_le16(p);
-    resp->rank       = p[2];
-    resp->is_dead    = p[3];
-    resp->reason_len = xfer_get_le32(p + 4);
-    resp->size       = xfer_get_le64(p + 8);
-    for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
-        resp->dims[i] = (int64_t)xfer_get_le64(p + 16 + 8 * i);
-    }
-
-    if (resp->is_dead > 1) {
-        snprintf(why, why_size, "TENSOR_RESP is_dead is %u", resp->is_dead);
+    resp->reason_len = xfer_get_le32(p);
+    if ((xfer_get_le32(p + 4) != 0) || (rank > XFER_TENSOR_MAX_RANK) ||
+        (resp->reason_len > ((hdr->status == XFER_OK) ? 0 : XFER_TCP_WIRE_MAX_REASON))) {
+        snprintf(why, why_size, "TENSOR_RESP with a reserved word set, rank %u or a reason of "
+                 "%" PRIu32 " bytes (status %" PRId32 ")", rank, resp->reason_len,
+                 hdr->status);
         return XFER_ERR_PROTOCOL;
     }
-    if (resp->reason_len > ((hdr->status == XFER_OK) ? 0 : XFER_TCP_WIRE_MAX_REASON)) {
-        snprintf(why, why_size, "TENSOR_RESP reason of %" PRIu32 " bytes (status %" PRId32 ")",
-                 resp->reason_len, hdr->status);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (hdr->status == XFER_OK) {
-        status = xfer_tensor_meta_check(resp->dtype, resp->rank, resp->dims, resp->size,
-                                            resp->is_dead, why, why_size);
-        if (status != XFER_OK) {
-            return status;
-        }
-        for (unsigned i = resp->rank; i < XFER_TENSOR_MAX_RANK; i++) {
-            if (resp->dims[i] != 0) {
-                snprintf(why, why_size, "TENSOR_RESP dimension %u is set beyond rank %u", i,
-                         resp->rank);
-                return XFER_ERR_PROTOCOL;
-            }
-        }
-    } else {
-        /* a failure describes no tensor: every field of one is 0, as the sender packs it */
-        int described = (resp->size != 0) || (resp->dtype != 0) || (resp->rank != 0) ||
-                        (resp->is_dead != 0);
-
-        for (int i = 0; i < XFER_TENSOR_MAX_RANK; i++) {
-            described |= (resp->dims[i] != 0);
-        }
-        if (described) {
-            snprintf(why, why_size, "failed TENSOR_RESP describes a tensor (dtype %u, rank %u, "
-                     "%" PRIu64 " bytes)", resp->dtype, resp->rank, resp->size);
+    need = XFER_TCP_WIRE_TRESP_EXT_LEN + 8u * rank + resp->reason_len;
+    if (len < need) {
+        if (need > hdr->length) {
+            snprintf(why, why_size, "TENSOR_RESP of %" PRIu64 " bytes shorter than its "
+                     "extension (%zu)", hdr->length, need);
             return XFER_ERR_PROTOCOL;
         }
+        *need_p = need;
+        return XFER_INPROGRESS;
     }
-    data_len = xfer_tcp_wire_tensor_data_len(hdr, resp);
-    if ((data_len > limits->max_msg_size) ||
-        (hdr->length != XFER_TCP_WIRE_TRESP_EXT_LEN + (uint64_t)resp->reason_len + data_len)) {
-        snprintf(why, why_size, "TENSOR_RESP length %" PRIu64 " does not match its reason (%"
-                 PRIu32 ") and data (%" PRIu64 ") or exceeds the limit of %" PRIu64,
-                 hdr->length, resp->reason_len, data_len, limits->max_msg_size);
+    if (xfer_tensor_wire_parse_meta(p + 8, XFER_TENSOR_WIRE_META_FIXED + 8u * rank,
+                                    &resp->meta, &meta_len, why, why_size) != XFER_OK) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if (((resp->meta.flags & XFER_TENSOR_META_NONE) != 0) != (hdr->status != XFER_OK)) {
+        snprintf(why, why_size, "TENSOR_RESP of status %" PRId32 " %s", hdr->status,
+                 (hdr->status == XFER_OK) ? "describes no tensor" : "describes a tensor");
+        return XFER_ERR_PROTOCOL;
+    }
+    data_len = xfer_tensor_wire_data_len(&resp->meta);
+    if ((data_len > limits->max_msg_size) || (hdr->length != need + data_len)) {
+        snprintf(why, why_size, "TENSOR_RESP length %" PRIu64 " does not match its extension (%"
+                 "zu) and data (%" PRIu64 ") or exceeds the limit of %" PRIu64, hdr->length,
+                 need, data_len, limits->max_msg_size);
         return XFER_ERR_PROTOCOL;
     }
     return XFER_OK;

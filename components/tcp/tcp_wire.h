@@ -6,7 +6,7 @@
  *
  *   frame := header extension[ext_len] variable[...] data[...]
  *   header (24 bytes):
- *     magic:u16 = 0x5854 ("TX")  version:u8 = 5  type:u8 (bit 7: STRIPED, see lanes below)
+ *     magic:u16 = 0x5854 ("TX")  version:u8 = 6  type:u8 (bit 7: STRIPED, see lanes below)
  *     status:i32   an xfer_status_t: 0 in requests, 0 or an error in responses
  *     id:u64       TAG: the message tag; others: the request id the initiator chose
  *     length:u64   bytes after the header: ext_len + variable + data
@@ -18,8 +18,8 @@
  *   GET_REQ        region:u64 cookie:u64 addr:u64 len:u64 -                 -
  *   GET_RESP       -                                     -                  len bytes (status 0)
  *   TENSOR_REQ     step:u64 key_len:u32 reserved:u32     key[key_len]       -
- *   TENSOR_RESP    dtype:u16 rank:u8 is_dead:u8          reason[reason_len] size bytes (status 0,
- *                  reason_len:u32 size:u64 dims:i64[8]                      not dead)
+ *   TENSOR_RESP    reason_len:u32 reserved:u32 (0)       reason[reason_len] its data (status 0,
+ *                  meta (12 + 8 x rank bytes)                               not dead)
  *   TENSOR_CANCEL  -                                     -                  -
  *   PUT            region:u64 cookie:u64 addr:u64        -                  bytes to write
  *   PUT_FAIL       -                                     -                  - (status not 0)
@@ -49,8 +49,9 @@
  * Request ids carry a generation in their upper 32 bits, so a response to a request that is no
  * longer outstanding is recognised as stale. A TENSOR_RESP answers every TENSOR_REQ exactly
  * once, also after a TENSOR_CANCEL (then with status XFER_ERR_CANCELED unless it was already
- * on its way). A dead tensor has size 0 and no data; dims past rank are 0. A failed
- * TENSOR_RESP (status not 0) describes no tensor: its dtype, rank, is_dead, size and dims are 0.
+ * on its way). Its meta is the tensor's description as every transport carries it
+ * (component.h, xfer_tensor_wire_meta_t): a dead tensor has size 0 and no data; a failed
+ * TENSOR_RESP (status not 0) describes none (NONE) and carries its reason instead.
  *
  * Lanes: an endpoint may own extra connections ("lanes" 1..n-1 beside lane 0, the bootstrap's
  * socket). The client opens them to the server's lane port and sends on each a LANE_HELLO,
@@ -75,13 +76,13 @@
 #ifndef XFER_TCP_WIRE_H
 #define XFER_TCP_WIRE_H
 
-#include <xfer/xfer.h>
+#include <xfer/component.h>
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define XFER_TCP_WIRE_MAGIC            0x5854u  /* bytes 'T' 'X' on the wire */
-#define XFER_TCP_WIRE_VERSION          5u
+#define XFER_TCP_WIRE_VERSION          6u
 #define XFER_TCP_WIRE_STRIPED          0x80u    /* in the type byte */
 #define XFER_TCP_WIRE_LANE_MAGIC       0x4c54u  /* bytes 'T' 'L' */
 #define XFER_TCP_WIRE_LANE_HELLO_LEN   16u
@@ -96,7 +97,9 @@
 #define XFER_TCP_WIRE_PUT_EXT_LEN      24u
 #define XFER_TCP_WIRE_GET_EXT_LEN      32u
 #define XFER_TCP_WIRE_TREQ_EXT_LEN     16u
-#define XFER_TCP_WIRE_TRESP_EXT_LEN    80u
+/* TENSOR_RESP: the fixed part, up to the description's dims (then the dims, the reason) */
+#define XFER_TCP_WIRE_TRESP_EXT_LEN    (8u + XFER_TENSOR_WIRE_META_FIXED)
+#define XFER_TCP_WIRE_TRESP_EXT_MAX    (8u + XFER_TENSOR_WIRE_META_MAX)
 #define XFER_TCP_WIRE_MAX_REASON       255u
 #define XFER_TCP_WIRE_BATCH_EXT_LEN    16u      /* flags u32, 0 u32, puts before it u64 */
 #define XFER_TCP_WIRE_BATCH_ACK_LEN    8u       /* descriptors landed u64 */
@@ -158,12 +161,8 @@ typedef struct xfer_tcp_wire_tensor_req {
 } xfer_tcp_wire_tensor_req_t;
 
 typedef struct xfer_tcp_wire_tensor_resp {
-    uint16_t dtype;
-    uint8_t  rank;
-    uint8_t  is_dead;
-    uint32_t reason_len;
-    uint64_t size;
-    int64_t  dims[XFER_TENSOR_MAX_RANK];
+    uint32_t                reason_len;
+    xfer_tensor_wire_meta_t meta;       /* NONE when the status is not 0 */
 } xfer_tcp_wire_tensor_resp_t;
 
 /* An endpoint's address: its limits and its lanes. */
@@ -207,7 +206,8 @@ void xfer_tcp_wire_pack_hdr(const xfer_tcp_wire_hdr_t *hdr, void *buf);
 void xfer_tcp_wire_pack_put_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
 void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
 void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf);
-void xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf);
+/* A TENSOR_RESP's extension up to its reason: returns its length (8 + the description's). */
+size_t xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf);
 void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf);
 void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf);
 void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void *buf);
@@ -244,17 +244,17 @@ xfer_status_t xfer_tcp_wire_unpack_putv_ext(const void *buf, const xfer_tcp_wire
 xfer_status_t xfer_tcp_wire_unpack_putv_table(const void *table, const xfer_tcp_wire_hdr_t *hdr,
                                               uint32_t count, uint64_t *addr, uint64_t *len,
                                               char *why, size_t why_size);
-/* The fixed part; then the frame's length must be ext + reason_len + data, where data is size
- * for a live tensor with status 0 and nothing otherwise. The shape is checked against the
- * dtype as the framework checks a publish. */
-xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf,
+/* A TENSOR_RESP's extension, of which len bytes are at buf (XFER_TCP_WIRE_TRESP_EXT_LEN at
+ * first): XFER_INPROGRESS with *need_p when the dims and the reason make it longer (within the
+ * frame); else the description checked (NONE exactly when the status is not 0), the reason
+ * within XFER_TCP_WIRE_MAX_REASON, and the frame's length that extension, its reason and its
+ * data (the description's, status 0) - XFER_ERR_PROTOCOL with why otherwise. */
+xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf, size_t len,
                                                    const xfer_tcp_wire_hdr_t *hdr,
                                                    const xfer_tcp_wire_limits_t *limits,
                                                    xfer_tcp_wire_tensor_resp_t *resp,
-                                                   char *why, size_t why_size);
-/* Bytes of tensor data a validated TENSOR_RESP carries. */
-uint64_t xfer_tcp_wire_tensor_data_len(const xfer_tcp_wire_hdr_t *hdr,
-                                       const xfer_tcp_wire_tensor_resp_t *resp);
+                                                   size_t *need_p, char *why,
+                                                   size_t why_size);
 xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
 /* The peer's endpoint address: 0 bytes (a minimal peer: *addr untouched) or exactly
  * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version, and 1..LANES_MAX lanes. */

@@ -88,7 +88,7 @@ typedef struct ts_waiter {
 
 /* The peer's view of what the endpoint sends: each frame must parse. */
 typedef struct ts_out {
-    uint8_t             buf[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN +
+    uint8_t             buf[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_MAX +
                             XFER_TCP_WIRE_MAX_REASON];
     size_t              have, need;
     uint64_t            skip;
@@ -475,6 +475,18 @@ static void out_frame(ts_out_t *out)
             out->need += ext_len;
             return;
         }
+    } else if (out->hdr.type == XFER_TCP_WIRE_TENSOR_RESP) {
+        size_t need;
+        xfer_status_t st = xfer_tcp_wire_unpack_tensor_resp_ext(ext, out->have -
+                                                                XFER_TCP_WIRE_HDR_LEN,
+                                                                &out->hdr, &peer_limits, &resp,
+                                                                &need, why, sizeof(why));
+
+        if (st == XFER_INPROGRESS) {
+            out->need = XFER_TCP_WIRE_HDR_LEN + need;   /* its dims and reason */
+            return;
+        }
+        FUZZ_CHECK(st == XFER_OK, "the endpoint sent a bad TENSOR_RESP: %s", why);
     } else if (out->need == XFER_TCP_WIRE_HDR_LEN + out_ext_len(out->hdr.type)) {
         switch (out->hdr.type) {
         case XFER_TCP_WIRE_PUT_REQ:
@@ -492,13 +504,6 @@ static void out_frame(ts_out_t *out)
                        "the endpoint sent a bad TENSOR_REQ: %s", why);
             break;
         default:
-            FUZZ_CHECK(xfer_tcp_wire_unpack_tensor_resp_ext(ext, &out->hdr, &peer_limits, &resp,
-                                                            why, sizeof(why)) == XFER_OK,
-                       "the endpoint sent a bad TENSOR_RESP: %s", why);
-            if (resp.reason_len > 0) {
-                out->need += resp.reason_len;
-                return;
-            }
             break;
         }
     }

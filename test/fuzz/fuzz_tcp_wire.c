@@ -64,12 +64,14 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
 /* The extension of a frame whose header parsed; ext has at least ext_len(type) bytes. */
 static void round_trip_ext(const xfer_tcp_wire_hdr_t *hdr, const uint8_t *ext, size_t avail)
 {
-    uint8_t buf[XFER_TCP_WIRE_TRESP_EXT_LEN];
+    uint8_t buf[XFER_TCP_WIRE_TRESP_EXT_MAX];
     xfer_tcp_wire_tensor_resp_t resp;
     xfer_tcp_wire_tensor_req_t req;
     xfer_tcp_wire_rma_t rma;
     char why[FUZZ_WHY_LEN];
     uint64_t data_len;
+    size_t need, ext_len;
+    xfer_status_t st;
 
     switch (hdr->type) {
     case XFER_TCP_WIRE_PUT_REQ:
@@ -102,18 +104,36 @@ static void round_trip_ext(const xfer_tcp_wire_hdr_t *hdr, const uint8_t *ext, s
         FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_TREQ_EXT_LEN), "TENSOR_REQ changed");
         break;
     case XFER_TCP_WIRE_TENSOR_RESP:
-        if ((avail < XFER_TCP_WIRE_TRESP_EXT_LEN) ||
-            (xfer_tcp_wire_unpack_tensor_resp_ext(ext, hdr, &limits, &resp, why, sizeof(why)) !=
-             XFER_OK)) {
+        /* its fixed part first, then as much more as it asks for (its dims, its reason) */
+        need = XFER_TCP_WIRE_TRESP_EXT_LEN;
+        if (avail < need) {
             return;
         }
-        data_len = xfer_tcp_wire_tensor_data_len(hdr, &resp);
+        st = xfer_tcp_wire_unpack_tensor_resp_ext(ext, need, hdr, &limits, &resp, &need, why,
+                                                  sizeof(why));
+        if (st == XFER_INPROGRESS) {
+            FUZZ_CHECK((need > XFER_TCP_WIRE_TRESP_EXT_LEN) && (need <= hdr->length),
+                       "TENSOR_RESP asked for %zu bytes", need);
+            if (avail < need) {
+                return;
+            }
+            st = xfer_tcp_wire_unpack_tensor_resp_ext(ext, need, hdr, &limits, &resp, &need,
+                                                      why, sizeof(why));
+            FUZZ_CHECK(st != XFER_INPROGRESS, "TENSOR_RESP asked twice for more");
+        }
+        if (st != XFER_OK) {
+            return;
+        }
+        data_len = xfer_tensor_wire_data_len(&resp.meta);
+        ext_len  = 8 + xfer_tensor_wire_meta_len(&resp.meta);
         FUZZ_CHECK((resp.reason_len <= XFER_TCP_WIRE_MAX_REASON) && (data_len <= MAX_MSG) &&
-                   (hdr->length == XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len + data_len),
+                   (hdr->length == ext_len + resp.reason_len + data_len),
                    "TENSOR_RESP parts do not add up");
-        FUZZ_CHECK((resp.rank <= XFER_TENSOR_MAX_RANK) && (resp.is_dead <= 1), "TENSOR_RESP");
-        xfer_tcp_wire_pack_tensor_resp_ext(&resp, buf);
-        FUZZ_CHECK(!memcmp(buf, ext, XFER_TCP_WIRE_TRESP_EXT_LEN), "TENSOR_RESP changed");
+        FUZZ_CHECK(((resp.meta.flags & XFER_TENSOR_META_NONE) != 0) == (hdr->status != 0),
+                   "TENSOR_RESP of status %d with a description %s", (int)hdr->status,
+                   (resp.meta.flags & XFER_TENSOR_META_NONE) ? "of none" : "of a tensor");
+        FUZZ_CHECK((xfer_tcp_wire_pack_tensor_resp_ext(&resp, buf) == ext_len) &&
+                   !memcmp(buf, ext, ext_len), "TENSOR_RESP changed");
         break;
     case XFER_TCP_WIRE_PUTV: {
         static uint64_t addr[XFER_TCP_WIRE_PUTV_MAX], len[XFER_TCP_WIRE_PUTV_MAX];
@@ -184,8 +204,9 @@ static void parse_stream(const uint8_t *data, size_t size)
 static void round_trip_values(const uint8_t *data, size_t size)
 {
     fuzz_cursor_t c = {data, size};
-    uint8_t buf[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_LEN];
+    uint8_t buf[XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TRESP_EXT_MAX + 256];
     uint8_t *ext = buf + XFER_TCP_WIRE_HDR_LEN;
+    size_t need;
     xfer_tcp_wire_hdr_t hdr, hdr2;
     xfer_tcp_wire_rma_t rma, rma2;
     xfer_tcp_wire_tensor_req_t req, req2;
@@ -258,23 +279,24 @@ static void round_trip_values(const uint8_t *data, size_t size)
     }
 
     memset(&resp, 0, sizeof(resp));
-    resp.dtype      = (uint16_t)fuzz_take(&c, 1);
-    resp.rank       = (uint8_t)(fuzz_take(&c, 1) % (XFER_TENSOR_MAX_RANK + 2));
-    resp.is_dead    = (uint8_t)(fuzz_take(&c, 1) % 3);
+    memset(&resp2, 0, sizeof(resp2));
+    resp.meta.dtype = (uint32_t)fuzz_take(&c, 1);
+    resp.meta.rank  = (uint32_t)(fuzz_take(&c, 1) % (XFER_TENSOR_MAX_RANK + 1));
+    resp.meta.flags = (uint32_t)(fuzz_take(&c, 1) % 4);
     resp.reason_len = (uint32_t)fuzz_take(&c, 1);
-    for (unsigned i = 0; (i < resp.rank) && (i < XFER_TENSOR_MAX_RANK); i++) {
-        resp.dims[i] = (int64_t)(fuzz_take(&c, 1) % 8);
+    for (unsigned i = 0; i < resp.meta.rank; i++) {
+        resp.meta.dims[i] = (int64_t)(fuzz_take(&c, 1) % 8);
     }
-    resp.size  = fuzz_take(&c, 2);
+    resp.meta.size = fuzz_take(&c, 2);
     hdr.type   = XFER_TCP_WIRE_TENSOR_RESP;
     hdr.status = (int32_t)(int8_t)fuzz_take(&c, 1);
-    hdr.length = XFER_TCP_WIRE_TRESP_EXT_LEN + resp.reason_len +
-                 xfer_tcp_wire_tensor_data_len(&hdr, &resp);
+    need       = 8 + xfer_tensor_wire_meta_len(&resp.meta) + resp.reason_len;
+    hdr.length = need + ((hdr.status == 0) ? xfer_tensor_wire_data_len(&resp.meta) : 0);
     xfer_tcp_wire_pack_hdr(&hdr, buf);
     xfer_tcp_wire_pack_tensor_resp_ext(&resp, ext);
     if ((xfer_tcp_wire_unpack_hdr(buf, &limits, &hdr2, why, sizeof(why)) == XFER_OK) &&
-        (xfer_tcp_wire_unpack_tensor_resp_ext(ext, &hdr2, &limits, &resp2, why, sizeof(why)) ==
-         XFER_OK)) {
+        (xfer_tcp_wire_unpack_tensor_resp_ext(ext, need, &hdr2, &limits, &resp2, &need, why,
+                                              sizeof(why)) == XFER_OK)) {
         FUZZ_CHECK(!memcmp(&resp, &resp2, sizeof(resp)), "TENSOR_RESP changed");
     }
 

@@ -217,25 +217,27 @@ static void tcp_tensor_resp(uint64_t id, int32_t status, unsigned dtype, unsigne
 {
     xfer_tcp_wire_tensor_resp_t r;
     uint64_t elems = 1, data;
+    size_t ext_len;
 
     memset(&r, 0, sizeof(r));
     if (status == 0) {
-        r.dtype   = (uint16_t)dtype;
-        r.rank    = (uint8_t)rank;
-        r.is_dead = (uint8_t)is_dead;
+        r.meta.dtype = dtype;
+        r.meta.rank  = rank;
+        r.meta.flags = is_dead ? XFER_TENSOR_META_DEAD : 0;
         for (unsigned i = 0; i < rank; i++) {
-            r.dims[i] = dims[i];
-            elems    *= (uint64_t)dims[i];
+            r.meta.dims[i] = dims[i];
+            elems         *= (uint64_t)dims[i];
         }
-        r.size = is_dead ? 0 : elems * xfer_dtype_size((xfer_dtype_t)dtype);
+        r.meta.size = is_dead ? 0 : elems * xfer_dtype_size((xfer_dtype_t)dtype);
     } else {
+        r.meta.flags = XFER_TENSOR_META_NONE;
         r.reason_len = (uint32_t)strlen(reason);
     }
-    tcp_hdr(XFER_TCP_WIRE_TENSOR_RESP, status, id, XFER_TCP_WIRE_TRESP_EXT_LEN + r.reason_len +
-            r.size);
-    xfer_tcp_wire_pack_tensor_resp_ext(&r, room(XFER_TCP_WIRE_TRESP_EXT_LEN));
+    data    = xfer_tensor_wire_data_len(&r.meta);
+    ext_len = 8 + xfer_tensor_wire_meta_len(&r.meta);
+    tcp_hdr(XFER_TCP_WIRE_TENSOR_RESP, status, id, ext_len + r.reason_len + data);
+    xfer_tcp_wire_pack_tensor_resp_ext(&r, room(ext_len));
     gc_add(reason ? reason : "", r.reason_len);
-    data = r.size;
     fill((size_t)data, 'd');
 }
 
