@@ -133,17 +133,11 @@ xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr, s
     return xfer_region_insert(t, r, &r->id, &r->key);
 }
 
-uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
-                        size_t why_size)
+void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
+                         size_t why_size)
 {
-    uint64_t base = (uintptr_t)r->addr;
-
-    if (!xfer_range_within(base, r->length, addr, len)) {
-        snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
-                 " (0x%" PRIx64 "+%zu)", addr, len, r->id, base, r->length);
-        return NULL;
-    }
-    return r->addr + (addr - base);
+    snprintf(why, why_size, "range 0x%" PRIx64 "+%" PRIu64 " is outside region %" PRIu64
+             " (0x%" PRIx64 "+%zu)", addr, len, r->id, (uint64_t)(uintptr_t)r->addr, r->length);
 }
 
 xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,

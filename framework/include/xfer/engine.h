@@ -380,9 +380,9 @@ typedef struct xfer_region {
  * when that is no memory to register (xfer_region_args_ok), XFER_ERR_NO_MEMORY. */
 XFER_API xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr,
                                        size_t length);
-/* Where [addr, addr + len) of r lies here, or NULL and why when it is not inside r. */
-XFER_API uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
-                                 size_t why_size);
+/* why, when [addr, addr + len) is not inside r (xfer_region_at). */
+XFER_API void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_t len,
+                                  char *why, size_t why_size);
 /*
  * The region a peer's request names by id and key, answered the same on every transport (every
  * record in t an xfer_region_t), or NULL with *status_p and why: XFER_ERR_NOT_FOUND, no region
@@ -410,6 +410,20 @@ static inline int xfer_region_args_ok(const void *addr, size_t length)
 static inline int xfer_range_within(uint64_t base, uint64_t blen, uint64_t addr, uint64_t len)
 {
     return (addr >= base) && (addr - base <= blen) && (len <= blen - (addr - base));
+}
+
+/* Where [addr, addr + len) of r lies here, or NULL and why when it is not inside r. Inline: a
+ * peer's batch of small blocks is checked a block at a time. */
+static inline uint8_t *xfer_region_at(const xfer_region_t *r, uint64_t addr, uint64_t len,
+                                      char *why, size_t why_size)
+{
+    uint64_t base = (uintptr_t)r->addr;
+
+    if (xfer_range_within(base, r->length, addr, len)) {
+        return r->addr + (addr - base);
+    }
+    xfer_region_outside(r, addr, len, why, why_size);
+    return NULL;
 }
 
 /*
