@@ -12,6 +12,7 @@
 #include "test_util.h"
 
 #include <criterion/criterion.h>
+#include <xfer/info.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,23 +202,29 @@ static void echo_until_stop(xfer_context_t *ctx, xfer_endpoint_t *b_ep, xfer_end
     }
 }
 
-/* The fair slice in effect: XFER_FAIR_SLICE (a size with k, m or g) or its default, 4 MiB. */
-static uint64_t fair_slice(void)
+/* The fair slice ctx runs with: XFER_FAIR_SLICE's value as the context reports it (a size,
+ * with k, m or g). */
+static uint64_t fair_slice(const xfer_context_t *ctx)
 {
-    const char *v = getenv("XFER_FAIR_SLICE");
-    char *end     = NULL;
-    uint64_t n;
+    for (size_t i = 0; i < xfer_param_count(ctx); i++) {
+        xfer_param_info_t p;
+        char *end = NULL;
+        uint64_t n;
 
-    if ((v == NULL) || (*v == '\0')) {
-        return 4u << 20;
+        if ((xfer_param_get(ctx, i, &p) != XFER_OK) || (p.component != NULL) ||
+            (strcmp(p.env_name, "XFER_FAIR_SLICE") != 0)) {
+            continue;
+        }
+        n = strtoull(p.value, &end, 0);
+        switch (*end) {
+        case 'g': case 'G': return n << 30;
+        case 'm': case 'M': return n << 20;
+        case 'k': case 'K': return n << 10;
+        default:            return n;
+        }
     }
-    n = strtoull(v, &end, 0);
-    switch (*end) {
-    case 'g': case 'G': return n << 30;
-    case 'm': case 'M': return n << 20;
-    case 'k': case 'K': return n << 10;
-    default:            return n;
-    }
+    cr_assert_fail("the context reports no XFER_FAIR_SLICE");
+    return 0;
 }
 
 /*
@@ -304,7 +311,7 @@ Test(contract, one_peer_s_largest_batch_does_not_hold_another_endpoint_and_stops
                 tp_transport(), (unsigned long long)n, (unsigned long long)p99,
                 (unsigned long long)max, xfer_status_string((xfer_status_t)(int64_t)st),
                 (unsigned long long)ms, (unsigned long long)post_ms);
-    check_call_cost(&cost, a_ep, fair_slice(), 0);
+    check_call_cost(&cost, a_ep, fair_slice(ctx), 0);
     cr_expect(ended, "the batch was still going when its initiator's wait of %d ms gave up",
               TP_WAIT_MS);
     cr_expect_gt(n, 100, "the other endpoint was held: %llu round trips in %d ms",
@@ -465,7 +472,7 @@ Test(contract, one_peer_s_large_messages_do_not_hold_another_endpoint)
                  (unsigned long long)p99);
     /* a message read whole holds a progress call for all of it (128 MiB by CMA: 20 ms of CPU
      * and more); a slice at a time, a call moves a slice of each pull and connection */
-    check_call_cost(&cost, a_ep, fair_slice(), 1);
+    check_call_cost(&cost, a_ep, fair_slice(ctx), 1);
     tp_child_expect_ok(&b, 30);
     tp_child_expect_ok(&a, 30);
     for (unsigned k = 0; k < 2; k++) {

@@ -30,6 +30,10 @@ enum {
     PREQ_RNDV_SENT,     /* the answer is in the ring: the tensor stays until TDONE */
 };
 
+/* a TRESP's description goes in its first cell, whatever the ring's cells */
+_Static_assert(XFER_SHM_CELL_MIN - XFER_SHM_FRAME_HDR >= XFER_TENSOR_WIRE_META_MAX,
+               "the smallest cell cannot carry a tensor's description");
+
 /* ---- consumer ------------------------------------------------------------------------------- */
 
 xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
@@ -223,7 +227,7 @@ xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return rx_tresp_failed(ep, hdr, payload, op, why, why_size);
     }
 
-    /* the description fits the first cell (XFER_SHM_CELL_MIN has room for the largest) */
+    /* the description is whole in the first cell (the assertion above) */
     if (xfer_tensor_wire_parse_meta(payload, hdr->len, &meta, &head_len, why, why_size) !=
         XFER_OK) {
         return XFER_ERR_PROTOCOL;

@@ -660,7 +660,6 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     ep->in_ready = ep->in_tx_ready = 0;
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_tcp_batch_ep_gone(ep);
-    free(ep->putv_rx);
     if (ep->hot) {
         ucs_list_del(&ep->hot_link);
     }

@@ -729,7 +729,6 @@ XFER_API unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params
 /* f's endpoint goes: off any queue, nobody told. */
 XFER_API void xfer_ep_fail_forget(xfer_ep_fail_t *f);
 
-/* Work is queued: a component does not sleep then. */
 /* xfer_ep_failq_teardown() when there is one to tear down: every progress() asks, and
  * almost never finds one. */
 static inline unsigned xfer_ep_failq_progress(xfer_ep_failq_t *q)
@@ -737,6 +736,7 @@ static inline unsigned xfer_ep_failq_progress(xfer_ep_failq_t *q)
     return ucs_list_is_empty(&q->deferred) ? 0 : xfer_ep_failq_teardown(q);
 }
 
+/* Work is queued: a component does not sleep then. */
 static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
 {
     return !ucs_list_is_empty(&q->deferred) || !ucs_list_is_empty(&q->tell);
