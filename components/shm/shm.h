@@ -137,6 +137,7 @@ struct xfer_shm_op {
                                      * once cancelled; the target reads it every slice */
     xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
+    xfer_cancel_hook_t  hook;       /* FETCH, BATCH: on its comp until it completes */
     char                key[];      /* FETCH: the key, for the request frame */
 };
 
@@ -642,8 +643,6 @@ xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key, in
                                      xfer_status_t *status_p);
 
 /* ---- shm_batch.c ---------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                    xfer_status_t status);
 void xfer_shm_batch_ep_gone(xfer_ep_h ep);
 /* A slice of each mapped batch with copies left (progress). */
 unsigned xfer_shm_batch_work(xfer_iface_h iface);
@@ -691,8 +690,6 @@ xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_get_resp_done(xfer_ep_h ep, char *why, size_t why_size);
 
 /* ---- shm_tensor.c --------------------------------------------------------------------------- */
-xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                     xfer_status_t status);
 xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size);

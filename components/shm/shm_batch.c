@@ -46,6 +46,7 @@ typedef struct shm_batch {
     int                 working;
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
+    xfer_cancel_hook_t  hook;       /* on comp until it completes */
     xfer_batch_args_t   *args;
     xfer_batch_walk_t   walk;       /* next: the first descriptor not posted or copied */
     uint64_t            offset;     /* mapped: bytes of iov[walk.next] copied */
@@ -103,6 +104,42 @@ static uint64_t batch_bytes(const xfer_batch_args_t *args)
     return bytes;
 }
 
+/* Cancel a batch that goes as a frame (BATCH by CMA, or the NOTIFY behind mapped copies):
+ * a frame not written yet is voided; a BATCH frame the target has is stopped at its next
+ * slice, unless it carries the notification. Either way it completes with its answer. */
+static xfer_status_t frame_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    xfer_shm_op_t *op = ucs_container_of(hook, xfer_shm_op_t, hook);
+
+    (void)status;
+    if (!op->tx.started) {
+        op->tx.hdr.flags |= XFER_SHM_FL_VOID;
+    } else if ((op->tx.hdr.type == XFER_SHM_F_NOTIFY) ||
+               (op->tx.hdr.flags & XFER_SHM_FL_NOTIFY)) {
+        return XFER_ERR_BUSY;   /* the target has the notification */
+    } else {
+        op->stop_ns = XFER_SHM_BATCH_STOP;  /* the target stops at its next slice */
+    }
+    return XFER_OK;
+}
+
+/* Cancel a batch copied into mapped memory from progress: no more copies, its NOTIFY voided
+ * while unwritten; it completes once that frame is written or dropped. */
+static xfer_status_t copies_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    shm_batch_t *b = ucs_container_of(hook, shm_batch_t, hook);
+
+    (void)status;
+    if (b->notify_sent || ((b->notify_op != NULL) && b->notify_op->tx.started)) {
+        return XFER_ERR_BUSY;   /* the target has its notification */
+    }
+    xfer_batch_walk_stop(&b->walk, XFER_OK);
+    if (b->notify_op != NULL) {
+        b->notify_op->tx.hdr.flags |= XFER_SHM_FL_VOID;
+    }
+    return XFER_OK;
+}
+
 static xfer_status_t batch_post_mapped_sliced(xfer_ep_h ep, xfer_batch_args_t *args,
                                               xfer_comp_t *comp);
 
@@ -158,6 +195,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     hdr.a    = 0;       /* no PUT frame precedes it */
     hdr.b    = notify_spans(ep, nlen);
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
+    xfer_comp_hook(comp, &op->hook, frame_cancel);     /* off again at its completion */
     xfer_shm_tx_write(ep);
     return XFER_INPROGRESS;
 }
@@ -199,6 +237,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.d     = (uint64_t)(uintptr_t)&op->stop_ns;      /* the target reads it each slice */
     hdr.e     = args->rkey->key;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
+    xfer_comp_hook(comp, &op->hook, frame_cancel);     /* off again at its completion */
     xfer_shm_tx_write(ep);
     return XFER_INPROGRESS;
 }
@@ -281,6 +320,7 @@ static void batch_end(xfer_batch_walk_t *w)
     status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
              XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
     b->args->landed = w->landed;
+    b->comp->priv   = NULL;
     b->comp->cb(b->comp, status, w->landed, 0);
     xfer_batch_walk_cleanup(w);
     free(b);
@@ -308,6 +348,7 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
         memcpy(b->notify, args->notify, nlen);
     }
     ucs_list_add_tail(&ep->iface->batches, &b->list);
+    xfer_comp_hook(comp, &b->hook, copies_cancel);     /* off again in batch_end() */
     return b;
 }
 
@@ -423,62 +464,6 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         return batch_post_cma(ep, args, comp);
     }
     return XFER_ERR_UNSUPPORTED;    /* the framework walks it through put and get */
-}
-
-/* Cancel a batch: void its frame when it is not written yet; either way it completes when
- * its answers are in. */
-xfer_status_t xfer_shm_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
-{
-    shm_batch_t *b;
-    xfer_ep_h ep;
-
-    (void)status;
-    ucs_list_for_each(b, &iface->batches, list) {
-        if (b->comp == comp) {
-            if (b->notify_sent ||
-                ((b->notify_op != NULL) && b->notify_op->tx.started)) {
-                return XFER_ERR_BUSY;   /* the target has its notification */
-            }
-            xfer_batch_walk_stop(&b->walk, XFER_OK);
-            if (b->notify_op != NULL) {
-                b->notify_op->tx.hdr.flags |= XFER_SHM_FL_VOID;
-            }
-            return XFER_OK;
-        }
-    }
-    ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->slots.num; i++) {
-            xfer_shm_op_t *op = ep->slots.s[i].obj;
-
-            if ((ep->slots.s[i].kind == XFER_SHM_SLOT_OP) && (op != NULL) &&
-                (op->kind == XFER_SHM_OP_BATCH) && (op->base.comp == comp)) {
-                if (!op->tx.started) {
-                    op->tx.hdr.flags |= XFER_SHM_FL_VOID;
-                } else if (op->tx.hdr.flags & XFER_SHM_FL_NOTIFY) {
-                    return XFER_ERR_BUSY;   /* the target has the frame, notification too */
-                } else {
-                    op->stop_ns = XFER_SHM_BATCH_STOP;  /* the target stops at its next slice */
-                }
-                return XFER_OK;
-            }
-        }
-    }
-    /* into mapped memory: the data is there, the NOTIFY frame maybe still in the queue */
-    ucs_list_for_each(ep, &iface->eps, list) {
-        xfer_shm_tx_t *tx;
-
-        ucs_list_for_each(tx, &ep->txq, list) {
-            if ((tx->op != NULL) && (tx->op->kind == XFER_SHM_OP_BATCH) &&
-                (tx->op->base.comp == comp)) {
-                if (tx->started) {
-                    return XFER_ERR_BUSY;
-                }
-                tx->hdr.flags |= XFER_SHM_FL_VOID;
-                return XFER_OK;
-            }
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
 }
 
 /* The ep goes: ring batches lose it (what they posted completes through the ep's teardown). */

@@ -174,6 +174,9 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
     op->busy = 0;
+    if ((op->kind == XFER_SHM_OP_FETCH) || (op->kind == XFER_SHM_OP_BATCH)) {
+        op->base.comp->priv = NULL;     /* cancel() no longer finds it */
+    }
     xfer_op_complete(op->iface->ops, op, status, length, tag);
     /* a flush waiting for this put or get completes after it */
     if ((op->serial != 0) && (op->ep != NULL) &&
@@ -295,14 +298,5 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
 
 xfer_status_t xfer_shm_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
-    xfer_status_t ret;
-
-    if ((iface == NULL) || (comp == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    ret = xfer_shm_tensor_cancel(iface, comp, status);
-    if (ret != XFER_ERR_NOT_FOUND) {
-        return ret;
-    }
-    return xfer_shm_batch_cancel(iface, comp, status);
+    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
 }

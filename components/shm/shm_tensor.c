@@ -36,6 +36,30 @@ _Static_assert(XFER_SHM_CELL_MIN - XFER_SHM_FRAME_HDR >= XFER_TENSOR_WIRE_META_M
 
 /* ---- consumer ------------------------------------------------------------------------------- */
 
+/* A fetch whose answer has not started to arrive ends now; its slot keeps a tombstone that
+ * drops the answer, which always comes. One whose answer arrives (its data being read, its
+ * TDONE queued) is busy. */
+static xfer_status_t fetch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    xfer_shm_op_t *op = ucs_container_of(hook, xfer_shm_op_t, hook);
+    xfer_ep_h ep      = op->ep;
+    uint64_t id       = op->rtag;
+
+    if (op->busy) {
+        return XFER_ERR_BUSY;
+    }
+    ep->slots.s[op->slot].kind = XFER_SHM_SLOT_TOMBSTONE;
+    ep->slots.s[op->slot].obj  = NULL;
+    xfer_shm_op_complete(op, status, 0, 0);
+    if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
+        return XFER_OK;         /* failing: the tombstone goes with the ep's slots */
+    }
+    if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TCANCEL, XFER_OK, id, 0) != XFER_OK) {
+        xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TCANCEL");
+    }
+    return XFER_OK;
+}
+
 xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                     xfer_comp_t *comp)
 {
@@ -78,55 +102,9 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
         xfer_shm_op_free(op);
         return status;
     }
+    xfer_comp_hook(comp, &op->hook, fetch_cancel);     /* off again at its completion */
     xfer_shm_tx_write(ep);  /* a failure fails the ep, which completes the fetch */
     return XFER_INPROGRESS;
-}
-
-xfer_status_t xfer_shm_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                     xfer_status_t status)
-{
-    xfer_shm_tx_t *tx;
-    xfer_shm_pull_t *p;
-    xfer_ep_h ep;
-
-    ucs_list_for_each(p, &iface->pulls, list) {
-        if ((p->op->kind == XFER_SHM_OP_FETCH) && (p->op->base.comp == comp)) {
-            return XFER_ERR_BUSY;       /* its data is being read */
-        }
-    }
-    ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->slots.num; i++) {
-            xfer_slot_t *slot = &ep->slots.s[i];
-            xfer_shm_op_t *op     = slot->obj;
-            uint64_t id;
-
-            if ((slot->kind != XFER_SHM_SLOT_OP) || (op == NULL) ||
-                (op->kind != XFER_SHM_OP_FETCH) || (op->base.comp != comp)) {
-                continue;
-            }
-            if (op->busy) {
-                return XFER_ERR_BUSY;   /* its answer is arriving */
-            }
-            id         = op->rtag;
-            slot->kind = XFER_SHM_SLOT_TOMBSTONE;
-            slot->obj  = NULL;
-            xfer_shm_op_complete(op, status, 0, 0);
-            if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
-                return XFER_OK;         /* failing: the tombstone goes with the ep's slots */
-            }
-            if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TCANCEL, XFER_OK, id, 0) != XFER_OK) {
-                xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TCANCEL");
-            }
-            return XFER_OK;
-        }
-        ucs_list_for_each(tx, &ep->txq, list) {
-            if ((tx->op != NULL) && (tx->op->kind == XFER_SHM_OP_FETCH) &&
-                (tx->op->base.comp == comp)) {
-                return XFER_ERR_BUSY;   /* it has its data and completes with its TDONE */
-            }
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
 }
 
 /* A TRESP with an error: it describes no tensor, and its payload is the reason. */

@@ -141,6 +141,7 @@ struct xfer_tcp_op {
     void                *buf;       /* SEND/RECV/PUT/GET buffer */
     size_t              len;        /* its length */
     xfer_fetch_dest_t   fetch;      /* FETCH: where its tensor goes */
+    xfer_cancel_hook_t  hook;       /* FETCH: on its comp until it completes */
     uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
     /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
      * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,
@@ -479,8 +480,6 @@ extern const xfer_tcp_rx_handler_t xfer_tcp_rx_bye;
 /* ---- tcp_batch.c ---------------------------------------------------------------------------- */
 /* Queue more frames of ep's batches, as far as their window allows; 1 when some were. */
 int xfer_tcp_batch_fill(xfer_ep_h ep);
-xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                    xfer_status_t status);
 void xfer_tcp_batch_ep_gone(xfer_ep_h ep);
 /* A put frame was received whole (or drained): remember a refusal for its batch. */
 void xfer_tcp_batch_put_done(xfer_ep_h ep);
@@ -608,9 +607,6 @@ xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 /* ---- tcp_tensor.c --------------------------------------------------------------------------- */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req, xfer_tcp_rx_tensor_resp,
                                    xfer_tcp_rx_tensor_cancel;
-/* cancel() for fetches: XFER_OK, XFER_ERR_BUSY or XFER_ERR_NOT_FOUND. */
-xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                     xfer_status_t status);
 /* The engine's primitive: queue the TENSOR_RESP that answers a. */
 void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
                             const char *reason);

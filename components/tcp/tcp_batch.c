@@ -39,6 +39,7 @@ typedef struct tcp_batch {
     int                 filling;
     xfer_ep_h           ep;         /* NULL once the ep is gone */
     xfer_comp_t         *comp;
+    xfer_cancel_hook_t  hook;       /* on comp until it completes */
     xfer_batch_args_t   *args;
     xfer_batch_walk_t   walk;       /* its descriptors, queued as the window opens */
     uint64_t            puts_before;    /* ep->batch_puts_sent before its first frame */
@@ -206,6 +207,7 @@ static void batch_end(xfer_batch_walk_t *w)
     b->args->landed = w->landed;
     status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
              XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
+    b->comp->priv = NULL;
     b->comp->cb(b->comp, status, w->landed, 0);
     batch_free(b);
 }
@@ -332,6 +334,30 @@ int xfer_tcp_batch_fill(xfer_ep_h ep)
     return queued;
 }
 
+/* Cancel a batch: nothing more of it is queued, its BATCH_END voided while unwritten; it
+ * completes when its answers are in. */
+static xfer_status_t batch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    tcp_batch_t *b = ucs_container_of(hook, tcp_batch_t, hook);
+
+    (void)status;
+    if (b->end_notify && !end_unwritten(b)) {
+        return XFER_ERR_BUSY;   /* the target has, or will have, its notification */
+    }
+    xfer_batch_walk_stop(&b->walk, XFER_OK);
+    if (end_unwritten(b)) {
+        /* nothing of the BATCH_END left: the target hears that the batch ended */
+        xfer_put_le32(b->end_flags, (xfer_get_le32(b->end_flags) & ~BATCH_FL_NOTIFY) |
+                                    BATCH_FL_VOID);
+        b->end_notify = 0;
+    }
+    if (b->filling && (b->ep != NULL)) {
+        xfer_tcp_batch_fill(b->ep);    /* its end goes behind what was queued */
+        xfer_tcp_ep_tx_post(b->ep);
+    }
+    return XFER_OK;
+}
+
 xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
     size_t nlen          = (args->notify != NULL) ? args->notify_len : 0;
@@ -386,6 +412,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
         b->ack_comp.cb  = batch_ack_cb;
         xfer_batch_walk_hold(&b->walk);
     }
+    xfer_comp_hook(comp, &b->hook, batch_cancel);      /* off again in batch_end() */
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     ucs_list_add_tail(&ep->batch_fill, &b->fill_link);
     b->filling = 1;
@@ -597,34 +624,6 @@ void xfer_tcp_batch_put_done(xfer_ep_h ep)
 }
 
 /* ---- cancel and teardown -------------------------------------------------------------------- */
-
-xfer_status_t xfer_tcp_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
-{
-    tcp_batch_t *b;
-
-    (void)status;
-    ucs_list_for_each(b, &iface->batches, list) {
-        if (b->comp != comp) {
-            continue;
-        }
-        if (b->end_notify && !end_unwritten(b)) {
-            return XFER_ERR_BUSY;   /* the target has, or will have, its notification */
-        }
-        xfer_batch_walk_stop(&b->walk, XFER_OK);
-        if (end_unwritten(b)) {
-            /* nothing of the BATCH_END left: the target hears that the batch ended */
-            xfer_put_le32(b->end_flags, (xfer_get_le32(b->end_flags) & ~BATCH_FL_NOTIFY) |
-                                        BATCH_FL_VOID);
-            b->end_notify = 0;
-        }
-        if (b->filling && (b->ep != NULL)) {
-            xfer_tcp_batch_fill(b->ep);    /* its end goes behind what was queued */
-            xfer_tcp_ep_tx_post(b->ep);
-        }
-        return XFER_OK;
-    }
-    return XFER_ERR_NOT_FOUND;
-}
 
 void xfer_tcp_batch_ep_gone(xfer_ep_h ep)
 {

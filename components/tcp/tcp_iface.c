@@ -300,6 +300,9 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
         xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
     }
     op->busy = 0;
+    if (op->kind == XFER_TCP_OP_FETCH) {
+        op->base.comp->priv = NULL;     /* cancel() no longer finds it */
+    }
     xfer_op_complete(op->iface->ops, op, status, length, tag);
 }
 
@@ -492,14 +495,5 @@ xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 
 xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
-    xfer_status_t ret;
-
-    if ((iface == NULL) || (comp == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    ret = xfer_tcp_tensor_cancel(iface, comp, status);
-    if (ret != XFER_ERR_NOT_FOUND) {
-        return ret;
-    }
-    return xfer_tcp_batch_cancel(iface, comp, status);
+    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
 }

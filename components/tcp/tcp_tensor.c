@@ -24,6 +24,31 @@
 
 /* ---- consumer ------------------------------------------------------------------------------- */
 
+/* A fetch whose response has not started to arrive ends now; its slot keeps a tombstone that
+ * drops the response, which always comes. */
+static xfer_status_t fetch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    xfer_tcp_op_t *op = ucs_container_of(hook, xfer_tcp_op_t, hook);
+    xfer_ep_h ep      = op->ep;
+    uint64_t id       = xfer_slot_id(&ep->slots, op->slot);
+
+    if (op->busy) {
+        return XFER_ERR_BUSY;   /* its response is arriving */
+    }
+    ep->slots.s[op->slot].kind = XFER_TCP_SLOT_TOMBSTONE;
+    ep->slots.s[op->slot].obj  = NULL;
+    xfer_tcp_op_complete(op, status, 0, 0);
+    if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
+        if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) != XFER_OK) {
+            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
+                                   "TENSOR_CANCEL");
+            return XFER_OK;
+        }
+        xfer_tcp_ep_tx_post(ep);
+    }
+    return XFER_OK;
+}
+
 xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
                                     xfer_comp_t *comp)
 {
@@ -71,6 +96,7 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
         xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
+    xfer_comp_hook(comp, &op->hook, fetch_cancel);     /* off again at its completion */
     req.step    = args->step;
     req.key_len = (uint32_t)args->key_len;
     xfer_tcp_wire_pack_hdr(&hdr, p);
@@ -81,42 +107,6 @@ xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
         xfer_tcp_iface_rx_kick(ep->iface, ep);  /* its response must get through */
     }
     return XFER_INPROGRESS;
-}
-
-xfer_status_t xfer_tcp_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                     xfer_status_t status)
-{
-    xfer_ep_h ep;
-
-    ucs_list_for_each(ep, &iface->eps, list) {
-        for (uint32_t i = 0; i < ep->slots.num; i++) {
-            xfer_slot_t *slot = &ep->slots.s[i];
-            xfer_tcp_op_t *op     = slot->obj;
-            uint64_t id;
-
-            if ((slot->kind != XFER_TCP_SLOT_FETCH) || (op->base.comp != comp)) {
-                continue;
-            }
-            if (op->busy) {
-                return XFER_ERR_BUSY;   /* its response is arriving */
-            }
-            slot->kind = XFER_TCP_SLOT_TOMBSTONE;
-            slot->obj  = NULL;
-            id         = ((uint64_t)slot->gen << 32) | i;
-            xfer_tcp_op_complete(op, status, 0, 0);
-            if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
-                if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) !=
-                    XFER_OK) {
-                    xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
-                                           "TENSOR_CANCEL");
-                    return XFER_OK;
-                }
-                xfer_tcp_ep_tx_post(ep);
-            }
-            return XFER_OK;
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
 }
 
 static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,

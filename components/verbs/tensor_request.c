@@ -127,7 +127,8 @@ static void treq_complete(xfer_verbs_treq_t *treq, xfer_status_t status, size_t 
     if (op == NULL) {
         return;
     }
-    treq->op = NULL;
+    treq->op            = NULL;
+    op->base.comp->priv = NULL;     /* cancel() no longer finds it */
     if (op->post != XFER_VERBS_POST_NONE) {
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
@@ -145,6 +146,22 @@ static void treq_withdraw(xfer_verbs_treq_t *treq, xfer_status_t status, const c
     if (treq->addr == 0) {
         treq_complete(treq, status, 0);
     }
+}
+
+/* The consumer cancels: a request that never left ends now; one the producer has is
+ * withdrawn (the fetch completes now when the producer was never told where to write, else
+ * on its last word). */
+static xfer_status_t treq_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    xfer_verbs_treq_t *treq = ucs_container_of(hook, xfer_verbs_treq_t, hook);
+
+    if (treq->op->post != XFER_VERBS_POST_NONE) {
+        treq_complete(treq, status, 0);
+        treq_free(treq);
+    } else if (treq->state != XFER_VERBS_TREQ_WITHDRAWN) {
+        treq_withdraw(treq, status, "the consumer cancelled the fetch");
+    }
+    return XFER_OK;
 }
 
 void xfer_verbs_treq_fail(xfer_verbs_treq_t *treq, xfer_status_t status)
@@ -288,6 +305,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
         return status;
     }
     treq->idx = xfer_tensor_idx_make((uint32_t)id, (uint32_t)(id >> 32));
+    xfer_comp_hook(comp, &treq->hook, treq_cancel);    /* off again in treq_complete() */
 
     if (!(treq->meta.flags & XFER_TENSOR_META_NONE) &&
         (xfer_tensor_wire_data_len(&treq->meta) > treq->capacity)) {
@@ -319,32 +337,6 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
     op->post    = XFER_VERBS_POST_MSG;
     xfer_verbs_ch_submit(ch, op);
     return XFER_INPROGRESS;
-}
-
-xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                       xfer_status_t status)
-{
-    xfer_ep_h ch;
-
-    ucs_list_for_each(ch, &iface->channels, list) {
-        for (uint32_t i = 0; i < ch->slots.num; i++) {
-            xfer_verbs_treq_t *treq = ch->slots.s[i].obj;
-
-            if ((ch->slots.s[i].kind != XFER_VERBS_SLOT_FETCH) || (treq->op == NULL) ||
-                (treq->op->base.comp != comp)) {
-                continue;
-            }
-            if (treq->op->post != XFER_VERBS_POST_NONE) {
-                /* the request never left: nobody will answer it */
-                treq_complete(treq, status, 0);
-                treq_free(treq);
-            } else if (treq->state != XFER_VERBS_TREQ_WITHDRAWN) {
-                treq_withdraw(treq, status, "the consumer cancelled the fetch");
-            }
-            return XFER_OK;
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
 }
 
 /* ---- the transitions ----------------------------------------------------------------------- */

@@ -190,6 +190,7 @@ struct xfer_verbs_treq {
     xfer_memh_h             memh;
     xfer_tensor_wire_meta_t meta;       /* expected, then as the producer said */
     uint64_t                step;
+    xfer_cancel_hook_t      hook;       /* on the fetch's comp until it completes */
     uint32_t                key_len;
     char                    key[];
 };
@@ -557,9 +558,6 @@ void xfer_verbs_ch_handle_wc(xfer_ep_h ch, const struct ibv_wc *wc);
 void xfer_verbs_rdma_done(xfer_verbs_op_t *op, xfer_status_t status);
 
 /* ---- verbs_batch.c ---------------------------------------------------------------------------- */
-/* cancel() of a batch's comp: XFER_OK, or XFER_ERR_NOT_FOUND when comp is no batch here. */
-xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                      xfer_status_t status);
 /* The batch op at the head of ch's queue: post what the send queue and the credits allow.
  * 1 when it leaves the queue, 0 when it waits for room or a credit, -1 the channel failed. */
 int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op);
@@ -590,8 +588,6 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
 void xfer_verbs_recv_read_done(xfer_verbs_op_t *op, xfer_status_t status);
 
 /* ---- tensor_request.c ------------------------------------------------------------------------ */
-xfer_status_t xfer_verbs_tensor_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                       xfer_status_t status);
 /* Consumer side of META_DATA_UPDATE and of an ERROR_STATUS about our request. */
 xfer_status_t xfer_verbs_treq_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                  const uint8_t *ext, char *why, size_t why_size);

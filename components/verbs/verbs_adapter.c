@@ -567,9 +567,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 
 xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
-    xfer_status_t st = xfer_verbs_tensor_cancel(iface, comp, status);
-
-    return (st != XFER_ERR_NOT_FOUND) ? st : xfer_verbs_batch_cancel(iface, comp, status);
+    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
 }
 
 /* ---- operations -------------------------------------------------------------------------- */

@@ -70,6 +70,7 @@ typedef struct xfer_verbs_batch {
     int                    notify_ready; /* a put's writes are posted, a get's reads done */
     int                    stopped;      /* cancelled: nothing more goes */
     xfer_status_t          stop_status;
+    xfer_cancel_hook_t     hook;         /* on its op's comp until it ends */
     size_t                 msg_len;
     uint8_t                msg[];        /* the NOTIFY: header and notification */
 } xfer_verbs_batch_t;
@@ -147,12 +148,41 @@ static void batch_end(xfer_verbs_batch_t *b, xfer_status_t status, int live)
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
     }
-    op->owner = NULL;
+    op->owner           = NULL;
+    op->base.comp->priv = NULL;     /* cancel() no longer finds it */
     free(b);
     xfer_verbs_op_complete(op, status, length, 0);
     if (live && !ucs_list_is_empty(&ch->flushes)) {
         xfer_verbs_ch_flushes_check(ch);
     }
+}
+
+/* Cancel: nothing more of the batch goes - its unposted work requests and NOTIFY are
+ * dropped - unless its NOTIFY is on its way (the target will have it). */
+static xfer_status_t batch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+{
+    xfer_verbs_batch_t *b = ucs_container_of(hook, xfer_verbs_batch_t, hook);
+    xfer_verbs_op_t *op   = b->op;
+    xfer_ep_h ch          = op->ch;
+
+    if (b->stopped) {
+        return XFER_OK;
+    }
+    if ((b->msg_len > 0) && !b->notify_wait) {
+        return XFER_ERR_BUSY;
+    }
+    b->stopped     = 1;
+    b->stop_status = status;
+    if (op->post != XFER_VERBS_POST_NONE) {
+        ucs_list_del(&op->list);
+        op->post = XFER_VERBS_POST_NONE;
+    }
+    notify_unqueue(ch, b, 1);
+    if (b->inflight == 0) {
+        batch_end(b, status, 1);
+    }   /* else it ends when its last posted work request (signalled) completes */
+    xfer_verbs_ch_progress_pending(ch);    /* what waited behind it */
+    return XFER_OK;
 }
 
 /* ---- posting -------------------------------------------------------------------------------- */
@@ -447,6 +477,7 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     b->seq     = ch->batch_seq++;
     b->end     = end;
     ucs_list_add_tail(&ch->batches, &b->list);
+    xfer_comp_hook(comp, &b->hook, batch_cancel);      /* off again in batch_end() */
     if (args->notify != NULL) {
         memset(&hdr, 0, sizeof(hdr));
         hdr.type   = XFER_VERBS_MSG_NOTIFY;
@@ -472,43 +503,6 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
         xfer_verbs_ch_progress_pending(ch);
     }
     return XFER_INPROGRESS;
-}
-
-xfer_status_t xfer_verbs_batch_cancel(xfer_iface_h iface, xfer_comp_t *comp,
-                                      xfer_status_t status)
-{
-    xfer_verbs_batch_t *b;
-    xfer_ep_h ch;
-
-    ucs_list_for_each(ch, &iface->channels, list) {
-        ucs_list_for_each(b, &ch->batches, list) {
-            xfer_verbs_op_t *op = b->op;
-
-            if (op->base.comp != comp) {
-                continue;
-            }
-            if (b->stopped) {
-                return XFER_OK;
-            }
-            if ((b->msg_len > 0) && !b->notify_wait) {
-                return XFER_ERR_BUSY;   /* its NOTIFY is on its way: the target will have it */
-            }
-            /* nothing more of it goes: its unposted work requests and NOTIFY are dropped */
-            b->stopped     = 1;
-            b->stop_status = status;
-            if (op->post != XFER_VERBS_POST_NONE) {
-                ucs_list_del(&op->list);
-                op->post = XFER_VERBS_POST_NONE;
-            }
-            notify_unqueue(ch, b, 1);
-            if (b->inflight == 0) {
-                batch_end(b, status, 1);
-            }   /* else it ends when its last posted work request (signalled) completes */
-            xfer_verbs_ch_progress_pending(ch);    /* what waited behind it */
-            return XFER_OK;
-        }
-    }
-    return XFER_ERR_NOT_FOUND;
 }
 
 int xfer_verbs_batch_before(xfer_ep_h ch, uint64_t seq)

@@ -335,6 +335,32 @@ static inline int xfer_op_queued(const xfer_op_pool_t *pool)
 }
 
 /*
+ * Cancel (component.h) is given a comp alone. A component hangs a hook of the operation's own
+ * on comp->priv when it posts a fetch or a batch, and takes it off before it completes the
+ * comp: its cancel() then reaches the operation at once (xfer_comp_cancel), without a search
+ * of its endpoints' slots and queues - a cost that would grow with the peers it serves.
+ */
+typedef struct xfer_cancel_hook {
+    xfer_status_t (*cancel)(struct xfer_cancel_hook *self, xfer_status_t status);
+} xfer_cancel_hook_t;
+
+static inline void xfer_comp_hook(xfer_comp_t *comp, xfer_cancel_hook_t *hook,
+                                  xfer_status_t (*cancel)(xfer_cancel_hook_t*, xfer_status_t))
+{
+    hook->cancel = cancel;
+    comp->priv   = hook;
+}
+
+/* The whole of a cancel() whose operations hang their hooks: XFER_ERR_NOT_FOUND for a comp
+ * that has none (never posted here, or already completed). */
+static inline xfer_status_t xfer_comp_cancel(xfer_comp_t *comp, xfer_status_t status)
+{
+    xfer_cancel_hook_t *hook = (comp != NULL) ? comp->priv : NULL;
+
+    return (hook == NULL) ? XFER_ERR_NOT_FOUND : hook->cancel(hook, status);
+}
+
+/*
  * Region tables (framework/regions.c): the memory an iface registered, found again by the id
  * and key a peer's request names. A region is the component's own record (its memh); the
  * table indexes it by an id from 1 up and gives it a random 64-bit key of its own, which goes
