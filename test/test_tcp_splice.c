@@ -240,13 +240,12 @@ Test(tcp_splice, pages_that_cannot_be_referred_to_are_copied)
 #define BIG_NBLK  1024u                 /* 16 MiB: more than the socket and the pipe hold */
 #define BIG_LEN   (BIG_BLOCK * BIG_NBLK)
 
-/* Registers BIG_LEN bytes, sends its key, then waits on the control channel without
- * progressing, so that what the initiator sends piles up, until it is killed. */
-static int srv_stalls(tp_side_t *s)
+/* The target's side: registers BIG_LEN bytes (kept until the process ends) and sends their
+ * key. */
+static void big_key_send(tp_side_t *s)
 {
     uint8_t *dst = malloc(BIG_LEN);
     xfer_mem_t *mem;
-    uint64_t cmd;
     size_t len;
     void *blob;
 
@@ -255,6 +254,15 @@ static int srv_stalls(tp_side_t *s)
     TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
     TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
     xfer_rkey_blob_free(blob);
+}
+
+/* Sends the key, then waits on the control channel without progressing, so that what the
+ * initiator sends piles up, until it is killed. */
+static int srv_stalls(tp_side_t *s)
+{
+    uint64_t cmd;
+
+    big_key_send(s);
     (void)tp_ctl_recv_u64(s->ctl, &cmd, TP_WAIT_MS * 3);
     return 1;   /* never reached in the test: the initiator kills this process first */
 }
@@ -272,76 +280,88 @@ static int open_fds(void)
     return n;
 }
 
-Test(tcp_splice, a_target_killed_mid_batch_fails_it_and_the_close_gives_back_the_pipe)
+/* The initiator's side: a peer running srv, and a batch of BIG_NBLK blocks of src scattered
+ * over the peer's key, not posted. */
+typedef struct big_batch {
+    tp_peer_t         p;
+    uint8_t           *src;
+    xfer_batch_desc_t *d;
+    xfer_mem_t        *mem;
+    xfer_rkey_t       *rkey;
+    xfer_batch_t      *b;
+} big_batch_t;
+
+static void big_batch_start(big_batch_t *t, tp_scenario_t srv)
 {
-    uint8_t *src = aligned_alloc(BLOCK, BIG_LEN);
-    xfer_batch_desc_t *d = calloc(BIG_NBLK, sizeof(*d));
-    xfer_request_t *req = NULL;
-    xfer_status_t status;
-    xfer_rkey_t *rkey;
-    xfer_batch_t *b;
-    xfer_mem_t *mem;
-    uint64_t spliced;
-    int fds_before;
-    tp_peer_t p;
     size_t len;
     void *blob;
 
-    cr_assert((src != NULL) && (d != NULL));
-    fds_before = open_fds();
-    tp_start(&p, srv_stalls, NULL);
-    cr_assert_eq(xfer_mem_register(p.ctx, src, BIG_LEN, XFER_MEM_HOST, &mem), XFER_OK);
-    blob = tp_recv_blob(&p, &len);
-    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
+    t->src = aligned_alloc(BLOCK, BIG_LEN);
+    t->d   = calloc(BIG_NBLK, sizeof(*t->d));
+    cr_assert((t->src != NULL) && (t->d != NULL));
+    tp_start(&t->p, srv, NULL);
+    cr_assert_eq(xfer_mem_register(t->p.ctx, t->src, BIG_LEN, XFER_MEM_HOST, &t->mem), XFER_OK);
+    blob = tp_recv_blob(&t->p, &len);
+    cr_assert_eq(xfer_rkey_unpack(t->p.ep, blob, len, &t->rkey), XFER_OK);
     free(blob);
     for (unsigned i = 0; i < BIG_NBLK; i++) {
-        d[i] = (xfer_batch_desc_t){(uint64_t)i * BIG_BLOCK,
-                                   (uint64_t)((i * 313u) % BIG_NBLK) * BIG_BLOCK, BIG_BLOCK};
+        t->d[i] = (xfer_batch_desc_t){(uint64_t)i * BIG_BLOCK,
+                                      (uint64_t)((i * 313u) % BIG_NBLK) * BIG_BLOCK, BIG_BLOCK};
     }
-    tp_fill_pattern(src, BIG_LEN, 7);
-    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, BIG_NBLK, &b), XFER_OK);
-    cr_assert_eq(xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
-    tp_progress_for(p.ctx, 300);        /* the socket fills; the rest waits in the queue */
-    spliced = counter(p.ep, "tx_bytes_spliced");
+    tp_fill_pattern(t->src, BIG_LEN, 7);
+    cr_assert_eq(xfer_batch_create(t->p.ep, XFER_BATCH_PUT, t->mem, t->rkey, t->d, BIG_NBLK,
+                                   &t->b), XFER_OK);
+}
+
+/* Once the peer is gone: everything of the initiator's goes. */
+static void big_batch_finish(big_batch_t *t)
+{
+    cr_assert_eq(xfer_batch_destroy(t->b), XFER_OK);
+    xfer_rkey_destroy(t->rkey);
+    cr_assert_eq(xfer_mem_deregister(t->mem), XFER_OK);
+    xfer_endpoint_close(t->p.ep);
+    xfer_context_destroy(t->p.ctx);
+    close(t->p.ctl);                    /* what tp_finish() would close, the peer gone */
+    free(t->d);
+    free(t->src);
+}
+
+Test(tcp_splice, a_target_killed_mid_batch_fails_it_and_the_close_gives_back_the_pipe)
+{
+    int fds_before = open_fds();
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    uint64_t spliced;
+    big_batch_t t;
+
+    big_batch_start(&t, srv_stalls);
+    cr_assert_eq(xfer_batch_post(t.b, NULL, 0, 0, NULL, NULL, &req), XFER_OK);
+    tp_progress_for(t.p.ctx, 300);      /* the socket fills; the rest waits in the queue */
+    spliced = counter(t.p.ep, "tx_bytes_spliced");
     cr_expect_gt(spliced, 0, "the blocks were not going by splice");
     cr_expect_lt(spliced, (uint64_t)BIG_LEN, "a stalled target took every byte");
-    cr_assert_eq(kill(p.pid, SIGKILL), 0);
-    cr_assert_eq(tp_child_wait(&p, 10), 128 + SIGKILL);
+    cr_assert_eq(kill(t.p.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&t.p, 10), 128 + SIGKILL);
     status = xfer_request_wait(req, TP_WAIT_MS);
     cr_expect(status != XFER_OK, "a batch to a dead target completed with %s",
               xfer_status_string(status));
     cr_expect_neq(status, XFER_INPROGRESS, "the batch still waits %d ms after its target died",
                   TP_WAIT_MS);
-    cr_expect_neq(xfer_endpoint_status(p.ep), XFER_OK);
+    cr_expect_neq(xfer_endpoint_status(t.p.ep), XFER_OK);
     xfer_request_release(req);
-    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
-    xfer_rkey_destroy(rkey);
-    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
-    xfer_endpoint_close(p.ep);
-    xfer_context_destroy(p.ctx);
-    close(p.ctl);                       /* what tp_finish() would close, the peer gone */
+    big_batch_finish(&t);
     cr_expect_eq(open_fds(), fds_before, "descriptors left after the close (the pipe's?)");
-    free(d);
-    free(src);
 }
 
 /* ---- a peer that closed, then reset the connection ------------------------------------------- */
 
-/* Registers BIG_LEN bytes, sends its key, and leaves at the initiator's word without closing
- * anything itself: the kernel closes its sockets, a FIN each, their input all read. */
+/* Sends the key and leaves at the initiator's word without closing anything itself: the
+ * kernel closes its sockets, a FIN each, their input all read. */
 static int srv_leaves(tp_side_t *s)
 {
-    uint8_t *dst = malloc(BIG_LEN);
-    xfer_mem_t *mem;
     uint64_t cmd;
-    size_t len;
-    void *blob;
 
-    TP_CHECK(dst != NULL, "malloc");
-    TP_CHECK_STATUS(xfer_mem_register(s->ctx, dst, BIG_LEN, XFER_MEM_HOST, &mem), XFER_OK);
-    TP_CHECK_STATUS(xfer_rkey_pack(mem, &blob, &len), XFER_OK);
-    TP_CHECK(tp_ctl_send(s->ctl, blob, len) == 0, "ctl");
-    xfer_rkey_blob_free(blob);
+    big_key_send(s);
     TP_CHECK(tp_ctl_recv_u64(s->ctl, &cmd, TP_WAIT_MS * 3) == 0, "ctl");
     _exit(0);
 }
@@ -359,35 +379,18 @@ static void redirect_setup(void)
 Test(tcp_splice, a_splice_into_a_connection_the_peer_closed_and_reset_raises_no_sigpipe,
      .init = redirect_setup)
 {
-    uint8_t *src = aligned_alloc(BLOCK, BIG_LEN);
-    xfer_batch_desc_t *d = calloc(BIG_NBLK, sizeof(*d));
     struct sigaction dfl = {.sa_handler = SIG_DFL}, old;
     xfer_request_t *req = NULL;
     xfer_status_t status;
-    xfer_rkey_t *rkey;
-    xfer_batch_t *b;
-    xfer_mem_t *mem;
-    tp_peer_t p;
-    size_t len;
+    big_batch_t t;
     char *log;
-    void *blob;
 
-    cr_assert((src != NULL) && (d != NULL));
     cr_assert_eq(sigaction(SIGPIPE, &dfl, &old), 0);    /* what an application has */
-    tp_start(&p, srv_leaves, NULL);
-    cr_assert_eq(xfer_mem_register(p.ctx, src, BIG_LEN, XFER_MEM_HOST, &mem), XFER_OK);
-    blob = tp_recv_blob(&p, &len);
-    cr_assert_eq(xfer_rkey_unpack(p.ep, blob, len, &rkey), XFER_OK);
-    free(blob);
-    for (unsigned i = 0; i < BIG_NBLK; i++) {
-        d[i] = (xfer_batch_desc_t){(uint64_t)i * BIG_BLOCK, (uint64_t)i * BIG_BLOCK, BIG_BLOCK};
-    }
-    tp_fill_pattern(src, BIG_LEN, 9);
-    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, d, BIG_NBLK, &b), XFER_OK);
-    tp_send(&p, 1);
-    cr_assert_eq(tp_child_wait(&p, 10), 0);
+    big_batch_start(&t, srv_leaves);
+    tp_send(&t.p, 1);
+    cr_assert_eq(tp_child_wait(&t.p, 10), 0);
     usleep(100 * 1000);                 /* its FINs are in */
-    status = xfer_batch_post(b, NULL, 0, 0, NULL, NULL, &req);
+    status = xfer_batch_post(t.b, NULL, 0, 0, NULL, NULL, &req);
     if (status == XFER_OK) {
         status = xfer_request_wait(req, TP_WAIT_MS);
         xfer_request_release(req);
@@ -395,13 +398,8 @@ Test(tcp_splice, a_splice_into_a_connection_the_peer_closed_and_reset_raises_no_
     cr_expect(status != XFER_OK, "a batch to a peer that left completed");
     cr_expect_neq(status, XFER_INPROGRESS, "the batch still waits %d ms after its peer left",
                   TP_WAIT_MS);
-    cr_expect_neq(xfer_endpoint_status(p.ep), XFER_OK);
-    cr_assert_eq(xfer_batch_destroy(b), XFER_OK);
-    xfer_rkey_destroy(rkey);
-    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
-    xfer_endpoint_close(p.ep);
-    xfer_context_destroy(p.ctx);
-    close(p.ctl);
+    cr_expect_neq(xfer_endpoint_status(t.p.ep), XFER_OK);
+    big_batch_finish(&t);
     /* on loopback the RST comes back inside the send of the batch's first bytes, so the
      * splice after them meets it (without the signal blocked, this process ends here every
      * time); a kernel that deferred it would leave the splice to succeed, and say so */
@@ -411,6 +409,4 @@ Test(tcp_splice, a_splice_into_a_connection_the_peer_closed_and_reset_raises_no_
     }
     free(log);
     (void)sigaction(SIGPIPE, &old, NULL);
-    free(d);
-    free(src);
 }
