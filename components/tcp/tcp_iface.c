@@ -300,9 +300,6 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
         xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
     }
     op->busy = 0;
-    if (op->kind == XFER_TCP_OP_FETCH) {
-        op->base.comp->priv = NULL;     /* cancel() no longer finds it */
-    }
     xfer_op_complete(op->iface->ops, op, status, length, tag);
 }
 

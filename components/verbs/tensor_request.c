@@ -127,8 +127,7 @@ static void treq_complete(xfer_verbs_treq_t *treq, xfer_status_t status, size_t 
     if (op == NULL) {
         return;
     }
-    treq->op            = NULL;
-    op->base.comp->priv = NULL;     /* cancel() no longer finds it */
+    treq->op = NULL;
     if (op->post != XFER_VERBS_POST_NONE) {
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
@@ -305,7 +304,7 @@ xfer_status_t xfer_verbs_tensor_fetch(xfer_ep_h ch, const xfer_fetch_args_t *arg
         return status;
     }
     treq->idx = xfer_tensor_idx_make((uint32_t)id, (uint32_t)(id >> 32));
-    xfer_comp_hook(comp, &treq->hook, treq_cancel);    /* off again in treq_complete() */
+    xfer_comp_hook(comp, &treq->hook, treq_cancel);    /* off again at its completion */
 
     if (!(treq->meta.flags & XFER_TENSOR_META_NONE) &&
         (xfer_tensor_wire_data_len(&treq->meta) > treq->capacity)) {

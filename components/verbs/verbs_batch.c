@@ -148,8 +148,7 @@ static void batch_end(xfer_verbs_batch_t *b, xfer_status_t status, int live)
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
     }
-    op->owner           = NULL;
-    op->base.comp->priv = NULL;     /* cancel() no longer finds it */
+    op->owner = NULL;
     free(b);
     xfer_verbs_op_complete(op, status, length, 0);
     if (live && !ucs_list_is_empty(&ch->flushes)) {
@@ -477,7 +476,7 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     b->seq     = ch->batch_seq++;
     b->end     = end;
     ucs_list_add_tail(&ch->batches, &b->list);
-    xfer_comp_hook(comp, &b->hook, batch_cancel);      /* off again in batch_end() */
+    xfer_comp_hook(comp, &b->hook, batch_cancel);      /* off again at its completion */
     if (args->notify != NULL) {
         memset(&hdr, 0, sizeof(hdr));
         hdr.type   = XFER_VERBS_MSG_NOTIFY;

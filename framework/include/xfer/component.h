@@ -152,8 +152,9 @@ typedef struct xfer_rkey  *xfer_rkey_h;    /* unpacked remote key */
  * bytes moved (for XFER_ERR_TRUNCATED: the full message length); tag is the sender's tag for
  * tag receives and 0 otherwise. priv is the component's, for the operations cancel() takes (a
  * fetch, a batch): NULL when the framework posts one; the component may point it at what
- * stands for the operation, and clears it before it completes the comp, so that cancel()
- * finds the operation at once, however many endpoints and operations the iface has. */
+ * stands for the operation (xfer_comp_hook, engine.h), so that cancel() finds the operation
+ * at once, however many endpoints and operations the iface has. It is NULL again once the
+ * operation completes. */
 typedef struct xfer_comp {
     void (*cb)(struct xfer_comp *self, xfer_status_t status, size_t length, uint64_t tag);
     void *priv;

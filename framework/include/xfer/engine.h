@@ -269,12 +269,16 @@ static inline void xfer_op_put(xfer_op_pool_t *pool, void *op_ptr)
     }
 }
 
-/* The op is done: queued, with its result, for the next delivery. */
+/* The op is done: queued, with its result, for the next delivery. Its comp's cancel hook
+ * (xfer_comp_hook) comes off here, whichever path completed it: cancel() no longer finds it. */
 static inline void xfer_op_complete(xfer_op_pool_t *pool, void *op_ptr, xfer_status_t status,
                                     size_t length, uint64_t tag)
 {
     xfer_op_t *op = op_ptr;
 
+    if (op->comp != NULL) {
+        op->comp->priv = NULL;
+    }
     op->status = status;
     op->length = length;
     op->tag    = tag;
@@ -336,9 +340,10 @@ static inline int xfer_op_queued(const xfer_op_pool_t *pool)
 
 /*
  * Cancel (component.h) is given a comp alone. A component hangs a hook of the operation's own
- * on comp->priv when it posts a fetch or a batch, and takes it off before it completes the
- * comp: its cancel() then reaches the operation at once (xfer_comp_cancel), without a search
- * of its endpoints' slots and queues - a cost that would grow with the peers it serves.
+ * on comp->priv when it posts a fetch or a batch: its cancel() then reaches the operation at
+ * once (xfer_comp_cancel), without a search of its endpoints' slots and queues - a cost that
+ * would grow with the peers it serves. xfer_op_complete takes the hook off; a component that
+ * calls a hooked comp itself, not through an op, takes it off before.
  */
 typedef struct xfer_cancel_hook {
     xfer_status_t (*cancel)(struct xfer_cancel_hook *self, xfer_status_t status);
