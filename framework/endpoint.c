@@ -83,6 +83,7 @@ xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const uint8_t *
     ucs_list_head_init(&ep->batches);
     ucs_list_head_init(&ep->notify_late);
     ucs_list_head_init(&ep->notifies);
+    xfer_ep_sends_init(ep);
 
     memset(&params, 0, sizeof(params));
     params.size                = sizeof(params);
@@ -177,6 +178,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
     if (ep->staged_ops > 0) {
         xfer_staging_ep_destroy(ep);
     }
+    xfer_ep_sends_gone(ep);
     ep->fw_iface->comp->ep_destroy(ep->ep);
     xfer_batch_ep_gone(ep);
     xfer_tm_ep_gone(ep);
@@ -289,8 +291,9 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     }
     /* after the peer's orderly close the flush still says whether it had everything */
     ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
-    if (ep->staged_ops > 0) {
-        /* staged puts and gets post their chunks still: flush after the last one */
+    if ((ep->staged_ops > 0) || xfer_ep_sends_pending(ep)) {
+        /* staged puts and gets post their chunks still, sends wait for the peer: flush
+         * after the last one */
         ep->flush_deferred = 1;
     } else {
         close_step(ep, 0);
@@ -307,7 +310,8 @@ static unsigned closing_progress(xfer_context_t *ctx)
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
             close_step_done(ep, ep->flush_status);
-        } else if (ep->flush_deferred && (ep->staged_ops == 0) && (ep->status == XFER_OK)) {
+        } else if (ep->flush_deferred && (ep->staged_ops == 0) && !xfer_ep_sends_pending(ep) &&
+                   (ep->status == XFER_OK)) {
             close_step(ep, 0);
         } else if ((ep->status != XFER_OK) && (ep->status != XFER_ERR_PEER_CLOSED)) {
             close_finish(ep, ep->status);
@@ -435,8 +439,7 @@ xfer_status_t xfer_endpoint_flush(xfer_endpoint_t *ep, xfer_request_cb_t cb, voi
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
     }
-    status = (ep->fw_iface->comp->ep_flush == NULL) ? XFER_OK :
-             ep->fw_iface->comp->ep_flush(ep->ep, &req->comp);
+    status = xfer_ep_flush_post(ep, req);
     return op_finish(ep->ctx, req, status, 0, req_p);
 }
 
@@ -670,11 +673,13 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
     }
+    xfer_ep_send_track(ep, req);    /* before staging, which keeps its owner's ops */
     memh = (mem != NULL) ? mem->memh[ep->fw_iface->index] : NULL;
     if (tag_mem_staged(ep->ctx, mem, ep->fw_iface)) {
         /* the transport cannot touch it: it sends a host copy */
         status = xfer_msg_stage_send(req, buf, length, mem, &host);
         if (status != XFER_OK) {
+            xfer_ep_send_untrack(req);
             xfer_request_discard(req);
             xfer_ctx_unlock(ep->ctx);
             return status;
@@ -688,6 +693,9 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         mem->busy++;
     }
     status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length, memh, &req->comp);
+    if (status != XFER_INPROGRESS) {
+        xfer_ep_send_untrack(req);     /* finished while posted, or refused */
+    }
     return op_finish(ep->ctx, req, status, length, req_p);
 }
 

@@ -215,6 +215,8 @@ struct xfer_context {
     ucs_list_link_t         endpoints;      /* xfer_endpoint_t, open */
     ucs_list_link_t         closing;        /* xfer_endpoint_t flushing before they close */
     xfer_progress_hook_t    closing_hook;   /* endpoint.c, while some close */
+    ucs_list_link_t         flush_ready;    /* ep_sends.c: endpoints with flushes to hand on */
+    xfer_progress_hook_t    flush_hook;     /* ep_sends.c, while flush_ready is not empty */
     ucs_list_link_t         listeners;      /* xfer_listener_t */
     xfer_progress_hook_t    listen_hook;    /* listener.c, while a listener exists */
     unsigned                listen_polls;   /* progress calls since the clock was read */
@@ -311,6 +313,10 @@ struct xfer_request {
     struct xfer_mem     *recv_mem;      /* the registration the transports are given */
     int                 recv_busy;      /* a message is arriving into it */
     uint64_t            msg_tag, msg_len;
+    /* a send the transport has not finished, or a flush waiting for such sends (ep_sends.c) */
+    ucs_list_link_t     ord_link;       /* ord_ep->sends or ->send_flushes */
+    struct xfer_endpoint *ord_ep;       /* NULL when on neither */
+    uint64_t            ord_seq;        /* a send's number; a flush's: the last send before it */
 };
 
 struct xfer_endpoint {
@@ -332,6 +338,11 @@ struct xfer_endpoint {
     int                 flush_deferred; /* closing: the flush waits for staged_ops to end */
     int                 shutting_down;  /* closing: the step under way is ep_shutdown */
     unsigned            staged_ops;     /* staging.c operations still using it */
+    ucs_list_link_t     sends;          /* ep_sends.c: sends not finished, in posting order */
+    ucs_list_link_t     send_flushes;   /* ep_sends.c: flushes waiting for them */
+    uint64_t            send_seq;       /* ep_sends.c: sends posted */
+    ucs_list_link_t     flush_link;     /* ctx->flush_ready */
+    int                 flush_listed;
     ucs_list_link_t     batches;        /* batch.c: the lists prepared for it */
     ucs_list_link_t     notify_late;    /* batch.c: posted batches whose notification leaves
                                          * later than their post, in posting order */
@@ -456,6 +467,18 @@ void xfer_progress_hook_add(xfer_context_t *ctx, xfer_progress_hook_t *hook,
                             unsigned (*progress)(xfer_context_t *ctx),
                             int (*timeout)(xfer_context_t *ctx), int (*busy)(xfer_context_t *ctx));
 void xfer_progress_hook_del(xfer_context_t *ctx, xfer_progress_hook_t *hook);
+
+/* ep_sends.c: a flush covers the sends posted before it. init: at the endpoint's creation;
+ * track: a send the transport did not finish while posting it (its request gets the ops that
+ * untrack it when it ends); flush_post: hand req to the transport now or once every send
+ * before it ended (XFER_INPROGRESS), or its status; gone: the endpoint goes, its waiting
+ * flushes complete XFER_ERR_CANCELED and its sends are no longer tracked. */
+void xfer_ep_sends_init(xfer_endpoint_t *ep);
+void xfer_ep_send_track(xfer_endpoint_t *ep, xfer_request_t *req);
+void xfer_ep_send_untrack(xfer_request_t *req);
+int xfer_ep_sends_pending(xfer_endpoint_t *ep);
+xfer_status_t xfer_ep_flush_post(xfer_endpoint_t *ep, xfer_request_t *req);
+void xfer_ep_sends_gone(xfer_endpoint_t *ep);
 
 /* request.c; ops: its owner's (NULL: none) */
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,
