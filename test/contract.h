@@ -23,4 +23,32 @@ xfer_status_t ct_status_change(xfer_context_t *ctx, xfer_endpoint_t *ep, int tim
  * key to the parent (tp_recv_blob); the registration. */
 xfer_mem_t *ct_offer(tp_side_t *s, void *buf, size_t len);
 
+/*
+ * A target driven by the test (ct_target): it offers CT_REGION bytes (ct_offer) and then,
+ * progressing between commands, carries out what the parent asks over the control channel
+ * (ct_do), answering each with one word:
+ *   CT_CHECK off len seed  whether [off, off + len) of its region holds the pattern of seed,
+ *                          looked at WITHOUT progressing first (0: yes, else 1 + the offset);
+ *   CT_FILL  off len seed  write that pattern there (0);
+ *   CT_SEND  tag len seed  post a send of a message of len bytes of that pattern (0 once
+ *                          posted; it completes in the progress that follows);
+ *   CT_RECV  tag len seed  receive a message of tag from its endpoint and check it (0, or
+ *                          which check failed: 1 its status, 2 its length, 3 + the offset);
+ *   CT_STATUS              its endpoint's status;
+ *   CT_FAILED              its endpoint's status once it is no longer XFER_OK, progressing
+ *                          up to TP_WAIT_MS for that (XFER_OK if it stays so);
+ *   CT_STOP                wait for its sends, close, deregister, and end (0).
+ */
+#define CT_REGION (4u << 20)
+enum { CT_CHECK = 1, CT_FILL, CT_SEND, CT_RECV, CT_STATUS, CT_FAILED, CT_STOP };
+int ct_target(tp_side_t *s);
+/* Send the target a command without waiting for its answer (ct_answer() reads it). */
+void ct_ask(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);
+/* The target's next answer, progressing p->ctx (when set) while it comes. */
+uint64_t ct_answer(tp_peer_t *p);
+/* ct_ask(), then ct_answer(). */
+uint64_t ct_do(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);
+/* tp_start() with ct_target, and the target region's key unpacked on p->ep. */
+xfer_rkey_t *ct_start(tp_peer_t *p);
+
 #endif

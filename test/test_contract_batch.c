@@ -570,3 +570,62 @@ Test(contract, a_batch_past_its_deadline_lands_at_most_a_window_more)
 {
     late_after_early_end(0);
 }
+
+/* C14: a batch completes XFER_OK only with every descriptor's data in the destination's
+ * memory - the target's for a put (it looks without progressing), ours for a get - and
+ * xfer_request_landed() is then the number of descriptors. Scattered blocks, both ways. */
+Test(contract, a_batch_completes_ok_with_every_descriptor_in_the_destination)
+{
+    enum { NDESC = 64, BLK = 16384 };
+    xfer_batch_desc_t descs[NDESC];
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    uint8_t *local;
+    tp_peer_t p;
+
+    rkey  = ct_start(&p);
+    local = malloc(NDESC * BLK);
+    cr_assert_not_null(local);
+    cr_assert_eq(xfer_mem_register(p.ctx, local, NDESC * BLK, XFER_MEM_HOST, &mem), XFER_OK);
+    for (uint64_t i = 0; i < NDESC; i++) {
+        /* every other block, backwards, at an odd offset into a page */
+        descs[i] = (xfer_batch_desc_t){.local_offset  = i * BLK,
+                                       .remote_offset = (NDESC - 1 - i) * 2 * BLK + 8 * i,
+                                       .length        = BLK};
+        tp_fill_pattern(local + i * BLK, BLK, 300 + i);
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, descs, NDESC, &batch),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(batch, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
+                 XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_request_landed(req), NDESC);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(batch), XFER_OK);
+    for (uint64_t i = 0; i < NDESC; i++) {
+        cr_assert_eq(ct_do(&p, CT_CHECK, descs[i].remote_offset, BLK, 300 + i), 0,
+                     "put descriptor %" PRIu64, i);
+        cr_assert_eq(ct_do(&p, CT_FILL, descs[i].remote_offset, BLK, 400 + i), 0);
+    }
+    memset(local, 0, NDESC * BLK);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, descs, NDESC, &batch),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(batch, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
+                 XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_request_landed(req), NDESC);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(batch), XFER_OK);
+    for (uint64_t i = 0; i < NDESC; i++) {
+        ssize_t bad = tp_check_pattern(local + i * BLK, BLK, 400 + i);
+
+        cr_assert_lt(bad, 0, "get descriptor %" PRIu64 ": byte %zd", i, bad);
+    }
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(local);
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_finish(&p);
+}

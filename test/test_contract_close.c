@@ -339,3 +339,152 @@ Test(contract, an_endpoint_that_fails_is_closed_to_its_peer_at_once)
     xfer_context_destroy(p.ctx);
     tp_child_expect_ok(&p, 60);
 }
+
+/* C21: an orderly close waits for what is in flight - sends the peer has yet to take, a put
+ * not yet acknowledged - delivers it, completes XFER_OK, and the peer then sees the close. */
+Test(contract, an_orderly_close_delivers_what_was_in_flight_and_completes_ok)
+{
+    static const size_t lens[] = {8, 65536, (1u << 20) + 3, 0};
+    enum { N = sizeof(lens) / sizeof(lens[0]) };
+    tp_calls_t sent[N] = {{0}}, closed = {0};
+    xfer_request_t *req = NULL;
+    uint8_t *msg[N], *src = malloc(1u << 20);
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    tp_peer_t p;
+
+    cr_assert_not_null(src);
+    rkey = ct_start(&p);
+    cr_assert_eq(xfer_mem_register(p.ctx, src, 1u << 20, XFER_MEM_HOST, &mem), XFER_OK);
+    tp_fill_pattern(src, 1u << 20, 500);
+    cr_assert_eq(ct_put(p.ep, src, 1u << 20, mem, xfer_rkey_address(rkey) + 4096, rkey),
+                 XFER_OK);
+    for (int i = 0; i < N; i++) {
+        msg[i] = malloc(lens[i] + 1);
+        cr_assert_not_null(msg[i]);
+        tp_fill_pattern(msg[i], lens[i], 510 + i);
+        cr_assert_eq(xfer_tag_send(p.ep, 0xc00 + i, msg[i], lens[i], NULL, tp_calls_cb,
+                                   &sent[i], NULL), XFER_OK);
+    }
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, tp_calls_cb, &closed, &req), XFER_OK);
+    p.ep = NULL;
+    /* the peer takes the messages while the close waits for them */
+    for (int i = N - 1; i >= 0; i--) {
+        cr_assert_eq(ct_do(&p, CT_RECV, 0xc00 + i, lens[i], 510 + i), 0, "message %d", i);
+    }
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(closed.calls, 1);
+    xfer_request_release(req);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(sent[i].calls, 1);
+        cr_assert_eq(sent[i].status, XFER_OK, "send %d: %s", i,
+                     xfer_status_string(sent[i].status));
+        free(msg[i]);
+    }
+    cr_assert_eq(ct_do(&p, CT_CHECK, 4096, 1u << 20, 500), 0, "the put before the close");
+    cr_assert_eq(ct_do(&p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_PEER_CLOSED);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(src);
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_finish(&p);
+}
+
+/* Post a send of len bytes to a stopped peer - one it cannot take - and a receive nothing
+ * will match; close with flags: how long the close took, its status, theirs. */
+static double close_with_stopped_peer(tp_peer_t *p, uint32_t flags, size_t len,
+                                      xfer_status_t *close_p, tp_calls_t *send_p,
+                                      tp_calls_t *recv_p)
+{
+    uint8_t *big = calloc(1, len);
+    tp_calls_t closed = {0};
+    xfer_request_t *req = NULL;
+    uint64_t never;
+    double t0;
+
+    cr_assert_not_null(big);
+    cr_assert_eq(kill(p->pid, SIGSTOP), 0);
+    cr_assert_eq(xfer_tag_recv(p->ctx, p->ep, 0xd00, ALL, &never, sizeof(never), NULL,
+                               tp_calls_cb, recv_p, NULL), XFER_OK);
+    cr_assert_eq(xfer_tag_send(p->ep, 0xd01, big, len, NULL, tp_calls_cb, send_p, NULL),
+                 XFER_OK);
+    tp_progress_for(p->ctx, 50);
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_endpoint_close_nb(p->ep, flags, tp_calls_cb, &closed, &req), XFER_OK);
+    p->ep    = NULL;
+    *close_p = xfer_request_wait(req, TP_WAIT_MS);
+    t0       = tp_now_ms() - t0;
+    xfer_request_release(req);
+    cr_assert_eq(closed.calls, 1);
+    tp_progress_for(p->ctx, 10);
+    cr_assert_eq(kill(p->pid, SIGCONT), 0);
+    free(big);
+    return t0;
+}
+
+/* C21, C22: an orderly close that cannot flush (the peer is stopped, a large send waits for
+ * it) ends at XFER_CLOSE_TIMEOUT with XFER_ERR_TIMEOUT, what it cut short completes
+ * XFER_ERR_CANCELED, and the peer sees a broken connection, not an orderly close. */
+Test(contract, an_orderly_close_that_cannot_flush_ends_at_its_timeout)
+{
+    tp_calls_t send = {0}, recv = {0};
+    xfer_status_t s;
+    double ms;
+    tp_peer_t p;
+
+    cr_assert_eq(setenv("XFER_CLOSE_TIMEOUT", "1s", 1), 0);
+    xfer_rkey_destroy(ct_start(&p));
+    ms = close_with_stopped_peer(&p, 0, 64u << 20, &s, &send, &recv);
+    cr_assert_eq(s, XFER_ERR_TIMEOUT, "the close: %s", xfer_status_string(s));
+    cr_assert(ms >= 900, "the close ended after %.0f ms, before its timeout", ms);
+    cr_assert(ms < 1000 + 2000 * tp_slowdown(), "the close took %.0f ms", ms);
+    cr_assert_eq(send.calls, 1);
+    cr_assert_eq(send.status, XFER_ERR_CANCELED, "%s", xfer_status_string(send.status));
+    cr_assert_eq(recv.calls, 1);
+    cr_assert_eq(recv.status, XFER_ERR_CANCELED, "%s", xfer_status_string(recv.status));
+    cr_assert_eq(ct_do(&p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_CONNECTION);
+    /* the send was reported cancelled: its message never arrives */
+    cr_assert_eq(ct_do(&p, CT_RECV, 0xd01, 64u << 20, 0), 1);
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_finish(&p);
+}
+
+/* C23, C22: a forced close completes at once, whatever is in flight; its pending operations
+ * complete XFER_ERR_CANCELED and the peer sees a broken connection. */
+Test(contract, a_forced_close_completes_at_once_and_cancels_what_is_pending)
+{
+    tp_calls_t send = {0}, recv = {0};
+    xfer_status_t s;
+    double ms;
+    tp_peer_t p;
+
+    xfer_rkey_destroy(ct_start(&p));
+    ms = close_with_stopped_peer(&p, XFER_CLOSE_FLAG_FORCE, 64u << 20, &s, &send, &recv);
+    cr_assert_eq(s, XFER_OK, "the forced close: %s", xfer_status_string(s));
+    cr_assert(ms < 200 * tp_slowdown(), "the forced close took %.0f ms", ms);
+    cr_assert_eq(send.calls, 1);
+    cr_assert_eq(send.status, XFER_ERR_CANCELED, "%s", xfer_status_string(send.status));
+    cr_assert_eq(recv.calls, 1);
+    cr_assert_eq(recv.status, XFER_ERR_CANCELED, "%s", xfer_status_string(recv.status));
+    cr_assert_eq(ct_do(&p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_CONNECTION);
+    /* the send was reported cancelled: its message never arrives */
+    cr_assert_eq(ct_do(&p, CT_RECV, 0xd01, 64u << 20, 0), 1);
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_finish(&p);
+}
+
+/* C21: closing an endpoint that had failed completes with its error. */
+Test(contract, closing_a_failed_endpoint_completes_with_its_error)
+{
+    xfer_request_t *req = NULL;
+    tp_peer_t p;
+
+    xfer_rkey_destroy(ct_start(&p));
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&p, 30), 128 + SIGKILL);
+    cr_assert_eq(ct_status_change(p.ctx, p.ep, TP_WAIT_MS), XFER_ERR_CONNECTION);
+    cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, NULL, NULL, &req), XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_ERR_CONNECTION);
+    xfer_request_release(req);
+    xfer_context_destroy(p.ctx);
+}
