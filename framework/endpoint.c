@@ -246,8 +246,7 @@ static void close_step(xfer_endpoint_t *ep, int shutdown)
     ep->flush_done     = 0;
     ep->shutting_down  = shutdown;
     ep->flush_comp.cb  = close_step_cb;
-    status = shutdown ? fn(ep->ep, &ep->flush_comp) :
-                        ep->fw_iface->comp->ep_flush(ep->ep, &ep->flush_comp);
+    status = shutdown ? fn(ep->ep, &ep->flush_comp) : xfer_ep_flush_start(ep, &ep->flush_comp);
     if (status != XFER_INPROGRESS) {
         close_step_cb(&ep->flush_comp, status, 0, 0);
     }
@@ -311,7 +310,8 @@ static unsigned closing_progress(xfer_context_t *ctx)
         if (ep->flush_done) {
             close_step_done(ep, ep->flush_status);
         } else if (ep->flush_deferred && (ep->staged_ops == 0) && !xfer_ep_sends_pending(ep) &&
-                   (ep->status == XFER_OK)) {
+                   ((ep->status == XFER_OK) || (ep->status == XFER_ERR_PEER_CLOSED))) {
+            /* after the peer's orderly close the flush still says whether it had everything */
             close_step(ep, 0);
         } else if ((ep->status != XFER_OK) && (ep->status != XFER_ERR_PEER_CLOSED)) {
             close_finish(ep, ep->status);
@@ -658,6 +658,7 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
     xfer_status_t status;
     xfer_memh_h memh;
     void *host;
+    int staged;
 
     status = op_begin(ep, "xfer_tag_send", ep ? (void*)ep->fw_iface->comp->tag_send : NULL);
     if (status != XFER_OK) {
@@ -673,10 +674,12 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         xfer_ctx_unlock(ep->ctx);
         return XFER_ERR_NO_MEMORY;
     }
-    xfer_ep_send_track(ep, req);    /* before staging, which keeps its owner's ops */
     memh = (mem != NULL) ? mem->memh[ep->fw_iface->index] : NULL;
-    if (tag_mem_staged(ep->ctx, mem, ep->fw_iface)) {
-        /* the transport cannot touch it: it sends a host copy */
+    staged = tag_mem_staged(ep->ctx, mem, ep->fw_iface);
+    if (staged) {
+        /* the transport cannot touch it: it sends a host copy. Tracked first: the stage
+         * keeps the ops its request had. */
+        xfer_ep_send_track(ep, req);
         status = xfer_msg_stage_send(req, buf, length, mem, &host);
         if (status != XFER_OK) {
             xfer_ep_send_untrack(req);
@@ -693,8 +696,11 @@ xfer_status_t xfer_tag_send(xfer_endpoint_t *ep, uint64_t tag, const void *buf, 
         mem->busy++;
     }
     status = ep->fw_iface->comp->tag_send(ep->ep, tag, buf, length, memh, &req->comp);
-    if (status != XFER_INPROGRESS) {
+    if (staged && (status != XFER_INPROGRESS)) {
         xfer_ep_send_untrack(req);     /* finished while posted, or refused */
+    } else if (!staged && (status == XFER_INPROGRESS) && (req->status == XFER_INPROGRESS) &&
+               !req->queued) {
+        xfer_ep_send_track(ep, req);   /* a later flush waits for it */
     }
     return op_finish(ep->ctx, req, status, length, req_p);
 }

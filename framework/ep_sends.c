@@ -4,15 +4,21 @@
  * over shm or verbs completes when the receiver has read it - while its own flush covers what
  * it has written. So the framework keeps each endpoint's unfinished sends in posting order; a
  * flush posted while some are unfinished waits here and is handed to the transport once every
- * send posted before it has ended, and an orderly close flushes only then (endpoint.c). The
- * hand-over runs from a progress hook, never inside a transport's own work.
+ * send posted before it has ended, and an orderly close flushes only then (endpoint.c). A
+ * send that failed (the peer closed or went before taking it) fails every flush after it
+ * with its status, as a put the peer never acknowledged does. The hand-over runs from a
+ * progress hook, never inside a transport's own work.
  */
 #include "xfer_int.h"
 
 static void send_end(xfer_request_t *req, xfer_status_t *status_p, size_t *length_p)
 {
-    (void)status_p;
+    xfer_endpoint_t *ep = req->ord_ep;
+
     (void)length_p;
+    if ((ep != NULL) && (*status_p != XFER_OK) && (ep->send_failed == XFER_OK)) {
+        ep->send_failed = *status_p;
+    }
     xfer_ep_send_untrack(req);
 }
 
@@ -22,6 +28,7 @@ void xfer_ep_sends_init(xfer_endpoint_t *ep)
 {
     ucs_list_head_init(&ep->sends);
     ucs_list_head_init(&ep->send_flushes);
+    ep->send_failed = XFER_OK;
 }
 
 void xfer_ep_send_track(xfer_endpoint_t *ep, xfer_request_t *req)
@@ -70,11 +77,19 @@ int xfer_ep_sends_pending(xfer_endpoint_t *ep)
     return !ucs_list_is_empty(&ep->sends);
 }
 
+xfer_status_t xfer_ep_flush_start(xfer_endpoint_t *ep, xfer_comp_t *comp)
+{
+    if (ep->send_failed != XFER_OK) {
+        return ep->send_failed;
+    }
+    return (ep->fw_iface->comp->ep_flush == NULL) ? XFER_OK :
+           ep->fw_iface->comp->ep_flush(ep->ep, comp);
+}
+
 xfer_status_t xfer_ep_flush_post(xfer_endpoint_t *ep, xfer_request_t *req)
 {
     if (ucs_list_is_empty(&ep->sends) && ucs_list_is_empty(&ep->send_flushes)) {
-        return (ep->fw_iface->comp->ep_flush == NULL) ? XFER_OK :
-               ep->fw_iface->comp->ep_flush(ep->ep, &req->comp);
+        return xfer_ep_flush_start(ep, &req->comp);
     }
     req->ord_ep  = ep;
     req->ord_seq = ep->send_seq;
@@ -92,8 +107,7 @@ static unsigned flushes_go(xfer_endpoint_t *ep)
         xfer_status_t status;
 
         req->ord_ep = NULL;
-        status = (ep->fw_iface->comp->ep_flush == NULL) ? XFER_OK :
-                 ep->fw_iface->comp->ep_flush(ep->ep, &req->comp);
+        status      = xfer_ep_flush_start(ep, &req->comp);
         if (status != XFER_INPROGRESS) {
             xfer_request_complete(req, status, 0, 0);
         }

@@ -341,6 +341,7 @@ struct xfer_endpoint {
     ucs_list_link_t     sends;          /* ep_sends.c: sends not finished, in posting order */
     ucs_list_link_t     send_flushes;   /* ep_sends.c: flushes waiting for them */
     uint64_t            send_seq;       /* ep_sends.c: sends posted */
+    xfer_status_t       send_failed;    /* ep_sends.c: the first failure of a tracked send */
     ucs_list_link_t     flush_link;     /* ctx->flush_ready */
     int                 flush_listed;
     ucs_list_link_t     batches;        /* batch.c: the lists prepared for it */
@@ -477,6 +478,8 @@ void xfer_ep_sends_init(xfer_endpoint_t *ep);
 void xfer_ep_send_track(xfer_endpoint_t *ep, xfer_request_t *req);
 void xfer_ep_send_untrack(xfer_request_t *req);
 int xfer_ep_sends_pending(xfer_endpoint_t *ep);
+/* The transport's flush of ep with comp, or the status of a send that failed before it. */
+xfer_status_t xfer_ep_flush_start(xfer_endpoint_t *ep, xfer_comp_t *comp);
 xfer_status_t xfer_ep_flush_post(xfer_endpoint_t *ep, xfer_request_t *req);
 void xfer_ep_sends_gone(xfer_endpoint_t *ep);
 

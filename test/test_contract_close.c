@@ -488,3 +488,42 @@ Test(contract, closing_a_failed_endpoint_completes_with_its_error)
     xfer_request_release(req);
     xfer_context_destroy(p.ctx);
 }
+
+/* C21, C22: an orderly close that waits for the peer to take a large send ends when the peer
+ * closes in order instead, long before XFER_CLOSE_TIMEOUT (10 s here): XFER_OK when the send
+ * had finished (its bytes in the transport), else the peer's orderly close for both. */
+Test(contract, an_orderly_close_waiting_for_the_peer_ends_when_the_peer_closes)
+{
+    const size_t len = 4u << 20;
+    uint8_t *big     = calloc(1, len);
+    tp_calls_t send  = {0}, closed = {0};
+    xfer_request_t *req = NULL;
+    double t0, ms;
+    tp_peer_t p;
+
+    cr_assert_not_null(big);
+    xfer_rkey_destroy(ct_start(&p));
+    cr_assert_eq(xfer_tag_send(p.ep, 0xe00, big, len, NULL, tp_calls_cb, &send, NULL), XFER_OK);
+    tp_progress_for(p.ctx, 20);
+    t0 = tp_now_ms();
+    cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, tp_calls_cb, &closed, &req), XFER_OK);
+    p.ep = NULL;
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);    /* the peer closes in order */
+    tp_child_expect_ok(&p, 60);
+    (void)xfer_request_wait(req, TP_WAIT_MS);
+    ms = tp_now_ms() - t0;
+    cr_assert(ms < 5000, "the close ended after %.0f ms, not when the peer closed", ms);
+    cr_assert_eq(closed.calls, 1);
+    cr_assert_eq(send.calls, 1);
+    if (send.status == XFER_OK) {
+        cr_assert_eq(closed.status, XFER_OK, "%s", xfer_status_string(closed.status));
+    } else {
+        cr_assert_eq(send.status, XFER_ERR_PEER_CLOSED, "the send: %s",
+                     xfer_status_string(send.status));
+        cr_assert_eq(closed.status, XFER_ERR_PEER_CLOSED, "the close: %s",
+                     xfer_status_string(closed.status));
+    }
+    xfer_request_release(req);
+    xfer_context_destroy(p.ctx);
+    free(big);
+}
