@@ -210,9 +210,11 @@ xfer_status_t xfer_endpoint_status(const xfer_endpoint_t *ep)
  * Each step completes from inside the transport's progress, where the endpoint cannot be
  * destroyed (the transport is walking its structures): the completion only marks it, and
  * closing_progress() - a progress hook while some close, after the transports' progress -
- * takes the next step, and at the end destroys the endpoint and completes the close request.
- * A close whose steps do not end by its deadline is forced: what is left is cancelled, and
- * the peer sees the connection end. */
+ * takes the next step, and at the end destroys the endpoint. The close request completes in
+ * the round of progress after that, once the transport has delivered the operations the
+ * destroy cancelled: a close's callback comes after theirs (they completed first), so that
+ * it may free what they use. A close whose steps do not end by its deadline is forced: what
+ * is left is cancelled, and the peer sees the connection end. */
 
 static void close_step_cb(xfer_comp_t *self, xfer_status_t status, size_t length,
                           uint64_t tag)
@@ -228,11 +230,14 @@ static void close_step_cb(xfer_comp_t *self, xfer_status_t status, size_t length
 
 static void close_finish(xfer_endpoint_t *ep, xfer_status_t status)
 {
+    xfer_context_t *ctx = ep->ctx;
     xfer_request_t *req = ep->close_req;
 
     endpoint_destroy(ep);
     if (req != NULL) {
-        xfer_request_complete(req, status, 0, 0);
+        req->result = status;   /* its outcome, delivered by closing_progress next round */
+        ucs_list_add_tail(&ctx->closed, &req->ord_link);
+        xfer_wake_locked(ctx);
     }
 }
 
@@ -304,8 +309,20 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
 static unsigned closing_progress(xfer_context_t *ctx)
 {
     xfer_endpoint_t *ep, *tmp;
+    ucs_list_link_t done;
     int64_t now = -1;
+    unsigned count = 0;
 
+    /* the closes finished before this round: their transports have delivered since */
+    ucs_list_head_init(&done);
+    ucs_list_splice_tail(&done, &ctx->closed);
+    ucs_list_head_init(&ctx->closed);
+    while (!ucs_list_is_empty(&done)) {
+        xfer_request_t *req = ucs_list_extract_head(&done, xfer_request_t, ord_link);
+
+        xfer_request_complete(req, req->result, 0, 0);
+        count++;
+    }
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
             close_step_done(ep, ep->flush_status);
@@ -329,10 +346,10 @@ static unsigned closing_progress(xfer_context_t *ctx)
             }
         }
     }
-    if (ucs_list_is_empty(&ctx->closing)) {
+    if (ucs_list_is_empty(&ctx->closing) && ucs_list_is_empty(&ctx->closed)) {
         xfer_progress_hook_del(ctx, &ctx->closing_hook);
     }
-    return 0;
+    return count;
 }
 
 int xfer_endpoints_closing_timeout(xfer_context_t *ctx)
@@ -340,6 +357,9 @@ int xfer_endpoints_closing_timeout(xfer_context_t *ctx)
     int64_t first = INT64_MAX, now;
     xfer_endpoint_t *ep;
 
+    if (!ucs_list_is_empty(&ctx->closed)) {
+        return 0;       /* close requests to complete */
+    }
     if (ucs_list_is_empty(&ctx->closing)) {
         return -1;
     }
@@ -359,7 +379,7 @@ void xfer_endpoints_close_all(xfer_context_t *ctx)
     ucs_list_for_each_safe(ep, tmp, &ctx->endpoints, list) {
         close_start(ep, 0, NULL);
     }
-    while (!ucs_list_is_empty(&ctx->closing)) {
+    while (!ucs_list_is_empty(&ctx->closing) || !ucs_list_is_empty(&ctx->closed)) {
         if (xfer_progress_locked(ctx) == 0) {
             int ms = xfer_endpoints_closing_timeout(ctx);
 

@@ -164,6 +164,7 @@ xfer_status_t xfer_ctx_data_init(xfer_context_t *ctx, int open_ifaces)
     ctx->user_timerfd = -1;
     ucs_list_head_init(&ctx->endpoints);
     ucs_list_head_init(&ctx->closing);
+    ucs_list_head_init(&ctx->closed);
     ucs_list_head_init(&ctx->flush_ready);
     ucs_list_head_init(&ctx->hooks);
     ucs_list_head_init(&ctx->listeners);

@@ -214,6 +214,7 @@ struct xfer_context {
     ucs_list_link_t         hooks;          /* xfer_progress_hook_t registered */
     ucs_list_link_t         endpoints;      /* xfer_endpoint_t, open */
     ucs_list_link_t         closing;        /* xfer_endpoint_t flushing before they close */
+    ucs_list_link_t         closed;         /* their close requests, completed next round */
     xfer_progress_hook_t    closing_hook;   /* endpoint.c, while some close */
     ucs_list_link_t         flush_ready;    /* ep_sends.c: endpoints with flushes to hand on */
     xfer_progress_hook_t    flush_hook;     /* ep_sends.c, while flush_ready is not empty */
@@ -314,7 +315,8 @@ struct xfer_request {
     int                 recv_busy;      /* a message is arriving into it */
     uint64_t            msg_tag, msg_len;
     /* a send the transport has not finished, or a flush waiting for such sends (ep_sends.c) */
-    ucs_list_link_t     ord_link;       /* ord_ep->sends or ->send_flushes */
+    ucs_list_link_t     ord_link;       /* ord_ep->sends or ->send_flushes; a close request:
+                                         * ctx->closed (endpoint.c) */
     struct xfer_endpoint *ord_ep;       /* NULL when on neither */
     uint64_t            ord_seq;        /* a send's number; a flush's: the last send before it */
 };
