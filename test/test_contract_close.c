@@ -416,7 +416,6 @@ static double close_with_stopped_peer(tp_peer_t *p, uint32_t flags, size_t len,
     t0       = tp_now_ms() - t0;
     xfer_request_release(req);
     cr_assert_eq(closed.calls, 1);
-    tp_progress_for(p->ctx, 10);
     cr_assert_eq(kill(p->pid, SIGCONT), 0);
     free(big);
     return t0;
@@ -525,5 +524,48 @@ Test(contract, an_orderly_close_waiting_for_the_peer_ends_when_the_peer_closes)
     }
     xfer_request_release(req);
     xfer_context_destroy(p.ctx);
+    free(big);
+}
+
+/* C23: a send that a forced close cancelled gives its buffer back - the caller writes over
+ * it at once - and the peer, which may be reading that message right then, receives it
+ * whole as it was, or not at all: never with what the buffer held after the cancel. The
+ * close comes at a different point of the peer's reading in each round. */
+Test(contract, a_send_a_forced_close_cancelled_never_arrives_with_what_its_buffer_held_later)
+{
+    const size_t len = 64u << 20;
+    uint8_t *big     = malloc(len);
+
+    cr_assert_not_null(big);
+    for (unsigned r = 0; r < 8; r++) {
+        xfer_request_t *creq = NULL;
+        tp_calls_t send      = {0};
+        uint64_t answer;
+        tp_peer_t p;
+
+        xfer_rkey_destroy(ct_start(&p));
+        tp_fill_pattern(big, len, 600 + r);
+        ct_ask(&p, CT_RECV, 0xf00, len, 600 + r);
+        cr_assert_eq(xfer_tag_send(p.ep, 0xf00, big, len, NULL, tp_calls_cb, &send, NULL),
+                     XFER_OK);
+        tp_progress_for(p.ctx, (int)r);
+        cr_assert_eq(xfer_endpoint_close_nb(p.ep, XFER_CLOSE_FLAG_FORCE, NULL, NULL, &creq),
+                     XFER_OK);
+        p.ep = NULL;
+        cr_assert_eq(xfer_request_wait(creq, TP_WAIT_MS), XFER_OK);
+        xfer_request_release(creq);
+        cr_assert_eq(send.calls, 1);
+        if (send.status != XFER_OK) {
+            cr_assert_eq(send.status, XFER_ERR_CANCELED, "%s", xfer_status_string(send.status));
+            memset(big, 0xee, len);     /* the buffer is ours again */
+        }
+        answer = ct_answer(&p);
+        cr_assert((answer == 0) || ((answer == 1) && (send.status != XFER_OK)),
+                  "round %u: the send %s, the peer's receive %s", r,
+                  xfer_status_string(send.status), (answer == 1) ? "failed" : (answer == 2) ?
+                  "had another length" : "had other data");
+        cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+        tp_finish(&p);
+    }
     free(big);
 }

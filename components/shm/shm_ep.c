@@ -464,6 +464,10 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     xfer_iface_h iface = ep->iface;
     xfer_shm_op_t *op, *tmp;
 
+    if (ep->out.base != NULL) {
+        /* before its sends end and its tensors go: the peer stops trusting reads of them */
+        xfer_shm_ring_gone_set(&ep->out);
+    }
     if (ep->fd >= 0) {
         if (ep->state != XFER_SHM_EP_CREATED) {
             epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ep->fd, NULL);

@@ -12,6 +12,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Every byte is in: what was read holds only if the peer's endpoint had not ended by then -
+ * once it says so (in our ring, before its sends end or its tensors go) its memory may be
+ * reused, and the read may mix old and new bytes. */
+static xfer_status_t pull_end(xfer_ep_h ep, char *why, size_t why_size)
+{
+    if (xfer_shm_ring_gone(&ep->in)) {
+        snprintf(why, why_size, "the peer's endpoint ended while its memory was read");
+        return XFER_ERR_CONNECTION;
+    }
+    return XFER_OK;
+}
+
 /* One slice of p; XFER_OK when every byte is in, XFER_INPROGRESS, or the read's error. */
 static xfer_status_t pull_slice(xfer_shm_pull_t *p)
 {
@@ -25,7 +37,7 @@ static xfer_status_t pull_slice(xfer_shm_pull_t *p)
         return status;
     }
     p->done += n;
-    return (p->done == p->len) ? XFER_OK : XFER_INPROGRESS;
+    return (p->done == p->len) ? pull_end(p->ep, p->why, sizeof(p->why)) : XFER_INPROGRESS;
 }
 
 xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
@@ -38,8 +50,11 @@ xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
     xfer_status_t status;
 
     status = (first == 0) ? XFER_OK : xfer_shm_cma(ep, dst, src, first, 0, why, why_size);
-    if ((status != XFER_OK) || (first == len)) {
+    if (status != XFER_OK) {
         return status;
+    }
+    if (first == len) {
+        return pull_end(ep, why, why_size);
     }
     p = malloc(sizeof(*p));
     if (p == NULL) {

@@ -19,6 +19,7 @@
 #define OFF_TAIL     128u
 #define OFF_ARMED    192u
 #define OFF_PWAIT    196u
+#define OFF_GONE     200u
 
 static uint64_t *word64(uint8_t *base, size_t off)
 {
@@ -33,6 +34,20 @@ static uint32_t *word32(uint8_t *base, size_t off)
 size_t xfer_shm_seg_len(uint32_t ncells, uint32_t cell_size)
 {
     return XFER_SHM_SEG_CTRL + (size_t)ncells * cell_size;
+}
+
+/* Full fences on both sides: the producer's word is visible before any later write of its
+ * user to the memory, and the consumer's reads of that memory happen before its look. */
+void xfer_shm_ring_gone_set(xfer_shm_ring_t *ring)
+{
+    __atomic_store_n(word32(ring->base, OFF_GONE), 1, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+int xfer_shm_ring_gone(const xfer_shm_ring_t *ring)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    return __atomic_load_n(word32(ring->base, OFF_GONE), __ATOMIC_SEQ_CST) != 0;
 }
 
 xfer_status_t xfer_shm_geometry_check(uint64_t ncells, uint64_t cell_size, char *why,

@@ -11,6 +11,8 @@
  *   128   tail:u64   cells the owner has consumed, ever                (written by the owner)
  *   192   armed:u32  the owner sleeps on its doorbell: ring it         (both)
  *   196   pwait:u32  the peer waits for room in the ring: ring its bell   (both)
+ *   200   gone:u32   the peer's endpoint ends: memory its frames named for reading (a
+ *                    rendezvous message, a tensor) may be reused from now on  (the peer)
  *   256   shared puts, XFER_SHM_COOP_SLOTS x (claim:u64 done:u64)      (both; shm_coop.c)
  *   512   cells[ncells], each cell_size bytes: a 64-byte frame header and its payload
  *
@@ -52,7 +54,7 @@
 #include <stdint.h>
 
 #define XFER_SHM_SEG_MAGIC    0x58534d31u  /* "XSM1" */
-#define XFER_SHM_SEG_VERSION  8u
+#define XFER_SHM_SEG_VERSION  9u
 #define XFER_SHM_SEG_CTRL     512u
 #define XFER_SHM_SEG_COOP     256u         /* ... of the shared puts' slots */
 #define XFER_SHM_COOP_SLOTS   4u
@@ -175,6 +177,12 @@ static inline uint32_t xfer_shm_stamp(uint64_t pos)
 
 /* Bytes of a segment of ncells cells of cell_size bytes. */
 size_t xfer_shm_seg_len(uint32_t ncells, uint32_t cell_size);
+/* The producer's endpoint ends: set gone in the ring it produces into, before anything of
+ * it reports a send ended or lets a tensor go. */
+void xfer_shm_ring_gone_set(xfer_shm_ring_t *ring);
+/* The consumer, after reading memory that the producer's frames named: 1 when the producer
+ * had said gone by then (what was read may mix old and new bytes), else 0. */
+int xfer_shm_ring_gone(const xfer_shm_ring_t *ring);
 /* Are ncells and cell_size a valid geometry? XFER_ERR_INVALID_PARAM with why when not. */
 xfer_status_t xfer_shm_geometry_check(uint64_t ncells, uint64_t cell_size, char *why,
                                       size_t why_size);
