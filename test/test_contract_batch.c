@@ -571,6 +571,23 @@ Test(contract, a_batch_past_its_deadline_lands_at_most_a_window_more)
     late_after_early_end(0);
 }
 
+/* Post a batch of n descriptors without a notification; it must complete XFER_OK with every
+ * descriptor landed. */
+static void batch_whole(xfer_endpoint_t *ep, xfer_batch_op_t op, xfer_mem_t *mem,
+                        xfer_rkey_t *rkey, const xfer_batch_desc_t *descs, size_t n)
+{
+    xfer_request_t *req = NULL;
+    xfer_batch_t *batch;
+
+    cr_assert_eq(xfer_batch_create(ep, op, mem, rkey, descs, n, &batch), XFER_OK);
+    cr_assert_eq(xfer_batch_post(batch, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
+                 XFER_OK);
+    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
+    cr_assert_eq(xfer_request_landed(req), n);
+    xfer_request_release(req);
+    cr_assert_eq(xfer_batch_destroy(batch), XFER_OK);
+}
+
 /* C14: a batch completes XFER_OK only with every descriptor's data in the destination's
  * memory - the target's for a put (it looks without progressing), ours for a get - and
  * xfer_request_landed() is then the number of descriptors. Scattered blocks, both ways. */
@@ -578,8 +595,6 @@ Test(contract, a_batch_completes_ok_with_every_descriptor_in_the_destination)
 {
     enum { NDESC = 64, BLK = 16384 };
     xfer_batch_desc_t descs[NDESC];
-    xfer_request_t *req = NULL;
-    xfer_batch_t *batch;
     xfer_rkey_t *rkey;
     xfer_mem_t *mem;
     uint8_t *local;
@@ -596,28 +611,14 @@ Test(contract, a_batch_completes_ok_with_every_descriptor_in_the_destination)
                                        .length        = BLK};
         tp_fill_pattern(local + i * BLK, BLK, 300 + i);
     }
-    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, descs, NDESC, &batch),
-                 XFER_OK);
-    cr_assert_eq(xfer_batch_post(batch, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
-                 XFER_OK);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_assert_eq(xfer_request_landed(req), NDESC);
-    xfer_request_release(req);
-    cr_assert_eq(xfer_batch_destroy(batch), XFER_OK);
+    batch_whole(p.ep, XFER_BATCH_PUT, mem, rkey, descs, NDESC);
     for (uint64_t i = 0; i < NDESC; i++) {
         cr_assert_eq(ct_do(&p, CT_CHECK, descs[i].remote_offset, BLK, 300 + i), 0,
                      "put descriptor %" PRIu64, i);
         cr_assert_eq(ct_do(&p, CT_FILL, descs[i].remote_offset, BLK, 400 + i), 0);
     }
     memset(local, 0, NDESC * BLK);
-    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, descs, NDESC, &batch),
-                 XFER_OK);
-    cr_assert_eq(xfer_batch_post(batch, NULL, 0, XFER_BATCH_NO_TIMEOUT, NULL, NULL, &req),
-                 XFER_OK);
-    cr_assert_eq(xfer_request_wait(req, TP_WAIT_MS), XFER_OK);
-    cr_assert_eq(xfer_request_landed(req), NDESC);
-    xfer_request_release(req);
-    cr_assert_eq(xfer_batch_destroy(batch), XFER_OK);
+    batch_whole(p.ep, XFER_BATCH_GET, mem, rkey, descs, NDESC);
     for (uint64_t i = 0; i < NDESC; i++) {
         ssize_t bad = tp_check_pattern(local + i * BLK, BLK, 400 + i);
 

@@ -421,6 +421,21 @@ static double close_with_stopped_peer(tp_peer_t *p, uint32_t flags, size_t len,
     return t0;
 }
 
+/* After close_with_stopped_peer() cut the close short: the send and the receive completed
+ * XFER_ERR_CANCELED, the peer (running again) sees a broken connection and never receives
+ * the message of the cancelled send. Ends the peer. */
+static void expect_cut_short(tp_peer_t *p, const tp_calls_t *send, const tp_calls_t *recv)
+{
+    cr_assert_eq(send->calls, 1);
+    cr_assert_eq(send->status, XFER_ERR_CANCELED, "%s", xfer_status_string(send->status));
+    cr_assert_eq(recv->calls, 1);
+    cr_assert_eq(recv->status, XFER_ERR_CANCELED, "%s", xfer_status_string(recv->status));
+    cr_assert_eq(ct_do(p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_CONNECTION);
+    cr_assert_eq(ct_do(p, CT_RECV, 0xd01, 64u << 20, 0), 1);
+    cr_assert_eq(ct_do(p, CT_STOP, 0, 0, 0), 0);
+    tp_finish(p);
+}
+
 /* C21, C22: an orderly close that cannot flush (the peer is stopped, a large send waits for
  * it) ends at XFER_CLOSE_TIMEOUT with XFER_ERR_TIMEOUT, what it cut short completes
  * XFER_ERR_CANCELED, and the peer sees a broken connection, not an orderly close. */
@@ -437,15 +452,7 @@ Test(contract, an_orderly_close_that_cannot_flush_ends_at_its_timeout)
     cr_assert_eq(s, XFER_ERR_TIMEOUT, "the close: %s", xfer_status_string(s));
     cr_assert(ms >= 900, "the close ended after %.0f ms, before its timeout", ms);
     cr_assert(ms < 1000 + 2000 * tp_slowdown(), "the close took %.0f ms", ms);
-    cr_assert_eq(send.calls, 1);
-    cr_assert_eq(send.status, XFER_ERR_CANCELED, "%s", xfer_status_string(send.status));
-    cr_assert_eq(recv.calls, 1);
-    cr_assert_eq(recv.status, XFER_ERR_CANCELED, "%s", xfer_status_string(recv.status));
-    cr_assert_eq(ct_do(&p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_CONNECTION);
-    /* the send was reported cancelled: its message never arrives */
-    cr_assert_eq(ct_do(&p, CT_RECV, 0xd01, 64u << 20, 0), 1);
-    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
-    tp_finish(&p);
+    expect_cut_short(&p, &send, &recv);
 }
 
 /* C23, C22: a forced close completes at once, whatever is in flight; its pending operations
@@ -461,15 +468,7 @@ Test(contract, a_forced_close_completes_at_once_and_cancels_what_is_pending)
     ms = close_with_stopped_peer(&p, XFER_CLOSE_FLAG_FORCE, 64u << 20, &s, &send, &recv);
     cr_assert_eq(s, XFER_OK, "the forced close: %s", xfer_status_string(s));
     cr_assert(ms < 200 * tp_slowdown(), "the forced close took %.0f ms", ms);
-    cr_assert_eq(send.calls, 1);
-    cr_assert_eq(send.status, XFER_ERR_CANCELED, "%s", xfer_status_string(send.status));
-    cr_assert_eq(recv.calls, 1);
-    cr_assert_eq(recv.status, XFER_ERR_CANCELED, "%s", xfer_status_string(recv.status));
-    cr_assert_eq(ct_do(&p, CT_FAILED, 0, 0, 0), (uint64_t)(int64_t)XFER_ERR_CONNECTION);
-    /* the send was reported cancelled: its message never arrives */
-    cr_assert_eq(ct_do(&p, CT_RECV, 0xd01, 64u << 20, 0), 1);
-    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
-    tp_finish(&p);
+    expect_cut_short(&p, &send, &recv);
 }
 
 /* C21: closing an endpoint that had failed completes with its error. */
