@@ -662,6 +662,10 @@ struct xfer_shm_pull {
     uint64_t           id;          /* the caller's */
     char               why[XFER_REASON_MAX];
 };
+/* After every byte of the peer's memory was read (by CMA, or copied from its memfd mapped
+ * here): XFER_OK when the read holds, XFER_ERR_CONNECTION (why) when the peer's endpoint had
+ * ended by then - its memory may have been reused, the read may mix old and new bytes. */
+xfer_status_t xfer_shm_read_end(xfer_ep_h ep, char *why, size_t why_size);
 /* Read len bytes at the peer's address src into dst, the first slice (XFER_FAIR_SLICE) now.
  * XFER_OK: every byte is in; an error: a read failed, or no memory for the rest (why); cb is
  * not called for either. XFER_INPROGRESS: the rest comes a slice per round of progress, then

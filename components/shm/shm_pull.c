@@ -12,10 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Every byte is in: what was read holds only if the peer's endpoint had not ended by then -
- * once it says so (in our ring, before its sends end or its tensors go) its memory may be
- * reused, and the read may mix old and new bytes. */
-static xfer_status_t pull_end(xfer_ep_h ep, char *why, size_t why_size)
+/* The peer says its endpoint ends in our ring before its sends end or its tensors go. */
+xfer_status_t xfer_shm_read_end(xfer_ep_h ep, char *why, size_t why_size)
 {
     if (xfer_shm_ring_gone(&ep->in)) {
         snprintf(why, why_size, "the peer's endpoint ended while its memory was read");
@@ -37,7 +35,10 @@ static xfer_status_t pull_slice(xfer_shm_pull_t *p)
         return status;
     }
     p->done += n;
-    return (p->done == p->len) ? pull_end(p->ep, p->why, sizeof(p->why)) : XFER_INPROGRESS;
+    if (p->done < p->len) {
+        return XFER_INPROGRESS;
+    }
+    return xfer_shm_read_end(p->ep, p->why, sizeof(p->why));
 }
 
 xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
@@ -54,7 +55,7 @@ xfer_status_t xfer_shm_pull(xfer_ep_h ep, void *dst, uint64_t src, uint64_t len,
         return status;
     }
     if (first == len) {
-        return pull_end(ep, why, why_size);
+        return xfer_shm_read_end(ep, why, why_size);
     }
     p = malloc(sizeof(*p));
     if (p == NULL) {

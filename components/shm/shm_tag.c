@@ -84,12 +84,7 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
         }
         if (status == XFER_ERR_UNSUPPORTED) {
             xfer_shm_copy(ep->iface, op->buf, mapped, n);
-            status = XFER_OK;
-            if (xfer_shm_ring_gone(&ep->in)) {
-                status = XFER_ERR_CONNECTION;
-                snprintf(why, sizeof(why), "the sender's endpoint ended while its memory "
-                         "was read");
-            }
+            status = xfer_shm_read_end(ep, why, sizeof(why));
         } else if (status != XFER_OK) {
             snprintf(why, sizeof(why), "the copy shared with the sender failed");
         }
