@@ -17,20 +17,22 @@ enum {
 };
 
 xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *params,
-                               const void *iface_p, size_t size, size_t params_offset,
-                               void **mem_p)
+                               const void *iface_p, size_t size, size_t cfg_offset,
+                               size_t params_offset, void **mem_p)
 {
     uint8_t *mem;
 
     if ((config == NULL) || (params == NULL) || (iface_p == NULL) ||
         (params->size < offsetof(xfer_iface_params_t, max_key_len) + sizeof(uint32_t)) ||
-        (params_offset + sizeof(xfer_iface_params_t) > size)) {
+        (params_offset + sizeof(xfer_iface_params_t) > size) ||
+        (cfg_offset + sizeof(config) > size)) {
         return XFER_ERR_INVALID_PARAM;
     }
     mem = calloc(1, size);
     if (mem == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
+    memcpy(mem + cfg_offset, &config, sizeof(config));
     memcpy(mem + params_offset, params, (params->size < sizeof(xfer_iface_params_t)) ?
                                         params->size : sizeof(xfer_iface_params_t));
     *mem_p = mem;
@@ -52,7 +54,8 @@ void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep)
     ucs_list_head_init(&f->link);
 }
 
-int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt, va_list ap)
+/* Record status and the reason, unless a failure is recorded already: 1 when this did. */
+static int fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt, va_list ap)
 {
     if (f->status != XFER_OK) {
         return 0;
@@ -62,12 +65,49 @@ int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt, 
     return 1;
 }
 
-void xfer_ep_fail_forget(xfer_ep_fail_t *f)
+static void fail_forget(xfer_ep_fail_t *f)
 {
     if (f->queued != QUEUED_NONE) {
         ucs_list_del(&f->link);
         f->queued = QUEUED_NONE;
     }
+}
+
+/* The failure's log line: "<who>: the peer closed its endpoint in order" at INFO for
+ * XFER_ERR_PEER_CLOSED, else "<who> failed: <reason> (<status>)" at the level who gives. */
+static void fail_log(const xfer_ep_failq_t *q, const xfer_ep_fail_t *f)
+{
+    char who[XFER_REASON_MAX];
+    xfer_log_level_t level = q->ops->who(f->owner, who, sizeof(who));
+
+    if (f->status == XFER_ERR_PEER_CLOSED) {
+        xfer_log(XFER_LOG_INFO, q->ops->subsys, "%s: the peer closed its endpoint in order",
+                 who);
+    } else {
+        xfer_log(level, q->ops->subsys, "%s failed: %s (%s)", who, f->reason,
+                 xfer_status_string(f->status));
+    }
+}
+
+/* Tear f's endpoint down with its recorded status, once, and queue it for ep_failed. */
+static void fail_teardown(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
+{
+    if (f->torn) {
+        return;
+    }
+    f->torn = 1;
+    fail_log(q, f);
+    q->ops->teardown(f->owner, f->status);
+    fail_forget(f);
+    f->queued = QUEUED_TELL;
+    ucs_list_add_tail(&q->tell, &f->link);
+}
+
+void xfer_ep_fail_v(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                    const char *fmt, va_list ap)
+{
+    fail_vset(f, status, fmt, ap);      /* failing later: that reason stays */
+    fail_teardown(q, f);
 }
 
 void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
@@ -76,9 +116,8 @@ void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
     va_list ap;
 
     va_start(ap, fmt);
-    xfer_ep_fail_vset(f, status, fmt, ap);  /* failing later: that reason stays */
+    xfer_ep_fail_v(q, f, status, fmt, ap);
     va_end(ap);
-    q->ops->teardown(f->owner);
 }
 
 void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
@@ -88,9 +127,9 @@ void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t sta
     int recorded;
 
     va_start(ap, fmt);
-    recorded = xfer_ep_fail_vset(f, status, fmt, ap);
+    recorded = fail_vset(f, status, fmt, ap);
     va_end(ap);
-    if (recorded) {
+    if (recorded && !f->torn) {
         f->queued = QUEUED_DEFERRED;
         ucs_list_add_tail(&q->deferred, &f->link);
         q->ops->failing(f->owner);
@@ -105,43 +144,19 @@ unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q)
         xfer_ep_fail_t *f = ucs_list_extract_head(&q->deferred, xfer_ep_fail_t, link);
 
         f->queued = QUEUED_NONE;
-        q->ops->teardown(f->owner);
+        fail_teardown(q, f);
         count++;
     }
     return count;
 }
 
-void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
+void xfer_ep_fail_destroy(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
 {
-    if (f->queued == QUEUED_TELL) {
-        return;
+    if (!f->torn) {
+        f->torn = 1;
+        q->ops->teardown(f->owner, XFER_ERR_CANCELED);
     }
-    xfer_ep_fail_forget(f);
-    f->queued = QUEUED_TELL;
-    ucs_list_add_tail(&q->tell, &f->link);
-}
-
-void xfer_ep_fail_log(const xfer_ep_fail_t *f, const char *subsys, xfer_log_level_t level,
-                      const char *who_fmt, ...)
-{
-    char who[XFER_REASON_MAX];
-    va_list ap;
-
-    if (f->status == XFER_ERR_PEER_CLOSED) {
-        level = XFER_LOG_INFO;   /* an ordinary end */
-    }
-    if (!xfer_log_enabled(level)) {
-        return;
-    }
-    va_start(ap, who_fmt);
-    vsnprintf(who, sizeof(who), who_fmt, ap);
-    va_end(ap);
-    if (f->status == XFER_ERR_PEER_CLOSED) {
-        xfer_log(level, subsys, "%s: the peer closed its endpoint in order", who);
-    } else {
-        xfer_log(level, subsys, "%s failed: %s (%s)", who, f->reason,
-                 xfer_status_string(f->status));
-    }
+    fail_forget(f);
 }
 
 unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params_t *params)

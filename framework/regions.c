@@ -86,11 +86,12 @@ xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p
     return XFER_OK;
 }
 
-int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region)
+int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region, const char *subsys)
 {
     khiter_t it = kh_get(xfer_regions, &t->map, id);
 
     if ((it == kh_end(&t->map)) || (kh_value(&t->map, it).region != region)) {
+        xfer_log(XFER_LOG_WARN, subsys, "mem_dereg of an unknown region %p", region);
         return 0;
     }
     kh_del(xfer_regions, &t->map, it);

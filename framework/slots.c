@@ -91,3 +91,19 @@ void xfer_slot_free(xfer_slots_t *t, uint32_t idx)
     t->free_head    = idx;
     t->busy--;
 }
+
+void xfer_slots_end_all(xfer_slots_t *t, void (*end)(void *obj, xfer_status_t status),
+                        xfer_status_t status)
+{
+    for (uint32_t i = 0; i < t->num; i++) {
+        void *obj = t->s[i].obj;
+
+        if (t->s[i].kind == XFER_SLOT_FREE) {
+            continue;
+        }
+        xfer_slot_free(t, i);
+        if (obj != NULL) {
+            end(obj, status);
+        }
+    }
+}

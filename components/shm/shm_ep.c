@@ -459,8 +459,16 @@ xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 
 /* ---- failure and teardown ------------------------------------------------------------------- */
 
-static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
+/* What a slot waited for ends with its endpoint. */
+static void slot_end(void *op, xfer_status_t status)
 {
+    xfer_shm_op_complete(op, status, 0, 0);
+}
+
+/* Close the endpoint and end everything pending on it with status. */
+static void ep_teardown(void *arg, xfer_status_t status)
+{
+    xfer_ep_h ep       = arg;
     xfer_iface_h iface = ep->iface;
     xfer_shm_op_t *op, *tmp;
 
@@ -485,31 +493,17 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
         ucs_list_del(&op->list);
         xfer_shm_op_complete(op, status, 0, 0);
     }
-    for (uint32_t i = 0; i < ep->slots.num; i++) {
-        if (ep->slots.s[i].kind == XFER_SHM_SLOT_FREE) {
-            continue;
-        }
-        op = ep->slots.s[i].obj;
-        xfer_slot_free(&ep->slots, i);
-        if (op != NULL) {
-            xfer_shm_op_complete(op, status, 0, 0);
-        }
-    }
+    xfer_slots_end_all(&ep->slots, slot_end, status);
     xfer_shm_treqs_gone(ep, status);
 }
 
-static void ep_fail_teardown(void *arg)
+static xfer_log_level_t ep_who(void *arg, char *buf, size_t size)
 {
     xfer_ep_h ep = arg;
 
-    if (ep->state == XFER_SHM_EP_FAILED) {
-        return;
-    }
-    xfer_ep_fail_log(&ep->fail, XFER_SHM_SUBSYS, ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN,
-                     "endpoint to the %s (pid %d)", ep->is_server ? "client" : "server",
-                     (int)ep->peer_pid);
-    ep_teardown(ep, ep->fail.status);
-    xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
+    snprintf(buf, size, "endpoint to the %s (pid %d)", ep->is_server ? "client" : "server",
+             (int)ep->peer_pid);
+    return ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN;
 }
 
 static void ep_failing(void *arg)
@@ -517,7 +511,8 @@ static void ep_failing(void *arg)
     ((xfer_ep_h)arg)->state = XFER_SHM_EP_FAILING;
 }
 
-const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops = {ep_fail_teardown, ep_failing};
+const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops = {XFER_SHM_SUBSYS, ep_who, ep_teardown,
+                                                  ep_failing};
 
 void xfer_shm_ep_destroy(xfer_ep_h ep)
 {
@@ -527,10 +522,7 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         return;
     }
     iface = ep->iface;
-    if (ep->state != XFER_SHM_EP_FAILED) {
-        ep_teardown(ep, XFER_ERR_CANCELED);
-    }
-    xfer_ep_fail_forget(&ep->fail);
+    xfer_ep_fail_destroy(&iface->failq, &ep->fail);
     /* tensors handed out for this peer's fetches are released before the ep goes */
     xfer_tanswers_release(iface->tanswers);
     xfer_op_deliver_owner(iface->ops, ep);

@@ -34,7 +34,6 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     if (status != XFER_OK) {
         return status;
     }
-    iface->cfg = cfg;
     ucs_list_head_init(&iface->eps);
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);

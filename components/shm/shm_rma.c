@@ -95,9 +95,7 @@ void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->region.id, memh)) {
-        xfer_log(XFER_LOG_WARN, XFER_SHM_SUBSYS, "mem_dereg of an unknown region %p",
-                 (void*)memh);
+    if (!xfer_region_remove(iface->regions, memh->region.id, memh, XFER_SHM_SUBSYS)) {
         return;
     }
     ucs_list_for_each(ep, &iface->eps, list) {

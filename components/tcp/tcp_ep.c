@@ -567,11 +567,17 @@ void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh)
 
 /* ---- failure -------------------------------------------------------------------------------- */
 
-/* Close the connection and end everything pending on ep with status. */
-static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
+/* What a slot waited for ends with its endpoint. */
+static void slot_end(void *op, xfer_status_t status)
 {
+    xfer_tcp_op_complete(op, status, 0, 0);
+}
+
+/* Close the connection and end everything pending on ep with status. */
+static void ep_teardown(void *arg, xfer_status_t status)
+{
+    xfer_ep_h ep       = arg;
     xfer_iface_h iface = ep->iface;
-    xfer_tcp_op_t *op;
 
     if (ep->fd >= 0) {
         if (ep->state != XFER_TCP_EP_CREATED) {
@@ -593,31 +599,17 @@ static void ep_teardown(xfer_ep_h ep, xfer_status_t status)
     }
     xfer_tcp_ep_rx_abort(ep, status);
     xfer_notify_rx_end(ep->fail.fw_ep, &ep->batch_notify);    /* one part-way in */
-    for (uint32_t i = 0; i < ep->slots.num; i++) {
-        if (ep->slots.s[i].kind == XFER_TCP_SLOT_FREE) {
-            continue;
-        }
-        op = ep->slots.s[i].obj;
-        xfer_slot_free(&ep->slots, i);
-        if (op != NULL) {
-            xfer_tcp_op_complete(op, status, 0, 0);
-        }
-    }
+    xfer_slots_end_all(&ep->slots, slot_end, status);
     xfer_tanswers_ep_gone(&ep->treqs, status);
 }
 
-static void ep_fail_teardown(void *arg)
+static xfer_log_level_t ep_who(void *arg, char *buf, size_t size)
 {
     xfer_ep_h ep = arg;
 
-    if (ep->state == XFER_TCP_EP_FAILED) {
-        return;
-    }
+    snprintf(buf, size, "connection to the %s", ep->is_server ? "client" : "server");
     /* a peer that closes between frames just left; everything else is worth a warning */
-    xfer_ep_fail_log(&ep->fail, XFER_TCP_SUBSYS, ep->clean_close ? XFER_LOG_INFO :
-                     XFER_LOG_WARN, "connection to the %s", ep->is_server ? "client" : "server");
-    ep_teardown(ep, ep->fail.status);
-    xfer_ep_fail_torn_down(&ep->iface->failq, &ep->fail);
+    return ep->clean_close ? XFER_LOG_INFO : XFER_LOG_WARN;
 }
 
 static void ep_failing(void *arg)
@@ -625,7 +617,8 @@ static void ep_failing(void *arg)
     ((xfer_ep_h)arg)->state = XFER_TCP_EP_FAILING;
 }
 
-const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops = {ep_fail_teardown, ep_failing};
+const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops = {XFER_TCP_SUBSYS, ep_who, ep_teardown,
+                                                  ep_failing};
 
 void xfer_tcp_ep_destroy(xfer_ep_h ep)
 {
@@ -646,9 +639,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         (void)setsockopt(ep->fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof(abort_now));
         xfer_tcp_lanes_ep_close(ep, 1);
     }
-    if (ep->state != XFER_TCP_EP_FAILED) {
-        ep_teardown(ep, XFER_ERR_CANCELED);
-    }
+    xfer_ep_fail_destroy(&iface->failq, &ep->fail);
     if (ep->in_ready) {
         ucs_list_del(&ep->ready_link);
     }
@@ -656,7 +647,6 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         ucs_list_del(&ep->tx_ready_link);
     }
     xfer_tcp_cuda_ep_forget(ep);
-    xfer_ep_fail_forget(&ep->fail);
     ep->in_ready = ep->in_tx_ready = 0;
     xfer_op_deliver_owner(iface->ops, ep);
     xfer_tcp_batch_ep_gone(ep);

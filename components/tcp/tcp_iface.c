@@ -173,7 +173,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     if (status != XFER_OK) {
         return status;
     }
-    iface->cfg = config;
     if (iface->cfg->tls) {
         status = tls_check(iface);
         if (status != XFER_OK) {

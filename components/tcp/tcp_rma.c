@@ -76,9 +76,7 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->region.id, memh)) {
-        xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "mem_dereg of an unknown region %p",
-                 (void*)memh);
+    if (!xfer_region_remove(iface->regions, memh->region.id, memh, XFER_TCP_SUBSYS)) {
         return;
     }
     /* peers' puts and gets in flight must not touch it any more */

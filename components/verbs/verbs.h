@@ -254,6 +254,7 @@ struct xfer_ep {
     int                   is_server;
     xfer_verbs_ch_state_t state;
     xfer_ep_fail_t        fail;         /* its failure, told once, and fw_ep */
+    xfer_log_level_t      fail_level;   /* ... and the level of its log line */
 
     struct ibv_qp         *qp;
     uint32_t              psn;
@@ -508,6 +509,7 @@ void xfer_verbs_ch_flushes_fail(xfer_ep_h ch, xfer_status_t status);
  * send queue, -1 the channel failed. Its completion covers every send posted before it. */
 int xfer_verbs_ch_post_probe(xfer_ep_h ch);
 xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch);
+extern const xfer_ep_fail_ops_t xfer_verbs_ch_fail_ops;
 void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Socket events of the bootstrap connection. */

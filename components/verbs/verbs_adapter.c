@@ -278,12 +278,11 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     if (status != XFER_OK) {
         return status;
     }
-    iface->cfg = config;
     iface->epfd   = iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
-    xfer_ep_failq_init(&iface->failq, NULL);  /* channels fail at once */
+    xfer_ep_failq_init(&iface->failq, &xfer_verbs_ch_fail_ops);
     /* operations from a pool: malloc and free per message would be on the data path */
     if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), 0, "xfer_verbs_ops", &iface->ops) != XFER_OK) {
         free(iface);

@@ -434,8 +434,9 @@ xfer_status_t xfer_verbs_ch_check(xfer_ep_h ch)
 /* ---- failure and teardown ---------------------------------------------------------------- */
 
 /* Complete everything ch has pending with status. */
-static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
+static void ch_teardown(void *arg, xfer_status_t status)
 {
+    xfer_ep_h ch            = arg;
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     xfer_verbs_op_t *op, *tmp;
 
@@ -511,17 +512,25 @@ static void ch_teardown(xfer_ep_h ch, xfer_status_t status)
     xfer_verbs_rsp_drop_ch(ch, status);
 }
 
+static xfer_log_level_t ch_who(void *arg, char *buf, size_t size)
+{
+    xfer_ep_h ch = arg;
+
+    snprintf(buf, size, "channel of QP 0x%x (%s)", (ch->qp != NULL) ? ch->qp->qp_num : 0,
+             ch->iface->dev_name);
+    return ch->fail_level;
+}
+
+/* Channels fail at once: never later. */
+const xfer_ep_fail_ops_t xfer_verbs_ch_fail_ops = {XFER_VERBS_SUBSYS, ch_who, ch_teardown, NULL};
+
 static void ch_fail_va(xfer_ep_h ch, xfer_log_level_t level, xfer_status_t status,
                        const char *fmt, va_list ap)
 {
-    if (ch->state == XFER_VERBS_CH_FAILED) {
-        return;
+    if (ch->state != XFER_VERBS_CH_FAILED) {
+        ch->fail_level = level;
     }
-    xfer_ep_fail_vset(&ch->fail, status, fmt, ap);
-    xfer_ep_fail_log(&ch->fail, XFER_VERBS_SUBSYS, level, "channel of QP 0x%x (%s)",
-                     (ch->qp != NULL) ? ch->qp->qp_num : 0, ch->iface->dev_name);
-    ch_teardown(ch, status);
-    xfer_ep_fail_torn_down(&ch->iface->failq, &ch->fail);
+    xfer_ep_fail_v(&ch->iface->failq, &ch->fail, status, fmt, ap);
 }
 
 void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
@@ -696,10 +705,7 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     iface = ch->iface;
     /* what was reported sent is delivered by the framework's flush before it gets here (or
      * the close was forced): nothing more is waited for */
-    if (ch->state != XFER_VERBS_CH_FAILED) {
-        ch_teardown(ch, XFER_ERR_CANCELED);
-    }
-    xfer_ep_fail_forget(&ch->fail);
+    xfer_ep_fail_destroy(&iface->failq, &ch->fail);
     xfer_op_deliver_owner(iface->ops, ch);
     epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);

@@ -241,17 +241,18 @@ typedef struct xfer_iface_params {
 
 /* iface_open's first step (framework/comp_base.c): check its arguments (config, params
  * carrying what every framework sends, and iface_p) and allocate size zeroed bytes, with
- * params copied at params_offset in them - what a framework built with a shorter
- * xfer_iface_params_t lacks stays 0, and params->size says so. XFER_ERR_INVALID_PARAM,
- * XFER_ERR_NO_MEMORY. */
+ * config's pointer at cfg_offset and params copied at params_offset in them - what a
+ * framework built with a shorter xfer_iface_params_t lacks stays 0, and params->size says
+ * so. XFER_ERR_INVALID_PARAM, XFER_ERR_NO_MEMORY. */
 XFER_API xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *params,
-                                        const void *iface_p, size_t size, size_t params_offset,
-                                        void **mem_p);
-/* xfer_iface_alloc for the component's struct xfer_iface, whose member params takes them, into
- * iface (a struct xfer_iface pointer). */
+                                        const void *iface_p, size_t size, size_t cfg_offset,
+                                        size_t params_offset, void **mem_p);
+/* xfer_iface_alloc for the component's struct xfer_iface, whose members cfg and params take
+ * them, into iface (a struct xfer_iface pointer). */
 #define XFER_IFACE_ALLOC(config_, params_, iface_p_, iface_) \
     xfer_iface_alloc(config_, params_, iface_p_, sizeof(struct xfer_iface), \
-                     offsetof(struct xfer_iface, params), (void**)&(iface_))
+                     offsetof(struct xfer_iface, cfg), offsetof(struct xfer_iface, params), \
+                     (void**)&(iface_))
 
 /* The fair slice of params (xfer_iface_params_t of params->size bytes). */
 #define XFER_IFACE_FAIR_SLICE(_params) \

@@ -174,6 +174,10 @@ XFER_API void xfer_slots_cleanup(xfer_slots_t *t);
 XFER_API xfer_status_t xfer_slot_alloc(xfer_slots_t *t, uint32_t kind, void *obj,
                                        uint64_t *id_p, uint32_t *idx_p);
 XFER_API void xfer_slot_free(xfer_slots_t *t, uint32_t idx);
+/* Free every slot in use, lowest first, and end(obj, status) the object of each that holds
+ * one (an endpoint's teardown: what it waited for ends with status). */
+XFER_API void xfer_slots_end_all(xfer_slots_t *t, void (*end)(void *obj, xfer_status_t status),
+                                 xfer_status_t status);
 
 /* The slot an id names, or NULL: out of range, free, or of another generation. */
 static inline xfer_slot_t *xfer_slot_find(const xfer_slots_t *t, uint64_t id)
@@ -384,9 +388,10 @@ XFER_API void xfer_regions_destroy(xfer_regions_t *t, void (*release)(void *regi
 /* Index region under a new id (*id_p) with a new random key (*key_p). XFER_ERR_NO_MEMORY. */
 XFER_API xfer_status_t xfer_region_insert(xfer_regions_t *t, void *region, uint64_t *id_p,
                                           uint64_t *key_p);
-/* Drop id, when it indexes region: 1, else 0 (an unknown or foreign region, logged by the
- * caller). */
-XFER_API int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region);
+/* Drop id, when it indexes region: 1; else 0 and a warning of subsys's that a
+ * deregistration named an unknown or foreign region. */
+XFER_API int xfer_region_remove(xfer_regions_t *t, uint64_t id, const void *region,
+                                const char *subsys);
 /* The region id indexes, or NULL: for this side's own use. */
 XFER_API void *xfer_region_lookup(xfer_regions_t *t, uint64_t id);
 /* The region id indexes when key is its key, else NULL: what a peer's request may reach. */
@@ -713,34 +718,39 @@ typedef struct xfer_ep_fail {
     void            *owner;         /* the component's endpoint */
     xfer_status_t   status;         /* XFER_OK until it fails */
     int             queued;         /* 0, or which queue: deferred or told */
+    int             torn;           /* the component's teardown ran */
     char            reason[XFER_REASON_MAX];
 } xfer_ep_fail_t;
 
-/* What the component does for the queue (owner: its endpoint). teardown: log the failure
- * (xfer_ep_fail_log), complete what is pending, close, then xfer_ep_fail_torn_down(); it
- * returns at once for an endpoint torn down already. failing: the endpoint refuses new
- * operations until the next progress tears it down. */
+/* What the component does for the queue (owner: its endpoint; subsys: its log lines').
+ * who: names the endpoint in the failure's log line and returns the line's level (INFO for
+ * a peer that just left; an orderly close by the peer is always INFO). teardown: complete
+ * what is pending on the endpoint with status and close it - called once per endpoint, by
+ * the failure or by xfer_ep_fail_destroy. failing: the endpoint refuses new operations until
+ * the next progress tears it down (NULL where the component never fails one later). */
 typedef struct xfer_ep_fail_ops {
-    void (*teardown)(void *owner);
-    void (*failing)(void *owner);
+    const char       *subsys;
+    xfer_log_level_t (*who)(void *owner, char *buf, size_t size);
+    void             (*teardown)(void *owner, xfer_status_t status);
+    void             (*failing)(void *owner);
 } xfer_ep_fail_ops_t;
 
 typedef struct xfer_ep_failq {
     ucs_list_link_t          deferred;  /* to be torn down at the next progress */
     ucs_list_link_t          tell;      /* torn down: ep_failed is told next */
-    const xfer_ep_fail_ops_t *ops;      /* NULL where the component never defers */
+    const xfer_ep_fail_ops_t *ops;
 } xfer_ep_failq_t;
 
 XFER_API void xfer_ep_failq_init(xfer_ep_failq_t *q, const xfer_ep_fail_ops_t *ops);
 /* f belongs to owner, the framework's fw_ep; not failed. */
 XFER_API void xfer_ep_fail_init(xfer_ep_fail_t *f, void *owner, void *fw_ep);
-/* Record status and the reason fmt formats, unless a failure is recorded already (the first
- * one is what the framework is told): 1 when this call recorded it. */
-XFER_API int xfer_ep_fail_vset(xfer_ep_fail_t *f, xfer_status_t status, const char *fmt,
-                               va_list ap);
-/* Fail f's endpoint now (from progress): record, then q's teardown. */
+/* Fail f's endpoint now (from progress): record status and the reason fmt formats, unless a
+ * failure is recorded already (the first one is what the framework is told); then, unless
+ * it was torn down already, log, q's teardown, and queue it for ep_failed. */
 XFER_API void xfer_ep_fail(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
                            const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+XFER_API void xfer_ep_fail_v(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
+                             const char *fmt, va_list ap);
 /* Fail it at the start of the next progress (from anywhere, a walk of the component's own
  * queues included): record, queue, and q's failing - unless a failure is recorded already. */
 XFER_API void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t status,
@@ -748,17 +758,11 @@ XFER_API void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_sta
 /* Tear down every endpoint failed later; how many. progress() calls it first, through
  * xfer_ep_failq_progress(). */
 XFER_API unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q);
-/* f's endpoint was torn down: ep_failed is told at the next xfer_ep_failq_tell(). */
-XFER_API void xfer_ep_fail_torn_down(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
-/* The log line of f's failure: "<who>: the peer closed its endpoint in order" at INFO for
- * XFER_ERR_PEER_CLOSED, else "<who> failed: <reason> (<status>)" at level. */
-XFER_API void xfer_ep_fail_log(const xfer_ep_fail_t *f, const char *subsys,
-                               xfer_log_level_t level, const char *who_fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 /* Tell params' ep_failed of every endpoint torn down; how many. */
 XFER_API unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params_t *params);
-/* f's endpoint goes: off any queue, nobody told. */
-XFER_API void xfer_ep_fail_forget(xfer_ep_fail_t *f);
+/* f's endpoint is destroyed: torn down with XFER_ERR_CANCELED unless it was, off any
+ * queue, nobody told. */
+XFER_API void xfer_ep_fail_destroy(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
 
 /* xfer_ep_failq_teardown() when there is one to tear down: every progress() asks, and
  * almost never finds one. */
