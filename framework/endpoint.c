@@ -180,6 +180,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
     }
     xfer_ep_sends_gone(ep);
     ep->fw_iface->comp->ep_destroy(ep->ep);
+    xfer_ep_send_flushes_gone(ep);
     xfer_batch_ep_gone(ep);
     xfer_tm_ep_gone(ep);
     xfer_notify_ep_cleanup(ep);

@@ -136,14 +136,18 @@ void xfer_ep_sends_gone(xfer_endpoint_t *ep)
     while (!ucs_list_is_empty(&ep->sends)) {
         ucs_list_extract_head(&ep->sends, xfer_request_t, ord_link)->ord_ep = NULL;
     }
+    if (ep->flush_listed) {
+        ucs_list_del(&ep->flush_link);
+        ep->flush_listed = 0;
+    }
+}
+
+void xfer_ep_send_flushes_gone(xfer_endpoint_t *ep)
+{
     while (!ucs_list_is_empty(&ep->send_flushes)) {
         xfer_request_t *req = ucs_list_extract_head(&ep->send_flushes, xfer_request_t, ord_link);
 
         req->ord_ep = NULL;
         xfer_request_complete(req, XFER_ERR_CANCELED, 0, 0);
-    }
-    if (ep->flush_listed) {
-        ucs_list_del(&ep->flush_link);
-        ep->flush_listed = 0;
     }
 }

@@ -483,7 +483,10 @@ int xfer_ep_sends_pending(xfer_endpoint_t *ep);
 /* The transport's flush of ep with comp, or the status of a send that failed before it. */
 xfer_status_t xfer_ep_flush_start(xfer_endpoint_t *ep, xfer_comp_t *comp);
 xfer_status_t xfer_ep_flush_post(xfer_endpoint_t *ep, xfer_request_t *req);
+/* ep goes: its sends are no longer tracked (before the transport cancels them), then the
+ * flushes that waited for them are cancelled - after the sends, which they cover. */
 void xfer_ep_sends_gone(xfer_endpoint_t *ep);
+void xfer_ep_send_flushes_gone(xfer_endpoint_t *ep);
 
 /* request.c; ops: its owner's (NULL: none) */
 xfer_request_t *xfer_request_new(xfer_context_t *ctx, xfer_req_kind_t kind,

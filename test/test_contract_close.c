@@ -578,3 +578,183 @@ Test(contract, a_send_a_forced_close_cancelled_never_arrives_with_what_its_buffe
     }
     free(heap);
 }
+
+/* ---- a close from a callback while a flush waits for the sends before it ------------------- */
+
+#define ORDER_MAX 8
+
+/* The callbacks that ran, in order: 'r' the receive, 's' the send, 'f' the flush, 'c' the
+ * close; and the close the receive's callback posted. */
+typedef struct close_order {
+    xfer_endpoint_t *ep;
+    uint32_t        flags;
+    xfer_status_t   close_posted;
+    xfer_request_t  *close_req;
+    int             n;
+    char            seen[ORDER_MAX + 1];
+    xfer_status_t   status[ORDER_MAX];
+} close_order_t;
+
+static void order_add(close_order_t *o, char what, xfer_status_t status)
+{
+    if (o->n < ORDER_MAX) {
+        o->seen[o->n]   = what;
+        o->status[o->n] = status;
+    }
+    o->n++;
+}
+
+static void send_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    order_add(arg, 's', status);
+}
+
+static void flush_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    order_add(arg, 'f', status);
+}
+
+static void close_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    order_add(arg, 'c', status);
+}
+
+/* The receive's callback closes the endpoint, inside progress, while the flush waits. */
+static void recv_then_close_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    close_order_t *o = arg;
+
+    order_add(o, 'r', status);
+    o->close_posted = xfer_endpoint_close_nb(o->ep, o->flags, close_cb, o, &o->close_req);
+}
+
+static xfer_status_t order_status(const close_order_t *o, char what)
+{
+    for (int i = 0; (i < o->n) && (i < ORDER_MAX); i++) {
+        if (o->seen[i] == what) {
+            return o->status[i];
+        }
+    }
+    return XFER_ERR_INTERNAL;
+}
+
+/* A 64 MiB send the peer has not taken, a flush behind it, and a receive whose callback
+ * closes the endpoint with flags once the peer's message arrives; with take, the peer then
+ * receives the send. Returns the callbacks' order; the peer's receive's answer in *took. */
+static void close_from_a_callback(uint32_t flags, int take, close_order_t *o, uint64_t *took)
+{
+    const size_t len    = 64u << 20;
+    uint8_t *big        = malloc(len);
+    xfer_request_t *sreq = NULL, *freq = NULL, *rreq = NULL;
+    uint64_t msg[8];
+    tp_peer_t p;
+
+    cr_assert_not_null(big);
+    memset(o, 0, sizeof(*o));
+    o->flags = flags;
+    xfer_rkey_destroy(ct_start(&p));
+    o->ep = p.ep;
+    tp_fill_pattern(big, len, 0xc10);
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 0xf10, big, len, NULL, send_cb, o, &sreq)));
+    tp_progress_for(p.ctx, 20);
+    cr_assert(TP_POSTED(xfer_endpoint_flush(p.ep, flush_cb, o, &freq)));
+    cr_assert(TP_POSTED(xfer_tag_recv(p.ctx, p.ep, 0xa11, ALL, msg, sizeof(msg), NULL,
+                                      recv_then_close_cb, o, &rreq)));
+    tp_progress_for(p.ctx, 20);
+    cr_assert_eq(o->n, 0, "the send or the flush ended before the peer took the send (%s)",
+                 o->seen);
+    cr_assert_eq(ct_do(&p, CT_SEND, 0xa11, sizeof(msg), 1), 0);
+    for (double t0 = tp_now_ms(); (o->close_req == NULL) && (tp_now_ms() - t0 < TP_WAIT_MS);) {
+        xfer_progress(p.ctx);
+    }
+    cr_assert_eq(o->close_posted, XFER_OK, "the close from the callback: %s",
+                 xfer_status_string(o->close_posted));
+    cr_assert_not_null(o->close_req);
+    p.ep = NULL;
+    if (take) {
+        ct_ask(&p, CT_RECV, 0xf10, len, 0xc10);
+    }
+    (void)xfer_request_wait(o->close_req, TP_WAIT_MS);
+    *took = take ? ct_answer(&p) : 0;
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_child_expect_ok(&p, 60);
+    xfer_request_release(o->close_req);
+    xfer_request_release(rreq);
+    xfer_request_release(freq);
+    xfer_request_release(sreq);
+    xfer_context_destroy(p.ctx);
+    free(big);
+}
+
+/* C19, C23: a forced close from a callback, while a flush waits for a send the peer has not
+ * taken, cancels both, and their callbacks run before the close's - the send's before the
+ * flush's, which covers it. */
+Test(contract, a_forced_close_from_a_callback_cancels_a_waiting_flush_and_its_send_first)
+{
+    close_order_t o;
+    uint64_t took;
+
+    close_from_a_callback(XFER_CLOSE_FLAG_FORCE, 0, &o, &took);
+    cr_assert_eq(o.n, 4, "callbacks %s", o.seen);
+    cr_assert_str_eq(o.seen, "rsfc");
+    cr_assert_eq(order_status(&o, 'r'), XFER_OK);
+    cr_assert_eq(order_status(&o, 's'), XFER_ERR_CANCELED, "the send: %s",
+                 xfer_status_string(order_status(&o, 's')));
+    cr_assert_eq(order_status(&o, 'f'), XFER_ERR_CANCELED, "the flush: %s",
+                 xfer_status_string(order_status(&o, 'f')));
+    cr_assert_eq(order_status(&o, 'c'), XFER_OK, "the close: %s",
+                 xfer_status_string(order_status(&o, 'c')));
+}
+
+/* C19, C21: an orderly close from a callback, while a flush waits for a send the peer has not
+ * taken, waits too; once the peer takes the send, the send, the flush and then the close
+ * complete XFER_OK, and the peer has the message whole. */
+Test(contract, an_orderly_close_from_a_callback_waits_for_the_flush_that_waits_for_a_send)
+{
+    close_order_t o;
+    uint64_t took;
+
+    close_from_a_callback(0, 1, &o, &took);
+    cr_assert_eq(took, 0, "the peer's receive of the send: %llu", (unsigned long long)took);
+    cr_assert_eq(o.n, 4, "callbacks %s", o.seen);
+    cr_assert_str_eq(o.seen, "rsfc");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(o.status[i], XFER_OK, "callback %c: %s", o.seen[i],
+                     xfer_status_string(o.status[i]));
+    }
+}
+
+/* C19, C24: a flush waiting for a send the peer has not taken fails with the endpoint when
+ * the peer dies - after the send, which it covers. */
+Test(contract, a_flush_waiting_for_a_send_fails_after_it_when_the_peer_dies)
+{
+    const size_t len     = 64u << 20;
+    uint8_t *big         = calloc(1, len);
+    xfer_request_t *sreq = NULL, *freq = NULL;
+    close_order_t o;
+    tp_peer_t p;
+
+    cr_assert_not_null(big);
+    memset(&o, 0, sizeof(o));
+    xfer_rkey_destroy(ct_start(&p));
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 0xf10, big, len, NULL, send_cb, &o, &sreq)));
+    tp_progress_for(p.ctx, 20);
+    cr_assert(TP_POSTED(xfer_endpoint_flush(p.ep, flush_cb, &o, &freq)));
+    tp_progress_for(p.ctx, 20);
+    cr_assert_eq(o.n, 0, "the send or the flush ended before the peer died (%s)", o.seen);
+    cr_assert_eq(kill(p.pid, SIGKILL), 0);
+    cr_assert_eq(tp_child_wait(&p, 30), 128 + SIGKILL);
+    for (double t0 = tp_now_ms(); (o.n < 2) && (tp_now_ms() - t0 < TP_WAIT_MS);) {
+        xfer_progress(p.ctx);
+    }
+    cr_assert_str_eq(o.seen, "sf");
+    cr_assert_eq(o.status[0], XFER_ERR_CONNECTION, "the send: %s",
+                 xfer_status_string(o.status[0]));
+    cr_assert_eq(o.status[1], XFER_ERR_CONNECTION, "the flush: %s",
+                 xfer_status_string(o.status[1]));
+    xfer_request_release(freq);
+    xfer_request_release(sreq);
+    xfer_endpoint_close(p.ep);
+    xfer_context_destroy(p.ctx);
+    free(big);
+}
