@@ -171,6 +171,74 @@ Test(shm, a_rendezvous_message_whose_sender_died_is_not_delivered)
     cr_assert_eq(own_segments(), 0);
 }
 
+/* A peer that sends a rendezvous message and then, without ending, writes the word that says
+ * its endpoint ended (offset 200 of the control block of every shm ring it maps), as a
+ * hostile peer may: the read of its message's data ends in an error. */
+static int srv_send_then_say_gone(tp_side_t *s)
+{
+    static uint8_t heap[BIG];
+    uint8_t *buf     = heap;
+    xfer_mem_t *mem  = NULL;
+    char line[512];
+    FILE *maps;
+    int n = 0;
+
+    if (s->arg != NULL) {   /* from xfer_mem_alloc() memory, which the receiver maps */
+        TP_CHECK_STATUS(xfer_mem_alloc(s->ctx, BIG, XFER_MEM_HOST, &mem), XFER_OK);
+        buf = xfer_mem_address(mem);
+    }
+    tp_fill_pattern(buf, BIG, 5);
+    TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 7, buf, BIG, mem, NULL, NULL, NULL)), "send");
+    tp_progress_for(s->ctx, 20);
+    maps = fopen("/proc/self/maps", "r");
+    TP_CHECK(maps != NULL, "maps");
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        unsigned long lo, hi;
+
+        if ((strstr(line, "memfd:xfer-shm") != NULL) &&
+            (sscanf(line, "%lx-%lx", &lo, &hi) == 2)) {
+            __atomic_store_n((uint32_t*)(uintptr_t)(lo + 200), 1u, __ATOMIC_SEQ_CST);
+            n++;
+        }
+    }
+    fclose(maps);
+    TP_CHECK(n == 2, "found %d shm rings in the child, expected 2", n);
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    pause();
+    return 0;
+}
+
+/* Such a peer's message is not delivered - the bytes read may be anything - and its endpoint
+ * fails, at the next progress, as the peer said; another peer of the process still works. */
+Test(shm, a_peer_that_says_it_ended_while_its_message_is_read_fails_only_its_endpoint)
+{
+    static uint8_t buf[BIG];
+    xfer_request_t *req = NULL;
+    xfer_status_t status;
+    tp_peer_t p;
+
+    for (int alloc = 0; alloc < 2; alloc++) {
+        tp_start(&p, srv_send_then_say_gone, alloc ? (void*)"xfer_mem_alloc" : NULL);
+        cr_assert_eq(tp_recv(&p), 1);
+        status = xfer_tag_recv(p.ctx, p.ep, 7, UINT64_MAX, buf, BIG, NULL, NULL, NULL, &req);
+        status = tp_op_result(status, req, TP_WAIT_MS);
+        cr_assert_eq(status, XFER_ERR_CONNECTION, "a receive of a message whose sender says it "
+                     "ended: %s", xfer_status_string(status));
+        for (double end = tp_now_ms() + TP_WAIT_MS;
+             (xfer_endpoint_status(p.ep) == XFER_OK) && (tp_now_ms() < end);) {
+            xfer_progress(p.ctx);
+        }
+        cr_assert_eq(xfer_endpoint_status(p.ep), XFER_ERR_CONNECTION, "the endpoint: %s",
+                     xfer_status_string(xfer_endpoint_status(p.ep)));
+        tp_another_peer_works(p.ctx, (const size_t[]){1, 4096, 1 << 20, 0});
+        kill(p.pid, SIGKILL);
+        (void)tp_child_wait(&p, 10);
+        xfer_endpoint_close(p.ep);
+        xfer_context_destroy(p.ctx);
+        cr_assert_eq(own_segments(), 0);
+    }
+}
+
 /* The server child is killed at a random moment of its life - before listening, during the
  * handshake, while mapping our ring, while idle - as often as we can make it happen. */
 Test(shm, peers_killed_at_any_point_leave_nothing_behind)
