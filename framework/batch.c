@@ -249,14 +249,21 @@ xfer_status_t xfer_batch_destroy(xfer_batch_t *batch)
 
 void xfer_batch_ep_gone(xfer_endpoint_t *ep)
 {
+    batch_op_t *op;
+
     /* its transport's endpoint went, and every op of it with it: what is left waited for its
      * notification's turn, which will not come */
     while (!ucs_list_is_empty(&ep->notify_late)) {
-        batch_op_t *op = ucs_list_head(&ep->notify_late, batch_op_t, late_link);
-
+        op = ucs_list_head(&ep->notify_late, batch_op_t, late_link);
         late_remove(op);
         if (op->note_state == NOTE_READY) {
             batch_op_end(op, XFER_ERR_CANCELED, op->args.landed);
+        }
+    }
+    /* an op still here outlives the endpoint (the transport holds it past its destroy) */
+    ucs_list_for_each(op, &ep->ctx->batch_ops, list) {
+        if (op->ep == ep) {
+            op->ep = NULL;
         }
     }
 }
@@ -306,6 +313,9 @@ static void batch_op_end(batch_op_t *op, xfer_status_t status, size_t landed)
     batch->mem->busy--;
     if (op->each) {
         xfer_batch_walk_cleanup(&op->walk);
+    }
+    if (op->ep != NULL) {
+        op->ep->batch_ops--;        /* a close waiting for it may flush */
     }
     free(op);
     batch_unpost(batch);
@@ -405,7 +415,7 @@ static void batch_flush_cb(xfer_comp_t *self, xfer_status_t status, size_t lengt
 static void batch_each_done(xfer_batch_walk_t *w)
 {
     batch_op_t *op      = ucs_container_of(w, batch_op_t, walk);
-    xfer_endpoint_t *ep = op->batch->ep;
+    xfer_endpoint_t *ep = op->ep;     /* closing still flushes; only its destroy ends it */
     xfer_status_t status;
 
     if (!op->batch->is_put && !w->stopped) {
@@ -413,7 +423,7 @@ static void batch_each_done(xfer_batch_walk_t *w)
         batch_op_comp_cb(&op->comp, XFER_OK, op->args.landed, 0);
         return;
     }
-    if (!op->batch->is_put || w->stopped || (ep == NULL)) {
+    if (!op->batch->is_put || w->stopped || (ep == NULL) || ep->destroying) {
         batch_op_end(op, w->status, op->args.landed);
         return;
     }
@@ -437,18 +447,18 @@ static xfer_status_t batch_each_post(xfer_batch_walk_t *w, size_t i, xfer_comp_t
     void *local                     = (void*)(uintptr_t)v->local;
 
     (void)n_p;
-    if (op->batch->ep == NULL) {
-        return XFER_ERR_CANCELED;   /* the endpoint closed */
+    if ((op->ep == NULL) || op->ep->destroying) {
+        return XFER_ERR_CANCELED;   /* the endpoint goes */
     }
     if (op->staged) {
-        return xfer_staging_rma(op->batch->ep, comp, op->args.is_put, local,
-                                (size_t)v->length, op->batch->mem, v->remote, op->batch->rkey);
+        return xfer_staging_rma(op->ep, comp, op->args.is_put, local, (size_t)v->length,
+                                op->batch->mem, v->remote, op->batch->rkey);
     }
     return op->args.is_put ?
-           cops->put(op->batch->ep->ep, local, v->length, op->args.memh, v->remote,
-                     op->args.rkey, comp) :
-           cops->get(op->batch->ep->ep, local, v->length, op->args.memh, v->remote,
-                     op->args.rkey, comp);
+           cops->put(op->ep->ep, local, v->length, op->args.memh, v->remote, op->args.rkey,
+                     comp) :
+           cops->get(op->ep->ep, local, v->length, op->args.memh, v->remote, op->args.rkey,
+                     comp);
 }
 
 static const xfer_batch_walk_ops_t batch_each_ops = {
@@ -627,6 +637,7 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
         batch_deadline_update(ctx, deadline);
         xfer_request_posted(req, req_p);
         status = XFER_OK;
+        ep->batch_ops++;        /* an orderly close of ep flushes after it */
         if (op->each) {
             /* the posting's hold: the op may end now (every operation completed while
              * posted), its notification, on the late list, going at its turn */

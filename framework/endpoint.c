@@ -175,6 +175,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
 {
     xfer_endpoint_stats_print(ep);
     ucs_list_del(&ep->list);
+    ep->destroying = 1;
     if (ep->staged_ops > 0) {
         xfer_staging_ep_destroy(ep);
     }
@@ -296,9 +297,9 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     }
     /* after the peer's orderly close the flush still says whether it had everything */
     ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
-    if ((ep->staged_ops > 0) || xfer_ep_sends_pending(ep)) {
-        /* staged puts and gets post their chunks still, sends wait for the peer: flush
-         * after the last one */
+    if ((ep->staged_ops > 0) || (ep->batch_ops > 0) || xfer_ep_sends_pending(ep)) {
+        /* staged puts and gets post their chunks still, batches their descriptors as their
+         * window opens, sends wait for the peer: flush after the last one */
         ep->flush_deferred = 1;
     } else {
         close_step(ep, 0);
@@ -327,7 +328,8 @@ static unsigned closing_progress(xfer_context_t *ctx)
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
             close_step_done(ep, ep->flush_status);
-        } else if (ep->flush_deferred && (ep->staged_ops == 0) && !xfer_ep_sends_pending(ep) &&
+        } else if (ep->flush_deferred && (ep->staged_ops == 0) && (ep->batch_ops == 0) &&
+                   !xfer_ep_sends_pending(ep) &&
                    ((ep->status == XFER_OK) || (ep->status == XFER_ERR_PEER_CLOSED))) {
             /* after the peer's orderly close the flush still says whether it had everything */
             close_step(ep, 0);

@@ -339,7 +339,9 @@ struct xfer_endpoint {
     xfer_status_t       flush_status;
     int                 flush_deferred; /* closing: the flush waits for staged_ops to end */
     int                 shutting_down;  /* closing: the step under way is ep_shutdown */
+    int                 destroying;     /* its transport's endpoint goes: nothing more posts */
     unsigned            staged_ops;     /* staging.c operations still using it */
+    unsigned            batch_ops;      /* batch.c: batches posted on it, not ended */
     ucs_list_link_t     sends;          /* ep_sends.c: sends not finished, in posting order */
     ucs_list_link_t     send_flushes;   /* ep_sends.c: flushes waiting for them */
     uint64_t            send_seq;       /* ep_sends.c: sends posted */

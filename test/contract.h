@@ -39,7 +39,7 @@ xfer_mem_t *ct_offer(tp_side_t *s, void *buf, size_t len);
  *                          up to TP_WAIT_MS for that (XFER_OK if it stays so);
  *   CT_STOP                wait for its sends, close, deregister, and end (0).
  */
-#define CT_REGION (4u << 20)
+#define CT_REGION (32u << 20)
 enum { CT_CHECK = 1, CT_FILL, CT_SEND, CT_RECV, CT_STATUS, CT_FAILED, CT_STOP };
 int ct_target(tp_side_t *s);
 /* Send the target a command without waiting for its answer (ct_answer() reads it). */

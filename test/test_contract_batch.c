@@ -630,3 +630,94 @@ Test(contract, a_batch_completes_ok_with_every_descriptor_in_the_destination)
     cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
     tp_finish(&p);
 }
+
+/* The batches' callbacks that had run when the close's callback ran. */
+static tp_calls_t batch_put, batch_get;
+static int batches_before_close = -1;
+
+static void close_after_batches_cb(xfer_request_t *req, xfer_status_t status, void *arg)
+{
+    batches_before_close = batch_put.calls + batch_get.calls;
+    tp_calls_cb(req, status, arg);
+}
+
+/* A put batch of ndesc blocks of blk bytes into the target's region and a get batch of as
+ * many from the region's second half, then at once an orderly close; both batches complete
+ * XFER_OK before the close does, with every block where it belongs. */
+static void close_right_after_batches(size_t ndesc, size_t blk)
+{
+    xfer_batch_desc_t *descs = calloc(ndesc, sizeof(*descs));
+    xfer_request_t *preq = NULL, *greq = NULL, *creq = NULL;
+    uint8_t *local       = malloc(2 * ndesc * blk);
+    tp_calls_t closed    = {0};
+    xfer_batch_t *pb, *gb;
+    xfer_rkey_t *rkey;
+    xfer_mem_t *mem;
+    tp_peer_t p;
+
+    cr_assert((descs != NULL) && (local != NULL));
+    cr_assert_leq(2 * ndesc * blk, CT_REGION);
+    memset(&batch_put, 0, sizeof(batch_put));
+    memset(&batch_get, 0, sizeof(batch_get));
+    batches_before_close = -1;
+    rkey = ct_start(&p);
+    cr_assert_eq(xfer_mem_register(p.ctx, local, 2 * ndesc * blk, XFER_MEM_HOST, &mem),
+                 XFER_OK);
+    for (uint64_t i = 0; i < ndesc; i++) {
+        descs[i] = (xfer_batch_desc_t){.local_offset = i * blk, .remote_offset = i * blk,
+                                       .length = blk};
+        tp_fill_pattern(local + i * blk, blk, 700 + i);
+    }
+    cr_assert_eq(ct_do(&p, CT_FILL, ndesc * blk, ndesc * blk, 800), 0);
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_PUT, mem, rkey, descs, ndesc, &pb),
+                 XFER_OK);
+    for (uint64_t i = 0; i < ndesc; i++) {
+        descs[i].local_offset  += ndesc * blk;
+        descs[i].remote_offset += ndesc * blk;
+    }
+    cr_assert_eq(xfer_batch_create(p.ep, XFER_BATCH_GET, mem, rkey, descs, ndesc, &gb),
+                 XFER_OK);
+    cr_assert_eq(xfer_batch_post(pb, NULL, 0, XFER_BATCH_NO_TIMEOUT, tp_calls_cb, &batch_put,
+                                 &preq), XFER_OK);
+    cr_assert_eq(xfer_batch_post(gb, NULL, 0, XFER_BATCH_NO_TIMEOUT, tp_calls_cb, &batch_get,
+                                 &greq), XFER_OK);
+    cr_assert_eq(xfer_batch_destroy(pb), XFER_OK);
+    cr_assert_eq(xfer_batch_destroy(gb), XFER_OK);
+    cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, close_after_batches_cb, &closed, &creq),
+                 XFER_OK);
+    p.ep = NULL;
+    cr_assert_eq(xfer_request_wait(creq, TP_WAIT_MS), XFER_OK, "the close");
+    cr_assert_eq(closed.calls, 1);
+    cr_assert_eq(batches_before_close, 2, "%d batch callbacks ran before the close's",
+                 batches_before_close);
+    cr_assert_eq(batch_put.status, XFER_OK, "the put batch: %s",
+                 xfer_status_string(batch_put.status));
+    cr_assert_eq(batch_get.status, XFER_OK, "the get batch: %s",
+                 xfer_status_string(batch_get.status));
+    cr_assert_eq(xfer_request_landed(preq), ndesc, "put: %zu landed", xfer_request_landed(preq));
+    cr_assert_eq(xfer_request_landed(greq), ndesc, "get: %zu landed", xfer_request_landed(greq));
+    for (uint64_t i = 0; i < ndesc; i++) {
+        cr_assert_eq(ct_do(&p, CT_CHECK, i * blk, blk, 700 + i), 0, "put block %" PRIu64, i);
+    }
+    cr_assert_lt(tp_check_pattern(local + ndesc * blk, ndesc * blk, 800), 0, "the get's blocks");
+    xfer_request_release(creq);
+    xfer_request_release(preq);
+    xfer_request_release(greq);
+    cr_assert_eq(xfer_mem_deregister(mem), XFER_OK);
+    free(local);
+    free(descs);
+    xfer_rkey_destroy(rkey);
+    cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+    tp_child_expect_ok(&p, 60);
+    xfer_context_destroy(p.ctx);
+}
+
+/* C19, C21: an orderly close posted right after a put batch and a get batch waits for both
+ * - small blocks, and 16 MiB each, more than a batch has in flight at once where it goes
+ * descriptor by descriptor (shm without cross-memory attach): they complete XFER_OK before
+ * the close does, the put's blocks in the target's memory and the get's in ours. */
+Test(contract, an_orderly_close_right_after_batches_completes_them_first)
+{
+    close_right_after_batches(128, 4096);
+    close_right_after_batches(64, 256u << 10);
+}
