@@ -423,8 +423,13 @@ static void batch_each_done(xfer_batch_walk_t *w)
         batch_op_comp_cb(&op->comp, XFER_OK, op->args.landed, 0);
         return;
     }
-    if (!op->batch->is_put || w->stopped || (ep == NULL) || ep->destroying) {
+    if (!op->batch->is_put || w->stopped) {
         batch_op_end(op, w->status, op->args.landed);
+        return;
+    }
+    if ((ep == NULL) || ep->destroying) {
+        /* no flush can say the puts are in the peer's memory now */
+        batch_op_end(op, XFER_ERR_CANCELED, op->args.landed);
         return;
     }
     if (ep->fw_iface->comp->ep_flush == NULL) {

@@ -642,9 +642,11 @@ static void close_after_batches_cb(xfer_request_t *req, xfer_status_t status, vo
 }
 
 /* A put batch of ndesc blocks of blk bytes into the target's region and a get batch of as
- * many from the region's second half, then at once an orderly close; both batches complete
- * XFER_OK before the close does, with every block where it belongs. */
-static void close_right_after_batches(size_t ndesc, size_t blk)
+ * many from the region's second half, then at once a close with flags. Orderly: both batches
+ * complete XFER_OK before the close does, with every block where it belongs. Forced: each
+ * completes XFER_OK so, or XFER_ERR_CANCELED with fewer descriptors known landed, before the
+ * close does. */
+static void close_right_after_batches(size_t ndesc, size_t blk, uint32_t flags)
 {
     xfer_batch_desc_t *descs = calloc(ndesc, sizeof(*descs));
     xfer_request_t *preq = NULL, *greq = NULL, *creq = NULL;
@@ -683,13 +685,28 @@ static void close_right_after_batches(size_t ndesc, size_t blk)
                                  &greq), XFER_OK);
     cr_assert_eq(xfer_batch_destroy(pb), XFER_OK);
     cr_assert_eq(xfer_batch_destroy(gb), XFER_OK);
-    cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, close_after_batches_cb, &closed, &creq),
+    cr_assert_eq(xfer_endpoint_close_nb(p.ep, flags, close_after_batches_cb, &closed, &creq),
                  XFER_OK);
     p.ep = NULL;
     cr_assert_eq(xfer_request_wait(creq, TP_WAIT_MS), XFER_OK, "the close");
     cr_assert_eq(closed.calls, 1);
     cr_assert_eq(batches_before_close, 2, "%d batch callbacks ran before the close's",
                  batches_before_close);
+    if (flags & XFER_CLOSE_FLAG_FORCE) {
+        const tp_calls_t *c[2]     = {&batch_put, &batch_get};
+        const xfer_request_t *r[2] = {preq, greq};
+
+        for (int k = 0; k < 2; k++) {
+            size_t landed = xfer_request_landed(r[k]);
+
+            cr_assert((c[k]->status == XFER_OK) || (c[k]->status == XFER_ERR_CANCELED),
+                      "batch %d of a forced close: %s", k, xfer_status_string(c[k]->status));
+            cr_assert((c[k]->status == XFER_OK) ? (landed == ndesc) : (landed <= ndesc),
+                      "batch %d: %s with %zu of %zu landed", k,
+                      xfer_status_string(c[k]->status), landed, ndesc);
+        }
+        goto done;
+    }
     cr_assert_eq(batch_put.status, XFER_OK, "the put batch: %s",
                  xfer_status_string(batch_put.status));
     cr_assert_eq(batch_get.status, XFER_OK, "the get batch: %s",
@@ -700,6 +717,7 @@ static void close_right_after_batches(size_t ndesc, size_t blk)
         cr_assert_eq(ct_do(&p, CT_CHECK, i * blk, blk, 700 + i), 0, "put block %" PRIu64, i);
     }
     cr_assert_lt(tp_check_pattern(local + ndesc * blk, ndesc * blk, 800), 0, "the get's blocks");
+done:
     xfer_request_release(creq);
     xfer_request_release(preq);
     xfer_request_release(greq);
@@ -718,6 +736,15 @@ static void close_right_after_batches(size_t ndesc, size_t blk)
  * the close does, the put's blocks in the target's memory and the get's in ours. */
 Test(contract, an_orderly_close_right_after_batches_completes_them_first)
 {
-    close_right_after_batches(128, 4096);
-    close_right_after_batches(64, 256u << 10);
+    close_right_after_batches(128, 4096, 0);
+    close_right_after_batches(64, 256u << 10, 0);
+}
+
+/* C23: a forced close right after the same batches ends them - each completes XFER_OK with
+ * every descriptor landed, or XFER_ERR_CANCELED with a lower bound of what landed - before
+ * its own callback runs. */
+Test(contract, a_forced_close_right_after_batches_ends_them_first)
+{
+    close_right_after_batches(128, 4096, XFER_CLOSE_FLAG_FORCE);
+    close_right_after_batches(64, 256u << 10, XFER_CLOSE_FLAG_FORCE);
 }
