@@ -37,10 +37,18 @@ xfer_mem_t *ct_offer(tp_side_t *s, void *buf, size_t len);
  *   CT_STATUS              its endpoint's status;
  *   CT_FAILED              its endpoint's status once it is no longer XFER_OK, progressing
  *                          up to TP_WAIT_MS for that (XFER_OK if it stays so);
+ *   CT_FETCH step key len  post a fetch of the tensor ct_key(key) of step from its endpoint
+ *                          into a buffer of len bytes (0 once posted);
+ *   CT_FETCHED i           the status of its i-th fetch once it completed, progressing up to
+ *                          TP_WAIT_MS for it;
  *   CT_STOP                wait for its sends, close, deregister, and end (0).
  */
 #define CT_REGION (32u << 20)
-enum { CT_CHECK = 1, CT_FILL, CT_SEND, CT_RECV, CT_STATUS, CT_FAILED, CT_STOP };
+enum { CT_CHECK = 1, CT_FILL, CT_SEND, CT_RECV, CT_STATUS, CT_FAILED, CT_STOP, CT_FETCH,
+       CT_FETCHED };
+/* The key of tensor number n: "ct-<n>" in buf (CT_KEY_MAX bytes). */
+#define CT_KEY_MAX 32
+const char *ct_key(char *buf, uint64_t n);
 int ct_target(tp_side_t *s);
 /* Send the target a command without waiting for its answer (ct_answer() reads it). */
 void ct_ask(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);

@@ -5,6 +5,7 @@
 #include "contract.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -90,12 +91,32 @@ static uint64_t target_recv(tp_side_t *s, uint64_t tag, uint64_t len, uint64_t s
     return answer;
 }
 
+const char *ct_key(char *buf, uint64_t n)
+{
+    snprintf(buf, CT_KEY_MAX, "ct-%llu", (unsigned long long)n);
+    return buf;
+}
+
+/* The target's fetch of tensor key of step into a buffer of len bytes of its own. */
+static void target_fetch(tp_side_t *s, ct_sent_t *f, uint64_t step, uint64_t key, uint64_t len)
+{
+    xfer_fetch_params_t params = {.size = sizeof(params)};
+    char name[CT_KEY_MAX];
+
+    f->buf          = malloc(len ? len : 1);
+    TP_CHECK(f->buf != NULL, "malloc");
+    params.buffer   = f->buf;
+    params.capacity = len;
+    TP_CHECK(TP_POSTED(xfer_tensor_fetch(s->ep, step, ct_key(name, key), &params, NULL, NULL,
+                                         &f->req)), "fetch");
+}
+
 int ct_target(tp_side_t *s)
 {
     static uint8_t region[CT_REGION];
     xfer_mem_t *mem = ct_offer(s, region, sizeof(region));
-    static ct_sent_t sent[CT_SENDS_MAX];
-    unsigned nsent = 0;
+    static ct_sent_t sent[CT_SENDS_MAX], fetches[CT_SENDS_MAX];
+    unsigned nsent = 0, nfetches = 0;
 
     for (;;) {
         uint64_t cmd, a, b, c, answer = 0;
@@ -134,6 +155,14 @@ int ct_target(tp_side_t *s)
         case CT_FAILED:
             answer = (uint64_t)(int64_t)ct_status_change(s->ctx, s->ep, TP_WAIT_MS);
             break;
+        case CT_FETCH:
+            TP_CHECK(nfetches < CT_SENDS_MAX, "too many fetches");
+            target_fetch(s, &fetches[nfetches++], a, b, c);
+            break;
+        case CT_FETCHED:
+            TP_CHECK(a < nfetches, "no fetch %llu", (unsigned long long)a);
+            answer = (uint64_t)(int64_t)xfer_request_wait(fetches[a].req, TP_WAIT_MS);
+            break;
         case CT_STOP:
             for (unsigned i = 0; i < nsent; i++) {
                 (void)xfer_request_wait(sent[i].req, TP_WAIT_MS);
@@ -141,8 +170,13 @@ int ct_target(tp_side_t *s)
                 free(sent[i].buf);
             }
             TP_CHECK(tp_ctl_send_u64(s->ctl, 0) == 0, "ctl");
-            xfer_endpoint_close(s->ep);
+            xfer_endpoint_close(s->ep);     /* its pending fetches end with it */
             s->ep = NULL;
+            for (unsigned i = 0; i < nfetches; i++) {
+                (void)xfer_request_wait(fetches[i].req, TP_WAIT_MS);
+                xfer_request_release(fetches[i].req);
+                free(fetches[i].buf);
+            }
             TP_CHECK_STATUS(xfer_mem_deregister(mem), XFER_OK);
             return 0;
         default:
