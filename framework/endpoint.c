@@ -83,6 +83,7 @@ xfer_status_t xfer_endpoint_prepare(xfer_context_t *ctx, int fd, const uint8_t *
     ucs_list_head_init(&ep->batches);
     ucs_list_head_init(&ep->notify_late);
     ucs_list_head_init(&ep->notifies);
+    ucs_list_head_init(&ep->tensor_answers);
     xfer_ep_sends_init(ep);
 
     memset(&params, 0, sizeof(params));
@@ -182,6 +183,7 @@ static void endpoint_destroy(xfer_endpoint_t *ep)
     xfer_ep_sends_gone(ep);
     ep->fw_iface->comp->ep_destroy(ep->ep);
     xfer_ep_send_flushes_gone(ep);
+    xfer_tensor_ep_gone(ep);
     xfer_batch_ep_gone(ep);
     xfer_tm_ep_gone(ep);
     xfer_notify_ep_cleanup(ep);
@@ -273,6 +275,15 @@ static void close_step_done(xfer_endpoint_t *ep, xfer_status_t status)
 
 static unsigned closing_progress(xfer_context_t *ctx);
 
+/* What an orderly close flushes only after: staged puts and gets that post their chunks
+ * still, batches their descriptors as their window opens, sends that wait for the peer,
+ * tensors whose data the peer may still read. */
+static int close_waits(xfer_endpoint_t *ep)
+{
+    return (ep->staged_ops > 0) || (ep->batch_ops > 0) || xfer_ep_sends_pending(ep) ||
+           !ucs_list_is_empty(&ep->tensor_answers);
+}
+
 static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req)
 {
     xfer_context_t *ctx             = ep->ctx;
@@ -297,9 +308,7 @@ static void close_start(xfer_endpoint_t *ep, uint32_t flags, xfer_request_t *req
     }
     /* after the peer's orderly close the flush still says whether it had everything */
     ep->close_deadline = xfer_now_ms() + (int64_t)(ctx->fw_config.close_timeout * 1000.0);
-    if ((ep->staged_ops > 0) || (ep->batch_ops > 0) || xfer_ep_sends_pending(ep)) {
-        /* staged puts and gets post their chunks still, batches their descriptors as their
-         * window opens, sends wait for the peer: flush after the last one */
+    if (close_waits(ep)) {
         ep->flush_deferred = 1;
     } else {
         close_step(ep, 0);
@@ -328,8 +337,7 @@ static unsigned closing_progress(xfer_context_t *ctx)
     ucs_list_for_each_safe(ep, tmp, &ctx->closing, list) {
         if (ep->flush_done) {
             close_step_done(ep, ep->flush_status);
-        } else if (ep->flush_deferred && (ep->staged_ops == 0) && (ep->batch_ops == 0) &&
-                   !xfer_ep_sends_pending(ep) &&
+        } else if (ep->flush_deferred && !close_waits(ep) &&
                    ((ep->status == XFER_OK) || (ep->status == XFER_ERR_PEER_CLOSED))) {
             /* after the peer's orderly close the flush still says whether it had everything */
             close_step(ep, 0);

@@ -32,6 +32,8 @@ typedef struct publication {
     xfer_tensor_t   tensor;
     void            *copy;          /* XFER_PUBLISH_COPY */
     xfer_request_t  *req;
+    xfer_endpoint_t *ep;            /* handed to that peer's transport: until released */
+    ucs_list_link_t ep_link;        /* ep->tensor_answers */
 } publication_t;
 
 /* A peer's request waiting for a key. */
@@ -132,6 +134,9 @@ xfer_status_t xfer_tensor_table_create(xfer_context_t *ctx)
 
 static void publication_finish(publication_t *pub, xfer_status_t status)
 {
+    if (pub->ep != NULL) {
+        ucs_list_del(&pub->ep_link);
+    }
     if (pub->req != NULL) {
         xfer_request_complete(pub->req, status, (size_t)pub->tensor.size, 0);
     }
@@ -231,17 +236,29 @@ static waiter_node_t *first_allowed(xfer_context_t *ctx, slot_t *slot)
     waiter_node_t *node;
 
     ucs_list_for_each(node, &slot->waiters, list) {
-        if (xfer_tensor_access_allows(ctx, node->ep, slot->step, slot->key, slot->key_len)) {
+        /* a closing endpoint's request goes with it: it takes nothing published now */
+        if (!node->ep->closing &&
+            xfer_tensor_access_allows(ctx, node->ep, slot->step, slot->key, slot->key_len)) {
             return node;
         }
     }
     return NULL;
 }
 
-/* Hand a publication to a waiter (the waiter's node is already off the lists). */
-static void hand_over(publication_t *pub, xfer_tensor_waiter_t *waiter)
+/* Hand a publication to a waiter of ep's (the waiter's node is already off the lists). Until
+ * the transport releases it, ep's orderly close waits for it (its data may still be read). */
+static void hand_over(publication_t *pub, xfer_tensor_waiter_t *waiter, xfer_endpoint_t *ep)
 {
+    pub->ep = ep;
+    ucs_list_add_tail(&ep->tensor_answers, &pub->ep_link);
     waiter->ready(waiter, XFER_OK, &pub->tensor, pub);
+}
+
+void xfer_tensor_ep_gone(xfer_endpoint_t *ep)
+{
+    while (!ucs_list_is_empty(&ep->tensor_answers)) {
+        ucs_list_extract_head(&ep->tensor_answers, publication_t, ep_link)->ep = NULL;
+    }
 }
 
 xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char *key,
@@ -322,10 +339,11 @@ xfer_status_t xfer_tensor_publish(xfer_context_t *ctx, uint64_t step, const char
 
     node = first_allowed(ctx, slot);
     if (node != NULL) {
+        xfer_endpoint_t *wep         = node->ep;
         xfer_tensor_waiter_t *waiter = node_take(t, node);
 
         slot_maybe_free(t, slot);
-        hand_over(pub, waiter);
+        hand_over(pub, waiter, wep);
     } else {
         slot->pub = pub;
     }
@@ -371,6 +389,11 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
         waiter->ready(waiter, status, NULL, NULL);
         return;
     }
+    if (ep->closing) {
+        /* read after this side began to close: what is published stays for another peer */
+        waiter->ready(waiter, XFER_ERR_PEER_CLOSED, NULL, NULL);
+        return;
+    }
     slot = slot_get(t, step, key, key_len, 1);
     if (slot == NULL) {
         waiter->ready(waiter, XFER_ERR_NO_MEMORY, NULL, NULL);
@@ -382,7 +405,7 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
 
         slot->pub = NULL;
         slot_maybe_free(t, slot);
-        hand_over(pub, waiter);
+        hand_over(pub, waiter, ep);
         return;
     }
     /* it waits for a publish: within this peer's bound and its share of the process's */

@@ -358,6 +358,7 @@ struct xfer_endpoint {
     uint64_t            budget_used[XFER_BUDGET_KINDS];    /* budget.c */
     uint64_t            unexp_bytes;    /* tag_match.c: what its kept messages count */
     uint32_t            tensor_waiting; /* this peer's requests parked in the tensor table */
+    ucs_list_link_t     tensor_answers; /* tensor.c: publications its transport holds */
 };
 
 struct xfer_mem {
@@ -587,6 +588,8 @@ void xfer_tensor_upcall_request(void *fw_arg, void *fw_ep, uint64_t step, const 
                                 size_t key_len, xfer_tensor_waiter_t *waiter);
 void xfer_tensor_upcall_withdraw(void *fw_arg, xfer_tensor_waiter_t *waiter);
 void xfer_tensor_upcall_release(void *fw_arg, void *handle, xfer_status_t status);
+/* ep's transport endpoint went: the publications it held are no longer counted on ep. */
+void xfer_tensor_ep_gone(xfer_endpoint_t *ep);
 /* Fetch-side bookkeeping: is the step aborted here (returns the status or XFER_OK)? */
 xfer_status_t xfer_tensor_step_status(xfer_context_t *ctx, uint64_t step);
 /* Run the fetch's allocation callback (req->alloc) as the API allows it to run. */

@@ -105,3 +105,56 @@ Test(contract, a_request_of_a_peer_that_went_never_takes_a_later_publish)
         xfer_context_destroy(p.ctx);
     }
 }
+
+/* C21, C29: the producer closes in order while the consumer's fetch of a published 16 MiB
+ * tensor is on its way - at a different point each round: not yet read here, answered, its
+ * data being written or read from the producer's memory. No tensor is lost and the two sides
+ * agree: a tensor on its way is delivered before the close ends (fetch and publish
+ * XFER_OK), a request read after the close began fails XFER_ERR_PEER_CLOSED and the tensor
+ * stays published. */
+Test(contract, a_producer_closing_in_order_while_its_tensor_moves_agrees_with_the_consumer)
+{
+    const size_t len  = 16u << 20;
+    uint8_t *data     = malloc(len);
+    const int rounds  = 8;
+
+    cr_assert_not_null(data);
+    tp_fill_pattern(data, len, 3);
+    for (int r = 0; r < rounds; r++) {
+        xfer_tensor_t t = {.dtype = XFER_DTYPE_UINT8, .rank = 1, .size = len, .data = data};
+        xfer_request_t *pub = NULL, *creq = NULL;
+        xfer_status_t pub_status, fetch_status;
+        char name[CT_KEY_MAX];
+        tp_peer_t p;
+
+        t.dims[0] = (int64_t)len;
+        xfer_rkey_destroy(ct_start(&p));
+        cr_assert(TP_POSTED(xfer_tensor_publish(p.ctx, STEP, ct_key(name, 3), &t, 0, NULL,
+                                                NULL, &pub)));
+        cr_assert_eq(ct_do(&p, CT_FETCH, STEP, 3, len), 0);
+        tp_progress_for(p.ctx, r);
+        cr_assert_eq(xfer_endpoint_close_nb(p.ep, 0, NULL, NULL, &creq), XFER_OK);
+        p.ep = NULL;
+        cr_assert_eq(xfer_request_wait(creq, TP_WAIT_MS), XFER_OK, "round %d: the close", r);
+        fetch_status = (xfer_status_t)(int64_t)ct_do(&p, CT_FETCHED, 0, 0, 0);
+        pub_status   = xfer_request_test(pub);
+        if (fetch_status != XFER_OK) {
+            cr_assert_eq(fetch_status, XFER_ERR_PEER_CLOSED, "round %d: the fetch: %s", r,
+                         xfer_status_string(fetch_status));
+            cr_assert_eq(pub_status, XFER_INPROGRESS, "round %d: the fetch failed, the "
+                         "publish: %s", r, xfer_status_string(pub_status));
+            cr_assert_eq(xfer_tensor_abort(p.ctx, STEP, XFER_ERR_CANCELED), XFER_OK);
+            pub_status = xfer_request_wait(pub, TP_WAIT_MS);
+            cr_assert_eq(pub_status, XFER_ERR_CANCELED);
+        } else {
+            cr_assert_eq(pub_status, XFER_OK, "round %d: the fetch succeeded, the publish: %s",
+                         r, xfer_status_string(pub_status));
+        }
+        xfer_request_release(creq);
+        xfer_request_release(pub);
+        cr_assert_eq(ct_do(&p, CT_STOP, 0, 0, 0), 0);
+        tp_child_expect_ok(&p, 60);
+        xfer_context_destroy(p.ctx);
+    }
+    free(data);
+}
