@@ -100,6 +100,35 @@ Test(shm, a_peer_on_this_host_gets_shm_by_default)
     cr_assert_eq(own_segments(), 0, "the rings went with the endpoint and the context");
 }
 
+/* A child's: the bases of the two shm rings it maps (its own and its peer's), found in
+ * /proc/self/maps. */
+static void shm_rings_mapped(uint8_t *bases[2])
+{
+    char line[512];
+    FILE *maps = fopen("/proc/self/maps", "r");
+    int n      = 0;
+
+    TP_CHECK(maps != NULL, "maps");
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        unsigned long lo, hi;
+
+        if ((strstr(line, "memfd:xfer-shm") != NULL) &&
+            (sscanf(line, "%lx-%lx", &lo, &hi) == 2) && (n++ < 2)) {
+            bases[n - 1] = (uint8_t*)lo;
+        }
+    }
+    fclose(maps);
+    TP_CHECK(n == 2, "found %d shm rings in the child, expected 2", n);
+}
+
+/* A child's: tell the parent it is ready (1), then wait to be killed. */
+static int ready_then_stall(tp_side_t *s)
+{
+    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
+    pause();
+    return 0;
+}
+
 /* Send one BIG message (more than the ring holds), then stop progressing: the receiver is in
  * the middle of it when we are killed. */
 static int srv_send_and_stall(tp_side_t *s)
@@ -108,9 +137,7 @@ static int srv_send_and_stall(tp_side_t *s)
 
     tp_fill_pattern(buf, BIG, 5);
     TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 7, buf, BIG, NULL, NULL, NULL, NULL)), "send");
-    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-    pause();
-    return 0;
+    return ready_then_stall(s);
 }
 
 Test(shm, a_peer_killed_in_the_middle_of_a_message_fails_the_receive)
@@ -177,11 +204,9 @@ Test(shm, a_rendezvous_message_whose_sender_died_is_not_delivered)
 static int srv_send_then_say_gone(tp_side_t *s)
 {
     static uint8_t heap[BIG];
-    uint8_t *buf     = heap;
-    xfer_mem_t *mem  = NULL;
-    char line[512];
-    FILE *maps;
-    int n = 0;
+    uint8_t *buf    = heap;
+    xfer_mem_t *mem = NULL;
+    uint8_t *rings[2];
 
     if (s->arg != NULL) {   /* from xfer_mem_alloc() memory, which the receiver maps */
         TP_CHECK_STATUS(xfer_mem_alloc(s->ctx, BIG, XFER_MEM_HOST, &mem), XFER_OK);
@@ -190,22 +215,11 @@ static int srv_send_then_say_gone(tp_side_t *s)
     tp_fill_pattern(buf, BIG, 5);
     TP_CHECK(TP_POSTED(xfer_tag_send(s->ep, 7, buf, BIG, mem, NULL, NULL, NULL)), "send");
     tp_progress_for(s->ctx, 20);
-    maps = fopen("/proc/self/maps", "r");
-    TP_CHECK(maps != NULL, "maps");
-    while (fgets(line, sizeof(line), maps) != NULL) {
-        unsigned long lo, hi;
-
-        if ((strstr(line, "memfd:xfer-shm") != NULL) &&
-            (sscanf(line, "%lx-%lx", &lo, &hi) == 2)) {
-            __atomic_store_n((uint32_t*)(uintptr_t)(lo + 200), 1u, __ATOMIC_SEQ_CST);
-            n++;
-        }
+    shm_rings_mapped(rings);
+    for (int i = 0; i < 2; i++) {
+        __atomic_store_n((uint32_t*)(void*)(rings[i] + 200), 1u, __ATOMIC_SEQ_CST);
     }
-    fclose(maps);
-    TP_CHECK(n == 2, "found %d shm rings in the child, expected 2", n);
-    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-    pause();
-    return 0;
+    return ready_then_stall(s);
 }
 
 /* Such a peer's message is not delivered - the bytes read may be anything - and its endpoint
@@ -325,9 +339,7 @@ static const scribble_t scribble_garbage = {.len = 0xffffffffu, .type = 2};  /* 
 static int srv_scribbler(tp_side_t *s)
 {
     scribble_t w = *(const scribble_t*)((s->arg != NULL) ? s->arg : &scribble_garbage);
-    char line[512];
-    FILE *maps;
-    int n = 0;
+    uint8_t *rings[2];
 
     if (w.key_from_ctl) {
         TP_CHECK(tp_ctl_recv_u64(s->ctl, &w.a, TP_WAIT_MS) == 0, "ctl");
@@ -337,19 +349,12 @@ static int srv_scribbler(tp_side_t *s)
     if (w.batch) {
         batch_words(&w);
     }
-    maps = fopen("/proc/self/maps", "r");
-    TP_CHECK(maps != NULL, "maps");
-    while (fgets(line, sizeof(line), maps) != NULL) {
-        unsigned long lo, hi;
-        uint8_t *base;
-        uint64_t tail;
+    shm_rings_mapped(rings);
+    for (int i = 0; i < 2; i++) {
+        uint8_t *base  = rings[i];
         uint32_t stamp = 1;
+        uint64_t tail;
 
-        if ((strstr(line, "memfd:xfer-shm") == NULL) ||
-            (sscanf(line, "%lx-%lx", &lo, &hi) != 2)) {
-            continue;
-        }
-        base = (uint8_t*)lo;
         memcpy(&tail, base + 128, 8);
         TP_CHECK(tail == 0, "a ring in which %llu cells were taken already",
                  (unsigned long long)tail);
@@ -366,13 +371,8 @@ static int srv_scribbler(tp_side_t *s)
             memset(base + 576, 0xee, w.len);
         }
         __atomic_store_n((uint32_t*)(void*)(base + 524), stamp, __ATOMIC_RELEASE);
-        n++;
     }
-    fclose(maps);
-    TP_CHECK(n == 2, "found %d shm rings in the child, expected 2", n);
-    TP_CHECK(tp_ctl_send_u64(s->ctl, 1) == 0, "ctl");
-    pause();
-    return 0;
+    return ready_then_stall(s);
 }
 
 /* Send a scribbler with key_from_ctl the words of shm's part of mem's key (memory.c's
