@@ -56,6 +56,10 @@ void ct_ask(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);
 uint64_t ct_answer(tp_peer_t *p);
 /* ct_ask(), then ct_answer(). */
 uint64_t ct_do(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);
+/* XFER_CLOSE_TIMEOUT for the contexts created from now on: half of TP_WAIT_MS, so that an
+ * orderly close that moves tens of MiB first (a slow emulated RDMA device beside other work)
+ * is not cut short by the 10 s default. */
+void ct_close_timeout_scaled(void);
 /* tp_start() with ct_target, and the target region's key unpacked on p->ep. */
 xfer_rkey_t *ct_start(tp_peer_t *p);
 

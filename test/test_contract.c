@@ -209,6 +209,14 @@ uint64_t ct_do(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c)
     return ct_answer(p);
 }
 
+void ct_close_timeout_scaled(void)
+{
+    char value[32];
+
+    snprintf(value, sizeof(value), "%dms", TP_WAIT_MS / 2);
+    cr_assert_eq(setenv("XFER_CLOSE_TIMEOUT", value, 1), 0);
+}
+
 xfer_rkey_t *ct_start(tp_peer_t *p)
 {
     xfer_rkey_t *rkey;

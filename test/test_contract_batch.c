@@ -662,6 +662,7 @@ static void close_right_after_batches(size_t ndesc, size_t blk, uint32_t flags)
     memset(&batch_put, 0, sizeof(batch_put));
     memset(&batch_get, 0, sizeof(batch_get));
     batches_before_close = -1;
+    ct_close_timeout_scaled();
     rkey = ct_start(&p);
     cr_assert_eq(xfer_mem_register(p.ctx, local, 2 * ndesc * blk, XFER_MEM_HOST, &mem),
                  XFER_OK);
