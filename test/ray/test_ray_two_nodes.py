@@ -1,8 +1,11 @@
 """Two Ray nodes on this host - a head and a second raylet joined to it (Ray's own
 ray.cluster_utils.Cluster, what `ray start --address` does, each node its own raylet and
 object store) - and an actor on each: tensors cross between the nodes over xfer, both ways."""
+import os
+
 import pytest
 import ray
+from ray._private.utils import get_ray_address_file
 from ray.cluster_utils import Cluster
 
 from test_ray import MiB, Receiver, Sender
@@ -10,6 +13,10 @@ from test_ray import MiB, Receiver, Sender
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
+    # Cluster records the head's address in Ray's default temp directory (ray_current_cluster)
+    # even though each node has a temp_dir of its own; where Ray never ran, that directory
+    # does not exist yet
+    os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"first": 4},
         "temp_dir": str(tmp_path_factory.mktemp("ray")), "include_dashboard": False})
