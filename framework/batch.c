@@ -3,8 +3,8 @@
  * request with one completion, a deadline, and optionally a notification for the peer.
  *
  * A prepared list (xfer_batch_t, batch_list.c) holds its descriptors in absolute addresses,
- * the memory registration (busy) and the remote key (busy). A post makes a batch op: the transport's side
- * of the request - its completion, the arguments the transport reads until it ends, and the
+ * the memory registration (busy) and the remote key (busy). A post makes a batch op: the
+ * transport's side of the request - its completion, the arguments the transport reads until it ends, and the
  * count of descriptors landed that the transport raises. The request and the op part when the
  * request ends early (its deadline passes, it is cancelled): the request completes at once
  * with what is known to have landed, while the op lives on until the transport has let go of
@@ -39,7 +39,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
 
 /* A held notification: where it stands (batch_op_t.note_state). */
 enum {
@@ -95,6 +94,9 @@ void xfer_batch_ep_gone(xfer_endpoint_t *ep)
         if (op->note_state == NOTE_READY) {
             batch_op_end(op, XFER_ERR_CANCELED, op->args.landed);
         }
+    }
+    if (ep->batch_ops == 0) {
+        return;     /* every op of it ended: none refers to it */
     }
     /* an op still here outlives the endpoint (the transport holds it past its destroy) */
     ucs_list_for_each(op, &ep->ctx->batch_ops, list) {
@@ -650,10 +652,6 @@ void xfer_batch_ctx_cleanup(xfer_context_t *ctx)
         free(op);
     }
     ucs_list_for_each_safe(batch, btmp, &ctx->batches, ctx_link) {
-        if (batch->ep != NULL) {
-            ucs_list_del(&batch->ep_link);
-            batch->ep = NULL;
-        }
-        xfer_batch_free(batch);
+        xfer_batch_free(batch);     /* off its endpoint's list too */
     }
 }

@@ -382,8 +382,8 @@ enum {
  * Close ep without blocking; ep is invalid as soon as this returns. Without
  * XFER_CLOSE_FLAG_FORCE the endpoint first flushes, for at most XFER_CLOSE_TIMEOUT, so that
  * everything already reported complete reaches the peer and the sends and batches in flight
- * finish (a large send waits for the peer to take it); then the connection closes and the operations
- * still pending (receives, fetches, whatever the timeout cut short) complete with
+ * finish (a large send waits for the peer to take it); then the connection closes and the
+ * operations still pending (receives, fetches, whatever the timeout cut short) complete with
  * XFER_ERR_CANCELED. The request completes with XFER_OK once the
  * endpoint closed with everything delivered, XFER_ERR_TIMEOUT when the timeout forced it,
  * or the endpoint's error when it had failed (then nothing more could be delivered). Once
