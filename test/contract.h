@@ -60,10 +60,6 @@ uint64_t ct_do(tp_peer_t *p, uint64_t cmd, uint64_t a, uint64_t b, uint64_t c);
  * orderly close that moves tens of MiB first (a slow emulated RDMA device beside other work)
  * is not cut short by the 10 s default. */
 void ct_close_timeout_scaled(void);
-/* Skip the test over verbs and gdr: an orderly close after it moved tens of MiB there does
- * not always see its notice of the close taken by the peer (found in CI's loaded guest, not
- * yet understood; docs/contract.md, section 9). */
-void ct_skip_on_rdma_close_after_bulk(void);
 /* tp_start() with ct_target, and the target region's key unpacked on p->ep. */
 xfer_rkey_t *ct_start(tp_peer_t *p);
 

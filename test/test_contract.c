@@ -218,15 +218,6 @@ void ct_close_timeout_scaled(void)
     cr_assert_eq(setenv("XFER_CLOSE_TIMEOUT", value, 1), 0);
 }
 
-void ct_skip_on_rdma_close_after_bulk(void)
-{
-    if ((strcmp(tp_transport(), "verbs") == 0) || (strcmp(tp_transport(), "gdr") == 0)) {
-        cr_skip_test("over %s an orderly close after moving tens of MiB may wait for ever for "
-                     "its BYE to complete in a loaded guest (open: docs/contract.md, section 9)",
-                     tp_transport());
-    }
-}
-
 xfer_rkey_t *ct_start(tp_peer_t *p)
 {
     xfer_rkey_t *rkey;

@@ -737,7 +737,6 @@ done:
  * the close does, the put's blocks in the target's memory and the get's in ours. */
 Test(contract, an_orderly_close_right_after_batches_completes_them_first)
 {
-    ct_skip_on_rdma_close_after_bulk();
     close_right_after_batches(128, 4096, 0);
     close_right_after_batches(64, 256u << 10, 0);
 }

@@ -714,8 +714,6 @@ Test(contract, an_orderly_close_from_a_callback_waits_for_the_flush_that_waits_f
     close_order_t o;
     uint64_t took;
 
-    ct_skip_on_rdma_close_after_bulk();
-
     close_from_a_callback(0, 1, &o, &took);
     cr_assert_eq(took, 0, "the peer's receive of the send: %llu", (unsigned long long)took);
     cr_assert_eq(o.n, 4, "callbacks %s", o.seen);

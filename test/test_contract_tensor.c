@@ -119,7 +119,6 @@ Test(contract, a_producer_closing_in_order_while_its_tensor_moves_agrees_with_th
     const int rounds  = 8;
 
     cr_assert_not_null(data);
-    ct_skip_on_rdma_close_after_bulk();
     ct_close_timeout_scaled();
     tp_fill_pattern(data, len, 3);
     for (int r = 0; r < rounds; r++) {

@@ -288,6 +288,9 @@ struct xfer_ep {
     uint64_t              data_msgs;    /* tx_msgs the peer must have taken for everything
                                          * that carried data to be there (BYE's count) */
     uint64_t              rx_msgs;      /* the peer's such work requests received here */
+    int                   bye_sent;     /* our BYE is queued: the peer's word that it took it
+                                         * may come on the bootstrap connection */
+    int                   bye_taken;    /* ... and came: the channel waits for its destroy */
     int                   bye_clean;    /* the peer's BYE came when everything we had sent
                                          * was known delivered: a flush after it succeeds */
     uint32_t              unsignaled;
@@ -572,6 +575,9 @@ void xfer_verbs_batch_ch_fail(xfer_ep_h ch, xfer_status_t status);
 /* An incoming NOTIFY: handed to the framework's notify upcall. */
 xfer_status_t xfer_verbs_notify_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                    const uint8_t *ext, char *why, size_t why_size);
+/* Log (info) what a channel being destroyed still had queued, and what it waited on. */
+void xfer_verbs_ch_log_unsent(xfer_ep_h ch);
+
 /* Free what batches allocated on the iface (iface_close). */
 void xfer_verbs_batch_iface_cleanup(xfer_iface_h iface);
 

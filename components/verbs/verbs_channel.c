@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #define READY_BYTE          'R'
+#define BYE_TAKEN_BYTE      'B'     /* the peer took our BYE */
 #define CONNECT_WAIT_MAX    30.0    /* seconds to wait for the peer's ready byte */
 
 static uint32_t random_psn(void)
@@ -574,6 +575,8 @@ static void cq_drain_for(xfer_ep_h ch)
     }
 }
 
+static void bye_taken(xfer_ep_h ch);
+
 void xfer_verbs_ch_sock_event(xfer_ep_h ch)
 {
     char buf[16];
@@ -598,8 +601,18 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
             xfer_verbs_ch_progress_pending(ch);
             return;
         }
+        if ((ch->state == XFER_VERBS_CH_CONNECTED) && ch->bye_sent && !ch->bye_taken &&
+            (n == 1) && (buf[0] == BYE_TAKEN_BYTE)) {
+            bye_taken(ch);
+            return;
+        }
         xfer_verbs_ch_fail(ch, XFER_ERR_PROTOCOL, "unexpected %zd bytes on the bootstrap "
                            "connection", n);
+        return;
+    }
+    if (ch->bye_taken) {
+        /* the peer ended after taking our BYE, as it should */
+        epoll_ctl(ch->iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
         return;
     }
     cq_drain_for(ch);
@@ -649,10 +662,14 @@ static void probe(xfer_ep_h ch, double now)
 /* ---- orderly close -------------------------------------------------------------------------
  *
  * The closing side has flushed; its BYE goes behind everything (RC delivers in order) and the
- * close goes on once its send completed - the peer's device has it. The peer handles every
- * message before it and ends the channel with XFER_ERR_PEER_CLOSED; a flush there succeeds
- * when everything it had sent that carried data was known delivered by then (work requests
- * posted after the last signalled completion are not known, and count as not delivered). */
+ * close goes on once the peer has it: its send completed, or the peer said so with one byte
+ * on the bootstrap connection. The peer handles every message before the BYE, writes that
+ * byte and ends the channel with XFER_ERR_PEER_CLOSED, its QP in the error state at once: an
+ * acknowledgement it still owed us (for the probe a flush posts behind the BYE, or one that
+ * was lost and is retried) never comes then, and without the byte the close would wait for
+ * its timeout. A flush on the peer's side succeeds when everything it had sent that carried
+ * data was known delivered by then (work requests posted after the last signalled
+ * completion are not known, and count as not delivered). */
 
 xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
 {
@@ -667,32 +684,75 @@ xfer_status_t xfer_verbs_ep_shutdown(xfer_ep_h ch, xfer_comp_t *comp)
     if (status != XFER_OK) {
         return status;
     }
+    ch->bye_sent = 1;
     return xfer_verbs_ep_flush(ch, comp);
+}
+
+/* Whether only flushes wait: nothing else is queued, in flight or waiting for the peer. */
+static int only_flushes_wait(xfer_ep_h ch)
+{
+    xfer_verbs_op_t *op;
+
+    ucs_list_for_each(op, &ch->pendq, list) {
+        if (op->post != XFER_VERBS_POST_FLUSH) {
+            return 0;
+        }
+    }
+    return ucs_list_is_empty(&ch->batches) && (ch->slots.busy == 0);
+}
+
+/* The flushes waiting for acknowledgements have what they wait for. */
+static void flushes_delivered(xfer_ep_h ch)
+{
+    xfer_verbs_op_t *op, *tmp;
+
+    ucs_list_for_each_safe(op, tmp, &ch->pendq, list) {
+        ucs_list_del(&op->list);
+        xfer_verbs_op_complete(op, XFER_OK, 0, 0);
+    }
+    xfer_verbs_ch_flushes_fail(ch, XFER_OK);
+}
+
+/* The channel ends after the peer's orderly close: flushes succeed when delivered (everything
+ * sent that carried data is known to be there), and the channel fails with
+ * XFER_ERR_PEER_CLOSED. */
+static void bye_end(xfer_ep_h ch, int delivered, const char *why)
+{
+    xfer_verbs_ch_flushes_check(ch);
+    ch->bye_clean = delivered && only_flushes_wait(ch);
+    if (ch->bye_clean) {
+        flushes_delivered(ch);
+    }
+    ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "%s", why);
 }
 
 void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx)
 {
-    xfer_verbs_op_t *op, *tmp;
-    int only_flushes = 1;
+    const char taken = BYE_TAKEN_BYTE;
 
-    xfer_verbs_ch_flushes_check(ch);
-    ucs_list_for_each(op, &ch->pendq, list) {
-        only_flushes &= (op->post == XFER_VERBS_POST_FLUSH);
+    if ((ch->sock >= 0) && (send(ch->sock, &taken, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)) {
+        /* the peer's close then ends at its own acknowledgements, or its timeout */
+        xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "QP 0x%x: cannot tell the peer that "
+                    "its BYE arrived: %s", ch->qp->qp_num, strerror(errno));
     }
     /* what carried data is known there: acknowledged by the peer's device, or posted before
      * a message the peer took before its BYE (RC executes in order) */
-    ch->bye_clean = only_flushes && ucs_list_is_empty(&ch->batches) &&
-                    (ch->slots.busy == 0) &&
-                    ((ch->sq_done >= ch->data_seq) || (peer_rx >= ch->data_msgs));
-    if (ch->bye_clean) {
-        /* the flushes waiting for acknowledgements have what they wait for */
-        ucs_list_for_each_safe(op, tmp, &ch->pendq, list) {
-            ucs_list_del(&op->list);
-            xfer_verbs_op_complete(op, XFER_OK, 0, 0);
-        }
-        xfer_verbs_ch_flushes_fail(ch, XFER_OK);
+    bye_end(ch, (ch->sq_done >= ch->data_seq) || (peer_rx >= ch->data_msgs),
+            "the peer closed its endpoint");
+}
+
+/* The peer's word that it took our BYE, and with it everything we sent before it: the close's
+ * flush succeeds, and the channel waits quietly for its destroy (the peer's end of the
+ * bootstrap connection closes next). Anything but flushes still waiting cannot end now. */
+static void bye_taken(xfer_ep_h ch)
+{
+    if (!only_flushes_wait(ch)) {
+        ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "the peer took the notice of our close "
+                      "while operations still waited for it");
+        return;
     }
-    ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "the peer closed its endpoint");
+    ch->bye_taken = 1;
+    flushes_delivered(ch);
 }
 
 void xfer_verbs_ep_destroy(xfer_ep_h ch)
@@ -703,6 +763,7 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
         return;
     }
     iface = ch->iface;
+    xfer_verbs_ch_log_unsent(ch);
     /* what was reported sent is delivered by the framework's flush before it gets here (or
      * the close was forced): nothing more is waited for */
     xfer_ep_fail_destroy(&iface->failq, &ch->fail);

@@ -482,6 +482,35 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
     return XFER_OK;
 }
 
+/* What a channel that is destroyed still had queued or waiting, and the credits and send
+ * queue it waited on: an orderly close that ran out of time says why here. */
+void xfer_verbs_ch_log_unsent(xfer_ep_h ch)
+{
+    static const char *const post_names[] = {"none", "message", "RDMA", "flush", "batch"};
+    const xfer_verbs_op_t *op;
+    unsigned queued = 0, flushes = 0, batches = 0;
+    const char *head = "-";
+
+    ucs_list_for_each(op, &ch->pendq, list) {
+        if (queued++ == 0) {
+            head = (op->post < 5) ? post_names[op->post] : "?";
+        }
+    }
+    ucs_list_for_each(op, &ch->flushes, list) {
+        flushes++;
+    }
+    batches = (unsigned)ucs_list_length((ucs_list_link_t*)&ch->batches);
+    if ((queued == 0) && (flushes == 0) && (batches == 0)) {
+        return;
+    }
+    xfer_log(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x destroyed with %u queued "
+             "(first: %s), %u flushes and %u batches waiting; credits %u (owed %u, due %u, "
+             "held %u), send queue %u free, %llu of %llu work requests complete",
+             ch->qp->qp_num, queued, head, flushes, batches, ch->credits, ch->credits_owed,
+             ch->rx_due_owed, ch->credits_held, ch->sq_free, (unsigned long long)ch->sq_done,
+             (unsigned long long)ch->sq_posted);
+}
+
 void xfer_verbs_ch_credit_release(xfer_ep_h ch)
 {
     if (ch->credits_held > 0) {
