@@ -530,9 +530,11 @@ static double json_figure(const char *text, const char *name)
 
 /* The latency tests time with the TSC where it is invariant and scale the samples to
  * microseconds after the loop, against CLOCK_MONOTONIC: the figures must be positive, the
- * median no more than the 99th percentile, and the samples must add up to a good part of the
- * timed phase (which adds the warm-up, the final handshake and, for tensor_lat, the server's
- * publishing), never to more. */
+ * median no more than the 99th percentile, and the samples must add up to part of the timed
+ * phase (which adds the warm-up, the final handshake and, for tensor_lat, the server's
+ * publishing), never to more. The lower bound catches a figure in the wrong unit (a
+ * thousandth of what it should be); it is low because over shm the samples are a few ms and
+ * the rest, on a 2-core machine that runs the guest's suites beside, took 65 ms once. */
 Test(perf, latency_figures_are_in_microseconds)
 {
     static const char *const tests[] = {"tag_lat", "put_lat", "tensor_lat"};
@@ -553,7 +555,7 @@ Test(perf, latency_figures_are_in_microseconds)
         cr_expect((typ > 0) && (avg > 0) && (p99 >= typ), "%s: typical %g, average %g, 99%% "
                   "%g usec: %s", tests[i], typ, avg, p99, r.client_out);
         share = avg * per_iter * 20000 / elapsed;
-        cr_expect((share > 0.2) && (share < 1.01), "%s: 20000 samples of %g usec are %.2f of "
+        cr_expect((share > 0.02) && (share < 1.01), "%s: 20000 samples of %g usec are %.2f of "
                   "the %g usec timed", tests[i], avg, share, elapsed);
         perf_run_free(&r);
     }
