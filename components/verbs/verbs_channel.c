@@ -751,6 +751,9 @@ static void bye_taken(xfer_ep_h ch)
                       "while operations still waited for it");
         return;
     }
+    xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "QP 0x%x: the peer took our BYE (%llu of "
+                "%llu work requests acknowledged)", ch->qp->qp_num,
+                (unsigned long long)ch->sq_done, (unsigned long long)ch->sq_posted);
     ch->bye_taken = 1;
     flushes_delivered(ch);
 }
