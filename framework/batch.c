@@ -4,12 +4,12 @@
  *
  * A prepared list (xfer_batch_t, batch_list.c) holds its descriptors in absolute addresses,
  * the memory registration (busy) and the remote key (busy). A post makes a batch op: the
- * transport's side of the request - its completion, the arguments the transport reads until it ends, and the
- * count of descriptors landed that the transport raises. The request and the op part when the
- * request ends early (its deadline passes, it is cancelled): the request completes at once
- * with what is known to have landed, while the op lives on until the transport has let go of
- * the memory - which stays busy until then, so that deregistering it fails rather than pull
- * pages from under a NIC that may still write them.
+ * transport's side of the request - its completion, the arguments the transport reads until
+ * it ends, and the count of descriptors landed that the transport raises. The request and the
+ * op part when the request ends early (its deadline passes, it is cancelled): the request
+ * completes at once with what is known to have landed, while the op lives on until the
+ * transport has let go of the memory - which stays busy until then, so that deregistering it
+ * fails rather than pull pages from under a NIC that may still write them.
  *
  * A transport without a batch entry point gets the descriptors one by one through put and get
  * (a batch walk, engine.h), then, for puts, a flush: the batch completes when its data is in

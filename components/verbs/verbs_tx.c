@@ -486,29 +486,23 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
  * queue it waited on: an orderly close that ran out of time says why here. */
 void xfer_verbs_ch_log_unsent(xfer_ep_h ch)
 {
+    /* by xfer_verbs_post_t */
     static const char *const post_names[] = {"none", "message", "RDMA", "flush", "batch"};
-    const xfer_verbs_op_t *op;
-    unsigned queued = 0, flushes = 0, batches = 0;
-    const char *head = "-";
+    unsigned long queued  = ucs_list_length(&ch->pendq);
+    unsigned long flushes = ucs_list_length(&ch->flushes);
+    unsigned long batches = ucs_list_length(&ch->batches);
+    const xfer_verbs_op_t *head;
 
-    ucs_list_for_each(op, &ch->pendq, list) {
-        if (queued++ == 0) {
-            head = (op->post < 5) ? post_names[op->post] : "?";
-        }
-    }
-    ucs_list_for_each(op, &ch->flushes, list) {
-        flushes++;
-    }
-    batches = (unsigned)ucs_list_length((ucs_list_link_t*)&ch->batches);
     if ((queued == 0) && (flushes == 0) && (batches == 0)) {
         return;
     }
-    xfer_log(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x destroyed with %u queued "
-             "(first: %s), %u flushes and %u batches waiting; credits %u (owed %u, due %u, "
+    head = (queued > 0) ? ucs_list_head(&ch->pendq, xfer_verbs_op_t, list) : NULL;
+    xfer_log(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x destroyed with %lu queued "
+             "(first: %s), %lu flushes and %lu batches waiting; credits %u (owed %u, due %u, "
              "held %u), send queue %u free, %llu of %llu work requests complete",
-             ch->qp->qp_num, queued, head, flushes, batches, ch->credits, ch->credits_owed,
-             ch->rx_due_owed, ch->credits_held, ch->sq_free, (unsigned long long)ch->sq_done,
-             (unsigned long long)ch->sq_posted);
+             ch->qp->qp_num, queued, (head == NULL) ? "-" : post_names[head->post], flushes,
+             batches, ch->credits, ch->credits_owed, ch->rx_due_owed, ch->credits_held,
+             ch->sq_free, (unsigned long long)ch->sq_done, (unsigned long long)ch->sq_posted);
 }
 
 void xfer_verbs_ch_credit_release(xfer_ep_h ch)
