@@ -107,7 +107,9 @@ static int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-static int read_all(int fd, void *buf, size_t len, double deadline)
+/* Read len bytes by deadline; on failure say why on stderr when waited was non-zero (a zero
+ * timeout is a poll whose failure is expected). */
+static int read_all(int fd, void *buf, size_t len, double deadline, int waited)
 {
     char *p = buf;
 
@@ -116,6 +118,10 @@ static int read_all(int fd, void *buf, size_t len, double deadline)
         ssize_t n;
 
         if ((left <= 0) || !tp_ctl_ready(fd, left)) {
+            if (waited > 0) {
+                fprintf(stderr, "[process %d] control channel: nothing came within %d ms\n",
+                        (int)getpid(), waited);
+            }
             return -1;
         }
         n = read(fd, p, len);
@@ -123,9 +129,15 @@ static int read_all(int fd, void *buf, size_t len, double deadline)
             if (errno == EINTR) {
                 continue;
             }
+            fprintf(stderr, "[process %d] control channel: read: %s\n", (int)getpid(),
+                    strerror(errno));
             return -1;
         }
         if (n == 0) {
+            if (waited > 0) {
+                fprintf(stderr, "[process %d] control channel: the other side closed it\n",
+                        (int)getpid());
+            }
             return -1;
         }
         p   += n;
@@ -160,11 +172,11 @@ int tp_ctl_recv_alloc(int fd, void **buf_p, size_t *len_p, int timeout_ms)
     uint64_t hdr;
     void *buf;
 
-    if ((read_all(fd, &hdr, sizeof(hdr), deadline) != 0) || (hdr > (1ull << 32))) {
+    if ((read_all(fd, &hdr, sizeof(hdr), deadline, timeout_ms) != 0) || (hdr > (1ull << 32))) {
         return -1;
     }
     buf = malloc(hdr + 1);
-    if ((buf == NULL) || ((hdr > 0) && (read_all(fd, buf, hdr, deadline) != 0))) {
+    if ((buf == NULL) || ((hdr > 0) && (read_all(fd, buf, hdr, deadline, timeout_ms) != 0))) {
         free(buf);
         return -1;
     }
@@ -210,11 +222,15 @@ int tp_ctl_recv_u64(int fd, uint64_t *v_p, int timeout_ms)
 
 /* ---- the child ------------------------------------------------------------------------------- */
 
+/* When this process began as a peer (tp_now_ms), for the time its failure line gives. */
+static double child_began_ms;
+
 void tp_child_fail(const char *file, int line, const char *what, const char *fmt, ...)
 {
     va_list ap;
 
-    fprintf(stderr, "[peer process %d] %s:%d: %s: ", (int)getpid(), file, line, what);
+    fprintf(stderr, "[peer process %d, %.1f s in] %s:%d: %s: ", (int)getpid(),
+            (tp_now_ms() - child_began_ms) / 1000.0, file, line, what);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -356,6 +372,7 @@ static pid_t spawn(tp_peer_t *peer, int is_server, const char *address, tp_scena
     pid = fork();
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
     if (pid == 0) {
+        child_began_ms = tp_now_ms();
         close(sv[0]);
         child_main(sv[1], is_server, address, fn, arg, opts);
     }
