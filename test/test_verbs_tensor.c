@@ -470,6 +470,37 @@ Test(verbs_tensor, short_re_request_fails_the_channel)
     corrupt_case("TENSOR_RE_REQUEST:short", XFER_OK, 0);
 }
 
+/* The peer's word that it took our BYE, from a peer to which we sent none (a lying peer's
+ * byte on the bootstrap connection, beside a TENSOR_REQUEST): the producer fails the channel
+ * as a protocol error and closes it, which this side sees at once - it neither takes the byte
+ * for an orderly close nor waits for its RC retries to run out. */
+Test(verbs_tensor, a_bye_taken_byte_without_a_bye_fails_the_channel)
+{
+    tp_peer_t p;
+    spec_t sp = spec_make(1, "c", XFER_DTYPE_INT8, 2, d34, 101);
+    xfer_status_t s, ep_st;
+    double t0;
+
+    tp_server_spawn(&p, srv_producer, NULL, NULL);
+    setenv("XFER_VERBS_TEST_CORRUPT", "TENSOR_REQUEST:bye_taken", 1);  /* this side only */
+    setenv("XFER_VERBS_TIMEOUT", "8s", 1);
+    p.ctx = tp_context(0);
+    p.ep  = tp_connect(p.ctx, &p);
+    unsetenv("XFER_VERBS_TEST_CORRUPT");
+    publish_ok(&p, &sp);
+    t0 = tp_now_ms();
+    s  = fetch_status(&p, 1, "c", 64);     /* answered or not: the byte may be read first */
+    while (((ep_st = xfer_endpoint_status(p.ep)) == XFER_OK) && (tp_now_ms() - t0 < 15000.0)) {
+        xfer_progress(p.ctx);
+    }
+    cr_expect_eq(ep_st, XFER_ERR_CONNECTION, "the endpoint: %s (the fetch: %s)",
+                 xfer_status_string(ep_st), xfer_status_string(s));
+    cr_expect_lt(tp_now_ms() - t0, 15000.0, "the producer's failed channel was not closed "
+                 "to this side");
+    tp_send(&p, CMD_DONE);
+    tp_finish(&p);
+}
+
 Test(verbs_tensor, peer_killed_mid_fetch)
 {
     static const int64_t big[] = {64 << 20};

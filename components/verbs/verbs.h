@@ -57,6 +57,8 @@
  * even to a peer whose unexpected queue is full and who holds data credits back. */
 #define XFER_VERBS_CTRL_CREDITS 4
 #define XFER_VERBS_RX_BATCH_MAX 16    /* receives reposted with one ibv_post_recv */
+/* On the bootstrap connection, the peer's word that it took our BYE (verbs_channel.c) */
+#define XFER_VERBS_BYE_TAKEN_BYTE 'B'
 
 typedef struct xfer_verbs_config {
     char     *device;           /* DEVICE: "rxe0" or "rxe0:1"; "" = first active port */
@@ -402,7 +404,8 @@ struct xfer_iface {
     uint8_t                   address[XFER_VERBS_WIRE_IFACE_ADDR_LEN];
     /* XFER_VERBS_TEST_CORRUPT=TYPE:HOW - the tests' stand-in for a fault RC cannot produce
      * (its CRCs catch corruption on the wire): the next message of TYPE this side sends is
-     * damaged HOW (type, version, short, field) before it goes */
+     * damaged HOW (type, version, short, field) before it goes, or (bye_taken) goes after a
+     * stray XFER_VERBS_BYE_TAKEN_BYTE on the bootstrap connection, as a lying peer's */
     uint8_t                   corrupt_type;
     char                      corrupt_how[16];
     const xfer_verbs_devmem_ops_t *devmem;  /* gdr's; NULL in verbs */

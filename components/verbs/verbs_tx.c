@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Post one work request. Signal it when asked to, or when enough went unsignalled that the
  * send queue or the copy buffers could run out before the next completion. */
@@ -86,14 +87,19 @@ static uint16_t credits_take(xfer_ep_h ch)
 }
 
 /* XFER_VERBS_TEST_CORRUPT: damage this message (once) as the tests asked. */
-static size_t corrupt(xfer_iface_h iface, uint8_t *msg, size_t msg_len)
+static size_t corrupt(xfer_ep_h ch, uint8_t *msg, size_t msg_len)
 {
-    const char *how = iface->corrupt_how;
+    xfer_iface_h iface = ch->iface;
+    const char *how    = iface->corrupt_how;
 
     iface->corrupt_type = 0;
     xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "damaging a %s (%s) on purpose",
              xfer_verbs_msg_name(msg[3]), how);
-    if (strcmp(how, "type") == 0) {
+    if (strcmp(how, "bye_taken") == 0) {
+        const char taken = XFER_VERBS_BYE_TAKEN_BYTE;
+
+        (void)!send(ch->sock, &taken, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else if (strcmp(how, "type") == 0) {
         msg[3] = 0x7f;
     } else if (strcmp(how, "version") == 0) {
         msg[2] = 0x7f;
@@ -130,7 +136,7 @@ static int post_msg(xfer_ep_h ch, uint8_t *msg, size_t msg_len, const void *payl
     }
     credits = credits_take(ch);
     if (ch->iface->corrupt_type == msg[3]) {
-        msg_len = corrupt(ch->iface, msg, msg_len);
+        msg_len = corrupt(ch, msg, msg_len);
         total   = msg_len + payload_len;
     }
 
