@@ -124,6 +124,7 @@ typedef struct result {
     double   t_typical;
     double   t_avg;
     double   elapsed_usec;  /* the timed phase, from the first post to the server's ACK */
+    double   loop_usec;     /* latency tests: the timed iterations alone (0 for the others) */
     double   t_99;
     /* batch tests */
     uint32_t batch;         /* descriptors per batch; bytes is the block size */
@@ -169,6 +170,7 @@ typedef struct perf {
     int64_t         *notify_ns;     /* server: one latency per timed iteration */
     xfer_status_t   notify_error;   /* server: a notification that made no sense */
     xfer_request_t  **seen;         /* client, batch_put -V: the server's SEEN per slot */
+    uint64_t        loop_ns;        /* client, latency tests: the timed iterations' wall time */
     uint64_t        post_ns_sum;    /* client: time inside xfer_batch_post, timed posts */
     uint8_t         ctrl_buf[MSG_MAX];  /* the next control message lands here */
     xfer_request_t  *ctrl_req;          /* its receive, when posted ahead */

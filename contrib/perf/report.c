@@ -39,6 +39,7 @@ void perf_result_compute(perf_t *perf, uint64_t elapsed_ns, result_t *r)
     r->window = perf_tests[p->test].bw ? p->window : 1;
     r->t_typical = perf->samples[n / 2];
     r->elapsed_usec = (double)elapsed_ns / 1e3;
+    r->loop_usec = (double)perf->loop_ns / 1e3;
     r->t_99 = perf->samples[(i99 > 0) ? i99 - 1 : 0];
     /* bandwidth tests: the whole time, handshake included; latency tests: the samples */
     r->t_avg = perf_tests[p->test].bw ? (double)elapsed_ns / 1e3 / (double)n : sum / (double)n;
@@ -167,9 +168,9 @@ void perf_print_json(perf_t *perf, const char *addr)
 
         printf("%s{\"bytes\":%" PRIu64 ",\"iterations\":%" PRIu64 ",\"window\":%u,"
                "\"bw_average_mbps\":%.3f,\"msg_rate_mpps\":%.6f,\"t_typical_usec\":%.3f,"
-               "\"t_avg_usec\":%.3f,\"t_99_usec\":%.3f,\"elapsed_usec\":%.3f", i ? "," : "",
-               r->bytes, r->iters, r->window, r->bw_mbps, r->mpps, r->t_typical, r->t_avg,
-               r->t_99, r->elapsed_usec);
+               "\"t_avg_usec\":%.3f,\"t_99_usec\":%.3f,\"elapsed_usec\":%.3f,"
+               "\"loop_usec\":%.3f", i ? "," : "", r->bytes, r->iters, r->window, r->bw_mbps,
+               r->mpps, r->t_typical, r->t_avg, r->t_99, r->elapsed_usec, r->loop_usec);
         if (perf_tests[perf->opts.test].batch) {
             printf(",\"batch\":%u,\"post_usec_per_desc\":%.4f", r->batch, r->post_usec);
             if (r->has_notify) {
