@@ -219,6 +219,33 @@ def test_metadata_that_lies_about_a_tensor_s_size_is_refused_before_any_get():
             t.fetch_multiple_tensors("liar", meta, None)
         node = t.node()
         assert node.peers[sender.node().address][1] == 0     # no holder left
+        assert t.outcomes() == {"completed": 0, "aborted": 0, "failed": 1}
+        mem.deregister()
+    finally:
+        t.node().close()
+        sender.node().close()
+
+
+def test_an_abort_that_comes_before_the_receive_ends_it_as_aborted():
+    """Ray's failure monitor may abort a transfer before the receiver's actor began it (an
+    actor slow to start): the receive then ends at once, aborted - counted so, nothing read -
+    and the same object's next receive is not aborted by the flag again."""
+    from xfer_ray.transport import XferTransportMetadata, _Aborted
+    t = xfer_ray.XferTensorTransport()
+    sender = xfer_ray.XferTensorTransport()
+    src = pattern(4096, 5)
+    try:
+        mem = sender.node().ctx.register(src)
+        meta = XferTransportMetadata(tensor_meta=[((4096,), torch.uint8)], tensor_device="cpu",
+                                     xfer_address=sender.node().address,
+                                     xfer_rkeys=[mem.pack()])
+        t.abort_transport("early", None)
+        with pytest.raises(_Aborted):
+            t.recv_multiple_tensors("early", meta, None)
+        assert t.outcomes() == {"completed": 0, "aborted": 1, "failed": 0}
+        got = t.recv_multiple_tensors("early", meta, None)
+        assert torch.equal(got[0], src)
+        assert t.outcomes() == {"completed": 1, "aborted": 1, "failed": 0}
         mem.deregister()
     finally:
         t.node().close()

@@ -434,7 +434,11 @@ class XferTensorTransport(TensorTransportManager):
         if len(meta.xfer_rkeys) != len(meta.tensor_meta):
             raise ValueError(f"xfer_ray: {obj_id}: {len(meta.xfer_rkeys)} keys for "
                              f"{len(meta.tensor_meta)} tensors")
-        self._check_abort(obj_id)
+        try:
+            self._check_abort(obj_id)       # Ray gave up before this receive began
+        except _Aborted:
+            self._count("aborted")
+            raise
         if target_buffers:
             tensors = list(target_buffers)
         else:
@@ -446,6 +450,7 @@ class XferTensorTransport(TensorTransportManager):
         try:
             ep = node.lease(meta.xfer_address)
         except xfer.XferError as e:
+            self._count("failed")
             raise _transport_error(f"xfer transfer of {obj_id}: connect to the sender at "
                                    f"{meta.xfer_address}", e) from None
         fetch = XferFetchRequest(obj_id, tensors, node, meta.xfer_address, ep)
@@ -467,6 +472,7 @@ class XferTensorTransport(TensorTransportManager):
                                              mem=mem))
         except BaseException as e:
             fetch.finish(cancel=True)
+            self._count("failed")
             if isinstance(e, xfer.XferError):
                 raise _transport_error(f"xfer transfer of {obj_id}", e) from None
             raise
