@@ -398,6 +398,22 @@ Test(verbs_tensor, two_thousand_concurrent_fetches_on_one_channel_with_few_slots
     unsetenv("XFER_VERBS_RX_QUEUE_LEN");
 }
 
+/* A producer child, and this side connected to it with spec in XFER_VERBS_TEST_CORRUPT (this
+ * side only: the child is forked before); sp published there. */
+static void corrupt_start(tp_peer_t *p, const char *spec, const spec_t *sp)
+{
+    tp_server_spawn(p, srv_producer, NULL, NULL);
+    setenv("XFER_VERBS_TEST_CORRUPT", spec, 1);
+    /* a channel the damage fails at the producer is closed to this side at once: with 8 s
+     * a retry here, waiting for this side's RC retries to run out would take a minute, far
+     * past the bounds of the tests */
+    setenv("XFER_VERBS_TIMEOUT", "8s", 1);
+    p->ctx = tp_context(0);
+    p->ep  = tp_connect(p->ctx, p);
+    unsetenv("XFER_VERBS_TEST_CORRUPT");
+    publish_ok(p, sp);
+}
+
 /* A damaged message: refused with an ERROR_STATUS back to its sender (which fails the one
  * request it named) or with a channel error - never a crash, never a misapplied answer. */
 static void corrupt_case(const char *spec, xfer_status_t want, int channel_survives)
@@ -407,16 +423,7 @@ static void corrupt_case(const char *spec, xfer_status_t want, int channel_survi
     xfer_status_t s;
     double t0;
 
-    tp_server_spawn(&p, srv_producer, NULL, NULL);
-    setenv("XFER_VERBS_TEST_CORRUPT", spec, 1);     /* this side only: the child is forked */
-    /* a channel the damage fails at the producer is closed to this side at once: with 8 s
-     * a retry here, waiting for this side's RC retries to run out would take a minute, far
-     * past the bound below */
-    setenv("XFER_VERBS_TIMEOUT", "8s", 1);
-    p.ctx = tp_context(0);
-    p.ep  = tp_connect(p.ctx, &p);
-    unsetenv("XFER_VERBS_TEST_CORRUPT");
-    publish_ok(&p, &sp);
+    corrupt_start(&p, spec, &sp);
     t0 = tp_now_ms();
     s  = fetch_status(&p, 1, "c", 64);
     if (channel_survives) {
@@ -481,13 +488,7 @@ Test(verbs_tensor, a_bye_taken_byte_without_a_bye_fails_the_channel)
     xfer_status_t s, ep_st;
     double t0;
 
-    tp_server_spawn(&p, srv_producer, NULL, NULL);
-    setenv("XFER_VERBS_TEST_CORRUPT", "TENSOR_REQUEST:bye_taken", 1);  /* this side only */
-    setenv("XFER_VERBS_TIMEOUT", "8s", 1);
-    p.ctx = tp_context(0);
-    p.ep  = tp_connect(p.ctx, &p);
-    unsetenv("XFER_VERBS_TEST_CORRUPT");
-    publish_ok(&p, &sp);
+    corrupt_start(&p, "TENSOR_REQUEST:bye_taken", &sp);
     t0 = tp_now_ms();
     s  = fetch_status(&p, 1, "c", 64);     /* answered or not: the byte may be read first */
     while (((ep_st = xfer_endpoint_status(p.ep)) == XFER_OK) && (tp_now_ms() - t0 < 15000.0)) {

@@ -203,53 +203,52 @@ def test_abort_flags_are_bounded_and_the_newest_still_aborts():
     t._check_abort(newest)                  # and not again
 
 
-def test_metadata_that_lies_about_a_tensor_s_size_is_refused_before_any_get():
+def one_tensor_metadata(sender, src, n):
+    """Ray's metadata of one tensor of n bytes that sender offers: src, registered there."""
+    from xfer_ray.transport import XferTransportMetadata
+    mem = sender.node().ctx.register(src)
+    return mem, XferTransportMetadata(tensor_meta=[((n,), torch.uint8)], tensor_device="cpu",
+                                      xfer_address=sender.node().address,
+                                      xfer_rkeys=[mem.pack()])
+
+
+@pytest.fixture
+def pair():
+    """Two transports in this process, without Ray: a receiver and a sender."""
+    t, sender = xfer_ray.XferTensorTransport(), xfer_ray.XferTensorTransport()
+    yield t, sender
+    t.node().close()
+    sender.node().close()
+
+
+def test_metadata_that_lies_about_a_tensor_s_size_is_refused_before_any_get(pair):
     """A sender whose key covers fewer bytes than the tensor Ray describes (a lying or broken
     peer): the receive is refused with ValueError, nothing is read, the endpoint is released."""
-    from xfer_ray.transport import XferTransportMetadata
-    t = xfer_ray.XferTensorTransport()
-    sender = xfer_ray.XferTensorTransport()
-    src = pattern(4096, 3)
-    try:
-        mem = sender.node().ctx.register(src)
-        meta = XferTransportMetadata(tensor_meta=[((8192,), torch.uint8)], tensor_device="cpu",
-                                     xfer_address=sender.node().address,
-                                     xfer_rkeys=[mem.pack()])
-        with pytest.raises(ValueError, match="registered 4096 bytes for a tensor of 8192"):
-            t.fetch_multiple_tensors("liar", meta, None)
-        node = t.node()
-        assert node.peers[sender.node().address][1] == 0     # no holder left
-        assert t.outcomes() == {"completed": 0, "aborted": 0, "failed": 1}
-        mem.deregister()
-    finally:
-        t.node().close()
-        sender.node().close()
+    t, sender = pair
+    mem, meta = one_tensor_metadata(sender, pattern(4096, 3), 8192)
+    with pytest.raises(ValueError, match="registered 4096 bytes for a tensor of 8192"):
+        t.fetch_multiple_tensors("liar", meta, None)
+    assert t.node().peers[sender.node().address][1] == 0     # no holder left
+    assert t.outcomes() == {"completed": 0, "aborted": 0, "failed": 1}
+    mem.deregister()
 
 
-def test_an_abort_that_comes_before_the_receive_ends_it_as_aborted():
+def test_an_abort_that_comes_before_the_receive_ends_it_as_aborted(pair):
     """Ray's failure monitor may abort a transfer before the receiver's actor began it (an
     actor slow to start): the receive then ends at once, aborted - counted so, nothing read -
     and the same object's next receive is not aborted by the flag again."""
-    from xfer_ray.transport import XferTransportMetadata, _Aborted
-    t = xfer_ray.XferTensorTransport()
-    sender = xfer_ray.XferTensorTransport()
+    from xfer_ray.transport import _Aborted
+    t, sender = pair
     src = pattern(4096, 5)
-    try:
-        mem = sender.node().ctx.register(src)
-        meta = XferTransportMetadata(tensor_meta=[((4096,), torch.uint8)], tensor_device="cpu",
-                                     xfer_address=sender.node().address,
-                                     xfer_rkeys=[mem.pack()])
-        t.abort_transport("early", None)
-        with pytest.raises(_Aborted):
-            t.recv_multiple_tensors("early", meta, None)
-        assert t.outcomes() == {"completed": 0, "aborted": 1, "failed": 0}
-        got = t.recv_multiple_tensors("early", meta, None)
-        assert torch.equal(got[0], src)
-        assert t.outcomes() == {"completed": 1, "aborted": 1, "failed": 0}
-        mem.deregister()
-    finally:
-        t.node().close()
-        sender.node().close()
+    mem, meta = one_tensor_metadata(sender, src, 4096)
+    t.abort_transport("early", None)
+    with pytest.raises(_Aborted):
+        t.recv_multiple_tensors("early", meta, None)
+    assert t.outcomes() == {"completed": 0, "aborted": 1, "failed": 0}
+    got = t.recv_multiple_tensors("early", meta, None)
+    assert torch.equal(got[0], src)
+    assert t.outcomes() == {"completed": 1, "aborted": 1, "failed": 0}
+    mem.deregister()
 
 
 def big_over_tcp():
