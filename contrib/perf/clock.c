@@ -66,8 +66,14 @@ void perf_lat_clock_start(perf_lat_clock_t *c)
         }
         c->ns_tick_cal = (double)(n1 - n0) / (double)(perf_lat_clock_now(c) - t0);
     }
-    c->ns0    = perf_now_ns();
-    c->ticks0 = perf_lat_clock_now(c);
+    c->ns0       = perf_now_ns();
+    c->timed_ns0 = c->ns0;
+    c->ticks0    = perf_lat_clock_now(c);
+}
+
+void perf_lat_clock_timed(perf_lat_clock_t *c)
+{
+    c->timed_ns0 = perf_now_ns();
 }
 
 uint64_t perf_lat_clock_now(const perf_lat_clock_t *c)
@@ -81,13 +87,14 @@ uint64_t perf_lat_clock_now(const perf_lat_clock_t *c)
     return perf_now_ns();
 }
 
-void perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n)
+uint64_t perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n)
 {
     uint64_t ticks = perf_lat_clock_now(c) - c->ticks0;
-    uint64_t ns    = perf_now_ns() - c->ns0;
+    uint64_t end   = perf_now_ns();
+    uint64_t ns    = end - c->ns0;
 
     if (!c->tsc || (ticks == 0)) {
-        return;     /* already nanoseconds */
+        return end - c->timed_ns0;  /* the samples are nanoseconds already */
     }
     c->ns_tick = (double)ns / (double)ticks;
     if ((c->ns_tick_cal > 0) && ((c->ns_tick > c->ns_tick_cal * 1.05) ||
@@ -102,4 +109,5 @@ void perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n)
     for (size_t i = 0; i < n; i++) {
         samples[i] *= c->ns_tick;
     }
+    return end - c->timed_ns0;
 }

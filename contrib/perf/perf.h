@@ -227,13 +227,17 @@ uint64_t      perf_now_ns(void);
 typedef struct perf_lat_clock {
     int      tsc;
     uint64_t ns0, ticks0;
+    uint64_t timed_ns0;     /* perf_now_ns() where the timed iterations began */
     double   ns_tick;
     double   ns_tick_cal;   /* measured over 2 ms at start, against which the loop's is checked */
 } perf_lat_clock_t;
 void          perf_lat_clock_start(perf_lat_clock_t *c);
+/* The warm-up is over: the timed iterations begin (start's time until this is called). */
+void          perf_lat_clock_timed(perf_lat_clock_t *c);
 uint64_t      perf_lat_clock_now(const perf_lat_clock_t *c);
-/* Scale n samples taken in ticks to ns, by both clocks' advance since start. */
-void          perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n);
+/* At the loop's end: scale n samples taken in ticks to ns, by both clocks' advance since
+ * start; returns the timed iterations' wall time in ns (perf_t.loop_ns). */
+uint64_t      perf_lat_clock_scale(perf_lat_clock_t *c, double *samples, size_t n);
 
 /* tests.c */
 void          perf_op_cb(xfer_request_t *req, xfer_status_t status, void *arg);

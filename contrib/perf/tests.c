@@ -288,22 +288,11 @@ static void fetch_done(perf_t *perf, size_t slot, uint64_t iter, op_slot_t *op)
 
 /* ---- ping-pong loops ------------------------------------------------------------------------- */
 
-/* The wall time of a latency test's timed iterations (perf->loop_ns): called at the top of
- * iteration i, and with i == total once the last is over. */
-static void loop_clock(perf_t *perf, uint64_t i, uint64_t *start)
-{
-    if (i == perf->p.warmup) {
-        *start = perf_now_ns();
-    } else if (i == perf->p.warmup + perf->p.iters) {
-        perf->loop_ns = perf_now_ns() - *start;
-    }
-}
-
 /* tag_lat. The client times from its send to the reply and halves it. */
 static int tag_lat_run(perf_t *perf, int client)
 {
     const perf_params_t *p = &perf->p;
-    uint64_t total = p->warmup + p->iters, t0, t1, loop_start = 0;
+    uint64_t total = p->warmup + p->iters, t0, t1;
     uint8_t *rbuf = perf_slot_buf(perf, 0), *sbuf = perf_slot_buf(perf, 1);
     uint64_t rtag = client ? TAG_PONG : TAG_PING, stag = client ? TAG_PING : TAG_PONG;
     uint64_t sseed = client ? SEED_CLIENT : SEED_SERVER, rseed = client ? SEED_SERVER : SEED_CLIENT;
@@ -313,7 +302,9 @@ static int tag_lat_run(perf_t *perf, int client)
 
     perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < total; i++) {
-        loop_clock(perf, i, &loop_start);
+        if (i == p->warmup) {
+            perf_lat_clock_timed(&clk);
+        }
         /* the server's receive for i was posted right after its reply to i - 1 */
         if (client || i == 0) {
             perf_op_reset(r);
@@ -383,9 +374,8 @@ static int tag_lat_run(perf_t *perf, int client)
             perf->samples[i - p->warmup] = (double)(t1 - t0) / 2e3;
         }
     }
-    loop_clock(perf, total, &loop_start);
     if (client) {
-        perf_lat_clock_scale(&clk, perf->samples, p->iters);
+        perf->loop_ns = perf_lat_clock_scale(&clk, perf->samples, p->iters);
     }
     return 0;
 }
@@ -433,7 +423,7 @@ static int put_lat_wait(perf_t *perf, uint8_t m, uint64_t iter)
 static int put_lat_run(perf_t *perf, int client)
 {
     const perf_params_t *p = &perf->p;
-    uint64_t total = p->warmup + p->iters, t0 = 0, t1, loop_start = 0;
+    uint64_t total = p->warmup + p->iters, t0 = 0, t1;
     uint8_t *sbuf = perf_slot_buf(perf, 1);
     uint64_t sseed = client ? SEED_CLIENT : SEED_SERVER, rseed = client ? SEED_SERVER : SEED_CLIENT;
     op_slot_t *s = &perf->ops[1];
@@ -442,7 +432,9 @@ static int put_lat_run(perf_t *perf, int client)
 
     perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < total; i++) {
-        loop_clock(perf, i, &loop_start);
+        if (i == p->warmup) {
+            perf_lat_clock_timed(&clk);
+        }
         if (!client) {
             if (put_lat_wait(perf, put_lat_marker(i), i) != 0) {
                 return -1;
@@ -484,9 +476,8 @@ static int put_lat_run(perf_t *perf, int client)
             }
         }
     }
-    loop_clock(perf, total, &loop_start);
     if (client) {
-        perf_lat_clock_scale(&clk, perf->samples, p->iters);
+        perf->loop_ns = perf_lat_clock_scale(&clk, perf->samples, p->iters);
     }
     /* both sides, while the other still progresses: their puts are in the peer's memory
      * before either side closes (a close would otherwise wait for a peer that left) */
@@ -499,12 +490,14 @@ static int tensor_lat_run(perf_t *perf)
     const perf_params_t *p = &perf->p;
     op_slot_t *op = &perf->ops[0];
     perf_lat_clock_t clk;
-    uint64_t t0, loop_start = 0;
+    uint64_t t0;
     xfer_status_t st;
 
     perf_lat_clock_start(&clk);
     for (uint64_t i = 0; i < p->warmup + p->iters; i++) {
-        loop_clock(perf, i, &loop_start);
+        if (i == p->warmup) {
+            perf_lat_clock_timed(&clk);
+        }
         perf_op_reset(op);
         t0 = perf_lat_clock_now(&clk);
         if (perf_op_posted(op, fetch_post(perf, 0, i, op), "xfer_tensor_fetch") != 0) {
@@ -523,8 +516,7 @@ static int tensor_lat_run(perf_t *perf)
         fetch_done(perf, 0, i, op);
         perf_op_release(op);
     }
-    loop_clock(perf, p->warmup + p->iters, &loop_start);
-    perf_lat_clock_scale(&clk, perf->samples, p->iters);
+    perf->loop_ns = perf_lat_clock_scale(&clk, perf->samples, p->iters);
     return 0;
 }
 
