@@ -57,8 +57,6 @@
  * even to a peer whose unexpected queue is full and who holds data credits back. */
 #define XFER_VERBS_CTRL_CREDITS 4
 #define XFER_VERBS_RX_BATCH_MAX 16    /* receives reposted with one ibv_post_recv */
-/* On the bootstrap connection, the peer's word that it took our BYE (verbs_channel.c) */
-#define XFER_VERBS_BYE_TAKEN_BYTE 'B'
 
 typedef struct xfer_verbs_config {
     char     *device;           /* DEVICE: "rxe0" or "rxe0:1"; "" = first active port */
@@ -405,7 +403,7 @@ struct xfer_iface {
     /* XFER_VERBS_TEST_CORRUPT=TYPE:HOW - the tests' stand-in for a fault RC cannot produce
      * (its CRCs catch corruption on the wire): the next message of TYPE this side sends is
      * damaged HOW (type, version, short, field) before it goes, or (bye_taken) goes after a
-     * stray XFER_VERBS_BYE_TAKEN_BYTE on the bootstrap connection, as a lying peer's */
+     * stray "BYE taken" byte (xfer_verbs_ch_say_bye_taken), as a lying peer's */
     uint8_t                   corrupt_type;
     char                      corrupt_how[16];
     const xfer_verbs_devmem_ops_t *devmem;  /* gdr's; NULL in verbs */
@@ -523,6 +521,8 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch);
 /* The peer's BYE, after it took peer_rx of our messages: the channel ends with
  * XFER_ERR_PEER_CLOSED. */
 void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx);
+/* Tell the peer on ch's bootstrap connection that its BYE arrived; 0, or -1 with errno. */
+int  xfer_verbs_ch_say_bye_taken(xfer_ep_h ch);
 void xfer_verbs_ch_timer(xfer_ep_h ch, double now);
 
 /* ---- verbs_tx.c ------------------------------------------------------------------------------- */

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #define READY_BYTE          'R'
+#define BYE_TAKEN_BYTE      'B'     /* the peer took our BYE */
 #define CONNECT_WAIT_MAX    30.0    /* seconds to wait for the peer's ready byte */
 
 static uint32_t random_psn(void)
@@ -601,7 +602,7 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
             return;
         }
         if ((ch->state == XFER_VERBS_CH_CONNECTED) && ch->bye_sent && !ch->bye_taken &&
-            (n == 1) && (buf[0] == XFER_VERBS_BYE_TAKEN_BYTE)) {
+            (n == 1) && (buf[0] == BYE_TAKEN_BYTE)) {
             bye_taken(ch);
             return;
         }
@@ -725,11 +726,16 @@ static void bye_end(xfer_ep_h ch, int delivered, const char *why)
     ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "%s", why);
 }
 
+int xfer_verbs_ch_say_bye_taken(xfer_ep_h ch)
+{
+    const char taken = BYE_TAKEN_BYTE;
+
+    return (send(ch->sock, &taken, 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) ? 0 : -1;
+}
+
 void xfer_verbs_ch_bye_rx(xfer_ep_h ch, uint64_t peer_rx)
 {
-    const char taken = XFER_VERBS_BYE_TAKEN_BYTE;
-
-    if ((ch->sock >= 0) && (send(ch->sock, &taken, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)) {
+    if ((ch->sock >= 0) && (xfer_verbs_ch_say_bye_taken(ch) != 0)) {
         /* the peer's close then ends at its own acknowledgements, or its timeout */
         xfer_log_at(XFER_LOG_DEBUG, XFER_VERBS_SUBSYS, "QP 0x%x: cannot tell the peer that "
                     "its BYE arrived: %s", ch->qp->qp_num, strerror(errno));

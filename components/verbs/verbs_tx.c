@@ -26,7 +26,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 /* Post one work request. Signal it when asked to, or when enough went unsignalled that the
  * send queue or the copy buffers could run out before the next completion. */
@@ -96,9 +95,7 @@ static size_t corrupt(xfer_ep_h ch, uint8_t *msg, size_t msg_len)
     xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "damaging a %s (%s) on purpose",
              xfer_verbs_msg_name(msg[3]), how);
     if (strcmp(how, "bye_taken") == 0) {
-        const char taken = XFER_VERBS_BYE_TAKEN_BYTE;
-
-        (void)!send(ch->sock, &taken, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)xfer_verbs_ch_say_bye_taken(ch);
     } else if (strcmp(how, "type") == 0) {
         msg[3] = 0x7f;
     } else if (strcmp(how, "version") == 0) {
