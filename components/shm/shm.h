@@ -128,8 +128,7 @@ struct xfer_shm_op {
     uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;
     size_t              len;
-    uint64_t            rtag;       /* FETCH: the request id, for a TCANCEL */
-    xfer_fetch_dest_t   fetch;      /* FETCH: where its tensor goes */
+    xfer_tfetch_t       tf;         /* FETCH: the engine's part (shm_tensor.c) */
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
@@ -137,7 +136,7 @@ struct xfer_shm_op {
                                      * once cancelled; the target reads it every slice */
     xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
-    xfer_cancel_hook_t  hook;       /* FETCH, BATCH: on its comp until it completes */
+    xfer_cancel_hook_t  hook;       /* BATCH: on its comp until it completes */
     char                key[];      /* FETCH: the key, for the request frame */
 };
 
@@ -145,6 +144,7 @@ struct xfer_shm_op {
 typedef enum {
     XFER_SHM_SLOT_FREE = XFER_SLOT_FREE,
     XFER_SHM_SLOT_OP,           /* an op waits for the answer */
+    XFER_SHM_SLOT_FETCH,        /* a fetch's op waits for its TRESP */
     XFER_SHM_SLOT_TOMBSTONE,    /* a cancelled fetch whose answer is still to come */
 } xfer_shm_slot_kind_t;
 
@@ -224,7 +224,6 @@ typedef struct xfer_shm_rx {
     uint64_t            id, tag;
     xfer_shm_op_t       *op;
     void                *tag_handle;    /* a message's, from the framework's matching */
-    xfer_tanswer_t      *treq;      /* FETCH_KEY: the request whose key arrives */
 } xfer_shm_rx_t;
 
 struct xfer_ep {
@@ -281,7 +280,7 @@ struct xfer_ep {
     uint64_t            peer_mem_clock;
     unsigned            peer_mem_refused;   /* ranges that did not map; at PEER_MAPS: stop */
 
-    xfer_tanswer_list_t treqs;          /* the peer's tensor requests (the engine's) */
+    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
     int                 in_rx;          /* its input is being handled: answers wait */
 
 
@@ -705,6 +704,7 @@ xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size);
 xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size);
+extern const xfer_tframes_ops_t xfer_shm_tframes_ops;
 /* The engine's primitive: queue the TRESP that answers a. */
 void xfer_shm_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
                             const char *reason);

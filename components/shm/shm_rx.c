@@ -117,10 +117,7 @@ void xfer_shm_rx_abort(xfer_ep_h ep, xfer_status_t status)
         break;
     case XFER_SHM_RX_FETCH_KEY:
         /* the request is not the framework's yet: it only goes with the ep */
-        if (rx->treq != NULL) {
-            xfer_tanswer_discard(rx->treq);
-            rx->treq = NULL;
-        }
+        xfer_tframes_rx_abort(&ep->tf);
         break;
     default:
         /* GET_RESP and TRESP ops hold slots, which the teardown fails */

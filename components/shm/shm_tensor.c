@@ -34,61 +34,37 @@ enum {
 _Static_assert(XFER_SHM_CELL_MIN - XFER_SHM_FRAME_HDR >= XFER_TENSOR_WIRE_META_MAX,
                "the smallest cell cannot carry a tensor's description");
 
-/* ---- consumer ------------------------------------------------------------------------------- */
+/* ---- consumer: the framework's engine keeps the fetches, shm carries their frames ---------- */
 
-/* A fetch whose answer has not started to arrive ends now; its slot keeps a tombstone that
- * drops the answer, which always comes. One whose answer arrives (its data being read, its
- * TDONE queued) is busy. */
-static xfer_status_t fetch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+static xfer_status_t tf_check(void *ep)
 {
-    xfer_shm_op_t *op = ucs_container_of(hook, xfer_shm_op_t, hook);
-    xfer_ep_h ep      = op->ep;
-    uint64_t id       = op->rtag;
-
-    if (op->busy) {
-        return XFER_ERR_BUSY;
-    }
-    ep->slots.s[op->slot].kind = XFER_SHM_SLOT_TOMBSTONE;
-    ep->slots.s[op->slot].obj  = NULL;
-    xfer_shm_op_complete(op, status, 0, 0);
-    if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
-        return XFER_OK;         /* failing: the tombstone goes with the ep's slots */
-    }
-    if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TCANCEL, XFER_OK, id, 0) != XFER_OK) {
-        xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TCANCEL");
-    }
-    return XFER_OK;
+    return xfer_shm_ep_check(ep);
 }
 
-xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
-                                    xfer_comp_t *comp)
+static xfer_status_t tf_op_new(void *arg, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+                               void **op_p)
 {
-    xfer_fetch_dest_t dest;
-    xfer_shm_frame_t hdr;
-    xfer_status_t status;
-    xfer_shm_op_t *op;
-    uint64_t id;
+    xfer_ep_h ep = arg;
 
-    status = xfer_shm_ep_check(ep);
-    if (status == XFER_OK) {
-        status = xfer_fetch_start(args, comp, ep->iface->params.max_key_len, XFER_SHM_SUBSYS,
-                                  &dest);
-    }
-    if (status != XFER_OK) {
-        return status;
-    }
-    op = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FETCH, comp, 0);
-    if (op == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    op->fetch    = dest;
-    op->on_write = 0;       /* completes with its answer */
-    status        = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
-    if (status != XFER_OK) {
-        xfer_shm_op_free(op);
-        return status;
-    }
-    op->rtag = id;          /* the request id, for a TCANCEL */
+    (void)args;
+    *op_p = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FETCH, comp, 0);
+    return (*op_p != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;     /* completes with its answer */
+}
+
+static void tf_op_free(void *op)
+{
+    xfer_shm_op_free(op);
+}
+
+static void tf_op_complete(void *op, xfer_status_t status, size_t length)
+{
+    xfer_shm_op_complete(op, status, length, 0);
+}
+
+static xfer_status_t tf_send_req(void *ep, uint64_t id, const xfer_fetch_args_t *args)
+{
+    xfer_shm_frame_t hdr;
+
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_FETCH;
     hdr.id   = id;
@@ -96,39 +72,35 @@ xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
     hdr.b    = args->key_len;
     /* The request is a copy, owned by its queue entry: a fetch cancelled before the request
      * was written completes (and its op goes) while the entry still waits for the ring. */
-    status = xfer_shm_tx_queue(ep, NULL, &hdr, args->key, args->key_len, 1, 0);
-    if (status != XFER_OK) {
-        xfer_slot_free(&ep->slots, (uint32_t)id);
-        xfer_shm_op_free(op);
-        return status;
-    }
-    xfer_comp_hook(comp, &op->hook, fetch_cancel);     /* off again at its completion */
-    xfer_shm_tx_write(ep);  /* a failure fails the ep, which completes the fetch */
-    return XFER_INPROGRESS;
+    return xfer_shm_tx_queue(ep, NULL, &hdr, args->key, args->key_len, 1, 0);
 }
 
-/* A TRESP with an error: it describes no tensor, and its payload is the reason. */
-static xfer_status_t rx_tresp_failed(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
-                                     const uint8_t *payload, xfer_shm_op_t *op, char *why,
-                                     size_t why_size)
+static void tf_send(void *ep)
 {
-    if (hdr->flags & XFER_SHM_FL_RNDV) {
-        snprintf(why, why_size, "failed TRESP (status %" PRId32 ") with data to read",
-                 hdr->status);
-        return XFER_ERR_PROTOCOL;
-    }
-    ep->rx.status = xfer_shm_status_from_peer(hdr->status);
-    if (op != NULL) {
-        char reason[XFER_REASON_MAX];
+    xfer_shm_tx_write(ep);
+}
 
-        xfer_reason_copy(reason, sizeof(reason), payload, hdr->len);
-        xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "tensor fetch failed at the producer: %s "
-                    "(%s)", reason, xfer_status_string(ep->rx.status));
-        op->busy   = 1;
-        op->base.length = 0;
+static void tf_send_cancel(void *arg, uint64_t id)
+{
+    xfer_ep_h ep = arg;
+
+    if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
+        return;         /* failing: the tombstone goes with the ep's slots */
     }
-    xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
-    return XFER_OK;
+    if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TCANCEL, XFER_OK, id, 0) != XFER_OK) {
+        xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TCANCEL");
+    }
+}
+
+const xfer_tframes_ops_t xfer_shm_tframes_ops = {
+    XFER_SHM_SUBSYS, XFER_SHM_SLOT_FETCH, XFER_SHM_SLOT_TOMBSTONE, offsetof(xfer_shm_op_t, tf),
+    tf_check, tf_op_new, tf_op_free, tf_op_complete, tf_send_req, tf_send, tf_send_cancel,
+};
+
+xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                    xfer_comp_t *comp)
+{
+    return xfer_tframes_fetch(&ep->tf, args, comp, ep->iface->params.max_key_len);
 }
 
 /*
@@ -154,7 +126,7 @@ static void tresp_read_done(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t id, uint64
         memset(&tdone, 0, sizeof(tdone));
         tdone.type   = XFER_SHM_F_TDONE;
         tdone.id     = id;
-        op->len      = op->base.length;     /* what completing on write reports */
+        op->len      = (size_t)op->tf.size;     /* what completing on write reports */
         op->on_write = 1;
         op->tx.op    = op;
         if (xfer_shm_tx_queue(ep, &op->tx, &tdone, NULL, 0, 0, 0) == XFER_OK) {
@@ -166,7 +138,7 @@ static void tresp_read_done(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t id, uint64
     } else if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, status, id, 0) != XFER_OK) {
         xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TDONE");
     }
-    xfer_shm_op_complete(op, status, op->base.length, 0);
+    xfer_shm_op_complete(op, status, (size_t)op->tf.size, 0);
 }
 
 static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
@@ -177,104 +149,74 @@ static void tresp_pull_done(xfer_shm_pull_t *p, xfer_status_t status)
 xfer_status_t xfer_shm_rx_tresp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
-    int rndv = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
+    xfer_status_t status = xfer_shm_status_from_peer(hdr->status);
+    int rndv             = (hdr->flags & XFER_SHM_FL_RNDV) != 0;
     xfer_tensor_wire_meta_t meta;
-    size_t head_len;
-    uint64_t data_len;
-    xfer_status_t status;
+    size_t head_len   = hdr->len;   /* failed: the payload is the reason */
+    uint64_t data_len = 0;
     xfer_shm_op_t *op;
-    void *dest = NULL;
+    void *dest;
 
-    if ((slot == NULL) ||
-        ((slot->kind != XFER_SHM_SLOT_TOMBSTONE) &&
-         ((slot->kind != XFER_SHM_SLOT_OP) || (slot->obj == NULL) ||
-          (((xfer_shm_op_t*)slot->obj)->kind != XFER_SHM_OP_FETCH)))) {
-        snprintf(why, why_size, "TRESP for unknown request id 0x%016" PRIx64, hdr->id);
+    if ((hdr->flags & ~XFER_SHM_FL_RNDV) || ((hdr->a | hdr->b) != 0) ||
+        ((status != XFER_OK) && rndv)) {
+        snprintf(why, why_size, "TRESP of status %" PRId32 " with flags 0x%x or reserved words "
+                 "set", hdr->status, hdr->flags);
         return XFER_ERR_PROTOCOL;
     }
-    if ((hdr->flags & ~XFER_SHM_FL_RNDV) || ((hdr->a | hdr->b) != 0)) {
-        snprintf(why, why_size, "TRESP with unknown flags 0x%x or reserved words set",
-                 hdr->flags);
-        return XFER_ERR_PROTOCOL;
-    }
-    op         = (slot->kind == XFER_SHM_SLOT_OP) ? slot->obj : NULL;
-    ep->rx.op  = op;
-    ep->rx.id  = hdr->id;
-    if (hdr->status != XFER_OK) {
-        return rx_tresp_failed(ep, hdr, payload, op, why, why_size);
-    }
-
-    /* the description is whole in the first cell (the assertion above) */
-    if (xfer_tensor_wire_parse_meta(payload, hdr->len, &meta, &head_len, why, why_size) !=
-        XFER_OK) {
-        return XFER_ERR_PROTOCOL;
-    }
-    if (meta.flags & XFER_TENSOR_META_NONE) {
-        snprintf(why, why_size, "TRESP of status OK describes no tensor");
-        return XFER_ERR_PROTOCOL;
-    }
-    data_len = xfer_tensor_wire_data_len(&meta);
-    if (data_len > ep->max_msg) {
-        snprintf(why, why_size, "TRESP of %" PRIu64 " bytes exceeds the limit of %" PRIu64,
-                 data_len, ep->max_msg);
-        return XFER_ERR_PROTOCOL;
-    }
-    if (rndv ? (!ep->cma || (hdr->len != head_len) || (data_len == 0)) :
-               (hdr->len - head_len > data_len)) {
-        snprintf(why, why_size, "%sTRESP of %" PRIu64 " bytes carries %" PRIu64 " of them%s",
-                 rndv ? "RNDV " : "", data_len, (uint64_t)(hdr->len - head_len),
-                 (rndv && !ep->cma) ? " on an endpoint without cross-memory attach" : "");
-        return XFER_ERR_PROTOCOL;
-    }
-
-    ep->rx.status = XFER_OK;
-    if (op != NULL) {       /* not cancelled: fill the result, find room for the data */
-        xfer_tensor_t t;
-
-        xfer_tensor_wire_meta_to(&meta, &t);
-        op->busy        = 1;
-        op->base.length = (size_t)meta.size;
-        ep->rx.status   = xfer_fetch_land(&op->fetch, &t, data_len, &dest);
-    }
-    if (rndv) {
-        xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
-        if (dest != NULL) {
-            char rwhy[XFER_REASON_MAX] = "";
-            xfer_status_t read;
-
-            /* op is the read's until it ends: rx_tresp_done frees only the slot */
-            ep->rx.op = NULL;
-            read      = xfer_shm_pull(ep, dest, hdr->c, data_len, tresp_pull_done, op, hdr->id,
-                                      rwhy, sizeof(rwhy));
-            if (read != XFER_INPROGRESS) {
-                tresp_read_done(ep, op, hdr->id, data_len, read, rwhy);
-            }
-            return XFER_OK;
+    if (status == XFER_OK) {
+        /* the description is whole in the first cell (the assertion above) */
+        if (xfer_tensor_wire_parse_meta(payload, hdr->len, &meta, &head_len, why, why_size) !=
+            XFER_OK) {
+            return XFER_ERR_PROTOCOL;
         }
-        status = xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, XFER_OK, hdr->id, 0);
-        if (status != XFER_OK) {
-            snprintf(why, why_size, "out of memory for a TDONE");
-            return XFER_ERR_NO_MEMORY;
+        data_len = xfer_tensor_wire_data_len(&meta);
+        if ((meta.flags & XFER_TENSOR_META_NONE) || (data_len > ep->max_msg) ||
+            (rndv ? (!ep->cma || (hdr->len != head_len) || (data_len == 0)) :
+                    (hdr->len - head_len > data_len))) {
+            snprintf(why, why_size, "%sTRESP of %" PRIu64 " bytes (limit %" PRIu64 ") carries %"
+                     PRIu64 " of them%s%s", rndv ? "RNDV " : "", data_len, ep->max_msg,
+                     (uint64_t)(hdr->len - head_len),
+                     (meta.flags & XFER_TENSOR_META_NONE) ? ", describing no tensor" : "",
+                     (rndv && !ep->cma) ? " on an endpoint without cross-memory attach" : "");
+            return XFER_ERR_PROTOCOL;
         }
+    }
+    status = xfer_tframes_resp(&ep->tf, hdr->id, status, &meta, payload, hdr->len, &dest, why,
+                               why_size);
+    if (status != XFER_OK) {
+        return status;
+    }
+    if (!rndv) {
+        xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, dest, (dest != NULL) ? data_len : 0,
+                           data_len);
+        xfer_shm_rx_feed(ep, payload + head_len, hdr->len - head_len);
         return XFER_OK;
     }
-    xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, dest, (dest != NULL) ? data_len : 0, data_len);
-    xfer_shm_rx_feed(ep, payload + head_len, hdr->len - head_len);
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_TRESP, NULL, 0, 0);
+    if (dest != NULL) {
+        char rwhy[XFER_REASON_MAX] = "";
+        xfer_status_t read;
+
+        /* the fetch is the read's until it ends: rx_tresp_done frees only the slot */
+        op              = ucs_container_of(ep->tf.rx_fetch, xfer_shm_op_t, tf);
+        ep->tf.rx_fetch = NULL;
+        read = xfer_shm_pull(ep, dest, hdr->c, data_len, tresp_pull_done, op, hdr->id, rwhy,
+                             sizeof(rwhy));
+        if (read != XFER_INPROGRESS) {
+            tresp_read_done(ep, op, hdr->id, data_len, read, rwhy);
+        }
+    } else if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TDONE, XFER_OK, hdr->id, 0) != XFER_OK) {
+        snprintf(why, why_size, "out of memory for a TDONE");
+        return XFER_ERR_NO_MEMORY;
+    }
     return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_tresp_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_shm_op_t *op = ep->rx.op;
-
     (void)why;
     (void)why_size;
-    xfer_slot_free(&ep->slots, (uint32_t)ep->rx.id);
-    ep->rx.op = NULL;
-    if (op != NULL) {
-        xfer_shm_op_complete(op, ep->rx.status, op->base.length, 0);
-    }
+    xfer_tframes_resp_done(&ep->tf);
     return XFER_OK;
 }
 
@@ -363,8 +305,9 @@ xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
     uint64_t key_len = hdr->b;
-    xfer_tanswer_t *a;
     xfer_status_t status;
+    uint32_t room;
+    void *key;
 
     if ((key_len == 0) || (key_len > ep->max_msg) || (key_len > UINT32_MAX) ||
         (hdr->len > key_len)) {
@@ -372,37 +315,30 @@ xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  "(message limit %" PRIu64 ")", key_len, hdr->len, ep->max_msg);
         return XFER_ERR_PROTOCOL;
     }
-    a = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fail.fw_ep, hdr->id, hdr->a,
-                         (uint32_t)key_len, ep->max_msg, &status, why, why_size);
-    if (a == NULL) {
+    status = xfer_tframes_req(&ep->tf, hdr->id, hdr->a, (uint32_t)key_len, ep->max_msg, &key,
+                              &room, why, why_size);
+    if (status != XFER_OK) {
         return status;
     }
-    ep->rx.treq = a;
-    ep->rx.id   = hdr->id;
+    ep->rx.id = hdr->id;
     /* a key over this side's limit is dropped as it arrives and answered with an error */
-    xfer_shm_rx_expect(ep, XFER_SHM_RX_FETCH_KEY,
-                       (xfer_tanswer_key_room(a) > 0) ? a->key : NULL,
-                       xfer_tanswer_key_room(a), key_len);
+    xfer_shm_rx_expect(ep, XFER_SHM_RX_FETCH_KEY, key, room, key_len);
     xfer_shm_rx_feed(ep, payload, hdr->len);
     return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_tanswer_t *a = ep->rx.treq;
-
     (void)why;
     (void)why_size;
-    ep->rx.treq = NULL;
-    /* answered maybe before this returns; the tensor is released only by progress() */
-    xfer_tanswer_start(a);
+    xfer_tframes_req_done(&ep->tf);
     return XFER_OK;
 }
 
 xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_tanswer_t *a = xfer_tanswer_find(ep->iface->tanswers, &ep->treqs, hdr->id);
+    xfer_tanswer_t *a = xfer_tanswer_find(ep->iface->tanswers, &ep->tf.treqs, hdr->id);
 
     (void)payload;
     (void)why;
@@ -422,10 +358,7 @@ xfer_status_t xfer_shm_rx_tcancel(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     (void)payload;
     (void)why;
     (void)why_size;
-    if (!xfer_tanswer_cancel(ep->iface->tanswers, &ep->treqs, hdr->id)) {
-        xfer_log_at(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "TCANCEL for id 0x%016" PRIx64 " that is "
-                    "no longer waiting", hdr->id);
-    }
+    xfer_tframes_cancel_rx(&ep->tf, hdr->id);
     return XFER_OK;
 }
 
@@ -446,17 +379,13 @@ void xfer_shm_treqs_gone(xfer_ep_h ep, xfer_status_t status)
 {
     xfer_tanswer_t *a;
 
-    if ((ep->rx.kind == XFER_SHM_RX_FETCH_KEY) && (ep->rx.treq != NULL)) {
-        xfer_tanswer_discard(ep->rx.treq);      /* its key was arriving */
-        ep->rx.treq = NULL;
-    }
     /* an answer still waiting for the ring leaves it before its tensor goes */
-    for (a = ep->treqs.first; a != NULL; a = a->next) {
+    for (a = ep->tf.treqs.first; a != NULL; a = a->next) {
         xfer_shm_answer_t *ans = a->priv;
 
         if ((ans->a == a) && (ans->rndv != PREQ_RNDV_SENT)) {
             tx_unqueue(ep, &ans->tx);
         }
     }
-    xfer_tanswers_ep_gone(&ep->treqs, status);
+    xfer_tframes_ep_gone(&ep->tf, status);
 }

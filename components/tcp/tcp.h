@@ -140,8 +140,7 @@ struct xfer_tcp_op {
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer */
     size_t              len;        /* its length */
-    xfer_fetch_dest_t   fetch;      /* FETCH: where its tensor goes */
-    xfer_cancel_hook_t  hook;       /* FETCH: on its comp until it completes */
+    xfer_tfetch_t       tf;         /* FETCH: the engine's part (tcp_tensor.c) */
     uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
     /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
      * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,
@@ -212,12 +211,10 @@ typedef struct xfer_tcp_rx {
     xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
     xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
     void                *tag_handle;    /* a message's, from the framework's matching */
-    xfer_tanswer_t      *treq;      /* tensor request whose key is arriving */
     xfer_memh_h         memh;       /* PUT target region */
     /* PUTV: the payload goes to blocks viov[vidx..vcnt) (dest, want, got: the current one) */
     struct iovec        *viov;
     uint32_t            vcnt, vidx;
-    uint64_t            size;       /* TENSOR_RESP: the tensor's size */
     /* dest is CUDA memory: the payload is read into bounce buffers, each copied to
      * dest + dbase once full (tcp_cuda.c); the frame is done once every copy landed */
     int                 dev;
@@ -341,7 +338,7 @@ struct xfer_ep {
 
     xfer_slots_t        slots;          /* requests awaiting the peer's answer */
 
-    xfer_tanswer_list_t treqs;          /* the peer's tensor requests (the engine's) */
+    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
 
     int                 in_ready;       /* on iface->rx_ready */
     int                 in_tx_ready;    /* on iface->tx_ready */
@@ -607,6 +604,7 @@ xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 /* ---- tcp_tensor.c --------------------------------------------------------------------------- */
 extern const xfer_tcp_rx_handler_t xfer_tcp_rx_tensor_req, xfer_tcp_rx_tensor_resp,
                                    xfer_tcp_rx_tensor_cancel;
+extern const xfer_tframes_ops_t xfer_tcp_tframes_ops;
 /* The engine's primitive: queue the TENSOR_RESP that answers a. */
 void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_tensor_t *tensor,
                             const char *reason);

@@ -76,6 +76,8 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);
+    xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, &ep->slots, iface->tanswers,
+                      params->fw_ep);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->flushes);
@@ -600,7 +602,7 @@ static void ep_teardown(void *arg, xfer_status_t status)
     xfer_tcp_ep_rx_abort(ep, status);
     xfer_notify_rx_end(ep->fail.fw_ep, &ep->batch_notify);    /* one part-way in */
     xfer_slots_end_all(&ep->slots, slot_end, status);
-    xfer_tanswers_ep_gone(&ep->treqs, status);
+    xfer_tframes_ep_gone(&ep->tf, status);
 }
 
 static xfer_log_level_t ep_who(void *arg, char *buf, size_t size)

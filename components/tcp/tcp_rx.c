@@ -83,9 +83,7 @@ void xfer_tcp_ep_rx_abort(xfer_ep_h ep, xfer_status_t status)
     if (rx->tag_handle != NULL) {
         xfer_tag_done(rx->tag_handle, status);
     }
-    if (rx->treq != NULL) {
-        xfer_tanswer_discard(rx->treq);     /* its key was arriving */
-    }
+    xfer_tframes_rx_abort(&ep->tf);     /* a request whose key was arriving */
     if (rx->hdr.striped) {
         xfer_tcp_lanes_rx_reset(ep);
     }

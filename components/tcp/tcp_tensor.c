@@ -1,11 +1,11 @@
 /*
  * Tensor fetches over tcp, both sides.
  *
- * Consumer: tensor_fetch() sends TENSOR_REQ {id, step, key}; the TENSOR_RESP fills the
- * result and its data lands in the caller's buffer or in one the alloc callback returns.
- * Cancelling a fetch whose response has not started to arrive sends TENSOR_CANCEL, completes
- * the fetch, and leaves a tombstone in its slot so that the response, which always comes, is
- * drained and dropped.
+ * The framework's engine (xfer_tframes_*, engine.h) keeps the fetches of both sides; tcp
+ * carries its frames. Consumer: a fetch sends TENSOR_REQ {id, step, key}; the TENSOR_RESP's
+ * data is read straight into the place the engine says (device memory through the bounce
+ * buffers, tcp_cuda.c), or drained when the fetch was cancelled (TENSOR_CANCEL) or the
+ * data has nowhere to go.
  *
  * Producer: a TENSOR_REQ goes to the framework's engine (xfer_tanswer_*, engine.h), which
  * keeps it until the tensor is published and calls xfer_tcp_tensor_answer - at once or much
@@ -22,113 +22,110 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- consumer ------------------------------------------------------------------------------- */
+/* ---- consumer: the framework's engine keeps the fetches, tcp carries their frames ---------- */
 
-/* A fetch whose response has not started to arrive ends now; its slot keeps a tombstone that
- * drops the response, which always comes. */
-static xfer_status_t fetch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status)
+static xfer_status_t tf_check(void *ep)
 {
-    xfer_tcp_op_t *op = ucs_container_of(hook, xfer_tcp_op_t, hook);
-    xfer_ep_h ep      = op->ep;
-    uint64_t id       = xfer_slot_id(&ep->slots, op->slot);
-
-    if (op->busy) {
-        return XFER_ERR_BUSY;   /* its response is arriving */
-    }
-    ep->slots.s[op->slot].kind = XFER_TCP_SLOT_TOMBSTONE;
-    ep->slots.s[op->slot].obj  = NULL;
-    xfer_tcp_op_complete(op, status, 0, 0);
-    if ((ep->state == XFER_TCP_EP_CONNECTED) || (ep->state == XFER_TCP_EP_CREATED)) {
-        if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) != XFER_OK) {
-            xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
-                                   "TENSOR_CANCEL");
-            return XFER_OK;
-        }
-        xfer_tcp_ep_tx_post(ep);
-    }
-    return XFER_OK;
+    return xfer_tcp_ep_check(ep);
 }
 
-xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
-                                    xfer_comp_t *comp)
+static xfer_status_t tf_op_new(void *arg, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+                               void **op_p)
 {
-    xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                               XFER_TCP_WIRE_TENSOR_REQ, 0, 0, 0, 0};
-    xfer_tcp_wire_tensor_req_t req;
-    xfer_fetch_dest_t dest;
-    xfer_status_t status;
-    xfer_tcp_op_t *op;
-    uint8_t *p;
+    xfer_ep_h ep              = arg;
+    xfer_tcp_op_t *op         = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FETCH, comp);
+    char why[XFER_REASON_MAX] = "";
 
-    status = xfer_tcp_ep_check(ep);
-    if (status == XFER_OK) {
-        status = xfer_fetch_start(args, comp, ep->limits.max_key_len, XFER_TCP_SUBSYS, &dest);
-    }
-    if (status != XFER_OK) {
-        return status;
-    }
-    op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FETCH, comp);
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->fetch = dest;
     if (args->buffer != NULL) {
-        char why[XFER_REASON_MAX] = "";
-        int cuda = xfer_tcp_buf_is_cuda(ep->iface, args->buffer, args->capacity, args->memh,
+        op->cuda = xfer_tcp_buf_is_cuda(ep->iface, args->buffer, args->capacity, args->memh,
                                         why, sizeof(why));
-
-        if (cuda < 0) {
+        if (op->cuda < 0) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch: %s", why);
             xfer_tcp_op_free(op);
             return XFER_ERR_INVALID_PARAM;
         }
-        op->cuda = cuda;
     }
-    status = xfer_slot_alloc(&ep->slots, XFER_TCP_SLOT_FETCH, op, &hdr.id, &op->slot);
-    if (status != XFER_OK) {
-        xfer_tcp_op_free(op);
-        return status;
-    }
-    hdr.length = XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len;
-    p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
+    *op_p = op;
+    return XFER_OK;
+}
+
+static void tf_op_free(void *op)
+{
+    xfer_tcp_op_free(op);
+}
+
+static void tf_op_complete(void *op, xfer_status_t status, size_t length)
+{
+    xfer_tcp_op_complete(op, status, length, 0);
+}
+
+static xfer_status_t tf_send_req(void *arg, uint64_t id, const xfer_fetch_args_t *args)
+{
+    xfer_ep_h ep               = arg;
+    xfer_tcp_wire_hdr_t hdr    = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                                  XFER_TCP_WIRE_TENSOR_REQ, 0, id,
+                                  XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len, 0};
+    xfer_tcp_wire_tensor_req_t req = {args->step, (uint32_t)args->key_len};
+    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
+
     if (p == NULL) {
-        xfer_slot_free(&ep->slots, op->slot);
-        xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
-    xfer_comp_hook(comp, &op->hook, fetch_cancel);     /* off again at its completion */
-    req.step    = args->step;
-    req.key_len = (uint32_t)args->key_len;
     xfer_tcp_wire_pack_hdr(&hdr, p);
     xfer_tcp_wire_pack_tensor_req_ext(&req, p + XFER_TCP_WIRE_HDR_LEN);
     memcpy(p + XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_TREQ_EXT_LEN, args->key, args->key_len);
+    return XFER_OK;
+}
+
+static void tf_send(void *arg)
+{
+    xfer_ep_h ep = arg;
+
     xfer_tcp_ep_tx_post(ep);
     if (ep->rx.state == XFER_TCP_RX_PAUSED) {
         xfer_tcp_iface_rx_kick(ep->iface, ep);  /* its response must get through */
     }
-    return XFER_INPROGRESS;
+}
+
+static void tf_send_cancel(void *arg, uint64_t id)
+{
+    xfer_ep_h ep = arg;
+
+    if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
+        return;
+    }
+    if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) != XFER_OK) {
+        xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a TENSOR_CANCEL");
+        return;
+    }
+    xfer_tcp_ep_tx_post(ep);
+}
+
+const xfer_tframes_ops_t xfer_tcp_tframes_ops = {
+    XFER_TCP_SUBSYS, XFER_TCP_SLOT_FETCH, XFER_TCP_SLOT_TOMBSTONE, offsetof(xfer_tcp_op_t, tf),
+    tf_check, tf_op_new, tf_op_free, tf_op_complete, tf_send_req, tf_send, tf_send_cancel,
+};
+
+xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,
+                                    xfer_comp_t *comp)
+{
+    return xfer_tframes_fetch(&ep->tf, args, comp, ep->limits.max_key_len);
 }
 
 static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                         size_t why_size)
 {
-    xfer_tcp_rx_t *rx     = &ep->rx;
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, rx->hdr.id);
+    xfer_tcp_rx_t *rx = &ep->rx;
     xfer_tcp_wire_tensor_resp_t resp;
     xfer_status_t status;
     uint64_t data_len;
-    xfer_tensor_t meta;
     size_t need;
     void *dest;
-    int dev;
-    xfer_tcp_op_t *op;
+    int dev = 0;
 
-    if ((slot == NULL) ||
-        ((slot->kind != XFER_TCP_SLOT_FETCH) && (slot->kind != XFER_TCP_SLOT_TOMBSTONE))) {
-        snprintf(why, why_size, "TENSOR_RESP for unknown request id 0x%016" PRIx64,
-                 rx->hdr.id);
-        return XFER_ERR_PROTOCOL;
-    }
     status = xfer_tcp_wire_unpack_tensor_resp_ext(ext, rx->ext_len, &rx->hdr,
                                                   &ep->iface->limits, &resp, &need, why,
                                                   why_size);
@@ -136,40 +133,28 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
         rx->ext_len = need;     /* read the dims and the reason too, then come back */
         return XFER_INPROGRESS;
     }
+    if (status == XFER_OK) {
+        status = xfer_tframes_resp(&ep->tf, rx->hdr.id, rx->hdr.status, &resp.meta,
+                                   ext + rx->ext_len - resp.reason_len, resp.reason_len, &dest,
+                                   why, why_size);
+    }
     if (status != XFER_OK) {
         return status;
     }
     data_len = xfer_tensor_wire_data_len(&resp.meta);
-    op       = slot->obj;
-    rx->op   = op;
-    rx->size = resp.meta.size;
-    if (op == NULL) {   /* cancelled: drop the answer */
-        xfer_tcp_rx_expect(ep, NULL, 0, data_len);
-        return XFER_OK;
-    }
-    op->busy = 1;
-    if (rx->hdr.status != XFER_OK) {
-        char reason[XFER_TCP_WIRE_MAX_REASON + 1];
+    if (dest != NULL) {
+        xfer_tfetch_t *f = ep->tf.rx_fetch;
 
-        xfer_reason_copy(reason, sizeof(reason), ext + rx->ext_len - resp.reason_len,
-                         resp.reason_len);
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "tensor fetch failed at the producer: %s "
-                    "(%s)", reason, xfer_status_string((xfer_status_t)rx->hdr.status));
-        rx->status = rx->hdr.status;
-        xfer_tcp_rx_expect(ep, NULL, 0, 0);
-        return XFER_OK;
-    }
-    xfer_tensor_wire_meta_to(&resp.meta, &meta);
-    rx->status = xfer_fetch_land(&op->fetch, &meta, data_len, &dest);
-    dev        = op->cuda;
-    if ((dest != NULL) && (dest != op->fetch.buf)) {
-        /* the alloc callback's buffer: found out what it is */
-        dev = xfer_tcp_cuda_detect(ep->iface, dest, (size_t)data_len, why, why_size);
-        if (dev < 0) {
-            xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch into an allocated buffer: "
-                     "%s", why);
-            rx->status = XFER_ERR_INVALID_PARAM;
-            dest       = NULL;
+        dev = ucs_container_of(f, xfer_tcp_op_t, tf)->cuda;
+        if (dest != f->dest.buf) {
+            /* the alloc callback's buffer: find out what it is */
+            dev = xfer_tcp_cuda_detect(ep->iface, dest, (size_t)data_len, why, why_size);
+            if (dev < 0) {
+                xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tensor fetch into an allocated "
+                         "buffer: %s", why);
+                ep->tf.rx_status = XFER_ERR_INVALID_PARAM;
+                dest             = NULL;
+            }
         }
     }
     if (dest == NULL) {
@@ -184,15 +169,9 @@ static xfer_status_t rx_tensor_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *
 
 static xfer_status_t rx_tensor_resp_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_tcp_op_t *op = ep->rx.op;
-
     (void)why;
     (void)why_size;
-    xfer_slot_free(&ep->slots, (uint32_t)ep->rx.hdr.id);
-    if (op != NULL) {
-        xfer_tcp_op_complete(op, ep->rx.status,
-                             (ep->rx.hdr.status == XFER_OK) ? (size_t)ep->rx.size : 0, 0);
-    }
+    xfer_tframes_resp_done(&ep->tf);
     return XFER_OK;
 }
 
@@ -257,31 +236,26 @@ static xfer_status_t rx_tensor_req_ext(xfer_ep_h ep, const uint8_t *ext, char *w
 {
     xfer_tcp_wire_tensor_req_t req;
     xfer_status_t status;
+    uint32_t room;
+    void *key;
 
     status = xfer_tcp_wire_unpack_tensor_req_ext(ext, &ep->rx.hdr, &ep->iface->limits, &req,
                                                  why, why_size);
-    if (status != XFER_OK) {
-        return status;
+    if (status == XFER_OK) {
+        status = xfer_tframes_req(&ep->tf, ep->rx.hdr.id, req.step, req.key_len,
+                                  ep->limits.max_msg_size, &key, &room, why, why_size);
     }
-    ep->rx.treq = xfer_tanswer_new(ep->iface->tanswers, &ep->treqs, ep, ep->fail.fw_ep,
-                                   ep->rx.hdr.id, req.step, req.key_len,
-                                   ep->limits.max_msg_size, &status, why, why_size);
-    if (ep->rx.treq == NULL) {
-        return status;
+    if (status == XFER_OK) {
+        xfer_tcp_rx_expect(ep, key, room, req.key_len - room);
     }
-    xfer_tcp_rx_expect(ep, ep->rx.treq->key, req.key_len, 0);
-    return XFER_OK;
+    return status;
 }
 
 static xfer_status_t rx_tensor_req_done(xfer_ep_h ep, char *why, size_t why_size)
 {
-    xfer_tanswer_t *a = ep->rx.treq;
-
     (void)why;
     (void)why_size;
-    ep->rx.treq = NULL;
-    /* answered maybe before this returns; the tensor is released only by progress() */
-    xfer_tanswer_start(a);
+    xfer_tframes_req_done(&ep->tf);
     return XFER_OK;
 }
 
@@ -292,10 +266,7 @@ static xfer_status_t rx_tensor_cancel_ext(xfer_ep_h ep, const uint8_t *ext, char
     (void)why;
     (void)why_size;
     xfer_tcp_rx_expect(ep, NULL, 0, 0);
-    if (!xfer_tanswer_cancel(ep->iface->tanswers, &ep->treqs, ep->rx.hdr.id)) {
-        xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "TENSOR_CANCEL for id 0x%016" PRIx64
-                    " that is no longer waiting", ep->rx.hdr.id);
-    }
+    xfer_tframes_cancel_rx(&ep->tf, ep->rx.hdr.id);
     return XFER_OK;
 }
 

@@ -562,6 +562,110 @@ static inline int xfer_tanswers_pending(const xfer_tanswers_t *t)
 XFER_API void xfer_tanswers_ep_gone(xfer_tanswer_list_t *list, xfer_status_t status);
 
 /*
+ * Tensor fetches over a component's own frames (framework/tensor_frames.c), both sides, for
+ * the transports that frame their messages themselves (tcp, shm):
+ *
+ *   REQ     id, step, key                                           consumer -> producer
+ *   RESP    id, status, the description or the reason, the data     producer -> consumer
+ *   CANCEL  id                                                      consumer -> producer
+ *
+ * A RESP answers every REQ exactly once, also after a CANCEL (then XFER_ERR_CANCELED unless
+ * it was already on its way). The component carries the frames - its wire format, its queues,
+ * how the data moves - and hands the engine what arrives. The engine keeps this side's
+ * fetches (a slot each; a cancelled one leaves a tombstone there that drops the answer which
+ * still comes), says where an answer's data goes and completes its fetch; the peer's requests
+ * go to the producer's engine above (xfer_tanswer_*). Everything is under the iface's lock.
+ */
+typedef struct xfer_tframes xfer_tframes_t;
+
+/* A fetch's part of the component's op, zeroed with it. */
+typedef struct xfer_tfetch {
+    xfer_fetch_dest_t  dest;        /* where its tensor goes */
+    xfer_cancel_hook_t hook;        /* on its comp until it completes */
+    xfer_tframes_t     *tf;
+    uint32_t           slot;        /* its index in tf->slots; its id is the REQ's */
+    int                busy;        /* its answer arrives: too late to cancel */
+    uint64_t           size;        /* the tensor's size, reported at completion */
+} xfer_tfetch_t;
+
+/* What the component does for the engine. ep is the component's endpoint, op its op. */
+typedef struct xfer_tframes_ops {
+    const char    *subsys;
+    uint32_t      slot_kind;        /* the kind of a fetch's slot, and of a cancelled one's */
+    uint32_t      tomb_kind;
+    size_t        fetch_offset;     /* of the xfer_tfetch_t in op */
+    /* May a fetch be posted now: XFER_OK, or the status that says why not. */
+    xfer_status_t (*check)(void *ep);
+    /* A zeroed op for a fetch with comp into args' buffer (its memory checked:
+     * XFER_ERR_INVALID_PARAM), or XFER_ERR_NO_MEMORY. op_free() takes back one not posted. */
+    xfer_status_t (*op_new)(void *ep, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+                            void **op_p);
+    void          (*op_free)(void *op);
+    void          (*op_complete)(void *op, xfer_status_t status, size_t length);
+    /* Queue REQ (XFER_ERR_NO_MEMORY: nothing queued), then send what is queued (a failure
+     * fails the ep, which completes the fetch). */
+    xfer_status_t (*send_req)(void *ep, uint64_t id, const xfer_fetch_args_t *args);
+    void          (*send)(void *ep);
+    /* Queue CANCEL and send it, where the ep still sends; nothing otherwise. */
+    void          (*send_cancel)(void *ep, uint64_t id);
+} xfer_tframes_ops_t;
+
+/* An endpoint's fetches, both ways (in the component's endpoint). */
+struct xfer_tframes {
+    const xfer_tframes_ops_t *ops;
+    void                *ep;
+    xfer_slots_t        *slots;         /* the endpoint's, shared with its other requests */
+    xfer_tanswers_t     *tanswers;
+    void                *fw_ep;
+    xfer_tanswer_list_t treqs;          /* the peer's requests */
+    /* the frame being received */
+    xfer_tfetch_t       *rx_fetch;      /* RESP: the fetch it answers (NULL: cancelled) */
+    uint64_t            rx_id;
+    xfer_status_t       rx_status;
+    xfer_tanswer_t      *rx_treq;       /* REQ: the request whose key arrives */
+};
+
+XFER_API void xfer_tframes_init(xfer_tframes_t *tf, const xfer_tframes_ops_t *ops, void *ep,
+                                xfer_slots_t *slots, xfer_tanswers_t *tanswers, void *fw_ep);
+/* Post a fetch (its key at most max_key_len bytes): XFER_INPROGRESS, or the error with
+ * nothing left behind. */
+XFER_API xfer_status_t xfer_tframes_fetch(xfer_tframes_t *tf, const xfer_fetch_args_t *args,
+                                          xfer_comp_t *comp, uint32_t max_key_len);
+/* The fetch op holds, or NULL. */
+static inline xfer_tfetch_t *xfer_tframes_fetch_of(const xfer_tframes_t *tf, void *op)
+{
+    return (op == NULL) ? NULL : (xfer_tfetch_t*)(void*)((char*)op + tf->ops->fetch_offset);
+}
+/* A RESP for id begins to arrive. Of a status not XFER_OK it carries reason (reason_len
+ * bytes) and no data; else it describes meta, whose data_len bytes go to *dest_p (NULL: they
+ * are dropped - the fetch was cancelled, or its buffer is too small, or alloc gave none).
+ * tf->rx_fetch is the fetch it answers, NULL when cancelled; it ends at
+ * xfer_tframes_resp_done(). XFER_ERR_PROTOCOL (why) when id answers no fetch. */
+XFER_API xfer_status_t xfer_tframes_resp(xfer_tframes_t *tf, uint64_t id, xfer_status_t status,
+                                         const xfer_tensor_wire_meta_t *meta, const void *reason,
+                                         size_t reason_len, void **dest_p, char *why,
+                                         size_t why_size);
+/* The RESP was received whole: its slot freed, its fetch (tf->rx_fetch, unless the component
+ * took it away) completed. */
+XFER_API void xfer_tframes_resp_done(xfer_tframes_t *tf);
+/* A REQ {id, step, key_len} begins to arrive (max_size: the largest tensor its answer may
+ * carry): its key goes to *key_p, *room_p bytes of it (NULL: dropped as it arrives, to be
+ * answered with an error). XFER_ERR_PROTOCOL or XFER_ERR_NO_MEMORY with why. */
+XFER_API xfer_status_t xfer_tframes_req(xfer_tframes_t *tf, uint64_t id, uint64_t step,
+                                        uint32_t key_len, uint64_t max_size, void **key_p,
+                                        uint32_t *room_p, char *why, size_t why_size);
+/* Its key is in: the request goes to the framework (answered maybe before this returns). */
+XFER_API void xfer_tframes_req_done(xfer_tframes_t *tf);
+/* A CANCEL for id arrived. */
+XFER_API void xfer_tframes_cancel_rx(xfer_tframes_t *tf, uint64_t id);
+/* The frame being received is abandoned (the endpoint fails): a request whose key was
+ * arriving is dropped. */
+XFER_API void xfer_tframes_rx_abort(xfer_tframes_t *tf);
+/* The endpoint goes: the peer's requests withdrawn, the tensors answered with released with
+ * status (the component let go of its answers first). Its fetches end with its slots. */
+XFER_API void xfer_tframes_ep_gone(xfer_tframes_t *tf, xfer_status_t status);
+
+/*
  * Batch walks (framework/batch_walk.c): a batch (xfer_batch_args_t) moved descriptor by
  * descriptor through the transport's own puts and gets - tcp's gets and its small puts
  * gathered into frames, shm's ring, the framework's batches on a transport without a batch
