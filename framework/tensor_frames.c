@@ -17,12 +17,14 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-void xfer_tframes_init(xfer_tframes_t *tf, const xfer_tframes_ops_t *ops, void *ep,
-                       xfer_slots_t *slots, xfer_tanswers_t *tanswers, void *fw_ep)
+void xfer_tframes_init(xfer_tframes_t *tf, const xfer_tframes_ops_t *ops, xfer_ep_h ep,
+                       xfer_op_pool_t *pool, xfer_slots_t *slots, xfer_tanswers_t *tanswers,
+                       void *fw_ep)
 {
     memset(tf, 0, sizeof(*tf));
     tf->ops      = ops;
     tf->ep       = ep;
+    tf->pool     = pool;
     tf->slots    = slots;
     tf->tanswers = tanswers;
     tf->fw_ep    = fw_ep;
@@ -48,7 +50,7 @@ static xfer_status_t fetch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status
     }
     tf->slots->s[f->slot].kind = tf->ops->tomb_kind;
     tf->slots->s[f->slot].obj  = NULL;
-    tf->ops->op_complete(op_of(tf, f), status, 0);
+    xfer_op_complete(tf->pool, op_of(tf, f), status, 0, 0);
     tf->ops->send_cancel(tf->ep, id);
     return XFER_OK;
 }
@@ -84,7 +86,7 @@ xfer_status_t xfer_tframes_fetch(xfer_tframes_t *tf, const xfer_fetch_args_t *ar
         }
     }
     if (status != XFER_OK) {
-        ops->op_free(op);
+        xfer_op_put(tf->pool, op);
         return status;
     }
     xfer_comp_hook(comp, &f->hook, fetch_cancel);      /* off again at its completion */
@@ -136,7 +138,7 @@ void xfer_tframes_resp_done(xfer_tframes_t *tf)
     tf->rx_fetch = NULL;
     xfer_slot_free(tf->slots, (uint32_t)tf->rx_id);
     if (f != NULL) {
-        tf->ops->op_complete(op_of(tf, f), tf->rx_status, (size_t)f->size);
+        xfer_op_complete(tf->pool, op_of(tf, f), tf->rx_status, (size_t)f->size, 0);
     }
 }
 

@@ -102,8 +102,8 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->cma       = iface->me.cma && peer.cma;
     ep->token     = xfer_random64();
     xfer_slots_init(&ep->slots, SLOTS_MAX);
-    xfer_tframes_init(&ep->tf, &xfer_shm_tframes_ops, ep, &ep->slots, iface->tanswers,
-                      params->fw_ep);
+    xfer_tframes_init(&ep->tf, &xfer_shm_tframes_ops, ep, iface->ops, &ep->slots,
+                      iface->tanswers, params->fw_ep);
     ep->max_msg   = cfg->max_msg_size;
     ep->fd        = -1;
     ep->memfd     = -1;

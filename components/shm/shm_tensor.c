@@ -36,32 +36,15 @@ _Static_assert(XFER_SHM_CELL_MIN - XFER_SHM_FRAME_HDR >= XFER_TENSOR_WIRE_META_M
 
 /* ---- consumer: the framework's engine keeps the fetches, shm carries their frames ---------- */
 
-static xfer_status_t tf_check(void *ep)
-{
-    return xfer_shm_ep_check(ep);
-}
-
-static xfer_status_t tf_op_new(void *arg, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+static xfer_status_t tf_op_new(xfer_ep_h ep, const xfer_fetch_args_t *args, xfer_comp_t *comp,
                                void **op_p)
 {
-    xfer_ep_h ep = arg;
-
     (void)args;
     *op_p = xfer_shm_op_new(ep->iface, ep, XFER_SHM_OP_FETCH, comp, 0);
     return (*op_p != NULL) ? XFER_OK : XFER_ERR_NO_MEMORY;     /* completes with its answer */
 }
 
-static void tf_op_free(void *op)
-{
-    xfer_shm_op_free(op);
-}
-
-static void tf_op_complete(void *op, xfer_status_t status, size_t length)
-{
-    xfer_shm_op_complete(op, status, length, 0);
-}
-
-static xfer_status_t tf_send_req(void *ep, uint64_t id, const xfer_fetch_args_t *args)
+static xfer_status_t tf_send_req(xfer_ep_h ep, uint64_t id, const xfer_fetch_args_t *args)
 {
     xfer_shm_frame_t hdr;
 
@@ -75,15 +58,8 @@ static xfer_status_t tf_send_req(void *ep, uint64_t id, const xfer_fetch_args_t 
     return xfer_shm_tx_queue(ep, NULL, &hdr, args->key, args->key_len, 1, 0);
 }
 
-static void tf_send(void *ep)
+static void tf_send_cancel(xfer_ep_h ep, uint64_t id)
 {
-    xfer_shm_tx_write(ep);
-}
-
-static void tf_send_cancel(void *arg, uint64_t id)
-{
-    xfer_ep_h ep = arg;
-
     if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
         return;         /* failing: the tombstone goes with the ep's slots */
     }
@@ -94,7 +70,7 @@ static void tf_send_cancel(void *arg, uint64_t id)
 
 const xfer_tframes_ops_t xfer_shm_tframes_ops = {
     XFER_SHM_SUBSYS, XFER_SHM_SLOT_FETCH, XFER_SHM_SLOT_TOMBSTONE, offsetof(xfer_shm_op_t, tf),
-    tf_check, tf_op_new, tf_op_free, tf_op_complete, tf_send_req, tf_send, tf_send_cancel,
+    xfer_shm_ep_check, tf_op_new, tf_send_req, xfer_shm_tx_write, tf_send_cancel,
 };
 
 xfer_status_t xfer_shm_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,

@@ -76,8 +76,8 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);
-    xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, &ep->slots, iface->tanswers,
-                      params->fw_ep);
+    xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, iface->ops, &ep->slots,
+                      iface->tanswers, params->fw_ep);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
     ucs_list_head_init(&ep->flushes);

@@ -24,15 +24,9 @@
 
 /* ---- consumer: the framework's engine keeps the fetches, tcp carries their frames ---------- */
 
-static xfer_status_t tf_check(void *ep)
-{
-    return xfer_tcp_ep_check(ep);
-}
-
-static xfer_status_t tf_op_new(void *arg, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+static xfer_status_t tf_op_new(xfer_ep_h ep, const xfer_fetch_args_t *args, xfer_comp_t *comp,
                                void **op_p)
 {
-    xfer_ep_h ep              = arg;
     xfer_tcp_op_t *op         = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FETCH, comp);
     char why[XFER_REASON_MAX] = "";
 
@@ -52,24 +46,14 @@ static xfer_status_t tf_op_new(void *arg, const xfer_fetch_args_t *args, xfer_co
     return XFER_OK;
 }
 
-static void tf_op_free(void *op)
+static xfer_status_t tf_send_req(xfer_ep_h ep, uint64_t id, const xfer_fetch_args_t *args)
 {
-    xfer_tcp_op_free(op);
-}
-
-static void tf_op_complete(void *op, xfer_status_t status, size_t length)
-{
-    xfer_tcp_op_complete(op, status, length, 0);
-}
-
-static xfer_status_t tf_send_req(void *arg, uint64_t id, const xfer_fetch_args_t *args)
-{
-    xfer_ep_h ep               = arg;
-    xfer_tcp_wire_hdr_t hdr    = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
-                                  XFER_TCP_WIRE_TENSOR_REQ, 0, id,
-                                  XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len, 0};
+    xfer_tcp_wire_hdr_t hdr        = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
+                                      XFER_TCP_WIRE_TENSOR_REQ, 0, id,
+                                      XFER_TCP_WIRE_TREQ_EXT_LEN + args->key_len, 0};
     xfer_tcp_wire_tensor_req_t req = {args->step, (uint32_t)args->key_len};
-    uint8_t *p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + hdr.length, 0);
+    uint8_t *p                     = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN +
+                                                            hdr.length, 0);
 
     if (p == NULL) {
         return XFER_ERR_NO_MEMORY;
@@ -80,20 +64,17 @@ static xfer_status_t tf_send_req(void *arg, uint64_t id, const xfer_fetch_args_t
     return XFER_OK;
 }
 
-static void tf_send(void *arg)
+static int tf_send(xfer_ep_h ep)
 {
-    xfer_ep_h ep = arg;
-
     xfer_tcp_ep_tx_post(ep);
     if (ep->rx.state == XFER_TCP_RX_PAUSED) {
         xfer_tcp_iface_rx_kick(ep->iface, ep);  /* its response must get through */
     }
+    return 0;
 }
 
-static void tf_send_cancel(void *arg, uint64_t id)
+static void tf_send_cancel(xfer_ep_h ep, uint64_t id)
 {
-    xfer_ep_h ep = arg;
-
     if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
         return;
     }
@@ -106,7 +87,7 @@ static void tf_send_cancel(void *arg, uint64_t id)
 
 const xfer_tframes_ops_t xfer_tcp_tframes_ops = {
     XFER_TCP_SUBSYS, XFER_TCP_SLOT_FETCH, XFER_TCP_SLOT_TOMBSTONE, offsetof(xfer_tcp_op_t, tf),
-    tf_check, tf_op_new, tf_op_free, tf_op_complete, tf_send_req, tf_send, tf_send_cancel,
+    xfer_tcp_ep_check, tf_op_new, tf_send_req, tf_send, tf_send_cancel,
 };
 
 xfer_status_t xfer_tcp_tensor_fetch(xfer_ep_h ep, const xfer_fetch_args_t *args,

@@ -588,32 +588,31 @@ typedef struct xfer_tfetch {
     uint64_t           size;        /* the tensor's size, reported at completion */
 } xfer_tfetch_t;
 
-/* What the component does for the engine. ep is the component's endpoint, op its op. */
+/* What the component does for the engine. */
 typedef struct xfer_tframes_ops {
     const char    *subsys;
     uint32_t      slot_kind;        /* the kind of a fetch's slot, and of a cancelled one's */
     uint32_t      tomb_kind;
-    size_t        fetch_offset;     /* of the xfer_tfetch_t in op */
+    size_t        fetch_offset;     /* of the xfer_tfetch_t in the component's op */
     /* May a fetch be posted now: XFER_OK, or the status that says why not. */
-    xfer_status_t (*check)(void *ep);
-    /* A zeroed op for a fetch with comp into args' buffer (its memory checked:
-     * XFER_ERR_INVALID_PARAM), or XFER_ERR_NO_MEMORY. op_free() takes back one not posted. */
-    xfer_status_t (*op_new)(void *ep, const xfer_fetch_args_t *args, xfer_comp_t *comp,
+    xfer_status_t (*check)(xfer_ep_h ep);
+    /* A zeroed op from the iface's pool for a fetch with comp into args' buffer (its memory
+     * checked: XFER_ERR_INVALID_PARAM), or XFER_ERR_NO_MEMORY. */
+    xfer_status_t (*op_new)(xfer_ep_h ep, const xfer_fetch_args_t *args, xfer_comp_t *comp,
                             void **op_p);
-    void          (*op_free)(void *op);
-    void          (*op_complete)(void *op, xfer_status_t status, size_t length);
     /* Queue REQ (XFER_ERR_NO_MEMORY: nothing queued), then send what is queued (a failure
-     * fails the ep, which completes the fetch). */
-    xfer_status_t (*send_req)(void *ep, uint64_t id, const xfer_fetch_args_t *args);
-    void          (*send)(void *ep);
+     * fails the ep, which completes the fetch; what send returns is not looked at). */
+    xfer_status_t (*send_req)(xfer_ep_h ep, uint64_t id, const xfer_fetch_args_t *args);
+    int           (*send)(xfer_ep_h ep);
     /* Queue CANCEL and send it, where the ep still sends; nothing otherwise. */
-    void          (*send_cancel)(void *ep, uint64_t id);
+    void          (*send_cancel)(xfer_ep_h ep, uint64_t id);
 } xfer_tframes_ops_t;
 
 /* An endpoint's fetches, both ways (in the component's endpoint). */
 struct xfer_tframes {
     const xfer_tframes_ops_t *ops;
-    void                *ep;
+    xfer_ep_h           ep;
+    xfer_op_pool_t      *pool;          /* the iface's: the fetches' ops */
     xfer_slots_t        *slots;         /* the endpoint's, shared with its other requests */
     xfer_tanswers_t     *tanswers;
     void                *fw_ep;
@@ -625,8 +624,9 @@ struct xfer_tframes {
     xfer_tanswer_t      *rx_treq;       /* REQ: the request whose key arrives */
 };
 
-XFER_API void xfer_tframes_init(xfer_tframes_t *tf, const xfer_tframes_ops_t *ops, void *ep,
-                                xfer_slots_t *slots, xfer_tanswers_t *tanswers, void *fw_ep);
+XFER_API void xfer_tframes_init(xfer_tframes_t *tf, const xfer_tframes_ops_t *ops, xfer_ep_h ep,
+                                xfer_op_pool_t *pool, xfer_slots_t *slots,
+                                xfer_tanswers_t *tanswers, void *fw_ep);
 /* Post a fetch (its key at most max_key_len bytes): XFER_INPROGRESS, or the error with
  * nothing left behind. */
 XFER_API xfer_status_t xfer_tframes_fetch(xfer_tframes_t *tf, const xfer_fetch_args_t *args,
