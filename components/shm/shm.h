@@ -128,7 +128,6 @@ struct xfer_shm_op {
     uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;
     size_t              len;
-    xfer_tfetch_t       tf;         /* FETCH: the engine's part (shm_tensor.c) */
     uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
     uint64_t            mark_tx;    /* FLUSH: entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
@@ -137,6 +136,7 @@ struct xfer_shm_op {
     xfer_memh_h         memh;       /* RECV: the buffer's registration, or NULL */
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     xfer_cancel_hook_t  hook;       /* BATCH: on its comp until it completes */
+    xfer_tfetch_t       tf;         /* FETCH: the engine's part (shm_tensor.c) */
     char                key[];      /* FETCH: the key, for the request frame */
 };
 
@@ -280,7 +280,6 @@ struct xfer_ep {
     uint64_t            peer_mem_clock;
     unsigned            peer_mem_refused;   /* ranges that did not map; at PEER_MAPS: stop */
 
-    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
     int                 in_rx;          /* its input is being handled: answers wait */
 
 
@@ -289,6 +288,7 @@ struct xfer_ep {
     unsigned            idle;           /* looks in a row that found no work */
     ucs_list_link_t     watch_link;
     xfer_shm_map_t      act_map;        /* the peer iface's activity map, mapped here */
+    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */

@@ -140,7 +140,6 @@ struct xfer_tcp_op {
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer */
     size_t              len;        /* its length */
-    xfer_tfetch_t       tf;         /* FETCH: the engine's part (tcp_tensor.c) */
     uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
     /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
      * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,
@@ -153,6 +152,7 @@ struct xfer_tcp_op {
     uint64_t            mark_lane[XFER_TCP_WIRE_LANES_MAX];   /* and of each lane */
     xfer_tcp_tx_t       tx;         /* zero-copy frame of a large SEND or PUT */
     uint8_t             hdr[XFER_TCP_OP_HDR_MAX];
+    xfer_tfetch_t       tf;         /* FETCH: the engine's part (tcp_tensor.c) */
 };
 
 /* An outstanding request of this side, found again by the id in its response (ep->slots, the
@@ -338,7 +338,6 @@ struct xfer_ep {
 
     xfer_slots_t        slots;          /* requests awaiting the peer's answer */
 
-    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
 
     int                 in_ready;       /* on iface->rx_ready */
     int                 in_tx_ready;    /* on iface->tx_ready */
@@ -372,6 +371,7 @@ struct xfer_ep {
     socklen_t           lane_addr_len;
     uint64_t            peer_token;     /* client: what its lanes' hellos carry */
     unsigned            lanes_awaited;  /* server: lanes not attached yet */
+    xfer_tframes_t      tf;             /* tensor fetches, both ways (the engine's) */
 };
 
 /* ---- interface ------------------------------------------------------------------------------ */
