@@ -110,7 +110,7 @@ typedef enum {
     XFER_SHM_OP_BATCH,          /* one BATCH frame, answered by BATCH_ACK (shm_batch.c) */
 } xfer_shm_op_kind_t;
 
-#define XFER_SHM_OP_POOL_EXTRA 64u  /* key bytes of a pooled op (shm_iface.c) */
+#define XFER_SHM_OP_POOL_EXTRA 64u  /* payload bytes of a pooled op (shm_iface.c) */
 
 #define XFER_SHM_BATCH_MAX 65536u   /* descriptors of one BATCH frame: a target reads
                                      * 24 bytes each */
@@ -137,7 +137,8 @@ struct xfer_shm_op {
     xfer_shm_tx_t       tx;         /* the frames of a SEND, PUT or GET */
     xfer_cancel_hook_t  hook;       /* BATCH: on its comp until it completes */
     xfer_tfetch_t       tf;         /* FETCH: the engine's part (shm_tensor.c) */
-    char                key[];      /* FETCH: the key, for the request frame */
+    char                key[];      /* its first frame's payload, kept with it: a batch's
+                                     * notification, a rendezvous message's memfd range */
 };
 
 /* The kinds of ep->slots (the framework's slot table): requests awaiting the peer's answer. */

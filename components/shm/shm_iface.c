@@ -64,7 +64,7 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         return status;
     }
     /* one op per receive, put, get and large send: from a pool, not malloc; one with more
-     * than XFER_SHM_OP_POOL_EXTRA bytes of key (a long notification) on its own */
+     * than XFER_SHM_OP_POOL_EXTRA bytes of payload (a long notification) on its own */
     if (xfer_op_pool_create(sizeof(xfer_shm_op_t), XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops",
                             &iface->ops) != XFER_OK) {
         iface->ops = NULL;
