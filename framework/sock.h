@@ -21,11 +21,7 @@
  * does not resolve; XFER_ERR_UNAVAILABLE: the resolver cannot answer now (why: its words). */
 xfer_status_t xfer_sock_resolve(const char *address, int allow_any_port,
                                 struct addrinfo **list_p, char *why, size_t why_size);
-/* A non-blocking listening socket bound to sa, and the port it got. XFER_ERR_BUSY: the port
- * is taken; XFER_ERR_UNAVAILABLE: this host has no such address; XFER_ERR_INVALID_PARAM: a
- * privileged port. */
-xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
-                               uint16_t *port_p, char *why, size_t why_size);
+/* xfer_sock_listen(): component.h, for tcp's lane ports too. */
 /* Listen at address on every address it resolves to, one socket each (at most max, IPv6
  * sockets IPv6 only), all on one port: ":port" is loopback in both families, "*:port" every
  * interface in both. A family or address the host lacks is skipped while another binds. */

@@ -46,39 +46,6 @@ static unsigned lanes_auto(void)
     return (cores >= 16) ? 4 : 2;
 }
 
-/* A listening socket on the address of sa (its port replaced by one the kernel picks). */
-static int listen_on(const struct sockaddr_storage *sa, socklen_t len, uint16_t *port_p)
-{
-    struct sockaddr_storage ss = *sa;
-    int fd;
-
-    if (ss.ss_family == AF_INET6) {
-        ((struct sockaddr_in6*)&ss)->sin6_port = 0;
-    } else if (ss.ss_family == AF_INET) {
-        ((struct sockaddr_in*)&ss)->sin_port = 0;
-    } else {
-        errno = EAFNOSUPPORT;
-        return -1;
-    }
-    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        return -1;
-    }
-    /* a burst of endpoints connects all its lanes before the server looks: the kernel's
-     * largest backlog (net.core.somaxconn) holds them */
-    if ((bind(fd, (struct sockaddr*)&ss, len) != 0) || (listen(fd, SOMAXCONN) != 0) ||
-        (getsockname(fd, (struct sockaddr*)&ss, &len) != 0)) {
-        int err = errno;
-
-        close(fd);
-        errno = err;
-        return -1;
-    }
-    *port_p = ntohs((ss.ss_family == AF_INET6) ? ((struct sockaddr_in6*)&ss)->sin6_port :
-                                                 ((struct sockaddr_in*)&ss)->sin_port);
-    return fd;
-}
-
 void xfer_tcp_lanes_iface_open(xfer_iface_h iface)
 {
     unsigned want = iface->cfg->lanes ? (unsigned)iface->cfg->lanes : lanes_auto();
@@ -138,6 +105,7 @@ xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
     struct sockaddr_storage here;
     socklen_t len = sizeof(here);
     xfer_tcp_lane_port_t *lp;
+    char why[XFER_REASON_MAX];
     struct in6_addr host;
     char at[INET6_ADDRSTRLEN];
 
@@ -160,14 +128,22 @@ xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
     if (lp == NULL) {
         return NULL;
     }
-    lp->family = here.ss_family;
-    lp->host   = host;
-    lp->fd     = listen_on(&here, len, &lp->port);
+    lp->family  = here.ss_family;
+    lp->host    = host;
+    lp->fd      = -1;
     ev.data.u64 = (uintptr_t)lp | XFER_TCP_EV_LPORT;
-    if ((lp->fd < 0) || (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, lp->fd, &ev) != 0)) {
+    /* the address lane 0 came in at, a port the kernel picks (host_of: IPv4 or IPv6) */
+    if (here.ss_family == AF_INET6) {
+        ((struct sockaddr_in6*)&here)->sin6_port = 0;
+    } else {
+        ((struct sockaddr_in*)&here)->sin_port = 0;
+    }
+    if ((xfer_sock_listen((struct sockaddr*)&here, len, &lp->fd, &lp->port, why,
+                          sizeof(why)) != XFER_OK) ||
+        ((epoll_ctl(iface->epfd, EPOLL_CTL_ADD, lp->fd, &ev) != 0) &&
+         (snprintf(why, sizeof(why), "epoll_ctl: %s", strerror(errno)) > 0))) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port at %s (%s): its endpoints use "
-                 "one connection (XFER_TCP_LANES=1 says so without trying)", at,
-                 strerror(errno));
+                 "one connection (XFER_TCP_LANES=1 says so without trying)", at, why);
         if (lp->fd >= 0) {
             close(lp->fd);
         }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/socket.h>
 
 #include <xfer/xfer.h>
 
@@ -578,6 +579,12 @@ XFER_API int  xfer_ep_secret_tag_equal(const uint8_t *a, const uint8_t *b);
  * poll fails. */
 XFER_API xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms,
                                       const char *what, char *why, size_t why_size);
+/* A non-blocking listening socket bound to sa (its port 0: one the kernel picks), with the
+ * largest backlog the kernel allows, and the port it got. XFER_ERR_BUSY: the port is taken;
+ * XFER_ERR_UNAVAILABLE: this host has no such address; XFER_ERR_INVALID_PARAM: a privileged
+ * port; XFER_ERR_IO otherwise (why says which call failed). */
+XFER_API xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
+                                        uint16_t *port_p, char *why, size_t why_size);
 
 /* Copy a formatted reason into a fixed buffer (truncating safely). */
 XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
