@@ -448,6 +448,13 @@ struct xfer_rkey {
 
 /* ---- tcp_component.c ------------------------------------------------------------------------ */
 int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name);
+/* The host part of an IPv4 or IPv6 socket address as text: 1, or 0 with "?" in buf. */
+int xfer_tcp_host_text(const struct sockaddr *sa, char *buf, size_t size);
+struct ifaddrs;
+/* ifa's address as text, when it is an IP address of an interface that is up and selected
+ * (XFER_TCP_IFACE): 1, else 0. */
+int xfer_tcp_ifaddr_text(const xfer_tcp_config_t *cfg, const struct ifaddrs *ifa, char *buf,
+                         size_t size);
 
 /* ---- tcp_iface.c ---------------------------------------------------------------------------- */
 XFER_COMPONENT_CORE_DECLARE(tcp);

@@ -158,6 +158,29 @@ int xfer_tcp_iface_selected(const xfer_tcp_config_t *cfg, const char *name)
     return 0;
 }
 
+int xfer_tcp_host_text(const struct sockaddr *sa, char *buf, size_t size)
+{
+    const void *a = (sa->sa_family == AF_INET6) ?
+                            (const void*)&((const struct sockaddr_in6*)sa)->sin6_addr :
+                            (const void*)&((const struct sockaddr_in*)sa)->sin_addr;
+
+    if (((sa->sa_family == AF_INET) || (sa->sa_family == AF_INET6)) &&
+        (inet_ntop(sa->sa_family, a, buf, (socklen_t)size) != NULL)) {
+        return 1;
+    }
+    snprintf(buf, size, "?");
+    return 0;
+}
+
+int xfer_tcp_ifaddr_text(const xfer_tcp_config_t *cfg, const struct ifaddrs *ifa, char *buf,
+                         size_t size)
+{
+    return (ifa->ifa_addr != NULL) && (ifa->ifa_flags & IFF_UP) &&
+           ((ifa->ifa_addr->sa_family == AF_INET) || (ifa->ifa_addr->sa_family == AF_INET6)) &&
+           xfer_tcp_iface_selected(cfg, ifa->ifa_name) &&
+           xfer_tcp_host_text(ifa->ifa_addr, buf, size);
+}
+
 static xfer_device_attr_t *device_find_or_add(xfer_component_attr_t *attr, const char *name)
 {
     xfer_device_attr_t *dev;
@@ -216,11 +239,8 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
         char addr[INET6_ADDRSTRLEN];
         xfer_device_attr_t *dev;
         int fresh;
-        const void *src;
 
-        if ((ifa->ifa_addr == NULL) || !(ifa->ifa_flags & IFF_UP) ||
-            ((ifa->ifa_addr->sa_family != AF_INET) && (ifa->ifa_addr->sa_family != AF_INET6)) ||
-            !xfer_tcp_iface_selected(cfg, ifa->ifa_name)) {
+        if (!xfer_tcp_ifaddr_text(cfg, ifa, addr, sizeof(addr))) {
             continue;
         }
         fresh = 1;
@@ -234,13 +254,8 @@ static xfer_status_t tcp_query(const void *config, xfer_component_attr_t *attr)
         if (fresh) {
             device_add_link_attrs(dev, sock, ifa->ifa_flags);
         }
-        src = (ifa->ifa_addr->sa_family == AF_INET) ?
-                      (const void*)&((struct sockaddr_in*)ifa->ifa_addr)->sin_addr :
-                      (const void*)&((struct sockaddr_in6*)ifa->ifa_addr)->sin6_addr;
-        if (inet_ntop(ifa->ifa_addr->sa_family, src, addr, sizeof(addr)) != NULL) {
-            xfer_device_attr_add(dev, (ifa->ifa_addr->sa_family == AF_INET) ? "inet" : "inet6",
-                                 "%s", addr);
-        }
+        xfer_device_attr_add(dev, (ifa->ifa_addr->sa_family == AF_INET) ? "inet" : "inet6",
+                             "%s", addr);
     }
     if (sock >= 0) {
         close(sock);

@@ -49,18 +49,9 @@ static void address_build(xfer_iface_h iface)
     }
     for (ifa = ifa_list; ifa != NULL; ifa = ifa->ifa_next) {
         char addr[INET6_ADDRSTRLEN];
-        const void *src;
         int n;
 
-        if ((ifa->ifa_addr == NULL) || !(ifa->ifa_flags & IFF_UP) ||
-            ((ifa->ifa_addr->sa_family != AF_INET) && (ifa->ifa_addr->sa_family != AF_INET6)) ||
-            !xfer_tcp_iface_selected(iface->cfg, ifa->ifa_name)) {
-            continue;
-        }
-        src = (ifa->ifa_addr->sa_family == AF_INET) ?
-                      (const void*)&((struct sockaddr_in*)ifa->ifa_addr)->sin_addr :
-                      (const void*)&((struct sockaddr_in6*)ifa->ifa_addr)->sin6_addr;
-        if (inet_ntop(ifa->ifa_addr->sa_family, src, addr, sizeof(addr)) == NULL) {
+        if (!xfer_tcp_ifaddr_text(iface->cfg, ifa, addr, sizeof(addr))) {
             continue;
         }
         n = snprintf(iface->address + off, sizeof(iface->address) - off, "%s%s=%s",

@@ -84,18 +84,6 @@ static int host_of(const struct sockaddr_storage *ss, struct in6_addr *a)
     return 0;
 }
 
-static void host_str(const struct sockaddr_storage *ss, char *buf, size_t size)
-{
-    const void *a = (ss->ss_family == AF_INET6) ?
-                            (const void*)&((const struct sockaddr_in6*)ss)->sin6_addr :
-                            (const void*)&((const struct sockaddr_in*)ss)->sin_addr;
-
-    if (((ss->ss_family != AF_INET) && (ss->ss_family != AF_INET6)) ||
-        (inet_ntop(ss->ss_family, a, buf, (socklen_t)size) == NULL)) {
-        snprintf(buf, size, "?");
-    }
-}
-
 /* The lane port at the address ep's bootstrap connection came in at: found, or opened now.
  * NULL when it cannot be (ep then uses one connection). */
 xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
@@ -117,7 +105,7 @@ xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
             return lp;
         }
     }
-    host_str(&here, at, sizeof(at));
+    (void)xfer_tcp_host_text((struct sockaddr*)&here, at, sizeof(at));
     if (iface->num_lane_ports >= XFER_TCP_LANE_PORTS_MAX) {
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "no lane port at %s: %u addresses have "
                     "theirs already; its endpoints use one connection", at,
@@ -227,7 +215,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
     int fd = acc->fd;
 
     if (getpeername(fd, (struct sockaddr*)&theirs, &tlen) == 0) {
-        host_str(&theirs, host, sizeof(host));
+        (void)xfer_tcp_host_text((struct sockaddr*)&theirs, host, sizeof(host));
     }
     if (xfer_tcp_wire_unpack_lane_hello(acc->buf, &hello, why, sizeof(why)) != XFER_OK) {
         goto refuse;
