@@ -1,7 +1,7 @@
 /*
- * Tensor fetches over a component's own frames, both sides (engine.h): what tcp and shm once
- * wrote each for itself, written once. The component carries REQ, RESP and CANCEL frames;
- * this file keeps the fetches and the peer's requests.
+ * Tensor fetches over a component's own frames, both sides (engine.h), for the transports
+ * that frame their messages themselves (tcp, shm). The component carries REQ, RESP and CANCEL
+ * frames; this file keeps the fetches and the peer's requests.
  *
  * Consumer: a fetch is the component's op with a slot of its endpoint, whose id names the REQ.
  * Cancelling a fetch whose RESP has not begun to arrive completes it at once, sends CANCEL

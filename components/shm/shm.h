@@ -123,7 +123,6 @@ struct xfer_shm_op {
     xfer_shm_op_kind_t  kind;
     xfer_iface_h        iface;
     xfer_ep_h           ep;         /* RECV: the source */
-    int                 busy;       /* data is arriving: too late to cancel */
     int                 on_write;   /* complete once its frames are written */
     uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;

@@ -172,7 +172,6 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
 
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
-    op->busy = 0;
     xfer_op_complete(op->iface->ops, op, status, length, tag);
     /* a flush waiting for this put or get completes after it */
     if ((op->serial != 0) && (op->ep != NULL) &&

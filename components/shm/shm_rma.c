@@ -402,7 +402,6 @@ xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                  "%zu", (unsigned long long)hdr->a, hdr->len, op->len);
         return XFER_ERR_PROTOCOL;
     }
-    op->busy  = 1;
     ep->rx.op = op;
     xfer_shm_rx_expect(ep, XFER_SHM_RX_GET_RESP, op->buf, op->len, hdr->a);
     xfer_shm_rx_feed(ep, payload, hdr->len);

@@ -296,7 +296,6 @@ xfer_status_t xfer_shm_rx_fetch(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     if (status != XFER_OK) {
         return status;
     }
-    ep->rx.id = hdr->id;
     /* a key over this side's limit is dropped as it arrives and answered with an error */
     xfer_shm_rx_expect(ep, XFER_SHM_RX_FETCH_KEY, key, room, key_len);
     xfer_shm_rx_feed(ep, payload, hdr->len);

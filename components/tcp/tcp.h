@@ -133,7 +133,6 @@ struct xfer_tcp_op {
     xfer_tcp_op_kind_t  kind;
     xfer_iface_h        iface;
     xfer_ep_h           ep;         /* the ep it runs on */
-    int                 busy;       /* data is arriving: too late to cancel */
     int                 tx_pending; /* its zero-copy frame is still in the send queue */
     int                 on_write;   /* SEND, unacknowledged PUT: complete once written */
     int                 cuda;       /* buf is CUDA memory (tcp_cuda.c moves it) */
@@ -209,7 +208,7 @@ typedef struct xfer_tcp_rx {
     uint32_t            batch_flags;    /* BATCH_END being received */
     uint64_t            batch_puts;
     xfer_status_t       status;     /* the frame's result (TRUNCATED, target-side errors) */
-    xfer_tcp_op_t       *op;        /* RECV/GET/FETCH the payload belongs to */
+    xfer_tcp_op_t       *op;        /* GET the payload belongs to */
     void                *tag_handle;    /* a message's, from the framework's matching */
     xfer_memh_h         memh;       /* PUT target region */
     /* PUTV: the payload goes to blocks viov[vidx..vcnt) (dest, want, got: the current one) */
@@ -337,7 +336,6 @@ struct xfer_ep {
                                          * read straight into place */
 
     xfer_slots_t        slots;          /* requests awaiting the peer's answer */
-
 
     int                 in_ready;       /* on iface->rx_ready */
     int                 in_tx_ready;    /* on iface->tx_ready */

@@ -289,7 +289,6 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
     if ((op->serial != 0) && (op->ep != NULL)) {
         xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
     }
-    op->busy = 0;
     xfer_op_complete(op->iface->ops, op, status, length, tag);
 }
 

@@ -513,7 +513,6 @@ static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why
                  ep->rx.hdr.length, op->len);
         return XFER_ERR_PROTOCOL;
     }
-    op->busy      = 1;
     ep->rx.op     = op;
     ep->rx.status = ep->rx.hdr.status;
     if (op->cuda) {
