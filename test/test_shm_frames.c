@@ -2,7 +2,7 @@
  * shm, what a peer writes into our ring itself: frames no sender writes (a 4 GiB message,
  * shared puts and inline payloads out of bounds, a put frame into CUDA memory, batches whose
  * stop word or descriptors the peer does not map, notifications of lengths that do not add
- * up) fail the endpoint with a protocol error, read or write nothing outside what they may,
+ * up, tensor answers to no fetch of ours) fail the endpoint with a protocol error, read or write nothing outside what they may,
  * and leave the process's other peers working; notifications part way in count against the
  * process's budget. The suite is test_shm.c's.
  */
@@ -28,6 +28,7 @@
 typedef struct scribble {
     uint32_t len;
     uint16_t type, flags;
+    int32_t  status;
     uint64_t id, a, b, c, d, e;
     int      key_from_ctl;
     int      payload;
@@ -92,6 +93,7 @@ static int srv_scribbler(tp_side_t *s)
         memcpy(base + 512, &w.len, 4);      /* the cell the consumer reads next (tail 0) */
         memcpy(base + 516, &w.type, 2);
         memcpy(base + 518, &w.flags, 2);
+        memcpy(base + 520, &w.status, 4);
         memcpy(base + 528, &w.id, 8);
         memcpy(base + 536, &w.a, 8);
         memcpy(base + 544, &w.b, 8);
@@ -170,6 +172,24 @@ Test(shm, a_shared_put_frame_out_of_bounds_fails_the_endpoint)
         char what[64];
 
         snprintf(what, sizeof(what), "bad SHARE frame %zu", i);
+        scribbled(&bad[i], what);
+    }
+}
+
+/* Failed TRESP frames (9, status XFER_ERR_NOT_FOUND) answering no fetch of ours - an id that
+ * was never a request, and one of another generation with a reason after it: the shared
+ * tensor engine (framework/tensor_frames.c) refuses them as tcp's test_tcp_proto does. */
+Test(shm, a_tensor_answer_to_no_fetch_of_ours_fails_the_endpoint)
+{
+    static const scribble_t bad[] = {
+        {.type = 9, .status = XFER_ERR_NOT_FOUND, .id = 1},
+        {.type = 9, .status = XFER_ERR_NOT_FOUND, .id = 1ull << 32, .len = 8, .payload = 1},
+    };
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char what[64];
+
+        snprintf(what, sizeof(what), "a TRESP to no fetch (%zu)", i);
         scribbled(&bad[i], what);
     }
 }
