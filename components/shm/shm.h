@@ -119,7 +119,6 @@ typedef enum {
 struct xfer_shm_op {
     xfer_op_t           base;       /* the framework's: comp (or a receive's tag_handle), and
                                      * the result once complete */
-    ucs_list_link_t     list;       /* ep->flushes */
     xfer_shm_op_kind_t  kind;
     xfer_iface_h        iface;
     xfer_ep_h           ep;         /* RECV: the source */
@@ -127,8 +126,9 @@ struct xfer_shm_op {
     uint32_t            slot;       /* outstanding request: index in ep->slots */
     void                *buf;
     size_t              len;
-    uint64_t            serial;     /* PUT/GET: rank among the ep's; FLUSH: wait for this */
-    uint64_t            mark_tx;    /* FLUSH: entries queued before it */
+    uint64_t            serial;     /* PUT/GET/BATCH: its serial among ep->flushes' */
+    xfer_flush_t        flush;      /* FLUSH: its place among ep->flushes ... */
+    uint64_t            mark_tx;    /* ... and the entries queued before it */
     uint64_t            mark_coop;  /* FLUSH: shared puts posted before it */
     uint64_t            stop_ns;    /* BATCH: its deadline (0: none), XFER_SHM_BATCH_STOP
                                      * once cancelled; the target reads it every slice */
@@ -263,9 +263,7 @@ struct xfer_ep {
     xfer_shm_rx_t       rx;
 
     xfer_notify_rx_t    notify_rx;      /* a notification arriving over several cells */
-    uint64_t            rma_posted;     /* PUTs, GETs and BATCHes ever posted */
-    uint64_t            rma_done;       /* ... and completed (answers come in order) */
-    ucs_list_link_t     flushes;        /* XFER_SHM_OP_FLUSH, posting order */
+    xfer_flushes_t      flushes;        /* XFER_SHM_OP_FLUSH, and what they wait for */
 
     xfer_shm_coop_t     coop[XFER_SHM_COOP_SLOTS];
     unsigned            coop_busy;      /* slots whose put waits for the target */
@@ -543,8 +541,6 @@ extern const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops;
     xfer_ep_fail_later(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
 /* Flushes whose conditions now hold complete. */
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep);
-/* A PUT or GET completed (they complete in order). */
-void xfer_shm_ep_rma_done(xfer_ep_h ep);
 /* Cross-memory attach between this process and the peer: move len bytes between local and
  * the peer's remote address (to_peer: write into the peer). XFER_OK, or an error with why. */
 xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t len, int to_peer,

@@ -187,7 +187,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
         return XFER_ERR_NO_MEMORY;
     }
     op->len    = args->count;
-    op->serial = ++ep->rma_posted;
+    op->serial = xfer_flushes_posted(&ep->flushes);
     memcpy(op->key, args->notify, nlen);
     op->on_write = 1;
     memset(&hdr, 0, sizeof(hdr));
@@ -223,7 +223,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
         memcpy(op->key, args->notify, nlen);
     }
     op->len    = args->count;
-    op->serial = ++ep->rma_posted;
+    op->serial = xfer_flushes_posted(&ep->flushes);
     memset(&hdr, 0, sizeof(hdr));
     hdr.type  = XFER_SHM_F_BATCH;
     hdr.flags = (args->is_put ? 0 : XFER_SHM_FL_GET) |

@@ -69,6 +69,8 @@ static void ep_addr_unpack(const uint8_t *b, ep_addr_t *a)
     memcpy(&a->act_ino, b + 64, 8);
 }
 
+static const xfer_flushes_ops_t flushes_ops;
+
 xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
                                  xfer_ep_h *ep_p)
 {
@@ -108,7 +110,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->fd        = -1;
     ep->memfd     = -1;
     ucs_list_head_init(&ep->txq);
-    ucs_list_head_init(&ep->flushes);
+    xfer_flushes_init(&ep->flushes, &flushes_ops, ep);
     xfer_ep_fail_init(&ep->fail, ep, params->fw_ep);
 
     seg_len   = xfer_shm_seg_len((uint32_t)cfg->cells, (uint32_t)cfg->cell_size);
@@ -359,38 +361,34 @@ xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
 
 /* ---- flushes -------------------------------------------------------------------------------- */
 
-void xfer_shm_ep_rma_done(xfer_ep_h ep)
+/* A flush's own conditions: the entries before it written, the shared puts before it done. */
+static int flush_reached(void *arg, xfer_flush_t *f, xfer_status_t *status_p)
 {
-    ep->rma_done++;
-    if (ep->state == XFER_SHM_EP_CONNECTED) {
-        xfer_shm_ep_flushes_check(ep);
-    }
+    xfer_shm_op_t *op = ucs_container_of(f, xfer_shm_op_t, flush);
+    xfer_ep_h ep      = arg;
+
+    (void)status_p;
+    return (ep->tx_done >= op->mark_tx) && !xfer_shm_coop_waits(ep, op->mark_coop);
 }
+
+static void flush_complete(xfer_flush_t *f, xfer_status_t status)
+{
+    xfer_shm_op_complete(ucs_container_of(f, xfer_shm_op_t, flush), status, 0, 0);
+}
+
+static const xfer_flushes_ops_t flushes_ops = {flush_reached, flush_complete};
 
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep)
 {
-    unsigned count = 0;
-
-    while (!ucs_list_is_empty(&ep->flushes)) {
-        xfer_shm_op_t *op = ucs_list_head(&ep->flushes, xfer_shm_op_t, list);
-
-        if ((ep->rma_done < op->serial) || (ep->tx_done < op->mark_tx) ||
-            xfer_shm_coop_waits(ep, op->mark_coop)) {
-            break;
-        }
-        ucs_list_del(&op->list);
-        xfer_shm_op_complete(op, XFER_OK, 0, 0);
-        count++;
-    }
-    return count;
+    return (ep->state == XFER_SHM_EP_CONNECTED) ? xfer_flushes_check(&ep->flushes) : 0;
 }
 
 /* Nothing a flush would wait for: every entry written, every put and get answered. What is
  * in the peer's ring is in its host's memory: written entries are delivered. */
 static int all_delivered(xfer_ep_h ep)
 {
-    return (ep->rma_done == ep->rma_posted) && (ep->tx_done == ep->tx_queued) &&
-           !xfer_shm_coop_waits(ep, ep->coop_posted) && ucs_list_is_empty(&ep->flushes);
+    return xfer_flushes_idle(&ep->flushes) && (ep->tx_done == ep->tx_queued) &&
+           !xfer_shm_coop_waits(ep, ep->coop_posted);
 }
 
 xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
@@ -414,10 +412,9 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    op->serial  = ep->rma_posted;
     op->mark_tx   = ep->tx_queued;
     op->mark_coop = ep->coop_posted;
-    ucs_list_add_tail(&ep->flushes, &op->list);
+    xfer_flushes_add(&ep->flushes, &op->flush);
     return XFER_INPROGRESS;
 }
 
@@ -472,7 +469,6 @@ static void ep_teardown(void *arg, xfer_status_t status)
 {
     xfer_ep_h ep       = arg;
     xfer_iface_h iface = ep->iface;
-    xfer_shm_op_t *op, *tmp;
 
     if (ep->out.base != NULL) {
         /* before its sends end and its tensors go: the peer stops trusting reads of them */
@@ -491,10 +487,7 @@ static void ep_teardown(void *arg, xfer_status_t status)
     xfer_shm_tx_drop_all(ep, status);
     xfer_shm_coop_ep_gone(ep, status);
     xfer_shm_pulls_ep_gone(ep, status);
-    ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
-        ucs_list_del(&op->list);
-        xfer_shm_op_complete(op, status, 0, 0);
-    }
+    xfer_flushes_fail(&ep->flushes, status);
     xfer_slots_end_all(&ep->slots, slot_end, status);
     xfer_shm_treqs_gone(ep, status);
 }

@@ -163,7 +163,6 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
         op->iface = iface;
         op->ep    = ep;
         op->slot  = UINT32_MAX;
-        ucs_list_head_init(&op->list);
         op->tx.op       = op;
         op->tx.embedded = 1;
     }
@@ -173,11 +172,10 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
     xfer_op_complete(op->iface->ops, op, status, length, tag);
-    /* a flush waiting for this put or get completes after it */
-    if ((op->serial != 0) && (op->ep != NULL) &&
-        ((op->kind == XFER_SHM_OP_PUT) || (op->kind == XFER_SHM_OP_GET) ||
-         (op->kind == XFER_SHM_OP_BATCH))) {
-        xfer_shm_ep_rma_done(op->ep);
+    /* a flush waiting for this put, get or batch completes after it */
+    if ((op->serial != 0) && (op->ep != NULL)) {
+        xfer_flushes_answered(&op->ep->flushes, op->serial);
+        xfer_shm_ep_flushes_check(op->ep);
     }
 }
 

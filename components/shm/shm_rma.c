@@ -314,7 +314,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     rndv       = ep->cma && (length >= ep->iface->cfg->rndv_thresh);
     op->buf    = buf;
     op->len    = length;
-    op->serial = ++ep->rma_posted;
+    op->serial = xfer_flushes_posted(&ep->flushes);
     memset(&hdr, 0, sizeof(hdr));
     hdr.type  = (kind == XFER_SHM_OP_PUT) ? XFER_SHM_F_PUT : XFER_SHM_F_GET;
     hdr.flags = rndv ? XFER_SHM_FL_RNDV : 0;

@@ -129,7 +129,6 @@ typedef enum {
 
 struct xfer_tcp_op {
     xfer_op_t           base;       /* the framework's: comp, and the result once complete */
-    ucs_list_link_t     list;       /* ep->flushes */
     xfer_tcp_op_kind_t  kind;
     xfer_iface_h        iface;
     xfer_ep_h           ep;         /* the ep it runs on */
@@ -139,13 +138,12 @@ struct xfer_tcp_op {
     uint32_t            slot;       /* PUT/GET/FETCH: index in ep->slots */
     void                *buf;       /* SEND/RECV/PUT/GET buffer */
     size_t              len;        /* its length */
-    uint64_t            serial;     /* PUT/GET: its rank among the ep's RMA operations */
-    /* FLUSH: done once the bytes queued before it are acknowledged, the acknowledged RMA
-     * operations posted before it (serial <= mark_rma) have completed and, after PUT frames,
-     * the FLUSH_REQ mark_fence is answered; a refused PUT up to mark_put fails it */
+    uint64_t            serial;     /* PUT/GET/BATCH: its serial among ep->flushes' */
+    /* FLUSH: done once the bytes queued before it are acknowledged, the answered operations
+     * posted before it have completed (flush) and, after PUT frames, the FLUSH_REQ
+     * mark_fence is answered; a refused PUT up to mark_put fails it */
+    xfer_flush_t        flush;
     uint64_t            mark_tx;
-    uint64_t            mark_rma;
-    uint64_t            pending_rma;
     uint64_t            mark_fence;
     uint64_t            mark_put;
     uint64_t            mark_lane[XFER_TCP_WIRE_LANES_MAX];   /* and of each lane */
@@ -300,7 +298,6 @@ struct xfer_ep {
     size_t              pipe_len, pipe_cap;
     int                 no_pipe;        /* none could be had: blocks are copied */
     uint64_t            tx_spliced;     /* bytes of tx_written that went through it */
-    uint64_t            rma_serial;     /* acknowledged PUTs and GETs ever posted */
     /* Unacknowledged puts (PUT frames) complete once written; a flush after them sends a
      * FLUSH_REQ and waits for its FLUSH_ACK, by which their data is in the peer's memory. */
     uint64_t            puts_sent;      /* PUT frames ever queued: the id of the last one */
@@ -325,7 +322,7 @@ struct xfer_ep {
     xfer_notify_rx_t    batch_notify;   /* a notification being received */
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
     xfer_tcp_putv_rx_t  *putv_rx;       /* the table of the PUTV being read (tcp_batch.c) */
-    ucs_list_link_t     flushes;        /* XFER_TCP_OP_FLUSH, in posting order */
+    xfer_flushes_t      flushes;        /* XFER_TCP_OP_FLUSH, and what they wait for */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;
 
@@ -496,8 +493,6 @@ extern const xfer_tcp_rx_handler_t xfer_tcp_rx_batch_end, xfer_tcp_rx_batch_ack,
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep);
 /* End every flush of ep with status (it failed or closes). */
 void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status);
-/* The PUT or GET of this serial completed: flushes posted after it wait for one fewer. */
-void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial);
 /* Can ops be posted? XFER_OK or the status the ep failed with. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress() (comp_base.c). */

@@ -281,7 +281,6 @@ static void fill_done(tcp_batch_t *b)
         xfer_tcp_op_t *ack = b->ack;
 
         xfer_slot_free(&ep->slots, ack->slot);
-        ack->serial = 0;
         xfer_batch_walk_stop(&b->walk, status);
         xfer_tcp_op_complete(ack, status, 0, 0);
     }
@@ -413,7 +412,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
             return status;
         }
         b->ack->len     = args->count;
-        b->ack->serial  = ++ep->rma_serial;
+        b->ack->serial  = xfer_flushes_posted(&ep->flushes);
         b->ack_comp.cb  = batch_ack_cb;
         xfer_batch_walk_hold(&b->walk);
     }

@@ -27,6 +27,8 @@
 
 /* ---- creation and connection ---------------------------------------------------------------- */
 
+static const xfer_flushes_ops_t flushes_ops;
+
 xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *params,
                                  xfer_ep_h *ep_p)
 {
@@ -80,7 +82,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
                       iface->tanswers, params->fw_ep);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
-    ucs_list_head_init(&ep->flushes);
+    xfer_flushes_init(&ep->flushes, &flushes_ops, ep);
     ucs_list_head_init(&ep->batch_fill);
     status = xfer_tcp_lanes_ep_init(ep);
     if (status != XFER_OK) {
@@ -292,24 +294,11 @@ static xfer_status_t fence_send(xfer_ep_h ep)
     return XFER_OK;
 }
 
-/* The acknowledged puts and gets outstanding (a flush waits for them to complete). */
-static uint64_t rma_pending(xfer_ep_h ep)
-{
-    uint64_t pending = 0;
-
-    for (uint32_t i = 0; i < ep->slots.num; i++) {
-        pending += (ep->slots.s[i].kind == XFER_TCP_SLOT_PUT) ||
-                   (ep->slots.s[i].kind == XFER_TCP_SLOT_GET) ||
-                   (ep->slots.s[i].kind == XFER_TCP_SLOT_BATCH);
-    }
-    return pending;
-}
-
-/* Nothing a flush would wait for: every byte, put and fence acknowledged, no refusal to
+/* Nothing a flush would wait for: every byte, answer and fence acknowledged, no refusal to
  * report. */
-static int all_acked(xfer_ep_h ep, uint64_t pending)
+static int all_acked(xfer_ep_h ep)
 {
-    return (pending == 0) && ucs_list_is_empty(&ep->flushes) && (ep->put_failed == 0) &&
+    return xfer_flushes_idle(&ep->flushes) && (ep->put_failed == 0) &&
            (ep->fence_put == ep->puts_sent) && (ep->fences_acked == ep->fences_sent) &&
            (xfer_tcp_ep_tx_acked(ep) >= ep->tx_queued) && xfer_tcp_lanes_acked(ep, NULL);
 }
@@ -317,7 +306,6 @@ static int all_acked(xfer_ep_h ep, uint64_t pending)
 xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
 {
     xfer_status_t status = xfer_tcp_ep_check(ep);
-    uint64_t pending;
     xfer_tcp_op_t *op;
 
     if ((status == XFER_ERR_PEER_CLOSED) && (ep->state == XFER_TCP_EP_FAILED)) {
@@ -329,8 +317,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
-    pending = rma_pending(ep);
-    if (all_acked(ep, pending)) {
+    if (all_acked(ep)) {
         return XFER_OK;
     }
     op = xfer_tcp_op_new(ep->iface, ep, XFER_TCP_OP_FLUSH, comp);
@@ -341,54 +328,43 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
         xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
-    op->mark_tx     = ep->tx_queued;
-    op->mark_rma    = ep->rma_serial;
-    op->pending_rma = pending;
-    op->mark_fence  = ep->fences_sent;
-    op->mark_put    = ep->puts_sent;
+    op->mark_tx    = ep->tx_queued;
+    op->mark_fence = ep->fences_sent;
+    op->mark_put   = ep->puts_sent;
     xfer_tcp_lanes_mark(ep, op->mark_lane);
-    ucs_list_add_tail(&ep->flushes, &op->list);
+    xfer_flushes_add(&ep->flushes, &op->flush);
     xfer_tcp_iface_flushing_add(ep->iface, ep);
     return XFER_INPROGRESS;
 }
 
-void xfer_tcp_ep_rma_done(xfer_ep_h ep, uint64_t serial)
+/* A flush's own conditions: the bytes before it acknowledged by the peer's host, on every
+ * lane, and its fence answered; it reports the earliest refused put it covers, once. */
+static int flush_reached(void *arg, xfer_flush_t *f, xfer_status_t *status_p)
 {
-    xfer_tcp_op_t *flush;
+    xfer_tcp_op_t *op = ucs_container_of(f, xfer_tcp_op_t, flush);
+    xfer_ep_h ep      = arg;
 
-    ucs_list_for_each(flush, &ep->flushes, list) {
-        if ((serial <= flush->mark_rma) && (flush->pending_rma > 0)) {
-            flush->pending_rma--;
-        }
+    if ((xfer_tcp_ep_tx_acked(ep) < op->mark_tx) || (ep->fences_acked < op->mark_fence) ||
+        !xfer_tcp_lanes_acked(ep, op->mark_lane)) {
+        return 0;
     }
+    if ((ep->put_failed != 0) && (ep->put_failed <= op->mark_put)) {
+        *status_p      = ep->put_fail_status;   /* reported once, to this flush */
+        ep->put_failed = 0;
+    }
+    return 1;
 }
+
+static void flush_complete(xfer_flush_t *f, xfer_status_t status)
+{
+    xfer_tcp_op_complete(ucs_container_of(f, xfer_tcp_op_t, flush), status, 0, 0);
+}
+
+static const xfer_flushes_ops_t flushes_ops = {flush_reached, flush_complete};
 
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
 {
-    xfer_tcp_op_t *op, *tmp;
-    xfer_status_t status;
-    unsigned count = 0;
-    uint64_t acked;
-
-    if (ucs_list_is_empty(&ep->flushes) || (ep->state != XFER_TCP_EP_CONNECTED)) {
-        return 0;
-    }
-    acked = xfer_tcp_ep_tx_acked(ep);
-    ucs_list_for_each_safe(op, tmp, &ep->flushes, list) {
-        if ((op->pending_rma > 0) || (acked < op->mark_tx) ||
-            (ep->fences_acked < op->mark_fence) || !xfer_tcp_lanes_acked(ep, op->mark_lane)) {
-            continue;
-        }
-        status = XFER_OK;
-        if ((ep->put_failed != 0) && (ep->put_failed <= op->mark_put)) {
-            status         = ep->put_fail_status;   /* reported once, to this flush */
-            ep->put_failed = 0;
-        }
-        ucs_list_del(&op->list);
-        xfer_tcp_op_complete(op, status, 0, 0);
-        count++;
-    }
-    return count;
+    return (ep->state == XFER_TCP_EP_CONNECTED) ? xfer_flushes_check(&ep->flushes) : 0;
 }
 
 /* The target side of a flush: every frame before the FLUSH_REQ is handled. */
@@ -479,7 +455,7 @@ static xfer_status_t rx_bye_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
 static xfer_status_t rx_bye_done(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_tcp_ep_flushes_check(ep);
-    ep->bye_clean   = all_acked(ep, rma_pending(ep));
+    ep->bye_clean   = all_acked(ep);
     ep->clean_close = 1;
     snprintf(why, why_size, "the peer closed its endpoint");
     return XFER_ERR_PEER_CLOSED;    /* the ep ends: what waits for the peer fails with it */
@@ -489,10 +465,7 @@ const xfer_tcp_rx_handler_t xfer_tcp_rx_bye = {0, rx_bye_ext, rx_bye_done};
 
 void xfer_tcp_ep_flushes_fail(xfer_ep_h ep, xfer_status_t status)
 {
-    while (!ucs_list_is_empty(&ep->flushes)) {
-        xfer_tcp_op_complete(ucs_list_extract_head(&ep->flushes, xfer_tcp_op_t, list), status,
-                             0, 0);
-    }
+    xfer_flushes_fail(&ep->flushes, status);
     if (ep->in_flushing) {
         ucs_list_del(&ep->flushing_link);
         ep->in_flushing = 0;

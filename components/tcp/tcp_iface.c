@@ -124,7 +124,7 @@ static unsigned flushing_progress(xfer_iface_h iface)
 
     ucs_list_for_each_safe(ep, tmp, &iface->flushing, flushing_link) {
         count += xfer_tcp_ep_flushes_check(ep);
-        if (ucs_list_is_empty(&ep->flushes)) {
+        if (ucs_list_is_empty(&ep->flushes.waiting)) {
             ucs_list_del(&ep->flushing_link);
             ep->in_flushing = 0;
         }
@@ -279,7 +279,6 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
         op->kind  = kind;
         op->iface = iface;
         op->ep    = ep;
-        ucs_list_head_init(&op->list);
     }
     return op;
 }
@@ -287,7 +286,7 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
 void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
     if ((op->serial != 0) && (op->ep != NULL)) {
-        xfer_tcp_ep_rma_done(op->ep, op->serial);   /* a PUT or GET */
+        xfer_flushes_answered(&op->ep->flushes, op->serial);    /* flushes wait for it */
     }
     xfer_op_complete(op->iface->ops, op, status, length, tag);
 }

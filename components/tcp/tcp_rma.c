@@ -233,7 +233,6 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
             xfer_tcp_op_free(op);
             return status;
         }
-        op->serial = ++ep->rma_serial;
     } else {
         hdr.id = ep->puts_sent + 1;     /* counted once queued */
     }
@@ -276,6 +275,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
         xfer_tcp_ep_tx_post(ep);
         return eager ? XFER_OK : XFER_INPROGRESS;
     }
+    op->serial = xfer_flushes_posted(&ep->flushes);
     rma_posted(ep);
     return XFER_INPROGRESS;
 }
@@ -316,7 +316,6 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
         xfer_tcp_op_free(op);
         return status;
     }
-    op->serial = ++ep->rma_serial;
     p = xfer_tcp_ep_tx_reserve(ep, XFER_TCP_WIRE_HDR_LEN + XFER_TCP_WIRE_GET_EXT_LEN, 0);
     if (p == NULL) {
         xfer_slot_free(&ep->slots, op->slot);
@@ -330,6 +329,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     xfer_tcp_wire_pack_hdr(&hdr, p);
     xfer_tcp_wire_pack_get_ext(&rma, p + XFER_TCP_WIRE_HDR_LEN);
     ep->tx_get_reqs++;
+    op->serial = xfer_flushes_posted(&ep->flushes);
     rma_posted(ep);
     return XFER_INPROGRESS;
 }

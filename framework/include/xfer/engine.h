@@ -197,6 +197,57 @@ static inline uint64_t xfer_slot_id(const xfer_slots_t *t, uint32_t idx)
 }
 
 /*
+ * Flushes of an endpoint whose operations the peer answers (framework/flushes.c; tcp, shm): a
+ * flush completes once every answered operation posted before it has its answer - in
+ * whatever order the answers come - and the component's own conditions hold (bytes the peer
+ * acknowledged, fences answered, ...), which its reached() says. Flushes may complete in any
+ * order. The queue is the component's, inside its endpoint, under its lock.
+ */
+typedef struct xfer_flush {
+    ucs_list_link_t list;
+    uint64_t        mark;           /* the answered operations posted before it: serial <= */
+    uint64_t        pending;        /* ... of those, not answered yet */
+} xfer_flush_t;
+
+typedef struct xfer_flushes_ops {
+    /* Whether flush f's own conditions hold; if so, *status_p (XFER_OK on entry) is what it
+     * completes with. */
+    int  (*reached)(void *arg, xfer_flush_t *f, xfer_status_t *status_p);
+    /* Complete the op that holds f. */
+    void (*complete)(xfer_flush_t *f, xfer_status_t status);
+} xfer_flushes_ops_t;
+
+typedef struct xfer_flushes {
+    const xfer_flushes_ops_t *ops;
+    void            *arg;           /* reached()'s: the component's endpoint */
+    ucs_list_link_t waiting;        /* xfer_flush_t, in posting order */
+    uint64_t        posted;         /* answered operations ever posted: the last one's serial */
+    uint64_t        pending;        /* ... not answered yet */
+} xfer_flushes_t;
+
+XFER_API void xfer_flushes_init(xfer_flushes_t *q, const xfer_flushes_ops_t *ops, void *arg);
+/* An operation the peer answers is posted: its serial (never 0) for xfer_flushes_answered(),
+ * which it must be given exactly once. */
+static inline uint64_t xfer_flushes_posted(xfer_flushes_t *q)
+{
+    q->pending++;
+    return ++q->posted;
+}
+/* The operation of serial has its answer, or ended without one. */
+XFER_API void xfer_flushes_answered(xfer_flushes_t *q, uint64_t serial);
+/* Whether a flush posted now would wait for no answer and behind no other flush. */
+static inline int xfer_flushes_idle(xfer_flushes_t *q)
+{
+    return (q->pending == 0) && ucs_list_is_empty(&q->waiting);
+}
+/* f waits from now on, for the answers of the operations posted so far. */
+XFER_API void xfer_flushes_add(xfer_flushes_t *q, xfer_flush_t *f);
+/* Complete the flushes whose answers are in and whose reached() holds; how many. */
+XFER_API unsigned xfer_flushes_check(xfer_flushes_t *q);
+/* Complete every waiting flush with status. */
+XFER_API void xfer_flushes_fail(xfer_flushes_t *q, xfer_status_t status);
+
+/*
  * Operations (framework/op.c): what a component keeps of each operation in flight comes from
  * a pool of its iface, and its completion is queued there and delivered at the end of the
  * component's progress - the framework's request, or the receive of its tag matching, is
