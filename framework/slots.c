@@ -5,6 +5,8 @@
  */
 #include "xfer_int.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define SLOTS_INITIAL 16u
@@ -106,4 +108,17 @@ void xfer_slots_end_all(xfer_slots_t *t, void (*end)(void *obj, xfer_status_t st
             end(obj, status);
         }
     }
+}
+
+void *xfer_slot_answered(const xfer_slots_t *t, uint64_t id, uint32_t kind, const char *what,
+                         char *why, size_t why_size)
+{
+    const xfer_slot_t *s = xfer_slot_find(t, id);
+
+    if ((s == NULL) || (s->kind != kind) || (s->obj == NULL)) {
+        snprintf(why, why_size, "%s for request 0x%016" PRIx64 ", which is not one of ours in "
+                 "flight", what, id);
+        return NULL;
+    }
+    return s->obj;
 }

@@ -143,7 +143,10 @@ struct xfer_shm_op {
 /* The kinds of ep->slots (the framework's slot table): requests awaiting the peer's answer. */
 typedef enum {
     XFER_SHM_SLOT_FREE = XFER_SLOT_FREE,
-    XFER_SHM_SLOT_OP,           /* an op waits for the answer */
+    XFER_SHM_SLOT_SEND,         /* a rendezvous send waits for TAG_FIN */
+    XFER_SHM_SLOT_PUT,          /* ... a put for PUT_ACK */
+    XFER_SHM_SLOT_GET,          /* ... a get for GET_RESP */
+    XFER_SHM_SLOT_BATCH,        /* ... a BATCH frame for BATCH_ACK */
     XFER_SHM_SLOT_FETCH,        /* a fetch's op waits for its TRESP */
     XFER_SHM_SLOT_TOMBSTONE,    /* a cancelled fetch whose answer is still to come */
 } xfer_shm_slot_kind_t;

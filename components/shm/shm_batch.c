@@ -214,7 +214,7 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
+    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_BATCH, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -245,16 +245,17 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
 xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                     const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
-    xfer_shm_op_t *op     = (slot != NULL) ? slot->obj : NULL;
+    xfer_shm_op_t *op = xfer_slot_answered(&ep->slots, hdr->id, XFER_SHM_SLOT_BATCH,
+                                           "a batch answer", why, why_size);
     xfer_status_t status;
 
     (void)payload;
-    if ((op == NULL) || (op->kind != XFER_SHM_OP_BATCH) || (hdr->len != 0) ||
-        (hdr->a > op->len)) {
-        snprintf(why, why_size, "a batch answer for request %llx (%llu landed), which is not "
-                 "one of our batches in flight or not of its size", (unsigned long long)hdr->id,
-                 (unsigned long long)hdr->a);
+    if ((op != NULL) && ((hdr->len != 0) || (hdr->a > op->len))) {
+        snprintf(why, why_size, "a batch answer of %u bytes says %llu of %zu descriptors "
+                 "landed", hdr->len, (unsigned long long)hdr->a, op->len);
+        op = NULL;
+    }
+    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
     status = xfer_shm_status_from_peer(hdr->status);

@@ -392,18 +392,16 @@ void xfer_shm_coop_ep_gone(xfer_ep_h ep, xfer_status_t status)
 static xfer_status_t share_send(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 xfer_shm_op_t **send_p, char *why, size_t why_size)
 {
-    xfer_slot_t *s = xfer_slot_find(&ep->slots, hdr->a);
+    xfer_slot_t *s    = xfer_slot_find(&ep->slots, hdr->a);
+    xfer_shm_op_t *op = ((s != NULL) && (s->kind == XFER_SHM_SLOT_SEND)) ? s->obj : NULL;
 
     *send_p = NULL;
-    if ((s == NULL) || (s->obj == NULL) || (((xfer_shm_op_t*)s->obj)->kind != XFER_SHM_OP_SEND)) {
-        return XFER_OK;
-    }
-    if (hdr->c > ((xfer_shm_op_t*)s->obj)->len) {
+    if ((op != NULL) && (hdr->c > op->len)) {
         snprintf(why, why_size, "a shared receive of %llu bytes of a %zu-byte message",
-                 (unsigned long long)hdr->c, ((xfer_shm_op_t*)s->obj)->len);
+                 (unsigned long long)hdr->c, op->len);
         return XFER_ERR_PROTOCOL;
     }
-    *send_p = s->obj;
+    *send_p = op;
     return XFER_OK;
 }
 

@@ -306,7 +306,8 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
+    status = xfer_slot_alloc(&ep->slots, (kind == XFER_SHM_OP_PUT) ? XFER_SHM_SLOT_PUT :
+                             XFER_SHM_SLOT_GET, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -346,25 +347,11 @@ xfer_status_t xfer_shm_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     return xfer_shm_rma_post(ep, XFER_SHM_OP_GET, buf, length, memh, remote_addr, rkey, comp);
 }
 
-/* The answer to request id on ep: its op, which must be of kind; NULL with why if not. */
-static xfer_shm_op_t *answered_op(xfer_ep_h ep, uint64_t id, xfer_shm_op_kind_t kind,
-                                  const char *what, char *why, size_t why_size)
-{
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, id);
-
-    if ((slot == NULL) || (slot->obj == NULL) || (((xfer_shm_op_t*)slot->obj)->kind != kind)) {
-        snprintf(why, why_size, "%s for request %llx, which is not one of ours in flight",
-                 what, (unsigned long long)id);
-        return NULL;
-    }
-    return slot->obj;
-}
-
 xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_shm_op_t *op = answered_op(ep, hdr->id, XFER_SHM_OP_PUT, "a put acknowledgement", why,
-                                    why_size);
+    xfer_shm_op_t *op = xfer_slot_answered(&ep->slots, hdr->id, XFER_SHM_SLOT_PUT,
+                                           "a put acknowledgement", why, why_size);
     xfer_status_t status;
 
     (void)payload;
@@ -380,7 +367,8 @@ xfer_status_t xfer_shm_rx_put_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
 xfer_status_t xfer_shm_rx_get_resp(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                    const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_shm_op_t *op = answered_op(ep, hdr->id, XFER_SHM_OP_GET, "get data", why, why_size);
+    xfer_shm_op_t *op = xfer_slot_answered(&ep->slots, hdr->id, XFER_SHM_SLOT_GET, "get data",
+                                           why, why_size);
     xfer_status_t status;
 
     if (op == NULL) {

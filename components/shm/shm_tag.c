@@ -161,7 +161,7 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     if (op == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_OP, op, &id, &op->slot);
+    status = xfer_slot_alloc(&ep->slots, XFER_SHM_SLOT_SEND, op, &id, &op->slot);
     if (status != XFER_OK) {
         xfer_shm_op_free(op);
         return status;
@@ -322,16 +322,13 @@ xfer_status_t xfer_shm_rx_tag_done(xfer_ep_h ep, char *why, size_t why_size)
 xfer_status_t xfer_shm_rx_tag_fin(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                   const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, hdr->id);
-    xfer_shm_op_t *op;
+    xfer_shm_op_t *op = xfer_slot_answered(&ep->slots, hdr->id, XFER_SHM_SLOT_SEND,
+                                           "a message's completion notice", why, why_size);
 
     (void)payload;
-    if ((slot == NULL) || (slot->obj == NULL) || (((xfer_shm_op_t*)slot->obj)->kind != XFER_SHM_OP_SEND)) {
-        snprintf(why, why_size, "a completion notice for message %llx, which is not one of "
-                 "ours in flight", (unsigned long long)hdr->id);
+    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->obj;
     xfer_slot_free(&ep->slots, op->slot);
     xfer_shm_op_complete(op, xfer_shm_status_from_peer(hdr->status), op->len, 0);
     return XFER_OK;

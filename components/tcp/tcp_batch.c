@@ -502,17 +502,14 @@ xfer_status_t xfer_tcp_rx_batch_end_done(xfer_ep_h ep, char *why, size_t why_siz
 xfer_status_t xfer_tcp_rx_batch_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                         size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
-    uint64_t landed       = xfer_get_le64(ext);
-    xfer_status_t status  = ep->rx.hdr.status;
-    xfer_tcp_op_t *op;
+    xfer_tcp_op_t *op    = xfer_slot_answered(&ep->slots, ep->rx.hdr.id, XFER_TCP_SLOT_BATCH,
+                                              "BATCH_ACK", why, why_size);
+    uint64_t landed      = xfer_get_le64(ext);
+    xfer_status_t status = ep->rx.hdr.status;
 
-    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_BATCH)) {
-        snprintf(why, why_size, "BATCH_ACK for unknown request id 0x%016" PRIx64,
-                 ep->rx.hdr.id);
+    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->obj;
     if ((landed > op->len) ||
         (((status == XFER_OK) || (status == XFER_ERR_CANCELED)) && (landed != op->len))) {
         snprintf(why, why_size, "BATCH_ACK says %" PRIu64 " of %zu puts landed (%s)", landed,

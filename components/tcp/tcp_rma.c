@@ -409,15 +409,13 @@ xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size)
 static xfer_status_t rx_put_ack_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                     size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
-    xfer_tcp_op_t *op;
+    xfer_tcp_op_t *op = xfer_slot_answered(&ep->slots, ep->rx.hdr.id, XFER_TCP_SLOT_PUT,
+                                           "PUT_ACK", why, why_size);
 
     (void)ext;
-    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_PUT)) {
-        snprintf(why, why_size, "PUT_ACK for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
+    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->obj;
     if (op->tx_pending) {
         snprintf(why, why_size, "PUT_ACK for a put whose data was not sent yet");
         return XFER_ERR_PROTOCOL;
@@ -499,15 +497,13 @@ static xfer_status_t rx_get_req_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
 static xfer_status_t rx_get_resp_ext(xfer_ep_h ep, const uint8_t *ext, char *why,
                                      size_t why_size)
 {
-    xfer_slot_t *slot = xfer_slot_find(&ep->slots, ep->rx.hdr.id);
-    xfer_tcp_op_t *op;
+    xfer_tcp_op_t *op = xfer_slot_answered(&ep->slots, ep->rx.hdr.id, XFER_TCP_SLOT_GET,
+                                           "GET_RESP", why, why_size);
 
     (void)ext;
-    if ((slot == NULL) || (slot->kind != XFER_TCP_SLOT_GET)) {
-        snprintf(why, why_size, "GET_RESP for unknown request id 0x%016" PRIx64, ep->rx.hdr.id);
+    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
-    op = slot->obj;
     if ((ep->rx.hdr.status == XFER_OK) && (ep->rx.hdr.length != op->len)) {
         snprintf(why, why_size, "GET_RESP carries %" PRIu64 " bytes, %zu were asked for",
                  ep->rx.hdr.length, op->len);

@@ -321,7 +321,6 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                 size_t why_size)
 {
     xfer_verbs_wire_rts_t rts;
-    xfer_slot_t *slot;
     xfer_verbs_op_t *op;
     tag_priv_t r;
 
@@ -343,12 +342,10 @@ xfer_status_t xfer_verbs_tag_rx(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
         r.rkey      = rts.rkey;
         return tag_arrive(ch, hdr, NULL, &r, rx_slot, why, why_size);
     case XFER_VERBS_MSG_FIN:
-        slot = xfer_slot_find(&ch->slots, hdr->id);
-        if ((slot == NULL) || (slot->kind != XFER_VERBS_SLOT_SEND)) {
-            snprintf(why, why_size, "FIN for unknown send id 0x%016" PRIx64, hdr->id);
+        op = xfer_slot_answered(&ch->slots, hdr->id, XFER_VERBS_SLOT_SEND, "FIN", why, why_size);
+        if (op == NULL) {
             return XFER_ERR_PROTOCOL;
         }
-        op = slot->obj;
         xfer_slot_free(&ch->slots, op->slot);
         op->slot = UINT32_MAX;
         xfer_verbs_op_complete(op, (hdr->status == XFER_OK) ? XFER_OK : XFER_ERR_IO,

@@ -191,6 +191,12 @@ static inline xfer_slot_t *xfer_slot_find(const xfer_slots_t *t, uint64_t id)
     return &t->s[idx];
 }
 
+/* The object waiting in the slot that an answer's id names, when that slot is of kind; else
+ * NULL, with why saying that the answer (what) is for no request of ours in flight - the
+ * peer's protocol error. */
+XFER_API void *xfer_slot_answered(const xfer_slots_t *t, uint64_t id, uint32_t kind,
+                                  const char *what, char *why, size_t why_size);
+
 static inline uint64_t xfer_slot_id(const xfer_slots_t *t, uint32_t idx)
 {
     return ((uint64_t)t->s[idx].gen << 32) | idx;
