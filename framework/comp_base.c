@@ -1,8 +1,8 @@
 /*
- * What every component's iface and endpoints share: opening an iface, and an endpoint's
- * failure told once (engine.h) - the two queues each iface keeps, one of endpoints whose
- * teardown waits for the next progress and one of endpoints whose failure the framework is
- * still to be told.
+ * What every component's iface and endpoints share: opening an iface, cancel(), and an
+ * endpoint's failure told once (engine.h) - the two queues each iface keeps, one of endpoints
+ * whose teardown waits for the next progress and one of endpoints whose failure the framework
+ * is still to be told.
  */
 #include "xfer_int.h"
 
@@ -37,6 +37,11 @@ xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *pa
                                         params->size : sizeof(xfer_iface_params_t));
     *mem_p = mem;
     return XFER_OK;
+}
+
+xfer_status_t xfer_iface_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
+{
+    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
 }
 
 void xfer_ep_failq_init(xfer_ep_failq_t *q, const xfer_ep_fail_ops_t *ops)

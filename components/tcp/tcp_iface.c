@@ -477,8 +477,3 @@ xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
     }
     return XFER_OK;
 }
-
-xfer_status_t xfer_tcp_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
-{
-    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
-}

@@ -564,11 +564,6 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
     return xfer_op_queued(iface->ops) ? XFER_ERR_BUSY : XFER_OK;
 }
 
-xfer_status_t xfer_verbs_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
-{
-    return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);
-}
-
 /* ---- operations -------------------------------------------------------------------------- */
 
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,

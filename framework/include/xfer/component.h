@@ -502,7 +502,6 @@ typedef struct xfer_component_v1 {
     XFER_COMPONENT_OP_DECLARE(_p, get, get); \
     XFER_COMPONENT_OP_DECLARE(_p, tag_send, tag_send); \
     XFER_COMPONENT_OP_DECLARE(_p, tensor_fetch, tensor_fetch); \
-    XFER_COMPONENT_OP_DECLARE(_p, cancel, cancel); \
     XFER_COMPONENT_OP_DECLARE(_p, iface_progress, progress); \
     XFER_COMPONENT_OP_DECLARE(_p, iface_event_fd, event_fd); \
     XFER_COMPONENT_OP_DECLARE(_p, iface_event_arm, event_arm); \
@@ -526,7 +525,7 @@ typedef struct xfer_component_v1 {
     .get           = xfer_##_p##_get, \
     .tag_send      = xfer_##_p##_tag_send, \
     .tensor_fetch  = xfer_##_p##_tensor_fetch, \
-    .cancel        = xfer_##_p##_cancel, \
+    .cancel        = xfer_iface_cancel, \
     .progress      = xfer_##_p##_iface_progress, \
     .event_fd      = xfer_##_p##_iface_event_fd, \
     .event_arm     = xfer_##_p##_iface_event_arm, \

@@ -426,6 +426,10 @@ static inline xfer_status_t xfer_comp_cancel(xfer_comp_t *comp, xfer_status_t st
     return (hook == NULL) ? XFER_ERR_NOT_FOUND : hook->cancel(hook, status);
 }
 
+/* cancel() of a component whose operations all hang their hooks (XFER_COMPONENT_CORE_OPS). */
+XFER_API xfer_status_t xfer_iface_cancel(xfer_iface_h iface, xfer_comp_t *comp,
+                                         xfer_status_t status);
+
 /*
  * Region tables (framework/regions.c): the memory an iface registered, found again by the id
  * and key a peer's request names. A region is the component's own record (its memh); the
