@@ -344,7 +344,7 @@ static int flush_reached(void *arg, xfer_flush_t *f, xfer_status_t *status_p)
     xfer_tcp_op_t *op = ucs_container_of(f, xfer_tcp_op_t, flush);
     xfer_ep_h ep      = arg;
 
-    if ((xfer_tcp_ep_tx_acked(ep) < op->mark_tx) || (ep->fences_acked < op->mark_fence) ||
+    if ((ep->fences_acked < op->mark_fence) || (xfer_tcp_ep_tx_acked(ep) < op->mark_tx) ||
         !xfer_tcp_lanes_acked(ep, op->mark_lane)) {
         return 0;
     }
