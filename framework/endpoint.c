@@ -348,11 +348,19 @@ static unsigned closing_progress(xfer_context_t *ctx)
                 now = xfer_now_ms();
             }
             if (now >= ep->close_deadline) {
+                /* what the close still waited for, so that a stall says where it was */
                 xfer_log(XFER_LOG_WARN, EP_SUBSYS, "closing the endpoint to %s over %s: %s "
-                         "within XFER_CLOSE_TIMEOUT=%gs; closing anyway, the rest is "
+                         "within XFER_CLOSE_TIMEOUT=%gs (waiting for %s: %u batch(es), %u "
+                         "staged operation(s), %s, %s); closing anyway, the rest is "
                          "cancelled", ep->peer, ep->transport, ep->shutting_down ?
                          "the peer did not take the notice of the close" :
-                         "what was sent did not reach the peer", ctx->fw_config.close_timeout);
+                         "what was sent did not reach the peer", ctx->fw_config.close_timeout,
+                         ep->flush_deferred ? "the operations before the flush" :
+                         ep->shutting_down ? "the transport's shutdown" :
+                         "the transport's flush", ep->batch_ops, ep->staged_ops,
+                         xfer_ep_sends_pending(ep) ? "sends the peer has not taken" :
+                         "no send", ucs_list_is_empty(&ep->tensor_answers) ?
+                         "no tensor answer" : "tensor answers");
                 close_finish(ep, XFER_ERR_TIMEOUT);
             }
         }
