@@ -250,12 +250,12 @@ xfer_status_t xfer_shm_rx_batch_ack(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
     xfer_status_t status;
 
     (void)payload;
-    if ((op != NULL) && ((hdr->len != 0) || (hdr->a > op->len))) {
+    if (op == NULL) {
+        return XFER_ERR_PROTOCOL;
+    }
+    if ((hdr->len != 0) || (hdr->a > op->len)) {
         snprintf(why, why_size, "a batch answer of %u bytes says %llu of %zu descriptors "
                  "landed", hdr->len, (unsigned long long)hdr->a, op->len);
-        op = NULL;
-    }
-    if (op == NULL) {
         return XFER_ERR_PROTOCOL;
     }
     status = xfer_shm_status_from_peer(hdr->status);

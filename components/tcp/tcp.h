@@ -323,6 +323,8 @@ struct xfer_ep {
     ucs_list_link_t     batch_fill;     /* batches with frames still to queue, oldest first */
     xfer_tcp_putv_rx_t  *putv_rx;       /* the table of the PUTV being read (tcp_batch.c) */
     xfer_flushes_t      flushes;        /* XFER_TCP_OP_FLUSH, and what they wait for */
+    uint64_t            flush_acked;    /* xfer_tcp_ep_tx_acked() as the flushes are looked
+                                         * at: asked once per look, not once per flush */
     int                 in_flushing;    /* on iface->flushing */
     ucs_list_link_t     flushing_link;
 

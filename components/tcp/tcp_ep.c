@@ -344,7 +344,7 @@ static int flush_reached(void *arg, xfer_flush_t *f, xfer_status_t *status_p)
     xfer_tcp_op_t *op = ucs_container_of(f, xfer_tcp_op_t, flush);
     xfer_ep_h ep      = arg;
 
-    if ((ep->fences_acked < op->mark_fence) || (xfer_tcp_ep_tx_acked(ep) < op->mark_tx) ||
+    if ((ep->fences_acked < op->mark_fence) || (ep->flush_acked < op->mark_tx) ||
         !xfer_tcp_lanes_acked(ep, op->mark_lane)) {
         return 0;
     }
@@ -364,7 +364,11 @@ static const xfer_flushes_ops_t flushes_ops = {flush_reached, flush_complete};
 
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
 {
-    return (ep->state == XFER_TCP_EP_CONNECTED) ? xfer_flushes_check(&ep->flushes) : 0;
+    if ((ep->state != XFER_TCP_EP_CONNECTED) || ucs_list_is_empty(&ep->flushes.waiting)) {
+        return 0;
+    }
+    ep->flush_acked = xfer_tcp_ep_tx_acked(ep);
+    return xfer_flushes_check(&ep->flushes);
 }
 
 /* The target side of a flush: every frame before the FLUSH_REQ is handled. */
