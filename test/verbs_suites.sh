@@ -88,6 +88,30 @@ if [[ -n ${XFERTEST_VALGRIND:-} ]]; then
           --log-file="$logs/%q{XFERTEST_VG_SUITE}.%p.log")
     export LD_LIBRARY_PATH=$build/framework/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
+# The RDMA devices' own counters (rxe: retransmissions, sequence errors, RNR), one
+# "device:counter=value" per line: a suite that fails prints what changed while it ran, so
+# that a stall says whether the device lost and resent packets (the emulated guest under
+# load) or moved everything it was given. The other lane's traffic is counted too.
+rdma_counters() {
+    local f dev
+    for f in /sys/class/infiniband/*/ports/*/hw_counters/*; do
+        [[ -r $f ]] || continue
+        dev=${f#/sys/class/infiniband/}
+        dev=${dev%%/*}
+        echo "$dev:${f##*/}=$(<"$f")"
+    done
+}
+rdma_counters_changed() {
+    local line name before
+    declare -A was=()
+    while IFS='=' read -r name before; do
+        was[$name]=$before
+    done <<<"$1"
+    rdma_counters | while IFS='=' read -r name line; do
+        before=${was[$name]:-0}
+        ((line != before)) && printf ' %s +%d' "$name" $((line - before))
+    done
+}
 for arg in "$@"; do
     if [[ $arg == *=* ]]; then
         if [[ $arg == *= ]]; then
@@ -108,8 +132,10 @@ for arg in "$@"; do
     export XFERTEST_VG_SUITE=$suite
     bin=$build/test/test_$suite
     [[ ${#wrap[@]} -gt 0 ]] && bin=$build/test/.libs/test_$suite   # not libtool's wrapper script
+    counters=$(rdma_counters)
     if ! "${wrap[@]}" "$bin" -j1 "${filter[@]}"; then
-        echo "== test_$suite FAILED"
+        echo "== test_$suite FAILED; the RDMA devices counted meanwhile:" \
+            "$(rdma_counters_changed "$counters")"
         rc=1
     fi
     echo "== test_$suite: $((SECONDS - start)) s"
