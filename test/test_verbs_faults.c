@@ -3,13 +3,16 @@
  * 64 MiB transfers (what was pending on it fails within FAIL_MS, a receive from any peer
  * outlives it, and the same context, then a new one, reach a fresh peer), and a link that goes
  * down under traffic (RC retries and keepalive probes, not the bootstrap socket, must notice,
- * on both ends). test_verbs.c holds the suite's setup and its data-path tests.
+ * on both ends), and a peer whose device stops answering while its port stays up (an orderly
+ * close ends at its timeout and says why). test_verbs.c holds the suite's setup and its
+ * data-path tests.
  *
  * peer_killed_midtransfer runs with the rest of the suite in the Soft-RoCE guest (see
- * test_verbs.c). link_down needs two RDMA devices on the two ends of a veth pair, which only
- * the guest's --two-hosts form sets up (elsewhere it is skipped, saying why):
+ * test_verbs.c). link_down and the silent device need two RDMA devices on the two ends of a
+ * veth pair, which only the guest's --two-hosts form sets up (elsewhere they are skipped,
+ * saying why):
  *   XFERTEST_TRANSPORT=verbs contrib/rxe_guest --two-hosts -- \
- *       test/verbs_suites.sh build verbs:link_down
+ *       test/verbs_suites.sh build "verbs:@(link_down|a_close_to_a_silent_device*)"
  */
 #include "test_verbs.h"
 
@@ -447,5 +450,108 @@ Test(verbs, link_down, .init = link_setup, .fini = link_restore)
     xfer_request_release(never);
     free(in);
     free(out);
+    tp_finish(&p);
+}
+
+/* =============================================================================================
+ * 3. a peer whose device stops answering
+ * ============================================================================================= */
+
+/* Take one message, say so, then wait for the end (its channel may fail meanwhile). */
+static int srv_silent(tp_side_t *s)
+{
+    xfer_request_t *req = NULL;
+    char buf[64];
+
+    TP_CHECK(TP_POSTED(xfer_tag_recv(s->ctx, s->ep, 21, ALL, buf, sizeof(buf), NULL, NULL, NULL,
+                                     &req)), "recv");
+    TP_CHECK_STATUS(tv_req_done(req, TP_WAIT_MS, NULL, NULL), XFER_OK);
+    tv_child_say(s, 1);
+    (void)tv_child_word(s);
+    return 0;
+}
+
+/* netem on netdev B: every packet device B sends is dropped (none, when off). The guest's
+ * kernel cannot load the module by itself (its helper looks outside the chroot). */
+static int silence_b(int on)
+{
+    char cmd[256];
+
+    snprintf(cmd, sizeof(cmd), on ? "modprobe sch_netem && tc qdisc add dev %s root netem "
+             "loss 100%%" : "tc qdisc del dev %s root 2>/dev/null", netdev_b());
+    return system(cmd);
+}
+
+static void silent_restore(void)
+{
+    if (netdev_b() != NULL) {
+        (void)silence_b(0);
+    }
+    link_restore();
+}
+
+/* An orderly close whose peer's device stops acknowledging - its port up, every packet it
+ * sends lost, so that RC retries but neither side's port fails - ends at XFER_CLOSE_TIMEOUT
+ * with XFER_ERR_TIMEOUT, and the channel's last line is a warning that names the silence:
+ * its keepalive probe unanswered longer than an ack timeout. */
+Test(verbs, a_close_to_a_silent_device_says_the_device_did_not_answer, .init = link_setup,
+     .fini = silent_restore)
+{
+    char dev_a[64], dev_b[64], msg[64] = "one", line[1024];
+    xfer_request_t *req = NULL, *creq = NULL;
+    int saved, fd, warned = 0;
+    char path[] = "/tmp/xfer-silent-XXXXXX";
+    xfer_status_t s;
+    tp_peer_t p;
+    FILE *log;
+
+    guest_device(0, dev_a, sizeof(dev_a));
+    guest_device(1, dev_b, sizeof(dev_b));
+    /* RC retries for about 8 s (1.07 s x 8), longer than the close waits; idle channels are
+     * probed every 200 ms */
+    setenv("XFER_VERBS_TIMEOUT", "1s", 1);
+    setenv("XFER_VERBS_KEEPALIVE", "200ms", 1);
+    setenv("XFER_CLOSE_TIMEOUT", "3s", 1);
+    setenv("XFER_VERBS_DEVICE", dev_b, 1);
+    tp_server_spawn(&p, srv_silent, NULL, NULL);
+    setenv("XFER_VERBS_DEVICE", dev_a, 1);
+    p.ctx = tp_context(0);
+    p.ep  = tp_connect(p.ctx, &p);
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 21, msg, sizeof(msg), NULL, NULL, NULL, &req)));
+    cr_assert_eq(tv_req_done(req, TP_WAIT_MS, NULL, NULL), XFER_OK);
+    cr_assert_eq(tp_recv(&p), 1);
+
+    cr_assert_eq(silence_b(1), 0, "modprobe sch_netem, then tc qdisc add dev %s root netem "
+                 "loss 100%% failed", netdev_b());
+    cr_assert(TP_POSTED(xfer_tag_send(p.ep, 22, msg, sizeof(msg), NULL, NULL, NULL, &req)));
+    xfer_request_release(req);
+    fflush(stderr);
+    fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    saved = dup(2);
+    cr_assert((saved >= 0) && (dup2(fd, 2) >= 0));
+    s    = xfer_endpoint_close_nb(p.ep, 0, NULL, NULL, &creq);
+    p.ep = NULL;
+    if (s == XFER_OK) {
+        s = xfer_request_wait(creq, TP_WAIT_MS);
+        xfer_request_release(creq);
+    }
+    fflush(stderr);
+    cr_assert(dup2(saved, 2) >= 0);
+    close(saved);
+    log = fdopen(fd, "r");
+    cr_assert(log != NULL);
+    rewind(log);
+    while (fgets(line, sizeof(line), log) != NULL) {
+        fputs(line, stderr);
+        warned |= (strstr(line, "WARN") != NULL) &&
+                  (strstr(line, "the peer's device acknowledged none of them for") != NULL);
+    }
+    fclose(log);
+    unlink(path);
+    cr_assert_eq(s, XFER_ERR_TIMEOUT, "the close: %s", xfer_status_string(s));
+    cr_assert(warned, "no warning said that the peer's device acknowledged nothing");
+    cr_assert_eq(silence_b(0), 0);
+    tp_send(&p, 0);
     tp_finish(&p);
 }

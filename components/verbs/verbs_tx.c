@@ -24,6 +24,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -486,7 +487,10 @@ xfer_status_t xfer_verbs_ch_send_ctrl(xfer_ep_h ch, const xfer_verbs_wire_hdr_t 
 }
 
 /* What a channel that is destroyed still had queued or waiting, and the credits and send
- * queue it waited on: an orderly close that ran out of time says why here. */
+ * queue it waited on: an orderly close that ran out of time says why here. A keepalive probe
+ * unanswered for longer than one ack timeout says that the peer's device acknowledged nothing
+ * (its completion would have covered every work request before it): a warning then, since no
+ * close of ours waits for that. */
 void xfer_verbs_ch_log_unsent(xfer_ep_h ch)
 {
     /* by xfer_verbs_post_t */
@@ -494,18 +498,28 @@ void xfer_verbs_ch_log_unsent(xfer_ep_h ch)
     unsigned long queued  = ucs_list_length(&ch->pendq);
     unsigned long flushes = ucs_list_length(&ch->flushes);
     unsigned long batches = ucs_list_length(&ch->batches);
+    double silent         = xfer_now_sec() - ch->last_activity;
+    int stalled           = ch->ka_pending && !ch->active &&
+                            (silent > ch->iface->cfg->timeout);
+    char unanswered[128]  = "";
     const xfer_verbs_op_t *head;
 
     if ((queued == 0) && (flushes == 0) && (batches == 0)) {
         return;
     }
+    if (stalled) {
+        snprintf(unanswered, sizeof(unanswered), "; the peer's device acknowledged none of "
+                 "them for %.1f s (XFER_VERBS_TIMEOUT=%gs a try)", silent,
+                 ch->iface->cfg->timeout);
+    }
     head = (queued > 0) ? ucs_list_head(&ch->pendq, xfer_verbs_op_t, list) : NULL;
-    xfer_log(XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x destroyed with %lu queued "
-             "(first: %s), %lu flushes and %lu batches waiting; credits %u (owed %u, due %u, "
-             "held %u), send queue %u free, %llu of %llu work requests complete",
-             ch->qp->qp_num, queued, (head == NULL) ? "-" : post_names[head->post], flushes,
-             batches, ch->credits, ch->credits_owed, ch->rx_due_owed, ch->credits_held,
-             ch->sq_free, (unsigned long long)ch->sq_done, (unsigned long long)ch->sq_posted);
+    xfer_log(stalled ? XFER_LOG_WARN : XFER_LOG_INFO, XFER_VERBS_SUBSYS, "channel of QP 0x%x "
+             "destroyed with %lu queued (first: %s), %lu flushes and %lu batches waiting; "
+             "credits %u (owed %u, due %u, held %u), send queue %u free, %llu of %llu work "
+             "requests complete%s", ch->qp->qp_num, queued,
+             (head == NULL) ? "-" : post_names[head->post], flushes, batches, ch->credits,
+             ch->credits_owed, ch->rx_due_owed, ch->credits_held, ch->sq_free,
+             (unsigned long long)ch->sq_done, (unsigned long long)ch->sq_posted, unanswered);
 }
 
 void xfer_verbs_ch_credit_release(xfer_ep_h ch)
