@@ -3,9 +3,9 @@
 # (contrib/rxe_guest; the host kernel has no RDMA). A 12 GiB guest moves a tensor of
 # 2^32 + 1 bytes and connects 512 endpoints; the next runs every transport-parameterised
 # suite with XFERTEST_TRANSPORT=verbs and the verbs-specific suites; one with --two-hosts
-# runs the tests that take a link down and silence a device; the last, the contract's fairness tests. Where no
-# guest can run (no qemu, no kernel package) the whole test is skipped with the reason; CI
-# installs both, so there it always runs.
+# runs the tests that take a link down and silence a device; the last, the contract's
+# fairness tests. Where no guest can run (no qemu, no kernel package) the whole test is
+# skipped with the reason; CI installs both, so there it always runs.
 #
 # The suites' guest runs its suites in two lanes side by side (verbs_suites.sh --lane). One
 # suite at a time kept its two vCPUs about 60 % busy (most of a test is one process's
