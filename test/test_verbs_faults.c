@@ -289,6 +289,22 @@ static void link_setup(void)
     link_restore();
 }
 
+/* fn as the peer on device B, this side on device A; the bootstrap stays on 127.0.0.1. */
+static void start_across(tp_peer_t *p, tp_scenario_t fn)
+{
+    char dev_a[64], dev_b[64];
+
+    guest_device(0, dev_a, sizeof(dev_a));
+    guest_device(1, dev_b, sizeof(dev_b));
+    cr_assert(port_active(dev_a), "%s's port is not ACTIVE", dev_a);
+    cr_assert(port_active(dev_b), "%s's port is not ACTIVE", dev_b);
+    setenv("XFER_VERBS_DEVICE", dev_b, 1);
+    tp_server_spawn(p, fn, NULL, NULL);
+    setenv("XFER_VERBS_DEVICE", dev_a, 1);
+    p->ctx = tp_context(0);
+    p->ep  = tp_connect(p->ctx, p);
+}
+
 /* Rounds of one LINK_MSG each way (tag 11 to the parent, 12 from it), each verified, until
  * the parent says "big": then a LINK_BIG message each way (tag 13 to the parent, 14 from it),
  * which the link failure interrupts. Reports the big operations' statuses and how long they
@@ -355,20 +371,13 @@ Test(verbs, link_down, .init = link_setup, .fini = link_restore)
     uint64_t ms;
 
     cr_assert(in && out);
-    guest_device(0, dev_a, sizeof(dev_a));
-    guest_device(1, dev_b, sizeof(dev_b));
-    cr_assert(port_active(dev_a), "%s's port is not ACTIVE", dev_a);
-    cr_assert(port_active(dev_b), "%s's port is not ACTIVE", dev_b);
     /* fail fast: RC gives up after 50 ms x 4, idle channels are probed every 200 ms */
     setenv("XFER_VERBS_TIMEOUT", "50ms", 1);
     setenv("XFER_VERBS_RETRY_COUNT", "3", 1);
     setenv("XFER_VERBS_KEEPALIVE", "200ms", 1);
-    /* the child on device B, we on device A; the bootstrap stays on 127.0.0.1 */
-    setenv("XFER_VERBS_DEVICE", dev_b, 1);
-    tp_server_spawn(&p, srv_link, NULL, NULL);
-    setenv("XFER_VERBS_DEVICE", dev_a, 1);
-    p.ctx = tp_context(0);
-    p.ep  = tp_connect(p.ctx, &p);
+    start_across(&p, srv_link);
+    guest_device(0, dev_a, sizeof(dev_a));
+    guest_device(1, dev_b, sizeof(dev_b));
 
     for (int n = 0; n < 3; n++) {
         tp_fill_pattern(out, LINK_MSG, 800 + n);
@@ -497,7 +506,7 @@ static void silent_restore(void)
 Test(verbs, a_close_to_a_silent_device_says_the_device_did_not_answer, .init = link_setup,
      .fini = silent_restore)
 {
-    char dev_a[64], dev_b[64], msg[64] = "one", line[1024];
+    char msg[64] = "one", line[1024];
     xfer_request_t *req = NULL, *creq = NULL;
     int saved, fd, warned = 0;
     char path[] = "/tmp/xfer-silent-XXXXXX";
@@ -505,18 +514,12 @@ Test(verbs, a_close_to_a_silent_device_says_the_device_did_not_answer, .init = l
     tp_peer_t p;
     FILE *log;
 
-    guest_device(0, dev_a, sizeof(dev_a));
-    guest_device(1, dev_b, sizeof(dev_b));
     /* RC retries for about 8 s (1.07 s x 8), longer than the close waits; idle channels are
      * probed every 200 ms */
     setenv("XFER_VERBS_TIMEOUT", "1s", 1);
     setenv("XFER_VERBS_KEEPALIVE", "200ms", 1);
     setenv("XFER_CLOSE_TIMEOUT", "3s", 1);
-    setenv("XFER_VERBS_DEVICE", dev_b, 1);
-    tp_server_spawn(&p, srv_silent, NULL, NULL);
-    setenv("XFER_VERBS_DEVICE", dev_a, 1);
-    p.ctx = tp_context(0);
-    p.ep  = tp_connect(p.ctx, &p);
+    start_across(&p, srv_silent);
     cr_assert(TP_POSTED(xfer_tag_send(p.ep, 21, msg, sizeof(msg), NULL, NULL, NULL, &req)));
     cr_assert_eq(tv_req_done(req, TP_WAIT_MS, NULL, NULL), XFER_OK);
     cr_assert_eq(tp_recv(&p), 1);
