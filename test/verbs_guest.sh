@@ -47,7 +47,7 @@ lane1=("contract:!(one_peer*)" memory rma keys auth tag tensor faults threads pr
 # memory with the peer's host memory; the rest of test_cuda_batch needs a key for the peer's
 # device memory, which verbs gives only with a GPU), gdr's memory suite, then more of the
 # parameterised and verbs-specific suites: the lanes took 750 and 439 s with these in lane 1,
-# about 617 and 572 s this way.
+# 566 and 563 s this way.
 lane2=("perf:@(put_bw_*|get_bw_*|every_test_runs_with_*|what_the_transport_does_not_move_*|batch*_move_*|batch_tests_*)"
        nccl_net bounds batch "cuda_batch:@(*malloced*|*cancel_at_post*|*never_wait*)"
        $gdr verbs_tensor verbs_chunks anypeer staging staging_msg cuda_transport)

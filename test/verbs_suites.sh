@@ -105,14 +105,14 @@ rdma_counters() {
     done
 }
 rdma_counters_changed() {
-    local line name before
+    local name now before
     declare -A was=()
     while IFS='=' read -r name before; do
         was[$name]=$before
     done <<<"$1"
-    rdma_counters | while IFS='=' read -r name line; do
+    rdma_counters | while IFS='=' read -r name now; do
         before=${was[$name]:-0}
-        ((line != before)) && printf ' %s +%d' "$name" $((line - before))
+        ((now != before)) && printf ' %s +%d' "$name" $((now - before))
     done
 }
 for arg in "$@"; do

@@ -498,15 +498,16 @@ void xfer_verbs_ch_log_unsent(xfer_ep_h ch)
     unsigned long queued  = ucs_list_length(&ch->pendq);
     unsigned long flushes = ucs_list_length(&ch->flushes);
     unsigned long batches = ucs_list_length(&ch->batches);
-    double silent         = xfer_now_sec() - ch->last_activity;
-    int stalled           = ch->ka_pending && !ch->active &&
-                            (silent > ch->iface->cfg->timeout);
     char unanswered[128]  = "";
     const xfer_verbs_op_t *head;
+    double silent;
+    int stalled;
 
     if ((queued == 0) && (flushes == 0) && (batches == 0)) {
         return;
     }
+    silent  = xfer_now_sec() - ch->last_activity;
+    stalled = ch->ka_pending && !ch->active && (silent > ch->iface->cfg->timeout);
     if (stalled) {
         snprintf(unanswered, sizeof(unanswered), "; the peer's device acknowledged none of "
                  "them for %.1f s (XFER_VERBS_TIMEOUT=%gs a try)", silent,
