@@ -363,20 +363,20 @@ Test(gdr_mem, a_nic_beyond_the_level_is_declined_with_the_distance)
     char why[XFER_REASON_MAX];
 
     /* SYS, beyond PXB: declined for the distance, before DMA-BUF or peermem is looked at */
-    cr_expect_eq(reg_at_distance("mlx5_1", XFER_GDR_PATH_PXB, why, sizeof(why)),
+    cr_expect_eq(reg_at_distance("mlx5_1", XFER_TOPO_PXB, why, sizeof(why)),
                  XFER_ERR_UNSUPPORTED);
     expect_contains(why, "mlx5_1 is SYS from GPU 0 (0000:05:00.0), beyond XFER_GDR_LEVEL=PXB");
     cr_expect(strstr(why, "DMA-BUF: ") == NULL, "%s", why);
 
     /* the same NIC with the level at SYS: the distance allows it, the ways are tried (and
      * neither works with the stand-in) */
-    cr_expect_eq(reg_at_distance("mlx5_1", XFER_GDR_PATH_SYS, why, sizeof(why)),
+    cr_expect_eq(reg_at_distance("mlx5_1", XFER_TOPO_SYS, why, sizeof(why)),
                  XFER_ERR_UNSUPPORTED);
     cr_expect(strstr(why, "XFER_GDR_LEVEL") == NULL, "%s", why);
     expect_contains(why, "DMA-BUF: ");
 
     /* PIX, within PXB */
-    cr_expect_eq(reg_at_distance("mlx5_0", XFER_GDR_PATH_PXB, why, sizeof(why)),
+    cr_expect_eq(reg_at_distance("mlx5_0", XFER_TOPO_PXB, why, sizeof(why)),
                  XFER_ERR_UNSUPPORTED);
     cr_expect(strstr(why, "XFER_GDR_LEVEL") == NULL, "%s", why);
     expect_contains(why, "DMA-BUF: ");

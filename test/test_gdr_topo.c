@@ -1,6 +1,6 @@
 /*
- * gdr's choice of a NIC for each GPU (components/gdr/gdr_topo.c) over hwloc topologies read
- * from XML: test/topo/two_sockets.xml is a two-socket server whose GPUs sit at each distance
+ * The framework's topology (framework/topo.c: distances, NUMA nodes) and gdr's choice of a NIC
+ * for each GPU (components/gdr/gdr_topo.c) over hwloc topologies read from XML: test/topo/two_sockets.xml is a two-socket server whose GPUs sit at each distance
  * from its NICs:
  *
  *   package 0, host bridge 0000:00
@@ -41,7 +41,7 @@
 #define ACTIVE ibv_port_state_str(IBV_PORT_ACTIVE)
 #define DOWN   ibv_port_state_str(IBV_PORT_DOWN)
 
-static xfer_gdr_topo_t *topo;
+static xfer_topo_t *topo;
 static xfer_component_attr_t *attr;
 static char xml[1024];
 
@@ -51,14 +51,14 @@ static void setup(void)
 
     cr_assert(src != NULL, "XFERTEST_SRC_DIR is set by make check");
     snprintf(xml, sizeof(xml), "%s/test/topo/two_sockets.xml", src);
-    cr_assert_eq(xfer_gdr_topo_open(xml, &topo), XFER_OK);
+    cr_assert_eq(xfer_topo_open(xml, &topo), XFER_OK);
     attr = calloc(1, sizeof(*attr));
     cr_assert(attr != NULL);
 }
 
 static void teardown(void)
 {
-    xfer_gdr_topo_close(topo);
+    xfer_topo_close(topo);
     free(attr);
 }
 
@@ -113,9 +113,9 @@ static int maps_contain(const char *part)
     return found;
 }
 
-static xfer_gdr_path_t path(const char *gpu, const char *nic, char *why, size_t size)
+static xfer_topo_path_t path(const char *gpu, const char *nic, char *why, size_t size)
 {
-    return xfer_gdr_topo_path(topo, gpu, nic, why, size);
+    return xfer_topo_path(topo, gpu, nic, why, size);
 }
 
 #define expect_contains(_text, _part) \
@@ -128,16 +128,16 @@ static const xfer_gdr_reg_facts_t all_ways = {
 
 Test(gdr_topo, source_names_the_xml)
 {
-    expect_contains(xfer_gdr_topo_source(topo), "hwloc ");
-    expect_contains(xfer_gdr_topo_source(topo), "PCI tree from XML ");
-    expect_contains(xfer_gdr_topo_source(topo), "two_sockets.xml");
+    expect_contains(xfer_topo_source(topo), "hwloc ");
+    expect_contains(xfer_topo_source(topo), "PCI tree from XML ");
+    expect_contains(xfer_topo_source(topo), "two_sockets.xml");
 }
 
 Test(gdr_topo, same_switch_is_pix)
 {
     char why[XFER_REASON_MAX];
 
-    cr_expect_eq(path(GPU_SWITCH, "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_PIX, "%s", why);
+    cr_expect_eq(path(GPU_SWITCH, "mlx5_0", why, sizeof(why)), XFER_TOPO_PIX, "%s", why);
     expect_contains(why, "under one PCIe switch (0000:03:00.0)");
 }
 
@@ -145,7 +145,7 @@ Test(gdr_topo, switches_below_one_root_port_are_pxb)
 {
     char why[XFER_REASON_MAX];
 
-    cr_expect_eq(path(GPU_SWITCHES, "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_PXB, "%s", why);
+    cr_expect_eq(path(GPU_SWITCHES, "mlx5_0", why, sizeof(why)), XFER_TOPO_PXB, "%s", why);
     expect_contains(why, "through PCIe switches below 0000:01:00.0, not the host bridge");
 }
 
@@ -153,23 +153,38 @@ Test(gdr_topo, host_bridge_is_phb)
 {
     char why[XFER_REASON_MAX];
 
-    cr_expect_eq(path(GPU_ROOT, "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_PHB, "%s", why);
+    cr_expect_eq(path(GPU_ROOT, "mlx5_0", why, sizeof(why)), XFER_TOPO_PHB, "%s", why);
     expect_contains(why, "through host bridge 0000:00");
     /* two host bridges of one package: still through the CPU, not across CPUs */
-    cr_expect_eq(path(GPU_OTHER_HB, "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_PHB, "%s",
+    cr_expect_eq(path(GPU_OTHER_HB, "mlx5_0", why, sizeof(why)), XFER_TOPO_PHB, "%s",
                  why);
     expect_contains(why, "through the CPU's host bridges (Package, NUMA node 0)");
-    cr_expect_eq(path(GPU_SOCKET1, "mlx5_1", why, sizeof(why)), XFER_GDR_PATH_PHB, "%s", why);
+    cr_expect_eq(path(GPU_SOCKET1, "mlx5_1", why, sizeof(why)), XFER_TOPO_PHB, "%s", why);
 }
 
 Test(gdr_topo, other_socket_is_sys)
 {
     char why[XFER_REASON_MAX];
 
-    cr_expect_eq(path(GPU_SOCKET1, "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_SYS, "%s", why);
+    cr_expect_eq(path(GPU_SOCKET1, "mlx5_0", why, sizeof(why)), XFER_TOPO_SYS, "%s", why);
     expect_contains(why, "across the CPU interconnect (NUMA node 1 to 0)");
-    cr_expect_eq(path(GPU_SWITCH, "mlx5_2", why, sizeof(why)), XFER_GDR_PATH_SYS, "%s", why);
+    cr_expect_eq(path(GPU_SWITCH, "mlx5_2", why, sizeof(why)), XFER_TOPO_SYS, "%s", why);
     expect_contains(why, "(NUMA node 0 to 1)");
+}
+
+Test(gdr_topo, an_rdma_device_is_on_its_package_s_numa_node)
+{
+    xfer_topo_t *bad;
+
+    cr_expect_eq(xfer_topo_rdma_numa(topo, "mlx5_0"), 0);
+    cr_expect_eq(xfer_topo_rdma_numa(topo, "mlx5_1"), 1);
+    cr_expect_eq(xfer_topo_rdma_numa(topo, "mlx5_2"), 1);
+    /* not in the tree (a software device), or no tree at all: unknown */
+    cr_expect_eq(xfer_topo_rdma_numa(topo, "rxe0"), -1);
+    cr_assert_eq(xfer_topo_open("/nonexistent/topo.xml", &bad), XFER_OK);
+    cr_expect_eq(xfer_topo_rdma_numa(bad, "mlx5_0"), -1);
+    xfer_topo_close(bad);
+    cr_expect_eq(xfer_topo_rdma_numa(NULL, "mlx5_0"), -1);
 }
 
 Test(gdr_topo, software_device_has_no_pci_path)
@@ -178,7 +193,7 @@ Test(gdr_topo, software_device_has_no_pci_path)
 
     /* rxe0 is not in the XML's tree; on a host that has it, sysfs places it under
      * /devices/virtual; either way it has no PCI path */
-    cr_expect_eq(path(GPU_SWITCH, "rxe0", why, sizeof(why)), XFER_GDR_PATH_NONE, "%s", why);
+    cr_expect_eq(path(GPU_SWITCH, "rxe0", why, sizeof(why)), XFER_TOPO_NONE, "%s", why);
     expect_contains(why, "rxe0 has no PCI path");
 }
 
@@ -186,54 +201,54 @@ Test(gdr_topo, gpu_missing_from_the_tree_is_unknown)
 {
     char why[XFER_REASON_MAX];
 
-    cr_expect_eq(path("0000:aa:00.0", "mlx5_0", why, sizeof(why)), XFER_GDR_PATH_UNKNOWN);
+    cr_expect_eq(path("0000:aa:00.0", "mlx5_0", why, sizeof(why)), XFER_TOPO_UNKNOWN);
     expect_contains(why, "GPU 0000:aa:00.0 is not in hwloc's tree");
 }
 
 Test(gdr_topo, unreadable_xml_says_why)
 {
-    xfer_gdr_topo_t *bad;
+    xfer_topo_t *bad;
     char why[XFER_REASON_MAX];
 
-    cr_assert_eq(xfer_gdr_topo_open("/nonexistent/topo.xml", &bad), XFER_OK);
-    expect_contains(xfer_gdr_topo_source(bad), "distance unknown (hwloc cannot read "
+    cr_assert_eq(xfer_topo_open("/nonexistent/topo.xml", &bad), XFER_OK);
+    expect_contains(xfer_topo_source(bad), "distance unknown (hwloc cannot read "
                     "/nonexistent/topo.xml");
-    cr_expect_eq(xfer_gdr_topo_path(bad, GPU_SWITCH, "mlx5_0", why, sizeof(why)),
-                 XFER_GDR_PATH_UNKNOWN);
+    cr_expect_eq(xfer_topo_path(bad, GPU_SWITCH, "mlx5_0", why, sizeof(why)),
+                 XFER_TOPO_UNKNOWN);
     expect_contains(why, "hwloc cannot read");
-    xfer_gdr_topo_close(bad);
+    xfer_topo_close(bad);
 }
 
 Test(gdr_topo, hwloc_xmlfile_replaces_the_host_tree)
 {
-    xfer_gdr_topo_t *env_topo;
+    xfer_topo_t *env_topo;
     char why[XFER_REASON_MAX];
 
     /* the component opens the host's tree (NULL); hwloc's own variable points it elsewhere */
     setenv("HWLOC_XMLFILE", xml, 1);
-    cr_assert_eq(xfer_gdr_topo_open(NULL, &env_topo), XFER_OK);
+    cr_assert_eq(xfer_topo_open(NULL, &env_topo), XFER_OK);
     unsetenv("HWLOC_XMLFILE");
-    expect_contains(xfer_gdr_topo_source(env_topo), "two_sockets.xml");
-    cr_expect_eq(xfer_gdr_topo_path(env_topo, GPU_SWITCH, "mlx5_0", why, sizeof(why)),
-                 XFER_GDR_PATH_PIX, "%s", why);
-    xfer_gdr_topo_close(env_topo);
+    expect_contains(xfer_topo_source(env_topo), "two_sockets.xml");
+    cr_expect_eq(xfer_topo_path(env_topo, GPU_SWITCH, "mlx5_0", why, sizeof(why)),
+                 XFER_TOPO_PIX, "%s", why);
+    xfer_topo_close(env_topo);
 }
 
 Test(gdr_topo, host_tree_loads_without_a_gpu_runtime)
 {
-    xfer_gdr_topo_t *host;
+    xfer_topo_t *host;
     char why[XFER_REASON_MAX];
 
     unsetenv("HWLOC_XMLFILE");
-    cr_assert_eq(xfer_gdr_topo_open(NULL, &host), XFER_OK);
-    expect_contains(xfer_gdr_topo_source(host), "this host's PCI tree");
+    cr_assert_eq(xfer_topo_open(NULL, &host), XFER_OK);
+    expect_contains(xfer_topo_source(host), "this host's PCI tree");
     /* no such GPU here: said, not guessed */
-    cr_expect_eq(xfer_gdr_topo_path(host, "0000:aa:00.0", "nosuchdev0", why, sizeof(why)),
-                 XFER_GDR_PATH_NONE);
+    cr_expect_eq(xfer_topo_path(host, "0000:aa:00.0", "nosuchdev0", why, sizeof(why)),
+                 XFER_TOPO_NONE);
     expect_contains(why, "nosuchdev0 has no PCI path");
     cr_expect_not(maps_contain("libcuda"), "loading the host's tree mapped libcuda");
     cr_expect_not(maps_contain("libnvidia-ml"), "loading the host's tree mapped NVML");
-    xfer_gdr_topo_close(host);
+    xfer_topo_close(host);
 }
 
 /* The first RDMA device of this host that sysfs places under /devices/virtual (rxe, siw). */
@@ -263,19 +278,19 @@ static int host_virtual_rdma(char *name, size_t size)
 
 Test(gdr_topo, host_software_device_is_said_so)
 {
-    xfer_gdr_topo_t *host;
+    xfer_topo_t *host;
     char dev[256], why[XFER_REASON_MAX], expect[300];
 
     if (!host_virtual_rdma(dev, sizeof(dev))) {
         cr_skip_test("no software RDMA device here (the Soft-RoCE guest has rxe0)");
     }
     unsetenv("HWLOC_XMLFILE");
-    cr_assert_eq(xfer_gdr_topo_open(NULL, &host), XFER_OK);
-    cr_expect_eq(xfer_gdr_topo_path(host, "0000:00:00.0", dev, why, sizeof(why)),
-                 XFER_GDR_PATH_NONE, "%s", why);
+    cr_assert_eq(xfer_topo_open(NULL, &host), XFER_OK);
+    cr_expect_eq(xfer_topo_path(host, "0000:00:00.0", dev, why, sizeof(why)),
+                 XFER_TOPO_NONE, "%s", why);
     snprintf(expect, sizeof(expect), "%s has no PCI path (software RDMA device)", dev);
     cr_expect_str_eq(why, expect);
-    xfer_gdr_topo_close(host);
+    xfer_topo_close(host);
 }
 
 Test(gdr_topo, ports_as_verbs_describes_them_are_understood)
@@ -289,7 +304,7 @@ Test(gdr_topo, ports_as_verbs_describes_them_are_understood)
     if (active == 0) {
         cr_skip_test("no active RDMA port here (the Soft-RoCE guest has rxe0:1)");
     }
-    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_SYS, &choice);
+    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_TOPO_SYS, &choice);
     cr_assert_geq(choice.port, 0, "none of %u active ports was taken as active: %s", active,
                   choice.why);
     cr_expect_str_eq(attr->devices[choice.port].kind, "rdma");
@@ -301,9 +316,9 @@ Test(gdr_topo, closest_active_port_wins)
 
     add_port("mlx5_1:1", ACTIVE);    /* SYS from GPU_SWITCH, listed first */
     add_port("mlx5_0:1", ACTIVE);    /* PIX */
-    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_PXB, &choice);
+    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_TOPO_PXB, &choice);
     cr_expect_eq(choice.port, 1);
-    cr_expect_eq(choice.path, XFER_GDR_PATH_PIX);
+    cr_expect_eq(choice.path, XFER_TOPO_PIX);
     cr_expect(choice.within_level);
 }
 
@@ -313,9 +328,9 @@ Test(gdr_topo, inactive_port_is_not_chosen)
 
     add_port("mlx5_0:1", DOWN);
     add_port("mlx5_1:1", ACTIVE);
-    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_GDR_PATH_SYS, &choice);
+    xfer_gdr_topo_choose(topo, GPU_SWITCH, attr, XFER_TOPO_SYS, &choice);
     cr_expect_eq(choice.port, 1);
-    cr_expect_eq(choice.path, XFER_GDR_PATH_SYS);
+    cr_expect_eq(choice.path, XFER_TOPO_SYS);
     cr_expect(choice.within_level);
 }
 
@@ -325,15 +340,15 @@ Test(gdr_topo, tie_goes_to_the_first_port)
 
     add_port("mlx5_2:1", ACTIVE);    /* both PHB from GPU_SOCKET1 */
     add_port("mlx5_1:1", ACTIVE);
-    xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_GDR_PATH_PXB, &choice);
+    xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_TOPO_PXB, &choice);
     cr_expect_eq(choice.port, 0);
-    cr_expect_eq(choice.path, XFER_GDR_PATH_PHB);
+    cr_expect_eq(choice.path, XFER_TOPO_PHB);
     cr_expect_not(choice.within_level, "PHB is beyond PXB");
 
     attr->num_devices = 0;
     add_port("mlx5_1:1", ACTIVE);
     add_port("mlx5_2:1", ACTIVE);
-    xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_GDR_PATH_PHB, &choice);
+    xfer_gdr_topo_choose(topo, GPU_SOCKET1, attr, XFER_TOPO_PHB, &choice);
     cr_expect_eq(choice.port, 0);
     cr_expect(choice.within_level);
 }
@@ -344,7 +359,7 @@ Test(gdr_topo, level_cuts_off_with_the_reason)
 
     add_port("mlx5_0:1", ACTIVE);
     gpu = add_gpu(GPU_SOCKET1, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PHB, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_PHB, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "nic"), "mlx5_0:1, SYS: across the CPU interconnect (NUMA "
                      "node 1 to 0)");
     cr_expect_str_eq(attr_of(gpu, "gdr_plan"), "staging: NIC mlx5_0:1 is SYS from GPU "
@@ -353,17 +368,17 @@ Test(gdr_topo, level_cuts_off_with_the_reason)
 
     /* PXB is within PXB and beyond PIX */
     gpu = add_gpu(GPU_SWITCHES, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PXB, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_PXB, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "gdr_plan"), "dmabuf if the driver confirms at first "
                      "registration, else peermem (nvidia_peermem loaded)");
     gpu = add_gpu(GPU_SWITCHES, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PIX, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_PIX, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "gdr_plan"), "staging: NIC mlx5_0:1 is PXB from GPU "
                      "0000:09:00.0, beyond XFER_GDR_LEVEL=PIX");
 
     /* SYS lets everything through */
     gpu = add_gpu(GPU_SOCKET1, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_SYS, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_SYS, &all_ways, attr, gpu);
     expect_contains(attr_of(gpu, "gdr_plan"), "dmabuf if the driver confirms");
 }
 
@@ -373,7 +388,7 @@ Test(gdr_topo, software_port_means_staging)
 
     add_port("rxe0:1", ACTIVE);
     gpu = add_gpu(GPU_SWITCH, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_SYS, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_SYS, &all_ways, attr, gpu);
     expect_contains(attr_of(gpu, "nic"), "rxe0:1: rxe0 has no PCI path");
     expect_contains(attr_of(gpu, "gdr_plan"), "staging: rxe0 has no PCI path");
 }
@@ -384,7 +399,7 @@ Test(gdr_topo, no_active_port_means_staging)
 
     add_port("mlx5_0:1", DOWN);
     gpu = add_gpu(GPU_SWITCH, "nvidia");
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_SYS, &all_ways, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_SYS, &all_ways, attr, gpu);
     cr_expect_str_eq(attr_of(gpu, "nic"), "none: no active RDMA port");
     cr_expect_str_eq(attr_of(gpu, "gdr_plan"), "staging: no active RDMA port");
 }
@@ -397,7 +412,7 @@ static const char *plan_with(const xfer_gdr_reg_facts_t *facts, const char *boun
     attr->num_devices = 0;
     add_port("mlx5_0:1", ACTIVE);
     gpu = add_gpu(GPU_SWITCH, bound);
-    xfer_gdr_topo_describe_gpu(topo, XFER_GDR_PATH_PXB, facts, attr, gpu);
+    xfer_gdr_topo_describe_gpu(topo, XFER_TOPO_PXB, facts, attr, gpu);
     return attr_of(gpu, "gdr_plan");
 }
 

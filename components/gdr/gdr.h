@@ -33,7 +33,7 @@ typedef struct xfer_gdr_config {
     int                 flush;      /* FLUSH: XFER_GDR_FLUSH_* */
     int                 dmabuf;     /* DMABUF: 0 = do not try DMA-BUF */
     int                 peermem;    /* PEERMEM: 0 = do not try nvidia-peermem */
-    int                 level;      /* LEVEL: farthest xfer_gdr_path_t for GPUDirect RDMA */
+    int                 level;      /* LEVEL: farthest xfer_topo_path_t for GPUDirect RDMA */
 } xfer_gdr_config_t;
 
 /* ---- gdr_mem.c ------------------------------------------------------------------------------ */
@@ -54,7 +54,7 @@ typedef struct xfer_gdr_mem {
     struct ibv_pd  *pd;
     char           dev_name[64];
     int            flush_mode;      /* XFER_GDR_FLUSH_* */
-    int            level;           /* XFER_GDR_LEVEL: farthest xfer_gdr_path_t registered */
+    int            level;           /* XFER_GDR_LEVEL: farthest xfer_topo_path_t registered */
     int            nic_dmabuf;      /* the RDMA device accepts DMA-BUF fds: 1, or 0: nic_why */
     char           nic_why[128];
     int            peermem;         /* a peer-memory client for NVIDIA GPUs is loaded: 1, or 0 */

@@ -55,7 +55,7 @@ static const xfer_param_desc_t gdr_params[] = {
      "switch, PXB: several switches, PHB: through the CPU's host bridge, SYS: across CPU "
      "sockets (NCCL's names). The default is NCCL's (NCCL_NET_GDR_LEVEL): peer-to-peer DMA "
      "through the CPU's root complex is on many hosts slower than staging.",
-     offsetof(xfer_gdr_config_t, level), 0, 0, xfer_gdr_level_names},
+     offsetof(xfer_gdr_config_t, level), 0, 0, xfer_topo_path_names},
     {NULL}
 };
 
@@ -212,7 +212,7 @@ static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr
     xfer_gdr_reg_facts_t facts = {.open_module = -1, .driver_major = -1};
     char kver[64];
     struct utsname uts;
-    xfer_gdr_topo_t *topo;
+    xfer_topo_t *topo;
 
     if (nvidia_kernel_version(kver, sizeof(kver), &facts.open_module)) {
         facts.driver_major = atoi(kver);
@@ -222,17 +222,17 @@ static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr
         (sscanf(uts.release, "%d.%d", &facts.linux_major, &facts.linux_minor) != 2)) {
         facts.linux_major = facts.linux_minor = 0;
     }
-    if (xfer_gdr_topo_open(NULL, &topo) != XFER_OK) {
+    if (xfer_topo_open(NULL, &topo) != XFER_OK) {
         xfer_log(XFER_LOG_WARN, "gdr", "out of memory: GPUs are listed without their NIC");
         return;
     }
     for (uint32_t d = 0; d < attr->num_devices; d++) {
         if (strcmp(attr->devices[d].kind, "gpu") == 0) {
-            xfer_gdr_topo_describe_gpu(topo, (xfer_gdr_path_t)cfg->level, &facts, attr,
+            xfer_gdr_topo_describe_gpu(topo, (xfer_topo_path_t)cfg->level, &facts, attr,
                                        &attr->devices[d]);
         }
     }
-    xfer_gdr_topo_close(topo);
+    xfer_topo_close(topo);
 }
 
 static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)

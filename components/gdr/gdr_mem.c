@@ -79,7 +79,7 @@ void xfer_gdr_mem_init(xfer_gdr_mem_t *gm, struct ibv_pd *pd, const char *dev_na
     memset(gm, 0, sizeof(*gm));
     gm->pd         = pd;
     gm->flush_mode = (cfg != NULL) ? cfg->flush : XFER_GDR_FLUSH_AUTO;
-    gm->level      = (cfg != NULL) ? cfg->level : XFER_GDR_PATH_PXB;
+    gm->level      = (cfg != NULL) ? cfg->level : XFER_TOPO_PXB;
     snprintf(gm->dev_name, sizeof(gm->dev_name), "%s", dev_name);
     if ((cfg != NULL) && !cfg->dmabuf) {
         xfer_reason_set(gm->nic_why, sizeof(gm->nic_why), "XFER_GDR_DMABUF=n");
@@ -110,27 +110,27 @@ static void gpu_distance(xfer_gdr_mem_t *gm, const xfer_cuda_driver_t *drv, int 
 {
     unsigned domain, bus, slot, func;
     char bus_id[32], pci[32], why[160] = "";
-    xfer_gdr_topo_t *topo;
-    xfer_gdr_path_t path;
+    xfer_topo_t *topo;
+    xfer_topo_path_t path;
 
     if ((drv->device_get_pci_bus_id(bus_id, sizeof(bus_id), dev) != 0) ||
         (sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &func) != 4) ||
-        (xfer_gdr_topo_open(NULL, &topo) != XFER_OK)) {
+        (xfer_topo_open(NULL, &topo) != XFER_OK)) {
         return;
     }
     snprintf(pci, sizeof(pci), "%04x:%02x:%02x.%x", domain, bus, slot, func);
-    path = xfer_gdr_topo_path(topo, pci, gm->dev_name, why, sizeof(why));
-    xfer_gdr_topo_close(topo);
-    if ((path == XFER_GDR_PATH_NONE) && sysfs_has_rdma_device(gm->dev_name)) {
+    path = xfer_topo_path(topo, pci, gm->dev_name, why, sizeof(why));
+    xfer_topo_close(topo);
+    if ((path == XFER_TOPO_NONE) && sysfs_has_rdma_device(gm->dev_name)) {
         /* a software device the kernel lists (rxe, siw): no DMA to a GPU at all */
         gpu->too_far = 1;
         xfer_reason_set(gpu->far_why, sizeof(gpu->far_why), "%s has no PCI path to GPU %d "
                         "(%s): %s", gm->dev_name, ordinal, pci, why);
-    } else if ((path <= XFER_GDR_PATH_SYS) && ((int)path > gm->level)) {
+    } else if ((path <= XFER_TOPO_SYS) && ((int)path > gm->level)) {
         gpu->too_far = 1;
         xfer_reason_set(gpu->far_why, sizeof(gpu->far_why), "%s is %s from GPU %d (%s), beyond "
-                        "XFER_GDR_LEVEL=%s: %s", gm->dev_name, xfer_gdr_level_names[path],
-                        ordinal, pci, xfer_gdr_level_names[gm->level], why);
+                        "XFER_GDR_LEVEL=%s: %s", gm->dev_name, xfer_topo_path_names[path],
+                        ordinal, pci, xfer_topo_path_names[gm->level], why);
     }
 }
 

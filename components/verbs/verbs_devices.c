@@ -1,41 +1,18 @@
 /*
  * RDMA device and port description for query(): state, MTU, link layer, GIDs (with their
- * RoCE type) and the NUMA node that hwloc places the device on.
+ * RoCE type) and the NUMA node the host's topology (xfer/topo.h) places the device on.
  */
 #include "config.h"
 
 #include "verbs_devices.h"
+
+#include <xfer/topo.h>
 
 #include <infiniband/verbs.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
-
-#ifdef HAVE_HWLOC
-#include <hwloc.h>
-#include <hwloc/openfabrics-verbs.h>
-#endif
-
-#ifdef HAVE_HWLOC
-int xfer_verbs_hwloc_without_gpu_runtimes(hwloc_topology_t t)
-{
-#if HWLOC_API_VERSION >= 0x00020100
-    static const char *const gpu_components[] = {"cuda", "nvml", "opencl", "rsmi",
-                                                 "levelzero", "gl"};
-
-    /* -1 for a component this hwloc was built without, which is as good */
-    for (size_t i = 0; i < sizeof(gpu_components) / sizeof(gpu_components[0]); i++) {
-        (void)hwloc_topology_set_components(t, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST,
-                                            gpu_components[i]);
-    }
-    return 0;
-#else
-    (void)t;
-    return -1;
-#endif
-}
-#endif
 
 /* Per-lane signalling rates in Gb/s (ibv_port_attr.active_speed), and widths in lanes. */
 static double port_gbps(const struct ibv_port_attr *pa)
@@ -76,28 +53,6 @@ static int filter_matches(const char *filter, const char *dev, unsigned port)
     return (strcmp(filter, dev) == 0) || (strcmp(filter, full) == 0);
 }
 
-static int numa_node_of(void *topo, struct ibv_device *ibdev)
-{
-#ifdef HAVE_HWLOC
-    hwloc_obj_t obj;
-
-    if (topo == NULL) {
-        return -1;
-    }
-    obj = hwloc_ibv_get_device_osdev(topo, ibdev);
-    if (obj == NULL) {
-        return -1;  /* a virtual device (rxe) has no PCI location */
-    }
-    obj = hwloc_get_non_io_ancestor_obj(topo, obj);
-    if ((obj == NULL) || (obj->nodeset == NULL) || hwloc_bitmap_iszero(obj->nodeset)) {
-        return -1;
-    }
-    return hwloc_bitmap_first(obj->nodeset);
-#else
-    return -1;
-#endif
-}
-
 static void add_gids(xfer_device_attr_t *dev, struct ibv_context *ctx, unsigned port,
                      int gid_tbl_len)
 {
@@ -124,7 +79,7 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
                                         double *best_mbs)
 {
     struct ibv_device **list;
-    void *topo = NULL;
+    xfer_topo_t *topo = NULL;
     int num_devs = 0;
 
     *num_found  = 0;
@@ -138,26 +93,13 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
         return XFER_OK;
     }
 
-#ifdef HAVE_HWLOC
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) == 0) {
-        hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-        if ((xfer_verbs_hwloc_without_gpu_runtimes(t) != 0) && (getenv("HWLOC_XMLFILE") == NULL)) {
-            /* an old hwloc could initialise CUDA: the NUMA node is not worth it */
-            hwloc_topology_destroy(t);
-        } else if (hwloc_topology_load(t) == 0) {
-            topo = t;
-        } else {
-            hwloc_topology_destroy(t);
-        }
-    }
-#endif
-
+    /* the NUMA node of each device; none when the tree cannot be read */
+    (void)xfer_topo_open(NULL, &topo);
     for (int d = 0; d < num_devs; d++) {
         const char *name = ibv_get_device_name(list[d]);
         struct ibv_device_attr dattr;
         struct ibv_context *ctx;
-        int numa = numa_node_of(topo, list[d]);
+        int numa = xfer_topo_rdma_numa(topo, name);
 
         ctx = ibv_open_device(list[d]);
         if (ctx == NULL) {
@@ -211,11 +153,7 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
         ibv_close_device(ctx);
     }
 
-#ifdef HAVE_HWLOC
-    if (topo != NULL) {
-        hwloc_topology_destroy(topo);
-    }
-#endif
+    xfer_topo_close(topo);
     ibv_free_device_list(list);
     return XFER_OK;
 }

@@ -17,17 +17,4 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
                                         double *best_mbs)
     __attribute__((visibility("hidden")));
 
-#ifdef HAVE_HWLOC
-#include <hwloc.h>
-
-/*
- * Keep hwloc's discovery components that would load a GPU runtime (CUDA, NVML, OpenCL, ROCm
- * SMI, Level Zero) or open an X display out of topology t, before it is loaded: a query must
- * not initialise CUDA, and the PCI tree alone says where devices are. 0, or -1 when this
- * hwloc (older than 2.1) cannot keep them out.
- */
-int xfer_verbs_hwloc_without_gpu_runtimes(hwloc_topology_t t)
-    __attribute__((visibility("hidden")));
-#endif
-
 #endif
