@@ -30,8 +30,8 @@ failed() {
     echo "== verbs_guest: $1 FAILED (exit $2; 124: it ran out of time)"
     rc=1
 }
-gdr=    # gdr's suite, where gdr is built (it needs the CUDA headers)
-[[ -x $build/test/test_gdr_mem ]] && gdr=gdr_mem
+gdr=    # gdr's suites, where gdr is built (it needs the CUDA headers)
+[[ -x $build/test/test_gdr_mem ]] && gdr="gdr_mem gdr_topo"
 
 # Lane 1: the conformance suite (docs/contract.md; over gdr it needs a GPU, which the guest
 # has not) but its fairness tests, which run alone below; the parameterised suites, the
