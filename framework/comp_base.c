@@ -1,14 +1,18 @@
 /*
- * What every component's iface and endpoints share: opening an iface, cancel(), and an
- * endpoint's failure told once (engine.h) - the two queues each iface keeps, one of endpoints
+ * What every component's iface and endpoints share: opening an iface, cancel(), an endpoint's
+ * socket from the bootstrap, and its state and failure told once (engine.h) - the two queues each iface keeps, one of endpoints
  * whose teardown waits for the next progress and one of endpoints whose failure the framework
  * is still to be told.
  */
 #include "xfer_int.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 enum {
     QUEUED_NONE = 0,
@@ -100,7 +104,8 @@ static void fail_teardown(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
     if (f->torn) {
         return;
     }
-    f->torn = 1;
+    f->torn  = 1;
+    f->state = XFER_EP_FAILED;
     fail_log(q, f);
     q->ops->teardown(f->owner, f->status);
     fail_forget(f);
@@ -136,8 +141,11 @@ void xfer_ep_fail_later(xfer_ep_failq_t *q, xfer_ep_fail_t *f, xfer_status_t sta
     va_end(ap);
     if (recorded && !f->torn) {
         f->queued = QUEUED_DEFERRED;
+        f->state  = XFER_EP_FAILING;
         ucs_list_add_tail(&q->deferred, &f->link);
-        q->ops->failing(f->owner);
+        if (q->ops->failing != NULL) {
+            q->ops->failing(f->owner);
+        }
     }
 }
 
@@ -158,7 +166,8 @@ unsigned xfer_ep_failq_teardown(xfer_ep_failq_t *q)
 void xfer_ep_fail_destroy(xfer_ep_failq_t *q, xfer_ep_fail_t *f)
 {
     if (!f->torn) {
-        f->torn = 1;
+        f->torn  = 1;
+        f->state = XFER_EP_FAILED;
         q->ops->teardown(f->owner, XFER_ERR_CANCELED);
     }
     fail_forget(f);
@@ -178,4 +187,38 @@ unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params_t *param
         count++;
     }
     return count;
+}
+
+int xfer_ep_sock_take(int sock_fd, const char *subsys)
+{
+    int fd = fcntl(sock_fd, F_DUPFD_CLOEXEC, 0);
+
+    if (fd < 0) {
+        xfer_log(XFER_LOG_ERROR, subsys, "cannot take the endpoint's connection (dup of socket "
+                 "%d): %s", sock_fd, strerror(errno));
+    }
+    return fd;
+}
+
+xfer_status_t xfer_ep_sock_watch(int epfd, int fd, void *ep, const char *subsys)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = ep};
+
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        xfer_log(XFER_LOG_ERROR, subsys, "cannot watch the endpoint's connection (epoll_ctl "
+                 "ADD %d): %s", fd, strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    return XFER_OK;
+}
+
+void xfer_ep_sock_close(int epfd, int *fd_p)
+{
+    if (*fd_p < 0) {
+        return;
+    }
+    /* ENOENT when it was never watched (an endpoint that failed before it connected) */
+    (void)epoll_ctl(epfd, EPOLL_CTL_DEL, *fd_p, NULL);
+    close(*fd_p);
+    *fd_p = -1;
 }

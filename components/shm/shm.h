@@ -197,13 +197,6 @@ typedef struct xfer_shm_coop {
 
 /* ---- endpoint ------------------------------------------------------------------------------- */
 
-typedef enum {
-    XFER_SHM_EP_CREATED,
-    XFER_SHM_EP_CONNECTED,
-    XFER_SHM_EP_FAILING,        /* failure found outside progress(); handled by the next one */
-    XFER_SHM_EP_FAILED,
-} xfer_shm_ep_state_t;
-
 /* What the frames being received go into. */
 typedef enum {
     XFER_SHM_RX_IDLE,
@@ -234,8 +227,7 @@ struct xfer_ep {
     ucs_list_link_t     list;           /* iface->eps */
     int                 fd;             /* the bootstrap connection: doorbell and liveness */
     int                 is_server;
-    xfer_shm_ep_state_t state;
-    xfer_ep_fail_t      fail;       /* its failure, told once, and fw_ep */
+    xfer_ep_fail_t      fail;       /* its state, its failure told once, and fw_ep */
     int                 peer_gone;      /* its connection ended: what it wrote is all */
     int                 bye_clean;      /* its BYE came when all we wrote was delivered and
                                          * answered: a flush after it succeeds */

@@ -131,7 +131,7 @@ void xfer_shm_ep_watch(xfer_ep_h ep)
 
 int xfer_shm_ep_idle(xfer_ep_h ep)
 {
-    if ((ep->state != XFER_SHM_EP_CONNECTED) ||
+    if ((ep->fail.state != XFER_EP_CONNECTED) ||
         (++ep->idle >= XFER_SHM_IDLE_ROUNDS && (ep->act_idx != XFER_SHM_ACT_NONE) &&
          xfer_shm_ring_unwatch(&ep->in))) {
         ucs_list_del(&ep->watch_link);
@@ -155,7 +155,7 @@ static void word_take(xfer_shm_act_t *act, unsigned w)
         xfer_ep_h e = act->eps[w * 64u + k];
 
         bits &= bits - 1;
-        if ((e != NULL) && (e->state == XFER_SHM_EP_CONNECTED)) {
+        if ((e != NULL) && (e->fail.state == XFER_EP_CONNECTED)) {
             xfer_shm_ep_watch(e);
         }
     }
@@ -171,7 +171,7 @@ void xfer_shm_act_collect(xfer_iface_h iface)
         /* one look at each ring, whatever the map says: a frame there is watched */
         act->sweep = 0;
         ucs_list_for_each(ep, &iface->eps, list) {
-            if (!ep->watched && (ep->state == XFER_SHM_EP_CONNECTED) &&
+            if (!ep->watched && (ep->fail.state == XFER_EP_CONNECTED) &&
                 xfer_shm_ring_ready(&ep->in)) {
                 xfer_shm_ep_watch(ep);
             }

@@ -414,13 +414,13 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface)
         shm_batch_t *b = ucs_list_extract_head(&iface->batch_work, shm_batch_t, work_link);
 
         b->working = 0;
-        if (!b->walk.stopped && (b->ep != NULL) && (b->ep->state == XFER_SHM_EP_CONNECTED) &&
+        if (!b->walk.stopped && (b->ep != NULL) && (b->ep->fail.state == XFER_EP_CONNECTED) &&
             !mapped_copy(b, slice)) {
             b->working = 1;
             ucs_list_add_tail(&iface->batch_work, &b->work_link);
             continue;
         }
-        if ((b->ep == NULL) || (b->ep->state != XFER_SHM_EP_CONNECTED)) {
+        if ((b->ep == NULL) || (b->ep->fail.state != XFER_EP_CONNECTED)) {
             xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail.status :
                                                              XFER_ERR_CANCELED);
         } else if (!b->walk.stopped && b->has_notify) {

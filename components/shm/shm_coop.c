@@ -186,7 +186,7 @@ static xfer_status_t coop_run(xfer_ep_h ep, xfer_shm_frame_t *hdr, const void *p
     int64_t done;
 
     /* one part is not worth sharing: the last part is never taken through the slot */
-    if ((c.nparts < 2) || (ep->state != XFER_SHM_EP_CONNECTED) ||
+    if ((c.nparts < 2) || (ep->fail.state != XFER_EP_CONNECTED) ||
         !ucs_list_is_empty(&ep->txq)) {
         return XFER_ERR_UNSUPPORTED;
     }
@@ -341,7 +341,7 @@ unsigned xfer_shm_coop_check(xfer_ep_h ep)
                                       XFER_OK);
         count++;
     }
-    if ((count > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+    if ((count > 0) && (ep->fail.state == XFER_EP_CONNECTED)) {
         xfer_shm_ep_flushes_check(ep);
     }
     return count;

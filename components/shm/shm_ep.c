@@ -99,7 +99,6 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     }
     ep->iface     = iface;
     ep->is_server = params->is_server;
-    ep->state     = XFER_SHM_EP_CREATED;
     ep->peer_pid  = (pid_t)peer.pid;
     ep->cma       = iface->me.cma && peer.cma;
     ep->token     = xfer_random64();
@@ -114,10 +113,8 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     xfer_ep_fail_init(&ep->fail, ep, params->fw_ep);
 
     seg_len   = xfer_shm_seg_len((uint32_t)cfg->cells, (uint32_t)cfg->cell_size);
-    ep->fd    = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
+    ep->fd    = xfer_ep_sock_take(params->sock_fd, XFER_SHM_SUBSYS);
     if (ep->fd < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot take the endpoint's connection: %s",
-                 strerror(errno));
         goto err;
     }
     ep->memfd = xfer_memfd_sealed("xfer-shm", seg_len, why, sizeof(why));
@@ -237,7 +234,7 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
  * connected and fails at once with a connection error, as for any peer that goes. */
 static xfer_status_t connect_peer_gone(xfer_ep_h ep, const char *why)
 {
-    ep->state     = XFER_SHM_EP_CONNECTED;
+    ep->fail.state     = XFER_EP_CONNECTED;
     ep->peer_gone = 1;
     xfer_shm_ep_fail_later(ep, XFER_ERR_CONNECTION, "%s", why);
     return XFER_OK;
@@ -254,12 +251,11 @@ static int peer_hung_up(xfer_ep_h ep)
 
 xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len)
 {
-    struct epoll_event ev = {0};
     char why[XFER_REASON_MAX];
     xfer_status_t status;
     ep_addr_t a;
 
-    if ((ep == NULL) || (ep->state != XFER_SHM_EP_CREATED)) {
+    if ((ep == NULL) || (ep->fail.state != XFER_EP_CREATED)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if ((peer_ep_addr == NULL) || (addr_len != EP_ADDR_LEN)) {
@@ -306,13 +302,11 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
             return XFER_ERR_UNAVAILABLE;
         }
     }
-    ev.events   = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = ep;
-    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_ADD, ep->fd, &ev) != 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_ctl: %s", strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
+    status = xfer_ep_sock_watch(ep->iface->epfd, ep->fd, ep, XFER_SHM_SUBSYS);
+    if (status != XFER_OK) {
+        return status;
     }
-    ep->state = XFER_SHM_EP_CONNECTED;
+    ep->fail.state = XFER_EP_CONNECTED;
     xfer_shm_ep_watch(ep);  /* what the peer wrote before it knew of the map is looked at */
     xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "connected to pid %u: rings of %u x %u bytes, "
              "CMA %s", a.pid, ep->out.ncells, ep->out.cell_size, ep->cma ? "on" : "off");
@@ -344,19 +338,11 @@ xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t 
     return XFER_OK;
 }
 
+/* Nothing is posted before the endpoint connects: its ring is not there yet. */
 xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
 {
-    if (ep == NULL) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    switch (ep->state) {
-    case XFER_SHM_EP_CONNECTED:
-        return XFER_OK;
-    case XFER_SHM_EP_CREATED:
-        return XFER_ERR_INVALID_PARAM;
-    default:
-        return (ep->fail.status != XFER_OK) ? ep->fail.status : XFER_ERR_CONNECTION;
-    }
+    return (ep == NULL) ? XFER_ERR_INVALID_PARAM :
+           xfer_ep_state_check(&ep->fail, XFER_ERR_INVALID_PARAM);
 }
 
 /* ---- flushes -------------------------------------------------------------------------------- */
@@ -380,7 +366,7 @@ static const xfer_flushes_ops_t flushes_ops = {flush_reached, flush_complete};
 
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep)
 {
-    return (ep->state == XFER_SHM_EP_CONNECTED) ? xfer_flushes_check(&ep->flushes) : 0;
+    return (ep->fail.state == XFER_EP_CONNECTED) ? xfer_flushes_check(&ep->flushes) : 0;
 }
 
 /* Nothing a flush would wait for: every entry written, every put and get answered. What is
@@ -396,7 +382,7 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_status_t status = xfer_shm_ep_check(ep);
     xfer_shm_op_t *op;
 
-    if ((status == XFER_ERR_PEER_CLOSED) && (ep->state == XFER_SHM_EP_FAILED)) {
+    if ((status == XFER_ERR_PEER_CLOSED) && (ep->fail.state == XFER_EP_FAILED)) {
         return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
     }
     if (status != XFER_OK) {
@@ -467,21 +453,13 @@ static void slot_end(void *op, xfer_status_t status)
 /* Close the endpoint and end everything pending on it with status. */
 static void ep_teardown(void *arg, xfer_status_t status)
 {
-    xfer_ep_h ep       = arg;
-    xfer_iface_h iface = ep->iface;
+    xfer_ep_h ep = arg;
 
     if (ep->out.base != NULL) {
         /* before its sends end and its tensors go: the peer stops trusting reads of them */
         xfer_shm_ring_gone_set(&ep->out);
     }
-    if (ep->fd >= 0) {
-        if (ep->state != XFER_SHM_EP_CREATED) {
-            epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
-        }
-        close(ep->fd);
-        ep->fd = -1;
-    }
-    ep->state = XFER_SHM_EP_FAILED;
+    xfer_ep_sock_close(ep->iface->epfd, &ep->fd);
     xfer_shm_rx_abort(ep, status);
     xfer_notify_rx_end(ep->fail.fw_ep, &ep->notify_rx);      /* one part-way in */
     xfer_shm_tx_drop_all(ep, status);
@@ -501,13 +479,7 @@ static xfer_log_level_t ep_who(void *arg, char *buf, size_t size)
     return ep->peer_gone ? XFER_LOG_INFO : XFER_LOG_WARN;
 }
 
-static void ep_failing(void *arg)
-{
-    ((xfer_ep_h)arg)->state = XFER_SHM_EP_FAILING;
-}
-
-const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops = {XFER_SHM_SUBSYS, ep_who, ep_teardown,
-                                                  ep_failing};
+const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops = {XFER_SHM_SUBSYS, ep_who, ep_teardown, NULL};
 
 void xfer_shm_ep_destroy(xfer_ep_h ep)
 {

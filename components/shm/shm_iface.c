@@ -212,7 +212,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     ucs_list_for_each_safe(ep, tmp, &iface->act.watched, watch_link) {
         int work = 0;
 
-        if (ep->state == XFER_SHM_EP_CONNECTED) {
+        if (ep->fail.state == XFER_EP_CONNECTED) {
             if (!ucs_list_is_empty(&ep->txq)) {
                 int written = xfer_shm_tx_write(ep);
 
@@ -224,13 +224,13 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
                 count += xfer_shm_ep_rx_progress(ep);
                 work   = 1;
             }
-            if ((ep->coop_busy > 0) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+            if ((ep->coop_busy > 0) && (ep->fail.state == XFER_EP_CONNECTED)) {
                 count += xfer_shm_coop_check(ep);
                 work   = 1;
             }
             work |= ep->rx_more;
         }
-        if (work && (ep->state == XFER_SHM_EP_CONNECTED)) {
+        if (work && (ep->fail.state == XFER_EP_CONNECTED)) {
             ep->idle = 0;
         } else {
             (void)xfer_shm_ep_idle(ep);
@@ -263,7 +263,7 @@ xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
         return XFER_ERR_BUSY;
     }
     ucs_list_for_each(ep, &iface->act.watched, watch_link) {
-        if (ep->state != XFER_SHM_EP_CONNECTED) {
+        if (ep->fail.state != XFER_EP_CONNECTED) {
             continue;
         }
         /* input that waits for a receive or for room does not keep us awake; a frame whose

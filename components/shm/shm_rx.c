@@ -207,7 +207,7 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
     ep->rx_more   = 0;
     ep->in_rx     = 1;     /* tensor answers queue; they are written below */
     while ((count < XFER_SHM_RX_BUDGET) && (ep->rx_copied < XFER_SHM_RX_BYTES_BUDGET) &&
-           !ep->rx_yield && (ep->state == XFER_SHM_EP_CONNECTED)) {
+           !ep->rx_yield && (ep->fail.state == XFER_EP_CONNECTED)) {
         r = xfer_shm_ring_peek(&ep->in, &hdr, &payload, why, sizeof(why));
         if (r == 0) {
             break;
@@ -223,13 +223,13 @@ unsigned xfer_shm_ep_rx_progress(xfer_ep_h ep)
         }
         count++;
     }
-    if ((count > 0) && (ep->state == XFER_SHM_EP_CONNECTED) &&
+    if ((count > 0) && (ep->fail.state == XFER_EP_CONNECTED) &&
         xfer_shm_ring_room_notify(&ep->in)) {
         xfer_shm_doorbell_ring(ep);
     }
     ep->in_rx = 0;
     /* answers queued by the handlers go out now */
-    if ((ep->state == XFER_SHM_EP_CONNECTED) && !ucs_list_is_empty(&ep->txq)) {
+    if ((ep->fail.state == XFER_EP_CONNECTED) && !ucs_list_is_empty(&ep->txq)) {
         xfer_shm_tx_write(ep);
     }
     return count;
@@ -240,7 +240,7 @@ void xfer_shm_ep_doorbell(xfer_ep_h ep)
     uint8_t buf[256];
     ssize_t n;
 
-    if ((ep->state != XFER_SHM_EP_CONNECTED) || (ep->fd < 0)) {
+    if ((ep->fail.state != XFER_EP_CONNECTED) || (ep->fd < 0)) {
         return;
     }
     xfer_shm_ep_watch(ep);      /* a peer that rings has written something */
@@ -258,9 +258,9 @@ void xfer_shm_ep_doorbell(xfer_ep_h ep)
      * wrote into our ring before is delivered first - messages nobody receives yet beyond
      * the bounds too, as the ring bounds them - up to its BYE, if it closed in order. */
     ep->peer_gone = 1;
-    while ((ep->state == XFER_SHM_EP_CONNECTED) && (xfer_shm_ep_rx_progress(ep) > 0)) {
+    while ((ep->fail.state == XFER_EP_CONNECTED) && (xfer_shm_ep_rx_progress(ep) > 0)) {
     }
-    if (ep->state == XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state == XFER_EP_CONNECTED) {
         if ((ep->rx.kind != XFER_SHM_RX_IDLE) || ep->rx_paused) {
             ep->peer_gone = 0;  /* worth a warning: something was cut short */
         }

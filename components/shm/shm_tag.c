@@ -41,7 +41,7 @@ static void rndv_finish(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t se
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "a %llu-byte message cannot be read from "
                  "the sender: %s", (unsigned long long)n, why);
     }
-    if (ep->state == XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state == XFER_EP_CONNECTED) {
         if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TAG_FIN, status, send_id, 1) != XFER_OK) {
             xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a message's "
                                    "completion notice");
@@ -73,7 +73,7 @@ static void rndv_pull(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t n, uint64_t src,
         status = xfer_shm_coop_recv(ep, op, n, mapped, send_id, XFER_OK, n, 0);
         if (status == XFER_INPROGRESS) {
             status = XFER_OK;
-            if (ep->state == XFER_SHM_EP_CONNECTED) {
+            if (ep->fail.state == XFER_EP_CONNECTED) {
                 /* the sender learns of it now; the op completes once its parts are in */
                 if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TAG_FIN, status, send_id, 1) != XFER_OK) {
                     xfer_shm_ep_fail_later(ep, XFER_ERR_NO_MEMORY, "out of memory for a "
@@ -127,7 +127,7 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
                                                          (uint32_t)length)) {
         return XFER_OK;     /* copied into the ring: the caller may reuse its buffer */
     }
-    if (ep->state != XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         return XFER_OK;     /* failing: the ep fails at the next progress(), with the message */
     }
     memset(&hdr, 0, sizeof(hdr));
@@ -212,8 +212,8 @@ xfer_status_t xfer_shm_tag_pull(xfer_ep_h ep, const void *priv, size_t priv_len,
 {
     rndv_priv_t r;
 
-    if ((priv_len != sizeof(r)) || (ep->state != XFER_SHM_EP_CONNECTED)) {
-        return (ep->state != XFER_SHM_EP_CONNECTED) ? xfer_shm_ep_check(ep) :
+    if ((priv_len != sizeof(r)) || (ep->fail.state != XFER_EP_CONNECTED)) {
+        return (ep->fail.state != XFER_EP_CONNECTED) ? xfer_shm_ep_check(ep) :
                XFER_ERR_INTERNAL;
     }
     memcpy(&r, priv, sizeof(r));

@@ -60,7 +60,7 @@ static xfer_status_t tf_send_req(xfer_ep_h ep, uint64_t id, const xfer_fetch_arg
 
 static void tf_send_cancel(xfer_ep_h ep, uint64_t id)
 {
-    if ((ep->state != XFER_SHM_EP_CONNECTED) && (ep->state != XFER_SHM_EP_CREATED)) {
+    if ((ep->fail.state != XFER_EP_CONNECTED) && (ep->fail.state != XFER_EP_CREATED)) {
         return;         /* failing: the tombstone goes with the ep's slots */
     }
     if (xfer_shm_tx_ctrl(ep, XFER_SHM_F_TCANCEL, XFER_OK, id, 0) != XFER_OK) {
@@ -94,7 +94,7 @@ static void tresp_read_done(xfer_ep_h ep, xfer_shm_op_t *op, uint64_t id, uint64
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tensor fetch: reading %" PRIu64 " bytes "
                  "from the producer: %s", len, why);
     }
-    if (ep->state != XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         if (status == XFER_OK) {
             status = (ep->fail.status != XFER_OK) ? ep->fail.status : XFER_ERR_CANCELED;
         }
@@ -229,7 +229,7 @@ void xfer_shm_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
     uint64_t data_len      = 0;
     xfer_shm_frame_t hdr;
 
-    if (ep->state != XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         xfer_tanswer_done(a, ep_gone_status(ep));   /* the ep is failing: nothing goes */
         return;
     }
@@ -341,7 +341,7 @@ void xfer_shm_answer_sent(xfer_shm_answer_t *ans)
 {
     xfer_ep_h ep = ans->a->ep;
 
-    if (ep->state != XFER_SHM_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         xfer_tanswer_done(ans->a, ep_gone_status(ep));  /* dropped with the ep's queue */
     } else if (ans->rndv == PREQ_RNDV_QUEUED) {
         ans->rndv = PREQ_RNDV_SENT;                     /* the data is read from here: keep it */

@@ -92,7 +92,7 @@ int xfer_shm_tx_write(xfer_ep_h ep)
     xfer_status_t status;
     int wake = 0, count = 0;
 
-    while (!ucs_list_is_empty(&ep->txq) && (ep->state == XFER_SHM_EP_CONNECTED)) {
+    while (!ucs_list_is_empty(&ep->txq) && (ep->fail.state == XFER_EP_CONNECTED)) {
         xfer_shm_tx_t *tx = ucs_list_head(&ep->txq, xfer_shm_tx_t, list);
         uint8_t *c        = xfer_shm_ring_claim(&ep->out, &status, why, sizeof(why));
 

@@ -180,13 +180,6 @@ struct xfer_tcp_answer {
 /* ---- endpoint ------------------------------------------------------------------------------- */
 
 typedef enum {
-    XFER_TCP_EP_CREATED,
-    XFER_TCP_EP_CONNECTED,
-    XFER_TCP_EP_FAILING,    /* failure detected outside progress(); handled by the next one */
-    XFER_TCP_EP_FAILED,
-} xfer_tcp_ep_state_t;
-
-typedef enum {
     XFER_TCP_RX_HDR,        /* reading a header */
     XFER_TCP_RX_EXT,        /* reading the type's extension (and reason) into the staging */
     XFER_TCP_RX_DATA,       /* payload into rx.dest, then rx.drain bytes discarded */
@@ -274,8 +267,7 @@ struct xfer_ep {
     ucs_list_link_t     list;           /* iface->eps */
     int                 fd;
     int                 is_server;
-    xfer_tcp_ep_state_t state;
-    xfer_ep_fail_t      fail;       /* its failure, told once, and fw_ep */
+    xfer_ep_fail_t      fail;       /* its state, its failure told once, and fw_ep */
     int                 clean_close;    /* the peer closed between two frames */
     /* the peer closed in order (BYE) when every byte this side sent, every put and every
      * fence had been acknowledged: a flush after it succeeds (else it fails) */

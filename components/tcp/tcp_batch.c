@@ -88,7 +88,7 @@ static xfer_status_t batch_end_queue(tcp_batch_t *b, uint64_t id, unsigned flags
 /* Whether BATCH_END may still be changed: queued, and not a byte of it written. */
 static int end_unwritten(const tcp_batch_t *b)
 {
-    return b->end_queued && (b->ep != NULL) && (b->ep->state == XFER_TCP_EP_CONNECTED) &&
+    return b->end_queued && (b->ep != NULL) && (b->ep->fail.state == XFER_EP_CONNECTED) &&
            (b->ep->tx_written <= b->end_pos);
 }
 
@@ -201,7 +201,7 @@ static void batch_end(xfer_batch_walk_t *w)
     xfer_status_t status;
 
     if (!b->args->is_put && b->has_notify && (w->status == XFER_OK) && !w->stopped &&
-        (b->ep != NULL) && (b->ep->state == XFER_TCP_EP_CONNECTED)) {
+        (b->ep != NULL) && (b->ep->fail.state == XFER_EP_CONNECTED)) {
         /* every get has its data: the target may know */
         if (batch_end_queue(b, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0) != XFER_OK) {
             xfer_batch_walk_stop(w, XFER_ERR_NO_MEMORY);
@@ -324,7 +324,7 @@ int xfer_tcp_batch_fill(xfer_ep_h ep)
     /* what is queued here is written by the caller, not by each put or get as it is queued:
      * writing from inside would fill again, one level deeper per descriptor */
     ep->tx_corked++;
-    while (!ucs_list_is_empty(&ep->batch_fill) && (ep->state == XFER_TCP_EP_CONNECTED)) {
+    while (!ucs_list_is_empty(&ep->batch_fill) && (ep->fail.state == XFER_EP_CONNECTED)) {
         tcp_batch_t *b = ucs_list_head(&ep->batch_fill, tcp_batch_t, fill_link);
 
         queued |= xfer_batch_walk_fill(&b->walk);

@@ -54,10 +54,8 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         status = XFER_ERR_NO_MEMORY;
         goto err_free_ep;
     }
-    ep->fd = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
+    ep->fd = xfer_ep_sock_take(params->sock_fd, XFER_TCP_SUBSYS);
     if (ep->fd < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "ep_create: dup of socket %d: %s",
-                 params->sock_fd, strerror(errno));
         status = XFER_ERR_NO_RESOURCE;
         goto err_free_rbuf;
     }
@@ -75,7 +73,6 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
         status = XFER_ERR_INVALID_PARAM;
         goto err_close_fd;
     }
-    ep->state     = XFER_TCP_EP_CREATED;
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);
     xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, iface->ops, &ep->slots,
@@ -194,11 +191,10 @@ void xfer_tcp_sock_tune(xfer_iface_h iface, int fd)
 xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t addr_len)
 {
     xfer_tcp_wire_ep_addr_t peer = {.limits = ep->iface->limits, .lanes = 1};
-    struct epoll_event ev = {0};
     xfer_status_t status;
     int flags;
 
-    if (ep->state != XFER_TCP_EP_CREATED) {
+    if (ep->fail.state != XFER_EP_CREATED) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (xfer_tcp_wire_unpack_ep_addr(peer_ep_addr, addr_len, &peer) != XFER_OK) {
@@ -241,15 +237,12 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         return status;
     }
     xfer_tcp_sock_tune(ep->iface, ep->fd);
-    ev.events   = EPOLLIN | EPOLLRDHUP;
-    ev.data.ptr = ep;
-    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_ADD, ep->fd, &ev) != 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_ctl(ADD %d): %s", ep->fd,
-                 strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
+    status = xfer_ep_sock_watch(ep->iface->epfd, ep->fd, ep, XFER_TCP_SUBSYS);
+    if (status != XFER_OK) {
+        return status;
     }
     ep->events = EPOLLIN | EPOLLRDHUP;
-    ep->state  = XFER_TCP_EP_CONNECTED;
+    ep->fail.state  = XFER_EP_CONNECTED;
     xfer_tcp_ep_hot(ep);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p connected on fd %d (%s side, %u "
                 "lane(s), peer limits: %llu-byte messages, %u-byte keys)", (void*)ep, ep->fd,
@@ -259,15 +252,10 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
     return XFER_OK;
 }
 
+/* What is posted before the endpoint connects is queued, and written once it does. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep)
 {
-    if (ep == NULL) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if ((ep->state == XFER_TCP_EP_FAILING) || (ep->state == XFER_TCP_EP_FAILED)) {
-        return ep->fail.status;
-    }
-    return XFER_OK;
+    return (ep == NULL) ? XFER_ERR_INVALID_PARAM : xfer_ep_state_check(&ep->fail, XFER_OK);
 }
 
 /* ---- flush -----------------------------------------------------------------------------------
@@ -308,7 +296,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_status_t status = xfer_tcp_ep_check(ep);
     xfer_tcp_op_t *op;
 
-    if ((status == XFER_ERR_PEER_CLOSED) && (ep->state == XFER_TCP_EP_FAILED)) {
+    if ((status == XFER_ERR_PEER_CLOSED) && (ep->fail.state == XFER_EP_FAILED)) {
         return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
     }
     if (status != XFER_OK) {
@@ -364,7 +352,7 @@ static const xfer_flushes_ops_t flushes_ops = {flush_reached, flush_complete};
 
 unsigned xfer_tcp_ep_flushes_check(xfer_ep_h ep)
 {
-    if ((ep->state != XFER_TCP_EP_CONNECTED) || ucs_list_is_empty(&ep->flushes.waiting)) {
+    if ((ep->fail.state != XFER_EP_CONNECTED) || ucs_list_is_empty(&ep->flushes.waiting)) {
         return 0;
     }
     ep->flush_acked = xfer_tcp_ep_tx_acked(ep);
@@ -555,17 +543,9 @@ static void slot_end(void *op, xfer_status_t status)
 /* Close the connection and end everything pending on ep with status. */
 static void ep_teardown(void *arg, xfer_status_t status)
 {
-    xfer_ep_h ep       = arg;
-    xfer_iface_h iface = ep->iface;
+    xfer_ep_h ep = arg;
 
-    if (ep->fd >= 0) {
-        if (ep->state != XFER_TCP_EP_CREATED) {
-            epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ep->fd, NULL);
-        }
-        close(ep->fd);
-        ep->fd = -1;
-    }
-    ep->state = XFER_TCP_EP_FAILED;
+    xfer_ep_sock_close(ep->iface->epfd, &ep->fd);
     xfer_tcp_ep_pipe_close(ep);         /* before the entries its pages belong to */
     xfer_tcp_lanes_ep_close(ep, 0);
     xfer_tcp_ep_flushes_fail(ep, status);
@@ -591,13 +571,7 @@ static xfer_log_level_t ep_who(void *arg, char *buf, size_t size)
     return ep->clean_close ? XFER_LOG_INFO : XFER_LOG_WARN;
 }
 
-static void ep_failing(void *arg)
-{
-    ((xfer_ep_h)arg)->state = XFER_TCP_EP_FAILING;
-}
-
-const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops = {XFER_TCP_SUBSYS, ep_who, ep_teardown,
-                                                  ep_failing};
+const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops = {XFER_TCP_SUBSYS, ep_who, ep_teardown, NULL};
 
 void xfer_tcp_ep_destroy(xfer_ep_h ep)
 {
@@ -611,7 +585,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
      * the close was forced. Bytes still unsent or unacknowledged now will never be: abort
      * the connection (RST) instead of a FIN that would wait behind them - behind a peer that
      * does not read, for as long as TCP_USER_TIMEOUT - so that the peer learns at once. */
-    if ((ep->state == XFER_TCP_EP_CONNECTED) && ((xfer_tcp_ep_tx_acked(ep) < ep->tx_queued) ||
+    if ((ep->fail.state == XFER_EP_CONNECTED) && ((xfer_tcp_ep_tx_acked(ep) < ep->tx_queued) ||
                                                  !xfer_tcp_lanes_acked(ep, NULL))) {
         struct linger abort_now = {.l_onoff = 1, .l_linger = 0};
 

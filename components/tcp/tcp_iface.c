@@ -332,7 +332,7 @@ static unsigned busy_poll(xfer_iface_h iface)
         uint32_t events = 0;
         unsigned before = count;
 
-        if (ep->state != XFER_TCP_EP_CONNECTED) {
+        if (ep->fail.state != XFER_EP_CONNECTED) {
             ucs_list_del(&ep->hot_link);
             ep->hot = 0;
             continue;

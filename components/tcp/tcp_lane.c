@@ -430,7 +430,7 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
 {
     xfer_ep_h ep = lane->ep;
 
-    if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
+    if ((ep->fail.state != XFER_EP_CONNECTED) && (ep->fail.state != XFER_EP_CREATED)) {
         return 0;
     }
     if (lane->connecting) {
@@ -441,7 +441,7 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
         socklen_t len = sizeof(err);
 
         getsockopt(lane->fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if ((ep->state == XFER_TCP_EP_CREATED) ||
+        if ((ep->fail.state == XFER_EP_CREATED) ||
             (!lane->rx_active && ucs_list_is_empty(&lane->txq))) {
             /* not connected yet, or owing and owed nothing: only the lane goes. Lane 0 says
              * whether the peer left in order (a BYE) or not; a frame that needs this lane
@@ -465,8 +465,8 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
         lane->peer_closed = 1;
         xfer_tcp_lane_update_events(lane);
     }
-    if ((events & (EPOLLIN | EPOLLRDHUP)) && lane->rx_active && (ep->state ==
-                                                                 XFER_TCP_EP_CONNECTED)) {
+    if ((events & (EPOLLIN | EPOLLRDHUP)) && lane->rx_active && (ep->fail.state ==
+                                                                 XFER_EP_CONNECTED)) {
         lane->drained = 0;
         if (lane->rx_gen != ep->iface->rx_gen) {
             lane->rx_gen   = ep->iface->rx_gen;
@@ -496,7 +496,7 @@ unsigned xfer_tcp_lanes_busy_poll(xfer_ep_h ep)
 {
     unsigned count = 0;
 
-    for (unsigned i = 1; (i < ep->nlanes) && (ep->state == XFER_TCP_EP_CONNECTED); i++) {
+    for (unsigned i = 1; (i < ep->nlanes) && (ep->fail.state == XFER_EP_CONNECTED); i++) {
         xfer_tcp_lane_t *lane = &ep->lanes[i];
         uint32_t events = (lane->rx_active ? EPOLLIN : 0) |
                           (!ucs_list_is_empty(&lane->txq) ? EPOLLOUT : 0);

@@ -226,7 +226,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
 
         if ((ep->token != hello.token) || !ep->is_server || (ep->lport != acc->lport) ||
             (hello.lane >= ep->lanes_max) ||
-            ((ep->state != XFER_TCP_EP_CREATED) && (ep->state != XFER_TCP_EP_CONNECTED))) {
+            ((ep->fail.state != XFER_EP_CREATED) && (ep->fail.state != XFER_EP_CONNECTED))) {
             continue;
         }
         lane = &ep->lanes[hello.lane];
@@ -241,7 +241,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
             break;
         }
         /* its keys come from lane 0's TLS, which a client finishes before its lanes */
-        if (iface->cfg->tls && (ep->state == XFER_TCP_EP_CREATED)) {
+        if (iface->cfg->tls && (ep->fail.state == XFER_EP_CREATED)) {
             snprintf(why, sizeof(why), "lane %u came before its endpoint's TLS", hello.lane);
             break;
         }
@@ -272,7 +272,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
         xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "ep %p: lane %u attached (fd %d)",
                     (void*)ep, hello.lane, fd);
         xfer_tcp_lane_write(lane);
-        if (lane->rx_active && (ep->state == XFER_TCP_EP_CONNECTED)) {
+        if (lane->rx_active && (ep->fail.state == XFER_EP_CONNECTED)) {
             xfer_tcp_iface_rx_kick(iface, ep);
         }
         return;

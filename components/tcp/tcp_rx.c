@@ -470,7 +470,7 @@ unsigned xfer_tcp_ep_rx_progress(xfer_ep_h ep)
         ep->rx_gen   = ep->iface->rx_gen;
         ep->rx_round = 0;   /* its first look in this progress(): a new slice */
     }
-    while (ep->state == XFER_TCP_EP_CONNECTED) {
+    while (ep->fail.state == XFER_EP_CONNECTED) {
         if (frames >= XFER_TCP_RX_BUDGET) {
             xfer_tcp_iface_rx_kick(ep->iface, ep);   /* more may be buffered: next time */
             break;
@@ -497,7 +497,7 @@ uint64_t xfer_tcp_ep_rx_available(xfer_ep_h ep)
 
 unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
 {
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         return 0;   /* failed earlier in this progress() */
     }
     if (events & EPOLLOUT) {
@@ -519,7 +519,7 @@ unsigned xfer_tcp_ep_handle_events(xfer_ep_h ep, uint32_t events)
                          err ? ": " : "", err ? strerror(err) : "");
         return 1;
     }
-    if ((ep->state == XFER_TCP_EP_CONNECTED) &&
+    if ((ep->fail.state == XFER_EP_CONNECTED) &&
         (events & (EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP))) {
         return xfer_tcp_ep_rx_progress(ep) + 1;
     }

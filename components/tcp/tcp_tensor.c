@@ -75,7 +75,7 @@ static int tf_send(xfer_ep_h ep)
 
 static void tf_send_cancel(xfer_ep_h ep, uint64_t id)
 {
-    if ((ep->state != XFER_TCP_EP_CONNECTED) && (ep->state != XFER_TCP_EP_CREATED)) {
+    if ((ep->fail.state != XFER_EP_CONNECTED) && (ep->fail.state != XFER_EP_CREATED)) {
         return;
     }
     if (xfer_tcp_ep_tx_hdr(ep, XFER_TCP_WIRE_TENSOR_CANCEL, XFER_OK, id, 0) != XFER_OK) {
@@ -172,7 +172,7 @@ void xfer_tcp_tensor_answer(xfer_tanswer_t *a, xfer_status_t status, const xfer_
     size_t hdr_len, ext_len;
     int dev = 0;
 
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         xfer_tanswer_done(a, ep->fail.status);  /* the connection is failing: nothing goes */
         return;
     }

@@ -468,7 +468,7 @@ static void tx_write_round(xfer_ep_h ep, size_t budget, pipe_guard_t *guard)
     size_t written = 0;
     int stopped    = 0;     /* by a full socket or a copy from device memory */
 
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         return;
     }
     while ((written < budget) && tx_more(ep)) {
@@ -633,7 +633,7 @@ void xfer_tcp_ep_update_events(xfer_ep_h ep)
     struct epoll_event ev = {0};
     uint32_t events       = EPOLLRDHUP;     /* the peer's end, even while input waits */
 
-    if (ep->state != XFER_TCP_EP_CONNECTED) {
+    if (ep->fail.state != XFER_EP_CONNECTED) {
         return;
     }
     if ((ep->rx.state != XFER_TCP_RX_PAUSED) && !ep->rx_blocked && !ep->rx.lanes_wait) {

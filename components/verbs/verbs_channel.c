@@ -234,7 +234,7 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
         free(ch);
         return status;
     }
-    ch->sock = fcntl(params->sock_fd, F_DUPFD_CLOEXEC, 0);
+    ch->sock = xfer_ep_sock_take(params->sock_fd, XFER_VERBS_SUBSYS);
     if (ch->sock < 0) {
         status = XFER_ERR_NO_RESOURCE;
         goto err;
@@ -380,7 +380,6 @@ static xfer_status_t qp_connect(xfer_ep_h ch)
 
 xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size_t addr_len)
 {
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP};
     char why[XFER_REASON_MAX];
     const char ready = READY_BYTE;
     xfer_status_t status;
@@ -408,10 +407,9 @@ xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size
     }
     /* watched only from now on: until ep_connect() the framework still reads the socket
      * (maybe unlocked, beside a progress thread) */
-    ev.data.ptr = ch;
-    if (epoll_ctl(ch->iface->epfd, EPOLL_CTL_ADD, ch->sock, &ev) != 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "epoll_ctl: %s", strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
+    status = xfer_ep_sock_watch(ch->iface->epfd, ch->sock, ch, XFER_VERBS_SUBSYS);
+    if (status != XFER_OK) {
+        return status;
     }
     if (send(ch->sock, &ready, 1, MSG_NOSIGNAL) != 1) {
         xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "cannot tell the peer the channel is "

@@ -877,10 +877,21 @@ XFER_API void xfer_notify_rx_end(void *fw_ep, xfer_notify_rx_t *n);
  * The framework's ep_failed is then told at the end of a progress, never inside the
  * component's walk, and never twice. Both queues are the iface's, under its lock.
  */
+/* An endpoint's life as the record below keeps it: CREATED until the component connects it
+ * (it sets CONNECTED), FAILING once failed later (it refuses new operations until the next
+ * progress tears it down), FAILED from the start of its teardown on. */
+typedef enum xfer_ep_state {
+    XFER_EP_CREATED,
+    XFER_EP_CONNECTED,
+    XFER_EP_FAILING,
+    XFER_EP_FAILED,
+} xfer_ep_state_t;
+
 typedef struct xfer_ep_fail {
     ucs_list_link_t link;           /* on one of the queues while queued */
     void            *fw_ep;         /* the framework's endpoint, as ep_failed takes it */
     void            *owner;         /* the component's endpoint */
+    xfer_ep_state_t state;
     xfer_status_t   status;         /* XFER_OK until it fails */
     int             queued;         /* 0, or which queue: deferred or told */
     int             torn;           /* the component's teardown ran */
@@ -891,8 +902,8 @@ typedef struct xfer_ep_fail {
  * who: names the endpoint in the failure's log line and returns the line's level (INFO for
  * a peer that just left; an orderly close by the peer is always INFO). teardown: complete
  * what is pending on the endpoint with status and close it - called once per endpoint, by
- * the failure or by xfer_ep_fail_destroy. failing: the endpoint refuses new operations until
- * the next progress tears it down (NULL where the component never fails one later). */
+ * the failure or by xfer_ep_fail_destroy (the record's state is FAILED by then). failing
+ * (NULL: none): the endpoint was failed later, for a component that keeps its own state. */
 typedef struct xfer_ep_fail_ops {
     const char       *subsys;
     xfer_log_level_t (*who)(void *owner, char *buf, size_t size);
@@ -928,6 +939,28 @@ XFER_API unsigned xfer_ep_failq_tell(xfer_ep_failq_t *q, const xfer_iface_params
 /* f's endpoint is destroyed: torn down with XFER_ERR_CANCELED unless it was, off any
  * queue, nobody told. */
 XFER_API void xfer_ep_fail_destroy(xfer_ep_failq_t *q, xfer_ep_fail_t *f);
+
+/* What a new operation on the endpoint of f is answered: XFER_OK while it is connected,
+ * created before it is, and its failure once it failed. */
+static inline xfer_status_t xfer_ep_state_check(const xfer_ep_fail_t *f, xfer_status_t created)
+{
+    if (ucs_likely(f->state == XFER_EP_CONNECTED)) {
+        return XFER_OK;
+    }
+    if (f->state == XFER_EP_CREATED) {
+        return created;
+    }
+    return (f->status != XFER_OK) ? f->status : XFER_ERR_CONNECTION;
+}
+
+/* The endpoint's own copy of the bootstrap's connected socket (close-on-exec): the
+ * descriptor, or -1 with a log line of subsys's. */
+XFER_API int xfer_ep_sock_take(int sock_fd, const char *subsys);
+/* Watch the endpoint's socket in epfd for input and the peer's hang-up (data.ptr = ep):
+ * XFER_OK, or XFER_ERR_NO_RESOURCE with a log line of subsys's. */
+XFER_API xfer_status_t xfer_ep_sock_watch(int epfd, int fd, void *ep, const char *subsys);
+/* Out of epfd, if it was watched there, and closed; *fd_p -1 (nothing when it is already). */
+XFER_API void xfer_ep_sock_close(int epfd, int *fd_p);
 
 /* xfer_ep_failq_teardown() when there is one to tear down: every progress() asks, and
  * almost never finds one. */
