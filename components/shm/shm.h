@@ -229,8 +229,6 @@ struct xfer_ep {
     int                 is_server;
     xfer_ep_fail_t      fail;       /* its state, its failure told once, and fw_ep */
     int                 peer_gone;      /* its connection ended: what it wrote is all */
-    int                 bye_clean;      /* its BYE came when all we wrote was delivered and
-                                         * answered: a flush after it succeeds */
     int                 cma;            /* both sides allow CMA */
     uint32_t            bad_keys;       /* peer requests whose key fit no region */
     pid_t               peer_pid;

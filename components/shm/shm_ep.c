@@ -382,11 +382,9 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_status_t status = xfer_shm_ep_check(ep);
     xfer_shm_op_t *op;
 
-    if ((status == XFER_ERR_PEER_CLOSED) && (ep->fail.state == XFER_EP_FAILED)) {
-        return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
-    }
     if (status != XFER_OK) {
-        return status;
+        return ((ep != NULL) && (ep->fail.state == XFER_EP_FAILED)) ?
+               xfer_ep_flush_ended(&ep->fail) : status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
@@ -436,10 +434,8 @@ xfer_status_t xfer_shm_rx_bye(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
         return XFER_ERR_PROTOCOL;
     }
     xfer_shm_ep_flushes_check(ep);
-    ep->bye_clean = all_delivered(ep);
     ep->peer_gone = 1;      /* nothing more comes: no warning */
-    snprintf(why, why_size, "the peer closed its endpoint");
-    return XFER_ERR_PEER_CLOSED;
+    return xfer_ep_bye(&ep->fail, all_delivered(ep), why, why_size);
 }
 
 /* ---- failure and teardown ------------------------------------------------------------------- */

@@ -269,9 +269,6 @@ struct xfer_ep {
     int                 is_server;
     xfer_ep_fail_t      fail;       /* its state, its failure told once, and fw_ep */
     int                 clean_close;    /* the peer closed between two frames */
-    /* the peer closed in order (BYE) when every byte this side sent, every put and every
-     * fence had been acknowledged: a flush after it succeeds (else it fails) */
-    int                 bye_clean;
     uint32_t            events;         /* registered with epoll */
     xfer_tcp_wire_limits_t limits;      /* what may be sent: min(ours, the peer's) */
 

@@ -296,11 +296,9 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_status_t status = xfer_tcp_ep_check(ep);
     xfer_tcp_op_t *op;
 
-    if ((status == XFER_ERR_PEER_CLOSED) && (ep->fail.state == XFER_EP_FAILED)) {
-        return ep->bye_clean ? XFER_OK : status;    /* decided when the BYE came */
-    }
     if (status != XFER_OK) {
-        return status;
+        return ((ep != NULL) && (ep->fail.state == XFER_EP_FAILED)) ?
+               xfer_ep_flush_ended(&ep->fail) : status;
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
@@ -447,10 +445,9 @@ static xfer_status_t rx_bye_ext(xfer_ep_h ep, const uint8_t *ext, char *why, siz
 static xfer_status_t rx_bye_done(xfer_ep_h ep, char *why, size_t why_size)
 {
     xfer_tcp_ep_flushes_check(ep);
-    ep->bye_clean   = all_acked(ep);
     ep->clean_close = 1;
-    snprintf(why, why_size, "the peer closed its endpoint");
-    return XFER_ERR_PEER_CLOSED;    /* the ep ends: what waits for the peer fails with it */
+    /* the ep ends: what waits for the peer fails with it */
+    return xfer_ep_bye(&ep->fail, all_acked(ep), why, why_size);
 }
 
 const xfer_tcp_rx_handler_t xfer_tcp_rx_bye = {0, rx_bye_ext, rx_bye_done};

@@ -291,8 +291,6 @@ struct xfer_ep {
     int                   bye_sent;     /* our BYE is queued: the peer's word that it took it
                                          * may come on the bootstrap connection */
     int                   bye_taken;    /* ... and came: the channel waits for its destroy */
-    int                   bye_clean;    /* the peer's BYE came when everything we had sent
-                                         * was known delivered: a flush after it succeeds */
     uint32_t              unsignaled;
     uint32_t              signal_interval; /* SIGNAL_INTERVAL, at most a quarter of sq_len */
     uint8_t               *tx_slab;     /* ring of tx_slots copy buffers */

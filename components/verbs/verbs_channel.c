@@ -717,8 +717,8 @@ static void flushes_delivered(xfer_ep_h ch)
 static void bye_end(xfer_ep_h ch, int delivered, const char *why)
 {
     xfer_verbs_ch_flushes_check(ch);
-    ch->bye_clean = delivered && only_flushes_wait(ch);
-    if (ch->bye_clean) {
+    ch->fail.bye_clean = delivered && only_flushes_wait(ch);
+    if (ch->fail.bye_clean) {
         flushes_delivered(ch);
     }
     ch_fail_quiet(ch, XFER_ERR_PEER_CLOSED, "%s", why);

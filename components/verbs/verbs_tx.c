@@ -320,9 +320,7 @@ xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
     xfer_verbs_op_t *op;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        /* after the peer's BYE: what it knew then */
-        return ((ch->fail.status == XFER_ERR_PEER_CLOSED) && ch->bye_clean) ? XFER_OK :
-               ch->fail.status;
+        return xfer_ep_flush_ended(&ch->fail);
     }
     if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;

@@ -893,6 +893,8 @@ typedef struct xfer_ep_fail {
     void            *owner;         /* the component's endpoint */
     xfer_ep_state_t state;
     xfer_status_t   status;         /* XFER_OK until it fails */
+    int             bye_clean;      /* the peer closed in order (BYE) when everything this side
+                                     * sent was delivered: a flush after it succeeds */
     int             queued;         /* 0, or which queue: deferred or told */
     int             torn;           /* the component's teardown ran */
     char            reason[XFER_REASON_MAX];
@@ -951,6 +953,24 @@ static inline xfer_status_t xfer_ep_state_check(const xfer_ep_fail_t *f, xfer_st
         return created;
     }
     return (f->status != XFER_OK) ? f->status : XFER_ERR_CONNECTION;
+}
+
+/* The peer's BYE is handled: clean, everything this side sent was delivered by then (what a
+ * flush after it is answered); why says so for the failure it returns, XFER_ERR_PEER_CLOSED,
+ * with which the endpoint ends. */
+static inline xfer_status_t xfer_ep_bye(xfer_ep_fail_t *f, int clean, char *why,
+                                        size_t why_size)
+{
+    f->bye_clean = clean;
+    snprintf(why, why_size, "the peer closed its endpoint");
+    return XFER_ERR_PEER_CLOSED;
+}
+
+/* A flush on an endpoint that ended: after the peer's BYE, what was known then; else the
+ * endpoint's failure. */
+static inline xfer_status_t xfer_ep_flush_ended(const xfer_ep_fail_t *f)
+{
+    return ((f->status == XFER_ERR_PEER_CLOSED) && f->bye_clean) ? XFER_OK : f->status;
 }
 
 /* The endpoint's own copy of the bootstrap's connected socket (close-on-exec): the
