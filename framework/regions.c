@@ -124,14 +124,28 @@ xfer_status_t xfer_region_refused(uint32_t *bad_keys_p)
     return (++*bad_keys_p > XFER_BAD_KEYS_MAX) ? XFER_ERR_PROTOCOL : XFER_OK;
 }
 
-xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr, size_t length)
+xfer_status_t xfer_region_new(xfer_regions_t *t, size_t rec_size, void *addr, size_t length,
+                              void *rec_p)
 {
+    xfer_region_t *r;
+    xfer_status_t status;
+
     if (!xfer_region_args_ok(addr, length)) {
         return XFER_ERR_INVALID_PARAM;
     }
+    r = calloc(1, rec_size);
+    if (r == NULL) {
+        return XFER_ERR_NO_MEMORY;
+    }
     r->addr   = addr;
     r->length = length;
-    return xfer_region_insert(t, r, &r->id, &r->key);
+    status    = xfer_region_insert(t, r, &r->id, &r->key);
+    if (status != XFER_OK) {
+        free(r);
+        return status;
+    }
+    *(void**)rec_p = r;
+    return XFER_OK;
 }
 
 void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_t len, char *why,
@@ -142,8 +156,8 @@ void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_t len, ch
 }
 
 xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
-                                 uint32_t *bad_keys_p, xfer_status_t *status_p, char *why,
-                                 size_t why_size)
+                                 xfer_ep_failq_t *q, xfer_ep_fail_t *f, uint32_t *bad_keys_p,
+                                 xfer_status_t *status_p, char *why, size_t why_size)
 {
     xfer_region_t *r = xfer_region_find(t, id, key);
 
@@ -152,7 +166,8 @@ xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
     } else if ((bad_keys_p != NULL) && (xfer_region_refused(bad_keys_p) != XFER_OK)) {
         snprintf(why, why_size, "%" PRIu32 " requests whose keys fit no region: the peer is "
                  "scanning for keys", *bad_keys_p);
-        *status_p = XFER_ERR_PROTOCOL;
+        xfer_ep_fail_later(q, f, XFER_ERR_PROTOCOL, "%s", why);
+        *status_p = XFER_ERR_NOT_FOUND;
     } else {
         snprintf(why, why_size, "no region here has id %" PRIu64 " and that key", id);
         *status_p = XFER_ERR_NOT_FOUND;
@@ -161,10 +176,12 @@ xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
 }
 
 xfer_region_t *xfer_region_reach(xfer_regions_t *t, uint64_t id, uint64_t key, uint64_t addr,
-                                 uint64_t len, uint32_t *bad_keys_p, xfer_status_t *status_p,
-                                 char *why, size_t why_size)
+                                 uint64_t len, xfer_ep_failq_t *q, xfer_ep_fail_t *f,
+                                 uint32_t *bad_keys_p, xfer_status_t *status_p, char *why,
+                                 size_t why_size)
 {
-    xfer_region_t *r = xfer_region_named(t, id, key, bad_keys_p, status_p, why, why_size);
+    xfer_region_t *r = xfer_region_named(t, id, key, q, f, bad_keys_p, status_p, why,
+                                         why_size);
 
     if ((r != NULL) && (xfer_region_at(r, addr, len, why, why_size) == NULL)) {
         *status_p = XFER_ERR_OUT_OF_RANGE;

@@ -32,20 +32,18 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
     xfer_status_t status;
     xfer_memh_h memh;
 
-    if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
+    if ((iface == NULL) || (memh_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    memh = calloc(1, sizeof(*memh));
-    if (memh == NULL) {
-        return XFER_ERR_NO_MEMORY;
+    status = xfer_region_new(iface->regions, sizeof(*memh), addr, length, &memh);
+    if (status != XFER_OK) {
+        return status;
     }
     memh->fd = -1;      /* no memfd: the key says so, and names no inode */
     status   = ((params != NULL) && (params->attr->type == XFER_MEM_CUDA)) ?
                xfer_shm_cuda_reg(iface, params, memh) : XFER_OK;
-    if (status == XFER_OK) {
-        status = xfer_region_add(iface->regions, &memh->region, addr, length);
-    }
     if (status != XFER_OK) {
+        xfer_region_remove(iface->regions, memh->region.id, memh, XFER_SHM_SUBSYS);
         free(memh);
         return status;
     }
@@ -413,14 +411,10 @@ xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key, in
                                      xfer_status_t *status_p)
 {
     char why[XFER_REASON_MAX];
-    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key,
-                                         again ? NULL : &ep->bad_keys, status_p, why,
-                                         sizeof(why));
+    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key, &ep->iface->failq,
+                                         &ep->fail, again ? NULL : &ep->bad_keys, status_p,
+                                         why, sizeof(why));
 
-    if (*status_p == XFER_ERR_PROTOCOL) {
-        xfer_shm_ep_fail_later(ep, *status_p, "%s", why);
-        *status_p = XFER_ERR_NOT_FOUND;
-    }
     if ((r != NULL) && ucs_container_of(r, struct xfer_memh, region)->cuda) {
         /* the initiator copies CUDA memory itself (shm_cuda.c); a frame naming it is not
          * carried out here, where nothing may touch device memory */

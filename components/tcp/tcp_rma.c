@@ -20,26 +20,13 @@
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
 {
-    xfer_status_t status;
-    xfer_memh_h memh;
-
     if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (mem_type != XFER_MEM_HOST) {
         return XFER_ERR_UNSUPPORTED;
     }
-    memh = calloc(1, sizeof(*memh));
-    if (memh == NULL) {
-        return XFER_ERR_NO_MEMORY;
-    }
-    status = xfer_region_add(iface->regions, &memh->region, addr, length);
-    if (status != XFER_OK) {
-        free(memh);
-        return status;
-    }
-    *memh_p = memh;
-    return XFER_OK;
+    return xfer_region_new(iface->regions, sizeof(**memh_p), addr, length, memh_p);
 }
 
 xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
@@ -340,12 +327,9 @@ uint8_t *xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma, xfe
                                xfer_status_t *status_p, char *why, size_t why_size)
 {
     xfer_region_t *r = xfer_region_reach(ep->iface->regions, rma->region, rma->cookie, rma->addr,
-                                         rma->len, &ep->bad_keys, status_p, why, why_size);
+                                         rma->len, &ep->iface->failq, &ep->fail, &ep->bad_keys,
+                                         status_p, why, why_size);
 
-    if (*status_p == XFER_ERR_PROTOCOL) {
-        xfer_tcp_ep_fail_later(ep, *status_p, "%s", why);
-        *status_p = XFER_ERR_NOT_FOUND;
-    }
     if (r == NULL) {
         return NULL;
     }

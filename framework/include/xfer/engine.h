@@ -473,10 +473,13 @@ typedef struct xfer_region {
     size_t   length;
 } xfer_region_t;
 
-/* Index r, covering [addr, addr + length), under a new id and key. XFER_ERR_INVALID_PARAM
- * when that is no memory to register (xfer_region_args_ok), XFER_ERR_NO_MEMORY. */
-XFER_API xfer_status_t xfer_region_add(xfer_regions_t *t, xfer_region_t *r, void *addr,
-                                       size_t length);
+/* A new region record of rec_size bytes (zeroed, its xfer_region_t first) in *rec_p, indexed
+ * for [addr, addr + length) under a new id and key. XFER_ERR_INVALID_PARAM when that is no
+ * memory to register (xfer_region_args_ok), XFER_ERR_NO_MEMORY. */
+XFER_API xfer_status_t xfer_region_new(xfer_regions_t *t, size_t rec_size, void *addr,
+                                       size_t length, void *rec_p);
+struct xfer_ep_failq;   /* an endpoint's failure, below */
+struct xfer_ep_fail;
 /* why, when [addr, addr + len) is not inside r (xfer_region_at). */
 XFER_API void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_t len,
                                   char *why, size_t why_size);
@@ -484,18 +487,22 @@ XFER_API void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_
  * The region a peer's request names by id and key, answered the same on every transport (every
  * record in t an xfer_region_t), or NULL with *status_p and why: XFER_ERR_NOT_FOUND, no region
  * has that id and key (never registered, deregistered, or a wrong key; counted in
- * *bad_keys_p); XFER_ERR_PROTOCOL past XFER_BAD_KEYS_MAX misses - the peer is scanning for
- * keys: fail its endpoint, and refuse the request itself with XFER_ERR_NOT_FOUND. bad_keys_p
- * NULL: the request was found before and is looked up again (a frame moving in slices) - a
- * miss is this side's deregistration, not the peer's guess, and counts nothing.
+ * *bad_keys_p). Past XFER_BAD_KEYS_MAX misses the peer is scanning for keys: its endpoint (f,
+ * of q) is failed later with XFER_ERR_PROTOCOL, the request refused as any miss. bad_keys_p NULL: the request was found before and is looked up again (a
+ * frame moving in slices) - a miss is this side's deregistration, not the peer's guess, and
+ * counts nothing.
  */
 XFER_API xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
+                                          struct xfer_ep_failq *q, struct xfer_ep_fail *f,
                                           uint32_t *bad_keys_p, xfer_status_t *status_p,
                                           char *why, size_t why_size);
 /* The same for [addr, addr + len) of it: also XFER_ERR_OUT_OF_RANGE, the range is not inside. */
 XFER_API xfer_region_t *xfer_region_reach(xfer_regions_t *t, uint64_t id, uint64_t key,
-                                          uint64_t addr, uint64_t len, uint32_t *bad_keys_p,
-                                          xfer_status_t *status_p, char *why, size_t why_size);
+                                          uint64_t addr, uint64_t len,
+                                          struct xfer_ep_failq *q, struct xfer_ep_fail *f,
+                                          uint32_t *bad_keys_p,
+                                          xfer_status_t *status_p, char *why,
+                                          size_t why_size);
 
 /* [addr, addr + length) is memory one may register: not NULL, not empty, not wrapping. */
 static inline int xfer_region_args_ok(const void *addr, size_t length)
