@@ -43,6 +43,54 @@ xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *pa
     return XFER_OK;
 }
 
+xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_desc_t *d,
+                                   const xfer_iface_params_t *params)
+{
+    xfer_status_t status = XFER_ERR_NO_MEMORY;
+
+    memset(b, 0, sizeof(*b));
+    xfer_ep_failq_init(&b->failq, d->fail_ops);
+    b->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (b->epfd < 0) {
+        xfer_log(XFER_LOG_ERROR, d->subsys, "cannot open an iface: epoll_create1: %s",
+                 strerror(errno));
+        return XFER_ERR_NO_RESOURCE;
+    }
+    if ((d->regions && (xfer_regions_create(&b->regions) != XFER_OK)) ||
+        (xfer_op_pool_create(d->op_size, d->op_extra, d->op_pool_name, &b->ops) != XFER_OK)) {
+        b->ops = NULL;
+    } else {
+        status = xfer_tanswers_create(params, d->answer_size, d->answer, &b->tanswers);
+    }
+    if (status != XFER_OK) {
+        xfer_log(XFER_LOG_ERROR, d->subsys, "cannot open an iface: out of memory for its "
+                 "regions, operations or tensor answers");
+        b->tanswers = NULL;
+        xfer_iface_base_close(b);
+    }
+    return status;
+}
+
+void xfer_iface_base_close(xfer_iface_base_t *b)
+{
+    if (b->ops != NULL) {
+        xfer_op_pool_destroy(b->ops);     /* what completed is delivered first */
+    }
+    if (b->tanswers != NULL) {
+        xfer_tanswers_destroy(b->tanswers);
+    }
+    if (b->regions != NULL) {
+        xfer_regions_destroy(b->regions, free);
+    }
+    if (b->epfd >= 0) {
+        close(b->epfd);
+    }
+    b->ops      = NULL;
+    b->tanswers = NULL;
+    b->regions  = NULL;
+    b->epfd     = -1;
+}
+
 xfer_status_t xfer_iface_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
     return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);

@@ -324,16 +324,12 @@ struct xfer_iface {
     const xfer_shm_config_t  *cfg;
     xfer_iface_params_t      params;
     xfer_shm_host_id_t       me;
-    int                      epfd;
-    xfer_regions_t           *regions;      /* xfer_memh_h, by id */
+    xfer_iface_base_t        base;          /* regions: xfer_memh_h; ops: xfer_shm_op_t
+                                             * with up to OP_POOL_EXTRA key */
     ucs_list_link_t          eps;
-    xfer_op_pool_t           *ops;          /* xfer_shm_op_t with up to OP_POOL_EXTRA key,
-                                             * and their completions */
     ucs_list_link_t          batches;       /* batches through the ring (shm_batch.c) */
     ucs_list_link_t          batch_work;    /* ... and mapped ones with copies left */
     ucs_list_link_t          pulls;         /* xfer_shm_pull_t with slices left */
-    xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
-    xfer_ep_failq_t          failq;     /* eps failing later, failed and not told */
     unsigned                 polls;         /* progress() calls since epoll was last asked */
     int                      slept;         /* armed for sleep since: ask epoll at once */
     xfer_shm_cuda_t          cuda;
@@ -517,7 +513,7 @@ void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length
 /* An op that was never completed (its post failed) goes back to the pool. */
 static inline void xfer_shm_op_free(xfer_shm_op_t *op)
 {
-    xfer_op_put(op->iface->ops, op);
+    xfer_op_put(op->iface->base.ops, op);
 }
 
 /* ---- shm_ep.c ------------------------------------------------------------------------------- */
@@ -529,9 +525,9 @@ xfer_status_t xfer_shm_ep_check(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress() (comp_base.c). */
 extern const xfer_ep_fail_ops_t xfer_shm_ep_fail_ops;
 #define xfer_shm_ep_fail(ep, status, ...) \
-    xfer_ep_fail(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+    xfer_ep_fail(&(ep)->iface->base.failq, &(ep)->fail, status, __VA_ARGS__)
 #define xfer_shm_ep_fail_later(ep, status, ...) \
-    xfer_ep_fail_later(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+    xfer_ep_fail_later(&(ep)->iface->base.failq, &(ep)->fail, status, __VA_ARGS__)
 /* Flushes whose conditions now hold complete. */
 unsigned xfer_shm_ep_flushes_check(xfer_ep_h ep);
 /* Cross-memory attach between this process and the peer: move len bytes between local and

@@ -103,8 +103,8 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     ep->cma       = iface->me.cma && peer.cma;
     ep->token     = xfer_random64();
     xfer_slots_init(&ep->slots, SLOTS_MAX);
-    xfer_tframes_init(&ep->tf, &xfer_shm_tframes_ops, ep, iface->ops, &ep->slots,
-                      iface->tanswers, params->fw_ep);
+    xfer_tframes_init(&ep->tf, &xfer_shm_tframes_ops, ep, iface->base.ops, &ep->slots,
+                      iface->base.tanswers, params->fw_ep);
     ep->max_msg   = cfg->max_msg_size;
     ep->fd        = -1;
     ep->memfd     = -1;
@@ -302,7 +302,7 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
             return XFER_ERR_UNAVAILABLE;
         }
     }
-    status = xfer_ep_sock_watch(ep->iface->epfd, ep->fd, ep, XFER_SHM_SUBSYS);
+    status = xfer_ep_sock_watch(ep->iface->base.epfd, ep->fd, ep, XFER_SHM_SUBSYS);
     if (status != XFER_OK) {
         return status;
     }
@@ -455,7 +455,7 @@ static void ep_teardown(void *arg, xfer_status_t status)
         /* before its sends end and its tensors go: the peer stops trusting reads of them */
         xfer_shm_ring_gone_set(&ep->out);
     }
-    xfer_ep_sock_close(ep->iface->epfd, &ep->fd);
+    xfer_ep_sock_close(ep->iface->base.epfd, &ep->fd);
     xfer_shm_rx_abort(ep, status);
     xfer_notify_rx_end(ep->fail.fw_ep, &ep->notify_rx);      /* one part-way in */
     xfer_shm_tx_drop_all(ep, status);
@@ -485,10 +485,10 @@ void xfer_shm_ep_destroy(xfer_ep_h ep)
         return;
     }
     iface = ep->iface;
-    xfer_ep_fail_destroy(&iface->failq, &ep->fail);
+    xfer_ep_fail_destroy(&iface->base.failq, &ep->fail);
     /* tensors handed out for this peer's fetches are released before the ep goes */
-    xfer_tanswers_release(iface->tanswers);
-    xfer_op_deliver_owner(iface->ops, ep);
+    xfer_tanswers_release(iface->base.tanswers);
+    xfer_op_deliver_owner(iface->base.ops, ep);
     xfer_shm_batch_ep_gone(ep);
     ucs_list_del(&ep->list);
     xfer_shm_act_unbind(ep);

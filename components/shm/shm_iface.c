@@ -21,6 +21,19 @@
 #define EPOLL_BATCH 16
 #define EPOLL_EVERY 64
 
+/* One op per receive, put, get and large send: from a pool, not malloc; one with more than
+ * XFER_SHM_OP_POOL_EXTRA bytes of payload (a long notification) on its own. */
+static const xfer_iface_base_desc_t base_desc = {
+    .subsys       = XFER_SHM_SUBSYS,
+    .fail_ops     = &xfer_shm_ep_fail_ops,
+    .op_size      = sizeof(xfer_shm_op_t),
+    .op_extra     = XFER_SHM_OP_POOL_EXTRA,
+    .op_pool_name = "xfer_shm_ops",
+    .answer_size  = sizeof(xfer_shm_answer_t),
+    .answer       = xfer_shm_tensor_answer,
+    .regions      = 1,
+};
+
 xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
 {
@@ -38,10 +51,8 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->batches);
     ucs_list_head_init(&iface->batch_work);
     ucs_list_head_init(&iface->pulls);
-    xfer_ep_failq_init(&iface->failq, &xfer_shm_ep_fail_ops);
     ucs_list_head_init(&iface->cuda.opened);
     iface->cuda.primary = -1;
-    iface->epfd   = -1;
 
     cma    = xfer_shm_cma_allowed(cfg, cma_why, sizeof(cma_why));
     status = xfer_shm_host_id(&iface->me, cma, why, sizeof(why));
@@ -51,34 +62,10 @@ xfer_status_t xfer_shm_iface_open(const void *config, const xfer_iface_params_t 
         return status;
     }
     xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "%s", cma_why);
-    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->epfd < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_create1: %s", strerror(errno));
-        free(iface);
-        return XFER_ERR_NO_RESOURCE;
-    }
-    status = xfer_regions_create(&iface->regions);
+    status = xfer_iface_base_open(&iface->base, &base_desc, params);
     if (status != XFER_OK) {
-        close(iface->epfd);
         free(iface);
         return status;
-    }
-    /* one op per receive, put, get and large send: from a pool, not malloc; one with more
-     * than XFER_SHM_OP_POOL_EXTRA bytes of payload (a long notification) on its own */
-    if (xfer_op_pool_create(sizeof(xfer_shm_op_t), XFER_SHM_OP_POOL_EXTRA, "xfer_shm_ops",
-                            &iface->ops) != XFER_OK) {
-        iface->ops = NULL;
-    } else if (xfer_tanswers_create(params, sizeof(xfer_shm_answer_t), xfer_shm_tensor_answer,
-                                    &iface->tanswers) != XFER_OK) {
-        xfer_op_pool_destroy(iface->ops);
-        iface->ops = NULL;
-    }
-    if (iface->ops == NULL) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "cannot create the operation pool");
-        xfer_regions_destroy(iface->regions, free);
-        close(iface->epfd);
-        free(iface);
-        return XFER_ERR_NO_MEMORY;
     }
     xfer_shm_act_open(iface);
     *iface_p = iface;
@@ -93,12 +80,9 @@ void xfer_shm_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_shm_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
-    xfer_tanswers_destroy(iface->tanswers);
-    xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
-    xfer_regions_destroy(iface->regions, free);
     xfer_shm_cuda_cleanup(iface);
     xfer_shm_act_close(iface);
-    close(iface->epfd);
+    xfer_iface_base_close(&iface->base);
     free(iface);
 }
 
@@ -156,7 +140,7 @@ int xfer_shm_host_reachable(xfer_iface_h iface, const xfer_shm_host_id_t *peer, 
 xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kind_t kind,
                                xfer_comp_t *comp, size_t extra)
 {
-    xfer_shm_op_t *op = xfer_op_get(iface->ops, sizeof(xfer_shm_op_t), extra, comp, ep);
+    xfer_shm_op_t *op = xfer_op_get(iface->base.ops, sizeof(xfer_shm_op_t), extra, comp, ep);
 
     if (op != NULL) {
         op->kind  = kind;
@@ -171,7 +155,7 @@ xfer_shm_op_t *xfer_shm_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_shm_op_kin
 
 void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length, uint64_t tag)
 {
-    xfer_op_complete(op->iface->ops, op, status, length, tag);
+    xfer_op_complete(op->iface->base.ops, op, status, length, tag);
     /* a flush waiting for this put, get or batch completes after it */
     if ((op->serial != 0) && (op->ep != NULL)) {
         xfer_flushes_answered(&op->ep->flushes, op->serial);
@@ -182,7 +166,7 @@ void xfer_shm_op_complete(xfer_shm_op_t *op, xfer_status_t status, size_t length
 static unsigned epoll_progress(xfer_iface_h iface)
 {
     struct epoll_event events[EPOLL_BATCH];
-    int num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+    int num = epoll_wait(iface->base.epfd, events, EPOLL_BATCH, 0);
 
     if ((num < 0) && (errno != EINTR)) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "epoll_wait: %s", strerror(errno));
@@ -198,7 +182,7 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
     unsigned count = 0;
     xfer_ep_h ep, tmp;
 
-    count += xfer_ep_failq_progress(&iface->failq);
+    count += xfer_ep_failq_progress(&iface->base.failq);
     if (iface->slept || (++iface->polls >= EPOLL_EVERY)) {
         if (iface->slept) {
             xfer_shm_act_disarm(iface);
@@ -244,21 +228,20 @@ unsigned xfer_shm_iface_progress(xfer_iface_h iface)
         count += xfer_shm_pulls_progress(iface);
     }
 
-    return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
-                                      iface->ops, 0);
+    return count + xfer_iface_deliver(&iface->base, &iface->params, 0);
 }
 
 int xfer_shm_iface_event_fd(xfer_iface_h iface)
 {
-    return iface ? iface->epfd : -1;
+    return iface ? iface->base.epfd : -1;
 }
 
 xfer_status_t xfer_shm_iface_event_arm(xfer_iface_h iface)
 {
     xfer_ep_h ep;
 
-    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
-        xfer_ep_failq_busy(&iface->failq) ||
+    if (xfer_op_queued(iface->base.ops) || xfer_tanswers_pending(iface->base.tanswers) ||
+        xfer_ep_failq_busy(&iface->base.failq) ||
         !ucs_list_is_empty(&iface->batch_work) || !ucs_list_is_empty(&iface->pulls)) {
         return XFER_ERR_BUSY;
     }

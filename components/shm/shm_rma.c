@@ -35,7 +35,7 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
     if ((iface == NULL) || (memh_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    status = xfer_region_new(iface->regions, sizeof(*memh), addr, length, &memh);
+    status = xfer_region_new(iface->base.regions, sizeof(*memh), addr, length, &memh);
     if (status != XFER_OK) {
         return status;
     }
@@ -43,7 +43,7 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
     status   = ((params != NULL) && (params->attr->type == XFER_MEM_CUDA)) ?
                xfer_shm_cuda_reg(iface, params, memh) : XFER_OK;
     if (status != XFER_OK) {
-        xfer_region_remove(iface->regions, memh->region.id, memh, XFER_SHM_SUBSYS);
+        xfer_region_remove(iface->base.regions, memh->region.id, memh, XFER_SHM_SUBSYS);
         free(memh);
         return status;
     }
@@ -93,7 +93,7 @@ void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->region.id, memh, XFER_SHM_SUBSYS)) {
+    if (!xfer_region_remove(iface->base.regions, memh->region.id, memh, XFER_SHM_SUBSYS)) {
         return;
     }
     ucs_list_for_each(ep, &iface->eps, list) {
@@ -411,7 +411,7 @@ xfer_region_t *xfer_shm_region_named(xfer_ep_h ep, uint64_t id, uint64_t key, in
                                      xfer_status_t *status_p)
 {
     char why[XFER_REASON_MAX];
-    xfer_region_t *r = xfer_region_named(ep->iface->regions, id, key, &ep->iface->failq,
+    xfer_region_t *r = xfer_region_named(ep->iface->base.regions, id, key, &ep->iface->base.failq,
                                          &ep->fail, again ? NULL : &ep->bad_keys, status_p,
                                          why, sizeof(why));
 

@@ -313,7 +313,7 @@ xfer_status_t xfer_shm_rx_fetch_done(xfer_ep_h ep, char *why, size_t why_size)
 xfer_status_t xfer_shm_rx_tdone(xfer_ep_h ep, const xfer_shm_frame_t *hdr,
                                 const uint8_t *payload, char *why, size_t why_size)
 {
-    xfer_tanswer_t *a = xfer_tanswer_find(ep->iface->tanswers, &ep->tf.treqs, hdr->id);
+    xfer_tanswer_t *a = xfer_tanswer_find(ep->iface->base.tanswers, &ep->tf.treqs, hdr->id);
 
     (void)payload;
     (void)why;

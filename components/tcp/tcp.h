@@ -390,15 +390,11 @@ struct xfer_iface {
     const xfer_tcp_config_t  *cfg;
     xfer_iface_params_t      params;
     xfer_tcp_wire_limits_t   limits;
-    int                      epfd;
-    xfer_regions_t           *regions;      /* xfer_memh_h, by id */
+    xfer_iface_base_t        base;          /* regions: xfer_memh_h; ops: xfer_tcp_op_t */
     ucs_list_link_t          eps;
-    xfer_op_pool_t           *ops;          /* xfer_tcp_op_t, and their completions */
     ucs_list_link_t          batches;       /* tcp_batch.c: batches in flight */
-    xfer_tanswers_t          *tanswers;     /* peers' tensor requests, answers released */
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          tx_ready;      /* eps whose socket takes more of their queue */
-    xfer_ep_failq_t          failq;         /* eps failing later, failed and not told */
     ucs_list_link_t          flushing;      /* eps with flushes waiting */
     int                      timerfd;       /* ticks while flushes wait for acknowledgements */
     int                      timer_armed;
@@ -452,7 +448,7 @@ xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kin
 /* An op that was never posted goes back to the pool. */
 static inline void xfer_tcp_op_free(xfer_tcp_op_t *op)
 {
-    xfer_op_put(op->iface->ops, op);
+    xfer_op_put(op->iface->base.ops, op);
 }
 /* Ask progress() to look at ep's input again (it was paused, or budget ran out). */
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep);
@@ -489,9 +485,9 @@ xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep);
 /* Fail ep: from progress() now, from anywhere else at the next progress() (comp_base.c). */
 extern const xfer_ep_fail_ops_t xfer_tcp_ep_fail_ops;
 #define xfer_tcp_ep_fail(ep, status, ...) \
-    xfer_ep_fail(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+    xfer_ep_fail(&(ep)->iface->base.failq, &(ep)->fail, status, __VA_ARGS__)
 #define xfer_tcp_ep_fail_later(ep, status, ...) \
-    xfer_ep_fail_later(&(ep)->iface->failq, &(ep)->fail, status, __VA_ARGS__)
+    xfer_ep_fail_later(&(ep)->iface->base.failq, &(ep)->fail, status, __VA_ARGS__)
 /* Stop writing into a region that is being deregistered. */
 void xfer_tcp_ep_forget_region(xfer_ep_h ep, xfer_memh_h memh);
 /* The socket options of the configuration (TCP_NODELAY, buffers, keepalive, timeouts). */

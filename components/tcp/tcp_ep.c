@@ -75,8 +75,8 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     }
     ep->limits    = iface->limits;
     xfer_slots_init(&ep->slots, 1u << 30);
-    xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, iface->ops, &ep->slots,
-                      iface->tanswers, params->fw_ep);
+    xfer_tframes_init(&ep->tf, &xfer_tcp_tframes_ops, ep, iface->base.ops, &ep->slots,
+                      iface->base.tanswers, params->fw_ep);
     ep->rx.state  = XFER_TCP_RX_HDR;
     ucs_list_head_init(&ep->txq);
     xfer_flushes_init(&ep->flushes, &flushes_ops, ep);
@@ -237,7 +237,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
         return status;
     }
     xfer_tcp_sock_tune(ep->iface, ep->fd);
-    status = xfer_ep_sock_watch(ep->iface->epfd, ep->fd, ep, XFER_TCP_SUBSYS);
+    status = xfer_ep_sock_watch(ep->iface->base.epfd, ep->fd, ep, XFER_TCP_SUBSYS);
     if (status != XFER_OK) {
         return status;
     }
@@ -542,7 +542,7 @@ static void ep_teardown(void *arg, xfer_status_t status)
 {
     xfer_ep_h ep = arg;
 
-    xfer_ep_sock_close(ep->iface->epfd, &ep->fd);
+    xfer_ep_sock_close(ep->iface->base.epfd, &ep->fd);
     xfer_tcp_ep_pipe_close(ep);         /* before the entries its pages belong to */
     xfer_tcp_lanes_ep_close(ep, 0);
     xfer_tcp_ep_flushes_fail(ep, status);
@@ -589,7 +589,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
         (void)setsockopt(ep->fd, SOL_SOCKET, SO_LINGER, &abort_now, sizeof(abort_now));
         xfer_tcp_lanes_ep_close(ep, 1);
     }
-    xfer_ep_fail_destroy(&iface->failq, &ep->fail);
+    xfer_ep_fail_destroy(&iface->base.failq, &ep->fail);
     if (ep->in_ready) {
         ucs_list_del(&ep->ready_link);
     }
@@ -598,7 +598,7 @@ void xfer_tcp_ep_destroy(xfer_ep_h ep)
     }
     xfer_tcp_cuda_ep_forget(ep);
     ep->in_ready = ep->in_tx_ready = 0;
-    xfer_op_deliver_owner(iface->ops, ep);
+    xfer_op_deliver_owner(iface->base.ops, ep);
     xfer_tcp_batch_ep_gone(ep);
     if (ep->hot) {
         ucs_list_del(&ep->hot_link);

@@ -77,7 +77,7 @@ static xfer_status_t timer_create_in_epoll(xfer_iface_h iface)
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "timerfd_create: %s", strerror(errno));
         return XFER_ERR_NO_RESOURCE;
     }
-    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0) {
+    if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_ctl(timer): %s", strerror(errno));
         close(iface->timerfd);
         return XFER_ERR_NO_RESOURCE;
@@ -154,6 +154,16 @@ static xfer_status_t tls_check(xfer_iface_h iface)
     return status;
 }
 
+static const xfer_iface_base_desc_t base_desc = {
+    .subsys       = XFER_TCP_SUBSYS,
+    .fail_ops     = &xfer_tcp_ep_fail_ops,
+    .op_size      = sizeof(xfer_tcp_op_t),
+    .op_pool_name = "xfer_tcp_ops",
+    .answer_size  = sizeof(xfer_tcp_answer_t),
+    .answer       = xfer_tcp_tensor_answer,
+    .regions      = 1,
+};
+
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
                                   xfer_iface_h *iface_p)
 {
@@ -178,56 +188,34 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     ucs_list_head_init(&iface->lane_retry);
     ucs_list_head_init(&iface->hot);
     ucs_list_head_init(&iface->tx_ready);
-    xfer_ep_failq_init(&iface->failq, &xfer_tcp_ep_fail_ops);
     ucs_list_head_init(&iface->flushing);
     xfer_tcp_cuda_init(iface);
-
-    iface->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->epfd < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_create1: %s", strerror(errno));
-        status = XFER_ERR_NO_RESOURCE;
+    status = xfer_iface_base_open(&iface->base, &base_desc, params);
+    if (status != XFER_OK) {
         goto err_free;
     }
     status = timer_create_in_epoll(iface);
     if (status != XFER_OK) {
-        goto err_close_epfd;
-    }
-    status = xfer_regions_create(&iface->regions);
-    if (status != XFER_OK) {
-        goto err_close_timer;
+        goto err_close_base;
     }
     if (ucs_mpool_init(&iface->tx_mp, 0, sizeof(xfer_tcp_tx_t) + XFER_TCP_TX_BUF_LEN, 0,
                        TX_MP_ALIGN, TX_MP_CHUNK, TX_MP_MAX, &tx_mp_ops, "xfer_tcp_tx_bufs") !=
         UCS_OK) {
-        xfer_regions_destroy(iface->regions, free);
         status = XFER_ERR_NO_MEMORY;
         goto err_close_timer;
     }
     iface->tx_mp_ready = 1;
-    status = xfer_op_pool_create(sizeof(xfer_tcp_op_t), 0, "xfer_tcp_ops", &iface->ops);
-    if (status == XFER_OK) {
-        status = xfer_tanswers_create(params, sizeof(xfer_tcp_answer_t),
-                                      xfer_tcp_tensor_answer, &iface->tanswers);
-        if (status != XFER_OK) {
-            xfer_op_pool_destroy(iface->ops);
-        }
-    }
-    if (status != XFER_OK) {
-        ucs_mpool_cleanup(&iface->tx_mp, 1);
-        xfer_regions_destroy(iface->regions, free);
-        goto err_close_timer;
-    }
     address_build(iface);
     xfer_tcp_lanes_iface_open(iface);
     xfer_log_at(XFER_LOG_DEBUG, XFER_TCP_SUBSYS, "iface opened: epoll fd %d, address '%.*s'",
-                iface->epfd, (int)iface->address_len, iface->address);
+                iface->base.epfd, (int)iface->address_len, iface->address);
     *iface_p = iface;
     return XFER_OK;
 
 err_close_timer:
     close(iface->timerfd);
-err_close_epfd:
-    close(iface->epfd);
+err_close_base:
+    xfer_iface_base_close(&iface->base);
 err_free:
     free(iface);
     return status;
@@ -241,16 +229,13 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     while (!ucs_list_is_empty(&iface->eps)) {
         xfer_tcp_ep_destroy(ucs_list_head(&iface->eps, struct xfer_ep, list));
     }
-    xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
-    xfer_tanswers_destroy(iface->tanswers);
     xfer_tcp_lanes_iface_close(iface);
     xfer_tcp_cuda_cleanup(iface);
-    xfer_regions_destroy(iface->regions, free);
     if (iface->tx_mp_ready) {
         ucs_mpool_cleanup(&iface->tx_mp, 1);    /* every ep is gone: every buffer is back */
     }
     close(iface->timerfd);
-    close(iface->epfd);
+    xfer_iface_base_close(&iface->base);
     free(iface);
 }
 
@@ -273,7 +258,7 @@ xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_
 xfer_tcp_op_t *xfer_tcp_op_new(xfer_iface_h iface, xfer_ep_h ep, xfer_tcp_op_kind_t kind,
                                xfer_comp_t *comp)
 {
-    xfer_tcp_op_t *op = xfer_op_get(iface->ops, sizeof(xfer_tcp_op_t), 0, comp, ep);
+    xfer_tcp_op_t *op = xfer_op_get(iface->base.ops, sizeof(xfer_tcp_op_t), 0, comp, ep);
 
     if (op != NULL) {
         op->kind  = kind;
@@ -288,7 +273,7 @@ void xfer_tcp_op_complete(xfer_tcp_op_t *op, xfer_status_t status, size_t length
     if ((op->serial != 0) && (op->ep != NULL)) {
         xfer_flushes_answered(&op->ep->flushes, op->serial);    /* flushes wait for it */
     }
-    xfer_op_complete(op->iface->ops, op, status, length, tag);
+    xfer_op_complete(op->iface->base.ops, op, status, length, tag);
 }
 
 void xfer_tcp_iface_rx_kick(xfer_iface_h iface, xfer_ep_h ep)
@@ -382,7 +367,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
     int num;
 
     iface->rx_gen++;
-    count += xfer_ep_failq_progress(&iface->failq);
+    count += xfer_ep_failq_progress(&iface->base.failq);
     count += xfer_tcp_cuda_progress(iface);
 
     while (!ucs_list_is_empty(&iface->tx_ready)) {
@@ -417,7 +402,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
              * waiting behind another's long slices */
             iface->busy_polls  = 0;
             iface->epoll_at_ns = now;
-            num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+            num = epoll_wait(iface->base.epfd, events, EPOLL_BATCH, 0);
         }
     } else if (ucs_list_is_empty(&iface->eps) && (++iface->busy_polls < IDLE_EPOLL)) {
         /* no endpoint: nothing in the set is urgent, and a context whose peers are all on
@@ -425,7 +410,7 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         num = 0;
     } else {
         iface->busy_polls = 0;
-        num = epoll_wait(iface->epfd, events, EPOLL_BATCH, 0);
+        num = epoll_wait(iface->base.epfd, events, EPOLL_BATCH, 0);
         if ((num < 0) && (errno != EINTR)) {
             xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_wait: %s", strerror(errno));
         }
@@ -458,20 +443,19 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         count += flushing_progress(iface);
     }
 
-    return count + xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers,
-                                      iface->ops, 0);
+    return count + xfer_iface_deliver(&iface->base, &iface->params, 0);
 }
 
 int xfer_tcp_iface_event_fd(xfer_iface_h iface)
 {
-    return iface ? iface->epfd : -1;
+    return iface ? iface->base.epfd : -1;
 }
 
 xfer_status_t xfer_tcp_iface_event_arm(xfer_iface_h iface)
 {
-    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
+    if (xfer_op_queued(iface->base.ops) || xfer_tanswers_pending(iface->base.tanswers) ||
         !ucs_list_is_empty(&iface->rx_ready) || !ucs_list_is_empty(&iface->tx_ready) ||
-        xfer_ep_failq_busy(&iface->failq) || xfer_tcp_cuda_busy(iface) ||
+        xfer_ep_failq_busy(&iface->base.failq) || xfer_tcp_cuda_busy(iface) ||
         (iface->cfg->busy_poll && !ucs_list_is_empty(&iface->eps))) {
         return XFER_ERR_BUSY;
     }

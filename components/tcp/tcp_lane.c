@@ -105,7 +105,7 @@ void xfer_tcp_lane_update_events(xfer_tcp_lane_t *lane)
     }
     ev.events = events;
     ev.data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE;
-    if (epoll_ctl(lane->ep->iface->epfd, EPOLL_CTL_MOD, lane->fd, &ev) != 0) {
+    if (epoll_ctl(lane->ep->iface->base.epfd, EPOLL_CTL_MOD, lane->fd, &ev) != 0) {
         xfer_tcp_ep_fail_later(lane->ep, XFER_ERR_NO_RESOURCE, "lane %u: epoll_ctl: %s",
                                lane->idx, strerror(errno));
         return;
@@ -129,7 +129,7 @@ xfer_status_t xfer_tcp_lane_attach(xfer_tcp_lane_t *lane, int fd, int added)
         }
     }
     xfer_tcp_sock_tune(iface, fd);
-    if (epoll_ctl(iface->epfd, added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(iface->base.epfd, added ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
     }
     lane->fd     = fd;
@@ -217,7 +217,7 @@ static void lane_failed(xfer_tcp_lane_t *lane, int err)
     xfer_iface_h iface = ep->iface;
 
     if (lane->fd >= 0) {
-        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+        epoll_ctl(iface->base.epfd, EPOLL_CTL_DEL, lane->fd, NULL);
         close(lane->fd);
         lane->fd = -1;
     }
@@ -262,7 +262,7 @@ static int lane_watch_connect(xfer_tcp_lane_t *lane)
     struct epoll_event ev = {.events = EPOLLOUT,
                              .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
 
-    return (epoll_ctl(lane->ep->iface->epfd, EPOLL_CTL_ADD, lane->fd, &ev) == 0) ? 0 : errno;
+    return (epoll_ctl(lane->ep->iface->base.epfd, EPOLL_CTL_ADD, lane->fd, &ev) == 0) ? 0 : errno;
 }
 
 unsigned xfer_tcp_lanes_retry(xfer_iface_h iface)
@@ -411,7 +411,7 @@ void xfer_tcp_lanes_ep_close(xfer_ep_h ep, int abort_unacked)
                 (void)setsockopt(lane->fd, SOL_SOCKET, SO_LINGER, &abort_now,
                                  sizeof(abort_now));
             }
-            epoll_ctl(ep->iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+            epoll_ctl(ep->iface->base.epfd, EPOLL_CTL_DEL, lane->fd, NULL);
             close(lane->fd);
             lane->fd = -1;
         }
@@ -446,7 +446,7 @@ static unsigned lane_events(xfer_tcp_lane_t *lane, uint32_t events)
             /* not connected yet, or owing and owed nothing: only the lane goes. Lane 0 says
              * whether the peer left in order (a BYE) or not; a frame that needs this lane
              * fails its endpoint when it comes */
-            epoll_ctl(ep->iface->epfd, EPOLL_CTL_DEL, lane->fd, NULL);
+            epoll_ctl(ep->iface->base.epfd, EPOLL_CTL_DEL, lane->fd, NULL);
             close(lane->fd);
             lane->fd          = -1;
             lane->peer_closed = 1;

@@ -128,7 +128,7 @@ xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
     }
     if ((xfer_sock_listen((struct sockaddr*)&here, len, &lp->fd, &lp->port, why,
                           sizeof(why)) != XFER_OK) ||
-        ((epoll_ctl(iface->epfd, EPOLL_CTL_ADD, lp->fd, &ev) != 0) &&
+        ((epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, lp->fd, &ev) != 0) &&
          (snprintf(why, sizeof(why), "epoll_ctl: %s", strerror(errno)) > 0))) {
         xfer_log(XFER_LOG_WARN, XFER_TCP_SUBSYS, "no lane port at %s (%s): its endpoints use "
                  "one connection (XFER_TCP_LANES=1 says so without trying)", at, why);
@@ -149,7 +149,7 @@ xfer_tcp_lane_port_t *xfer_tcp_lane_port_get(xfer_ep_h ep)
 static void accept_drop(xfer_iface_h iface, struct xfer_tcp_accept *acc)
 {
     if (acc->fd >= 0) {
-        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, acc->fd, NULL);
+        epoll_ctl(iface->base.epfd, EPOLL_CTL_DEL, acc->fd, NULL);
         close(acc->fd);
     }
     ucs_list_del(&acc->list);
@@ -257,7 +257,7 @@ static void accept_hello(xfer_iface_h iface, struct xfer_tcp_accept *acc)
                      hello.lane);
             break;
         }
-        epoll_ctl(iface->epfd, EPOLL_CTL_DEL, fd, NULL);
+        epoll_ctl(iface->base.epfd, EPOLL_CTL_DEL, fd, NULL);
         acc->fd = -1;
         accept_drop(iface, acc);
         if (ep->lanes_awaited > 0) {
@@ -378,7 +378,7 @@ unsigned xfer_tcp_lanes_accept(xfer_iface_h iface, xfer_tcp_lane_port_t *lp)
         acc->got    = 0;
         acc->need   = XFER_TCP_WIRE_LANE_HELLO_LEN;
         ev.data.u64 = (uintptr_t)acc | XFER_TCP_EV_ACCEPT;
-        if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
             free(acc);
             continue;

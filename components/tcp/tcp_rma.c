@@ -26,7 +26,7 @@ xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     if (mem_type != XFER_MEM_HOST) {
         return XFER_ERR_UNSUPPORTED;
     }
-    return xfer_region_new(iface->regions, sizeof(**memh_p), addr, length, memh_p);
+    return xfer_region_new(iface->base.regions, sizeof(**memh_p), addr, length, memh_p);
 }
 
 xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_params_t *params,
@@ -63,7 +63,7 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     if ((iface == NULL) || (memh == NULL)) {
         return;
     }
-    if (!xfer_region_remove(iface->regions, memh->region.id, memh, XFER_TCP_SUBSYS)) {
+    if (!xfer_region_remove(iface->base.regions, memh->region.id, memh, XFER_TCP_SUBSYS)) {
         return;
     }
     /* peers' puts and gets in flight must not touch it any more */
@@ -326,8 +326,8 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 uint8_t *xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma, xfer_memh_h *memh_p,
                                xfer_status_t *status_p, char *why, size_t why_size)
 {
-    xfer_region_t *r = xfer_region_reach(ep->iface->regions, rma->region, rma->cookie, rma->addr,
-                                         rma->len, &ep->iface->failq, &ep->fail, &ep->bad_keys,
+    xfer_region_t *r = xfer_region_reach(ep->iface->base.regions, rma->region, rma->cookie, rma->addr,
+                                         rma->len, &ep->iface->base.failq, &ep->fail, &ep->bad_keys,
                                          status_p, why, why_size);
 
     if (r == NULL) {

@@ -647,7 +647,7 @@ void xfer_tcp_ep_update_events(xfer_ep_h ep)
     }
     ev.events   = events;
     ev.data.ptr = ep;
-    if (epoll_ctl(ep->iface->epfd, EPOLL_CTL_MOD, ep->fd, &ev) != 0) {
+    if (epoll_ctl(ep->iface->base.epfd, EPOLL_CTL_MOD, ep->fd, &ev) != 0) {
         xfer_tcp_ep_fail_later(ep, XFER_ERR_NO_RESOURCE, "epoll_ctl: %s", strerror(errno));
         return;
     }

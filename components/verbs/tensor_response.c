@@ -106,7 +106,7 @@ void xfer_verbs_tensor_error_send(xfer_ep_h ch, uint32_t idx, unsigned dir,
 
 static xfer_verbs_rsp_t *rsp_find(xfer_ep_h ch, uint32_t idx)
 {
-    xfer_tanswer_t *a = xfer_tanswer_find(ch->iface->tanswers, &ch->treqs, idx);
+    xfer_tanswer_t *a = xfer_tanswer_find(ch->iface->base.tanswers, &ch->treqs, idx);
 
     return (a == NULL) ? NULL : a->priv;
 }
@@ -301,7 +301,7 @@ static void on_withdraw_waiting(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
     xfer_ep_h ch = rsp->a->ep;
 
     (void)in;
-    xfer_tanswer_cancel(ch->iface->tanswers, &ch->treqs, rsp->a->id);
+    xfer_tanswer_cancel(ch->iface->base.tanswers, &ch->treqs, rsp->a->id);
 }
 
 static void on_withdraw_held(xfer_verbs_rsp_t *rsp, const rsp_input_t *in)
@@ -383,7 +383,7 @@ static xfer_status_t rx_request(xfer_ep_h ch, const xfer_verbs_wire_hdr_t *hdr,
                                      XFER_ERR_NO_RESOURCE, reason);
         return XFER_OK;
     }
-    a = xfer_tanswer_new(iface->tanswers, &ch->treqs, ch, ch->fail.fw_ep, (uint32_t)hdr->id,
+    a = xfer_tanswer_new(iface->base.tanswers, &ch->treqs, ch, ch->fail.fw_ep, (uint32_t)hdr->id,
                          hdr->tag, req.key_len, ch->max_msg_size, &status, why, why_size);
     if (a == NULL) {
         return status;      /* an index still pending: the peer broke the protocol */

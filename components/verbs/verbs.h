@@ -153,7 +153,7 @@ struct xfer_verbs_op {
     uint64_t             flush_batch; /* ... and every batch numbered below it has ended */
     xfer_tensor_t        *result;   /* FETCH */
     uint8_t              msg_buf[XFER_VERBS_WIRE_HDR_LEN + XFER_TENSOR_WIRE_META_MAX];
-};                                  /* from iface->ops; all but msg_buf zeroed by op_new */
+};                                  /* from iface->base.ops; all but msg_buf zeroed by op_new */
 
 /* An outstanding exchange of this side, found again by the id in the peer's answer (ch->slots,
  * the framework's slot table; obj: xfer_verbs_op_t for SEND, xfer_verbs_treq_t for FETCH).
@@ -384,7 +384,8 @@ struct xfer_iface {
     uint32_t                  rdma_chunk;   /* RDMA_CHUNK, at most the port's largest
                                              * message: longer transfers are split */
     xfer_regcache_t           *mrc;         /* buffers the user did not register */
-    int                       epfd;         /* comp channel, timer, channels' sockets */
+    xfer_iface_base_t         base;         /* epfd: comp channel, timer, channels' sockets;
+                                             * ops: xfer_verbs_op_t; no regions */
     int                       timerfd;
     unsigned                  progress_count;
     double                    fds_polled;   /* when progress() last looked at epfd */
@@ -392,9 +393,6 @@ struct xfer_iface {
     ucs_list_link_t           channels;
     khash_t(xfer_verbs_chans) chan_ids;     /* the channels by id, for each completion */
     ucs_list_link_t           busy;         /* RECV/FETCH ops reading their data */
-    xfer_op_pool_t            *ops;         /* xfer_verbs_op_t, and their completions */
-    xfer_tanswers_t           *tanswers;    /* peers' tensor requests, answers released */
-    xfer_ep_failq_t           failq;        /* failed channels, ep_failed pending */
     struct ibv_wc             backlog[XFER_VERBS_CQ_BATCH]; /* polled by event_arm */
     int                       backlog_len;
     uint8_t                   address[XFER_VERBS_WIRE_IFACE_ADDR_LEN];
@@ -492,7 +490,7 @@ xfer_ep_h xfer_verbs_channel_find(xfer_iface_h iface, uint32_t id);
 /* An op that was never completed goes back to the pool. */
 static inline void xfer_verbs_op_free(xfer_verbs_op_t *op)
 {
-    xfer_op_put(op->iface->ops, op);
+    xfer_op_put(op->iface->base.ops, op);
 }
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp);

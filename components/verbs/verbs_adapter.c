@@ -147,17 +147,12 @@ static xfer_status_t events_setup(xfer_iface_h iface)
     struct epoll_event ev = {.events = EPOLLIN};
     int flags;
 
-    iface->timerfd = -1;
-    iface->epfd    = epoll_create1(EPOLL_CLOEXEC);
-    if (iface->epfd < 0) {
-        return XFER_ERR_NO_RESOURCE;
-    }
     flags = fcntl(iface->comp_channel->fd, F_GETFL);
     if ((flags < 0) || (fcntl(iface->comp_channel->fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
         return XFER_ERR_NO_RESOURCE;
     }
     ev.data.ptr = NULL;
-    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->comp_channel->fd, &ev) != 0) {
+    if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->comp_channel->fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
     }
     flags = fcntl(iface->ctx->async_fd, F_GETFL);
@@ -165,7 +160,7 @@ static xfer_status_t events_setup(xfer_iface_h iface)
         return XFER_ERR_NO_RESOURCE;
     }
     ev.data.ptr = iface->ctx;
-    if (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->ctx->async_fd, &ev) != 0) {
+    if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->ctx->async_fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
     }
     if (iface->cfg->keepalive > 0) {
@@ -184,7 +179,7 @@ static xfer_status_t events_setup(xfer_iface_h iface)
         its.it_value = its.it_interval;
         ev.data.ptr  = &iface->timerfd;
         if ((timerfd_settime(iface->timerfd, 0, &its, NULL) != 0) ||
-            (epoll_ctl(iface->epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0)) {
+            (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0)) {
             return XFER_ERR_NO_RESOURCE;
         }
     }
@@ -268,6 +263,16 @@ static xfer_status_t mrc_setup(xfer_iface_h iface)
     return XFER_OK;
 }
 
+/* Operations from a pool: malloc and free per message would be on the data path. */
+static const xfer_iface_base_desc_t base_desc = {
+    .subsys       = XFER_VERBS_SUBSYS,
+    .fail_ops     = &xfer_verbs_ch_fail_ops,
+    .op_size      = sizeof(xfer_verbs_op_t),
+    .op_pool_name = "xfer_verbs_ops",
+    .answer_size  = sizeof(xfer_verbs_rsp_t),
+    .answer       = xfer_verbs_tensor_answer,
+};
+
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
                                     xfer_iface_h *iface_p)
 {
@@ -278,21 +283,15 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     if (status != XFER_OK) {
         return status;
     }
-    iface->epfd   = iface->timerfd = -1;
+    iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
-    xfer_ep_failq_init(&iface->failq, &xfer_verbs_ch_fail_ops);
-    /* operations from a pool: malloc and free per message would be on the data path */
-    if (xfer_op_pool_create(sizeof(xfer_verbs_op_t), 0, "xfer_verbs_ops", &iface->ops) != XFER_OK) {
+    status = xfer_iface_base_open(&iface->base, &base_desc, params);
+    if (status != XFER_OK) {
+        kh_destroy_inplace(xfer_verbs_chans, &iface->chan_ids);
         free(iface);
-        return XFER_ERR_NO_MEMORY;
-    }
-    if (xfer_tanswers_create(params, sizeof(xfer_verbs_rsp_t), xfer_verbs_tensor_answer,
-                             &iface->tanswers) != XFER_OK) {
-        xfer_op_pool_destroy(iface->ops);
-        free(iface);
-        return XFER_ERR_NO_MEMORY;
+        return status;
     }
 
     status = port_open(iface);
@@ -347,8 +346,7 @@ err:
 /* Failure notices, tensor releases and queued completions (engine.h). */
 static unsigned deliver(xfer_iface_h iface)
 {
-    return xfer_iface_deliver(&iface->failq, &iface->params, iface->tanswers, iface->ops,
-                              XFER_IFACE_DELIVER_INLINE);
+    return xfer_iface_deliver(&iface->base, &iface->params, XFER_IFACE_DELIVER_INLINE);
 }
 
 void xfer_verbs_iface_close(xfer_iface_h iface)
@@ -364,17 +362,11 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
     if (iface->mrc != NULL) {
         xfer_regcache_destroy(iface->mrc);
     }
-    if (iface->ops != NULL) {
-        xfer_op_pool_destroy(iface->ops);     /* what completed is delivered first */
-    }
-    xfer_tanswers_destroy(iface->tanswers);
     kh_destroy_inplace(xfer_verbs_chans, &iface->chan_ids);
     if (iface->timerfd >= 0) {
         close(iface->timerfd);
     }
-    if (iface->epfd >= 0) {
-        close(iface->epfd);
-    }
+    xfer_iface_base_close(&iface->base);
     xfer_verbs_cq_destroy_all(iface);
     if (iface->comp_channel != NULL) {
         ibv_destroy_comp_channel(iface->comp_channel);
@@ -414,7 +406,7 @@ static unsigned fds_poll(xfer_iface_h iface)
     unsigned count = 0;
     int n;
 
-    n = epoll_wait(iface->epfd, evs, 16, 0);
+    n = epoll_wait(iface->base.epfd, evs, 16, 0);
     for (int i = 0; i < n; i++) {
         if (evs[i].data.ptr == NULL) {
             xfer_verbs_cq_events_drain(iface);
@@ -546,13 +538,13 @@ unsigned xfer_verbs_iface_progress(xfer_iface_h iface)
 
 int xfer_verbs_iface_event_fd(xfer_iface_h iface)
 {
-    return iface->epfd;
+    return iface->base.epfd;
 }
 
 xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 {
-    if (xfer_op_queued(iface->ops) || xfer_tanswers_pending(iface->tanswers) ||
-        xfer_ep_failq_busy(&iface->failq) || (iface->backlog_len > 0)) {
+    if (xfer_op_queued(iface->base.ops) || xfer_tanswers_pending(iface->base.tanswers) ||
+        xfer_ep_failq_busy(&iface->base.failq) || (iface->backlog_len > 0)) {
         return XFER_ERR_BUSY;
     }
     if (fds_poll(iface) > 0) {
@@ -561,7 +553,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
     if (xfer_verbs_cq_arm(iface) != XFER_OK) {
         return XFER_ERR_BUSY;
     }
-    return xfer_op_queued(iface->ops) ? XFER_ERR_BUSY : XFER_OK;
+    return xfer_op_queued(iface->base.ops) ? XFER_ERR_BUSY : XFER_OK;
 }
 
 /* ---- operations -------------------------------------------------------------------------- */
@@ -569,7 +561,7 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp)
 {
-    xfer_verbs_op_t *op = xfer_op_get(iface->ops, offsetof(xfer_verbs_op_t, msg_buf), 0, comp, ch);
+    xfer_verbs_op_t *op = xfer_op_get(iface->base.ops, offsetof(xfer_verbs_op_t, msg_buf), 0, comp, ch);
 
     if (op != NULL) {
         op->iface = iface;
@@ -596,7 +588,7 @@ void xfer_verbs_op_complete(xfer_verbs_op_t *op, xfer_status_t status, size_t le
         xfer_verbs_op_free(op);
         return;
     }
-    xfer_op_complete(op->iface->ops, op, status, length, tag);
+    xfer_op_complete(op->iface->base.ops, op, status, length, tag);
 }
 
 xfer_status_t xfer_verbs_op_lkey(xfer_verbs_op_t *op, xfer_memh_h memh)

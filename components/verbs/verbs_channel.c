@@ -407,7 +407,7 @@ xfer_status_t xfer_verbs_ep_connect(xfer_ep_h ch, const void *peer_ep_addr, size
     }
     /* watched only from now on: until ep_connect() the framework still reads the socket
      * (maybe unlocked, beside a progress thread) */
-    status = xfer_ep_sock_watch(ch->iface->epfd, ch->sock, ch, XFER_VERBS_SUBSYS);
+    status = xfer_ep_sock_watch(ch->iface->base.epfd, ch->sock, ch, XFER_VERBS_SUBSYS);
     if (status != XFER_OK) {
         return status;
     }
@@ -529,7 +529,7 @@ static void ch_fail_va(xfer_ep_h ch, xfer_log_level_t level, xfer_status_t statu
     if (ch->state != XFER_VERBS_CH_FAILED) {
         ch->fail_level = level;
     }
-    xfer_ep_fail_v(&ch->iface->failq, &ch->fail, status, fmt, ap);
+    xfer_ep_fail_v(&ch->iface->base.failq, &ch->fail, status, fmt, ap);
 }
 
 void xfer_verbs_ch_fail(xfer_ep_h ch, xfer_status_t status, const char *fmt, ...)
@@ -581,7 +581,7 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
     ssize_t n;
 
     if (ch->state == XFER_VERBS_CH_FAILED) {
-        epoll_ctl(ch->iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
+        epoll_ctl(ch->iface->base.epfd, EPOLL_CTL_DEL, ch->sock, NULL);
         return;
     }
     if (ch->state == XFER_VERBS_CH_CREATED) {
@@ -610,7 +610,7 @@ void xfer_verbs_ch_sock_event(xfer_ep_h ch)
     }
     if (ch->bye_taken) {
         /* the peer ended after taking our BYE, as it should */
-        epoll_ctl(ch->iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
+        epoll_ctl(ch->iface->base.epfd, EPOLL_CTL_DEL, ch->sock, NULL);
         return;
     }
     cq_drain_for(ch);
@@ -772,9 +772,9 @@ void xfer_verbs_ep_destroy(xfer_ep_h ch)
     xfer_verbs_ch_log_unsent(ch);
     /* what was reported sent is delivered by the framework's flush before it gets here (or
      * the close was forced): nothing more is waited for */
-    xfer_ep_fail_destroy(&iface->failq, &ch->fail);
-    xfer_op_deliver_owner(iface->ops, ch);
-    epoll_ctl(iface->epfd, EPOLL_CTL_DEL, ch->sock, NULL);
+    xfer_ep_fail_destroy(&iface->base.failq, &ch->fail);
+    xfer_op_deliver_owner(iface->base.ops, ch);
+    epoll_ctl(iface->base.epfd, EPOLL_CTL_DEL, ch->sock, NULL);
     ucs_list_del(&ch->list);
     ch_unindex(iface, ch);
     xfer_verbs_cq_release(iface, ch->cq_idx, (int)(ch->sq_len + ch->rx_slots));

@@ -1008,25 +1008,58 @@ static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
  * tag_lat 8 B 3 % slower, with no op delivered in it). */
 #define XFER_IFACE_DELIVER_INLINE 1u
 
+/*
+ * What every component's iface holds of the framework's engines (comp_base.c), the way
+ * libfabric's util_domain serves its providers: the epoll set progress waits on, the region
+ * table peers' requests are checked against (tcp, shm), the pool of operations with their
+ * completions, the tensor answers, and the queues of failed endpoints.
+ */
+typedef struct xfer_iface_base {
+    int             epfd;
+    xfer_regions_t  *regions;       /* NULL where the component keeps none */
+    xfer_op_pool_t  *ops;
+    xfer_tanswers_t *tanswers;
+    xfer_ep_failq_t failq;
+} xfer_iface_base_t;
+
+typedef struct xfer_iface_base_desc {
+    const char               *subsys;       /* its log lines' */
+    const xfer_ep_fail_ops_t *fail_ops;
+    size_t                   op_size;       /* the component's op, an xfer_op_t first */
+    size_t                   op_extra;      /* payload bytes an op of the pool may carry */
+    const char               *op_pool_name;
+    size_t                   answer_size;   /* the component's part of a tensor answer */
+    xfer_tanswer_cb_t        answer;
+    int                      regions;       /* keep a region table */
+} xfer_iface_base_desc_t;
+
+/* Create b's engines as d says, for an iface opened with params: XFER_OK, or the error with
+ * a log line and nothing left behind. */
+XFER_API xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_desc_t *d,
+                                            const xfer_iface_params_t *params);
+/* Free them, every endpoint gone: what completed is delivered first. What open left NULL or
+ * -1 is skipped, so that a half-opened iface closes too. */
+XFER_API void xfer_iface_base_close(xfer_iface_base_t *b);
+
 /* The end of a component's progress, in this order: the framework told of endpoints torn
  * down, tensors handed out released, then the completions queued by now (a callback that
  * posts and completes at once waits for the next progress); how many. Inline, each step
  * asked first: it runs at every progress, mostly to find nothing. how: a constant, 0 or
  * XFER_IFACE_DELIVER_INLINE. */
-static inline unsigned xfer_iface_deliver(xfer_ep_failq_t *q, const xfer_iface_params_t *params,
-                                          xfer_tanswers_t *tanswers, xfer_op_pool_t *ops,
+static inline unsigned xfer_iface_deliver(xfer_iface_base_t *b, const xfer_iface_params_t *params,
                                           unsigned how)
 {
-    unsigned count = ucs_list_is_empty(&q->tell) ? 0 : xfer_ep_failq_tell(q, params);
+    unsigned count = ucs_list_is_empty(&b->failq.tell) ? 0 : xfer_ep_failq_tell(&b->failq,
+                                                                                params);
 
-    if (xfer_tanswers_pending(tanswers)) {
-        count += xfer_tanswers_release(tanswers);
+    if (xfer_tanswers_pending(b->tanswers)) {
+        count += xfer_tanswers_release(b->tanswers);
     }
-    if (!xfer_op_queued(ops)) {
+    if (!xfer_op_queued(b->ops)) {
         return count;
     }
-    return count + ((how & XFER_IFACE_DELIVER_INLINE) ? xfer_op_deliver_inline(ops) :
-                    xfer_op_deliver(ops));
+    return count + ((how & XFER_IFACE_DELIVER_INLINE) ? xfer_op_deliver_inline(b->ops) :
+                    xfer_op_deliver(b->ops));
 }
 
 #endif /* XFER_ENGINE_H */
