@@ -323,17 +323,14 @@ static xfer_status_t batch_post_each(batch_op_t *op)
 static const xfer_req_ops_t batch_req_ops = {NULL, xfer_batch_cancel, NULL};
 
 /* Hold the notification behind the batch's data: the transport is given none, and the op's
- * copy (room for it was allocated with the op) goes alone once every descriptor has landed
- * and the notifications before it have gone (late_advance). */
-static void note_hold(batch_op_t *op, const void *notify, size_t notify_len)
+ * copy goes alone once every descriptor has landed and the notifications before it have gone
+ * (late_advance). */
+static void note_hold(batch_op_t *op, size_t notify_len)
 {
     op->args.notify     = NULL;
     op->args.notify_len = 0;
     op->note_state      = NOTE_MOVING;
     op->note_len        = notify_len;
-    if (notify_len > 0) {
-        memcpy(op->note, notify, notify_len);
-    }
 }
 
 xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t notify_len,
@@ -418,12 +415,16 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
     op->args.count      = batch->count;
     op->args.memh       = batch->mem->memh[batch->fw_iface->index];
     op->args.rkey       = batch->rkey->rkey;
-    op->args.notify     = notify;
+    /* the transport reads the op's copy until the batch completes (component.h) */
+    op->args.notify     = (notify != NULL) ? op->note : NULL;
     op->args.notify_len = (notify != NULL) ? notify_len : 0;
+    if (notify_len > 0) {
+        memcpy(op->note, notify, notify_len);
+    }
     op->ep              = ep;
     op->note_state      = NOTE_NONE;
     if (held) {
-        note_hold(op, notify, notify_len);
+        note_hold(op, notify_len);
     }
     op->batch           = batch;
     op->req             = req;
@@ -452,7 +453,7 @@ xfer_status_t xfer_batch_post(xfer_batch_t *batch, const void *notify, size_t no
                      !(batch->fw_iface->entry->attr.caps & XFER_CAP_MEM_CUDA);
         if ((notify != NULL) && !held) {
             held = late = 1;
-            note_hold(op, notify, notify_len);
+            note_hold(op, notify_len);
         }
         status = batch_post_each(op);
     }

@@ -41,6 +41,17 @@ void xfer_batch_walk_release(xfer_batch_walk_t *w)
     }
 }
 
+void xfer_batch_walk_complete(xfer_batch_walk_t *w, xfer_comp_t *comp)
+{
+    xfer_status_t status = ((w->status == XFER_OK) && (w->landed < w->args->count)) ?
+                           XFER_ERR_CANCELED : w->status;   /* ended early, nothing failed */
+
+    w->args->landed = w->landed;
+    xfer_batch_walk_cleanup(w);
+    comp->priv = NULL;
+    comp->cb(comp, status, w->landed, 0);
+}
+
 static void landed_add(xfer_batch_walk_t *w, size_t n)
 {
     if (!w->args->is_put || w->puts_land) {

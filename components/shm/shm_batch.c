@@ -50,12 +50,9 @@ typedef struct shm_batch {
     xfer_batch_args_t   *args;
     xfer_batch_walk_t   walk;       /* next: the first descriptor not posted or copied */
     uint64_t            offset;     /* mapped: bytes of iov[walk.next] copied */
-    int                 has_notify;
     int                 notify_sent;    /* its NOTIFY frame is in the peer's ring */
     xfer_comp_t         notify_comp;    /* the NOTIFY frame was written (or dropped) */
     xfer_shm_op_t       *notify_op;     /* carries the frame until then; NULL after */
-    size_t              notify_len;
-    uint8_t             notify[];
 } shm_batch_t;
 
 /* Whether args' notification fits the first cell of a frame (a BATCH frame carries it only
@@ -287,24 +284,25 @@ static void batch_notify_cb(xfer_comp_t *self, xfer_status_t status, size_t leng
  * so that the batch outlives it and a cancel can still void it. */
 static void batch_notify_queue(shm_batch_t *b)
 {
+    size_t nlen = b->args->notify_len;
     xfer_shm_frame_t hdr;
     xfer_shm_op_t *op;
 
-    op = xfer_shm_op_new(b->ep->iface, b->ep, XFER_SHM_OP_SEND, &b->notify_comp, b->notify_len);
+    op = xfer_shm_op_new(b->ep->iface, b->ep, XFER_SHM_OP_SEND, &b->notify_comp, nlen);
     if (op == NULL) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "out of memory for a batch notification");
         xfer_batch_walk_stop(&b->walk, XFER_ERR_NO_MEMORY);
         return;
     }
-    memcpy(op->key, b->notify, b->notify_len);
+    memcpy(op->key, b->args->notify, nlen);
     op->on_write      = 1;
     b->notify_comp.cb = batch_notify_cb;
     b->notify_op      = op;
     xfer_batch_walk_hold(&b->walk);
     memset(&hdr, 0, sizeof(hdr));
     hdr.type = XFER_SHM_F_NOTIFY;
-    hdr.b    = notify_spans(b->ep, b->notify_len);
-    xfer_shm_tx_queue(b->ep, &op->tx, &hdr, op->key, b->notify_len, 0, 0);
+    hdr.b    = notify_spans(b->ep, nlen);
+    xfer_shm_tx_queue(b->ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_shm_tx_write(b->ep);
 }
 
@@ -312,18 +310,12 @@ static void batch_notify_queue(shm_batch_t *b)
 static void batch_end(xfer_batch_walk_t *w)
 {
     shm_batch_t *b = ucs_container_of(w, shm_batch_t, walk);
-    xfer_status_t status;
 
     if (b->working) {
         ucs_list_del(&b->work_link);
     }
     ucs_list_del(&b->list);
-    status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
-             XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
-    b->args->landed = w->landed;
-    b->comp->priv   = NULL;
-    b->comp->cb(b->comp, status, w->landed, 0);
-    xfer_batch_walk_cleanup(w);
+    xfer_batch_walk_complete(w, b->comp);
     free(b);
 }
 
@@ -333,8 +325,7 @@ static const xfer_batch_walk_ops_t batch_mapped_ops = {
 
 static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
-    size_t nlen    = (args->notify != NULL) ? args->notify_len : 0;
-    shm_batch_t *b = calloc(1, sizeof(*b) + nlen);
+    shm_batch_t *b = calloc(1, sizeof(*b));
 
     if (b == NULL) {
         return NULL;
@@ -343,11 +334,6 @@ static shm_batch_t *batch_new(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t
     b->ep         = ep;
     b->comp       = comp;
     b->args       = args;
-    b->has_notify = (args->notify != NULL);
-    b->notify_len = nlen;
-    if (nlen > 0) {
-        memcpy(b->notify, args->notify, nlen);
-    }
     ucs_list_add_tail(&ep->iface->batches, &b->list);
     xfer_comp_hook(comp, &b->hook, copies_cancel);     /* off again in batch_end() */
     return b;
@@ -423,7 +409,7 @@ unsigned xfer_shm_batch_work(xfer_iface_h iface)
         if ((b->ep == NULL) || (b->ep->fail.state != XFER_EP_CONNECTED)) {
             xfer_batch_walk_stop(&b->walk, (b->ep != NULL) ? b->ep->fail.status :
                                                              XFER_ERR_CANCELED);
-        } else if (!b->walk.stopped && b->has_notify) {
+        } else if (!b->walk.stopped && (b->args->notify != NULL)) {
             batch_notify_queue(b);      /* after the last copy: the target reads it after */
         }
         xfer_batch_walk_release(&b->walk);

@@ -49,9 +49,6 @@ typedef struct tcp_batch {
     int                 end_notify; /* ... and carried the notification */
     uint64_t            end_pos;    /* ep->tx_queued where its BATCH_END starts */
     uint8_t             *end_flags; /* ... and its flags in the send queue, until written */
-    size_t              notify_len;
-    int                 has_notify;
-    uint8_t             notify[];
 } tcp_batch_t;
 
 /* Queue BATCH_END: id (0 for a get batch: no answer), the puts before it, the notification
@@ -59,7 +56,7 @@ typedef struct tcp_batch {
 static xfer_status_t batch_end_queue(tcp_batch_t *b, uint64_t id, unsigned flags, uint64_t puts)
 {
     xfer_ep_h ep            = b->ep;
-    size_t nlen             = (flags & BATCH_FL_NOTIFY) ? b->notify_len : 0;
+    size_t nlen             = (flags & BATCH_FL_NOTIFY) ? b->args->notify_len : 0;
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_BATCH_END, 0, id,
                                XFER_TCP_WIRE_BATCH_EXT_LEN + (uint64_t)nlen, 0};
@@ -76,7 +73,7 @@ static xfer_status_t batch_end_queue(tcp_batch_t *b, uint64_t id, unsigned flags
     xfer_put_le32(p + 4, 0);
     xfer_put_le64(p + 8, puts);
     if (nlen > 0) {
-        memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, b->notify, nlen);
+        memcpy(p + XFER_TCP_WIRE_BATCH_EXT_LEN, b->args->notify, nlen);
     }
     b->end_queued = 1;
     b->end_notify = (flags & BATCH_FL_NOTIFY) != 0;
@@ -183,24 +180,13 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     return XFER_OK;
 }
 
-static void batch_free(tcp_batch_t *b)
-{
-    if (b->filling) {
-        ucs_list_del(&b->fill_link);
-    }
-    ucs_list_del(&b->list);
-    xfer_batch_walk_cleanup(&b->walk);
-    free(b);
-}
-
 /* Every hold of the batch ended (its descriptors, its answer, the posting): a get batch's
  * notification goes now that every read has its data; the batch completes. */
 static void batch_end(xfer_batch_walk_t *w)
 {
     tcp_batch_t *b = ucs_container_of(w, tcp_batch_t, walk);
-    xfer_status_t status;
 
-    if (!b->args->is_put && b->has_notify && (w->status == XFER_OK) && !w->stopped &&
+    if (!b->args->is_put && (b->args->notify != NULL) && (w->status == XFER_OK) && !w->stopped &&
         (b->ep != NULL) && (b->ep->fail.state == XFER_EP_CONNECTED)) {
         /* every get has its data: the target may know */
         if (batch_end_queue(b, 0, BATCH_FL_NOTIFY | BATCH_FL_GET, 0) != XFER_OK) {
@@ -209,12 +195,12 @@ static void batch_end(xfer_batch_walk_t *w)
             xfer_tcp_ep_tx_post(b->ep);
         }
     }
-    b->args->landed = w->landed;
-    status = ((w->status == XFER_OK) && (w->landed < b->args->count)) ?
-             XFER_ERR_CANCELED : w->status;     /* ended early, nothing failed */
-    b->comp->priv = NULL;
-    b->comp->cb(b->comp, status, w->landed, 0);
-    batch_free(b);
+    if (b->filling) {
+        ucs_list_del(&b->fill_link);
+    }
+    ucs_list_del(&b->list);
+    xfer_batch_walk_complete(w, b->comp);
+    free(b);
 }
 
 static void batch_ack_cb(xfer_comp_t *self, xfer_status_t status, size_t length, uint64_t tag)
@@ -271,7 +257,7 @@ static void fill_done(tcp_batch_t *b)
         return;
     }
     flags = !xfer_batch_walk_all_posted(&b->walk) ? BATCH_FL_VOID :
-            b->has_notify ? BATCH_FL_NOTIFY : 0;
+            (b->args->notify != NULL) ? BATCH_FL_NOTIFY : 0;
     b->ack->mark_put = ep->puts_sent;   /* BATCH_ACK proves these landed */
     b->ack->len      = ep->batch_puts_sent - b->puts_before;
     status = batch_end_queue(b, b->ack->slot | ((uint64_t)ep->slots.s[b->ack->slot].gen << 32),
@@ -364,7 +350,6 @@ static xfer_status_t batch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status
 
 xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t *comp)
 {
-    size_t nlen          = (args->notify != NULL) ? args->notify_len : 0;
     xfer_status_t status = xfer_tcp_ep_check(ep);
     tcp_batch_t *b;
     uint64_t id;
@@ -384,7 +369,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (status != XFER_OK) {
         return status;
     }
-    b = calloc(1, sizeof(*b) + nlen);
+    b = calloc(1, sizeof(*b));
     if (b == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
@@ -392,12 +377,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     b->ep          = ep;
     b->comp        = comp;
     b->args        = args;
-    b->has_notify  = (args->notify != NULL);
-    b->notify_len  = nlen;
     b->puts_before = ep->batch_puts_sent;
-    if (nlen > 0) {
-        memcpy(b->notify, args->notify, nlen);
-    }
     if (args->is_put) {
         /* the answer to BATCH_END says that the puts before it are in the peer's memory; its
          * slot is taken now, so that a flush posted after the batch waits for it */

@@ -183,8 +183,8 @@ typedef struct xfer_batch_iov {
     uint64_t length;
 } xfer_batch_iov_t;
 
-/* A batch as the component sees it (xfer_batch_post). iov stays valid and unchanged until
- * comp completes; notify is the caller's only during the call. */
+/* A batch as the component sees it (xfer_batch_post). iov and notify (the framework's copy)
+ * stay valid and unchanged until comp completes. */
 typedef struct xfer_batch_args {
     uint32_t               size;        /* sizeof(xfer_batch_args_t) of the caller's build */
     int                    is_put;

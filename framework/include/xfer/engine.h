@@ -799,6 +799,9 @@ XFER_API int xfer_batch_walk_fill(xfer_batch_walk_t *w);
 XFER_API void xfer_batch_walk_stop(xfer_batch_walk_t *w, xfer_status_t status);
 /* One hold fewer; at none, done(). */
 XFER_API void xfer_batch_walk_release(xfer_batch_walk_t *w);
+/* For done(): the batch completes on comp with what landed (in its args too) and its status -
+ * XFER_ERR_CANCELED when it ended early with nothing failed; the walk's records go. */
+XFER_API void xfer_batch_walk_complete(xfer_batch_walk_t *w, xfer_comp_t *comp);
 
 static inline void xfer_batch_walk_hold(xfer_batch_walk_t *w)
 {
