@@ -91,6 +91,14 @@ void xfer_iface_base_close(xfer_iface_base_t *b)
     b->epfd     = -1;
 }
 
+xfer_status_t xfer_op_too_long(const char *subsys, const char *what, size_t length,
+                               uint64_t limit, const char *param)
+{
+    xfer_log(XFER_LOG_ERROR, subsys, "%s of %zu bytes exceeds the message limit of %llu bytes "
+             "(%s, here or at the peer)", what, length, (unsigned long long)limit, param);
+    return XFER_ERR_OUT_OF_RANGE;
+}
+
 xfer_status_t xfer_iface_cancel(xfer_iface_h iface, xfer_comp_t *comp, xfer_status_t status)
 {
     return (iface == NULL) ? XFER_ERR_INVALID_PARAM : xfer_comp_cancel(comp, status);

@@ -295,10 +295,8 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
         return XFER_OK;
     }
     if (length > ep->max_msg) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "%s of %zu bytes exceeds the message limit "
-                 "of %llu bytes (XFER_SHM_MAX_MSG_SIZE, here or at the peer)", what, length,
-                 (unsigned long long)ep->max_msg);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_SHM_SUBSYS, what, length, ep->max_msg,
+                                "XFER_SHM_MAX_MSG_SIZE");
     }
     op = xfer_shm_op_new(ep->iface, ep, kind, comp, 0);
     if (op == NULL) {

@@ -117,10 +117,8 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         return XFER_ERR_INVALID_PARAM;
     }
     if (length > ep->max_msg) {
-        xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "tag send of %zu bytes exceeds the message "
-                 "limit of %llu bytes (XFER_SHM_MAX_MSG_SIZE, here or at the peer)", length,
-                 (unsigned long long)ep->max_msg);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_SHM_SUBSYS, "tag send", length, ep->max_msg,
+                                "XFER_SHM_MAX_MSG_SIZE");
     }
     cfg = ep->iface->cfg;
     if ((length <= cfg->rndv_thresh) && xfer_shm_tx_inline(ep, XFER_SHM_F_TAG, tag, length, buf,

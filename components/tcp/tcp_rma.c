@@ -142,10 +142,8 @@ xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (length > ep->limits.max_msg_size) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "%s of %zu bytes exceeds the message limit "
-                 "of %llu bytes (XFER_TCP_MAX_MSG_SIZE, here or at the peer)", what, length,
-                 (unsigned long long)ep->limits.max_msg_size);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_TCP_SUBSYS, what, length, ep->limits.max_msg_size,
+                                "XFER_TCP_MAX_MSG_SIZE");
     }
     return XFER_OK;
 }

@@ -43,10 +43,8 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
         return XFER_ERR_INVALID_PARAM;
     }
     if (length > ep->limits.max_msg_size) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag send of %zu bytes exceeds the message "
-                 "limit of %llu bytes (XFER_TCP_MAX_MSG_SIZE, here or at the peer)", length,
-                 (unsigned long long)ep->limits.max_msg_size);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_TCP_SUBSYS, "tag send", length, ep->limits.max_msg_size,
+                                "XFER_TCP_MAX_MSG_SIZE");
     }
     if (length <= ep->iface->cfg->eager_threshold) {
         /* copied into the send buffer: done, the caller may reuse its buffer now */

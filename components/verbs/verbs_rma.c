@@ -116,10 +116,8 @@ static xfer_status_t rma(xfer_ep_h ch, xfer_verbs_op_kind_t kind, int opcode, vo
         return XFER_ERR_INVALID_PARAM;
     }
     if (length > ch->iface->cfg->max_msg_size) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "%s of %zu bytes exceeds "
-                 "XFER_VERBS_MAX_MSG_SIZE (%llu)", (kind == XFER_VERBS_OP_PUT) ? "put" : "get",
-                 length, (unsigned long long)ch->iface->cfg->max_msg_size);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_VERBS_SUBSYS, (kind == XFER_VERBS_OP_PUT) ? "put" : "get",
+                                length, ch->iface->cfg->max_msg_size, "XFER_VERBS_MAX_MSG_SIZE");
     }
     if (!xfer_range_within(rkey->addr, rkey->length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;

@@ -66,10 +66,8 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
         return status;
     }
     if (length > ch->max_msg_size) {
-        xfer_log(XFER_LOG_ERROR, XFER_VERBS_SUBSYS, "tag send of %zu bytes exceeds the message "
-                 "limit of %" PRIu64 " bytes (XFER_VERBS_MAX_MSG_SIZE, here or at the peer)",
-                 length, ch->max_msg_size);
-        return XFER_ERR_OUT_OF_RANGE;
+        return xfer_op_too_long(XFER_VERBS_SUBSYS, "tag send", length, ch->max_msg_size,
+                                "XFER_VERBS_MAX_MSG_SIZE");
     }
     if (eager_send(ch->iface, length, memh)) {
         uint8_t msg[XFER_VERBS_WIRE_TAG_HDR_LEN];

@@ -1044,6 +1044,13 @@ XFER_API xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_ifa
  * -1 is skipped, so that a half-opened iface closes too. */
 XFER_API void xfer_iface_base_close(xfer_iface_base_t *b);
 
+/* An operation of length bytes past limit, the smaller of both sides' message limits (param
+ * names the setting): logged for subsys as what ("put", "tag send") exceeding it; returns
+ * XFER_ERR_OUT_OF_RANGE. */
+XFER_API xfer_status_t xfer_op_too_long(const char *subsys, const char *what, size_t length,
+                                        uint64_t limit, const char *param)
+    __attribute__((cold));
+
 /* The end of a component's progress, in this order: the framework told of endpoints torn
  * down, tensors handed out released, then the completions queued by now (a callback that
  * posts and completes at once waits for the next progress); how many. Inline, each step
