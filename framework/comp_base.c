@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 enum {
@@ -48,12 +49,20 @@ xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_d
 {
     xfer_status_t status = XFER_ERR_NO_MEMORY;
 
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &b->timerfd};
+
     memset(b, 0, sizeof(*b));
     xfer_ep_failq_init(&b->failq, d->fail_ops);
-    b->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (b->epfd < 0) {
-        xfer_log(XFER_LOG_ERROR, d->subsys, "cannot open an iface: epoll_create1: %s",
-                 strerror(errno));
+    b->timerfd = -1;
+    b->epfd    = epoll_create1(EPOLL_CLOEXEC);
+    if (d->timer && (b->epfd >= 0)) {
+        b->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    }
+    if ((b->epfd < 0) || (d->timer && ((b->timerfd < 0) ||
+                                       (epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->timerfd, &ev) != 0)))) {
+        xfer_log(XFER_LOG_ERROR, d->subsys, "cannot open an iface: %s: %s",
+                 (b->epfd < 0) ? "epoll_create1" : "its timer", strerror(errno));
+        xfer_iface_base_close(b);
         return XFER_ERR_NO_RESOURCE;
     }
     if ((d->regions && (xfer_regions_create(&b->regions) != XFER_OK)) ||
@@ -82,13 +91,36 @@ void xfer_iface_base_close(xfer_iface_base_t *b)
     if (b->regions != NULL) {
         xfer_regions_destroy(b->regions, free);
     }
+    if (b->timerfd >= 0) {
+        close(b->timerfd);
+    }
     if (b->epfd >= 0) {
         close(b->epfd);
     }
     b->ops      = NULL;
     b->tanswers = NULL;
     b->regions  = NULL;
-    b->epfd     = -1;
+    b->epfd     = b->timerfd = -1;
+}
+
+xfer_status_t xfer_iface_base_timer(xfer_iface_base_t *b, uint64_t period_ns)
+{
+    struct itimerspec its = {{0, 0}, {0, 0}};
+
+    if (period_ns == b->timer_ns) {
+        return XFER_OK;
+    }
+    if (period_ns > 0) {
+        period_ns               = (period_ns < 1000000) ? 1000000 : period_ns;
+        its.it_interval.tv_sec  = (time_t)(period_ns / 1000000000u);
+        its.it_interval.tv_nsec = (long)(period_ns % 1000000000u);
+        its.it_value            = its.it_interval;
+    }
+    if (timerfd_settime(b->timerfd, 0, &its, NULL) != 0) {
+        return XFER_ERR_IO;
+    }
+    b->timer_ns = period_ns;
+    return XFER_OK;
 }
 
 xfer_status_t xfer_op_too_long(const char *subsys, const char *what, size_t length,

@@ -396,8 +396,6 @@ struct xfer_iface {
     ucs_list_link_t          rx_ready;      /* eps with parseable buffered input */
     ucs_list_link_t          tx_ready;      /* eps whose socket takes more of their queue */
     ucs_list_link_t          flushing;      /* eps with flushes waiting */
-    int                      timerfd;       /* ticks while flushes wait for acknowledgements */
-    int                      timer_armed;
     xfer_tcp_cuda_t          cuda;
     /* lanes: the port they connect to, and the connections that did not say which yet */
     unsigned                 lanes;         /* what endpoints offer */

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,45 +65,13 @@ static void address_build(xfer_iface_h iface)
     iface->address_len = off;
 }
 
-/* The flush timer: acknowledgements from the peer's host raise no event, so while flushes
- * wait for them progress() looks again every FLUSH_TICK_NS. In the epoll set, disarmed. */
-static xfer_status_t timer_create_in_epoll(xfer_iface_h iface)
-{
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &iface->timerfd};
-
-    iface->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (iface->timerfd < 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "timerfd_create: %s", strerror(errno));
-        return XFER_ERR_NO_RESOURCE;
-    }
-    if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0) {
-        xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "epoll_ctl(timer): %s", strerror(errno));
-        close(iface->timerfd);
-        return XFER_ERR_NO_RESOURCE;
-    }
-    return XFER_OK;
-}
-
-static void timer_arm(xfer_iface_h iface, int on)
-{
-    struct itimerspec its = {{0, 0}, {0, 0}};
-
-    if (iface->timer_armed == on) {
-        return;
-    }
-    if (on) {
-        its.it_interval.tv_nsec = FLUSH_TICK_NS;
-        its.it_value.tv_nsec    = FLUSH_TICK_NS;
-    }
-    if (timerfd_settime(iface->timerfd, 0, &its, NULL) == 0) {
-        iface->timer_armed = on;
-    }
-}
-
+/* The iface's timer: acknowledgements from the peer's host raise no event, so while flushes
+ * wait for them (or lanes for a retry) progress() looks again every FLUSH_TICK_NS. */
 void xfer_tcp_iface_timer_update(xfer_iface_h iface)
 {
-    timer_arm(iface, !ucs_list_is_empty(&iface->flushing) ||
-                     !ucs_list_is_empty(&iface->lane_retry));
+    (void)xfer_iface_base_timer(&iface->base, (!ucs_list_is_empty(&iface->flushing) ||
+                                               !ucs_list_is_empty(&iface->lane_retry)) ?
+                                              FLUSH_TICK_NS : 0);
 }
 
 void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep)
@@ -112,7 +79,7 @@ void xfer_tcp_iface_flushing_add(xfer_iface_h iface, xfer_ep_h ep)
     if (!ep->in_flushing) {
         ep->in_flushing = 1;
         ucs_list_add_tail(&iface->flushing, &ep->flushing_link);
-        timer_arm(iface, 1);
+        (void)xfer_iface_base_timer(&iface->base, FLUSH_TICK_NS);
     }
 }
 
@@ -162,6 +129,7 @@ static const xfer_iface_base_desc_t base_desc = {
     .answer_size  = sizeof(xfer_tcp_answer_t),
     .answer       = xfer_tcp_tensor_answer,
     .regions      = 1,
+    .timer        = 1,
 };
 
 xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t *params,
@@ -194,15 +162,11 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     if (status != XFER_OK) {
         goto err_free;
     }
-    status = timer_create_in_epoll(iface);
-    if (status != XFER_OK) {
-        goto err_close_base;
-    }
     if (ucs_mpool_init(&iface->tx_mp, 0, sizeof(xfer_tcp_tx_t) + XFER_TCP_TX_BUF_LEN, 0,
                        TX_MP_ALIGN, TX_MP_CHUNK, TX_MP_MAX, &tx_mp_ops, "xfer_tcp_tx_bufs") !=
         UCS_OK) {
         status = XFER_ERR_NO_MEMORY;
-        goto err_close_timer;
+        goto err_close_base;
     }
     iface->tx_mp_ready = 1;
     address_build(iface);
@@ -212,8 +176,6 @@ xfer_status_t xfer_tcp_iface_open(const void *config, const xfer_iface_params_t 
     *iface_p = iface;
     return XFER_OK;
 
-err_close_timer:
-    close(iface->timerfd);
 err_close_base:
     xfer_iface_base_close(&iface->base);
 err_free:
@@ -234,7 +196,6 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
     if (iface->tx_mp_ready) {
         ucs_mpool_cleanup(&iface->tx_mp, 1);    /* every ep is gone: every buffer is back */
     }
-    close(iface->timerfd);
     xfer_iface_base_close(&iface->base);
     free(iface);
 }
@@ -416,10 +377,10 @@ unsigned xfer_tcp_iface_progress(xfer_iface_h iface)
         }
     }
     for (int i = 0; i < num; i++) {
-        if (events[i].data.ptr == &iface->timerfd) {
+        if (events[i].data.ptr == &iface->base.timerfd) {
             uint64_t ticks;
 
-            (void)!read(iface->timerfd, &ticks, sizeof(ticks));
+            (void)!read(iface->base.timerfd, &ticks, sizeof(ticks));
             if (!ucs_list_is_empty(&iface->lane_retry)) {
                 count += xfer_tcp_lanes_retry(iface);
             }

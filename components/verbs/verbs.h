@@ -386,7 +386,6 @@ struct xfer_iface {
     xfer_regcache_t           *mrc;         /* buffers the user did not register */
     xfer_iface_base_t         base;         /* epfd: comp channel, timer, channels' sockets;
                                              * ops: xfer_verbs_op_t; no regions */
-    int                       timerfd;
     unsigned                  progress_count;
     double                    fds_polled;   /* when progress() last looked at epfd */
     uint32_t                  next_ch_id;

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,25 +162,11 @@ static xfer_status_t events_setup(xfer_iface_h iface)
     if (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->ctx->async_fd, &ev) != 0) {
         return XFER_ERR_NO_RESOURCE;
     }
-    if (iface->cfg->keepalive > 0) {
-        double period = iface->cfg->keepalive / 2;
-        struct itimerspec its;
-
-        iface->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-        if (iface->timerfd < 0) {
-            return XFER_ERR_NO_RESOURCE;
-        }
-        its.it_interval.tv_sec  = (time_t)period;
-        its.it_interval.tv_nsec = (long)((period - (double)(time_t)period) * 1e9);
-        if ((its.it_interval.tv_sec == 0) && (its.it_interval.tv_nsec < 1000000)) {
-            its.it_interval.tv_nsec = 1000000;
-        }
-        its.it_value = its.it_interval;
-        ev.data.ptr  = &iface->timerfd;
-        if ((timerfd_settime(iface->timerfd, 0, &its, NULL) != 0) ||
-            (epoll_ctl(iface->base.epfd, EPOLL_CTL_ADD, iface->timerfd, &ev) != 0)) {
-            return XFER_ERR_NO_RESOURCE;
-        }
+    /* the keepalive probes go out every half period */
+    if ((iface->cfg->keepalive > 0) &&
+        (xfer_iface_base_timer(&iface->base, (uint64_t)(iface->cfg->keepalive / 2 * 1e9)) !=
+         XFER_OK)) {
+        return XFER_ERR_NO_RESOURCE;
     }
     return XFER_OK;
 }
@@ -271,6 +256,7 @@ static const xfer_iface_base_desc_t base_desc = {
     .op_pool_name = "xfer_verbs_ops",
     .answer_size  = sizeof(xfer_verbs_rsp_t),
     .answer       = xfer_verbs_tensor_answer,
+    .timer        = 1,
 };
 
 xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_t *params,
@@ -283,7 +269,6 @@ xfer_status_t xfer_verbs_iface_open(const void *config, const xfer_iface_params_
     if (status != XFER_OK) {
         return status;
     }
-    iface->timerfd = -1;
     ucs_list_head_init(&iface->channels);
     kh_init_inplace(xfer_verbs_chans, &iface->chan_ids);
     ucs_list_head_init(&iface->busy);
@@ -363,9 +348,6 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
         xfer_regcache_destroy(iface->mrc);
     }
     kh_destroy_inplace(xfer_verbs_chans, &iface->chan_ids);
-    if (iface->timerfd >= 0) {
-        close(iface->timerfd);
-    }
     xfer_iface_base_close(&iface->base);
     xfer_verbs_cq_destroy_all(iface);
     if (iface->comp_channel != NULL) {
@@ -412,12 +394,12 @@ static unsigned fds_poll(xfer_iface_h iface)
             xfer_verbs_cq_events_drain(iface);
         } else if (evs[i].data.ptr == iface->ctx) {
             count += async_events(iface);
-        } else if (evs[i].data.ptr == &iface->timerfd) {
+        } else if (evs[i].data.ptr == &iface->base.timerfd) {
             uint64_t ticks;
             double now = xfer_now_sec();
             xfer_ep_h ch, tmp;
 
-            if (read(iface->timerfd, &ticks, sizeof(ticks)) < 0) {
+            if (read(iface->base.timerfd, &ticks, sizeof(ticks)) < 0) {
                 continue;   /* EAGAIN: another reader was first */
             }
             ucs_list_for_each_safe(ch, tmp, &iface->channels, list) {

@@ -1019,6 +1019,8 @@ static inline int xfer_ep_failq_busy(xfer_ep_failq_t *q)
  */
 typedef struct xfer_iface_base {
     int             epfd;
+    int             timerfd;        /* in epfd (data.ptr = &timerfd), disarmed; -1: none */
+    uint64_t        timer_ns;       /* its period now, 0 disarmed */
     xfer_regions_t  *regions;       /* NULL where the component keeps none */
     xfer_op_pool_t  *ops;
     xfer_tanswers_t *tanswers;
@@ -1034,6 +1036,7 @@ typedef struct xfer_iface_base_desc {
     size_t                   answer_size;   /* the component's part of a tensor answer */
     xfer_tanswer_cb_t        answer;
     int                      regions;       /* keep a region table */
+    int                      timer;         /* keep a timer in the epoll set */
 } xfer_iface_base_desc_t;
 
 /* Create b's engines as d says, for an iface opened with params: XFER_OK, or the error with
@@ -1043,6 +1046,9 @@ XFER_API xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_ifa
 /* Free them, every endpoint gone: what completed is delivered first. What open left NULL or
  * -1 is skipped, so that a half-opened iface closes too. */
 XFER_API void xfer_iface_base_close(xfer_iface_base_t *b);
+/* Let b's timer fire every period_ns (at least 1 ms), or never again (0); a period it has
+ * already costs nothing. XFER_ERR_IO when the kernel refuses (the timer stays as it was). */
+XFER_API xfer_status_t xfer_iface_base_timer(xfer_iface_base_t *b, uint64_t period_ns);
 
 /* An operation of length bytes past limit, the smaller of both sides' message limits (param
  * names the setting): logged for subsys as what ("put", "tag send") exceeding it; returns
