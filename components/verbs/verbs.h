@@ -311,7 +311,6 @@ struct xfer_ep {
     ucs_list_link_t       flushes;      /* FLUSH ops past the queue, waiting on completions */
     unsigned              rd_inflight;  /* RDMA READs outstanding (max_rd_atomic) */
     ucs_list_link_t       batches;      /* xfer_verbs_batch_t not ended, in posting order */
-    ucs_list_link_t       notifyq;      /* ... of those, the ones whose NOTIFY is not posted */
     uint64_t              batch_seq;    /* batches posted, ever (numbers them) */
 
     xfer_slots_t          slots;        /* exchanges awaiting the peer's answer */

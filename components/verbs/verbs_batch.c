@@ -26,10 +26,11 @@
  * data of every RDMA WRITE before it has been placed (InfiniBand's ordering rules for RC,
  * which RoCE and Soft-RoCE keep): when the target polls the NOTIFY, the batch's bytes are in
  * its memory. A get's NOTIFY is posted once its reads have completed here: the target's
- * memory has been read. Notifications keep the order in which their batches were posted:
- * each channel queues the batches whose NOTIFY is not posted yet (ch->notifyq) and only the
- * head may post its NOTIFY. A put whose writes are posted while an earlier get still reads
- * leaves the channel's queue (nothing else waits with it) and is queued again at its turn.
+ * memory has been read: the batch leaves the channel's queue once its reads are posted and is
+ * queued again, for its NOTIFY, when they complete. Notifications keep the order in which
+ * their batches were posted without a queue of their own here: the framework gives a
+ * transport no notification behind one that leaves late (a get's), it sends it alone once
+ * that one has gone (batch.c), and the channel's queue keeps the order of the rest.
  *
  * Ending. A batch completes once: XFER_OK and length = count when the last of its work
  * requests (its NOTIFY when it has one) completed; the failure status (XFER_ERR_CANCELED when
@@ -55,7 +56,6 @@
 typedef struct xfer_verbs_batch {
     xfer_verbs_op_t        *op;
     ucs_list_link_t        list;         /* ch->batches */
-    ucs_list_link_t        notify_link;  /* ch->notifyq, while notify_wait */
     xfer_batch_args_t      *args;        /* the framework's: landed is raised there */
     uint64_t               seq;          /* its number on the channel (ch->batch_seq) */
     size_t                 next;         /* the first descriptor not wholly posted */
@@ -66,7 +66,7 @@ typedef struct xfer_verbs_batch {
     uint64_t               bytes_done;   /* of them completed (a signalled one's mark) */
     uint64_t               bytes_signal; /* bytes_posted at the last signalled one */
     unsigned               inflight;     /* signalled work requests not completed */
-    int                    notify_wait;  /* on ch->notifyq: its NOTIFY has not gone */
+    int                    notify_wait;  /* its NOTIFY has not gone */
     int                    notify_ready; /* a put's writes are posted, a get's reads done */
     int                    stopped;      /* cancelled: nothing more goes */
     xfer_status_t          stop_status;
@@ -99,39 +99,8 @@ static void landed_raise(xfer_verbs_batch_t *b, size_t n)
     args->landed = n;
 }
 
-/* Queue the head of ch->notifyq again when its NOTIFY may go now (and it is not queued). */
-static void notify_turn_next(xfer_ep_h ch)
-{
-    xfer_verbs_batch_t *b;
-
-    if (ucs_list_is_empty(&ch->notifyq)) {
-        return;
-    }
-    b = ucs_list_head(&ch->notifyq, xfer_verbs_batch_t, notify_link);
-    if (b->notify_ready && !b->stopped && (b->op->post == XFER_VERBS_POST_NONE)) {
-        b->op->post = XFER_VERBS_POST_BATCH;
-        ucs_list_add_tail(&ch->pendq, &b->op->list);
-    }
-}
-
-/* Take b off the notification queue; the next one's turn may have come (turn_next). */
-static void notify_unqueue(xfer_ep_h ch, xfer_verbs_batch_t *b, int turn_next)
-{
-    int was_head;
-
-    if (!b->notify_wait) {
-        return;
-    }
-    was_head       = (ucs_list_head(&ch->notifyq, xfer_verbs_batch_t, notify_link) == b);
-    ucs_list_del(&b->notify_link);
-    b->notify_wait = 0;
-    if (was_head && turn_next) {
-        notify_turn_next(ch);
-    }
-}
-
 /* b is done with: its op completes with status (XFER_OK: every descriptor landed). live: the
- * channel goes on (another batch's NOTIFY may go, a flush may be done). */
+ * channel goes on (a flush may be done). */
 static void batch_end(xfer_verbs_batch_t *b, xfer_status_t status, int live)
 {
     xfer_verbs_op_t *op = b->op;
@@ -142,7 +111,6 @@ static void batch_end(xfer_verbs_batch_t *b, xfer_status_t status, int live)
         landed_raise(b, b->args->count);
     }
     length = b->args->landed;
-    notify_unqueue(ch, b, live);
     ucs_list_del(&b->list);
     if (op->post != XFER_VERBS_POST_NONE) {
         ucs_list_del(&op->list);
@@ -176,7 +144,6 @@ static xfer_status_t batch_cancel(xfer_cancel_hook_t *hook, xfer_status_t status
         ucs_list_del(&op->list);
         op->post = XFER_VERBS_POST_NONE;
     }
-    notify_unqueue(ch, b, 1);
     if (b->inflight == 0) {
         batch_end(b, status, 1);
     }   /* else it ends when its last posted work request (signalled) completes */
@@ -289,7 +256,7 @@ static int post_chain(xfer_ep_h ch, xfer_verbs_batch_t *b)
     return 0;
 }
 
-/* b's NOTIFY, at the head of the channel's queue and of its notification queue. */
+/* b's NOTIFY, at the head of the channel's queue. */
 static int post_notify(xfer_ep_h ch, xfer_verbs_batch_t *b)
 {
     xfer_verbs_op_t *op = b->op;
@@ -301,7 +268,7 @@ static int post_notify(xfer_ep_h ch, xfer_verbs_batch_t *b)
     op->msg     = op->msg_buf;
     if (ret == 1) {
         b->inflight++;
-        notify_unqueue(ch, b, 1);
+        b->notify_wait = 0;
     }
     return ret;
 }
@@ -319,12 +286,8 @@ int xfer_verbs_batch_post(xfer_ep_h ch, xfer_verbs_op_t *op)
         }
         b->notify_ready |= b->args->is_put;
     }
-    if (!b->notify_wait) {
-        return 1;
-    }
-    if (!b->notify_ready ||
-        (ucs_list_head(&ch->notifyq, xfer_verbs_batch_t, notify_link) != b)) {
-        return 1;               /* queued again when its reads are done and its turn comes */
+    if (!b->notify_wait || !b->notify_ready) {
+        return 1;               /* a get's NOTIFY: queued again when its reads are done */
     }
     return post_notify(ch, b);
 }
@@ -350,9 +313,10 @@ void xfer_verbs_batch_wr_done(xfer_verbs_op_t *op, uint64_t mark, uint64_t bytes
     landed_raise(b, b->args->count);
     if (!b->notify_wait) {
         batch_end(b, XFER_OK, 1);
-    } else if (!b->notify_ready) {
-        b->notify_ready = 1;    /* a get's reads are done: its NOTIFY may go at its turn */
-        notify_turn_next(op->ch);
+    } else if (!b->notify_ready && (op->post == XFER_VERBS_POST_NONE)) {
+        b->notify_ready = 1;    /* a get's reads are done: its NOTIFY goes */
+        op->post        = XFER_VERBS_POST_BATCH;
+        ucs_list_add_tail(&op->ch->pendq, &op->list);
     }
 }
 
@@ -488,19 +452,13 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
         }
         b->msg_len      = msg_len;
         b->notify_wait  = 1;
-        b->notify_ready = (end == 0);   /* nothing to move: it may go at its turn */
-        ucs_list_add_tail(&ch->notifyq, &b->notify_link);
+        b->notify_ready = (end == 0);   /* nothing to move: it goes in its turn */
     } else if (end == 0) {
         batch_end(b, XFER_OK, 1);       /* nothing to move; reported from progress */
         return XFER_INPROGRESS;
     }
-    if (end > 0) {
-        op->post = XFER_VERBS_POST_BATCH;
-        xfer_verbs_ch_submit(ch, op);
-    } else {
-        notify_turn_next(ch);
-        xfer_verbs_ch_progress_pending(ch);
-    }
+    op->post = XFER_VERBS_POST_BATCH;
+    xfer_verbs_ch_submit(ch, op);
     return XFER_INPROGRESS;
 }
 

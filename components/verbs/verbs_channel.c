@@ -209,7 +209,6 @@ xfer_status_t xfer_verbs_ep_create(xfer_iface_h iface, const xfer_ep_params_t *p
     ucs_list_head_init(&ch->pendq);
     ucs_list_head_init(&ch->flushes);
     ucs_list_head_init(&ch->batches);
-    ucs_list_head_init(&ch->notifyq);
 
     if ((params->peer_iface_addr == NULL) ||
         (xfer_verbs_wire_unpack_iface_addr(params->peer_iface_addr,
