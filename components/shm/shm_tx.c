@@ -63,20 +63,22 @@ static int frame_fill(xfer_ep_h ep, xfer_shm_tx_t *tx, uint8_t *c)
     return tx->sent == tx->len;
 }
 
-/* tx is written whole: it leaves the queue and what waited on it goes on. */
-static void tx_done(xfer_ep_h ep, xfer_shm_tx_t *tx)
+/* tx leaves the queue: written whole (XFER_OK), what waited on it going on, or dropped with
+ * the status its ep ends with - an op waiting for an answer then fails with its slot, one
+ * that completes once written fails here. */
+static void tx_end(xfer_ep_h ep, xfer_shm_tx_t *tx, xfer_status_t status)
 {
     ucs_list_del(&tx->list);
-    ep->tx_done++;
+    ep->tx_done += (status == XFER_OK);
     if (tx->answer) {
         ep->answers--;
         xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
                                  XFER_SHM_ANSWER_COST(tx->len));
     }
     if ((tx->op != NULL) && tx->op->on_write) {
-        xfer_shm_op_complete(tx->op, XFER_OK, tx->op->len, 0);
+        xfer_shm_op_complete(tx->op, status, (status == XFER_OK) ? tx->op->len : 0, 0);
     }
-    if (tx->answer_of != NULL) {
+    if ((tx->answer_of != NULL) && (status == XFER_OK)) {
         xfer_shm_answer_sent(tx->answer_of);
     }
     free(tx->owned);
@@ -106,7 +108,7 @@ int xfer_shm_tx_write(xfer_ep_h ep)
         count++;
         if (frame_fill(ep, tx, c)) {
             wake |= xfer_shm_ring_publish(&ep->out);
-            tx_done(ep, tx);
+            tx_end(ep, tx, XFER_OK);
         } else {
             wake |= xfer_shm_ring_publish(&ep->out);
         }
@@ -246,22 +248,6 @@ xfer_status_t xfer_shm_tx_ctrl(xfer_ep_h ep, unsigned type, xfer_status_t status
 void xfer_shm_tx_drop_all(xfer_ep_h ep, xfer_status_t status)
 {
     while (!ucs_list_is_empty(&ep->txq)) {
-        xfer_shm_tx_t *tx = ucs_list_extract_head(&ep->txq, xfer_shm_tx_t, list);
-
-        if (tx->answer) {
-            ep->answers--;
-            xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answer_bytes,
-                                     XFER_SHM_ANSWER_COST(tx->len));
-        }
-        /* an op waiting for an answer is failed with its slot; one that completes once
-         * written is failed here */
-        if ((tx->op != NULL) && tx->op->on_write) {
-            xfer_shm_op_complete(tx->op, status, 0, 0);
-        }
-        free(tx->owned);
-        tx->owned = NULL;
-        if (!tx->embedded) {
-            free(tx);
-        }
+        tx_end(ep, ucs_list_head(&ep->txq, xfer_shm_tx_t, list), status);
     }
 }

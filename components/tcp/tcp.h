@@ -506,10 +506,9 @@ xfer_status_t xfer_tcp_ep_answer(xfer_ep_h ep, unsigned type, xfer_status_t stat
 void xfer_tcp_ep_tx_push(xfer_ep_h ep, xfer_tcp_tx_t *tx);
 /* Bytes an answer of len frame bytes counts in ep->answers. */
 #define XFER_TCP_ANSWER_COST(_len) ((uint64_t)(_len) + XFER_TCP_ENTRY_OVERHEAD)
-/* A queue entry was written completely (on every lane). */
-void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx);
-/* A queue entry that will never be written (the ep failed or closes). */
-void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
+/* A queue entry ends: written completely, on every lane (XFER_OK), or never to be (the ep
+ * failed or closes: its status). */
+void xfer_tcp_ep_tx_end(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status);
 /* Write what the socket takes now; never calls back into the framework. */
 void xfer_tcp_ep_tx_write(xfer_ep_h ep);
 /* The same, up to about budget bytes: the rest waits for progress (EPOLLOUT armed). */

@@ -547,11 +547,11 @@ static void ep_teardown(void *arg, xfer_status_t status)
     xfer_tcp_lanes_ep_close(ep, 0);
     xfer_tcp_ep_flushes_fail(ep, status);
     while (!ucs_list_is_empty(&ep->txq)) {
-        xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
+        xfer_tcp_ep_tx_end(ep, ucs_list_extract_head(&ep->txq, xfer_tcp_tx_t, list), status);
     }
     while (!ucs_list_is_empty(&ep->tx_wait)) {
-        xfer_tcp_ep_tx_drop(ep, ucs_list_extract_head(&ep->tx_wait, xfer_tcp_tx_t, list),
-                            status);
+        xfer_tcp_ep_tx_end(ep, ucs_list_extract_head(&ep->tx_wait, xfer_tcp_tx_t, list),
+                           status);
     }
     xfer_tcp_ep_rx_abort(ep, status);
     xfer_notify_rx_end(ep->fail.fw_ep, &ep->batch_notify);    /* one part-way in */

@@ -86,7 +86,7 @@ static void seg_done(xfer_ep_h ep, xfer_tcp_seg_t *seg)
     free(seg);
     if ((--tx->lanes_left == 0) && tx->lane0_done) {
         ucs_list_del(&tx->list);    /* from ep->tx_wait */
-        xfer_tcp_ep_tx_done(ep, tx);
+        xfer_tcp_ep_tx_end(ep, tx, XFER_OK);
     }
 }
 

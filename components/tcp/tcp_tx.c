@@ -158,14 +158,15 @@ void xfer_tcp_tx_free(xfer_tcp_tx_t *tx)
     }
 }
 
-void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
+void xfer_tcp_ep_tx_end(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
 {
     xfer_tcp_op_t *op;
 
     if (tx->resp > 0) {
         xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
     }
-    if (ep->rx_blocked && (ep->answers.held <= ep->iface->cfg->max_backlog / 2) &&
+    if ((status == XFER_OK) && ep->rx_blocked &&
+        (ep->answers.held <= ep->iface->cfg->max_backlog / 2) &&
         xfer_budget_queue_within(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers)) {
         /* the peer reads its answers again: read its requests again. Here, where the backlog
          * shrinks, whichever connection wrote an answer's last bytes (lane 0 or a lane). */
@@ -181,47 +182,15 @@ void xfer_tcp_ep_tx_done(xfer_ep_h ep, xfer_tcp_tx_t *tx)
         op = ucs_container_of(tx, xfer_tcp_op_t, tx);
         op->tx_pending = 0;
         if (op->on_write) {
-            xfer_tcp_op_complete(op, XFER_OK, op->len, 0);
+            xfer_tcp_op_complete(op, status, (status == XFER_OK) ? op->len : 0, 0);
         }
-        break;      /* an acknowledged put completes with its PUT_ACK */
+        break;      /* an acknowledged put completes with its PUT_ACK, or with the ep */
     case XFER_TCP_TX_ANSWER:
         /* released by the next progress(): never from inside a tensor's ready() */
-        xfer_tanswer_done(ucs_container_of(tx, xfer_tcp_answer_t, tx)->a, XFER_OK);
-        break;
-    case XFER_TCP_TX_GET_RESP:
-    case XFER_TCP_TX_PUTV:      /* its batch completes with the BATCH_ACK behind it */
-        free(tx->owned);
-        free(tx);
-        break;
-    default:
-        xfer_tcp_tx_free(tx);
-        break;
-    }
-}
-
-void xfer_tcp_ep_tx_drop(xfer_ep_h ep, xfer_tcp_tx_t *tx, xfer_status_t status)
-{
-    xfer_tcp_op_t *op;
-
-    if (tx->resp > 0) {
-        xfer_budget_queue_remove(ep->fail.fw_ep, XFER_BUDGET_ANSWERS, &ep->answers, tx->resp);
-    }
-    if (tx->dev) {
-        xfer_tcp_cuda_tx_release(ep, tx);
-    }
-    switch (tx->kind) {
-    case XFER_TCP_TX_OP:
-        op = ucs_container_of(tx, xfer_tcp_op_t, tx);
-        op->tx_pending = 0;
-        if (op->on_write) {
-            xfer_tcp_op_complete(op, status, 0, 0);
-        }
-        break;      /* an acknowledged put is completed with the ep's outstanding requests */
-    case XFER_TCP_TX_ANSWER:
         xfer_tanswer_done(ucs_container_of(tx, xfer_tcp_answer_t, tx)->a, status);
         break;
     case XFER_TCP_TX_GET_RESP:
-    case XFER_TCP_TX_PUTV:
+    case XFER_TCP_TX_PUTV:      /* its batch completes with the BATCH_ACK behind it */
         free(tx->owned);
         free(tx);
         break;
@@ -247,7 +216,7 @@ static void tx_advance(xfer_ep_h ep, size_t n)
         n -= left;
         ucs_list_del(&tx->list);
         if (xfer_tcp_lanes_tx_lane0_done(ep, tx)) {
-            xfer_tcp_ep_tx_done(ep, tx);
+            xfer_tcp_ep_tx_end(ep, tx, XFER_OK);
         }
     }
 }
