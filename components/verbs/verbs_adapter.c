@@ -10,6 +10,7 @@
  * asks for completion events and then polls the CQs once more (verbs_cq.c).
  */
 #include "verbs.h"
+#include "verbs_devices.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,17 +26,6 @@
 
 #define PROGRESS_FD_PERIOD 64   /* read the clock every this many progress() calls, */
 #define PROGRESS_FD_GAP    1e-3 /* and look at the fds once this many seconds have passed */
-
-static int port_matches(const char *filter, const char *dev, unsigned port)
-{
-    char full[80];
-
-    if ((filter == NULL) || (*filter == '\0')) {
-        return 1;
-    }
-    snprintf(full, sizeof(full), "%s:%u", dev, port);
-    return (strcmp(filter, dev) == 0) || (strcmp(filter, full) == 0);
-}
 
 /* RoCE: the RoCE v2 GID of an IPv4 address (::ffff:a.b.c.d), else any RoCE v2 GID, else 0.
  * InfiniBand: GID 0. */
@@ -86,7 +76,7 @@ static xfer_status_t port_open(xfer_iface_h iface)
         }
         if (ibv_query_device(ctx, &iface->dev_attr) == 0) {
             for (unsigned p = 1; p <= iface->dev_attr.phys_port_cnt; p++) {
-                if (!port_matches(filter, name, p) ||
+                if (!xfer_verbs_port_matches(filter, name, p) ||
                     (ibv_query_port(ctx, (uint8_t)p, &iface->port_attr) != 0)) {
                     continue;
                 }

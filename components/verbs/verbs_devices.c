@@ -42,7 +42,7 @@ static double port_gbps(const struct ibv_port_attr *pa)
     return lane * lanes;
 }
 
-static int filter_matches(const char *filter, const char *dev, unsigned port)
+int xfer_verbs_port_matches(const char *filter, const char *dev, unsigned port)
 {
     char full[80];
 
@@ -119,7 +119,7 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
                 continue;
             }
             (*num_found)++;
-            if (!filter_matches(filter, name, p) || (attr->num_devices >= XFER_DEVICE_MAX)) {
+            if (!xfer_verbs_port_matches(filter, name, p) || (attr->num_devices >= XFER_DEVICE_MAX)) {
                 continue;
             }
             dev = &attr->devices[attr->num_devices++];

@@ -17,4 +17,9 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
                                         double *best_mbs)
     __attribute__((visibility("hidden")));
 
+/* Whether port of device dev is one that filter (XFER_VERBS_DEVICE: "" = all, "dev" or
+ * "dev:port") allows. */
+int xfer_verbs_port_matches(const char *filter, const char *dev, unsigned port)
+    __attribute__((visibility("hidden")));
+
 #endif
