@@ -155,8 +155,7 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     if ((ep == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < EP_ADDR_LEN)) {
-        *len_p = EP_ADDR_LEN;
+    if (!xfer_out_room(buf, len_p, EP_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     a.token     = ep->token;
@@ -172,7 +171,6 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     a.act_idx   = ep->act_idx;
     a.act_ino   = ep->iface->act.ino;
     ep_addr_pack(&a, buf);
-    *len_p = EP_ADDR_LEN;
     return XFER_OK;
 }
 

@@ -91,13 +91,11 @@ xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_
     if ((iface == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < XFER_SHM_IFACE_ADDR_LEN)) {
-        *len_p = XFER_SHM_IFACE_ADDR_LEN;
+    if (!xfer_out_room(buf, len_p, XFER_SHM_IFACE_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     iface->me.pid = (uint32_t)getpid();
     xfer_shm_host_id_pack(&iface->me, buf);
-    *len_p = XFER_SHM_IFACE_ADDR_LEN;
     return XFER_OK;
 }
 

@@ -132,8 +132,7 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < (memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN))) {
-        *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
+    if (!xfer_out_room(buf, len_p, memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     memcpy(b, &memh->region.key, 8);
@@ -153,7 +152,6 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     if (memh->cuda) {
         xfer_shm_cuda_rkey_pack(memh, b + XFER_SHM_RKEY_LEN);
     }
-    *len_p = memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN;
     return XFER_OK;
 }
 

@@ -130,8 +130,7 @@ xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
     if ((ep == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < XFER_TCP_WIRE_EP_ADDR_LEN)) {
-        *len_p = XFER_TCP_WIRE_EP_ADDR_LEN;
+    if (!xfer_out_room(buf, len_p, XFER_TCP_WIRE_EP_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     {
@@ -142,7 +141,6 @@ xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
         xfer_tcp_lanes_ep_addr(ep, &addr);
         xfer_tcp_wire_pack_ep_addr(&addr, buf);
     }
-    *len_p = XFER_TCP_WIRE_EP_ADDR_LEN;
     return XFER_OK;
 }
 

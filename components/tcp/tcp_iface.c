@@ -205,14 +205,12 @@ xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_
     if ((iface == NULL) || (len_p == NULL) || ((buf == NULL) && (*len_p > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (*len_p < iface->address_len) {
-        *len_p = iface->address_len;
+    if (!xfer_out_room(buf, len_p, iface->address_len)) {
         return XFER_ERR_NO_RESOURCE;
     }
     if (iface->address_len > 0) {
         memcpy(buf, iface->address, iface->address_len);
     }
-    *len_p = iface->address_len;
     return XFER_OK;
 }
 

@@ -81,8 +81,7 @@ xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((buf == NULL) || (*len_p < XFER_TCP_WIRE_RKEY_LEN)) {
-        *len_p = XFER_TCP_WIRE_RKEY_LEN;
+    if (!xfer_out_room(buf, len_p, XFER_TCP_WIRE_RKEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     rkey.region = memh->region.id;
@@ -90,7 +89,6 @@ xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     rkey.addr   = (uintptr_t)memh->region.addr;
     rkey.length = memh->region.length;
     xfer_tcp_wire_pack_rkey(&rkey, buf);
-    *len_p = XFER_TCP_WIRE_RKEY_LEN;
     return XFER_OK;
 }
 

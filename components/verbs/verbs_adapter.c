@@ -354,12 +354,10 @@ void xfer_verbs_iface_close(xfer_iface_h iface)
 
 xfer_status_t xfer_verbs_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
 {
-    if (*len_p < sizeof(iface->address)) {
-        *len_p = sizeof(iface->address);
+    if (!xfer_out_room(buf, len_p, sizeof(iface->address))) {
         return XFER_ERR_NO_RESOURCE;
     }
     memcpy(buf, iface->address, sizeof(iface->address));
-    *len_p = sizeof(iface->address);
     return XFER_OK;
 }
 

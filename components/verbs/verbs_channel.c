@@ -277,8 +277,7 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ch, void *buf, size_t *len_p)
 {
     xfer_verbs_wire_ep_addr_t a;
 
-    if (*len_p < XFER_VERBS_WIRE_EP_ADDR_LEN) {
-        *len_p = XFER_VERBS_WIRE_EP_ADDR_LEN;
+    if (!xfer_out_room(buf, len_p, XFER_VERBS_WIRE_EP_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     memset(&a, 0, sizeof(a));
@@ -296,7 +295,6 @@ xfer_status_t xfer_verbs_ep_address(xfer_ep_h ch, void *buf, size_t *len_p)
     a.ka_rkey    = ch->ka_mr->rkey;
     a.rdma_chunk = ch->iface->rdma_chunk;
     xfer_verbs_wire_pack_ep_addr(&a, buf);
-    *len_p = XFER_VERBS_WIRE_EP_ADDR_LEN;
     return XFER_OK;
 }
 

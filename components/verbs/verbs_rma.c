@@ -65,12 +65,10 @@ xfer_status_t xfer_verbs_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *b
                                 .length = memh->mr->length};
 
     (void)iface;
-    if (*len_p < XFER_VERBS_WIRE_RKEY_LEN) {
-        *len_p = XFER_VERBS_WIRE_RKEY_LEN;
+    if (!xfer_out_room(buf, len_p, XFER_VERBS_WIRE_RKEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
     xfer_verbs_wire_pack_rkey(&w, buf);
-    *len_p = XFER_VERBS_WIRE_RKEY_LEN;
     return XFER_OK;
 }
 

@@ -585,6 +585,16 @@ XFER_API xfer_status_t xfer_sock_wait(int fd, short events, int64_t deadline_ms,
 XFER_API xfer_status_t xfer_sock_listen(const struct sockaddr *sa, socklen_t len, int *fd_p,
                                         uint16_t *port_p, char *why, size_t why_size);
 
+/* An address or key of need bytes into the caller's buf of *len_p: 1 when it fits; else 0,
+ * and the caller returns XFER_ERR_NO_RESOURCE. Either way *len_p is need. */
+static inline int xfer_out_room(const void *buf, size_t *len_p, size_t need)
+{
+    int fits = (*len_p >= need) && ((buf != NULL) || (need == 0));
+
+    *len_p = need;
+    return fits;
+}
+
 /* Copy a formatted reason into a fixed buffer (truncating safely). */
 XFER_API void xfer_reason_set(char *buf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
