@@ -898,11 +898,11 @@ typedef enum xfer_ep_state {
 } xfer_ep_state_t;
 
 typedef struct xfer_ep_fail {
+    xfer_ep_state_t state;          /* first: read at every progress, with what precedes it */
+    xfer_status_t   status;         /* XFER_OK until it fails */
     ucs_list_link_t link;           /* on one of the queues while queued */
     void            *fw_ep;         /* the framework's endpoint, as ep_failed takes it */
     void            *owner;         /* the component's endpoint */
-    xfer_ep_state_t state;
-    xfer_status_t   status;         /* XFER_OK until it fails */
     int             bye_clean;      /* the peer closed in order (BYE) when everything this side
                                      * sent was delivered: a flush after it succeeds */
     int             queued;         /* 0, or which queue: deferred or told */
