@@ -44,6 +44,13 @@ set -- "${BENCH_ARGS[@]}"
 [ $# -eq 2 ] || die "usage: bench_ab.sh [--out DIR] BUILD_A BUILD_B"
 BUILD_A=$1
 BUILD_B=$2
+# One build run from two paths of different lengths (/tmp/before and /tmp/at-ec2b0ec) measured
+# 8 % apart in shm tag_lat, 21 rounds: the process's environment and stack are laid out
+# differently. Builds compared here sit at paths equally long (two worktrees /tmp/ab-<commit>).
+if [ "${#BUILD_A}" -ne "${#BUILD_B}" ]; then
+    echo "# note: $BUILD_A and $BUILD_B differ in length; the same build measured up to 8 %" \
+         "apart from such paths (shm tag_lat): put both at paths equally long" >&2
+fi
 PORT=${BENCH_PORT:-19600}
 TESTS=${AB_TESTS:-$DEFAULT_TESTS}
 for b in "$BUILD_A" "$BUILD_B"; do
