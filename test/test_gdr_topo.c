@@ -1,7 +1,8 @@
 /*
  * The framework's topology (framework/topo.c: distances, NUMA nodes) and gdr's choice of a NIC
- * for each GPU (components/gdr/gdr_topo.c) over hwloc topologies read from XML: test/topo/two_sockets.xml is a two-socket server whose GPUs sit at each distance
- * from its NICs:
+ * for each GPU (components/gdr/gdr_topo.c) over hwloc topologies read from XML:
+ * test/topo/two_sockets.xml is a two-socket server whose GPUs sit at each distance from its
+ * NICs:
  *
  *   package 0, host bridge 0000:00
  *     root port 00:01.0 - switch 01:00.0 - switch 03:00.0 - GPU 05:00.0, mlx5_0 (06:00.0)
@@ -300,7 +301,7 @@ Test(gdr_topo, ports_as_verbs_describes_them_are_understood)
     double mbs;
 
     /* the query's own port list (verbs_devices.c), not one written here */
-    cr_assert_eq(xfer_verbs_describe_ports("", attr, &found, &active, &mbs), XFER_OK);
+    cr_assert_eq(xfer_verbs_describe_ports("", NULL, attr, &found, &active, &mbs), XFER_OK);
     if (active == 0) {
         cr_skip_test("no active RDMA port here (the Soft-RoCE guest has rxe0:1)");
     }

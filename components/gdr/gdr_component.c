@@ -205,14 +205,14 @@ static int strategy_ruled_out(const xfer_gdr_config_t *cfg, char *why, size_t wh
     return 1;
 }
 
-/* For each GPU described, the RDMA port closest to it and how its memory would reach it
- * (gdr_topo.c), from what the kernel says without the CUDA driver. */
-static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr_t *attr)
+/* For each GPU described, the RDMA port closest to it in topo and how its memory would reach
+ * it (gdr_topo.c), from what the kernel says without the CUDA driver. */
+static void describe_gdr_paths(const xfer_gdr_config_t *cfg, const xfer_topo_t *topo,
+                               xfer_component_attr_t *attr)
 {
     xfer_gdr_reg_facts_t facts = {.open_module = -1, .driver_major = -1};
     char kver[64];
     struct utsname uts;
-    xfer_topo_t *topo;
 
     if (nvidia_kernel_version(kver, sizeof(kver), &facts.open_module)) {
         facts.driver_major = atoi(kver);
@@ -222,23 +222,19 @@ static void describe_gdr_paths(const xfer_gdr_config_t *cfg, xfer_component_attr
         (sscanf(uts.release, "%d.%d", &facts.linux_major, &facts.linux_minor) != 2)) {
         facts.linux_major = facts.linux_minor = 0;
     }
-    if (xfer_topo_open(NULL, &topo) != XFER_OK) {
-        xfer_log(XFER_LOG_WARN, "gdr", "out of memory: GPUs are listed without their NIC");
-        return;
-    }
     for (uint32_t d = 0; d < attr->num_devices; d++) {
         if (strcmp(attr->devices[d].kind, "gpu") == 0) {
             xfer_gdr_topo_describe_gpu(topo, (xfer_topo_path_t)cfg->level, &facts, attr,
                                        &attr->devices[d]);
         }
     }
-    xfer_topo_close(topo);
 }
 
 static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
 {
     const xfer_gdr_config_t *cfg = config;
     char gpu_why[XFER_REASON_MAX / 2] = "", rdma_why[XFER_REASON_MAX / 2] = "";
+    xfer_topo_t *topo = NULL;
     unsigned found, active;
     double best_mbs;
     int gpus;
@@ -253,15 +249,21 @@ static xfer_status_t gdr_query(const void *config, xfer_component_attr_t *attr)
                         nvidia_kernel_version(kver, sizeof(kver), &open_module) ? "" :
                         ", no NVIDIA kernel driver");
     }
-    xfer_verbs_describe_ports(cfg->verbs.device, attr, &found, &active, &best_mbs);
+    /* one tree for the ports' NUMA nodes and the GPUs' NICs: read once per query, where there
+     * is a GPU to place (without one, the ports' description reads it if there are ports) */
+    if ((gpus > 0) && (xfer_topo_open(NULL, &topo) != XFER_OK)) {
+        xfer_log(XFER_LOG_WARN, "gdr", "out of memory: GPUs are listed without their NIC");
+    }
+    xfer_verbs_describe_ports(cfg->verbs.device, topo, attr, &found, &active, &best_mbs);
     if (found == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no RDMA devices found");
     } else if (active == 0) {
         snprintf(rdma_why, sizeof(rdma_why), "no matching RDMA port is ACTIVE");
     }
-    if (gpus > 0) {
-        describe_gdr_paths(cfg, attr);
+    if ((gpus > 0) && (topo != NULL)) {
+        describe_gdr_paths(cfg, topo, attr);
     }
+    xfer_topo_close(topo);
 
     if ((gpus > 0) && (rdma_why[0] == '\0') && !strategy_ruled_out(cfg, gpu_why,
                                                                      sizeof(gpu_why))) {

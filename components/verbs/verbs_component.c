@@ -63,7 +63,7 @@ static xfer_status_t verbs_query(const void *config, xfer_component_attr_t *attr
     double best_mbs;
     xfer_status_t status;
 
-    status = xfer_verbs_describe_ports(cfg->device, attr, &found, &active, &best_mbs);
+    status = xfer_verbs_describe_ports(cfg->device, NULL, attr, &found, &active, &best_mbs);
     if (status != XFER_OK) {
         return status;
     }

@@ -74,12 +74,12 @@ static void add_gids(xfer_device_attr_t *dev, struct ibv_context *ctx, unsigned 
     }
 }
 
-xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_t *attr,
-                                        unsigned *num_found, unsigned *num_active,
-                                        double *best_mbs)
+xfer_status_t xfer_verbs_describe_ports(const char *filter, const xfer_topo_t *topo,
+                                        xfer_component_attr_t *attr, unsigned *num_found,
+                                        unsigned *num_active, double *best_mbs)
 {
     struct ibv_device **list;
-    xfer_topo_t *topo = NULL;
+    xfer_topo_t *own = NULL;
     int num_devs = 0;
 
     *num_found  = 0;
@@ -94,7 +94,9 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
     }
 
     /* the NUMA node of each device; none when the tree cannot be read */
-    (void)xfer_topo_open(NULL, &topo);
+    if ((topo == NULL) && (xfer_topo_open(NULL, &own) == XFER_OK)) {
+        topo = own;
+    }
     for (int d = 0; d < num_devs; d++) {
         const char *name = ibv_get_device_name(list[d]);
         struct ibv_device_attr dattr;
@@ -119,7 +121,8 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
                 continue;
             }
             (*num_found)++;
-            if (!xfer_verbs_port_matches(filter, name, p) || (attr->num_devices >= XFER_DEVICE_MAX)) {
+            if (!xfer_verbs_port_matches(filter, name, p) ||
+                (attr->num_devices >= XFER_DEVICE_MAX)) {
                 continue;
             }
             dev = &attr->devices[attr->num_devices++];
@@ -153,7 +156,7 @@ xfer_status_t xfer_verbs_describe_ports(const char *filter, xfer_component_attr_
         ibv_close_device(ctx);
     }
 
-    xfer_topo_close(topo);
+    xfer_topo_close(own);
     ibv_free_device_list(list);
     return XFER_OK;
 }
