@@ -1,8 +1,9 @@
 /*
- * What every component's iface and endpoints share: opening an iface, cancel(), an endpoint's
- * socket from the bootstrap, and its state and failure told once (engine.h) - the two queues each iface keeps, one of endpoints
- * whose teardown waits for the next progress and one of endpoints whose failure the framework
- * is still to be told.
+ * What every component's iface and endpoints share (engine.h): opening an iface and its base
+ * (epoll set, timer, regions, op pool, tensor answers), cancel(), an endpoint's socket from
+ * the bootstrap, and its state and failure told once - the two queues each iface keeps, one
+ * of endpoints whose teardown waits for the next progress and one of endpoints whose failure
+ * the framework is still to be told.
  */
 #include "xfer_int.h"
 
@@ -47,9 +48,8 @@ xfer_status_t xfer_iface_alloc(const void *config, const xfer_iface_params_t *pa
 xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_desc_t *d,
                                    const xfer_iface_params_t *params)
 {
-    xfer_status_t status = XFER_ERR_NO_MEMORY;
-
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &b->timerfd};
+    xfer_status_t status  = XFER_ERR_NO_MEMORY;
 
     memset(b, 0, sizeof(*b));
     xfer_ep_failq_init(&b->failq, d->fail_ops);
@@ -58,8 +58,9 @@ xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_d
     if (d->timer && (b->epfd >= 0)) {
         b->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     }
-    if ((b->epfd < 0) || (d->timer && ((b->timerfd < 0) ||
-                                       (epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->timerfd, &ev) != 0)))) {
+    if ((b->epfd < 0) ||
+        (d->timer && ((b->timerfd < 0) ||
+                      (epoll_ctl(b->epfd, EPOLL_CTL_ADD, b->timerfd, &ev) != 0)))) {
         xfer_log(XFER_LOG_ERROR, d->subsys, "cannot open an iface: %s: %s",
                  (b->epfd < 0) ? "epoll_create1" : "its timer", strerror(errno));
         xfer_iface_base_close(b);

@@ -232,8 +232,8 @@ static xfer_status_t peer_segment_map(xfer_ep_h ep, const ep_addr_t *a, char *wh
  * connected and fails at once with a connection error, as for any peer that goes. */
 static xfer_status_t connect_peer_gone(xfer_ep_h ep, const char *why)
 {
-    ep->fail.state     = XFER_EP_CONNECTED;
-    ep->peer_gone = 1;
+    ep->fail.state = XFER_EP_CONNECTED;
+    ep->peer_gone  = 1;
     xfer_shm_ep_fail_later(ep, XFER_ERR_CONNECTION, "%s", why);
     return XFER_OK;
 }

@@ -262,7 +262,8 @@ static int lane_watch_connect(xfer_tcp_lane_t *lane)
     struct epoll_event ev = {.events = EPOLLOUT,
                              .data.u64 = (uintptr_t)lane | XFER_TCP_EV_LANE};
 
-    return (epoll_ctl(lane->ep->iface->base.epfd, EPOLL_CTL_ADD, lane->fd, &ev) == 0) ? 0 : errno;
+    return (epoll_ctl(lane->ep->iface->base.epfd, EPOLL_CTL_ADD, lane->fd, &ev) == 0) ? 0 :
+                                                                                    errno;
 }
 
 unsigned xfer_tcp_lanes_retry(xfer_iface_h iface)

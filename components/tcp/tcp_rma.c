@@ -322,9 +322,9 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
 uint8_t *xfer_tcp_region_check(xfer_ep_h ep, const xfer_tcp_wire_rma_t *rma, xfer_memh_h *memh_p,
                                xfer_status_t *status_p, char *why, size_t why_size)
 {
-    xfer_region_t *r = xfer_region_reach(ep->iface->base.regions, rma->region, rma->cookie, rma->addr,
-                                         rma->len, &ep->iface->base.failq, &ep->fail, &ep->bad_keys,
-                                         status_p, why, why_size);
+    xfer_region_t *r = xfer_region_reach(ep->iface->base.regions, rma->region, rma->cookie,
+                                         rma->addr, rma->len, &ep->iface->base.failq,
+                                         &ep->fail, &ep->bad_keys, status_p, why, why_size);
 
     if (r == NULL) {
         return NULL;

@@ -531,7 +531,8 @@ xfer_status_t xfer_verbs_iface_event_arm(xfer_iface_h iface)
 xfer_verbs_op_t *xfer_verbs_op_new(xfer_iface_h iface, xfer_ep_h ch, xfer_verbs_op_kind_t kind,
                                    xfer_comp_t *comp)
 {
-    xfer_verbs_op_t *op = xfer_op_get(iface->base.ops, offsetof(xfer_verbs_op_t, msg_buf), 0, comp, ch);
+    xfer_verbs_op_t *op = xfer_op_get(iface->base.ops, offsetof(xfer_verbs_op_t, msg_buf), 0,
+                                      comp, ch);
 
     if (op != NULL) {
         op->iface = iface;

@@ -488,9 +488,9 @@ XFER_API void xfer_region_outside(const xfer_region_t *r, uint64_t addr, uint64_
  * record in t an xfer_region_t), or NULL with *status_p and why: XFER_ERR_NOT_FOUND, no region
  * has that id and key (never registered, deregistered, or a wrong key; counted in
  * *bad_keys_p). Past XFER_BAD_KEYS_MAX misses the peer is scanning for keys: its endpoint (f,
- * of q) is failed later with XFER_ERR_PROTOCOL, the request refused as any miss. bad_keys_p NULL: the request was found before and is looked up again (a
- * frame moving in slices) - a miss is this side's deregistration, not the peer's guess, and
- * counts nothing.
+ * of q) is failed later with XFER_ERR_PROTOCOL, the request refused as any miss. bad_keys_p
+ * NULL: the request was found before and is looked up again (a frame moving in slices) - a
+ * miss is this side's deregistration, not the peer's guess, and counts nothing.
  */
 XFER_API xfer_region_t *xfer_region_named(xfer_regions_t *t, uint64_t id, uint64_t key,
                                           struct xfer_ep_failq *q, struct xfer_ep_fail *f,
@@ -1041,7 +1041,8 @@ typedef struct xfer_iface_base_desc {
 
 /* Create b's engines as d says, for an iface opened with params: XFER_OK, or the error with
  * a log line and nothing left behind. */
-XFER_API xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b, const xfer_iface_base_desc_t *d,
+XFER_API xfer_status_t xfer_iface_base_open(xfer_iface_base_t *b,
+                                            const xfer_iface_base_desc_t *d,
                                             const xfer_iface_params_t *params);
 /* Free them, every endpoint gone: what completed is delivered first. What open left NULL or
  * -1 is skipped, so that a half-opened iface closes too. */
