@@ -4,6 +4,8 @@
  */
 #include "xfer_int.h"
 
+#include <xfer/byteorder.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,4 +190,25 @@ xfer_region_t *xfer_region_reach(xfer_regions_t *t, uint64_t id, uint64_t key, u
         return NULL;
     }
     return r;
+}
+
+void xfer_region_key_pack(const xfer_region_t *r, void *buf)
+{
+    uint8_t *p = buf;
+
+    xfer_put_le64(p, r->id);
+    xfer_put_le64(p + 8, r->key);
+    xfer_put_le64(p + 16, (uintptr_t)r->addr);
+    xfer_put_le64(p + 24, r->length);
+}
+
+xfer_status_t xfer_region_key_unpack(const void *buf, xfer_region_key_t *k)
+{
+    const uint8_t *p = buf;
+
+    k->id     = xfer_get_le64(p);
+    k->key    = xfer_get_le64(p + 8);
+    k->addr   = xfer_get_le64(p + 16);
+    k->length = xfer_get_le64(p + 24);
+    return (k->addr + k->length < k->addr) ? XFER_ERR_INVALID_PARAM : XFER_OK;
 }

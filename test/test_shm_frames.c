@@ -118,8 +118,9 @@ static void send_key_words(tp_peer_t *p, xfer_mem_t *mem, uint64_t off)
 
     cr_assert_eq(xfer_rkey_pack(mem, (void**)&blob, &len), XFER_OK);
     cr_assert((len > at + 30) && (blob[at] == 3) && (memcmp(blob + at + 1, "shm", 3) == 0));
-    memcpy(&cookie, blob + at + 6, 8);
-    memcpy(&id, blob + at + 14, 8);
+    /* the region key: id, cookie, address, length (xfer_region_key_pack; a little-endian host) */
+    memcpy(&id, blob + at + 6, 8);
+    memcpy(&cookie, blob + at + 14, 8);
     memcpy(&addr, blob + at + 22, 8);
     xfer_rkey_blob_free(blob);
     tp_send(p, id);

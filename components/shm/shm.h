@@ -358,14 +358,14 @@ struct xfer_memh {
     xfer_cuda_ipc_handle_t handle;
 };
 
-/* The remote key: the region's id, key and bounds in the owner, and
- * for memory in a memfd (xfer_mem_alloc) the descriptor, its inode and the range's offset;
+/* The remote key: the region's key (xfer_region_key_pack), the owner's pid (byte 32) and,
+ * for memory in a memfd (xfer_mem_alloc), the descriptor, its inode and the range's offset;
  * byte 56 says whether CUDA IPC fields follow (XFER_SHM_RKEY_CUDA_LEN in all). */
 #define XFER_SHM_RKEY_LEN       64u
 #define XFER_SHM_RKEY_CUDA_LEN  (XFER_SHM_RKEY_LEN + 32u + XFER_CUDA_IPC_HANDLE_SIZE)
 #define XFER_SHM_RKEY_NO_FD     UINT32_MAX
 struct xfer_rkey {
-    uint64_t       key, id, addr, length;
+    xfer_region_key_t k;        /* the region: its id, key and bounds */
     uint32_t       pid;
     uint32_t       fd;
     uint64_t       ino, fd_offset;

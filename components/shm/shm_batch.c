@@ -77,7 +77,7 @@ static void batch_copy_mapped(xfer_ep_h ep, const xfer_batch_args_t *args)
 
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
-        uint8_t *remote           = rkey->map.data + (v->remote - rkey->addr);
+        uint8_t *remote           = rkey->map.data + (v->remote - rkey->k.addr);
         void *local               = (void*)(uintptr_t)v->local;
 
         if (v->length == 0) {
@@ -153,7 +153,7 @@ static xfer_status_t batch_post_mapped(xfer_ep_h ep, xfer_batch_args_t *args, xf
     for (size_t i = 0; i < args->count; i++) {
         const xfer_batch_iov_t *v = &args->iov[i];
 
-        if (!xfer_range_within(rkey->addr, rkey->length, v->remote, v->length)) {
+        if (!xfer_range_within(rkey->k.addr, rkey->k.length, v->remote, v->length)) {
             xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "batch descriptor %zu (%llu bytes at "
                      "0x%llx) lies outside the peer's region", i,
                      (unsigned long long)v->length, (unsigned long long)v->remote);
@@ -226,13 +226,13 @@ static xfer_status_t batch_post_cma(xfer_ep_h ep, xfer_batch_args_t *args, xfer_
     hdr.flags = (args->is_put ? 0 : XFER_SHM_FL_GET) |
                 ((args->notify != NULL) ? XFER_SHM_FL_NOTIFY : 0);
     hdr.id    = id;
-    hdr.a     = args->rkey->id;
+    hdr.a     = args->rkey->k.id;
     hdr.b     = (uint64_t)(uintptr_t)args->iov;
     hdr.c     = args->count;
     op->stop_ns = (args->size >= offsetof(xfer_batch_args_t, deadline_ns) +
                                  sizeof(args->deadline_ns)) ? args->deadline_ns : 0;
     hdr.d     = (uint64_t)(uintptr_t)&op->stop_ns;      /* the target reads it each slice */
-    hdr.e     = args->rkey->key;
+    hdr.e     = args->rkey->k.key;
     xfer_shm_tx_queue(ep, &op->tx, &hdr, op->key, nlen, 0, 0);
     xfer_comp_hook(comp, &op->hook, frame_cancel);     /* off again at its completion */
     xfer_shm_tx_write(ep);
@@ -349,7 +349,7 @@ static int mapped_copy(shm_batch_t *b, uint64_t budget)
 
     while ((b->walk.next < args->count) && (copied < budget)) {
         const xfer_batch_iov_t *v = &args->iov[b->walk.next];
-        uint8_t *remote = args->rkey->map.data + (v->remote - args->rkey->addr) + b->offset;
+        uint8_t *remote = args->rkey->map.data + (v->remote - args->rkey->k.addr) + b->offset;
         uint8_t *local  = (uint8_t*)(uintptr_t)v->local + b->offset;
         uint64_t len    = v->length - b->offset;
 

@@ -262,11 +262,11 @@ xfer_status_t xfer_shm_coop_put(xfer_ep_h ep, const void *buf, size_t length,
     memset(&hdr, 0, sizeof(hdr));
     hdr.type  = XFER_SHM_F_SHARE;
     hdr.flags = mapped ? XFER_SHM_FL_MAPPED : 0;
-    hdr.a     = rkey->id;
+    hdr.a     = rkey->k.id;
     hdr.b     = remote_addr;
     hdr.c     = length;
     hdr.d     = (uint64_t)(uintptr_t)buf;
-    hdr.e     = rkey->key;
+    hdr.e     = rkey->k.key;
     if (mapped) {
         coop_memfd_describe(memh, buf, &mem);
     }

@@ -139,12 +139,12 @@ xfer_status_t xfer_shm_cuda_rkey_unpack(xfer_rkey_h rkey, const uint8_t *b)
                  "is not a string of %zu bytes", sizeof(rkey->bus_id));
         return XFER_ERR_INVALID_PARAM;
     }
-    if ((rkey->addr < rkey->alloc_base) || (rkey->alloc_len == 0) ||
-        (rkey->addr - rkey->alloc_base > rkey->alloc_len) ||
-        (rkey->length > rkey->alloc_len - (rkey->addr - rkey->alloc_base))) {
+    if ((rkey->k.addr < rkey->alloc_base) || (rkey->alloc_len == 0) ||
+        (rkey->k.addr - rkey->alloc_base > rkey->alloc_len) ||
+        (rkey->k.length > rkey->alloc_len - (rkey->k.addr - rkey->alloc_base))) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of CUDA memory: %llu bytes at "
                  "0x%llx do not lie in the allocation it names (%llu bytes at 0x%llx)",
-                 (unsigned long long)rkey->length, (unsigned long long)rkey->addr,
+                 (unsigned long long)rkey->k.length, (unsigned long long)rkey->k.addr,
                  (unsigned long long)rkey->alloc_len, (unsigned long long)rkey->alloc_base);
         return XFER_ERR_INVALID_PARAM;
     }
@@ -391,7 +391,7 @@ static xfer_cu_ptr_t remote_ptr(const xfer_rkey_h rkey, uint64_t remote_addr)
     if (rkey->cuda) {
         return rkey->opened->base + (remote_addr - rkey->alloc_base);
     }
-    return (xfer_cu_ptr_t)(uintptr_t)(rkey->map.data + (remote_addr - rkey->addr));
+    return (xfer_cu_ptr_t)(uintptr_t)(rkey->map.data + (remote_addr - rkey->k.addr));
 }
 
 /* Enter the context and open what the key names; NULL with *status_p when it cannot. */

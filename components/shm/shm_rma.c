@@ -125,8 +125,7 @@ void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p)
 {
-    uint8_t *b  = buf;
-    uint64_t v;
+    uint8_t *b = buf;
     uint32_t pid;
 
     if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
@@ -135,12 +134,7 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     if (!xfer_out_room(buf, len_p, memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
-    memcpy(b, &memh->region.key, 8);
-    memcpy(b + 8, &memh->region.id, 8);
-    v = (uint64_t)(uintptr_t)memh->region.addr;
-    memcpy(b + 16, &v, 8);
-    v = memh->region.length;
-    memcpy(b + 24, &v, 8);
+    xfer_region_key_pack(&memh->region, b);
     pid = (uint32_t)getpid();
     memcpy(b + 32, &pid, 4);
     pid = (memh->fd >= 0) ? (uint32_t)memh->fd : XFER_SHM_RKEY_NO_FD;
@@ -159,26 +153,25 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
                                    xfer_rkey_h *rkey_p)
 {
     const uint8_t *b = buf;
+    xfer_region_key_t k;
     xfer_rkey_h rkey;
 
     if ((iface == NULL) || (rkey_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if ((buf == NULL) || (len < XFER_SHM_RKEY_LEN) || (b[56] > 1) ||
-        (len != (b[56] ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN))) {
+        (len != (b[56] ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN)) ||
+        (xfer_region_key_unpack(b, &k) != XFER_OK)) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of %zu bytes is not an shm key "
-                 "(%u bytes, %u of CUDA memory)", len, XFER_SHM_RKEY_LEN,
-                 XFER_SHM_RKEY_CUDA_LEN);
+                 "(%u bytes, %u of CUDA memory, bounds that do not wrap)", len,
+                 XFER_SHM_RKEY_LEN, XFER_SHM_RKEY_CUDA_LEN);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = calloc(1, sizeof(*rkey));
     if (rkey == NULL) {
         return XFER_ERR_NO_MEMORY;
     }
-    memcpy(&rkey->key, b, 8);
-    memcpy(&rkey->id, b + 8, 8);
-    memcpy(&rkey->addr, b + 16, 8);
-    memcpy(&rkey->length, b + 24, 8);
+    rkey->k = k;
     memcpy(&rkey->pid, b + 32, 4);
     memcpy(&rkey->fd, b + 36, 4);
     memcpy(&rkey->ino, b + 40, 8);
@@ -220,20 +213,20 @@ int xfer_shm_rkey_mapped(xfer_ep_h ep, xfer_rkey_h rkey)
     pf.fd     = rkey->fd;
     pf.ino    = rkey->ino;
     pf.offset = rkey->fd_offset;
-    pf.length = rkey->length;
+    pf.length = rkey->k.length;
     status    = xfer_shm_peer_map(&pf, &rkey->map, why, sizeof(why));
     if (status != XFER_OK) {
         /* the peer carries out this key's puts and gets instead, checking each */
         xfer_log((status == XFER_ERR_PROTOCOL) ? XFER_LOG_WARN : XFER_LOG_INFO,
                  XFER_SHM_SUBSYS, "puts and gets to %llu bytes at 0x%llx of pid %d go through "
-                 "the peer: %s", (unsigned long long)rkey->length,
-                 (unsigned long long)rkey->addr, (int)ep->peer_pid, why);
+                 "the peer: %s", (unsigned long long)rkey->k.length,
+                 (unsigned long long)rkey->k.addr, (int)ep->peer_pid, why);
         rkey->map_state = -1;
         return 0;
     }
     xfer_log(XFER_LOG_DEBUG, XFER_SHM_SUBSYS, "mapped %llu bytes at 0x%llx of pid %d: puts "
-             "and gets to them are a memcpy here", (unsigned long long)rkey->length,
-             (unsigned long long)rkey->addr, (int)ep->peer_pid);
+             "and gets to them are a memcpy here", (unsigned long long)rkey->k.length,
+             (unsigned long long)rkey->k.addr, (int)ep->peer_pid);
     rkey->map_state = 1;
     return 1;
 }
@@ -257,7 +250,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     if ((rkey == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0))) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (!xfer_range_within(rkey->addr, rkey->length, remote_addr, length)) {
+    if (!xfer_range_within(rkey->k.addr, rkey->k.length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;
     }
     if (rkey->pid != (uint32_t)ep->peer_pid) {
@@ -274,7 +267,7 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
                                  rkey) : XFER_ERR_UNSUPPORTED;
     }
     if (xfer_shm_rkey_mapped(ep, rkey)) {
-        uint8_t *remote = rkey->map.data + (remote_addr - rkey->addr);
+        uint8_t *remote = rkey->map.data + (remote_addr - rkey->k.addr);
 
         if (length == 0) {
             return XFER_OK;
@@ -314,11 +307,11 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
     hdr.type  = (kind == XFER_SHM_OP_PUT) ? XFER_SHM_F_PUT : XFER_SHM_F_GET;
     hdr.flags = rndv ? XFER_SHM_FL_RNDV : 0;
     hdr.id    = id;
-    hdr.a     = rkey->id;
+    hdr.a     = rkey->k.id;
     hdr.b     = remote_addr;
     hdr.c     = length;
     hdr.d     = rndv ? (uint64_t)(uintptr_t)buf : 0;
-    hdr.e     = rkey->key;
+    hdr.e     = rkey->k.key;
     if ((kind == XFER_SHM_OP_PUT) && !rndv) {
         xfer_shm_tx_queue(ep, &op->tx, &hdr, buf, length, 0, 0);
     } else {

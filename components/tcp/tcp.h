@@ -423,7 +423,7 @@ struct xfer_memh {
 };
 
 struct xfer_rkey {
-    xfer_tcp_wire_rkey_t wire;
+    xfer_region_key_t wire;
 };
 
 /* ---- tcp_component.c ------------------------------------------------------------------------ */

@@ -124,9 +124,8 @@ static xfer_status_t putv_queue(xfer_ep_h ep, const xfer_batch_args_t *args, siz
     xfer_tcp_wire_hdr_t hdr = {XFER_TCP_WIRE_MAGIC, XFER_TCP_WIRE_VERSION,
                                XFER_TCP_WIRE_PUTV, 0, ep->puts_sent + 1,
                                head - XFER_TCP_WIRE_HDR_LEN, 0};
-    xfer_tcp_wire_putv_t putv = {args->rkey->wire.region, args->rkey->wire.cookie,
-                                 (uint32_t)n};
-    const xfer_tcp_wire_rkey_t *r = &args->rkey->wire;
+    xfer_tcp_wire_putv_t putv = {args->rkey->wire.id, args->rkey->wire.key, (uint32_t)n};
+    const xfer_region_key_t *r = &args->rkey->wire;
     xfer_status_t status = xfer_tcp_ep_check(ep);
     struct iovec *data;
     xfer_tcp_tx_t *tx;

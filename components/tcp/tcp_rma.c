@@ -76,34 +76,29 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p)
 {
-    xfer_tcp_wire_rkey_t rkey;
-
     if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (!xfer_out_room(buf, len_p, XFER_TCP_WIRE_RKEY_LEN)) {
+    if (!xfer_out_room(buf, len_p, XFER_REGION_KEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
-    rkey.region = memh->region.id;
-    rkey.cookie = memh->region.key;
-    rkey.addr   = (uintptr_t)memh->region.addr;
-    rkey.length = memh->region.length;
-    xfer_tcp_wire_pack_rkey(&rkey, buf);
+    xfer_region_key_pack(&memh->region, buf);
     return XFER_OK;
 }
 
 xfer_status_t xfer_tcp_rkey_unpack(xfer_iface_h iface, const void *buf, size_t len,
                                    xfer_rkey_h *rkey_p)
 {
-    xfer_tcp_wire_rkey_t wire;
+    xfer_region_key_t wire;
     xfer_rkey_h rkey;
 
     if ((iface == NULL) || (rkey_p == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
-    if (xfer_tcp_wire_unpack_rkey(buf, len, &wire) != XFER_OK) {
+    if ((buf == NULL) || (len != XFER_REGION_KEY_LEN) ||
+        (xfer_region_key_unpack(buf, &wire) != XFER_OK)) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "remote key of %zu bytes is not a tcp key "
-                 "(%u bytes)", len, XFER_TCP_WIRE_RKEY_LEN);
+                 "(%u bytes, bounds that do not wrap)", len, XFER_REGION_KEY_LEN);
         return XFER_ERR_INVALID_PARAM;
     }
     rkey = malloc(sizeof(*rkey));
@@ -127,7 +122,7 @@ xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf
                                  uint64_t remote_addr, xfer_rkey_h rkey)
 {
     xfer_status_t status = xfer_tcp_ep_check(ep);
-    const xfer_tcp_wire_rkey_t *r;
+    const xfer_region_key_t *r;
 
     if (status != XFER_OK) {
         return status;
@@ -219,8 +214,8 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     } else {
         hdr.id = ep->puts_sent + 1;     /* counted once queued */
     }
-    rma.region = rkey->wire.region;
-    rma.cookie = rkey->wire.cookie;
+    rma.region = rkey->wire.id;
+    rma.cookie = rkey->wire.key;
     rma.addr   = remote_addr;
     rma.len    = length;
     if (eager) {
@@ -305,8 +300,8 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
         xfer_tcp_op_free(op);
         return XFER_ERR_NO_MEMORY;
     }
-    rma.region = rkey->wire.region;
-    rma.cookie = rkey->wire.cookie;
+    rma.region = rkey->wire.id;
+    rma.cookie = rkey->wire.key;
     rma.addr   = remote_addr;
     rma.len    = length;
     xfer_tcp_wire_pack_hdr(&hdr, p);

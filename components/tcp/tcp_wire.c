@@ -102,16 +102,6 @@ size_t xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *res
     return 8 + xfer_tensor_wire_pack_meta(&resp->meta, p + 8);
 }
 
-void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf)
-{
-    uint8_t *p = buf;
-
-    xfer_put_le64(p, rkey->region);
-    xfer_put_le64(p + 8, rkey->cookie);
-    xfer_put_le64(p + 16, rkey->addr);
-    xfer_put_le64(p + 24, rkey->length);
-}
-
 void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf)
 {
     uint8_t *p = buf;
@@ -429,23 +419,6 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf, size_t len,
                  "zu) and data (%" PRIu64 ") or exceeds the limit of %" PRIu64, hdr->length,
                  need, data_len, limits->max_msg_size);
         return XFER_ERR_PROTOCOL;
-    }
-    return XFER_OK;
-}
-
-xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey)
-{
-    const uint8_t *p = buf;
-
-    if ((buf == NULL) || (len != XFER_TCP_WIRE_RKEY_LEN)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    rkey->region = xfer_get_le64(p);
-    rkey->cookie = xfer_get_le64(p + 8);
-    rkey->addr   = xfer_get_le64(p + 16);
-    rkey->length = xfer_get_le64(p + 24);
-    if (rkey->addr + rkey->length < rkey->addr) {
-        return XFER_ERR_INVALID_PARAM;
     }
     return XFER_OK;
 }

@@ -66,9 +66,9 @@
  * (xfer_tcp_wire_stripe). Share 0 follows the frame on lane 0, share i is the next bytes of
  * lane i, which carries nothing but shares, in the order of their frames on lane 0.
  *
- * The rkey blob (XFER_TCP_WIRE_RKEY_LEN bytes) is region:u64 cookie:u64 addr:u64 length:u64;
- * the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8 lanes:u8
- * max_key_len:u32 max_msg_size:u64 lane_port:u16 flags:u8 reserved:u8 reserved:u32 token:u64,
+ * The rkey blob is the region's key (xfer_region_key_pack: id:u64 key:u64 addr:u64
+ * length:u64); the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8
+ * lanes:u8 max_key_len:u32 max_msg_size:u64 lane_port:u16 flags:u8 reserved:u8 reserved:u32 token:u64,
  * so that each side refuses locally what the peer would reject instead of having the
  * connection closed over it, learns how many lanes the peer takes and where, and whether its
  * connections run TLS (flags bit 0; the other bits are 0).
@@ -107,7 +107,6 @@
 #define XFER_TCP_WIRE_PUTV_DESC_LEN    16u      /* addr u64, len u64 */
 #define XFER_TCP_WIRE_PUTV_MAX         1024u    /* blocks of one PUTV */
 #define XFER_TCP_WIRE_MAX_NOTIFY       65536u
-#define XFER_TCP_WIRE_RKEY_LEN         32u
 #define XFER_TCP_WIRE_EP_ADDR_LEN      32u
 
 typedef enum {
@@ -184,13 +183,6 @@ typedef struct xfer_tcp_wire_lane_hello {
     int      proven;    /* 'T' 'P': the proof follows the 16 bytes */
 } xfer_tcp_wire_lane_hello_t;
 
-typedef struct xfer_tcp_wire_rkey {
-    uint64_t region;
-    uint64_t cookie;
-    uint64_t addr;
-    uint64_t length;
-} xfer_tcp_wire_rkey_t;
-
 /* A PUTV's table: where each block goes and how long it is. */
 typedef struct xfer_tcp_wire_putv {
     uint64_t region;
@@ -208,7 +200,6 @@ void xfer_tcp_wire_pack_get_ext(const xfer_tcp_wire_rma_t *rma, void *buf);
 void xfer_tcp_wire_pack_tensor_req_ext(const xfer_tcp_wire_tensor_req_t *req, void *buf);
 /* A TENSOR_RESP's extension up to its reason: returns its length (8 + the description's). */
 size_t xfer_tcp_wire_pack_tensor_resp_ext(const xfer_tcp_wire_tensor_resp_t *resp, void *buf);
-void xfer_tcp_wire_pack_rkey(const xfer_tcp_wire_rkey_t *rkey, void *buf);
 void xfer_tcp_wire_pack_ep_addr(const xfer_tcp_wire_ep_addr_t *addr, void *buf);
 void xfer_tcp_wire_pack_lane_hello(const xfer_tcp_wire_lane_hello_t *hello, void *buf);
 void xfer_tcp_wire_pack_putv_ext(const xfer_tcp_wire_putv_t *putv, void *buf);
@@ -255,7 +246,6 @@ xfer_status_t xfer_tcp_wire_unpack_tensor_resp_ext(const void *buf, size_t len,
                                                    xfer_tcp_wire_tensor_resp_t *resp,
                                                    size_t *need_p, char *why,
                                                    size_t why_size);
-xfer_status_t xfer_tcp_wire_unpack_rkey(const void *buf, size_t len, xfer_tcp_wire_rkey_t *rkey);
 /* The peer's endpoint address: 0 bytes (a minimal peer: *addr untouched) or exactly
  * XFER_TCP_WIRE_EP_ADDR_LEN with the right magic and version, and 1..LANES_MAX lanes. */
 xfer_status_t xfer_tcp_wire_unpack_ep_addr(const void *buf, size_t len,

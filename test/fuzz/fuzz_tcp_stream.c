@@ -607,7 +607,7 @@ static void setup(ts_t *ts, const xfer_tcp_config_t *cfg, uint8_t *region, xfer_
 {
     xfer_iface_params_t params = {0};
     xfer_ep_params_t ep_params = {0};
-    uint8_t addr[XFER_TCP_WIRE_EP_ADDR_LEN], rkey_buf[XFER_TCP_WIRE_RKEY_LEN];
+    uint8_t addr[XFER_TCP_WIRE_EP_ADDR_LEN], rkey_buf[XFER_REGION_KEY_LEN];
     size_t rkey_len = sizeof(rkey_buf);
     uintptr_t base = (uintptr_t)region;
     int sv[2];

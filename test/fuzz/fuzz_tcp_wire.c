@@ -22,7 +22,7 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
 {
     xfer_tcp_wire_ep_addr_t lim = {.lanes = 1}, lim2 = {.lanes = 1};
     xfer_tcp_wire_lane_hello_t hello, hello2;
-    xfer_tcp_wire_rkey_t rkey, rkey2;
+    xfer_region_key_t rkey, rkey2;
     uint8_t buf[XFER_TCP_WIRE_EP_ADDR_LEN];
     char why[FUZZ_WHY_LEN];
 
@@ -53,11 +53,14 @@ static void round_trip_addresses(const uint8_t *data, size_t size)
                     XFER_OK) && (hello.lane == hello2.lane) && (hello.token == hello2.token),
                    "lane hello changed");
     }
-    if (xfer_tcp_wire_unpack_rkey(data, size, &rkey) == XFER_OK) {
+    /* the key a tcp rkey is: the framework's region key */
+    if ((size == XFER_REGION_KEY_LEN) && (xfer_region_key_unpack(data, &rkey) == XFER_OK)) {
+        xfer_region_t r = {rkey.id, rkey.key, (uint8_t*)(uintptr_t)rkey.addr, rkey.length};
+
         FUZZ_CHECK(rkey.addr + rkey.length >= rkey.addr, "a wrapping key parsed");
-        xfer_tcp_wire_pack_rkey(&rkey, buf);
-        FUZZ_CHECK(memcmp(buf, data, XFER_TCP_WIRE_RKEY_LEN) == 0, "remote key changed");
-        FUZZ_CHECK(xfer_tcp_wire_unpack_rkey(buf, sizeof(buf), &rkey2) == XFER_OK, "rkey");
+        xfer_region_key_pack(&r, buf);
+        FUZZ_CHECK(memcmp(buf, data, XFER_REGION_KEY_LEN) == 0, "remote key changed");
+        FUZZ_CHECK(xfer_region_key_unpack(buf, &rkey2) == XFER_OK, "rkey");
     }
 }
 
@@ -211,7 +214,7 @@ static void round_trip_values(const uint8_t *data, size_t size)
     xfer_tcp_wire_rma_t rma, rma2;
     xfer_tcp_wire_tensor_req_t req, req2;
     xfer_tcp_wire_tensor_resp_t resp, resp2;
-    xfer_tcp_wire_rkey_t rkey, rkey2;
+    xfer_region_key_t rkey, rkey2;
     xfer_tcp_wire_ep_addr_t lim, lim2;
     char why[FUZZ_WHY_LEN];
 
@@ -300,12 +303,13 @@ static void round_trip_values(const uint8_t *data, size_t size)
         FUZZ_CHECK(!memcmp(&resp, &resp2, sizeof(resp)), "TENSOR_RESP changed");
     }
 
-    rkey.region = fuzz_take(&c, 8);
-    rkey.cookie = fuzz_take(&c, 8);
+    rkey.id     = fuzz_take(&c, 8);
+    rkey.key    = fuzz_take(&c, 8);
     rkey.addr   = fuzz_take(&c, 8);
     rkey.length = fuzz_take(&c, 8);
-    xfer_tcp_wire_pack_rkey(&rkey, buf);
-    if (xfer_tcp_wire_unpack_rkey(buf, XFER_TCP_WIRE_RKEY_LEN, &rkey2) == XFER_OK) {
+    xfer_region_key_pack(&(xfer_region_t){rkey.id, rkey.key, (uint8_t*)(uintptr_t)rkey.addr,
+                                          rkey.length}, buf);
+    if (xfer_region_key_unpack(buf, &rkey2) == XFER_OK) {
         FUZZ_CHECK(!memcmp(&rkey, &rkey2, sizeof(rkey)), "rkey changed");
     } else {
         FUZZ_CHECK(rkey.addr + rkey.length < rkey.addr, "a key that does not wrap refused");

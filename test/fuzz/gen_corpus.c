@@ -245,7 +245,8 @@ static const int64_t dims_2x3[] = {2, 3}, dims_4[] = {4}, dims_32[] = {32};
 
 static void gen_tcp_wire(void)
 {
-    xfer_tcp_wire_rkey_t k = {TS_REGION_ID, TS_COOKIE, TS_REGION_ADDR, TS_REGION_LEN};
+    xfer_region_t k = {TS_REGION_ID, TS_COOKIE, (uint8_t*)(uintptr_t)TS_REGION_ADDR,
+                       TS_REGION_LEN};
     xfer_tcp_wire_ep_addr_t addr = {{TS_MAX_MSG, TS_MAX_KEY}, 4, 40000, 0x0123456789abcdefull};
 
     tcp_tag(5, 11);
@@ -279,7 +280,7 @@ static void gen_tcp_wire(void)
     gc_save("tcp_wire", "flush_req");
     tcp_hdr(XFER_TCP_WIRE_FLUSH_ACK, 0, 1, 0);
     gc_save("tcp_wire", "flush_ack");
-    xfer_tcp_wire_pack_rkey(&k, room(XFER_TCP_WIRE_RKEY_LEN));
+    xfer_region_key_pack(&k, room(XFER_REGION_KEY_LEN));
     gc_save("tcp_wire", "rkey");
     xfer_tcp_wire_pack_ep_addr(&addr, room(XFER_TCP_WIRE_EP_ADDR_LEN));
     gc_save("tcp_wire", "ep_addr");
@@ -595,7 +596,8 @@ static void gen_rkey(void)
 {
     static rkey_env_t env;
     static const char *const names[] = {"tcp", "verbs"};
-    xfer_tcp_wire_rkey_t tk = {TS_REGION_ID, TS_COOKIE, TS_REGION_ADDR, TS_REGION_LEN};
+    xfer_region_t tk = {TS_REGION_ID, TS_COOKIE, (uint8_t*)(uintptr_t)TS_REGION_ADDR,
+                        TS_REGION_LEN};
     xfer_verbs_wire_rkey_t vk = {0x77, TS_REGION_ADDR, TS_REGION_LEN};
     void *blob;
     size_t len;
@@ -609,8 +611,8 @@ static void gen_rkey(void)
         }
         env.parts[0].registered = (variant != 2);
         env.parts[1].registered = (variant != 0);
-        xfer_tcp_wire_pack_rkey(&tk, env.parts[0].blob);
-        env.parts[0].blob_len = XFER_TCP_WIRE_RKEY_LEN;
+        xfer_region_key_pack(&tk, env.parts[0].blob);
+        env.parts[0].blob_len = XFER_REGION_KEY_LEN;
         xfer_verbs_wire_pack_rkey(&vk, env.parts[1].blob);
         env.parts[1].blob_len = XFER_VERBS_WIRE_RKEY_LEN;
         if (rkey_env_pack(&env, TS_REGION_ADDR, TS_REGION_LEN, &blob, &len) != XFER_OK) {

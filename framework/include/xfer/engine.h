@@ -473,6 +473,20 @@ typedef struct xfer_region {
     size_t   length;
 } xfer_region_t;
 
+/* The part of a remote key that tcp's and shm's keys begin with: the region's id and key
+ * (what its peers' requests name it by) and the memory it covers, XFER_REGION_KEY_LEN bytes
+ * little-endian in that order. */
+#define XFER_REGION_KEY_LEN 32u
+typedef struct xfer_region_key {
+    uint64_t id;
+    uint64_t key;
+    uint64_t addr;
+    uint64_t length;
+} xfer_region_key_t;
+XFER_API void xfer_region_key_pack(const xfer_region_t *r, void *buf);
+/* XFER_OK, or XFER_ERR_INVALID_PARAM when the bounds wrap around (no key of ours). */
+XFER_API xfer_status_t xfer_region_key_unpack(const void *buf, xfer_region_key_t *k);
+
 /* A new region record of rec_size bytes (zeroed, its xfer_region_t first) in *rec_p, indexed
  * for [addr, addr + length) under a new id and key. XFER_ERR_INVALID_PARAM when that is no
  * memory to register (xfer_region_args_ok), XFER_ERR_NO_MEMORY. */
