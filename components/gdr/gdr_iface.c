@@ -179,7 +179,7 @@ xfer_status_t xfer_gdr_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
     xfer_status_t status;
     struct ibv_mr *mr;
 
-    if ((params->attr == NULL) || (params->attr->type != XFER_MEM_CUDA)) {
+    if (params->attr->type != XFER_MEM_CUDA) {
         return xfer_verbs_mem_reg(iface, params->addr, params->length, XFER_MEM_HOST, memh_p);
     }
     memh = calloc(1, sizeof(*memh));
@@ -219,9 +219,6 @@ xfer_status_t xfer_gdr_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 
 void xfer_gdr_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 {
-    if (memh == NULL) {
-        return;
-    }
     free(memh->devmem);
     memh->devmem = NULL;
     xfer_verbs_mem_dereg(iface, memh);

@@ -426,7 +426,7 @@ xfer_status_t xfer_shm_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (status != XFER_OK) {
         return status;
     }
-    if ((args == NULL) || (comp == NULL) || ((args->count == 0) && (args->notify == NULL))) {
+    if ((args->count == 0) && (args->notify == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (args->rkey->pid != (uint32_t)ep->peer_pid) {

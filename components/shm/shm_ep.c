@@ -81,7 +81,7 @@ xfer_status_t xfer_shm_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     xfer_ep_h ep;
     void *base;
 
-    if ((params == NULL) || (ep_p == NULL) || (params->sock_fd < 0)) {
+    if (params->sock_fd < 0) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (xfer_shm_host_id_unpack(params->peer_iface_addr, params->peer_iface_addr_len, &peer,
@@ -152,9 +152,6 @@ xfer_status_t xfer_shm_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
 {
     ep_addr_t a;
 
-    if ((ep == NULL) || (len_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (!xfer_out_room(buf, len_p, EP_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
@@ -253,7 +250,7 @@ xfer_status_t xfer_shm_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
     xfer_status_t status;
     ep_addr_t a;
 
-    if ((ep == NULL) || (ep->fail.state != XFER_EP_CREATED)) {
+    if (ep->fail.state != XFER_EP_CREATED) {
         return XFER_ERR_INVALID_PARAM;
     }
     if ((peer_ep_addr == NULL) || (addr_len != EP_ADDR_LEN)) {
@@ -339,8 +336,7 @@ xfer_status_t xfer_shm_cma(xfer_ep_h ep, void *local, uint64_t remote, uint64_t 
 /* Nothing is posted before the endpoint connects: its ring is not there yet. */
 xfer_status_t xfer_shm_ep_check(xfer_ep_h ep)
 {
-    return (ep == NULL) ? XFER_ERR_INVALID_PARAM :
-           xfer_ep_state_check(&ep->fail, XFER_ERR_INVALID_PARAM);
+    return xfer_ep_state_check(&ep->fail, XFER_ERR_INVALID_PARAM);
 }
 
 /* ---- flushes -------------------------------------------------------------------------------- */
@@ -381,11 +377,7 @@ xfer_status_t xfer_shm_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_shm_op_t *op;
 
     if (status != XFER_OK) {
-        return ((ep != NULL) && (ep->fail.state == XFER_EP_FAILED)) ?
-               xfer_ep_flush_ended(&ep->fail) : status;
-    }
-    if (comp == NULL) {
-        return XFER_ERR_INVALID_PARAM;
+        return (ep->fail.state == XFER_EP_FAILED) ? xfer_ep_flush_ended(&ep->fail) : status;
     }
     if (all_delivered(ep)) {
         return XFER_OK;

@@ -88,9 +88,6 @@ void xfer_shm_iface_close(xfer_iface_h iface)
 
 xfer_status_t xfer_shm_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
 {
-    if ((iface == NULL) || (len_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (!xfer_out_room(buf, len_p, XFER_SHM_IFACE_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }

@@ -32,9 +32,6 @@ static xfer_status_t region_add(xfer_iface_h iface, void *addr, size_t length,
     xfer_status_t status;
     xfer_memh_h memh;
 
-    if ((iface == NULL) || (memh_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     status = xfer_region_new(iface->base.regions, sizeof(*memh), addr, length, &memh);
     if (status != XFER_OK) {
         return status;
@@ -65,8 +62,7 @@ xfer_status_t xfer_shm_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
 {
     xfer_status_t status;
 
-    if ((params == NULL) || (params->attr == NULL) ||
-        ((params->attr->type != XFER_MEM_HOST) && (params->attr->type != XFER_MEM_CUDA))) {
+    if ((params->attr->type != XFER_MEM_HOST) && (params->attr->type != XFER_MEM_CUDA)) {
         return XFER_ERR_INVALID_PARAM;
     }
     status = region_add(iface, params->addr, params->length, params, memh_p);
@@ -90,9 +86,6 @@ void xfer_shm_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
     xfer_shm_tx_t *tx;
     xfer_ep_h ep;
 
-    if ((iface == NULL) || (memh == NULL)) {
-        return;
-    }
     if (!xfer_region_remove(iface->base.regions, memh->region.id, memh, XFER_SHM_SUBSYS)) {
         return;
     }
@@ -128,9 +121,7 @@ xfer_status_t xfer_shm_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf
     uint8_t *b = buf;
     uint32_t pid;
 
-    if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
+    (void)iface;
     if (!xfer_out_room(buf, len_p, memh->cuda ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
@@ -156,10 +147,7 @@ xfer_status_t xfer_shm_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     xfer_region_key_t k;
     xfer_rkey_h rkey;
 
-    if ((iface == NULL) || (rkey_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if ((buf == NULL) || (len < XFER_SHM_RKEY_LEN) || (b[56] > 1) ||
+    if ((len < XFER_SHM_RKEY_LEN) || (b[56] > 1) ||
         (len != (b[56] ? XFER_SHM_RKEY_CUDA_LEN : XFER_SHM_RKEY_LEN)) ||
         (xfer_region_key_unpack(b, &k) != XFER_OK)) {
         xfer_log(XFER_LOG_ERROR, XFER_SHM_SUBSYS, "remote key of %zu bytes is not an shm key "
@@ -246,9 +234,6 @@ xfer_status_t xfer_shm_rma_post(xfer_ep_h ep, xfer_shm_op_kind_t kind, void *buf
 
     if (status != XFER_OK) {
         return status;
-    }
-    if ((rkey == NULL) || (comp == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
     }
     if (!xfer_range_within(rkey->k.addr, rkey->k.length, remote_addr, length)) {
         return XFER_ERR_OUT_OF_RANGE;

@@ -113,9 +113,6 @@ xfer_status_t xfer_shm_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     if (status != XFER_OK) {
         return status;
     }
-    if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (length > ep->max_msg) {
         return xfer_op_too_long(XFER_SHM_SUBSYS, "tag send", length, ep->max_msg,
                                 "XFER_SHM_MAX_MSG_SIZE");

@@ -356,7 +356,7 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
     if (status != XFER_OK) {
         return status;
     }
-    if ((comp == NULL) || ((args->count == 0) && (args->notify == NULL))) {
+    if ((args->count == 0) && (args->notify == NULL)) {
         return XFER_ERR_INVALID_PARAM;
     }
     /* a batch whose first descriptor cannot go is refused whole, nothing of it sent; a later

@@ -35,8 +35,7 @@ xfer_status_t xfer_tcp_ep_create(xfer_iface_h iface, const xfer_ep_params_t *par
     xfer_ep_h ep;
     xfer_status_t status;
 
-    if ((iface == NULL) || (params == NULL) || (ep_p == NULL) ||
-        (params->size < offsetof(xfer_ep_params_t, is_server) + sizeof(int))) {
+    if (params->size < offsetof(xfer_ep_params_t, is_server) + sizeof(int)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (params->sock_fd < 0) {
@@ -127,9 +126,6 @@ void xfer_tcp_ep_counters(xfer_ep_h ep, xfer_counter_t *c, size_t *count_p)
 
 xfer_status_t xfer_tcp_ep_address(xfer_ep_h ep, void *buf, size_t *len_p)
 {
-    if ((ep == NULL) || (len_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (!xfer_out_room(buf, len_p, XFER_TCP_WIRE_EP_ADDR_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
@@ -253,7 +249,7 @@ xfer_status_t xfer_tcp_ep_connect(xfer_ep_h ep, const void *peer_ep_addr, size_t
 /* What is posted before the endpoint connects is queued, and written once it does. */
 xfer_status_t xfer_tcp_ep_check(xfer_ep_h ep)
 {
-    return (ep == NULL) ? XFER_ERR_INVALID_PARAM : xfer_ep_state_check(&ep->fail, XFER_OK);
+    return xfer_ep_state_check(&ep->fail, XFER_OK);
 }
 
 /* ---- flush -----------------------------------------------------------------------------------
@@ -295,11 +291,7 @@ xfer_status_t xfer_tcp_ep_flush(xfer_ep_h ep, xfer_comp_t *comp)
     xfer_tcp_op_t *op;
 
     if (status != XFER_OK) {
-        return ((ep != NULL) && (ep->fail.state == XFER_EP_FAILED)) ?
-               xfer_ep_flush_ended(&ep->fail) : status;
-    }
-    if (comp == NULL) {
-        return XFER_ERR_INVALID_PARAM;
+        return (ep->fail.state == XFER_EP_FAILED) ? xfer_ep_flush_ended(&ep->fail) : status;
     }
     if (all_acked(ep)) {
         return XFER_OK;

@@ -202,9 +202,6 @@ void xfer_tcp_iface_close(xfer_iface_h iface)
 
 xfer_status_t xfer_tcp_iface_address(xfer_iface_h iface, void *buf, size_t *len_p)
 {
-    if ((iface == NULL) || (len_p == NULL) || ((buf == NULL) && (*len_p > 0))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (!xfer_out_room(buf, len_p, iface->address_len)) {
         return XFER_ERR_NO_RESOURCE;
     }

@@ -20,9 +20,6 @@
 xfer_status_t xfer_tcp_mem_reg(xfer_iface_h iface, void *addr, size_t length,
                                xfer_mem_type_t mem_type, xfer_memh_h *memh_p)
 {
-    if ((iface == NULL) || (memh_p == NULL) || !xfer_region_args_ok(addr, length)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (mem_type != XFER_MEM_HOST) {
         return XFER_ERR_UNSUPPORTED;
     }
@@ -35,8 +32,7 @@ xfer_status_t xfer_tcp_mem_reg_params(xfer_iface_h iface, const xfer_mem_reg_par
     char why[XFER_REASON_MAX] = "";
     xfer_status_t status;
 
-    if ((iface == NULL) || (params == NULL) || (params->attr == NULL) ||
-        (params->size < offsetof(xfer_mem_reg_params_t, attr) + sizeof(params->attr))) {
+    if (params->size < offsetof(xfer_mem_reg_params_t, attr) + sizeof(params->attr)) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (params->attr->type != XFER_MEM_CUDA) {
@@ -60,9 +56,6 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 {
     xfer_ep_h ep;
 
-    if ((iface == NULL) || (memh == NULL)) {
-        return;
-    }
     if (!xfer_region_remove(iface->base.regions, memh->region.id, memh, XFER_TCP_SUBSYS)) {
         return;
     }
@@ -76,9 +69,7 @@ void xfer_tcp_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 xfer_status_t xfer_tcp_rkey_pack(xfer_iface_h iface, xfer_memh_h memh, void *buf,
                                  size_t *len_p)
 {
-    if ((iface == NULL) || (memh == NULL) || (len_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
+    (void)iface;
     if (!xfer_out_room(buf, len_p, XFER_REGION_KEY_LEN)) {
         return XFER_ERR_NO_RESOURCE;
     }
@@ -92,10 +83,8 @@ xfer_status_t xfer_tcp_rkey_unpack(xfer_iface_h iface, const void *buf, size_t l
     xfer_region_key_t wire;
     xfer_rkey_h rkey;
 
-    if ((iface == NULL) || (rkey_p == NULL)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if ((buf == NULL) || (len != XFER_REGION_KEY_LEN) ||
+    (void)iface;
+    if ((len != XFER_REGION_KEY_LEN) ||
         (xfer_region_key_unpack(buf, &wire) != XFER_OK)) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "remote key of %zu bytes is not a tcp key "
                  "(%u bytes, bounds that do not wrap)", len, XFER_REGION_KEY_LEN);
@@ -126,9 +115,6 @@ xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf
 
     if (status != XFER_OK) {
         return status;
-    }
-    if ((rkey == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
     }
     r = &rkey->wire;
     if (!xfer_range_within(r->addr, r->length, remote_addr, length)) {
@@ -177,9 +163,6 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
     if (cuda < 0) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "put: %s", why);
-        return XFER_ERR_INVALID_PARAM;
-    }
-    if (comp == NULL) {
         return XFER_ERR_INVALID_PARAM;
     }
     acked = ep->iface->cfg->put_ack;
@@ -273,9 +256,6 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     status = xfer_tcp_rma_check(ep, "get", buf, length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
-    }
-    if (comp == NULL) {
-        return XFER_ERR_INVALID_PARAM;
     }
     cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
     if (cuda < 0) {

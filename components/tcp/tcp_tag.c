@@ -34,9 +34,6 @@ xfer_status_t xfer_tcp_tag_send(xfer_ep_h ep, uint64_t tag, const void *buf, siz
     if (status != XFER_OK) {
         return status;
     }
-    if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     cuda = xfer_tcp_buf_is_cuda(ep->iface, buf, length, memh, why, sizeof(why));
     if (cuda < 0) {
         xfer_log(XFER_LOG_ERROR, XFER_TCP_SUBSYS, "tag send: %s", why);

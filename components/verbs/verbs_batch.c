@@ -392,12 +392,8 @@ xfer_status_t xfer_verbs_batch(xfer_ep_h ch, xfer_batch_args_t *args, xfer_comp_
     if ((status != XFER_OK) && (status != XFER_ERR_BUSY)) {
         return status;
     }
-    if ((comp == NULL) || (args == NULL) ||
-        (args->size < offsetof(xfer_batch_args_t, landed) + sizeof(args->landed)) ||
-        ((args->iov == NULL) && (args->count > 0)) ||
-        ((args->count == 0) && (args->notify == NULL)) ||
-        ((args->memh == NULL) && (args->count > 0)) ||
-        (args->rkey == NULL) || ((args->notify == NULL) && (args->notify_len > 0))) {
+    if ((args->size < offsetof(xfer_batch_args_t, landed) + sizeof(args->landed)) ||
+        ((args->count == 0) && (args->notify == NULL))) {
         return XFER_ERR_INVALID_PARAM;
     }
     if (xfer_verbs_memh_on_gpu(args->memh)) {

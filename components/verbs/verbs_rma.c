@@ -24,9 +24,6 @@ xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,
     if (mem_type != XFER_MEM_HOST) {
         return XFER_ERR_UNSUPPORTED;
     }
-    if ((addr == NULL) || (length == 0)) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     memh = calloc(1, sizeof(*memh));
     if (memh == NULL) {
         return XFER_ERR_NO_MEMORY;
@@ -48,9 +45,6 @@ xfer_status_t xfer_verbs_mem_reg(xfer_iface_h iface, void *addr, size_t length,
 
 void xfer_verbs_mem_dereg(xfer_iface_h iface, xfer_memh_h memh)
 {
-    if (memh == NULL) {
-        return;
-    }
     xfer_regcache_invalidate(iface->mrc, memh->mr->addr, memh->mr->length);
     if (ibv_dereg_mr(memh->mr) != 0) {
         xfer_log(XFER_LOG_WARN, XFER_VERBS_SUBSYS, "ibv_dereg_mr: %s", strerror(errno));
@@ -109,9 +103,6 @@ static xfer_status_t rma(xfer_ep_h ch, xfer_verbs_op_kind_t kind, int opcode, vo
 
     if ((status != XFER_OK) && (status != XFER_ERR_BUSY)) {
         return status;
-    }
-    if ((comp == NULL) || (rkey == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
     }
     if (length > ch->iface->cfg->max_msg_size) {
         return xfer_op_too_long(XFER_VERBS_SUBSYS, (kind == XFER_VERBS_OP_PUT) ? "put" : "get",

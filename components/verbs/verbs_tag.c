@@ -58,9 +58,6 @@ xfer_status_t xfer_verbs_tag_send(xfer_ep_h ch, uint64_t tag, const void *buf, s
     if ((status != XFER_OK) && (status != XFER_ERR_BUSY)) {
         return status;
     }
-    if ((comp == NULL) || ((buf == NULL) && (length > 0))) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     status = unregistered_check(ch->iface, buf, length, memh);
     if (status != XFER_OK) {
         return status;

@@ -322,9 +322,6 @@ xfer_status_t xfer_verbs_ep_flush(xfer_ep_h ch, xfer_comp_t *comp)
     if (ch->state == XFER_VERBS_CH_FAILED) {
         return xfer_ep_flush_ended(&ch->fail);
     }
-    if (comp == NULL) {
-        return XFER_ERR_INVALID_PARAM;
-    }
     if (ucs_list_is_empty(&ch->pendq) && ucs_list_is_empty(&ch->flushes) &&
         ucs_list_is_empty(&ch->batches) && (ch->sq_done == ch->sq_posted)) {
         return XFER_OK;

@@ -330,6 +330,15 @@ typedef struct xfer_mem_reg_params {
 
 /* ---- the component struct, ABI v1 ----------------------------------------------------------- */
 
+/*
+ * The framework is the only caller of these operations, and it checks what a user passes
+ * before it calls one (xfer.h's calls refuse bad arguments with a status and a log line):
+ * handles are the component's own (never NULL, but to ep_destroy, iface_close and
+ * rkey_release, which ignore NULL), out-pointers and comp are never NULL, a buffer is NULL
+ * only with length 0, mem_reg_params' params has its attr, a batch's args are complete as
+ * xfer_batch_args_t says. A component checks again only what the framework cannot know: its
+ * own limits, the peer's (a message limit, its key's part), and everything off the wire.
+ */
 typedef struct xfer_component_v1 {
     uint32_t                abi_version;    /* XFER_COMPONENT_ABI_V1 */
     uint32_t                size;           /* sizeof(xfer_component_v1_t) */
