@@ -575,7 +575,7 @@ extern const xfer_tcp_rx_handler_t xfer_tcp_rx_put_req, xfer_tcp_rx_put_ack,
 xfer_status_t xfer_tcp_rx_put_done(xfer_ep_h ep, char *why, size_t why_size);
 /* Can this side put or get length bytes at remote_addr through rkey? (the key's bounds, the
  * message limit) */
-xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
+xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, size_t length,
                                  uint64_t remote_addr, xfer_rkey_h rkey);
 /* Where a peer may read or write rma's range (xfer_region_reach): the region's memory there
  * and *memh_p, or NULL and *status_p; a peer scanning for keys fails ep. */

@@ -363,7 +363,6 @@ xfer_status_t xfer_tcp_batch(xfer_ep_h ep, xfer_batch_args_t *args, xfer_comp_t 
      * one that cannot ends it there (none at all: a notification alone, behind what went) */
     status = (args->count == 0) ? XFER_OK :
              xfer_tcp_rma_check(ep, args->is_put ? "batch put" : "batch get",
-                                (void*)(uintptr_t)args->iov[0].local,
                                 (size_t)args->iov[0].length, args->iov[0].remote, args->rkey);
     if (status != XFER_OK) {
         return status;

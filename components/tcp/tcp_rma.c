@@ -107,7 +107,7 @@ void xfer_tcp_rkey_release(xfer_iface_h iface, xfer_rkey_h rkey)
 
 /* ---- initiator ------------------------------------------------------------------------------ */
 
-xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, const void *buf, size_t length,
+xfer_status_t xfer_tcp_rma_check(xfer_ep_h ep, const char *what, size_t length,
                                  uint64_t remote_addr, xfer_rkey_h rkey)
 {
     xfer_status_t status = xfer_tcp_ep_check(ep);
@@ -156,7 +156,7 @@ xfer_status_t xfer_tcp_put(xfer_ep_h ep, const void *buf, size_t length, xfer_me
     int cuda, acked, eager;
     uint8_t *p;
 
-    status = xfer_tcp_rma_check(ep, "put", buf, length, remote_addr, rkey);
+    status = xfer_tcp_rma_check(ep, "put", length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
     }
@@ -253,7 +253,7 @@ xfer_status_t xfer_tcp_get(xfer_ep_h ep, void *buf, size_t length, xfer_memh_h m
     uint8_t *p;
     int cuda;
 
-    status = xfer_tcp_rma_check(ep, "get", buf, length, remote_addr, rkey);
+    status = xfer_tcp_rma_check(ep, "get", length, remote_addr, rkey);
     if (status != XFER_OK) {
         return status;
     }
