@@ -68,8 +68,8 @@
  *
  * The rkey blob is the region's key (xfer_region_key_pack: id:u64 key:u64 addr:u64
  * length:u64); the endpoint address (XFER_TCP_WIRE_EP_ADDR_LEN bytes) is magic:u16 version:u8
- * lanes:u8 max_key_len:u32 max_msg_size:u64 lane_port:u16 flags:u8 reserved:u8 reserved:u32 token:u64,
- * so that each side refuses locally what the peer would reject instead of having the
+ * lanes:u8 max_key_len:u32 max_msg_size:u64 lane_port:u16 flags:u8 reserved:u8 reserved:u32
+ * token:u64, so that each side refuses locally what the peer would reject instead of having the
  * connection closed over it, learns how many lanes the peer takes and where, and whether its
  * connections run TLS (flags bit 0; the other bits are 0).
  */
